@@ -1,0 +1,165 @@
+"""The α-β cost model: one message of n bytes costs α + n/β. Pure Python, no torch.
+
+Every script and every later lecture takes its communication times from here, so a formula is
+written once. Sizes are bytes and times seconds; MB/µs only appear where output is formatted.
+
+Closed forms (K devices, N bytes per device, L = ceil(log2 K)):
+  ring all-reduce        2(K-1)(α + N/(Kβ))        reduce-scatter then all-gather, N/K per round
+  binary-tree all-reduce 2L(α + N/β)                reduce up the tree, broadcast down, whole N
+  naive all-reduce       2(α + (K-1)N/β)            all to rank 0 over its one link, then back
+  parameter server       2(α + K·N/β)               K workers push N each, pull N each, one link
+  pipelined ring bcast   (K-2+S)(α + N/(S·β))       S segments follow each other round the ring
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link with per-message latency `alpha_s` (seconds) and bandwidth `beta_Bps` (bytes/s)."""
+
+    alpha_s: float
+    beta_Bps: float
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.alpha_s >= 0 and math.isfinite(self.alpha_s)):
+            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha_s}")
+        if not (self.beta_Bps > 0 and math.isfinite(self.beta_Bps)):
+            raise ValueError(f"beta must be a finite number > 0, got {self.beta_Bps}")
+
+    def message_time(self, nbytes: float) -> float:
+        """Time of one point-to-point message of `nbytes`."""
+        return self.alpha_s + nbytes / self.beta_Bps
+
+    def describe(self) -> str:
+        label = f"{self.name}: " if self.name else ""
+        return f"{label}α = {self.alpha_s * 1e6:g} µs, β = {self.beta_Bps / 1e9:g} GB/s"
+
+
+# The notes' defaults (lecture 14 §3): α = 5 µs, β = 25 GB/s, GB = 1e9 bytes.
+NOTES_LINK = Link(5e-6, 25e9, "notes' link")
+# Link classes for "how big a share of a step is communication" (lecture 14 §3.4 Part 3). The
+# bandwidths are per-GPU figures of each class; α matters little there (large messages).
+NVLINK = Link(5e-6, 150e9, "NVLink-class")
+INFINIBAND = Link(5e-6, 25e9, "InfiniBand-class")
+ETHERNET = Link(5e-6, 3.125e9, "Ethernet-class (25 Gb/s)")
+LINK_PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "ethernet": ETHERNET}
+
+
+def _check(k: int, nbytes: float) -> None:
+    if int(k) != k or k < 1:
+        raise ValueError(f"number of devices must be an integer >= 1, got {k}")
+    if nbytes < 0:
+        raise ValueError(f"size must be >= 0 bytes, got {nbytes}")
+
+
+def tree_depth(k: int) -> int:
+    """ceil(log2 K): the rounds one way up (or down) a binary tree of K devices."""
+    return (int(k) - 1).bit_length()
+
+
+def ring_allreduce_time(k: int, nbytes: float, link: Link) -> float:
+    _check(k, nbytes)
+    if k == 1:
+        return 0.0
+    return 2 * (k - 1) * (link.alpha_s + nbytes / (k * link.beta_Bps))
+
+
+def tree_allreduce_time(k: int, nbytes: float, link: Link) -> float:
+    _check(k, nbytes)
+    return 2 * tree_depth(k) * link.message_time(nbytes) if k > 1 else 0.0
+
+
+def naive_allreduce_time(k: int, nbytes: float, link: Link) -> float:
+    _check(k, nbytes)
+    if k == 1:
+        return 0.0
+    return 2 * (link.alpha_s + (k - 1) * nbytes / link.beta_Bps)
+
+
+def parameter_server_time(k: int, nbytes: float, link: Link, duplex: bool = False) -> float:
+    """One step's traffic at a server with K workers: receive K·N gradients, send K·N parameters.
+
+    With `duplex` the server's link sends and receives at once, halving the time.
+    """
+    _check(k, nbytes)
+    one_way = link.alpha_s + k * nbytes / link.beta_Bps
+    return one_way if duplex else 2 * one_way
+
+
+ALLREDUCE_TIMES = {
+    "ring": ring_allreduce_time,
+    "tree": tree_allreduce_time,
+    "naive": naive_allreduce_time,
+}
+
+
+def ring_allreduce_bytes_per_device(k: int, nbytes: float) -> float:
+    """Bytes each device sends (and receives) in a ring all-reduce: 2(K-1)/K · N."""
+    _check(k, nbytes)
+    return 2 * (k - 1) * nbytes / k
+
+
+def ring_broadcast_time(k: int, nbytes: float, link: Link, segments: int = 1) -> float:
+    """Broadcast N bytes round a ring of K devices, cut into S segments that follow each other.
+
+    The first segment needs K-1 hops; each further one arrives one tick later: K-2+S ticks of
+    α + N/(S·β). With S = 1 this is (K-1)(α + N/β).
+    """
+    _check(k, nbytes)
+    if int(segments) != segments or segments < 1:
+        raise ValueError(f"segments must be an integer >= 1, got {segments}")
+    if k == 1:
+        return 0.0
+    return (k - 2 + segments) * link.message_time(nbytes / segments)
+
+
+def best_broadcast_segments(k: int, nbytes: float, link: Link, max_log2: int = 20) -> int:
+    """The power of two S (1 … 2^max_log2) with the smallest pipelined ring broadcast time."""
+    candidates = [2**i for i in range(max_log2 + 1)]
+    return min(candidates, key=lambda s: ring_broadcast_time(k, nbytes, link, s))
+
+
+def continuous_best_segments(k: int, nbytes: float, link: Link) -> float:
+    """d/dS of (K-2+S)(α + N/(Sβ)) = 0  ⇒  S* = sqrt((K-2)·N / (α·β)); inf when α = 0."""
+    _check(k, nbytes)
+    if link.alpha_s == 0:
+        return math.inf
+    return math.sqrt(max(k - 2, 0) * nbytes / (link.alpha_s * link.beta_Bps))
+
+
+def ring_tree_crossover_bytes(k: int, link: Link) -> float | None:
+    """N at which ring and binary-tree all-reduce take equal time; ring wins above it.
+
+    2(K-1)(α + N/(Kβ)) = 2L(α + N/β)  ⇒  N = (K-1-L)·αβ / (L - (K-1)/K).
+    None when the ring never loses (K ≤ 2: the same single exchange, or no latency).
+    """
+    _check(k, 0)
+    depth = tree_depth(k)
+    if k - 1 <= depth or link.alpha_s == 0:
+        return None
+    return (k - 1 - depth) * link.alpha_s * link.beta_Bps / (depth - (k - 1) / k)
+
+
+def ring_naive_crossover_bytes(k: int, link: Link) -> float | None:
+    """N at which ring and naive all-reduce take equal time; naive wins below it.
+
+    2(K-1)(α + N/(Kβ)) = 2(α + (K-1)N/β)  ⇒  N = (K-2)·K·αβ / (K-1)².
+    None for K ≤ 2 (both are one exchange) or α = 0 (ring always at least as fast).
+    """
+    _check(k, 0)
+    if k <= 2 or link.alpha_s == 0:
+        return None
+    return (k - 2) * k * link.alpha_s * link.beta_Bps / (k - 1) ** 2
+
+
+def data_parallel_speedup(single_step_s: float, k: int, comm_s: float) -> float:
+    """Speedup of K workers without overlap: T1 / (T1/K + T_comm)."""
+    if single_step_s <= 0:
+        raise ValueError("single-device step time must be > 0")
+    _check(k, 0)
+    return single_step_s / (single_step_s / k + comm_s)

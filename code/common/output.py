@@ -1,0 +1,212 @@
+"""Printing for every script: part headers with the notes' part numbers, aligned tables, ASCII bars,
+the claims record (our number beside the notes' number) and figures written only when asked.
+
+A script makes one `Report`, calls `part()` for each section of the notes, and `finish()` at the
+end; `--json PATH` then holds every table, recorded value and claim, machine-readable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Sequence
+
+# How a number the notes quote relates to ours.
+EXACT = "exact formula"             # a closed form: must agree
+ASSUMPTION = "stated assumption"    # agrees only under an assumption the output states
+MEASURED = "measured here"          # a timing or count on this machine; the notes' came from another
+
+
+def fmt_num(value: Any, digits: int = 4) -> str:
+    """Compact number: 4 significant digits, thousands separators for big integers."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15
+                                  and abs(value) >= 1000):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        if value == 0 or not math.isfinite(value):
+            return f"{value:g}"
+        if 1e-3 <= abs(value) < 1e6:
+            return f"{value:.{digits}g}"
+        return f"{value:.{max(digits - 1, 1)}e}"
+    return str(value)
+
+
+def fmt_time(seconds: float) -> str:
+    """Seconds with a readable unit: 3.15 ms, 17.5 µs, 1.2 s."""
+    s = abs(seconds)
+    if s >= 1:
+        return f"{seconds:.3g} s"
+    if s >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    if s >= 1e-6 or s == 0:
+        return f"{seconds * 1e6:.3g} µs"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def fmt_bytes(nbytes: float, binary: bool = False) -> str:
+    """Bytes with a unit: powers of 1000 (KB, MB) or, with binary=True, of 1024 (KiB, MiB)."""
+    base, units = (1024, ["B", "KiB", "MiB", "GiB", "TiB"]) if binary else (1000, ["B", "KB", "MB", "GB", "TB"])
+    value, unit = float(nbytes), units[0]
+    for unit in units:
+        if abs(value) < base or unit == units[-1]:
+            break
+        value /= base
+    return f"{value:.4g} {unit}"
+
+
+def bar(value: float, full_scale: float, width: int = 40, char: str = "█") -> str:
+    """An ASCII bar: `width` characters stand for `full_scale`."""
+    if full_scale <= 0 or not math.isfinite(value):
+        return ""
+    return char * max(0, min(width, round(width * value / full_scale)))
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Rows under headers, columns aligned; numbers right-aligned and formatted by fmt_num."""
+    cells = [[c if isinstance(c, str) else fmt_num(c) for c in row] for row in rows]
+    numeric = [all(not isinstance(row[i], str) for row in rows) if rows else False
+               for i in range(len(headers))] if isinstance(rows, list) else [False] * len(headers)
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        out = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "  " + "  ".join(out).rstrip()
+
+    sep = "  " + "  ".join("-" * w for w in widths)
+    return "\n".join([line(list(headers)), sep] + [line(r) for r in cells])
+
+
+@dataclass
+class Claim:
+    """A number the notes quote, beside ours."""
+
+    part: str
+    what: str
+    ours: Any
+    notes: Any
+    unit: str
+    kind: str
+    status: str
+    why: str
+
+
+def _agrees(ours: float, notes: float, rtol: float, atol: float) -> bool:
+    return abs(ours - notes) <= max(rtol * abs(notes), atol)
+
+
+class Report:
+    """What one run of a script prints, and records for --json."""
+
+    def __init__(self, script: str, title: str, args: argparse.Namespace | None = None) -> None:
+        self.script = os.path.basename(script)
+        self.args = args
+        self.parts: dict[str, dict[str, Any]] = {}
+        self.claims: list[Claim] = []
+        self._part = "intro"
+        self.parts[self._part] = {"title": title}
+        print(f"{self.script}: {title}")
+        if args is not None and getattr(args, "quick", False):
+            print("(--quick: a shorter run through the same code)")
+
+    # ---- structure -------------------------------------------------------------------------
+    def part(self, number: int | str, title: str) -> None:
+        """A header carrying the notes' part number, e.g. 'Part 3: pipelined broadcast'."""
+        self._part = f"Part {number}"
+        self.parts[self._part] = {"title": title}
+        print(f"\n== {self._part}: {title}")
+
+    def line(self, text: str = "") -> None:
+        print(text)
+
+    def note(self, text: str) -> None:
+        """An assumption or an explanation, marked so it stands out from the results."""
+        for i, chunk in enumerate(text.strip().splitlines()):
+            print(("  note: " if i == 0 else "        ") + chunk.strip())
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], name: str | None = None) -> None:
+        rows = [list(r) for r in rows]
+        print(format_table(headers, rows))
+        tables = self.parts[self._part].setdefault("tables", {})
+        tables[name or f"table{len(tables) + 1}"] = {"headers": list(headers), "rows": rows}
+
+    def record(self, key: str, value: Any) -> None:
+        """Keep a value for --json without printing it."""
+        self.parts[self._part][key] = value
+
+    # ---- claims ----------------------------------------------------------------------------
+    def claim(self, what: str, ours: Any, notes: Any = None, unit: str = "", kind: str = EXACT,
+              rtol: float = 0.05, atol: float = 0.0, why: str = "", digits: int = 4) -> Claim:
+        """Print our value with the notes' beside it, and record the pair with its status.
+
+        Status: 'agrees' (within rtol/atol), 'differs' (then `why` should say why), or for a
+        MEASURED claim that is not within tolerance 'other machine'. Booleans and strings must match.
+        """
+        if notes is None:
+            status = "ours only"
+        elif isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
+            status = "agrees" if ours == notes else "differs"
+        elif _agrees(float(ours), float(notes), rtol, atol):
+            status = "agrees"
+        else:
+            status = "other machine" if kind == MEASURED else "differs"
+        sep = " " if unit else ""
+        shown = f"{fmt_num(ours, digits)}{sep}{unit}"
+        text = f"  {what}: {shown}"
+        if notes is not None:
+            text += f"   (notes: {fmt_num(notes, digits)}{sep}{unit}; {kind}; {status})"
+        print(text)
+        if why and status != "agrees":
+            print(f"    why: {why}")
+        claim = Claim(self._part, what, ours, notes, unit, kind, status, why)
+        self.claims.append(claim)
+        return claim
+
+    # ---- figures and the end ---------------------------------------------------------------
+    def figure_dir(self) -> str | None:
+        return getattr(self.args, "save_figs", None) if self.args is not None else None
+
+    def save_figure(self, fig: Any, name: str) -> None:
+        """Write a matplotlib figure as DIR/<name>.png when --save-figs DIR was given."""
+        directory = self.figure_dir()
+        if directory is None:
+            return
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"{name}.png")
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        print(f"  figure written: {path}")
+
+    def finish(self) -> dict[str, Any]:
+        """Write --json PATH if asked; returns what it wrote."""
+        data = {"script": self.script, "argv": sys.argv[1:], "parts": self.parts,
+                "claims": [asdict(c) for c in self.claims]}
+        path = getattr(self.args, "json", None) if self.args is not None else None
+        if path:
+            directory = os.path.dirname(os.path.abspath(path))
+            os.makedirs(directory, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=1, default=_jsonable, ensure_ascii=False)
+        return data
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def new_figure(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """plt.subplots on the Agg backend: figures are files, never windows that block."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
