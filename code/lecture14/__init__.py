@@ -1,0 +1,1 @@
+"""Lecture 14: collectives, ring all-reduce, the α-β model, data parallelism."""

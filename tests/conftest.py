@@ -1,0 +1,36 @@
+"""Helpers for the tests: run a numbered script as a student would, in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(relpath: str, *args: str, timeout: float = 120, expect_rc: int | None = 0) -> subprocess.CompletedProcess:
+    """Run code/<relpath> with args; check the exit status (None: don't) and return the result."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if expect_rc is not None and proc.returncode != expect_rc:
+        raise AssertionError(f"{relpath} {' '.join(args)} exited {proc.returncode}, expected {expect_rc}\n"
+                             f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def assert_usage_error(relpath: str, *args: str) -> None:
+    """Bad input: exit status 2, exactly one line on stderr, no traceback."""
+    proc = run_script(relpath, *args, expect_rc=2, timeout=60)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def script():
+    return run_script
