@@ -1,0 +1,59 @@
+"""Wall time of every script as a student runs it (default arguments), against the suite's targets.
+
+    python bench/bench_scripts.py [--repeats 3] [--only lecture15]
+
+Targets on a 2-core laptop-class machine: a model-only script ≤ 1.5 s; a script with real
+processes ≤ 6 s (lecture 14) or ≤ 8 s (lecture 15's real-DDP scripts). A benchmark, not a test:
+it prints a table and never fails a build.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+from common.cli import make_parser, positive_int, run_main
+from common.output import format_table
+from common.suite import Script, scripts
+
+MODEL_ONLY_TARGET_S = 1.5
+REAL_TARGET_S = {"lecture14": 6.0, "lecture15": 8.0}
+
+
+def target(script: Script) -> float:
+    return REAL_TARGET_S[script.path.parent.name] if script.real else MODEL_ONLY_TARGET_S
+
+
+def wall(script: Script) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(script.path)], capture_output=True)
+    return time.perf_counter() - start, proc.returncode
+
+
+def main() -> None:
+    parser = make_parser(__doc__, figs=False)
+    parser.add_argument("--repeats", type=positive_int, default=3, help="runs per script (median)")
+    parser.add_argument("--only", default="", help="only scripts whose name contains this text")
+    args = parser.parse_args()
+    quick_note = " (--quick: one run each)" if args.quick else ""
+    print(f"Script wall times, median of {1 if args.quick else args.repeats} runs{quick_note}")
+    rows = []
+    for script in scripts():
+        if args.only not in script.name:
+            continue
+        runs = [wall(script) for _ in range(1 if args.quick else args.repeats)]
+        median = statistics.median(t for t, _ in runs)
+        ok = all(rc == 0 for _, rc in runs)
+        goal = target(script)
+        verdict = ("meets" if median <= goal else "SLOWER") if ok else "FAILED"
+        rows.append([script.name, "real processes" if script.real else "model only",
+                     f"{median:.2f}", f"{goal:.1f}", verdict])
+        print(f"  {script.name}: {median:.2f} s", flush=True)
+    print()
+    print(format_table(["script", "kind", "median s", "target s", "verdict"], rows))
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,40 @@
+"""The suite's scripts, as the reproduce command and the benchmark see them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CODE = Path(__file__).resolve().parents[1]
+LECTURES = ("lecture14", "lecture15")
+# Scripts that start real processes; the rest run models only.
+_REAL_MARKERS = ("common.launcher",)
+
+
+@dataclass(frozen=True)
+class Script:
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    @property
+    def real(self) -> bool:
+        text = self.path.read_text(encoding="utf-8")
+        return any(marker in text for marker in _REAL_MARKERS)
+
+
+def scripts(include_extras: bool = True) -> list[Script]:
+    """Numbered scripts of each lecture in order, then (optionally) the other runnable scripts."""
+    found: list[Script] = []
+    for lecture in LECTURES:
+        folder = CODE / lecture
+        numbered = sorted(folder.glob("[0-9][0-9]_*.py"))
+        extras = sorted(p for p in folder.glob("*.py") if p not in numbered and _is_runnable(p))
+        found += [Script(p) for p in numbered + (extras if include_extras else [])]
+    return found
+
+
+def _is_runnable(path: Path) -> bool:
+    return "run_main(main)" in path.read_text(encoding="utf-8")  # scripts, not modules
