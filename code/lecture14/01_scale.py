@@ -1,0 +1,225 @@
+"""Lecture 14 §1 (为什么要分布式): scale, the memory and compute walls, data vs model parallelism,
+and the parameter server's traffic. A model only: no processes, no torch.
+
+    python code/lecture14/01_scale.py
+    python code/lecture14/01_scale.py --peak-tflops 1979 --tp 8 --pp 8 --world-size 256 --size 810GB
+
+Part 1 turns two real training runs back into FLOP/s per GPU with 6ND; Part 2 shows that one GPU
+can neither hold nor train a 405B model; Part 3 what data and model parallelism do to the memory
+of one worker; Part 4 why a parameter server's link is the bottleneck as workers are added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+from common.cli import link_from_args, make_parser, positive_float, positive_int, run_main
+from common.costmodel import (
+    parameter_server_time,
+    ring_allreduce_bytes_per_device,
+    ring_allreduce_time,
+)
+from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_num, fmt_time
+
+SECONDS_PER_HOUR = 3600.0
+SECONDS_PER_YEAR = 365.25 * 24 * 3600.0
+NOTES_PEAK_TFLOPS = 989.0  # dense BF16 peak of an H100 SXM; the H800 has the same compute units
+NOTES_GPU_MEMORY_GB = 80.0  # H100 / H800: 80 GB of HBM
+NOTES_TP, NOTES_PP = 8, 16
+
+# Training state per parameter with mixed-precision Adam (no activations, no buffers).
+BYTES_PER_PARAM = {
+    "bf16 weights": 2,
+    "bf16 gradients": 2,
+    "fp32 master weights": 4,
+    "fp32 Adam m": 4,
+    "fp32 Adam v": 4,
+}
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """A published training run: what it trained and what it cost."""
+
+    name: str
+    total_params: float   # parameters held in memory
+    active_params: float  # parameters each token goes through (MoE: fewer than total)
+    tokens: float
+    gpu_hours: float
+    gpus: int
+    gpu: str
+
+
+# Slides p.7 for GPUs and GPU-hours; token counts from the two technical reports.
+DEEPSEEK_V3 = TrainingRun("DeepSeek-V3", 671e9, 37e9, 14.8e12, 2.664e6, 2048, "H800")
+LLAMA_31 = TrainingRun("LLaMA 3.1 405B", 405e9, 405e9, 15.6e12, 30.84e6, 16000, "H100")
+RUNS = (DEEPSEEK_V3, LLAMA_31)
+
+
+def training_flops(active_params: float, tokens: float) -> float:
+    """6ND: forward 2 FLOPs per parameter per token, backward twice that."""
+    return 6.0 * active_params * tokens
+
+
+def achieved_flops_per_gpu(run: TrainingRun) -> float:
+    """Average FLOP/s one GPU delivered: the run's 6ND spread over its GPU-seconds."""
+    return training_flops(run.active_params, run.tokens) / (run.gpu_hours * SECONDS_PER_HOUR)
+
+
+def fraction_of_peak(run: TrainingRun, peak_flops: float) -> float:
+    return achieved_flops_per_gpu(run) / peak_flops
+
+
+def training_state_bytes(params: float) -> float:
+    """Weights, gradients and Adam state: 16 bytes per parameter with the breakdown above."""
+    return params * sum(BYTES_PER_PARAM.values())
+
+
+def years_on_one_gpu(run: TrainingRun, flops_per_s: float) -> float:
+    return training_flops(run.active_params, run.tokens) / flops_per_s / SECONDS_PER_YEAR
+
+
+def parameter_server_step_bytes(k: int, nbytes: float) -> dict[str, float]:
+    """Bytes each party moves (sent + received) in one step: pull N to every worker, push N back."""
+    moved = {"server": 0.0, **{f"worker {i}": 0.0 for i in range(k)}}
+    for i in range(k):
+        for _ in ("pull parameters", "push gradients"):  # one message each way per worker
+            moved["server"] += nbytes
+            moved[f"worker {i}"] += nbytes
+    return moved
+
+
+def ks_up_to(top: int) -> list[int]:
+    """1, 2, 4, ... up to `top`, and `top` itself when it is not a power of two."""
+    ks = [2**i for i in range(top.bit_length()) if 2**i <= top]
+    return ks if ks[-1] == top else ks + [top]
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB")
+    parser.add_argument("--peak-tflops", type=positive_float, default=NOTES_PEAK_TFLOPS,
+                        help=f"dense BF16 peak of one GPU in TFLOP/s (default {NOTES_PEAK_TFLOPS:g})")
+    parser.add_argument("--gpu-memory-gb", type=positive_float, default=NOTES_GPU_MEMORY_GB,
+                        help=f"memory of one GPU in GB, GB = 1e9 B (default {NOTES_GPU_MEMORY_GB:g})")
+    parser.add_argument("--tp", type=positive_int, default=NOTES_TP, help="tensor-parallel ways (default 8)")
+    parser.add_argument("--pp", type=positive_int, default=NOTES_PP, help="pipeline stages (default 16)")
+    parser.epilog = "--world-size is the largest K in Part 4; --size is Part 4's N (gradients = parameters)"
+    args = parser.parse_args()
+    rep = Report(__file__, "why distributed training: scale, two walls, parameter server", args)
+    part1_six_nd(rep, args)          # 6ND: what two real runs got out of each GPU
+    part2_two_walls(rep, args)       # one GPU: the memory wall and the compute wall
+    part3_data_vs_model(rep, args)   # memory per worker: pure data parallelism vs TP × PP
+    part4_parameter_server(rep, args)  # traffic per step: each worker 2N, the server 2KN
+    rep.finish()
+
+
+def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(1, "6ND: FLOPs of two real training runs and the fraction of peak")
+    peak = args.peak_tflops * 1e12
+    rep.note(f"peak = {args.peak_tflops:g} TFLOP/s per GPU (dense BF16, the same for H100 and H800);\n"
+             "N = parameters each token passes through (DeepSeek-V3 is MoE: 37B of 671B active)")
+    rows = []
+    for run in RUNS:
+        flops = training_flops(run.active_params, run.tokens)
+        rows.append([run.name, f"{run.gpus:,} {run.gpu}", f"{run.active_params / 1e9:g}B",
+                     f"{run.tokens / 1e12:g}T", flops, f"{run.gpu_hours / 1e6:g}M",
+                     achieved_flops_per_gpu(run) / 1e12, f"{100 * fraction_of_peak(run, peak):.1f} %"])
+    rep.table(["run", "GPUs", "N (active)", "D tokens", "6ND FLOPs", "GPU-hours", "TFLOP/s per GPU",
+               "of peak"], rows, name="six_nd")
+    at_notes_peak = args.peak_tflops == NOTES_PEAK_TFLOPS
+    why = "the fraction depends on the assumed peak; the notes' 34.5 / 34.6 % assume 989 TFLOP/s"
+    for run, notes in ((DEEPSEEK_V3, 34.6), (LLAMA_31, 34.5)):
+        rep.claim(f"{run.name}: fraction of peak", 100 * fraction_of_peak(run, peak),
+                  notes if at_notes_peak else None, "%", ASSUMPTION, rtol=0.005, why=why)
+    a_bit_over_a_third = all(1 / 3 < fraction_of_peak(run, peak) < 0.4 for run in RUNS)
+    rep.claim("both a bit over one third of peak", a_bit_over_a_third, True if at_notes_peak else None,
+              kind=ASSUMPTION, why=why)
+    ratio_params = DEEPSEEK_V3.total_params / LLAMA_31.total_params
+    ratio_hours = LLAMA_31.gpu_hours / DEEPSEEK_V3.gpu_hours
+    rep.line(f"  DeepSeek-V3 holds {ratio_params:.2f}× LLaMA's parameters but used 1/{ratio_hours:.1f} of its "
+             f"GPU-hours: only {DEEPSEEK_V3.active_params / 1e9:g}B are active per token")
+    rep.claim("DeepSeek-V3 / LLaMA 3.1 total parameters", ratio_params, 1.7, "×", EXACT, rtol=0.05)
+    rep.claim("LLaMA 3.1 / DeepSeek-V3 GPU-hours", ratio_hours, 12, "×", EXACT, rtol=0.05)
+
+
+def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(2, "one GPU: the memory wall and the compute wall")
+    breakdown = " + ".join(f"{b} B {name}" for name, b in BYTES_PER_PARAM.items())
+    rep.note(f"training state per parameter: {breakdown} = {sum(BYTES_PER_PARAM.values())} B "
+             "(mixed-precision Adam; activations not counted)")
+    gpu_bytes = args.gpu_memory_gb * 1e9
+    peak = args.peak_tflops * 1e12
+    rows = []
+    for run in RUNS:
+        state = training_state_bytes(run.total_params)
+        rows.append([run.name, f"{run.total_params / 1e9:g}B", fmt_bytes(state), state / gpu_bytes,
+                     years_on_one_gpu(run, peak), years_on_one_gpu(run, achieved_flops_per_gpu(run))])
+    rep.table(["model", "parameters", "training state", f"× one {args.gpu_memory_gb:g} GB GPU",
+               "years at peak", "years at the run's rate"], rows, name="walls")
+    state_405b = training_state_bytes(LLAMA_31.total_params)
+    rep.claim("405B × 16 B", state_405b / 1e12, 6.5, "TB", EXACT, rtol=0.01)
+    shortfall = state_405b / gpu_bytes
+    at_notes_gpu = args.gpu_memory_gb == NOTES_GPU_MEMORY_GB
+    rep.claim("memory wall: orders of magnitude short (405B on one GPU)", round(math.log10(shortfall)),
+              2 if at_notes_gpu else None, kind=EXACT,
+              why=f"{fmt_num(shortfall)}× is 10^{math.log10(shortfall):.2f}: closer to two orders than one")
+    years = years_on_one_gpu(LLAMA_31, peak)
+    rep.claim("compute wall: over a thousand years on one GPU, even at peak (LLaMA 3.1)", years > 1000,
+              True if args.peak_tflops == NOTES_PEAK_TFLOPS else None, kind=ASSUMPTION,
+              why=f"{years:,.0f} years at {args.peak_tflops:g} TFLOP/s")
+
+
+def part3_data_vs_model(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(3, "memory per worker: split the data or split the model")
+    state = training_state_bytes(LLAMA_31.total_params)
+    gpu_bytes = args.gpu_memory_gb * 1e9
+    tp, pp = args.tp, args.pp
+    layouts = [("pure data parallelism (any number of workers)", 1),
+               (f"tensor parallel {tp}", tp), (f"pipeline parallel {pp}", pp),
+               (f"tensor {tp} × pipeline {pp}", tp * pp)]
+    rows = [[name, ways, fmt_bytes(state / ways), "yes" if state / ways <= gpu_bytes else "no"]
+            for name, ways in layouts]
+    rep.table(["layout (405B, 16 B/param)", "model split", "state per GPU",
+               f"fits {args.gpu_memory_gb:g} GB?"], rows, name="per_worker")
+    rep.note("data parallelism copies the whole model to every worker: it makes training finish sooner,\n"
+             "not fit; splitting the model (tensor × pipeline) divides the state by the number of pieces")
+    rep.claim("pure data parallelism: state per worker", state / 1e12, 6.5, "TB", EXACT, rtol=0.01)
+    at_notes = (tp, pp) == (NOTES_TP, NOTES_PP)
+    rep.claim(f"TP {tp} × PP {pp}: state per GPU", state / (tp * pp) / 1e9, 51 if at_notes else None, "GB",
+              EXACT, rtol=0.02, why="the notes split 8 × 16 = 128 ways")
+    rep.line(f"  at least {math.ceil(state / gpu_bytes)} GPUs are needed just to hold the state "
+             "(before activations)")
+
+
+def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(4, "parameter server: traffic per step, each worker 2N, the server 2KN")
+    link = link_from_args(args, "server link")
+    n = args.size
+    rep.note(f"N = {fmt_bytes(n)} of gradients (pushed) and of parameters (pulled); {link.describe()};\n"
+             "the server's one link carries every worker's push and pull; ring all-reduce beside it")
+    ks = ks_up_to(args.world_size)
+    rows, worker_bytes, server_bytes = [], [], []
+    for k in ks:
+        moved = parameter_server_step_bytes(k, n)
+        worker_bytes.append(max(v for who, v in moved.items() if who != "server"))
+        server_bytes.append(moved["server"])
+        rows.append([k, fmt_bytes(worker_bytes[-1]), fmt_bytes(server_bytes[-1]),
+                     fmt_time(parameter_server_time(k, n, link)),
+                     fmt_time(parameter_server_time(k, n, link, duplex=True)),
+                     fmt_bytes(2 * ring_allreduce_bytes_per_device(k, n)), fmt_time(ring_allreduce_time(k, n, link))])
+    rep.table(["K workers", "busiest worker s+r", "server s+r", "server time",
+               "server time (duplex)", "ring: each device s+r", "ring all-reduce time"], rows, name="ps_traffic")
+    worker_flat = all(math.isclose(w, 2 * n) for w in worker_bytes)
+    server_linear = all(math.isclose(s / w, k) for k, s, w in zip(ks, server_bytes, worker_bytes))
+    rep.claim("each worker moves 2N whatever K is", worker_flat, True, kind=EXACT)
+    rep.claim("the server moves 2KN (server / worker = K)", server_linear, True, kind=EXACT)
+    top = ks[-1]
+    rep.line(f"  at K = {top}: the server moves {top}× what a worker moves and needs "
+             f"{fmt_time(parameter_server_time(top, n, link))} per step; a ring all-reduce needs "
+             f"{fmt_time(ring_allreduce_time(top, n, link))}")
+
+
+if __name__ == "__main__":
+    run_main(main)
