@@ -104,6 +104,27 @@ def ring_allreduce_bytes_per_device(k: int, nbytes: float) -> float:
     return 2 * (k - 1) * nbytes / k
 
 
+def allreduce_traffic_bytes(algorithm: str, k: int, nbytes: float) -> tuple[float, float]:
+    """(bytes the busiest device sends, bytes all devices send) in one all-reduce of N bytes each.
+
+    The busiest device receives as much as it sends. With L = ceil(log2 K):
+      ring              2(K-1)/K·N per device (all equal)      total 2(K-1)·N
+      tree (binomial)   L·N, the root broadcasting back down   total 2(K-1)·N
+      naive             (K-1)·N, device 0                      total 2(K-1)·N
+      parameter server  K·N, the server (K workers + server)   total 2K·N
+    """
+    _check(k, nbytes)
+    if algorithm == "ring":
+        return ring_allreduce_bytes_per_device(k, nbytes), 2 * (k - 1) * nbytes
+    if algorithm == "tree":
+        return tree_depth(k) * nbytes, 2 * (k - 1) * nbytes
+    if algorithm == "naive":
+        return (k - 1) * nbytes, 2 * (k - 1) * nbytes
+    if algorithm == "parameter server":
+        return k * nbytes, 2 * k * nbytes
+    raise ValueError(f"unknown algorithm {algorithm!r} (ring, tree, naive, parameter server)")
+
+
 def ring_broadcast_time(k: int, nbytes: float, link: Link, segments: int = 1) -> float:
     """Broadcast N bytes round a ring of K devices, cut into S segments that follow each other.
 
