@@ -52,6 +52,9 @@ def test_results_come_back_in_rank_order(world: int) -> None:
 
 
 def test_one_thread_per_rank_by_default_and_configurable() -> None:
+    torch.set_num_threads(2)
+    a = torch.randn(512, 512)
+    (a @ a).sum()  # the parent's OpenMP team now exists: forking a 2-thread rank would hang
     assert launch(threads, 2) == [1, 1]
     assert launch(threads, 2, threads=2) == [2, 2]
 

@@ -2,9 +2,10 @@
 
     results = launch(worker, 4, tensor_size)     # a list, one return value per rank, in rank order
 
-Standalone, the parent forks W children (spawn where fork is unsafe: not Linux, or NCCL), hosts a
-TCPStore on a port the OS picks (so two scripts started together never collide), and each child
-joins a gloo process group (NCCL when CUDA has at least W devices). Under `torchrun` (RANK,
+Standalone, the parent forks W children (spawn where fork is unsafe: not Linux, NCCL, or more
+than one thread per rank), hosts a TCPStore on a port the OS picks (so two scripts started
+together never collide), and each child joins a gloo process group (NCCL when CUDA has at least
+W devices). Under `torchrun` (RANK,
 WORLD_SIZE, MASTER_ADDR set) nothing is spawned: this process is one rank, the group is torchrun's,
 results are gathered to every rank, and only rank 0 prints.
 
@@ -77,7 +78,10 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
     if under_torchrun():
         return _launch_in_torchrun(worker, world_size, args, kwargs, timeout_s, threads, backend)
     backend = backend or choose_backend(world_size)
-    use_fork = sys.platform.startswith("linux") and backend != "nccl"
+    # fork starts a rank in milliseconds, but only with one thread per rank: a child that asks
+    # OpenMP for a team after the parent has used one hangs (GNU libgomp is not fork-safe), and
+    # CUDA cannot be used in a forked child. Anything else pays spawn's re-import of torch.
+    use_fork = sys.platform.startswith("linux") and backend != "nccl" and threads == 1
     ctx = mp.get_context("fork" if use_fork else "spawn")
     pipes = [ctx.Pipe(duplex=True) for _ in range(world_size)]
     children = [
