@@ -4,8 +4,8 @@
 
 Standalone, the parent forks W children (spawn where fork is unsafe: not Linux, NCCL, or more
 than one thread per rank), hosts a TCPStore on a port the OS picks (so two scripts started
-together never collide), and each child joins a gloo process group (NCCL when CUDA has at least
-W devices). Under `torchrun` (RANK,
+together never collide), and each child joins a gloo process group (NCCL for workers that put
+their tensors on `rank_device()` and say so with backend="auto", when CUDA has a GPU per rank). Under `torchrun` (RANK,
 WORLD_SIZE, MASTER_ADDR set) nothing is spawned: this process is one rank, the group is torchrun's,
 results are gathered to every rank, and only rank 0 prints.
 
@@ -48,14 +48,15 @@ def under_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
-def choose_backend(world_size: int) -> str:
-    """NCCL when CUDA has a device for each rank, else gloo. COURSE_BACKEND overrides."""
-    forced = os.environ.get("COURSE_BACKEND")
-    if forced:
-        return forced
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
+def choose_backend(world_size: int, backend: str | None = None) -> str:
+    """The backend for a run: COURSE_BACKEND if set, else `backend`; "auto" means NCCL when CUDA
+    has a device for each rank, else gloo. None means gloo: a worker must declare that it puts
+    its tensors on `rank_device()` (by passing backend="auto") before NCCL can be chosen for it.
+    """
+    backend = os.environ.get("COURSE_BACKEND") or backend or "gloo"
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+    return backend
 
 
 def rank_device() -> torch.device:
@@ -77,7 +78,7 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     if under_torchrun():
         return _launch_in_torchrun(worker, world_size, args, kwargs, timeout_s, threads, backend)
-    backend = backend or choose_backend(world_size)
+    backend = choose_backend(world_size, backend)
     # fork starts a rank in milliseconds, but only with one thread per rank: a child that asks
     # OpenMP for a team after the parent has used one hangs (GNU libgomp is not fork-safe), and
     # CUDA cannot be used in a forked child. Anything else pays spawn's re-import of torch.
@@ -205,7 +206,7 @@ def _launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple
     global _torchrun_ready
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if not _torchrun_ready:
-        backend = backend or choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+        backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world)), backend)
         _setup_rank(rank, world, backend, threads)
         os.environ["LOCAL_RANK"] = os.environ.get("LOCAL_RANK", str(rank))
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
