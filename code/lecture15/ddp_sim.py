@@ -212,7 +212,7 @@ def simulate_backward(ready_s: Sequence[float], param_bytes: Sequence[int], buck
     backward = max(ready_s, default=0.0)
     events: list[Event] = []
     clock = 0.0
-    for index in sorted(range(n), key=lambda i: ready_s[i]):   # compute spans, as produced
+    for index in sorted(range(n), key=lambda i: (ready_s[i], -i)):   # compute spans; ties: backward order
         if ready_s[index] > clock:
             events.append(Event("compute", names[index], clock, ready_s[index]))
             clock = ready_s[index]
