@@ -1,0 +1,260 @@
+"""Lecture 14 §3.1–3.3 (用环来实现): ring all-reduce round by round, its traffic against the other
+algorithms, and the pipelined ring broadcast. A model only: the simulator in collectives.py, no torch.
+
+    python code/lecture14/03_ring_allreduce.py
+    python code/lecture14/03_ring_allreduce.py --world-size 5 --size 1MB --alpha-us 20
+
+Part 1 prints the symbolic ring all-reduce on --world-size workers (default 4, the notes' a0..d3).
+Part 2 measures bytes and rounds of ring, tree, naive and parameter server from the simulation (at
+--traffic-size per device, default 256 KiB) beside the closed forms, and the float32 difference
+between ring-order summation and np.sum. Part 3 broadcasts --size bytes round a ring of
+--world-size devices (default 8) tick by tick, and finds the best number of segments S under α.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from common.cli import UsageError, link_from_args, make_parser, positive_int, run_main, size_bytes
+from common.costmodel import (
+    Link,
+    allreduce_traffic_bytes,
+    best_broadcast_segments,
+    continuous_best_segments,
+    ring_broadcast_time,
+    tree_depth,
+)
+from common.output import ASSUMPTION, EXACT, Report, bar, fmt_bytes, fmt_num, fmt_time, new_figure
+from lecture14 import collectives as col
+
+NOTES_K = {1: 4, 3: 8}  # the notes' device counts: 4 workers in Part 1, 8 devices in Part 3
+NOTES_SIZE, NOTES_ALPHA_US, NOTES_BETA_GBS = 64e6, 5.0, 25.0
+MAX_PRINTED_K = 8  # beyond this a round's table is too wide to read: only phase ends are printed
+MAX_SIMULATED_TICKS = 50_000  # larger S: closed form only (the tick loop is plain Python)
+FP_K, FP_SEED = 64, 0
+
+
+def main() -> None:
+    parser = make_parser(__doc__, alpha_us=NOTES_ALPHA_US, beta_gbs=NOTES_BETA_GBS, size="64MB")
+    parser.add_argument("--world-size", type=positive_int, default=None,
+                        help="workers in Part 1 and devices in Part 3 (default: the notes' 4 and 8)")
+    parser.add_argument("--traffic-size", type=size_bytes, default=256 * 1024,
+                        help="bytes per device in Part 2, float32 elements (default 256KiB)")
+    args = parser.parse_args()
+    if args.world_size is not None and args.world_size < 2:
+        raise UsageError("--world-size must be >= 2 (Part 3 broadcasts from one device to the others)")
+    rep = Report(__file__, "ring all-reduce, its traffic, pipelined ring broadcast", args)
+    part1_symbolic_ring(rep, args)     # every round of the ring, in the notes' a0+b0 notation
+    part2_traffic(rep, args)           # bytes and rounds measured from the simulation; float32 order
+    part3_pipelined_broadcast(rep, args)  # tick-by-tick broadcast = (K-2+S)(α + N/(Sβ)); best S
+    rep.finish()
+
+
+def world_size(args: argparse.Namespace, part: int) -> int:
+    return NOTES_K[part] if args.world_size is None else args.world_size
+
+
+def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
+    k = world_size(args, 1)
+    rep.part(1, f"ring all-reduce on {k} workers, symbolically")
+    res = col.ring_allreduce(col.symbolic_inputs(k), history=True)
+    rep.note("worker r holds one element per chunk: <letter r>0 .. <letter r>{K-1}; rounds count i from 0:\n"
+             "reduce-scatter round i: worker r sends chunk (r - i) mod K to r + 1, which adds it;\n"
+             "all-gather round i: worker r sends chunk (r + 1 - i) mod K to r + 1, which overwrites.")
+    headers = ["worker"] + [f"chunk {c}" for c in range(k)]
+
+    every_round = k <= MAX_PRINTED_K
+
+    def show(state: list[np.ndarray], name: str) -> None:
+        if every_round:
+            rows = [[str(r)] + col.format_chunks(buf, res.bounds) for r, buf in enumerate(state)]
+        else:  # a count per cell keeps a K x K table readable
+            rows = [[str(r)] + [len(v.terms) for v in buf] for r, buf in enumerate(state)]
+        rep.table(headers, rows, name=name)
+
+    if not every_round:
+        headers = ["worker"] + [str(c) for c in range(k)]
+        rep.note(f"K = {k} > {MAX_PRINTED_K}: only the end of each phase is printed, and each cell shows\n"
+                 f"how many workers' elements the chunk sums ({k} = complete)")
+    rep.line("  before:")
+    show(res.initial, "before")
+    for n, rnd in enumerate(res.rounds):
+        last_of_phase = n + 1 == len(res.rounds) or res.rounds[n + 1].phase != rnd.phase
+        if every_round:
+            moves = ", ".join(f"{t.src}→{t.dst}: chunk {t.chunk} ({col.format_chunks(t.payload, [slice(None)])[0]})"
+                              for t in rnd.transfers)
+            rep.line(f"  {rnd.phase} round i = {rnd.index}: {moves}")
+        elif last_of_phase:
+            rep.line(f"  after {rnd.phase} (round i = {rnd.index}, the last of {rnd.phase}):")
+        if every_round or last_of_phase:
+            show(rnd.state, f"{rnd.phase} {rnd.index}")
+    total = col.Sym([(w, j) for w in range(k) for j in range(k)])
+    done = all(sum(buf, col.Sym()) == total and all(len(v.terms) == k for v in buf) for buf in res.outputs)
+    rep.line(f"  {res.n_rounds} rounds = 2(K - 1); every worker ends with every chunk summed over all "
+             f"{k} workers, each term once: {'yes' if done else 'NO'}")
+    rep.record("rounds", res.n_rounds)
+    if k == NOTES_K[1]:
+        rs_end = next(r for r in reversed(res.rounds) if r.phase == "reduce-scatter").state
+        w0 = "  ".join(col.format_chunks(rs_end[0], res.bounds))
+        w1 = "  ".join(col.format_chunks(rs_end[1], res.bounds)[:3])
+        rep.claim("worker 0 after reduce-scatter", w0, "a0  a1+b1+c1+d1  a2+c2+d2  a3+d3", kind=EXACT)
+        rep.claim("worker 1 after reduce-scatter (first 3 chunks)", w1, "a0+b0  b1  a2+b2+c2+d2", kind=EXACT)
+
+
+ALGORITHMS = {  # name in the table: (simulation, closed-form rounds)
+    "ring": (col.ring_allreduce, lambda k: 2 * (k - 1)),
+    "tree": (col.tree_allreduce, lambda k: 2 * tree_depth(k)),
+    "naive": (col.naive_allreduce, lambda k: 2 if k > 1 else 0),
+    "parameter server": (col.parameter_server, lambda k: 2),
+}
+
+
+def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
+    elems = max(1, args.traffic_size // 4)
+    nbytes = 4 * elems
+    rep.part(2, f"traffic and rounds per all-reduce, {fmt_bytes(nbytes, binary=True)} per device")
+    ks = [2, 8, 64] if args.quick else [2, 4, 8, 16, 32, 64]  # 64 stays: the ≈ 2N claim
+    rep.note(f"N = {elems:,} float32 = {nbytes:,} B per device"
+             + ("" if nbytes == args.traffic_size else " (--traffic-size rounded down to whole float32)")
+             + ";\nsim = counted message by message in the simulation; formula = the closed form "
+             "(common.costmodel.allreduce_traffic_bytes);\nparameter server: K workers + 1 server, "
+             "the server's link is the busiest; 'sent' counts what a device sends (it receives as much)")
+    rng = np.random.default_rng(FP_SEED)
+    rows, ring_ratio, all_match = [], {}, True
+    for k in ks:
+        inputs = [rng.standard_normal(elems).astype(np.float32) for _ in range(k)]
+        for name, (simulate, rounds_formula) in ALGORITHMS.items():
+            res = simulate(inputs)
+            busiest, total = allreduce_traffic_bytes(name, k, nbytes)
+            match = (res.n_rounds == rounds_formula(k) and res.busiest_sent == busiest
+                     and res.total_sent == total)
+            all_match &= match
+            rows.append([str(k), name, res.n_rounds, rounds_formula(k), fmt_bytes(res.busiest_sent),
+                         fmt_bytes(busiest), res.busiest_sent / nbytes, fmt_bytes(res.total_sent),
+                         fmt_bytes(total), "yes" if match else "NO"])
+            if name == "ring":
+                ring_ratio[k] = res.busiest_sent / nbytes
+    rep.table(["K", "algorithm", "rounds sim", "formula", "busiest sent sim", "formula", "busiest / N",
+               "total sent sim", "formula", "sim = formula"], rows, name="traffic")
+    rep.line(f"  ring: every device sends 2(K-1)/K·N, from {fmt_num(min(ring_ratio.values()))}·N to "
+             f"{fmt_num(max(ring_ratio.values()))}·N: bounded by 2N whatever K; the others' busiest "
+             "device grows with K (naive, server) or log2 K (tree)")
+    rep.line(f"  simulation equals the closed forms everywhere: {'yes' if all_match else 'NO'}"
+             + ("" if all_match or nbytes % max(ks) == 0 else
+                " (N not divisible by K: ring chunks differ by one element, the closed form assumes N/K)"))
+    rep.record("ring_bytes_over_n", ring_ratio)
+    kmax = max(ks)
+    rep.claim(f"ring: bytes sent per device / N at K = {kmax}", ring_ratio[kmax], 2.0, kind=EXACT,
+              rtol=0.05, why="2(K-1)/K approaches 2 only for large K")
+    fp_order_difference(rep, elems)
+
+
+def fp_order_difference(rep: Report, elems: int) -> None:
+    """Ring-order float32 sums against np.sum of the same K = 64 buffers."""
+    rng = np.random.default_rng(FP_SEED)
+    inputs = [rng.standard_normal(elems).astype(np.float32) for _ in range(FP_K)]
+    ring = col.ring_allreduce(inputs).outputs[0].astype(np.float64)
+    stacked = np.stack(inputs)
+    numpy_sum = np.sum(stacked, axis=0).astype(np.float64)  # float32 accumulation, numpy's order
+    exact = np.sum(stacked.astype(np.float64), axis=0)      # reference: float64 of the same data
+    diff = np.abs(ring - numpy_sum)
+    rep.line(f"  float32 order: K = {FP_K}, each device {elems:,} standard-normal float32 values (seed {FP_SEED})")
+    rep.table(["quantity", "value"], [
+        ["max |ring - np.sum| over all elements", float(diff.max())],
+        ["mean |ring - np.sum|", float(diff.mean())],
+        ["elements where they differ", f"{100 * np.mean(diff > 0):.1f} %"],
+        ["max |ring - float64 sum|", float(np.abs(ring - exact).max())],
+        ["max |np.sum - float64 sum|", float(np.abs(numpy_sum - exact).max())],
+        ["largest |sum| (float64)", float(np.abs(exact).max())],
+    ], name="fp_order")
+    rep.note("neither order is 'the right one': both are float32 roundings of the same sum, off by a\n"
+             "few units in the last place; a relative difference per element is not meaningful here\n"
+             "(sums close to 0 make it arbitrarily large), so the measure is the max absolute difference")
+    rep.claim(f"max |ring - np.sum|, float32, K = {FP_K}", float(diff.max()), 1e-5, kind=ASSUMPTION,
+              rtol=1.0, why="the notes say 'about 1e-5' without the data; ours: N(0,1) values, "
+              f"{elems:,} per device; agreement here means within a factor of 2")
+
+
+def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
+    k, n, link = world_size(args, 3), args.size, link_from_args(args)
+    rep.part(3, f"pipelined ring broadcast: K = {k}, N = {fmt_bytes(n)}, {link.describe()}")
+    demo_ticks(rep, k)
+    best_pow2 = best_broadcast_segments(k, n, link)
+    top = min(20, max(12, best_pow2.bit_length() + 2))
+    rows, sim_times, ticks_ok, time_ok = [], {}, True, True
+    scale = ring_broadcast_time(k, n, link, 1)
+    for s in (2**i for i in range(top + 1)):
+        formula = ring_broadcast_time(k, n, link, s)
+        if k - 2 + s <= MAX_SIMULATED_TICKS:
+            res = col.pipelined_ring_broadcast(n, k, s)
+            sim_times[s] = res.time(link)
+            ticks_ok &= res.n_rounds == k - 2 + s
+            # Segments differ by one byte when S does not divide N: the tick takes the larger one.
+            time_ok &= math.isclose(sim_times[s], formula, rel_tol=1e-9 if n % s == 0 else 1e-3)
+            rows.append([s, res.n_rounds, k - 2 + s, fmt_time(sim_times[s]), fmt_time(formula), bar(formula, scale, 30)])
+        else:
+            rows.append([s, "-", k - 2 + s, "-", fmt_time(formula), bar(formula, scale, 30)])
+    rep.table(["S", "ticks sim", "K-2+S", "time sim", "(K-2+S)(α+N/(Sβ))", ""], rows, name="segments")
+    rep.line(f"  tick simulation equals the closed form (ticks exactly, time to rounding): "
+             f"{'yes' if ticks_ok and time_ok else 'NO'}")
+    s_cont = continuous_best_segments(k, n, link)
+    t_best, t_one = ring_broadcast_time(k, n, link, best_pow2), ring_broadcast_time(k, n, link, 1)
+    rep.line(f"  best power of two S = {best_pow2}: {fmt_time(t_best)}; unsplit (S = 1): {fmt_time(t_one)}; "
+             f"limit for S >> K without α: N/β = {fmt_time(n / link.beta_Bps)}")
+    if link.alpha_s > 0 and k > 2:
+        best_int = _best_integer_segments(k, n, link, s_cont)
+        rep.line(f"  continuous optimum S* = sqrt((K-2)·N/(α·β)) = {fmt_num(s_cont)}; best integer S = "
+                 f"{best_int}: {fmt_time(ring_broadcast_time(k, n, link, best_int))}")
+    else:
+        rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
+                 "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
+    at_notes = (k == NOTES_K[3] and n == NOTES_SIZE and args.alpha_us == NOTES_ALPHA_US
+                and args.beta_gbs == NOTES_BETA_GBS)
+    rep.claim("tick simulation = closed form", ticks_ok and time_ok, True if at_notes else None, kind=EXACT)
+    rep.claim("best S (power of two)", best_pow2, 64 if at_notes else None, kind=EXACT, rtol=0)
+    rep.claim("time at the best S", t_best * 1e3, 3.15 if at_notes else None, "ms", EXACT, rtol=0.005)
+    rep.claim("time unsplit (S = 1)", t_one * 1e3, 17.96 if at_notes else None, "ms", EXACT, rtol=0.001, digits=5,
+              why="(K-1)·N/B without α would be 17.92 ms; the notes' 17.96 includes α" if at_notes else "")
+    rep.claim("continuous optimum S*", s_cont, 55 if at_notes else None, kind=EXACT, rtol=0.02)
+    plot_segments(rep, k, n, link, sim_times, best_pow2)
+
+
+def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:
+    """Which segment each link carries in each tick, for a small S: the pipeline filling and draining."""
+    res = col.pipelined_ring_broadcast(np.arange(segments, dtype=np.float32), k, segments)
+    links = [f"{p}→{p + 1}" for p in range(k - 1)]
+    rows = []
+    for rnd in res.rounds:
+        carried = {t.src: str(t.chunk) for t in rnd.transfers}
+        rows.append([str(rnd.index)] + [carried.get(p, "") for p in range(k - 1)])
+    rep.line(f"  S = {segments} segments (0..{segments - 1}), the segment each link carries per tick:")
+    rep.table(["tick"] + links, rows, name="ticks")
+    ok = all(np.array_equal(out, np.arange(segments)) for out in res.outputs)
+    rep.line(f"  {res.n_rounds} ticks = K - 2 + S = {k - 2 + segments}; every device holds the data: {'yes' if ok else 'NO'}")
+
+
+def _best_integer_segments(k: int, n: int, link: Link, s_cont: float) -> int:
+    hi = min(2 * math.ceil(s_cont) + 2, 1 << 17)  # the time is convex in S: the optimum is below 2·S*
+    return min(range(1, hi + 1), key=lambda s: ring_broadcast_time(k, n, link, s))
+
+
+def plot_segments(rep: Report, k: int, n: int, link: Link, sim_times: dict[int, float], best: int) -> None:
+    if rep.figure_dir() is None:
+        return
+    fig, ax = new_figure(figsize=(6, 4))
+    s_max = max(sim_times) if sim_times else best * 4
+    grid = np.unique(np.logspace(0, math.log10(s_max), 300).astype(int))
+    ax.plot(grid, [ring_broadcast_time(k, n, link, int(s)) * 1e3 for s in grid], label="(K-2+S)(α + N/(Sβ))")
+    ax.plot(list(sim_times), [t * 1e3 for t in sim_times.values()], "o", label="tick simulation")
+    ax.axvline(best, color="grey", linestyle=":", label=f"best power of two, S = {best}")
+    ax.set(xscale="log", yscale="log", xlabel="segments S", ylabel="broadcast time (ms)",
+           title=f"pipelined ring broadcast, K = {k}, N = {fmt_bytes(n)}")
+    ax.legend()
+    rep.save_figure(fig, "03_broadcast_segments")
+
+
+if __name__ == "__main__":
+    run_main(main)
