@@ -1,0 +1,299 @@
+"""Lecture 15 §8 (练习): the twelve exercises, and the handbook's 7B question, answered by the suite's models.
+
+    python code/lecture15/exercises.py
+
+Each part is one exercise (Part 1 = exercise 1 …; Part H = the handbook's 7B question). Numbers come
+from lecture15.ddp_sim and common.costmodel, printed beside the notes' reference answers; the prose
+exercises print our explanation (marked "note:") and, where it is cheap, a computed check. Model
+only: numpy, no processes, no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from common.cli import make_parser, run_main
+from common.costmodel import Link, ring_allreduce_bytes_per_device, ring_allreduce_time
+from common.output import ASSUMPTION, EXACT, Report
+from lecture15.ddp_sim import (
+    MB,
+    ascii_timeline,
+    assign_buckets,
+    resnet50,
+    simulate_backward,
+    simulate_ddp,
+    skip_sync_step_s,
+)
+
+SECTION3_LINK = Link(10e-6, 10e9, "§3's fast interconnect")   # the notes' §3 setting: 16 ranks
+SECTION3_RANKS = 16
+EX3_SIZES = [10 * MB, 2 * MB, 8 * MB, 20 * MB, 4 * MB]   # p0 … p4 of exercise 3
+
+
+# ---- helpers small enough to live here (each used by one exercise) --------------------------------
+def rank_placement(global_rank: int, machines: int, gpus_per_machine: int) -> tuple[int, int, int]:
+    """(machine index, local rank, WORLD_SIZE) when ranks fill machine 0 first, one process per GPU."""
+    world_size = machines * gpus_per_machine
+    if not 0 <= global_rank < world_size:
+        raise ValueError(f"rank {global_rank} outside 0…{world_size - 1}")
+    return global_rank // gpus_per_machine, global_rank % gpus_per_machine, world_size
+
+
+def launch_order(ready_order: list[int], in_index_order: bool) -> list[int]:
+    """The order a rank calls all-reduce on its buckets, given the order they become ready.
+
+    Naive: as soon as each is ready. DDP's Reducer: bucket i only after buckets 0 … i−1 were launched.
+    """
+    if not in_index_order:
+        return list(ready_order)
+    launched: list[int] = []
+    ready: set[int] = set()
+    for bucket in ready_order:
+        ready.add(bucket)
+        while len(launched) in ready:
+            launched.append(len(launched))
+    return launched
+
+
+def pair_by_call_order(calls: list[list[int]], buffers: list[list[np.ndarray]]) -> list[str]:
+    """What a collective library does: the j-th all-reduce of every rank is one collective."""
+    outcome = []
+    for j in range(len(calls[0])):
+        parts = [buffers[rank][calls[rank][j]] for rank in range(len(calls))]
+        if len({p.size for p in parts}) > 1:
+            outcome.append(f"call {j}: sizes {[p.size for p in parts]} differ -> error or hang")
+            continue
+        total = sum(parts)
+        correct = all(np.array_equal(total, sum(buffers[r][calls[rank][j]] for r in range(len(calls))))
+                      for rank in range(len(calls)))
+        outcome.append(f"call {j}: buckets {[calls[r][j] for r in range(len(calls))]} summed -> "
+                       + ("correct" if correct else "WRONG (different buckets added together)"))
+    return outcome
+
+
+def throughput_ratio(world_size: int, single_step_s: float, step_s: float) -> float:
+    """Weak scaling: K ranks each process one per-rank batch per step, one rank processes one."""
+    return world_size * single_step_s / step_s
+
+
+def least_squares_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """∇ of mean((x·w − y)²)/2: the gradient one backward of the mean loss puts into .grad."""
+    return x.T @ (x @ w - y) / len(y)
+
+
+# ---- the exercises ---------------------------------------------------------------------------------
+def part1(rep: Report) -> None:
+    machine, local, world = rank_placement(7, machines=3, gpus_per_machine=4)
+    first = [r for r in range(world) if rank_placement(r, 3, 4)[0] == machine]
+    rep.line(f"  ranks {first[0]}–{first[-1]} live on machine {machine} (counting from 0)")
+    rep.claim("machine of global rank 7 (0-based)", machine, notes=1)
+    rep.claim("local rank of global rank 7", local, notes=3)
+    rep.claim("WORLD_SIZE", world, notes=12)
+
+
+def part2(rep: Report) -> None:
+    rep.note("same seed is not enough: the parameters depend on every random draw before and during "
+             "initialisation (library version, CPU vs GPU generator, code paths, data shuffling first), "
+             "and a resumed run loads a checkpoint that only rank 0 needs to read. One broadcast from "
+             "rank 0 makes the replicas identical whatever happened before.")
+    shapes = [(4, 4), (4,)]
+    rank0 = np.random.default_rng(0)
+    rank1 = np.random.default_rng(0)
+    rank1.random()   # rank 1 drew one number first (say, to shuffle its data): same seed, new stream
+    params0 = [rank0.standard_normal(s) for s in shapes]
+    params1 = [rank1.standard_normal(s) for s in shapes]
+    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(params0, params1))
+    params1 = [p.copy() for p in params0]   # what DDP's constructor does: rank 0's values everywhere
+    after = max(float(np.max(np.abs(a - b))) for a, b in zip(params0, params1))
+    rep.line(f"  check: seed 0 on both ranks, one extra draw on rank 1 -> max |Δparam| {gap:.2f}; "
+             f"after the broadcast {after:g}")
+
+
+def exercise3_buckets() -> list[list[int]]:
+    """p0…p4 = 10, 2, 8, 20, 4 MB with a 12 MB cap, by DDP's rule."""
+    return assign_buckets(EX3_SIZES, cap_bytes=12 * MB)
+
+
+def part3(rep: Report) -> None:
+    buckets = exercise3_buckets()
+    text = ", ".join("{" + ", ".join(f"p{i}" for i in b) + "}" for b in buckets)
+    rep.line("  p0…p4 = 10, 2, 8, 20, 4 MB; cap 12 MB; filled in reverse order, sealed once >= cap")
+    rep.claim("buckets", text, notes="{p4, p3}, {p2, p1, p0}")
+
+
+def part4(rep: Report) -> None:
+    sizes, buckets = EX3_SIZES, exercise3_buckets()
+    ready = [5e-3, 4e-3, 3e-3, 2e-3, 1e-3]                   # p4 at 1 ms … p0 at 5 ms
+
+    def cost(nbytes: int) -> float:                          # the exercise's own cost, not a ring
+        return 0.5e-3 + 0.1e-3 * nbytes / MB
+
+    overlapped = simulate_backward(ready, sizes, buckets, cost, overlap=True)
+    serial = simulate_backward(ready, sizes, buckets, cost, overlap=False)
+    one = simulate_backward(ready, sizes, [[4, 3, 2, 1, 0]], cost, overlap=False)
+    for e in overlapped.comm_events():
+        rep.line(f"  {e.label}: ready {e.start_s * 1e3:.1f} ms, all-reduce {e.start_s * 1e3:.1f}–{e.end_s * 1e3:.1f} ms")
+    for row in ascii_timeline(overlapped, width=50, full_scale_s=serial.step_s):
+        rep.line("  " + row)
+    rep.claim("one step, overlapped", overlapped.step_s * 1e3, notes=7.5, unit="ms", rtol=1e-9)
+    rep.claim("no overlap, two buckets", serial.step_s * 1e3, notes=10.4, unit="ms", rtol=1e-9)
+    rep.claim("no overlap, one bucket", one.step_s * 1e3, notes=9.9, unit="ms", rtol=1e-9)
+
+
+def part5(rep: Report) -> None:
+    model, k, link = resnet50(), SECTION3_RANKS, SECTION3_LINK
+    per_bucket_latency = 2 * (k - 1) * link.alpha_s
+    cap0 = simulate_ddp(model, k, link, cap_bytes=0)
+    serial = simulate_ddp(model, k, link, cap_bytes=10 * model.nbytes, overlap=False)
+    rep.line(f"  ResNet-50, K = {k}, {link.describe()}: each all-reduce pays 2(K−1)α = "
+             f"{per_bucket_latency * 1e3:.2f} ms however small")
+    rep.line(f"  cap 0 -> {len(cap0.buckets)} buckets, latency alone {len(cap0.buckets) * per_bucket_latency * 1e3:.1f} ms; "
+             f"one bucket pays it once: {per_bucket_latency * 1e3:.2f} ms")
+    rep.line(f"  overlap can save at most the communication, {serial.comm_total_s * 1e3:.1f} ms with one bucket; "
+             f"cap 0 adds {(len(cap0.buckets) - 1) * per_bucket_latency * 1e3:.1f} ms of latency")
+    rep.line(f"  step: cap 0, overlapped {cap0.step_s * 1e3:.1f} ms; one bucket, no overlap {serial.step_s * 1e3:.1f} ms")
+    rep.claim("cap 0 is slower than one bucket without overlap", bool(cap0.step_s > serial.step_s), notes=True,
+              kind=ASSUMPTION, why="true when N_tensors·2(K−1)α exceeds what overlap hides")
+    rep.claim("ResNet-50 parameter tensors", len(model.params), notes=161)
+
+
+def part6(rep: Report) -> None:
+    rng = np.random.default_rng(6)
+    ready = [[1, 0], [0, 1]]                               # rank 0 fills bucket 1 first, rank 1 bucket 0
+    rep.line(f"  ready order: rank 0 {ready[0]}, rank 1 {ready[1]}")
+    for label, sizes in (("equal sizes", (3, 3)), ("different sizes", (3, 2))):
+        buffers = [[rng.integers(0, 10, s).astype(float) for s in sizes] for _ in range(2)]
+        for rule, in_order in (("naive (first ready, first sent)", False), ("DDP (bucket-index order)", True)):
+            calls = [launch_order(r, in_order) for r in ready]
+            rep.line(f"  {label}, {rule}:")
+            for line in pair_by_call_order(calls, buffers):
+                rep.line(f"    {line}")
+    rep.note("collectives match by call order, not by name: the naive rule adds rank 0's bucket 1 to rank 1's "
+             "bucket 0 — an error when the sizes differ, silently wrong numbers when they agree.")
+
+
+def part7(rep: Report) -> None:
+    rep.note("correct 4-step accumulation: no_sync must wrap the forward; the last micro-batch syncs.")
+    for code in ("opt.zero_grad()",
+                 "for i, (x, y) in enumerate(micro_batches):            # 4 micro-batches",
+                 "    ctx = ddp.no_sync() if i < 3 else contextlib.nullcontext()",
+                 "    with ctx:",
+                 "        (loss_fn(ddp(x), y) / 4).backward()",
+                 "opt.step()"):
+        rep.line("        " + code)
+    rep.note("with loss/4 the accumulated .grad is the mean gradient of the 4 micro-batches; after the "
+             "all-reduce, the mean over 4 × per-rank batch × world size samples (equal micro-batches).")
+    rng = np.random.default_rng(7)
+    x, y, w = rng.standard_normal((4 * 8, 5)), rng.standard_normal(4 * 8), rng.standard_normal(5)
+    accumulated = sum(least_squares_grad(w, x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) / 4 for i in range(4))
+    full = least_squares_grad(w, x, y)
+    rep.line(f"  check (least squares, 4 micro-batches of 8): max |Σ grad(loss_i/4) − grad(full-batch mean)| "
+             f"= {np.max(np.abs(accumulated - full)):.1e}")
+    uneven = [slice(0, 8), slice(8, 16), slice(16, 24), slice(24, 26)]
+    acc2 = sum(least_squares_grad(w, x[s], y[s]) / 4 for s in uneven)
+    rep.line(f"  with micro-batches of 8, 8, 8, 2 it is not the mean over all 26 samples: max |Δ| = "
+             f"{np.max(np.abs(acc2 - least_squares_grad(w, x[:26], y[:26]))):.2f}")
+
+
+def part8(rep: Report) -> None:
+    rep.note("an expert that gets no token on a rank produces no gradient there: turn on "
+             "find_unused_parameters, or touch every expert each step (e.g. a zero-weighted term), or — "
+             "what large MoE training does — shard the experts (expert parallelism, lecture 17).")
+    experts, top = 8, 2
+    rows = []
+    rng = np.random.default_rng(8)
+    for tokens in (4, 8, 16, 32, 64):
+        # P(some expert idle) by inclusion–exclusion; each token picks `top` distinct experts uniformly.
+        exact = sum((-1) ** (j + 1) * math.comb(experts, j) * (math.comb(experts - j, top) / math.comb(experts, top))
+                    ** tokens for j in range(1, experts - top + 1))
+        picks = np.argsort(rng.random((2000, tokens, experts)), axis=2)[:, :, :top]
+        used = np.zeros((2000, experts), dtype=bool)
+        np.put_along_axis(used, picks.reshape(2000, -1), True, axis=1)
+        rows.append([tokens, f"{exact:.3f}", f"{np.mean(~used.all(axis=1)):.3f}"])
+    rep.line(f"  top-{top} of {experts} experts, uniform independent routing (real routers are skewed: worse):")
+    rep.table(["tokens on a rank", "P(an expert idle), exact", "simulated (2000 draws)"], rows, name="moe_idle")
+
+
+def part9(rep: Report) -> None:
+    model = resnet50()
+    k, link = SECTION3_RANKS, SECTION3_LINK
+    bitmap = ring_allreduce_time(k, len(model.params) * 4, link)
+    rep.note("a bucket is one flat buffer of one dtype (the gradients' float); the usage bitmap is integers, "
+             "and one bitmap for all parameters is smaller than one per bucket.")
+    rep.line(f"  ResNet-50: a {len(model.params)}-entry int32 bitmap; its all-reduce at K = {k} takes "
+             f"{bitmap * 1e3:.3f} ms, almost all latency (2(K−1)α = {2 * (k - 1) * link.alpha_s * 1e3:.2f} ms)")
+
+
+def part10(rep: Report) -> None:
+    ratio = throughput_ratio(256, 50e-3, 100e-3)
+    rep.claim("throughput, 256 ranks against 1", ratio, notes=128, unit="×")
+    rep.claim("scaling efficiency", 100 * ratio / 256, notes=50, unit="%")
+
+
+def part11(rep: Report) -> None:
+    rep.claim("average step, sync every 4", skip_sync_step_s(100e-3, 50e-3, 4) * 1e3, notes=62.5, unit="ms")
+    rep.note("the update adds 4 gradients: divide the learning rate by 4 to keep each update's size — "
+             "then it is large-batch training (4× the batch, 1/4 the updates); Part 7's check and "
+             "05_scaling.py Part 3 show the equality.")
+
+
+def part12(rep: Report) -> None:
+    rep.note("each rank normalises with its own batch statistics, so with class-sharded data the same input "
+             "is normalised differently per rank; the running statistics DDP keeps are rank 0's (broadcast "
+             "before each forward), biased at inference. Fix: SyncBatchNorm, shuffle so each rank sees the "
+             "same distribution, or a norm without batch statistics (LayerNorm, GroupNorm).")
+    rng = np.random.default_rng(12)
+    shards = [rng.normal(0.0, 1.0, 256), rng.normal(3.0, 1.0, 256)]   # two ranks, two classes
+    local = [(s.mean(), s.std()) for s in shards]
+    value = 1.5
+    rep.line(f"  input {value} normalised on rank 0: {(value - local[0][0]) / local[0][1]:+.2f}, on rank 1: "
+             f"{(value - local[1][0]) / local[1][1]:+.2f}; rank 0's mean, which DDP's buffer broadcast keeps: "
+             f"{local[0][0]:.2f}; global mean {np.concatenate(shards).mean():.2f} (what SyncBatchNorm uses)")
+
+
+def part_handbook(rep: Report) -> None:
+    grads, k, link, backward = 14e9, 64, Link(0.0, 50e9, "50 GB/s per rank, latency ignored"), 0.8
+    sent = ring_allreduce_bytes_per_device(k, grads)
+    t = ring_allreduce_time(k, grads, link)
+    rep.line(f"  7B model, bf16 gradients 14 GB, K = {k}, {link.describe()}, backward {backward} s")
+    rep.claim("bytes each rank sends, 2(K−1)/K·N", sent / 1e9, notes=28, unit="GB", rtol=0.02,
+              why="the notes round 2(K−1)/K to 2")
+    rep.claim("ring all-reduce time", t, notes=0.56, unit="s", rtol=0.02, kind=EXACT,
+              why="the notes round 2(K−1)/K to 2 (28 GB / 50 GB/s)")
+    rep.claim("shorter than the backward (can be hidden, in principle)", bool(t < backward), notes=True)
+    rep.line(f"  margin: the link may run at {t / backward:.0%} of 50 GB/s before it no longer fits; and the "
+             "last bucket is always exposed after the backward")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, figs=False)
+    args: argparse.Namespace = parser.parse_args()
+    rep = Report(__file__, "lecture 15 exercises (§8) and the handbook's 7B question", args)
+    steps = [  # (exercise, title, what it answers with)
+        (1, "rank 7 on 3 machines × 4 GPUs", part1),
+        (2, "why broadcast at construction", part2),
+        (3, "buckets of p0…p4, cap 12 MB", part3),               # ddp_sim.assign_buckets
+        (4, "timeline of exercise 3", part4),                     # ddp_sim.simulate_backward
+        (5, "why cap 0 can lose to no overlap", part5),           # ddp_sim.simulate_ddp, ResNet-50
+        (6, "ready-order launch on two ranks", part6),
+        (7, "no_sync accumulation and loss/4", part7),
+        (8, "MoE experts under DDP", part8),
+        (9, "why the bitmap has its own all-reduce", part9),
+        (10, "throughput at 256 ranks", part10),
+        (11, "synchronise every 4 steps", part11),                # ddp_sim.skip_sync_step_s
+        (12, "BatchNorm with class-sharded data", part12),
+    ]
+    for number, title, answer in steps:
+        rep.part(number, f"exercise {number}: {title}")
+        answer(rep)
+    # Part H: the handbook's question about a 7B model on 64 ranks
+    rep.part("H", "handbook: can a 7B model's gradient all-reduce hide behind the backward?")
+    part_handbook(rep)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)
