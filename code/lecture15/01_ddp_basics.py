@@ -1,0 +1,225 @@
+"""Lecture 15 §1 (DDP 是什么): the process group, the broadcast at construction, and real DDP training.
+
+    python code/lecture15/01_ddp_basics.py            # 4 gloo ranks on the CPU
+    python code/lecture15/01_ddp_basics.py --world-size 3 --steps 20
+
+Part 1 shows the torchrun-style environment every rank sees; Part 2 gives each rank a different
+random initialisation, wraps it in DDP (rank 0's parameters are broadcast) and trains 10 steps on a
+1/W shard each, against single-process full-batch training; Part 3 times a step on this CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch._dynamo  # noqa: F401 - DDP() imports it anyway (~1.5 s): once here, not once per forked rank
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
+from common.launcher import launch
+from common.output import ASSUMPTION, MEASURED, Report, fmt_time
+
+IN_FEATURES, HIDDEN = 16, 32  # Part 2's MLP: 16 -> 32 -> 1; PyTorch's default init, bound 1/sqrt(fan_in)
+DATA_SEED = 1234              # the same data on every rank; each rank takes its own shard
+
+
+def small_mlp(seed: int, dtype: torch.dtype = torch.float64) -> nn.Module:
+    """Part 2's model, initialised from `seed` (each rank passes a different one on purpose)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 1)).to(dtype)
+
+
+def make_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed regression problem of n samples (float64), identical wherever it is made."""
+    gen = torch.Generator().manual_seed(DATA_SEED)
+    x = torch.randn(n, IN_FEATURES, generator=gen, dtype=torch.float64)
+    y = x[:, :1].sin() + 0.1 * torch.randn(n, 1, generator=gen, dtype=torch.float64)
+    return x, y
+
+
+def flat_params(model: nn.Module) -> np.ndarray:
+    """All parameters as one array. Ranks return numpy, not tensors: the launcher's pipe would
+    share a tensor's memory with the parent by file descriptor, which dies with the rank."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+
+
+def environment_worker(rank: int, world_size: int) -> dict[str, str]:
+    """Part 1: what torchrun would have put in this rank's environment, and what the group says."""
+    env = {k: os.environ.get(k, "-") for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["get_rank()"], env["get_world_size()"] = str(dist.get_rank()), str(dist.get_world_size())
+    env["backend"] = dist.get_backend()
+    return env
+
+
+def training_worker(rank: int, world_size: int, n: int, steps: int, lr: float) -> dict[str, np.ndarray]:
+    """Part 2: different init per rank -> DDP broadcast -> `steps` SGD steps on this rank's shard."""
+    model = small_mlp(seed=rank)  # deliberately different on every rank
+    before = flat_params(model)
+    ddp = DDP(model)              # the constructor broadcasts rank 0's parameters and buffers
+    after_wrap = flat_params(model)
+    x, y = make_data(n)
+    x_local, y_local = torch.tensor_split(x, world_size)[rank], torch.tensor_split(y, world_size)[rank]
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        # Sum over the shard times W/n: DDP divides the summed gradients by W, which then gives the
+        # full-batch mean even when n is not divisible by W (a local mean would not).
+        loss = ((ddp(x_local) - y_local) ** 2).sum() * (world_size / n)
+        loss.backward()
+        opt.step()
+    trained = flat_params(model)
+    del ddp, opt  # no DDP object may outlive the process group
+    return {"before": before, "after_wrap": after_wrap, "trained": trained}
+
+
+def single_process_training(n: int, steps: int, lr: float) -> np.ndarray:
+    """The reference: rank 0's initial model, the whole batch, one process, mean loss."""
+    model = small_mlp(seed=0)
+    x, y = make_data(n)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+    return flat_params(model)
+
+
+def timing_model(width: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                         nn.Linear(width, 10))
+
+
+def time_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> list[float]:
+    """Seconds per training step (forward, backward, SGD update), after one warm-up step."""
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    times = []
+    for i in range(steps + 1):
+        start = time.perf_counter()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        if i > 0:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def timing_data(batch: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(DATA_SEED)
+    return torch.randn(batch, width, generator=gen), torch.randint(0, 10, (batch,), generator=gen)
+
+
+def timing_worker(rank: int, world_size: int, batch: int, width: int, steps: int) -> dict[str, list[float]]:
+    """Part 3: the same ranks, the same 1/W batch, first without any communication, then in DDP."""
+    x, y = timing_data(batch, width)
+    x, y = torch.tensor_split(x, world_size)[rank], torch.tensor_split(y, world_size)[rank]
+    model = timing_model(width)
+    dist.barrier()
+    local = time_steps(model, x, y, steps)
+    ddp = DDP(model)
+    dist.barrier()
+    with_ddp = time_steps(ddp, x, y, steps)
+    del ddp
+    return {"local": local, "ddp": with_ddp}
+
+
+def part1_environment(rep: Report, args) -> None:
+    envs = launch(environment_worker, args.world_size, timeout_s=args.timeout_s)
+    keys = list(envs[0])
+    rep.table(keys, [[env[k] for k in keys] for env in envs], name="environment")
+    rep.note("The launcher sets the same variables torchrun does; init_process_group reads them.\n"
+             "On one machine local rank = global rank. With M machines of G processes each,\n"
+             "global rank = machine * G + local rank and WORLD_SIZE = M * G (notes' exercise 1).")
+
+
+def part2_broadcast_and_training(rep: Report, args) -> None:
+    if args.batch < args.world_size:
+        raise UsageError(f"--batch {args.batch} must be at least --world-size {args.world_size} (one sample per rank)")
+    results = launch(training_worker, args.world_size, args.batch, args.steps, args.lr, timeout_s=args.timeout_s)
+    reference = single_process_training(args.batch, args.steps, args.lr)
+    rows = []
+    for rank, res in enumerate(results):
+        rows.append([rank, float(np.abs(res["before"] - results[0]["before"]).max()),
+                     bool(np.array_equal(res["after_wrap"], results[0]["after_wrap"])),
+                     bool(np.array_equal(res["trained"], results[0]["trained"])),
+                     float(np.abs(res["trained"] - reference).max())])
+    rep.table(["rank", "max |p - p_rank0| before DDP", "identical after DDP()",
+               f"identical after {args.steps} steps", "max |p - single process|"], rows, name="ranks")
+    bound = 2 / IN_FEATURES ** 0.5
+    rep.claim("largest parameter difference between ranks before DDP()", max(r[1] for r in rows), notes=0.49,
+              kind=ASSUMPTION, rtol=0.1,
+              why=f"depends on the model and its init: here Linear({IN_FEATURES},{HIDDEN})-ReLU-Linear({HIDDEN},1), "
+                  f"uniform(±1/sqrt(fan_in)) init, so two ranks differ by at most 2/sqrt({IN_FEATURES}) = {bound:g}")
+    rep.claim("all ranks bit-identical after DDP()", all(r[2] for r in rows), notes=True, kind=ASSUMPTION)
+    rep.claim(f"all ranks bit-identical after {args.steps} steps", all(r[3] for r in rows), notes=True,
+              kind=ASSUMPTION)
+    rep.claim("float64 difference from single-process full-batch training", max(r[4] for r in rows),
+              notes=2.8e-17, kind=ASSUMPTION, rtol=1.0,
+              why="rounding from a different summation order (shards, then the all-reduce); its exact size "
+                  "depends on the model, the data and W, only its order of magnitude (~1e-17..1e-16) carries over")
+    rep.note(f"Each rank starts from seed = its rank; data: {args.batch} samples split into {args.world_size} "
+             f"shards (sizes {[len(s) for s in torch.tensor_split(torch.empty(args.batch), args.world_size)]}), "
+             f"SGD lr {args.lr:g}, float64.\nThe reference trains rank 0's initial model on the whole batch "
+             "in one process: DDP's averaged gradient equals the full-batch gradient.")
+
+
+def part3_cpu_timing(rep: Report, args) -> None:
+    width, batch, steps = (128, 64, 5) if args.quick else (args.timing_width, args.timing_batch, args.timing_steps)
+    if batch < args.world_size:
+        raise UsageError(f"--timing-batch {batch} must be at least --world-size {args.world_size}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the single-process baseline gets one thread, like each rank
+    try:
+        x, y = timing_data(batch, width)
+        single = statistics.median(time_steps(timing_model(width), x, y, steps))
+    finally:
+        torch.set_num_threads(threads)
+    results = launch(timing_worker, args.world_size, batch, width, steps, timeout_s=args.timeout_s)
+    local = statistics.median(t for r in results for t in r["local"])
+    ddp = statistics.median(t for r in results for t in r["ddp"])
+    grad_bytes = sum(p.numel() * 4 for p in timing_model(width).parameters())
+    rep.table(["setting", "median step", "speed-up vs 1 process"],
+              [["1 process, whole batch", fmt_time(single), 1.0],
+               [f"{args.world_size} processes, 1/{args.world_size} batch each, no communication",
+                fmt_time(local), single / local],
+               [f"{args.world_size} processes in DDP (gloo)", fmt_time(ddp), single / ddp]], name="timing")
+    rep.claim(f"speed-up of {args.world_size} DDP processes over 1 on this CPU", single / ddp, notes=None,
+              unit="x", kind=MEASURED)
+    rep.claim("gloo cost per step (DDP step - step without communication)", (ddp - local) * 1e3, notes=10,
+              unit="ms", kind=MEASURED, rtol=0.5,
+              why="a timing on this machine; it grows with the gradient size, the world size and the load")
+    rep.note(f"Model: 3 Linear layers of width {width} ({grad_bytes / 1e6:.2f} MB of float32 gradients), batch "
+             f"{batch}, {steps} timed steps, medians over all ranks, one thread per rank, {os.cpu_count()} cores.\n"
+             "No speed-up: the ranks share the same cores and memory bandwidth, so 1/W of the batch does not\n"
+             "take 1/W of the time, and gloo adds an all-reduce of every gradient over TCP loopback with\n"
+             "memory copies on the same oversubscribed cores. Real DDP is for correctness here; speed is\n"
+             "discussed with the models of §3 and §5.")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, real=True)
+    parser.add_argument("--steps", type=positive_int, default=10, help="training steps in Part 2 (default 10)")
+    parser.add_argument("--batch", type=positive_int, default=64, help="Part 2's global batch (default 64)")
+    parser.add_argument("--lr", type=positive_float, default=0.1, help="Part 2's SGD learning rate (default 0.1)")
+    parser.add_argument("--timing-width", type=positive_int, default=512, help="Part 3's layer width (default 512)")
+    parser.add_argument("--timing-batch", type=positive_int, default=128, help="Part 3's global batch (default 128)")
+    parser.add_argument("--timing-steps", type=positive_int, default=15, help="Part 3's timed steps (default 15)")
+    args = parser.parse_args()
+    rep = Report(__file__, "DDP basics on real gloo ranks", args)
+    rep.part(1, "the process group: world size, ranks, rendezvous")  # what every rank sees
+    part1_environment(rep, args)
+    rep.part(2, "broadcast at construction, then training")  # different init -> identical -> trained
+    part2_broadcast_and_training(rep, args)
+    rep.part(3, "CPU timing: W processes against 1")  # why this machine shows no speed-up
+    part3_cpu_timing(rep, args)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)
