@@ -1,0 +1,299 @@
+"""Lecture 14 §2 (多 GPU 通信): the five collective primitives on real torch.distributed ranks (gloo on
+CPU), the identities between them, and a point-to-point shift round the ring without deadlock.
+
+    python code/lecture14/02_primitives.py
+    python code/lecture14/02_primitives.py --world-size 3 --numbers 7
+
+Every rank starts with --numbers small integers (rank r: 10(r+1), 10(r+1)+1, ...), stored as
+float32: their sums are exact, so real ranks and the simulator in collectives.py must agree bit for
+bit. Ranks compute and return their buffers; this process prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from common.cli import UsageError, make_parser, positive_int, run_main
+from common.launcher import launch
+from common.output import EXACT, Report
+from lecture14 import collectives as col
+
+ROOT = 0  # the root of broadcast and reduce, and the parameter server
+LR = 0.5  # the parameter server's learning rate in Part 2 (any value works)
+SEED = 1234  # random data of Part 2: rank r uses seed SEED + r
+SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"
+
+
+def rank_data(rank: int, n: int) -> torch.Tensor:
+    """Rank r's numbers 10(r+1) + j: readable sums, exact in float32."""
+    return torch.arange(n, dtype=torch.float32) + 10 * (rank + 1)
+
+
+def all_inputs(world_size: int, n: int) -> list[np.ndarray]:
+    return [rank_data(r, n).numpy() for r in range(world_size)]
+
+
+def reduce_scatter_real(x: torch.Tensor, world_size: int) -> tuple[torch.Tensor, str]:
+    """Rank r gets chunk r of the sum (torch.tensor_split = np.array_split boundaries)."""
+    chunks = list(x.tensor_split(world_size))
+    out = torch.empty_like(chunks[dist.get_rank()])
+    try:
+        dist.reduce_scatter(out, chunks)  # gloo has it on CPU in torch 2.13, chunks of unequal size too
+        return out, "dist.reduce_scatter (gloo)"
+    except RuntimeError:  # older gloo builds: the same result from an all-reduce, N·2(K-1)/K per device more
+        total = x.clone()
+        dist.all_reduce(total)
+        return total.tensor_split(world_size)[dist.get_rank()].clone(), "all_reduce + own slice (gloo lacks reduce_scatter)"
+
+
+def all_gather_real(piece: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Concatenate every rank's piece. gloo's all_gather needs equal sizes: pad to the largest, trim."""
+    longest = max(sizes)
+    padded = torch.zeros(longest, dtype=piece.dtype)
+    padded[:piece.numel()] = piece
+    gathered = [torch.empty(longest, dtype=piece.dtype) for _ in sizes]
+    dist.all_gather(gathered, padded)
+    return torch.cat([g[:s] for g, s in zip(gathered, sizes)])
+
+
+# ---- rank code: each returns plain lists; the parent prints ----------------------------------
+
+def primitives_worker(rank: int, world_size: int, n: int) -> dict[str, object]:
+    x = rank_data(rank, n)
+    out: dict[str, object] = {}
+    buf = x.clone()
+    dist.broadcast(buf, src=ROOT)  # in place: the non-roots' buffers are overwritten
+    out["broadcast"] = (x.tolist(), buf.tolist())
+    buf = x.clone()
+    dist.reduce(buf, dst=ROOT)  # in place on the root; other buffers are scratch afterwards
+    out["reduce"] = (x.tolist(), buf.tolist())
+    buf = x.clone()
+    dist.all_reduce(buf)
+    out["all-reduce"] = (x.tolist(), buf.tolist())
+    piece, how = reduce_scatter_real(x, world_size)
+    out["reduce-scatter"] = (x.tolist(), piece.tolist())
+    out["reduce_scatter_method"] = how
+    gathered = [torch.empty_like(x) for _ in range(world_size)]
+    dist.all_gather(gathered, x)  # every rank's n numbers: output K times the input
+    out["all-gather"] = (x.tolist(), torch.cat(gathered).tolist())
+    return out
+
+
+def identities_worker(rank: int, world_size: int, n: int, seed: int) -> dict[str, dict[str, list[float]]]:
+    """The identities on exact integer data, and again on random float32 data (seeded per rank)."""
+    noise = torch.randn(n, generator=torch.Generator().manual_seed(seed + rank))
+    return {"exact": identity_routes(rank_data(rank, n), world_size),
+            "random": identity_routes(noise, world_size)}
+
+
+def identity_routes(x: torch.Tensor, world_size: int) -> dict[str, list[float]]:
+    """Three routes to an all-reduce, and one parameter-server step."""
+    rank, n = dist.get_rank(), x.numel()
+    direct = x.clone()
+    dist.all_reduce(direct)
+    via_root = x.clone()
+    dist.reduce(via_root, dst=ROOT)
+    dist.broadcast(via_root, src=ROOT)
+    piece, _ = reduce_scatter_real(x, world_size)
+    via_chunks = all_gather_real(piece, [c.numel() for c in x.tensor_split(world_size)])
+    # Parameter server: rank ROOT is the server (it contributes no gradient); the others are workers
+    # whose gradient is x. Pull = broadcast, push = reduce, the server updates, the next pull broadcasts.
+    params = rank_data(ROOT, n) * 10 if rank == ROOT else torch.empty(n)
+    dist.broadcast(params, src=ROOT)  # pull: every worker gets the parameters
+    grad = torch.zeros(n) if rank == ROOT else x.clone()
+    dist.reduce(grad, dst=ROOT)  # push: the server gets the sum of the workers' gradients
+    if rank == ROOT:
+        params = params - LR * grad / (world_size - 1)
+    dist.broadcast(params, src=ROOT)  # the next pull hands out the updated parameters
+    return {"x": x.tolist(), "all_reduce": direct.tolist(), "reduce_broadcast": via_root.tolist(),
+            "rs_ag": via_chunks.tolist(), "ps": params.tolist()}
+
+
+def shift_worker(rank: int, world_size: int, n: int) -> dict[str, object]:
+    """Send right, receive left; then a whole ring all-reduce made of such shifts."""
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    x = rank_data(rank, n)
+    received = torch.empty_like(x)
+    # Blocking dist.send then dist.recv on every rank may deadlock: each send can wait until the
+    # peer posts its recv, but the peer is itself stuck in its own send (NCCL always waits; gloo
+    # might return early for small messages: never rely on it). Posting both at once cannot wait
+    # on itself: batch_isend_irecv (like ncclGroupStart/End) starts the pair, then we wait.
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, right), dist.P2POp(dist.irecv, received, left)]):
+        work.wait()
+    ring = ring_allreduce_by_shifts(x.clone(), rank, world_size)
+    reference = x.clone()
+    dist.all_reduce(reference)
+    return {"before": x.tolist(), "after": received.tolist(), "ring": ring[0].tolist(),
+            "bytes_sent": ring[1], "all_reduce": reference.tolist()}
+
+
+def ring_allreduce_by_shifts(buf: torch.Tensor, rank: int, world_size: int) -> tuple[torch.Tensor, int]:
+    """The notes' ring all-reduce with isend/irecv: each round is one shift. Returns (result, bytes sent)."""
+    chunks = list(buf.tensor_split(world_size))  # views: writing a chunk writes buf
+    right, left, sent = (rank + 1) % world_size, (rank - 1) % world_size, 0
+    for phase in ("reduce-scatter", "all-gather"):
+        for i in range(world_size - 1):
+            offset = 0 if phase == "reduce-scatter" else 1
+            send_c, recv_c = (rank - i + offset) % world_size, (rank - i - 1 + offset) % world_size
+            incoming = torch.empty_like(chunks[recv_c])
+            outgoing = chunks[send_c].clone()
+            for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, outgoing, right),
+                                                dist.P2POp(dist.irecv, incoming, left)]):
+                work.wait()
+            sent += outgoing.numel() * outgoing.element_size()
+            if phase == "reduce-scatter":
+                chunks[recv_c] += incoming  # reduce into our own copy of that chunk
+            else:
+                chunks[recv_c].copy_(incoming)  # already complete: overwrite
+    return buf, sent
+
+
+# ---- the parent: parts in the notes' order ---------------------------------------------------
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, real=True)
+    parser.add_argument("--numbers", type=positive_int, default=4,
+                        help="numbers per rank in every buffer (default 4, as in the notes)")
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be >= 2 for collectives between ranks")
+    if args.quick:
+        args.numbers = min(args.numbers, 4)
+    rep = Report(__file__, "the five primitives, their identities, point-to-point", args)
+    part1_primitives(rep, args)   # every buffer before and after each of the five calls
+    part2_identities(rep, args)   # all-reduce = reduce + broadcast = reduce-scatter + all-gather; PS
+    part3_point_to_point(rep, args)  # everyone sends right, receives left; a ring built of shifts
+    rep.finish()
+
+
+def show(values: list[float] | np.ndarray | None) -> str:
+    if values is None:
+        return "-"
+    if len(values) == 0:
+        return "(empty)"
+    vals = [f"{v:g}" for v in list(values)[:SHOWN]]
+    return " ".join(vals) + (" …" if len(values) > SHOWN else "")
+
+
+def size_text(count: int) -> str:
+    return f"{count} × 4 B"
+
+
+def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
+    w, n = args.world_size, args.numbers
+    rep.part(1, f"five primitives on {w} gloo ranks, {n} float32 numbers each")
+    results = launch(primitives_worker, w, n, timeout_s=args.timeout_s)
+    inputs = all_inputs(w, n)
+    sims = {"broadcast": col.broadcast(inputs, ROOT).outputs, "reduce": col.reduce(inputs, ROOT).outputs,
+            "all-reduce": col.allreduce(inputs).outputs, "reduce-scatter": col.reduce_scatter(inputs).outputs,
+            "all-gather": col.all_gather(inputs).outputs}
+    meaning = {
+        "broadcast": f"rank {ROOT}'s buffer copied to every rank",
+        "reduce": f"the sum lands on rank {ROOT} only; other ranks' buffers are scratch (here: gloo's partial sums)",
+        "all-reduce": "every rank gets the sum",
+        "reduce-scatter": "rank r gets chunk r of the sum (output N/K)",
+        "all-gather": "every rank gets every rank's buffer (output K times the input)",
+    }
+    for name in meaning:
+        rep.line(f"\n  {name}: {meaning[name]}")
+        rows, agree = [], True
+        for r, res in enumerate(results):
+            before, after = res[name]
+            sim = sims[name][r]
+            defined = name != "reduce" or r == ROOT
+            agree &= (not defined) or np.array_equal(np.asarray(after, dtype=np.float32), sim)
+            rows.append([str(r), show(before), size_text(len(before)),
+                         show(after) + ("" if defined else "  (undefined)"), size_text(len(after))])
+        rep.table(["rank", "before", "size", "after", "size"], rows, name=name)
+        rep.line(f"  same as collectives.py ({name}): {'yes' if agree else 'NO'}")
+        rep.record(f"{name} matches simulator", agree)
+    rs_ratio = len(results[0]["reduce-scatter"][1]) / n
+    ag_ratio = len(results[0]["all-gather"][1]) / n
+    at_notes = w == 4 and n % w == 0
+    rep.claim("reduce-scatter output / input size (rank 0)", rs_ratio, 0.25 if at_notes else None, kind=EXACT,
+              rtol=0)
+    rep.claim("all-gather output / input size", ag_ratio, 4 if at_notes else None, kind=EXACT, rtol=0)
+    method = results[0]["reduce_scatter_method"]
+    rep.note(f"reduce-scatter ran as {method}; with N not divisible by K, chunks follow np.array_split:\n"
+             "the first N mod K ranks get one number more (torch.tensor_split cuts the same way)")
+
+
+IDENTITIES = [
+    ("all-reduce = reduce + broadcast", "reduce_broadcast"),
+    ("all-reduce = reduce-scatter + all-gather", "rs_ag"),
+]
+
+
+def part2_identities(rep: Report, args: argparse.Namespace) -> None:
+    w, n = args.world_size, args.numbers
+    rep.part(2, "identities: AllReduce = Reduce + Broadcast = ReduceScatter + AllGather; PS = Broadcast + Reduce")
+    results = launch(identities_worker, w, n, SEED, timeout_s=args.timeout_s)
+    exact, noisy = [res["exact"] for res in results], [res["random"] for res in results]
+    inputs = all_inputs(w, n)
+    ref = col.allreduce(inputs).outputs
+    reduced = col.reduce(inputs, ROOT).outputs[ROOT]
+    sim_rb = col.broadcast([reduced if r == ROOT else inputs[r] for r in range(w)], ROOT).outputs
+    sim_rsag = col.all_gather(col.reduce_scatter(inputs).outputs).outputs
+    sim = {"reduce_broadcast": sim_rb, "rs_ag": sim_rsag}
+    rows = []
+    for label, key in IDENTITIES:
+        real_equal = all(res[key] == res["all_reduce"] for res in exact)
+        real_matches_sim = all(np.array_equal(np.asarray(res[key], np.float32), s) for res, s in zip(exact, sim[key]))
+        sim_equal = all(np.array_equal(a, b) for a, b in zip(sim[key], ref))
+        worst = max(np.abs(np.subtract(res[key], res["all_reduce"])).max() for res in noisy)
+        rows.append([label, yes(real_equal), yes(sim_equal), yes(real_matches_sim), float(worst)])
+    # Parameter server: workers are ranks 1..W-1 with gradients x_r; the simulator has K = W-1 workers.
+    params0 = rank_data(ROOT, n).numpy() * 10
+    ps_sim = col.parameter_server(inputs[1:], params=params0, lr=LR)
+    ps_real = [np.asarray(res["ps"], np.float32) for res in exact]
+    ps_ref = params0 - LR * np.sum(inputs[1:], axis=0) / (w - 1)
+    ps_match = all(np.allclose(p, ps_ref, rtol=1e-6) for p in ps_real)
+    ps_sim_match = all(np.allclose(p, q, rtol=1e-6) for p, q in zip(ps_real[1:], ps_sim.outputs))
+    rows.append(["PS step = broadcast (pull) + reduce (push)", yes(ps_match), "-", yes(ps_sim_match), "-"])
+    rep.table(["identity", "real ranks: equal", "simulator: equal", "real = simulator",
+               "random float32: max |diff|"], rows, name="identities")
+    rep.note("integer data: sums are exact, so 'equal' means bit for bit; random N(0,1) float32 data\n"
+             "(seeded per rank): the routes add in different orders, so they may differ in the last bits")
+    workers = "rank 1 is the worker" if w == 2 else f"ranks 1..{w - 1} are workers"
+    rep.note(f"parameter server: rank {ROOT} is the server (contributes no gradient), {workers};\n"
+             f"params = rank {ROOT}'s numbers × 10, update params - {LR:g} · sum / {w - 1}; checked against numpy\n"
+             "and collectives.parameter_server (K workers + 1 server, the server's link carries K·N each way)")
+    rep.line(f"  the server received {ps_sim.received[-1]:,} B and sent {ps_sim.sent[-1]:,} B in the simulated step "
+             f"(K·N = {(w - 1) * n * 4:,} B each way); each worker {ps_sim.sent[0]:,} B each way")
+    for row in rows:
+        rep.claim(f"{row[0]} (real ranks)", row[1] == "yes" and row[3] == "yes", True, kind=EXACT)
+
+
+def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
+    w, n = args.world_size, args.numbers
+    rep.part(3, "point-to-point: everyone sends right, receives left (batch_isend_irecv)")
+    results = launch(shift_worker, w, n, timeout_s=args.timeout_s)
+    rows = [[str(r), show(res["before"]), f"→ rank {(r + 1) % w}", f"rank {(r - 1) % w} →", show(res["after"])]
+            for r, res in enumerate(results)]
+    rep.table(["rank", "before", "sends to", "receives from", "after"], rows, name="shift")
+    shifted = all(results[r]["after"] == results[(r - 1) % w]["before"] for r in range(w))
+    rep.claim("shift right without deadlock: every rank holds its left neighbour's buffer", shifted, True,
+              kind=EXACT)
+    sim = col.ring_allreduce(all_inputs(w, n))
+    ring_ok = all(res["ring"] == res["all_reduce"] for res in results)
+    sim_ok = all(np.array_equal(np.asarray(res["ring"], np.float32), s) for res, s in zip(results, sim.outputs))
+    bytes_ok = [res["bytes_sent"] for res in results] == sim.sent.tolist()
+    rep.line(f"  a ring all-reduce made of 2(K-1) = {2 * (w - 1)} such shifts (chunk (r - i) mod K, then "
+             f"(r + 1 - i) mod K):")
+    rep.table(["check", "result"], [
+        ["equals dist.all_reduce on every rank", yes(ring_ok)],
+        ["equals collectives.ring_allreduce", yes(sim_ok)],
+        ["bytes each rank sent = the simulator's count", f"{yes(bytes_ok)} ({show(sim.sent.tolist())} B)"],
+    ], name="ring_by_shifts")
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "NO"
+
+
+if __name__ == "__main__":
+    run_main(main)
