@@ -1,0 +1,296 @@
+"""Lecture 14 §7 (练习): the twelve exercises, each answered by the suite's own models and simulator,
+with the notes' reference answer printed beside ours. Model only: no processes, no torch.
+
+    python code/lecture14/exercises.py
+
+Part n is exercise n. Times come from common.costmodel (the α-β model), rounds and bytes from
+lecture14.collectives (the round-by-round simulator); exercise 12 runs a tiny numpy demonstration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from common.cli import make_parser, run_main
+from common.costmodel import (
+    NOTES_LINK,
+    Link,
+    continuous_best_segments,
+    data_parallel_speedup,
+    naive_allreduce_time,
+    parameter_server_time,
+    ring_allreduce_bytes_per_device,
+    ring_allreduce_time,
+    ring_broadcast_time,
+    ring_naive_crossover_bytes,
+    tree_allreduce_time,
+)
+from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time
+from lecture14.collectives import (
+    all_gather,
+    parameter_server,
+    pipelined_ring_broadcast,
+    reduce_scatter,
+    ring_allreduce,
+    symbolic_inputs,
+)
+
+HOUR, DAY = 3600.0, 86400.0
+FEATURES = 16  # exercise 12's linear model: enough weights for reordered float32 sums to differ
+
+
+def main() -> None:
+    args = make_parser(__doc__).parse_args()
+    rep = Report(__file__, "lecture 14 exercises, answered by the suite's models", args)
+    ex1_compute_budget(rep)       # 6ND: GPU-hours and days for 70B on 2T tokens
+    ex2_buffer_sizes(rep)         # reduce-scatter and all-gather output sizes
+    ex3_ring_k3(rep)              # ring all-reduce on 3 devices, round by round (symbolic)
+    ex4_ring_bytes(rep, args)     # bytes each device sends, counted message by message
+    ex5_ring_time(rep)            # K = 16, 1 GB: time and the latency part
+    ex6_pipelined_broadcast(rep)  # 100 MB round 4 devices: unsplit, S = 100, with α
+    ex7_ring_naive_crossover(rep)  # where ring = all-to-rank-0
+    ex8_parameter_server(rep)     # 16 workers, 2 GB: server vs ring
+    ex9_unequal_shards(rep)       # 1000 samples on 3 ranks: sample weights
+    ex10_effective_batch(rep)     # data parallelism × gradient accumulation
+    ex11_speedup(rep)             # 100 ms step, 1 GB gradients, K = 2, 4, 8
+    ex12_replicas_in_sync(rep)    # why no broadcast after all-reduce, and how replicas drift
+    rep.finish()
+
+
+def ex1_compute_budget(rep: Report) -> None:
+    rep.part(1, "exercise 1 — 70B parameters, 2T tokens, 350 TFLOP/s per GPU")
+    flops = 6 * 70e9 * 2e12  # 6ND
+    gpu_seconds = flops / 350e12
+    hours_1024 = gpu_seconds / 1024 / HOUR
+    rep.claim("6ND", flops, 8.4e23, "FLOP", EXACT, rtol=1e-3)
+    rep.claim("GPU-hours", gpu_seconds / HOUR, 66.7e4, "GPU-h", EXACT, rtol=0.005)
+    rep.claim("on 1024 GPUs: hours", hours_1024, 651, "h", EXACT, rtol=0.005)
+    rep.claim("on 1024 GPUs: days", hours_1024 * HOUR / DAY, 27, "days", EXACT, rtol=0.01)
+
+
+def ex2_buffer_sizes(rep: Report) -> None:
+    rep.part(2, "exercise 2 — output buffers of reduce-scatter and all-gather (4 devices)")
+    k, n = 4, 12
+    rs = reduce_scatter([np.arange(n, dtype=float) for _ in range(k)])
+    ag = all_gather([np.arange(n // k, dtype=float) for _ in range(k)])
+    rep.line(f"  simulated, K = {k}: reduce-scatter of {n} numbers leaves {[o.size for o in rs.outputs]} on the "
+             f"devices; all-gather of {n // k} each leaves {[o.size for o in ag.outputs]}")
+    rep.claim("reduce-scatter output / input N", rs.outputs[0].size / n, 0.25, "", EXACT)
+    rep.claim("all-gather output / input (= K)", ag.outputs[0].size / (n // k), 4, "", EXACT)
+    uneven = reduce_scatter([np.arange(10.0) for _ in range(k)])
+    rep.note(f"N not divisible by K: 10 numbers split as {[o.size for o in uneven.outputs]} (sizes differ by one)")
+
+
+def _state(buffer: np.ndarray) -> str:
+    return "[" + ", ".join(str(v) for v in buffer) + "]"
+
+
+def ex3_ring_k3(rep: Report) -> None:
+    rep.part(3, "exercise 3 — ring all-reduce with K = 3, every round (simulated, symbolic)")
+    res = ring_allreduce(symbolic_inputs(3), history=True)
+    rows = [["start", "", *(_state(b) for b in res.initial)]]
+    for rnd in res.rounds:
+        sends = ", ".join(f"{t.src}→{t.dst}: {t.payload[0]}" for t in rnd.transfers)
+        rows.append([f"{rnd.phase} {rnd.index + 1}", sends, *(_state(b) for b in rnd.state)])
+    rep.table(["round", "sends (chunk contents)", "device 0", "device 1", "device 2"], rows, name="rounds")
+    first, second = res.rounds[0].state, res.rounds[1].state
+    for dev, notes in enumerate(("[a0, a1, a2+c2]", "[a0+b0, b1, b2]", "[c0, b1+c1, c2]")):
+        rep.claim(f"after round 1, device {dev}", _state(first[dev]), notes, kind=EXACT)
+    for dev, chunk, notes in ((0, 1, "a1+b1+c1"), (1, 2, "a2+b2+c2"), (2, 0, "a0+b0+c0")):
+        rep.claim(f"after round 2, device {dev} chunk {chunk}", str(second[dev][chunk]), notes, kind=EXACT)
+    gather1 = ", ".join(f"{t.src}→{t.dst} chunk {t.chunk}" for t in res.rounds[2].transfers)
+    rep.claim("all-gather round 1", gather1, "0→1 chunk 1, 1→2 chunk 2, 2→0 chunk 0", kind=EXACT)
+    full = _state(res.rounds[-1].state[0])
+    rep.claim("everyone complete after 4 rounds", all(_state(b) == full for b in res.outputs), True, kind=EXACT)
+
+
+def ex4_ring_bytes(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(4, "exercise 4 — bytes each device sends in a ring all-reduce: 2(K-1)N/K")
+    rep.note("two phases of K-1 rounds; in every round each device sends one chunk of N/K bytes")
+    n_floats = 3 * 2**12 if args.quick else 3 * 2**16  # K = 8, 16 divide it; K = 5 does not
+    rows, exact, near = [], True, True
+    for k in (2, 3, 4, 5, 8, 16):
+        res = ring_allreduce([np.full(n_floats, float(r), dtype=np.float32) for r in range(k)])
+        n = 4 * n_floats
+        formula = ring_allreduce_bytes_per_device(k, n)
+        if n_floats % k == 0:
+            exact &= bool(np.all(res.sent == formula))
+        else:  # chunks differ by one element: each device skips a different chunk
+            near &= bool(np.all(np.abs(res.sent - formula) <= 4 * math.ceil(n_floats / k)))
+        rows.append([k, fmt_bytes(n), int(res.sent.min()), int(res.sent.max()), formula, res.n_rounds])
+    rep.table(["K", "N", "sent (least busy)", "sent (busiest)", "2(K-1)N/K", "rounds"], rows, name="bytes")
+    rep.claim("simulated bytes = 2(K-1)N/K when K divides N", exact, True, kind=EXACT)
+    rep.claim("otherwise within one chunk of it (the K = 5 row)", near, kind=EXACT)
+
+
+def ex5_ring_time(rep: Report) -> None:
+    rep.part(5, "exercise 5 — ring all-reduce, K = 16, N = 1 GB, β = 25 GB/s, α = 10 µs")
+    k, n, link = 16, 1e9, Link(10e-6, 25e9)
+    total = ring_allreduce_time(k, n, link)
+    latency = total - ring_allreduce_time(k, n, Link(0.0, link.beta_Bps))
+    rep.claim("time", total * 1e3, 75.3, "ms", EXACT, rtol=1e-3)
+    rep.claim("latency part 2(K-1)α", latency * 1e3, 0.3, "ms", EXACT, rtol=1e-3)
+    rep.claim("latency share", 100 * latency / total, 0.4, "%", EXACT, rtol=0.01)
+
+
+def ex6_pipelined_broadcast(rep: Report) -> None:
+    rep.part(6, "exercise 6 — ring broadcast of 100 MB on 4 devices at 10 GB/s, cut into S segments")
+    k, n = 4, 100e6
+    bw_only, with_alpha = Link(0.0, 10e9), Link(20e-6, 10e9)
+    unsplit, split = ring_broadcast_time(k, n, bw_only, 1), ring_broadcast_time(k, n, bw_only, 100)
+    ticks = pipelined_ring_broadcast(int(n), k, 100)  # the tick-by-tick simulator as a check
+    assert math.isclose(ticks.time(with_alpha), ring_broadcast_time(k, n, with_alpha, 100))
+    rep.line(f"  simulated: S = 100 takes {ticks.n_rounds} ticks of {fmt_bytes(ticks.round_bytes()[0])}")
+    rep.claim("unsplit", unsplit * 1e3, 30, "ms", EXACT, rtol=1e-3)
+    rep.claim("S = 100", split * 1e3, 10.2, "ms", EXACT, rtol=1e-3)
+    slow = ring_broadcast_time(k, n, with_alpha, 100)
+    rep.claim("S = 100 with α = 20 µs", slow * 1e3, 12.2, "ms", EXACT, rtol=0.005)
+    unsplit_alpha = ring_broadcast_time(k, n, with_alpha, 1)
+    rep.claim("with α, S = 100 still under half the unsplit time", slow < unsplit_alpha / 2, True, kind=EXACT,
+              why=f"unsplit with α: {fmt_time(unsplit_alpha)}")
+    best = min(range(1, 2001), key=lambda s: ring_broadcast_time(k, n, with_alpha, s))
+    rep.line(f"  good, not best: the optimum is S ≈ {continuous_best_segments(k, n, with_alpha):.1f} "
+             f"(best integer {best}: {fmt_time(ring_broadcast_time(k, n, with_alpha, best))})")
+
+
+def ex7_ring_naive_crossover(rep: Report) -> None:
+    rep.part(7, "exercise 7 — message size where ring = all-to-rank-0 (K = 8, α = 5 µs, β = 25 GB/s)")
+    k, link = 8, NOTES_LINK
+    n = ring_naive_crossover_bytes(k, link)
+    assert math.isclose(ring_allreduce_time(k, n, link), naive_allreduce_time(k, n, link), rel_tol=1e-12)
+    rep.claim("N where ring = naive", n / 1e3, 122, "KB", EXACT, rtol=0.005)
+    rep.line(f"  at that size both take {fmt_time(ring_allreduce_time(k, n, link))}; the binary tree takes "
+             f"{fmt_time(tree_allreduce_time(k, n, link))}, faster than both (04_alpha_beta.py Part 1)")
+
+
+def ex8_parameter_server(rep: Report) -> None:
+    rep.part(8, "exercise 8 — 1 server and 16 workers, 2 GB of parameters, 25 GB/s")
+    k, n, link = 16, 2e9, Link(0.0, 25e9)
+    rep.note("α neglected (the exercise gives none); gradients are as large as the parameters")
+    sim = parameter_server([np.zeros(1000, dtype=np.float32) for _ in range(k)])  # 4 KB stand-in for 2 GB
+    ratio = sim.received[k] / sim.sent[0], sim.sent[k] / sim.received[0]
+    rep.line(f"  simulated: the server receives {ratio[0]:g}× and sends {ratio[1]:g}× what one worker sends")
+    rep.claim("server, send and receive in turn", parameter_server_time(k, n, link), 2.56, "s", EXACT, rtol=1e-3)
+    rep.claim("server, full duplex", parameter_server_time(k, n, link, duplex=True), 1.28, "s", EXACT, rtol=1e-3)
+    rep.claim("ring: bytes each device sends", ring_allreduce_bytes_per_device(k, n) / 1e9, 3.75, "GB", EXACT)
+    rep.claim("ring all-reduce time", ring_allreduce_time(k, n, link), 0.15, "s", EXACT, rtol=1e-3)
+
+
+def sample_weights(counts: list[int]) -> list[float]:
+    """Weight of one sample of each rank when the ranks' mean gradients are averaged: 1/(K·n_r)."""
+    return [1.0 / (len(counts) * c) for c in counts]
+
+
+def ex9_unequal_shards(rep: Report) -> None:
+    rep.part(9, "exercise 9 — averaging per-rank means with unequal shards")
+    rows = []
+    for counts in ([334, 333, 333], [3, 3, 2, 2]):
+        fair = 1.0 / sum(counts)
+        rows.append([str(counts), f"1/{sum(counts)}"] +
+                    [", ".join(f"{100 * (w / fair - 1):+.2f} %" for w in sorted(set(sample_weights(counts))))])
+    rep.table(["shards", "fair weight", "deviation of a sample's weight"], rows, name="weights")
+    w = sample_weights([334, 333, 333])
+    rep.claim("334-sample rank: 1 / weight", 1 / w[0], 1002, "", EXACT)
+    rep.claim("333-sample ranks: 1 / weight", 1 / w[1], 999, "", EXACT)
+    rep.claim("largest deviation", 100 * abs(w[0] * 1000 - 1), 0.2, "%", EXACT, rtol=0.01)
+    w4 = sample_weights([3, 3, 2, 2])
+    rep.claim("10 samples on 4 ranks: weight ratio 2-sample / 3-sample", w4[2] / w4[0], 1.5, "×", EXACT)
+    # How far the gradient is off depends on the data. With orthogonal per-sample gradients of equal
+    # length it is the relative error of the weight vector itself, which is what the notes' 21 % is.
+    for counts in ([334, 333, 333], [3, 3, 2, 2]):
+        naive = np.repeat(sample_weights(counts), counts)
+        rel = np.linalg.norm(naive - 1 / sum(counts)) / np.linalg.norm(np.full(sum(counts), 1 / sum(counts)))
+        rep.claim(f"gradient error, {counts}, orthogonal per-sample gradients", 100 * rel,
+                  21 if len(counts) == 4 else None, "%", ASSUMPTION, rtol=0.05,
+                  why="the error depends on the per-sample gradients; here orthogonal and of equal length"
+                  if len(counts) == 4 else "")
+    rng = np.random.default_rng(0)
+    grads = rng.normal(size=(10, 5)) + 1.0  # random per-sample gradients, 3/3/2/2 on 4 ranks
+    shards = np.split(grads, [3, 6, 8])
+    mean_of_means = ring_allreduce([s.mean(axis=0) for s in shards]).outputs[0] / len(shards)
+    fixed = ring_allreduce([s.sum(axis=0) for s in shards]).outputs[0] / len(grads)
+    full = grads.mean(axis=0)
+    rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by "
+             f"{100 * np.linalg.norm(mean_of_means - full) / np.linalg.norm(full):.1f} %; the fix (sum, all-reduce, "
+             f"/ 10) off by {np.linalg.norm(fixed - full) / np.linalg.norm(full):.1e}")
+
+
+def effective_batch(ranks: int, per_rank: int, accumulation_steps: int = 1) -> int:
+    """Samples behind one optimizer step: data parallelism in space × accumulation in time."""
+    return ranks * per_rank * accumulation_steps
+
+
+def ex10_effective_batch(rep: Report) -> None:
+    rep.part(10, "exercise 10 — equivalent single-GPU batch")
+    rep.claim("4 ranks × 32 samples", effective_batch(4, 32), 128, kind=EXACT)
+    rep.claim("… and 2 accumulation steps", effective_batch(4, 32, 2), 256, kind=EXACT)
+
+
+def ex11_speedup(rep: Report) -> None:
+    rep.part(11, "exercise 11 — speedup without overlap: 100 ms step, 1 GB gradients, 25 GB/s, α = 0")
+    link, t1, n = Link(0.0, 25e9), 0.100, 1e9
+    rows = []
+    for k, notes_comm, notes_speedup in ((2, 40, 1.11), (4, 60, 1.18), (8, 70, 1.21)):
+        comm = ring_allreduce_time(k, n, link)
+        speedup = data_parallel_speedup(t1, k, comm)
+        rows.append([k, fmt_time(t1 / k), fmt_time(comm), f"{speedup:.3f}×"])
+        rep.claim(f"K = {k}: all-reduce", comm * 1e3, notes_comm, "ms", EXACT, rtol=1e-3)
+        rep.claim(f"K = {k}: speedup", speedup, notes_speedup, "×", EXACT, rtol=0.005)
+    rep.table(["K", "compute T1/K", "all-reduce", "speedup"], rows, name="speedup")
+    limit = t1 / (2 * n / link.beta_Bps)  # K → ∞: compute → 0, all-reduce → 2N/β
+    rep.line(f"  however many GPUs: at most {limit:.2f}× — communication dominates")
+
+
+def _train_replicas(k: int, steps: int, init_seeds: list[int], skip_param: int | None = None,
+                    noise_seeds: list[int] | None = None, rank_order_sum: bool = False) -> float:
+    """Max parameter difference between K replicas of a linear model after `steps` of SGD.
+
+    Gradients are averaged with the simulated ring all-reduce, except parameter `skip_param`, which
+    each rank updates with its own gradient; `noise_seeds` adds per-rank noise; `rank_order_sum`
+    lets each rank add the K gradients in its own order (float32) instead of using one result.
+    """
+    data = np.random.default_rng(42)
+    xs = [data.normal(size=(16, FEATURES)).astype(np.float32) for _ in range(k)]
+    ys = [x @ data.normal(size=FEATURES).astype(np.float32) for x in xs]
+    ws = [np.random.default_rng(s).normal(size=FEATURES).astype(np.float32) for s in init_seeds]
+    noise = [np.random.default_rng(s) for s in noise_seeds] if noise_seeds else None
+    for _ in range(steps):
+        grads = [2 * x.T @ (x @ w - y) / len(y) for x, y, w in zip(xs, ys, ws)]
+        if rank_order_sum:
+            avg = [sum(grads[(r + j) % k] for j in range(k)) / k for r in range(k)]
+        else:
+            avg = [g / k for g in ring_allreduce(grads).outputs]
+        for r in range(k):
+            step = avg[r].copy()
+            if skip_param is not None:
+                step[skip_param] = grads[r][skip_param]
+            if noise:
+                step += np.float32(1e-3) * noise[r].normal(size=FEATURES).astype(np.float32)
+            ws[r] = ws[r] - np.float32(0.01) * step
+    return float(max(np.abs(w - ws[0]).max() for w in ws))
+
+
+def ex12_replicas_in_sync(rep: Report) -> None:
+    rep.part(12, "exercise 12 — why no broadcast after all-reduce; how replicas drift apart")
+    rep.note("explanation: same start, same averaged gradient, same deterministic update ⇒ the same\n"
+             "parameters on every rank. Demonstration: 3 replicas of a linear model, 20 SGD steps (float32)")
+    k, steps = 3, 20
+    cases = [("same init, every gradient all-reduced", dict(init_seeds=[0] * k)),
+             ("different init seeds, no broadcast", dict(init_seeds=[0, 1, 2])),
+             ("parameter 2 left out of the all-reduce", dict(init_seeds=[0] * k, skip_param=2)),
+             ("per-rank noise with different seeds", dict(init_seeds=[0] * k, noise_seeds=[7, 8, 9])),
+             ("each rank sums the gradients in its own order", dict(init_seeds=[0] * k, rank_order_sum=True))]
+    diffs = [_train_replicas(k, steps, **kw) for _, kw in cases]
+    rep.table(["case", "max |w_r - w_0| after 20 steps"], [[name, f"{d:.3g}"] for (name, _), d in zip(cases, diffs)],
+              name="drift")
+    rep.claim("replicas stay bitwise identical without a broadcast", diffs[0] == 0.0, True, kind=ASSUMPTION,
+              why="requires a reduction that hands every rank the same bits (the ring copies one result)")
+    rep.claim("every listed cause makes them differ", all(d > 0 for d in diffs[1:]), True, kind=EXACT)
+    rep.note("DDP broadcasts rank 0's parameters once, at construction (lecture 15)")
+
+
+if __name__ == "__main__":
+    run_main(main)
