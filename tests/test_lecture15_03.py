@@ -1,0 +1,96 @@
+"""Smoke tests of lecture 15's 03_overlap.py: its output, its JSON, other flags and bad flags.
+
+The numbers are checked against an independent recomputation: buckets from PyTorch's own
+bucketing function and the ring closed form summed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import assert_usage_error, run_script
+
+from lecture15.ddp_sim import ComputeModel
+from lecture15.models import resnet50
+
+SCRIPT = "lecture15/03_overlap.py"
+
+
+def _ring_s(k: int, nbytes: int, alpha_s: float, beta_Bps: float) -> float:
+    return 2 * (k - 1) * (alpha_s + nbytes / (k * beta_Bps)) if k > 1 else 0.0
+
+
+def _torch_bucket_bytes(cap_bytes: int) -> list[int]:
+    """ResNet-50's buckets by PyTorch's function, walking the parameters in reverse registration order."""
+    spec = resnet50()
+    tensors = [torch.empty(p.numel, device="meta") for p in reversed(spec.params)]
+    buckets, _ = dist._compute_bucket_assignment_by_size(tensors, [cap_bytes])
+    return [sum(4 * tensors[i].numel() for i in bucket) for bucket in buckets]
+
+
+def test_quick_run_prints_every_part_and_agrees_with_the_notes(tmp_path) -> None:
+    out = tmp_path / "o.json"
+    proc = run_script(SCRIPT, "--quick", "--json", str(out))
+    text = proc.stdout
+    for part in range(1, 5):
+        assert f"== Part {part}:" in text
+    assert "backward |" in text and "comm     |" in text
+    assert re.search(r"simulations in \d+ ms", text)
+    data = json.loads(out.read_text())
+    claims = {c["what"]: c for c in data["claims"]}
+    assert len(claims) >= 14
+    assert all(c["status"] == "agrees" for c in claims.values()), [c for c in claims.values() if c["status"] != "agrees"]
+    assert claims["step with overlap"]["notes"] == 37.8
+    # Part 1's "no overlap" row (cap read as 10^6 B) recomputed from PyTorch's buckets and the closed form.
+    row = data["parts"]["Part 1"]["tables"]["steps"]["rows"][0]
+    expected = ComputeModel().backward_s(resnet50()) + sum(_ring_s(16, b, 10e-6, 10e9)
+                                                           for b in _torch_bucket_bytes(25 * 10**6))
+    assert float(row[4]) == pytest.approx(expected * 1e3, abs=0.006)
+    # The sweep's last row but one (single bucket) equals no overlap with one bucket: step = backward + comm.
+    sweep = data["parts"]["Part 2"]["tables"]["sweep"]["rows"]
+    assert sweep[0][0] == "0" and sweep[0][1] == 161 and sweep[0][2] == 391   # cap 0: a bucket per tensor
+    assert sweep[-2][0] == "one bucket" and sweep[-2][1] == 1 and sweep[-2][2] == 1
+    assert sum("◀" in cell for row in sweep for cell in row[3:]) == 4           # one best per column
+
+
+def test_default_run_draws_the_notes_charts() -> None:
+    text = run_script(SCRIPT).stdout
+    lines = text.splitlines()
+    overlap = lines[[i for i, ln in enumerate(lines) if "overlap (DDP): step" in ln][0] + 2]
+    comm = overlap.split("|")[1]
+    assert comm.startswith("   0") and comm.endswith("3") and comm.count("3") >= 5   # the last bucket is exposed
+    assert "shuffled, seed 4" in text and "agrees" in text and "differs" not in text
+
+
+def test_other_flags_change_the_numbers_and_drop_the_comparison(tmp_path) -> None:
+    out = tmp_path / "o.json"
+    proc = run_script(SCRIPT, "--world-size", "8", "--alpha-us", "2", "--beta-gbs", "100", "--bucket-cap-mb", "5",
+                      "--quick", "--json", str(out))
+    assert "no comparison" in proc.stdout
+    data = json.loads(out.read_text())
+    assert all(c["notes"] is None for c in data["claims"])
+    rows = data["parts"]["Part 1"]["tables"]["steps"]["rows"]
+    for row, cap in zip(rows, (5 * 10**6, 5 * 2**20)):
+        buckets = _torch_bucket_bytes(cap)
+        assert row[1] == len(buckets)
+        expected = ComputeModel().backward_s(resnet50()) + sum(_ring_s(8, b, 2e-6, 100e9) for b in buckets)
+        assert float(row[4]) == pytest.approx(expected * 1e3, abs=0.006)
+        assert float(row[5]) <= float(row[4])       # overlap never slower
+
+
+def test_odd_values_still_run() -> None:
+    for args in (["--world-size", "1"], ["--world-size", "3", "--bucket-cap-mb", "0"],
+                 ["--bucket-cap-mb", "100000", "--alpha-us", "0", "--seed", "7"],
+                 ["--first-bucket-cap-mb", "0.001", "--slow-beta-gbs", "0.1"]):
+        assert "== Part 4:" in run_script(SCRIPT, "--quick", *args).stdout
+
+
+@pytest.mark.parametrize("flag, value", [("--world-size", "0"), ("--bucket-cap-mb", "-1"), ("--seed", "-1"),
+                                         ("--beta-gbs", "0"), ("--first-bucket-cap-mb", "0"),
+                                         ("--alpha-us", "fast")])
+def test_bad_flags_exit_2_with_one_line(flag: str, value: str) -> None:
+    assert_usage_error(SCRIPT, flag, value)
