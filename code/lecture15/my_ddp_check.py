@@ -1,0 +1,318 @@
+"""Handbook "数据并行与 DDP": the from-scratch MyDDP (lecture15/my_ddp.py) checked on real ranks.
+
+    python code/lecture15/my_ddp_check.py [--world-size 2] [--bucket-size 64KiB] [--quick]
+
+The handbook's ddp_check.py, extended: its buckets (Part 1), 3 steps equal to single-process
+training and to PyTorch DDP (Part 2), the no_sync exercise (Part 3), launch order when gradients
+arrive out of order (Part 4, lecture 15 §2.3) and MyDDP's step time against PyTorch DDP's (Part 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from common.cli import UsageError, make_parser, positive_int, run_main, size_bytes
+from common.launcher import launch
+from common.output import EXACT, MEASURED, Report, fmt_bytes
+from lecture15.my_ddp import MyDDP
+
+MATCH_TOL = 1e-6                # the handbook's "equal" in float32
+HANDBOOK_LINE = "{} 个 rank，{} 个梯度桶，每步在反向过程中发起 {} 次 all-reduce"   # its print format
+TARGET_RATIO = 1.2              # MyDDP's step may be at most this much slower than PyTorch DDP's
+
+
+# ---- models and data (built the same way on every rank) ------------------------------------------
+def handbook_model(hidden: int = 256) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden),
+                               torch.nn.GELU(), torch.nn.Linear(hidden, 10))
+
+
+class ReversedStack(torch.nn.Module):
+    """Layers registered in the reverse of their use: bucket 0 (first layer used) is ready last."""
+
+    def __init__(self, width: int = 32, depth: int = 4) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in reversed(self.layers):
+            x = torch.tanh(layer(x))
+        return x
+
+
+class RankOrderedBranches(torch.nn.Module):
+    """Two equal branches; odd ranks run them in the other order, so their gradients come in the
+    other order too (autograd runs the most recently created node first)."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(width, width), torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if dist.get_rank() % 2 == 0:
+            ya, yb = self.a(x), self.b(x)
+        else:
+            yb, ya = self.b(x), self.a(x)
+        return torch.tanh(ya) * yb
+
+
+def global_batch(n: int, features: int = 64, classes: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(123)
+    return torch.randn(n, features), torch.randint(0, classes, (n,))
+
+
+def shard(n: int, part: int, parts: int) -> slice:
+    return slice(part * n // parts, (part + 1) * n // parts)   # sizes differ by one when W ∤ n
+
+
+def share_of_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, n_global: int, world: int) -> torch.Tensor:
+    """This shard's part of the global mean loss, scaled by W because DDP divides the sum by W.
+    Equals the local mean when shards are equal; stays exact when they are not (W ∤ batch)."""
+    return torch.nn.functional.cross_entropy(model(x), y, reduction="sum") * world / n_global
+
+
+def max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+
+def diff_from_rank0(module: torch.nn.Module) -> float:
+    flat = torch.cat([p.detach().flatten() for p in module.parameters()])
+    theirs = flat.clone()
+    dist.broadcast(theirs, src=0)
+    return (flat - theirs).abs().max().item()
+
+
+# ---- what each rank runs (one launch for all parts; ranks return data, the parent prints) --------
+def check_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    return {"train": train_rank(rank, world, cfg), "no_sync": no_sync_rank(rank, world, cfg),
+            "order": order_rank(rank, world, cfg), "timing": timing_rank(rank, world, cfg)}
+
+
+def train_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    n, steps = cfg["batch"], cfg["steps"]
+    X, Y = global_batch(n)
+    mine_x, mine_y = X[shard(n, rank, world)], Y[shard(n, rank, world)]
+    ref, mine = handbook_model(), MyDDP(handbook_model(), bucket_bytes=cfg["bucket_bytes"])
+    official = DistributedDataParallel(handbook_model())
+    seen: list[int] = []    # PyTorch DDP's bucket indices, via a comm hook that averages as DDP does
+    # Through a lambda: DDP rejects the string annotations that `from __future__` makes of ours.
+    official.register_comm_hook(seen, lambda state, bucket: _recording_allreduce(state, bucket))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, mine, official)]
+    official_per_step = []
+    for _ in range(steps):
+        for opt in opts:
+            opt.zero_grad()
+        torch.nn.functional.cross_entropy(ref(X), Y).backward()          # one process, whole batch
+        share_of_loss(mine, mine_x, mine_y, n, world).backward()          # averaged when it returns
+        before = len(seen)
+        share_of_loss(official, mine_x, mine_y, n, world).backward()
+        official_per_step.append(len(seen) - before)
+        for opt in opts:
+            opt.step()
+    out = {"mine_vs_ref": max_diff(ref, mine.module), "official_vs_ref": max_diff(ref, official.module),
+           "mine_vs_official": max_diff(mine.module, official.module), "ranks_diff": diff_from_rank0(mine),
+           "launches_per_step": mine.allreduces_launched / steps, "official_per_step": official_per_step,
+           "buckets": [(b.names, b.flat.numel() * b.flat.element_size()) for b in mine.buckets]}
+    del official, mine   # DDP objects gone before the group is (teardown aborts otherwise)
+    return out
+
+
+def _recording_allreduce(seen: list[int], bucket: dist.GradBucket) -> torch.futures.Future:
+    seen.append(bucket.index())
+    work = dist.all_reduce(bucket.buffer(), async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0].div_(dist.get_world_size()))
+
+
+def no_sync_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    n, steps = cfg["batch"], cfg["steps"]
+    X, Y = global_batch(n)
+    local = shard(n, rank, world)
+    x, y = X[local], Y[local]
+    ref, mine = handbook_model(), MyDDP(handbook_model(), bucket_bytes=cfg["bucket_bytes"])
+    official = DistributedDataParallel(handbook_model())
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, mine, official)]
+    for _ in range(steps):
+        for opt in opts:
+            opt.zero_grad()
+        torch.nn.functional.cross_entropy(ref(X), Y).backward()
+        for model in (mine, official):
+            first, second = shard(len(x), 0, 2), shard(len(x), 1, 2)    # two micro-batches
+            with model.no_sync():       # forward AND backward inside: gradients stay local
+                share_of_loss(model, x[first], y[first], n, world).backward()
+            share_of_loss(model, x[second], y[second], n, world).backward()   # syncs the sum
+        for opt in opts:
+            opt.step()
+    out = {"mine_vs_ref": max_diff(ref, mine.module), "official_vs_ref": max_diff(ref, official.module),
+           "launches_per_step": mine.allreduces_launched / steps, "buckets": len(mine.buckets)}
+    del official, mine
+    return out
+
+
+def order_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    x = torch.randn(8, 32, generator=torch.Generator().manual_seed(rank))
+    stack = MyDDP(ReversedStack(), bucket_bytes=32 * 33 * 4)     # one Linear(32, 32) per bucket
+    stack(x).sum().backward()
+    out: dict[str, Any] = {"stack_ready": stack.ready_order, "stack_launch": stack.launch_order,
+                           "stack_buckets": [b.names for b in stack.buckets]}
+    X = torch.randn(4 * world, 16, generator=torch.Generator().manual_seed(7))
+    ref = RankOrderedBranches()   # same math on every rank, whatever the order: a single-process reference
+    (ref(X).sum() / len(X)).backward()
+    for naive in (False, True):
+        model = MyDDP(RankOrderedBranches(), bucket_bytes=16 * 17 * 4, naive_ready_order=naive)
+        (model(X[shard(len(X), rank, world)]).sum() * world / len(X)).backward()
+        grad_diff = max((p.grad - q.grad).abs().max().item() for p, q in zip(ref.parameters(), model.parameters()))
+        out["naive" if naive else "index"] = {"ready": model.ready_order, "launch": model.launch_order,
+                                              "grad_vs_ref": grad_diff}
+    return out
+
+
+def timing_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, list[float]]:
+    X, Y = global_batch(cfg["batch"])
+    x, y = X[shard(len(X), rank, world)], Y[shard(len(X), rank, world)]
+    # Same buckets for both: PyTorch's bucket_cap_mb is MiB, and an explicit cap also caps bucket 0.
+    models = {"MyDDP": MyDDP(handbook_model(), bucket_bytes=cfg["bucket_bytes"]),
+              "PyTorch DDP": DistributedDataParallel(handbook_model(), bucket_cap_mb=cfg["bucket_bytes"] / 2**20)}
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
+    times: dict[str, list[float]] = {k: [] for k in models}
+    for repeat in range(cfg["warmup"] + cfg["repeats"]):
+        for name, model in models.items():      # interleaved, so drift hits both alike
+            dist.barrier()
+            start = time.perf_counter()
+            opts[name].zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opts[name].step()
+            if repeat >= cfg["warmup"]:
+                times[name].append(time.perf_counter() - start)
+    del models
+    return times
+
+
+# ---- the parent prints -----------------------------------------------------------------------------
+def part1_buckets(rep: Report, args: argparse.Namespace, train: dict[str, Any]) -> None:
+    rows = [[i, ", ".join(names), size] for i, (names, size) in enumerate(train["buckets"])]
+    rep.table(["bucket", "parameters (gradient-ready order)", "bytes"], rows, name="buckets")
+    rep.note(f"cap {fmt_bytes(args.bucket_size, binary=True)}; reverse registration order, a bucket is "
+             "sealed after the tensor that brings it to >= the cap (PyTorch's rule)")
+    rep.claim(f"gradient buckets at {fmt_bytes(args.bucket_size, binary=True)}", len(rows), notes=2, kind=EXACT,
+              why="the handbook uses 64 KiB (its MyDDP default); this run set --bucket-size")
+
+
+def part2_train(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    train = ranks[0]["train"]
+    buckets, per_step = len(train["buckets"]), train["launches_per_step"]
+    rep.line(f"  {args.world_size} ranks, {buckets} gradient buckets, {per_step:g} all-reduces launched "
+             "during each backward")
+    rep.claim("the handbook's summary line, from our numbers",
+              HANDBOOK_LINE.format(args.world_size, buckets, f"{per_step:g}"),
+              notes=HANDBOOK_LINE.format(2, 2, 2), kind=EXACT,
+              why="the handbook ran 2 ranks at 64 KiB; this run changed --world-size or --bucket-size")
+    rows = [["MyDDP vs single process (whole batch)", max(r["train"]["mine_vs_ref"] for r in ranks)],
+            ["PyTorch DDP vs single process", max(r["train"]["official_vs_ref"] for r in ranks)],
+            ["MyDDP vs PyTorch DDP", max(r["train"]["mine_vs_official"] for r in ranks)],
+            ["MyDDP, any rank vs rank 0", max(r["train"]["ranks_diff"] for r in ranks)]]
+    rep.table([f"after {args.steps} SGD steps (float32)", "max |Δparam|"], rows, name="diffs")
+    rep.claim(f"MyDDP equals single-process training (max diff < {MATCH_TOL:g})",
+              rows[0][1] < MATCH_TOL, notes=True, kind=EXACT)
+    rep.claim(f"PyTorch DDP equals single-process training (max diff < {MATCH_TOL:g})",
+              rows[1][1] < MATCH_TOL, notes=True, kind=EXACT)
+    rep.note(f"PyTorch DDP (default caps: 25 MiB, first bucket 1 MiB) launched {train['official_per_step']} "
+             "all-reduces per step: the whole model fits its first bucket")
+    if args.batch % args.world_size:
+        rep.note(f"{args.batch} samples on {args.world_size} ranks: unequal shards, so each rank's loss is "
+                 "its summed loss × W / batch, not its mean (the mean would weight samples unequally)")
+
+
+def part3_no_sync(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    acc = ranks[0]["no_sync"]
+    rows = [["MyDDP, 2 micro-batches, first under no_sync", max(r["no_sync"]["mine_vs_ref"] for r in ranks)],
+            ["PyTorch DDP, the same", max(r["no_sync"]["official_vs_ref"] for r in ranks)]]
+    rep.table([f"vs one full batch, after {args.steps} steps", "max |Δparam|"], rows, name="no_sync")
+    rep.claim(f"accumulating 2 half-batches equals 1 full batch (max diff < {MATCH_TOL:g})",
+              rows[0][1] < MATCH_TOL, notes=True, kind=EXACT)
+    rep.line(f"  all-reduces per step: {acc['launches_per_step']:g} with no_sync, "
+             f"{2 * acc['buckets']} if both micro-batches synchronised")
+    rep.note("each micro-batch's loss is its share of the global mean (summed loss × W / batch): for "
+             "equal halves that is the handbook's 'divide each micro-step's loss by the step count'")
+
+
+def part4_order(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    order = ranks[0]["order"]
+    ready, launched = order["stack_ready"], order["stack_launch"]
+    position = {b: i + 1 for i, b in enumerate(ready)}   # the k-th bucket to become complete
+    rows = [[b, ", ".join(order["stack_buckets"][b]), position[b],
+             max(position[c] for c in range(b + 1)), position[b]] for b in range(len(ready))]
+    rep.line("  (a) ReversedStack: 4 Linear(32, 32) registered in the reverse of their use, one per bucket")
+    rep.table(["bucket", "parameters", "complete as #", "launched at # (index order)",
+               "naive launch at #"], rows, name="reversed_registration")
+    rep.line(f"  recorded: ready order {ready}, launch order {launched}")
+    rep.note("bucket 0 holds the first layer used, so it is complete last and every launch waits for it: "
+             "no overlap at all (lecture 15 §3, bucket order). PyTorch rebuilds its buckets in the "
+             "observed order after step 1; MyDDP, like PyTorch 1.5, keeps the construction-time buckets")
+    rep.line("  (b) RankOrderedBranches: even ranks finish bucket 0 first, odd ranks bucket 1")
+    rows = []
+    for kind, label in (("index", "bucket-index order (MyDDP)"), ("naive", "ready order (handbook, WRONG)")):
+        launches = " | ".join(f"r{r}: {ranks[r]['order'][kind]['launch']}" for r in range(len(ranks)))
+        rows.append([label, launches, max(r["order"][kind]["grad_vs_ref"] for r in ranks)])
+    rep.table(["launch rule", "launch order per rank", "max |Δgrad| vs 1 process"], rows, name="rank_order")
+    if args.world_size < 2:
+        rep.note("one rank: nothing to mismatch; run with --world-size 2 or more to see ready order fail")
+    else:
+        rep.note("ready order pairs rank 0's bucket 0 with rank 1's bucket 1: same size, so gloo sums "
+                 "unrelated gradients without any error (lecture 15 §2.3, exercise 6)")
+    rep.record("rank_order", {k: [r["order"][k] for r in ranks] for k in ("index", "naive")})
+
+
+def part5_timing(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    def median_step(name: str) -> float:   # a step is as slow as its slowest rank
+        per_repeat = zip(*(r["timing"][name] for r in ranks))
+        return statistics.median(max(ts) for ts in per_repeat)
+    mine, official = median_step("MyDDP"), median_step("PyTorch DDP")
+    rep.table(["", "median step (ms)"], [["MyDDP", mine * 1e3], ["PyTorch DDP", official * 1e3]], name="timing")
+    ratio = mine / official
+    rep.claim("MyDDP step / PyTorch DDP step", ratio, unit="×", kind=MEASURED)
+    rep.line(f"  target <= {TARGET_RATIO:g}×: {'met' if ratio <= TARGET_RATIO else 'NOT met'} "
+             f"(median of {args.repeats} interleaved repeats, same buckets, {args.world_size} ranks)")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=2, real=True, figs=False)
+    parser.add_argument("--bucket-size", type=size_bytes, default=64 * 1024,
+                        help="MyDDP's bucket cap with unit, e.g. 64KiB (default: the handbook's 64 KiB)")
+    parser.add_argument("--batch", type=positive_int, default=32, help="global batch (default 32)")
+    parser.add_argument("--steps", type=positive_int, default=3, help="SGD steps compared (default 3)")
+    parser.add_argument("--repeats", type=positive_int, default=None,
+                        help="timed steps per model (default 100; 10 with --quick)")
+    args = parser.parse_args()
+    if args.batch < 2 * args.world_size:
+        raise UsageError(f"--batch {args.batch} is too small for {args.world_size} ranks: each rank "
+                         "needs 2 samples (Part 3 splits its share into two micro-batches)")
+    args.repeats = args.repeats or (10 if args.quick else 100)
+    rep = Report(__file__, "from-scratch DDP (handbook) on real ranks", args)
+    cfg = {"batch": args.batch, "steps": args.steps, "bucket_bytes": args.bucket_size,
+           "repeats": args.repeats, "warmup": 3 if args.quick else 10}
+    ranks = launch(check_rank, args.world_size, cfg, timeout_s=args.timeout_s)   # one start-up for all parts
+    rep.part(1, "buckets of the handbook's model")
+    part1_buckets(rep, args, ranks[0]["train"])
+    rep.part(2, "3 steps: MyDDP = single process = PyTorch DDP (ddp_check.py)")
+    part2_train(rep, args, ranks)
+    rep.part(3, "exercise: gradient accumulation with no_sync")
+    part3_no_sync(rep, args, ranks)
+    rep.part(4, "launch order when gradients arrive out of order (lecture 15 §2.3)")
+    part4_order(rep, args, ranks)
+    rep.part(5, "step time: MyDDP vs PyTorch DDP")
+    part5_timing(rep, args, ranks)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)
