@@ -202,6 +202,7 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
     """ResNet-50 with the first bucket capped (PyTorch's default first_bucket_bytes = 1 MiB)."""
     model, k = resnet50(batch=32), args.world_size
     cap, first = round(args.bucket_cap_mb * MB), round(args.first_bucket_cap_mb * MiB)
+    rep.note(f"every later bucket ≤ {args.bucket_cap_mb:g} × 10^6 B (the notes' reading of the cap, as in Part 1)")
     plain = simulate_ddp(model, k, link, cap)
     small = simulate_ddp(model, k, link, cap, first_cap_bytes=first)
     rows = [[label, len(t.buckets), f"{t.bucket_bytes[0] / MB:.3f}", ms(t.bucket_ready_s[0]),
@@ -276,7 +277,7 @@ def main() -> None:
     parser = make_parser(__doc__, world_size=NOTES["world_size"], alpha_us=NOTES["alpha_us"],
                          beta_gbs=NOTES["beta_gbs"])
     parser.add_argument("--bucket-cap-mb", type=nonnegative_float, default=NOTES["bucket_cap_mb"],
-                        help="bucket cap in MiB, as DDP's bucket_cap_mb (parts 1, 3 and 4 also show 10^6 B)")
+                        help="bucket cap in MiB, as DDP's bucket_cap_mb (Parts 1 and 4 show the 10^6 B reading too; Part 3 uses it)")
     parser.add_argument("--first-bucket-cap-mb", type=positive_float, default=NOTES["first_bucket_cap_mb"],
                         help="Part 3's first-bucket cap in MiB (PyTorch's default: 1)")
     parser.add_argument("--slow-alpha-us", type=nonnegative_float, default=SLOW_ALPHA_US,
