@@ -139,8 +139,6 @@ def part1_environment(rep: Report, args) -> None:
 
 
 def part2_broadcast_and_training(rep: Report, args) -> None:
-    if args.batch < args.world_size:
-        raise UsageError(f"--batch {args.batch} must be at least --world-size {args.world_size} (one sample per rank)")
     results = launch(training_worker, args.world_size, args.batch, args.steps, args.lr, timeout_s=args.timeout_s)
     reference = single_process_training(args.batch, args.steps, args.lr)
     rows = []
@@ -170,9 +168,7 @@ def part2_broadcast_and_training(rep: Report, args) -> None:
 
 
 def part3_cpu_timing(rep: Report, args) -> None:
-    width, batch, steps = (128, 64, 5) if args.quick else (args.timing_width, args.timing_batch, args.timing_steps)
-    if batch < args.world_size:
-        raise UsageError(f"--timing-batch {batch} must be at least --world-size {args.world_size}")
+    width, batch, steps = (128, max(64, args.world_size), 5) if args.quick else (args.timing_width, args.timing_batch, args.timing_steps)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the single-process baseline gets one thread, like each rank
     try:
@@ -211,6 +207,9 @@ def main() -> None:
     parser.add_argument("--timing-batch", type=positive_int, default=128, help="Part 3's global batch (default 128)")
     parser.add_argument("--timing-steps", type=positive_int, default=15, help="Part 3's timed steps (default 15)")
     args = parser.parse_args()
+    for flag, value in (("--batch", args.batch), ("--timing-batch", args.timing_batch)):
+        if value < args.world_size:
+            raise UsageError(f"{flag} {value} must be at least --world-size {args.world_size} (a sample per rank)")
     rep = Report(__file__, "DDP basics on real gloo ranks", args)
     rep.part(1, "the process group: world size, ranks, rendezvous")  # what every rank sees
     part1_environment(rep, args)

@@ -193,7 +193,7 @@ def buffers_worker(rank: int, world_size: int) -> dict[str, np.ndarray]:
 
 
 def part1_no_sync(rep: Report, args) -> None:
-    steps, micro = (2, 3) if args.quick else (args.steps, args.micro_batches)
+    steps, micro = (min(args.steps, 2), args.micro_batches) if args.quick else (args.steps, args.micro_batches)
     results = launch(no_sync_worker, args.world_size, steps, micro, timeout_s=args.timeout_s)
     reference = reference_accumulation(steps, micro, args.world_size)
     rows = []

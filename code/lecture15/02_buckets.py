@@ -1,0 +1,258 @@
+"""Lecture 15 §2 (梯度分桶): DDP's gradient buckets, recorded from real DDP and predicted by ddp_sim.
+
+    python code/lecture15/02_buckets.py                       # start here for lecture 15
+    python code/lecture15/02_buckets.py --bucket-cap-mb 1     # one Linear layer per bucket
+
+Part 1 runs real DDP (gloo, CPU) on 6 x Linear(512, 512) with a comm hook that records every
+bucket DDP all-reduces, and compares them with ddp_sim's rule. Part 2 counts the buckets of
+ResNet-50 and BERT-large (shapes only, nothing downloaded) with ddp_sim and with PyTorch's own
+function. Part 3 times a real all-reduce of the same floats as one tensor or as many small ones.
+"""
+
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch._dynamo  # noqa: F401 - DDP() imports it anyway (~1.5 s): once here, not once per forked rank
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
+from common.launcher import launch
+from common.output import ASSUMPTION, EXACT, MEASURED, Report, bar, fmt_bytes, fmt_time, new_figure
+from lecture15.ddp_sim import (
+    DEFAULT_FIRST_BUCKET_BYTES,
+    MB,
+    MiB,
+    assign_buckets,
+    assign_buckets_in_order,
+    bert_large,
+    bucket_sizes,
+    resnet50,
+)
+
+LAYERS, WIDTH = 6, 512        # Part 1's model: one Linear(512, 512) is 1,050,624 bytes of fp32 gradient
+ITERATIONS = 3                # iteration 1 uses one bucket; DDP rebuilds before iteration 2
+TINY_BYTES = 16 * 1024        # Part 2: a "tiny" tensor has under 16 KiB (fewer than 4096 fp32 values)
+PIECE_ELEMENTS = 1024         # Part 3: the smallest pieces the floats are cut into (notes: 1K elements)
+
+
+def linear_stack() -> nn.Module:
+    """Six Linear(512, 512) in a row: names 0.weight, 0.bias, ..., 5.bias, as in the notes."""
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+
+
+def recording_hook(state: dict[str, Any], bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Record the bucket, then do what DDP would: all-reduce and average. The parameter must be
+    called `bucket`, and with a hook DDP leaves the division by the world size to us."""
+    names = [state["names"][p.data_ptr()] for p in bucket.parameters()]
+    buf = bucket.buffer()
+    state["log"].append((state["iteration"], bucket.index(), buf.numel() * buf.element_size(), names))
+    buf.div_(dist.get_world_size())
+    return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+def bucket_worker(rank: int, world_size: int, caps_mib: list[float | None], iterations: int) -> list[dict]:
+    """Part 1: for each bucket_cap_mb, train `iterations` steps and return the buckets DDP formed."""
+    out = []
+    for cap in caps_mib:
+        model = linear_stack()
+        names = {p.data_ptr(): n for n, p in model.named_parameters()}
+        ready: list[str] = []  # the order gradients land in iteration 1: what the rebuild uses
+        handles = [p.register_post_accumulate_grad_hook(lambda p, n=n, ready=ready: ready.append(n))
+                   for n, p in model.named_parameters()]
+        ddp = DDP(model, bucket_cap_mb=cap)
+        state: dict[str, Any] = {"names": names, "log": [], "iteration": 0}
+        ddp.register_comm_hook(state, recording_hook)
+        x = torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(rank))
+        for it in range(1, iterations + 1):
+            state["iteration"] = it
+            ddp(x).pow(2).mean().backward()
+            if it == 1:
+                for h in handles:
+                    h.remove()
+        out.append({"cap": cap, "log": state["log"], "ready": ready})
+        del ddp, model
+    return out
+
+
+def allreduce_worker(rank: int, world_size: int, elements: int, counts: list[int]) -> dict[int, float]:
+    """Part 3: seconds to all-reduce the same `elements` float32 cut into n tensors, for each n."""
+    flat = torch.ones(elements)
+    dist.all_reduce(flat[:PIECE_ELEMENTS])  # warm up the connection
+    times: dict[int, float] = {}
+    for n in counts:
+        pieces = flat.tensor_split(n)
+        samples = []
+        for _ in range(max(1, min(5, 256 // n))):  # repeat the cheap cases, take the median
+            dist.barrier()
+            start = time.perf_counter()
+            for piece in pieces:  # one blocking all-reduce per tensor: the naive per-gradient scheme
+                dist.all_reduce(piece)
+            samples.append(time.perf_counter() - start)
+        times[n] = statistics.median(samples)
+    return times
+
+
+def describe(names: list[str], total: int) -> str:
+    return f"all {total} tensors" if len(names) == total else " ".join(names)
+
+
+def part1_real_buckets(rep: Report, args) -> None:
+    caps = [args.bucket_cap_mb, None]
+    runs = launch(bucket_worker, args.world_size, caps, ITERATIONS, timeout_s=args.timeout_s)
+    model = linear_stack()
+    names = [n for n, _ in model.named_parameters()]
+    param_bytes = [p.numel() * p.element_size() for p in model.parameters()]
+    all_match = True
+    for run in runs[0]:
+        cap = run["cap"]
+        cap_bytes = int((25 if cap is None else cap) * MiB)
+        first_cap = DEFAULT_FIRST_BUCKET_BYTES if cap is None else cap_bytes  # explicit cap: first = cap
+        by_rule = assign_buckets(param_bytes, cap_bytes, first_cap)
+        by_ready = assign_buckets_in_order(param_bytes, [names.index(n) for n in run["ready"]], cap_bytes, first_cap)
+        label = "bucket_cap_mb=None (PyTorch's default)" if cap is None else f"bucket_cap_mb={cap:g}"
+        rep.line(f"\n{label}: cap {cap_bytes:,} B, first bucket {first_cap:,} B")
+        rows = []
+        for it, index, nbytes, bucket_names in run["log"]:
+            if it > 2:
+                continue  # iteration 3 repeats iteration 2 (checked below)
+            got = [names.index(n) for n in bucket_names]
+            if it == 1:  # one bucket holding everything, compared as a set
+                match, match_ready = index == 0 and sorted(got) == list(range(len(names))), "-"
+            else:        # the rebuilt buckets, compared in order, parameter by parameter
+                match = index < len(by_rule) and got == by_rule[index]
+                match_ready = index < len(by_ready) and got == by_ready[index]
+                all_match &= match and match_ready
+            all_match &= bool(match)
+            rows.append([it, index, nbytes, describe(bucket_names, len(names)), match, match_ready])
+        all_match &= sum(1 for r in run["log"] if r[0] == 1) == 1
+        all_match &= sum(1 for r in run["log"] if r[0] == 2) == len(by_rule)
+        rep.table(["iter", "bucket", "bytes", "parameters (in bucket order)", "= ddp_sim rule", "= ready order"],
+                  rows, name=f"buckets_cap_{cap}")
+        later = [(i, b, n) for it, i, b, n in run["log"] if it == 3]
+        second = [(i, b, n) for it, i, b, n in run["log"] if it == 2]
+        rep.record(f"cap_{cap}", {"by_rule_bytes": bucket_sizes(param_bytes, by_rule),
+                                  "recorded": run["log"], "iteration3_same": later == second})
+        rep.line(f"  predicted bytes (ddp_sim): {bucket_sizes(param_bytes, by_rule)}; "
+                 f"iteration 3 same as 2: {later == second}; same on every rank: "
+                 f"{all(r[caps.index(cap)]['log'] == run['log'] for r in runs)}")
+    first_iteration = {sum(1 for r in run["log"] if r[0] == 1) for run in runs[0]}
+    rep.claim("buckets in iteration 1 (find_unused_parameters=False)", max(first_iteration), notes=1, kind=EXACT)
+    rep.claim("recorded buckets (iteration >= 2) equal ddp_sim's prediction", all_match, notes=True, kind=EXACT)
+    first = next(r for r in runs[0][0]["log"] if r[0] == 2)
+    rep.claim("bucket 0 starts with the last layer's bias and weight", " ".join(first[3][:2]),
+              notes=f"{LAYERS - 1}.bias {LAYERS - 1}.weight", kind=EXACT)
+    rep.note(f"Model: {LAYERS} x Linear({WIDTH}, {WIDTH}), one layer = {param_bytes[0] + param_bytes[1]:,} B; "
+             f"{args.world_size} ranks, {ITERATIONS} iterations.\n"
+             "bucket_cap_mb is in MiB (x 1,048,576). Left at None, the cap is 25 MiB and the first bucket\n"
+             "1 MiB; any explicit value (even 25) also sets the first bucket's cap to the same value.\n"
+             "Iteration 1 is one bucket (find_unused_parameters=False); before iteration 2 DDP rebuilds the\n"
+             "buckets in the order the gradients became ready ('= ready order'), which here is the reverse\n"
+             "registration order ddp_sim assumes ('= ddp_sim rule'). Iteration 1's bucket is compared as a set,\n"
+             "the rebuilt ones parameter by parameter in order.")
+
+
+def torch_buckets(param_bytes: list[int], cap_bytes: int, first_cap: int) -> list[list[int]]:
+    """PyTorch's own bucketing on meta tensors, visiting the parameters in reverse (as the rebuild
+    does when gradients arrive in reverse order): an independent check of ddp_sim."""
+    order = list(range(len(param_bytes) - 1, -1, -1))
+    # Tensors go in visiting order; tensor_indices only labels them with their registration index.
+    tensors = [torch.empty(param_bytes[i] // 4, device="meta") for i in order]
+    indices, _ = dist._compute_bucket_assignment_by_size(tensors, [first_cap, cap_bytes], [False] * len(order), order)
+    return [list(b) for b in indices]
+
+
+def part2_model_buckets(rep: Report, args) -> None:
+    readings = [("25 MB = 25e6 B, first bucket the same (notes' reading)", 25 * MB, 25 * MB),
+                ("bucket_cap_mb=None: 25 MiB, first bucket 1 MiB (PyTorch default)", 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES),
+                ("bucket_cap_mb=25: 25 MiB, first bucket 25 MiB", 25 * MiB, 25 * MiB)]
+    rows, counts, torch_agrees = [], {}, True
+    for spec in (resnet50(), bert_large()):
+        pb = spec.param_bytes()
+        tiny = [b for b in pb if b < TINY_BYTES]
+        row = [spec.name, len(pb), spec.numel, len(tiny), f"{100 * sum(tiny) / sum(pb):.2f}%"]
+        for _, cap, first in readings:
+            ours = assign_buckets(pb, cap, first)
+            torch_agrees &= ours == torch_buckets(pb, cap, first)
+            counts[(spec.name, cap, first)] = len(ours)
+            row.append(len(ours))
+        rows.append(row)
+    rep.table(["model", "tensors", "parameters", "tiny (< 16 KiB)", "bytes in tiny", "25 MB", "default", "25 MiB"],
+              rows, name="models")
+    for i, (text, _, _) in enumerate(readings):
+        rep.line(f"  {['25 MB', 'default', '25 MiB'][i]:>7}: {text}")
+    rep.claim("ResNet-50 parameter tensors", rows[0][1], notes=161, kind=EXACT)
+    rep.claim("BERT-large parameter tensors", rows[1][1], notes=391, kind=EXACT)
+    for name, i, notes in (("ResNet-50", 0, 4), ("BERT-large", 1, 48)):
+        rep.claim(f"{name} buckets at 25 MB = 25e6 B", rows[i][5], notes=notes, kind=ASSUMPTION)
+        rep.claim(f"{name} buckets with PyTorch's default cap", rows[i][6], notes=notes, kind=ASSUMPTION,
+                  why="PyTorch's 25 is MiB (26,214,400 B) and its first bucket is 1 MiB; the notes' count "
+                      "reads 25 MB as 25e6 B with no smaller first bucket")
+    rep.claim("ddp_sim's buckets equal torch's _compute_bucket_assignment_by_size (all readings)",
+              torch_agrees, notes=True, kind=EXACT)
+    rep.note("Tiny = under 16 KiB: biases, BatchNorm and LayerNorm vectors. Most tensors are tiny but hold a\n"
+             "sliver of the bytes: one all-reduce each would pay the per-message cost hundreds of times.\n"
+             "Buckets are filled in reverse registration order; torch's function is called on meta tensors.")
+
+
+def sweep_counts(max_pieces: int) -> list[int]:
+    counts, n = [], 1
+    while n < max_pieces:
+        counts.append(n)
+        n *= 4
+    return counts + [max_pieces]
+
+
+def part3_small_tensors(rep: Report, args) -> None:
+    elements = min(args.elements, 256 * 1024) if args.quick else args.elements
+    counts = sweep_counts(elements // PIECE_ELEMENTS)
+    times = launch(allreduce_worker, 2, elements, counts, timeout_s=args.timeout_s)
+    t = {n: max(r[n] for r in times) for n in counts}  # the slower rank finishes the collective
+    rows = [[n, fmt_bytes(4 * elements / n), fmt_time(t[n]), t[n] / t[1], bar(t[n], max(t.values()), 30)]
+            for n in counts]
+    rep.table(["tensors", "each", "total time", "x one tensor", ""], rows, name="sweep")
+    many = counts[-1]
+    per_message = (t[many] - t[1]) / (many - 1)  # what each extra tensor adds, whatever its size
+    rep.claim(f"all-reduce {elements:,} float32 as {many} tensors of {elements // many:,}", t[many] * 1e3, notes=300,
+              unit="ms", kind=MEASURED, why="notes: 'more than 300 ms' for 4M floats as 4096 tensors, another machine")
+    rep.claim(f"all-reduce {elements:,} float32 as one tensor", t[1] * 1e3, notes=3, unit="ms", kind=MEASURED,
+              why="notes: 'under 3 ms'; here gloo goes over TCP loopback on 2 shared cores")
+    rep.claim(f"{many} small tensors / one tensor", t[many] / t[1], notes=100, unit="x", kind=MEASURED,
+              why="notes: 'more than 100 times'; the ratio depends on both timings above")
+    rep.note(f"2 gloo ranks (always, like the paper's figure), {elements:,} float32 ({fmt_bytes(4 * elements)}), cut into n equal tensors (smallest "
+             f"{elements // many:,} elements), one blocking all-reduce each; the slower rank's time, median of up\n"
+             f"to 5 repeats for small n. Each extra tensor adds about {fmt_time(per_message)} here whatever its size:\n"
+             "a fixed cost per message, the shape of the paper's figure 2. Buckets pay it once per bucket.")
+    fig, ax = new_figure(figsize=(5, 3.5))
+    ax.loglog(counts, [t[n] for n in counts], "o-")
+    ax.set_xlabel("number of tensors (same total floats)")
+    ax.set_ylabel("all-reduce time (s)")
+    ax.set_title(f"gloo, 2 ranks, {elements:,} float32")
+    rep.save_figure(fig, "02_small_tensors")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=2, real=True)
+    parser.add_argument("--bucket-cap-mb", type=positive_float, default=2.0,
+                        help="Part 1's bucket_cap_mb, in MiB as PyTorch reads it (default 2: 3 buckets)")
+    parser.add_argument("--elements", type=positive_int, default=4 * 1024 * 1024,
+                        help="Part 3's float32 count (default 4,194,304 = 4096 x 1024)")
+    args = parser.parse_args()
+    if args.elements < PIECE_ELEMENTS:
+        raise UsageError(f"--elements {args.elements} must be at least {PIECE_ELEMENTS} (one piece)")
+    rep = Report(__file__, "DDP's gradient buckets", args)
+    rep.part(1, "buckets recorded from real DDP")  # a comm hook logs every bucket; ddp_sim predicts them
+    part1_real_buckets(rep, args)
+    rep.part(2, "ResNet-50 and BERT-large")  # tensor counts, tiny tensors, buckets at 25 MB vs MiB
+    part2_model_buckets(rep, args)
+    rep.part(3, "why buckets: small all-reduces are slow")  # the same floats as 1 or thousands of tensors
+    part3_small_tensors(rep, args)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)
