@@ -20,7 +20,6 @@ import numpy as np
 
 from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
 from common.costmodel import Link, ring_allreduce_time
-from common.launcher import launch
 from common.output import Report, fmt_bytes
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
 
@@ -112,6 +111,8 @@ def fit_ring(world_size: int, sizes: list[int], times: list[float]) -> tuple[Lin
     """
     k = world_size
     t = np.array(times, dtype=float)
+    if len(sizes) < 2 or not np.all(t > 0):
+        raise ValueError("need at least two sizes with measured times > 0")
     design = np.array([[2 * (k - 1), 2 * (k - 1) / k * n] for n in sizes], dtype=float) / t[:, None]
     (alpha, inv_beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
     note = ""
@@ -198,6 +199,8 @@ def main() -> None:
         args.bucket_cap_mib, sizes = min(args.bucket_cap_mib, 1.0), ALLREDUCE_BYTES[:-1]
     rep = Report(__file__, "the §3 timeline model against a real DDP step on this machine", args)
     import torch._dynamo  # noqa: F401  DDP's constructor imports it (~1 s): once here, not once per rank
+
+    from common.launcher import launch  # torch loads only once the flags are known to be good
     result = launch(measure_worker, args.world_size, args.layers, args.width, args.batch, args.bucket_cap_mib,
                     sizes, args.repeats, timeout_s=args.timeout_s)[0]
     result["sizes"] = sizes
