@@ -180,12 +180,16 @@ def timing_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, list[fl
     X, Y = global_batch(cfg["batch"])
     x, y = X[shard(len(X), rank, world)], Y[shard(len(X), rank, world)]
     # Same buckets for both: PyTorch's bucket_cap_mb is MiB, and an explicit cap also caps bucket 0.
-    models = {"MyDDP": MyDDP(handbook_model(), bucket_bytes=cfg["bucket_bytes"]),
-              "PyTorch DDP": DistributedDataParallel(handbook_model(), bucket_cap_mb=cfg["bucket_bytes"] / 2**20)}
+    hidden = cfg.get("hidden", 256)   # bench/bench_my_ddp.py also times a wider model
+    models = {"MyDDP": MyDDP(handbook_model(hidden), bucket_bytes=cfg["bucket_bytes"]),
+              "PyTorch DDP": DistributedDataParallel(handbook_model(hidden),
+                                                     bucket_cap_mb=cfg["bucket_bytes"] / 2**20)}
     opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
     times: dict[str, list[float]] = {k: [] for k in models}
     for repeat in range(cfg["warmup"] + cfg["repeats"]):
-        for name, model in models.items():      # interleaved, so drift hits both alike
+        # Interleaved, and the order swapped every repeat: drift and "who goes second" hit both alike.
+        for name in list(models)[::1 if repeat % 2 else -1]:
+            model = models[name]
             dist.barrier()
             start = time.perf_counter()
             opts[name].zero_grad()

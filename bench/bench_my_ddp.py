@@ -1,0 +1,60 @@
+"""Step time of the from-scratch MyDDP against PyTorch's DDP on real ranks, with the 1.2× target.
+
+    python bench/bench_my_ddp.py [--world-size 2] [--repeats 100] [--bucket-size 64KiB]
+
+The handbook's MLP (hidden 256, about 85k parameters) and a 4× wider one (about 1.1M), the same
+buckets for both wrappers, steps interleaved and timed after a barrier; the step of a repeat is its
+slowest rank's, and the table shows the median. A benchmark, not a test: it never fails a build.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from common.cli import make_parser, positive_int, run_main, size_bytes
+from common.launcher import launch
+from common.output import Report, fmt_bytes
+from lecture15.my_ddp_check import TARGET_RATIO, handbook_model, timing_rank
+
+HIDDEN_SIZES = (256, 1024)   # the handbook's model, and one where communication weighs more
+
+
+def bench_rank(rank: int, world: int, cfg: dict[str, Any]) -> list[dict[str, list[float]]]:
+    return [timing_rank(rank, world, dict(cfg, hidden=hidden)) for hidden in HIDDEN_SIZES]
+
+
+def median_step(ranks: list[dict[str, list[float]]], name: str) -> float:
+    return statistics.median(max(ts) for ts in zip(*(r[name] for r in ranks)))   # slowest rank per step
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=2, real=True, figs=False)
+    parser.add_argument("--repeats", type=positive_int, default=None,
+                        help="timed steps per model and wrapper (default 100; 20 with --quick)")
+    parser.add_argument("--bucket-size", type=size_bytes, default=64 * 1024,
+                        help="bucket cap of both wrappers (default the handbook's 64 KiB)")
+    parser.add_argument("--batch", type=positive_int, default=32, help="global batch (default 32)")
+    args = parser.parse_args()
+    repeats = args.repeats or (20 if args.quick else 100)
+    rep = Report(__file__, "MyDDP vs PyTorch DDP, median step time", args)
+    cfg = {"batch": max(args.batch, args.world_size), "bucket_bytes": args.bucket_size,
+           "repeats": repeats, "warmup": 10}
+    per_rank = launch(bench_rank, args.world_size, cfg, timeout_s=args.timeout_s)
+    rows = []
+    for i, hidden in enumerate(HIDDEN_SIZES):
+        ranks = [r[i] for r in per_rank]
+        mine, theirs = median_step(ranks, "MyDDP"), median_step(ranks, "PyTorch DDP")
+        params = sum(p.numel() for p in handbook_model(hidden).parameters())
+        ratio = mine / theirs
+        rows.append([f"MLP hidden {hidden}", params, mine * 1e3, theirs * 1e3, ratio, f"≤ {TARGET_RATIO:g}",
+                     "pass" if ratio <= TARGET_RATIO else "FAIL"])
+    rep.table(["model", "parameters", "MyDDP ms", "PyTorch DDP ms", "ratio", "target", "verdict"], rows,
+              name="step_times")
+    rep.note(f"{args.world_size} ranks (gloo, one thread each), global batch {cfg['batch']}, bucket cap "
+             f"{fmt_bytes(args.bucket_size, binary=True)} for both, median of {repeats} interleaved steps")
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)
