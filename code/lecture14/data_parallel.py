@@ -233,6 +233,7 @@ class LeastSquares:
 
     a: np.ndarray
     b: np.ndarray
+    rows: np.ndarray     # (computations, m): the samples of each mini-batch
     batch_h: np.ndarray  # (computations, dim, dim)
     batch_c: np.ndarray  # (computations, dim)
 
@@ -265,7 +266,7 @@ def make_least_squares(n: int, dim: int, computations: int, batch: int, seed: in
     a_j, b_j = a[rows], b[rows]  # (computations, batch, dim), (computations, batch)
     batch_h = np.einsum("jbi,jbk->jik", a_j, a_j) / batch
     batch_c = np.einsum("jbi,jb->ji", a_j, b_j) / batch
-    return LeastSquares(a, b, batch_h, batch_c)
+    return LeastSquares(a, b, rows, batch_h, batch_c)
 
 
 def simulate_parameter_server(problem: LeastSquares, workers: int, lr: float,
