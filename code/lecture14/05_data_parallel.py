@@ -1,0 +1,311 @@
+"""Lecture 14 §4 (数据并行): partition, average gradients, train step; equivalence, pitfalls, async, speedup.
+
+    python code/lecture14/05_data_parallel.py [--world-size 4] [--seed 0] [--ps-workers 8] [--quick]
+
+Parts 1–6 follow §4 of the notes; Part 7 (an extra) shows the §2.2 / §6 "most common deadlock".
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
+from common.costmodel import data_parallel_speedup, ring_allreduce_time
+from common.launcher import RankError, launch, rank_device
+from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time, new_figure
+from lecture14 import data_parallel as dp
+
+D_IN, HIDDEN = 8, 16        # the small float64 MLP regression of Parts 2 and 4
+SAMPLES = 64                # divisible by 2, 4 and 8, so every simulated shard has the same size
+PER_RANK_REAL = 16          # the real HW5 run uses 16·W samples: equal shards for any W
+LR = 0.1
+UNEQUAL_SAMPLES, UNEQUAL_RANKS = 10, 4   # Part 3: the notes' 10 samples on 4 ranks (3, 3, 2, 2)
+MICRO_BATCHES = 4           # Part 4
+GRAD_COMPUTATIONS = 400     # Part 5: gradient computations per schedule
+PS_SAMPLES, PS_DIM, PS_BATCH = 256, 10, 8
+PS_LRS = [0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 1.0]
+GRAD_SIZES_MB = [10, 100, 400]           # Part 6
+DEADLOCK_TIMEOUT_S = 1.5    # Part 7: long enough for a healthy collective, short enough to wait for
+MAX_WORLD_SIZE = 64         # one forked process per rank on this machine
+
+
+# ---- rank code: each returns data; the parent prints --------------------------------------------
+def partition_worker(rank: int, world_size: int, size: int, seed: int) -> list[int]:
+    """No communication: every rank derives the whole permutation and keeps its own slice."""
+    return dp.partition_indices(size, world_size, rank, seed)
+
+
+def hw5_worker(rank: int, world_size: int, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+               steps: int, seed: int) -> list[float]:
+    """HW5 as a student writes it: my shard, my optimizer, train_step with average_gradients."""
+    shard = dp.partition_indices(len(x), world_size, rank, seed)
+    device = rank_device()  # the CPU under gloo; this rank's GPU under NCCL
+    model = model.to(device)  # this rank's own copy (forked, pickled, or torchrun's)
+    inputs, targets = x[shard].to(device), y[shard].to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for _ in range(steps):
+        dp.train_step(model, optimizer, nn.functional.mse_loss, inputs, targets)
+    # a plain list: a tensor would travel as a shared-memory handle that dies with this process
+    return dp.flat_params(model).tolist()
+
+
+def skip_collective_worker(rank: int, world_size: int) -> float:
+    """The bug: only rank 0 all-reduces (say, a metric it alone logs); the others go on to the end."""
+    value = torch.ones(1, device=rank_device())
+    if rank == 0:
+        torch.distributed.all_reduce(value)
+    return value.item()
+
+
+# ---- the parts ----------------------------------------------------------------------------------
+def part1_partition(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(1, "partition_indices: the same split on every rank, without communication")
+    w, size = args.world_size, UNEQUAL_SAMPLES
+    state_before = random.getstate()
+    shards = launch(partition_worker, w, size, args.seed, timeout_s=args.timeout_s)
+    rows = [[r, len(s), " ".join(map(str, s))] for r, s in enumerate(shards)]
+    rep.table(["rank", "samples", "indices (its slice of the seeded shuffle)"], rows, name="real_ranks")
+    rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: "
+             f"{sorted(i for s in shards for i in s) == list(range(size))}")
+    rows = []
+    for n in sorted({max(w - 1, 0), w, size, 1003}):
+        parts = [dp.partition_indices(n, w, r, args.seed) for r in range(w)]  # W independent calls
+        sizes = [len(p) for p in parts]
+        once = sorted(i for p in parts for i in p) == list(range(n))
+        naive_kept = sum(dp.naive_proportional_sizes(n, w))
+        rows.append([n, " ".join(map(str, sizes)), "yes" if once else "NO", n % w,
+                     naive_kept, n - naive_kept])
+    rep.table(["size", f"per-rank sizes (W = {w})", "each index once", "ranks with +1",
+               "naive int(size/W) keeps", "naive drops"], rows, name="sizes")
+    rep.line(f"  global random state untouched by the shuffles: {random.getstate() == state_before}")
+    rep.note("rank r gets size // W samples, the first size % W ranks one more; slicing by the "
+             "fraction 1/W instead drops the remainder.")
+
+
+def part2_equivalence(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(2, "K replicas = one big batch (mathematically), but not bit-identical")
+    steps = 5 if args.quick else 20
+    x, y = dp.make_regression_data(SAMPLES, D_IN, args.seed)
+    model = dp.make_mlp(D_IN, HIDDEN, args.seed)
+    reference, losses = dp.train_full_batch(model, x, y, steps, LR)
+    rows, diffs, all_identical = [], [], True
+    for k in (2, 4, 8):
+        shards = [dp.partition_indices(SAMPLES, k, r, args.seed) for r in range(k)]
+        run = dp.simulate_data_parallel(model, x, y, shards, steps, LR)
+        identical = all(torch.equal(dp.flat_params(run.replicas[0]), dp.flat_params(m)) for m in run.replicas)
+        all_identical &= identical
+        diffs.append(dp.max_abs_diff(run.replicas[0], reference))
+        rows.append([k, SAMPLES // k, "yes" if identical else "NO", diffs[-1], run.losses[-1]])
+    rep.table(["K", "samples/replica", "replicas bit-identical", "max |Δθ| vs full batch",
+               "loss before last step"], rows, name="simulated")
+    rep.line(f"  full batch: {SAMPLES} samples, MLP {D_IN}→{HIDDEN}→1 (tanh), float64, SGD lr {LR}, "
+             f"{steps} steps; loss {losses[0]:.4g} → {losses[-1]:.4g}")
+    rep.claim("replicas bit-identical after training", all_identical, True)
+    rep.claim("largest max |Δθ| vs full batch over K = 2, 4, 8", max(diffs), 5.6e-17, kind=ASSUMPTION,
+              why="float64 round-off from a different summation order; its size depends on the data, "
+                  "the model and the steps (one or two ulps of the parameters here)")
+    # The real thing: HW5's functions on W gloo ranks, checked against the simulation.
+    w = args.world_size
+    xr, yr = dp.make_regression_data(PER_RANK_REAL * w, D_IN, args.seed)
+    # A process's first optimizer imports torch._dynamo (about 1 s here): pay it once, before the
+    # fork, rather than once in every rank.
+    torch.optim.SGD(model.parameters(), lr=LR)
+    params = [torch.tensor(p, dtype=torch.float64)
+              for p in launch(hw5_worker, w, model, xr, yr, steps, args.seed, timeout_s=args.timeout_s)]
+    shards = [dp.partition_indices(len(xr), w, r, args.seed) for r in range(w)]
+    simulated = dp.simulate_data_parallel(model, xr, yr, shards, steps, LR).replicas[0]
+    full, _ = dp.train_full_batch(model, xr, yr, steps, LR)
+    rows = [["real ranks bit-identical to each other", str(all(torch.equal(params[0], p) for p in params))],
+            ["max |Δθ| real rank 0 vs simulation", dp.max_abs_diff(params[0], dp.flat_params(simulated))],
+            ["max |Δθ| real rank 0 vs full batch", dp.max_abs_diff(params[0], dp.flat_params(full))]]
+    rep.line(f"\n  HW5 train_step + average_gradients on {w} real ranks (torch.distributed), "
+             f"{len(xr)} samples, {steps} steps:")
+    rep.table(["check", "result"], rows, name="real_ranks")
+    rep.note("gloo may add the ranks' gradients in another order than the simulation's rank order, "
+             "so real vs simulated can differ in the last bit; with W = 2 the sum a + b is commutative.")
+
+
+def _flat_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    return torch.cat([g.reshape(-1) for g in dp.shard_gradients(model, x, y, reduction)])
+
+
+def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(3, "pitfall: unequal shards (10 samples on 4 ranks)")
+    n, k = UNEQUAL_SAMPLES, UNEQUAL_RANKS
+    shards = [dp.partition_indices(n, k, r, args.seed) for r in range(k)]
+    counts = [len(s) for s in shards]
+    weights = dp.sample_weights_naive(counts)
+    weight_error = sum((w - 1 / n) ** 2 for w in weights) ** 0.5 / (n * (1 / n) ** 2) ** 0.5
+    rep.line(f"  shards {counts}; each sample's weight in the naive mean of means 1/(K·n_r): "
+             f"{', '.join(sorted({f'1/{k * c}' for c in counts}))} instead of 1/{n}")
+    # Two data sets through the same code: one-hot inputs make the per-sample gradients orthogonal
+    # and of equal length, so the gradient error is exactly the weight-vector error; the MLP is generic.
+    onehot = nn.Linear(n, 1, bias=False).double()
+    nn.init.zeros_(onehot.weight)
+    cases = [("one-hot x, y = 1, linear model at 0: orthogonal grads", onehot,
+              torch.eye(n, dtype=torch.float64), torch.ones(n, 1, dtype=torch.float64)),
+             (f"MLP regression as in Part 2, seed {args.seed}", dp.make_mlp(D_IN, HIDDEN, args.seed),
+              *dp.make_regression_data(n, D_IN, args.seed))]
+    rows, rel = [], {}
+    for name, model, x, y in cases:
+        full = _flat_grads(model, x, y)
+        means = [_flat_grads(model, x[s], y[s]) for s in shards]
+        sums = [_flat_grads(model, x[s], y[s], "sum") for s in shards]
+        rel[name] = [((g - full).norm() / full.norm()).item() for g in (
+            dp.combine_naive_mean(means, counts), dp.combine_weighted(means, counts),
+            dp.combine_sum_then_divide(sums, counts))]
+        rows.append([name, *rel[name]])
+    rep.table(["data (gradients at initialisation)", "naive mean of means", "weighted by n_r",
+               "sum, then ÷ N"], rows, name="relative_error")
+    rep.note("each column is the relative error ‖g − g_full‖₂ / ‖g_full‖₂ over all parameters.")
+    onehot_rel, mlp_rel = rel[cases[0][0]][0], rel[cases[1][0]]
+    rep.claim("naive relative error, orthogonal per-sample grads (= weight-vector error)", 100 * onehot_rel,
+              21, unit="%", kind=ASSUMPTION, why="21 % is one data set's value; this is the data-free one")
+    rep.claim("naive relative error, MLP data", 100 * mlp_rel[0], 21, unit="%", kind=ASSUMPTION,
+              why="depends on the data: the error is Σ (w_naive − 1/N)·g_i, so it is smaller when the "
+                  "per-sample gradients share a common direction; for uncorrelated, zero-mean ones of "
+                  f"equal size its RMS is the weight-vector error {100 * weight_error:.2f} %")
+    seeds = 10 if args.quick else 50
+    spread = sorted(_naive_error(s, shards, counts) for s in range(seeds))
+    rep.line(f"  naive error on the MLP data over {seeds} data seeds: min {100 * spread[0]:.1f} %, "
+             f"median {100 * spread[seeds // 2]:.1f} %, max {100 * spread[-1]:.1f} %")
+    rep.claim("sum-then-divide relative error, MLP data", mlp_rel[2], 2.9e-16, kind=ASSUMPTION,
+              why="float64 round-off; the exact value depends on the data")
+
+
+def _naive_error(seed: int, shards: list[list[int]], counts: list[int]) -> float:
+    model = dp.make_mlp(D_IN, HIDDEN, seed)
+    x, y = dp.make_regression_data(UNEQUAL_SAMPLES, D_IN, seed)
+    full = _flat_grads(model, x, y)
+    naive = dp.combine_naive_mean([_flat_grads(model, x[s], y[s]) for s in shards], counts)
+    return ((naive - full).norm() / full.norm()).item()
+
+
+def part4_accumulation(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(4, f"gradient accumulation: {MICRO_BATCHES} micro-batches on one rank vs {MICRO_BATCHES} ranks")
+    steps = 5 if args.quick else 20
+    x, y = dp.make_regression_data(SAMPLES, D_IN, args.seed)
+    model = dp.make_mlp(D_IN, HIDDEN, args.seed)
+    parts = [dp.partition_indices(SAMPLES, MICRO_BATCHES, r, args.seed) for r in range(MICRO_BATCHES)]
+    accumulated = dp.train_grad_accumulation(model, x, y, parts, steps, LR)
+    parallel = dp.simulate_data_parallel(model, x, y, parts, steps, LR).replicas[0]
+    full, _ = dp.train_full_batch(model, x, y, steps, LR)
+    to_dp, to_full = dp.max_abs_diff(accumulated, parallel), dp.max_abs_diff(accumulated, full)
+    rep.table(["comparison (same model, data and slices, " + f"{steps} steps)", "max |Δθ|"],
+              [["accumulation vs simulated data parallel", to_dp],
+               ["accumulation vs full batch", to_full]], name="accumulation")
+    rep.claim("accumulation vs data parallel, max |Δθ|", to_dp, 2.8e-17, kind=ASSUMPTION,
+              why=f"ours adds the micro-batch gradients in the simulated ranks' order and ÷{MICRO_BATCHES} "
+                  "is exact in binary, so the two are bit-identical here; a non-zero gap needs another "
+                  "summation order (e.g. gloo's) or a non-power-of-two count")
+    rep.note("split a batch in space (ranks) or in time (micro-batches): same gradient. Combined, each "
+             "rank accumulates locally and all-reduces only after its last micro-batch (DDP's no_sync, "
+             "lecture 15).")
+
+
+def part5_async(rep: Report, args: argparse.Namespace) -> None:
+    k = args.ps_workers
+    rep.part(5, f"parameter server: synchronous vs asynchronous with stale gradients ({k} workers)")
+    problem = dp.make_least_squares(PS_SAMPLES, PS_DIM, GRAD_COMPUTATIONS, PS_BATCH, args.seed)
+    start = problem.loss(np.zeros(PS_DIM))
+    taus = sorted({t for t in (0, 1, (k - 1) // 2, k - 1) if t <= k - 1})
+    curvature = problem.largest_curvature()
+    rows = []
+    for lr in PS_LRS:
+        finals = [dp.simulate_parameter_server(problem, k, lr, None)]
+        finals += [dp.simulate_parameter_server(problem, k, lr, t) for t in taus]
+        rows.append([lr, lr * curvature, *[f"{v:.4g}" if v <= start else "diverged" for v in finals]])
+    rep.table(["lr", "lr·λmax", f"sync ({GRAD_COMPUTATIONS // k} updates)",
+               *[f"async τ={t}" for t in taus]], rows, name="final_loss")
+    rep.note(f"least squares L(w) = |Aw − b|²/2n, A: {PS_SAMPLES}×{PS_DIM} N(0,1), b = A·w* + 0.1·noise, "
+             f"w₀ = 0 (L = {start:.3g}, optimum {problem.optimum_loss():.3g}); gradient j uses the j-th of "
+             f"{GRAD_COMPUTATIONS} fixed mini-batches of {PS_BATCH}, the same in every column.")
+    rep.note(f"sync: each update averages {k} gradients at the current w. async τ: each gradient is one "
+             f"update, computed at w as it was τ updates earlier (τ = {k - 1} ≈ K − 1 when all {k} workers "
+             "are busy). 'diverged' = overflowed or ended above the starting loss.")
+    rep.note("τ = 0 wins at small lr (8× the updates); with a larger lr, staler gradients do worse and "
+             "blow up first; at the largest lr even τ = 0 diverges (one mini-batch's curvature).")
+
+
+def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(6, "speedup without overlap: T1 / (T1/K + T_comm), ring all-reduce")
+    link, t1 = link_from_args(args), args.step_ms * 1e-3
+    rep.line(f"  T1 = {args.step_ms:g} ms, {link.describe()}, MB = 1e6 B")
+    ks = sorted({1, 2, 4, 8, 16, 32, 64, args.world_size})
+    rows = []
+    for k in ks:
+        comm = [ring_allreduce_time(k, mb * 1e6, link) for mb in GRAD_SIZES_MB]
+        rows.append([k, fmt_time(t1 / k), *[fmt_time(c) for c in comm],
+                     *[data_parallel_speedup(t1, k, c) for c in comm]])
+    rep.table(["K", "T1/K", *[f"T_comm {mb} MB" for mb in GRAD_SIZES_MB],
+               *[f"speedup {mb} MB" for mb in GRAD_SIZES_MB]], rows, name="speedup")
+    rep.note("compute shrinks as 1/K while the ring's time tends to 2N/β: the speedup saturates "
+             "(and even falls once the 2(K − 1)·α latency grows).")
+    why = "the notes' T1 = 20 ms, α = 5 µs, β = 25 GB/s; flags changed them"
+    for mb, k, notes in [(10, 8, 6.12), (100, 8, 2.09), (400, 2, 0.77)]:
+        ours = data_parallel_speedup(t1, k, ring_allreduce_time(k, mb * 1e6, link))
+        rep.claim(f"{mb} MB gradients on {k} GPUs", ours, notes, unit="×", kind=EXACT, rtol=0.005, why=why)
+    fraction = 1 / 1.4 - 1 / 2  # T1/K + T_comm ≤ T1/1.4 with K = 2
+    rep.claim("HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2", fraction, 0.21, kind=EXACT)
+    budget = fraction * t1
+    # ring on 2 devices: 2(α + N/(2β)) ≤ budget  ⇒  N ≤ (budget − 2α)·β
+    largest = max(0.0, (budget - 2 * link.alpha_s) * link.beta_Bps)
+    rep.line(f"  T_comm ≤ {budget * 1e3:.3g} ms: on this link, gradients up to {fmt_bytes(largest)} "
+             "on 2 GPUs")
+    rep.record("largest_gradient_bytes_for_1.4x", largest)
+    if rep.figure_dir():
+        fig, ax = new_figure(figsize=(5, 3.5))
+        for i, mb in enumerate(GRAD_SIZES_MB):
+            ax.plot(ks, [r[2 + len(GRAD_SIZES_MB) + i] for r in rows], marker="o", label=f"{mb} MB")
+        ax.plot(ks, ks, "k:", label="ideal")
+        ax.set(xscale="log", yscale="log", xlabel="GPUs K", ylabel="speedup", title="data-parallel speedup")
+        ax.legend()
+        rep.save_figure(fig, "05_speedup")
+
+
+def part7_deadlock(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(7, "extra (§2.2, §6): the most common deadlock, one rank skips a collective")
+    timeout = args.timeout_s or DEADLOCK_TIMEOUT_S
+    start = time.perf_counter()
+    try:
+        launch(skip_collective_worker, args.world_size, timeout_s=timeout)
+        rep.line("  no error: the collective completed (it should not have)")
+    except RankError as err:
+        rep.line(f"  only rank 0 calls all_reduce; after {time.perf_counter() - start:.2f} s "
+                 f"(timeout {timeout:g} s) the launcher reports:")
+        rep.line(f"    rank {err.rank}: {err.message}")
+    rep.note("every rank must make the same collective calls in the same order; without a timeout "
+             "this run would wait for ever (NCCL's default timeout is minutes).")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, alpha_us=5.0, beta_gbs=25.0, real=True)
+    parser.add_argument("--seed", type=int, default=0, help="data, model and partition seed (default 0)")
+    parser.add_argument("--ps-workers", type=positive_int, default=8, help="Part 5 workers (default 8)")
+    parser.add_argument("--step-ms", type=positive_float, default=20.0,
+                        help="Part 6: single-GPU step time in ms (default 20)")
+    args = parser.parse_args()
+    if not 2 <= args.world_size <= MAX_WORLD_SIZE:
+        raise UsageError(f"--world-size must be 2..{MAX_WORLD_SIZE} (Part 7 needs a rank that skips), "
+                         f"got {args.world_size}")
+    if args.ps_workers > GRAD_COMPUTATIONS:
+        raise UsageError(f"--ps-workers must be at most {GRAD_COMPUTATIONS}, got {args.ps_workers}")
+    rep = Report(__file__, "data parallelism (lecture 14 §4)", args)
+    part1_partition(rep, args)      # HW5 1.1: seeded shuffle, size // W plus remainder, no communication
+    part2_equivalence(rep, args)    # K replicas vs one big batch; HW5 on real gloo ranks
+    part3_unequal_shards(rep, args) # 3,3,2,2: the mean of means is biased; weight or sum-then-divide
+    part4_accumulation(rep, args)   # micro-batches in time = ranks in space
+    part5_async(rep, args)          # sync vs async parameter server, stale gradients, divergence
+    part6_speedup(rep, args)        # T1 / (T1/K + T_comm) and HW5's 1.4× budget
+    part7_deadlock(rep, args)       # one rank skips a collective: a timeout, not a hang
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)
