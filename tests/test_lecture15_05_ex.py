@@ -82,8 +82,9 @@ def _independent_step(model, compute, k: int, link: Link, cap: int) -> float:
 def test_weak_scaling_matches_an_independent_event_loop_and_is_monotone(scaling: ModuleType) -> None:
     from lecture15.ddp_sim import weak_scaling
 
-    link, ks = Link(10e-6, 10e9), scaling.world_sizes_up_to(256)
-    assert ks == [1, 2, 4, 8, 16, 32, 64, 128, 256] and scaling.world_sizes_up_to(12) == [1, 2, 4, 8, 12]
+    link, ks = Link(10e-6, 10e9), scaling.powers_of_two_up_to(256)
+    assert ks == [1, 2, 4, 8, 16, 32, 64, 128, 256] and scaling.powers_of_two_up_to(12) == [1, 2, 4, 8, 12]
+    assert scaling.powers_of_two_up_to(1) == [1]
     for name, model, compute in scaling.scaling_models():
         points = weak_scaling(model, ks, link, 25 * MB, compute=compute)
         assert points[0].slowdown == pytest.approx(1.0)

@@ -31,9 +31,9 @@ from lecture15.ddp_sim import (
 
 # The notes' §5 setting: the §3 model at 256 ranks, α = 10 µs, β = 10 GB/s, 25 MB buckets.
 NOTES_SETTING = {"world_size": 256, "alpha_us": 10.0, "beta_gbs": 10.0, "bucket_cap_mb": 25.0, "sync_every": 8}
-# The notes never say how long BERT-large's backward takes. 178.6 ms is what reproduces their §3
-# Part 4 timings (see /work/shared/notes/lecture15-timeline-model.md); our FLOP count (4 × 512 tokens
-# at 16 TFLOP/s) gives 167.5 ms. Both rows are printed, the second labelled as this assumption.
+# The notes never say how long BERT-large's backward takes. With a backward of 178.6 ms this same
+# timeline gives their §3 Part 4 times (270.3 ms in the right order, 444.7 ms reversed); our FLOP count
+# (4 × 512 tokens at 16 TFLOP/s) gives 167.5 ms. Both rows are printed, the second labelled as such.
 NOTES_IMPLIED_BERT_BACKWARD_S = 178.6e-3
 
 # Part 3's problem: a fixed linear-regression task. Feature scales from 0.5 to 2 give a Hessian with
@@ -55,10 +55,10 @@ def scaling_models() -> list[tuple[str, ModelSpec, ComputeModel]]:
             ("BERT-large*", bert, implied)]
 
 
-def world_sizes_up_to(top: int) -> list[int]:
-    """1, 2, 4, … up to `top`, and `top` itself when it is not a power of two."""
-    sizes = [2**i for i in range(top.bit_length()) if 2**i <= top]
-    return sizes if sizes[-1] == top else sizes + [top]
+def powers_of_two_up_to(top: int) -> list[int]:
+    """1, 2, 4, … up to `top`, and `top` itself when it is not a power of two (world sizes, n)."""
+    values = [2**i for i in range(top.bit_length())]
+    return values if values[-1] == top else values + [top]
 
 
 def at_notes_setting(args: argparse.Namespace) -> bool:
@@ -67,21 +67,18 @@ def at_notes_setting(args: argparse.Namespace) -> bool:
 
 def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[str, tuple[float, float]]:
     """Per-iteration slowdown at the top K against one rank, and throughput against K."""
-    ks = world_sizes_up_to(args.world_size)
+    ks = powers_of_two_up_to(args.world_size)
     cap = round(args.bucket_cap_mb * MB)
     rep.note(f"model: lecture 15 §3's timeline (lecture15.ddp_sim), {link.describe()}, buckets of "
              f"{args.bucket_cap_mb:g} MB (MB = 1e6 B, no smaller first bucket), per-rank batch fixed; "
              "step = forward + backward overlapped with the ring all-reduce of the buckets. Compute from "
              "FLOPs at 16 TFLOP/s, backward = 2 × forward. BERT-large* = the same with backward set to "
              f"{NOTES_IMPLIED_BERT_BACKWARD_S * 1e3:g} ms, the value behind the notes' §3 numbers (they do not state it).")
-    steps: dict[str, tuple[float, float]] = {}
-    rows = []
-    for name, model, compute in scaling_models():
-        points = weak_scaling(model, ks, link, cap, compute=compute)
-        one, top = points[0], points[-1]
-        steps[name] = (one.step_s, top.step_s)
-        rows.append([name, f"{one.step_s * 1e3:.1f}", f"{top.step_s * 1e3:.1f}", f"{top.slowdown:.2f}×"])
-        rep.record(f"weak_scaling_{name}", [vars(p) for p in points])
+    points = {name: weak_scaling(model, ks, link, cap, compute=compute) for name, model, compute in scaling_models()}
+    steps = {name: (p[0].step_s, p[-1].step_s) for name, p in points.items()}   # (1 rank, top K)
+    rows = [[name, f"{one * 1e3:.1f}", f"{top * 1e3:.1f}", f"{top / one:.2f}×"] for name, (one, top) in steps.items()]
+    for name, series in points.items():
+        rep.record(f"weak_scaling_{name}", [vars(p) for p in series])
     rep.table(["model", "1 rank (ms)", f"{ks[-1]} ranks (ms)", "slowdown"], rows, name="slowdown")
     if at_notes_setting(args):
         why_bert = ("the notes' BERT-large compute is unstated; from FLOPs (4 × 512 tokens) our backward "
@@ -99,7 +96,7 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
     # Why the step grows with K: the ring's bandwidth term is almost flat in K, its latency term is not.
     resnet = resnet50()
     rows = []
-    for k in sorted({2, ks[-1]}):
+    for k in sorted({2, max(2, ks[-1])}):
         latency = 2 * (k - 1) * link.alpha_s
         bandwidth = ring_allreduce_time(k, resnet.nbytes, link) - latency
         rows.append([k, f"{latency * 1e3:.3f}", f"{bandwidth * 1e3:.2f}"])
@@ -108,8 +105,8 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
     rep.table(["K", "latency term (ms)", "bandwidth term (ms)"], rows, name="ring_terms")
     # Total throughput still grows with K, only less than K-fold.
     rows = []
-    for name, model, compute in scaling_models()[:2]:
-        for p in weak_scaling(model, ks, link, cap, compute=compute):
+    for name in ("ResNet-50", "BERT-large"):
+        for p in points[name]:
             rows.append([name, p.world_size, f"{p.step_s * 1e3:.1f}", f"{p.throughput_speedup:.1f}",
                          f"{p.efficiency:.0%}", bar(p.efficiency, 1.0, 30)])
     rep.table(["model", "K", "step (ms)", "throughput ×", "efficiency", ""], rows, name="throughput")
@@ -125,8 +122,8 @@ def part2_skip_sync(rep: Report, args: argparse.Namespace, steps: dict[str, tupl
         averaged = skip_sync_step_s(synced, local, n)
         gains[name] = skip_sync_speedup(synced, local, n) - 1
         rows.append([name, f"{synced * 1e3:.1f}", f"{local * 1e3:.1f}", f"{averaged * 1e3:.1f}", f"+{gains[name]:.0%}"])
-    rep.note(f"at {k} ranks, every {n}-th iteration pays the all-reduce, the others run at the 1-rank step: "
-             f"average = ((n − 1)·local + synced)/n; gain = synced / average − 1.")
+    rep.note(f"at {k} ranks, one iteration in {n} pays the all-reduce and the others run at the 1-rank step: "
+             "average = ((n − 1)·local + synced)/n; gain = synced / average − 1.")
     rep.table(["model", "synced step (ms)", "local step (ms)", f"average, n = {n} (ms)", "faster by"], rows,
               name="skip_sync")
     if at_notes_setting(args):
@@ -214,19 +211,13 @@ def train_large_batch(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, g
     return w
 
 
-def sync_intervals(sync_every: int) -> list[int]:
-    """1, 2, 4, … up to --sync-every (and --sync-every itself when it is not a power of two)."""
-    values = [2**i for i in range(sync_every.bit_length()) if 2**i <= sync_every]
-    return values if values[-1] == sync_every else values + [sync_every]
-
-
 def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
     # --quick keeps Part 3 whole: it takes about 0.1 s, and fewer micro-batches change the answer.
     count, size = args.micro_batches, args.micro_batch_size
     x, y = make_regression(count * size)
     loss = QuadraticLoss(x, y)
     batches = micro_batches(x, y, count, size)
-    intervals = sync_intervals(args.sync_every)
+    intervals = powers_of_two_up_to(args.sync_every)
     eval_every = max(1, count // 64)
     rep.note(f"model: {count} micro-batches of {size} samples, least squares in {CONV_DIM} features "
              f"(float64, seeds {CONV_DATA_SEED}/{CONV_ORDER_SEED}); one micro-batch stands for one "
@@ -247,12 +238,15 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
     for i, n in enumerate(intervals):
         rows.append([n, -(-count // n), f"{n * args.lr_small:.3g}", _loss_text(finals["small lr"][i], loss),
                      f"{n * args.lr_large:.3g}", _loss_text(finals["large lr"][i], loss),
-                     f"{args.lr_large:.3g}", _loss_text(finals["large lr / n"][i], loss)])
-    rep.table(["n", "updates", "n·lr small", "final loss", "n·lr large", "final loss",
-               "n·(lr/n)", "final loss"], rows, name="final_losses")
+                     _loss_text(finals["large lr / n"][i], loss)])
+    rep.table(["n", "updates", "n·lr small", "final loss", "n·lr large", "final loss", "final loss, lr/n"],
+              rows, name="final_losses")
     rep.record("curves", {name: {str(n): c for n, c in by_n.items()} for name, by_n in curves.items()})
     rep.record("eval_every_micro_batches", eval_every)
+    _plot_curves(rep, curves, eval_every)
 
+    if len(intervals) == 1:
+        return                              # n = 1 only: nothing to compare
     # The notes' three statements, each decided from the numbers above (no numbers in the notes).
     small, large = finals["small lr"], finals["large lr"]
     rep.claim("small lr: final loss for every n within 1 % of n = 1",
@@ -267,17 +261,16 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  lr/n with n = {intervals[-1]} against large-batch SGD (mean gradient of {intervals[-1]}×{size} "
              f"samples, lr {args.lr_large:g}): max |Δw| = {gap:.1e} (the same training, up to rounding)")
     rep.claim("lr/n: accumulation is large-batch training with 1/n the updates", bool(gap < 1e-9), notes=True)
-    rep.note("so the cost of skipping synchronisation is the old question of batch size and learning "
-             "rate: the summed gradient is n times larger, and the learning rate must take that in.")
-    _plot_curves(rep, curves, eval_every, args)
+    rep.note("with lr/n a larger n averages out more gradient noise but makes n times fewer updates; "
+             "which wins depends on how far from converged the run is. Skipping synchronisation is the old "
+             "question of batch size and learning rate: the summed gradient is n times larger.")
 
 
 def _loss_text(value: float, loss: QuadraticLoss) -> str:
     return "diverged" if not np.isfinite(value) or value > 10 * loss(np.zeros(CONV_DIM)) else f"{value:.5f}"
 
 
-def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_every: int,
-                 args: argparse.Namespace) -> None:
+def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_every: int) -> None:
     if rep.figure_dir() is None:
         return
     fig, axes = new_figure(1, len(curves), figsize=(4.2 * len(curves), 3.4), sharey=True)
