@@ -1,7 +1,7 @@
 """Lecture 15 §3's timeline model against a real PyTorch DDP step on this machine.
 
     python code/lecture15/model_vs_real.py [--world-size 2] [--layers 8] [--width 1024] [--batch 64]
-                                           [--bucket-cap-mib 4] [--repeats 9]
+                                           [--bucket-cap-mib 4] [--repeats 7]
 
 Part 1 measures gloo all-reduce at a few sizes and fits the ring α-β model to it. Part 2 measures
 when each parameter's gradient is ready in a plain backward (hooks, one thread per rank). Part 3
@@ -24,7 +24,7 @@ from common.output import Report, fmt_bytes
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
 
 ALLREDUCE_BYTES = [2**14, 2**16, 2**18, 2**20, 2**22, 2**24]   # 16 KiB … 16 MiB, factor 4
-WARMUP = 3   # DDP rebuilds its buckets after iteration 1; allocator and gloo buffers settle too
+WARMUP = 2   # DDP rebuilds its buckets after iteration 1; allocator and gloo buffers settle too
 
 
 def make_mlp(layers: int, width: int) -> Any:
@@ -37,7 +37,7 @@ def make_mlp(layers: int, width: int) -> Any:
     return nn.Sequential(*blocks)
 
 
-def _median_times(fn: Any, repeats: int) -> float:
+def _times(fn: Any, repeats: int) -> list[float]:
     import torch.distributed as dist
 
     times = []
@@ -46,7 +46,12 @@ def _median_times(fn: Any, repeats: int) -> float:
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def slowest_rank_median(per_rank: list[list[float]]) -> float:
+    """Median over repeats of the slowest rank's time: a collective step ends when its last rank does."""
+    return statistics.median(max(times) for times in zip(*per_rank))
 
 
 def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: int, cap_mib: float,
@@ -64,7 +69,7 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
     target = torch.randn(batch, width, generator=gen)
 
     # Part 1: all-reduce alone (no compute running), median per size.
-    allreduce = [_median_times(lambda n=n: dist.all_reduce(torch.ones(n // 4)), repeats) for n in sizes]
+    allreduce = [_times(lambda n=n: dist.all_reduce(torch.ones(n // 4)), repeats) for n in sizes]
 
     # Part 2: a plain backward, both ranks computing at once (the load they share in the DDP step).
     stamps: dict[int, float] = {}
@@ -93,7 +98,7 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
 
     for _ in range(WARMUP):
         ddp_step()
-    step_s = _median_times(ddp_step, repeats)
+    step_s = _times(ddp_step, repeats)
     logged = ddp._get_ddp_logging_data()
     real_buckets = [[int(i) for i in b.split()] for b in str(logged.get("rebuilt_per_bucket_param_indices", "")).split(",")
                     if b.strip()]
@@ -101,6 +106,18 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
             "ready_s": np.median(np.array(ready_runs), axis=0).tolist(), "ddp_step_s": step_s,
             "real_buckets": real_buckets, "param_bytes": [p.numel() * p.element_size() for p in params],
             "param_names": [n for n, _ in model.named_parameters()]}
+
+
+def combine_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Timings as the slowest rank saw them; compute (forward, gradient-ready times) averaged over ranks."""
+    result = dict(ranks[0])
+    result["allreduce_s"] = [slowest_rank_median([r["allreduce_s"][i] for r in ranks])
+                             for i in range(len(ranks[0]["allreduce_s"]))]
+    result["ddp_step_s"] = slowest_rank_median([r["ddp_step_s"] for r in ranks])
+    result["forward_s"] = statistics.fmean(r["forward_s"] for r in ranks)
+    result["ready_s"] = np.mean([r["ready_s"] for r in ranks], axis=0).tolist()
+    result["same_buckets_on_every_rank"] = all(r["real_buckets"] == ranks[0]["real_buckets"] for r in ranks)
+    return result
 
 
 def fit_ring(world_size: int, sizes: list[int], times: list[float]) -> tuple[Link, str]:
@@ -146,7 +163,8 @@ def part2_backward(rep: Report, args: argparse.Namespace, result: dict[str, Any]
         previous = ready[i]
     rep.table(["parameter (in backward order)", "grad ready at (ms)", "since previous (ms)"], rows, name="ready")
     rep.line(f"  forward {result['forward_s'] * 1e3:.1f} ms, backward {max(ready) * 1e3:.1f} ms "
-             f"(median of {args.repeats}, both ranks computing, one thread each)")
+             f""
+             f"(median of {args.repeats} per rank, averaged over ranks; all ranks computing, one thread each)")
 
 
 def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any], link: Link) -> None:
@@ -155,7 +173,8 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     buckets = assign_buckets(sizes, cap, first_cap_bytes=cap)
     real = result["real_buckets"]
     rep.line(f"  buckets by DDP's rule, cap {args.bucket_cap_mib:g} MiB: {buckets}")
-    rep.line(f"  buckets the real DDP used after its rebuild:   {real}")
+    rep.line(f"  buckets the real DDP used after its rebuild:   {real} "
+             f"(the same on every rank: {result['same_buckets_on_every_rank']})")
     rep.claim("model's buckets equal the real DDP's", buckets == real, notes=True)
 
     def comm(nbytes: int) -> float:
@@ -171,7 +190,7 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     rows = [["model, no overlap", f"{serial.step_with_forward_s * 1e3:.1f}", f"{serial.step_with_forward_s / measured:.2f}"],
             ["model, overlap (DDP)", f"{overlapped.step_with_forward_s * 1e3:.1f}",
              f"{overlapped.step_with_forward_s / measured:.2f}"],
-            ["measured DDP step", f"{measured * 1e3:.1f}", "1.00"]]
+            ["measured DDP step (slowest rank)", f"{measured * 1e3:.1f}", "1.00"]]
     rep.table(["forward + backward", "ms", "÷ measured"], rows, name="predicted_vs_measured")
     rep.record("predicted_overlap_s", overlapped.step_with_forward_s)
     rep.record("predicted_serial_s", serial.step_with_forward_s)
@@ -189,7 +208,7 @@ def main() -> None:
     parser.add_argument("--batch", type=positive_int, default=64, help="samples per rank (default 64)")
     parser.add_argument("--bucket-cap-mib", type=positive_float, default=4.0,
                         help="DDP bucket_cap_mb, in MiB as PyTorch counts (default 4: one layer per bucket)")
-    parser.add_argument("--repeats", type=positive_int, default=9, help="timed repeats, median (default 9)")
+    parser.add_argument("--repeats", type=positive_int, default=7, help="timed repeats, median (default 7)")
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
@@ -201,8 +220,9 @@ def main() -> None:
     import torch._dynamo  # noqa: F401  DDP's constructor imports it (~1 s): once here, not once per rank
 
     from common.launcher import launch  # torch loads only once the flags are known to be good
-    result = launch(measure_worker, args.world_size, args.layers, args.width, args.batch, args.bucket_cap_mib,
-                    sizes, args.repeats, timeout_s=args.timeout_s)[0]
+    ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.batch, args.bucket_cap_mib,
+                   sizes, args.repeats, timeout_s=args.timeout_s)
+    result = combine_ranks(ranks)
     result["sizes"] = sizes
     # Part 1: α and β of this machine's gloo all-reduce
     rep.part(1, f"gloo all-reduce on {args.world_size} ranks, fitted to the ring model")
