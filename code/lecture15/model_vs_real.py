@@ -68,8 +68,9 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
     x = torch.randn(batch, width, generator=gen)
     target = torch.randn(batch, width, generator=gen)
 
-    # Part 1: all-reduce alone (no compute running), median per size.
-    allreduce = [_times(lambda n=n: dist.all_reduce(torch.ones(n // 4)), repeats) for n in sizes]
+    # Part 1: all-reduce alone (no compute running); buffers allocated outside the timed call.
+    buffers = [torch.ones(n // 4) for n in sizes]
+    allreduce = [_times(lambda b=b: dist.all_reduce(b), repeats) for b in buffers]
 
     # Part 2: a plain backward, both ranks computing at once (the load they share in the DDP step).
     stamps: dict[int, float] = {}
@@ -99,6 +100,8 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
     for _ in range(WARMUP):
         ddp_step()
     step_s = _times(ddp_step, repeats)
+    # DDP's own log of its rebuilt buckets (private, but a comm hook to record them would change the
+    # very step being timed: DDP skips its division by the world size and runs Python per bucket).
     logged = ddp._get_ddp_logging_data()
     real_buckets = [[int(i) for i in b.split()] for b in str(logged.get("rebuilt_per_bucket_param_indices", "")).split(",")
                     if b.strip()]
