@@ -16,7 +16,6 @@ import time
 
 import numpy as np
 import torch
-import torch._dynamo  # noqa: F401 - DDP() imports it anyway (~1.5 s): once here, not once per forked rank
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -151,9 +150,7 @@ def part2_broadcast_and_training(rep: Report, args) -> None:
                f"identical after {args.steps} steps", "max |p - single process|"], rows, name="ranks")
     bound = 2 / IN_FEATURES ** 0.5
     rep.claim("largest parameter difference between ranks before DDP()", max(r[1] for r in rows), notes=0.49,
-              kind=ASSUMPTION, rtol=0.1,
-              why=f"depends on the model and its init: here Linear({IN_FEATURES},{HIDDEN})-ReLU-Linear({HIDDEN},1), "
-                  f"uniform(±1/sqrt(fan_in)) init, so two ranks differ by at most 2/sqrt({IN_FEATURES}) = {bound:g}")
+              kind=ASSUMPTION, rtol=0.1, why="depends on the model, its init and the seeds (see the note below)")
     rep.claim("all ranks bit-identical after DDP()", all(r[2] for r in rows), notes=True, kind=ASSUMPTION)
     rep.claim(f"all ranks bit-identical after {args.steps} steps", all(r[3] for r in rows), notes=True,
               kind=ASSUMPTION)
@@ -161,14 +158,18 @@ def part2_broadcast_and_training(rep: Report, args) -> None:
               notes=2.8e-17, kind=ASSUMPTION, rtol=1.0,
               why="rounding from a different summation order (shards, then the all-reduce); its exact size "
                   "depends on the model, the data and W, only its order of magnitude (~1e-17..1e-16) carries over")
-    rep.note(f"Each rank starts from seed = its rank; data: {args.batch} samples split into {args.world_size} "
+    rep.note(f"Model (the 0.49 depends on it): Linear({IN_FEATURES}, {HIDDEN}), ReLU, Linear({HIDDEN}, 1) with "
+             f"PyTorch's default init, uniform(±1/sqrt(fan_in)):\ntwo ranks' weights differ by at most "
+             f"2/sqrt({IN_FEATURES}) = {bound:g}. Each rank starts from seed = its rank; data: {args.batch} samples split into {args.world_size} "
              f"shards (sizes {[len(s) for s in torch.tensor_split(torch.empty(args.batch), args.world_size)]}), "
              f"SGD lr {args.lr:g}, float64.\nThe reference trains rank 0's initial model on the whole batch "
              "in one process: DDP's averaged gradient equals the full-batch gradient.")
 
 
 def part3_cpu_timing(rep: Report, args) -> None:
-    width, batch, steps = (128, max(64, args.world_size), 5) if args.quick else (args.timing_width, args.timing_batch, args.timing_steps)
+    width, batch, steps = args.timing_width, args.timing_batch, args.timing_steps
+    if args.quick:
+        width, batch, steps = 128, max(64, args.world_size), 5
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the single-process baseline gets one thread, like each rank
     try:
@@ -192,7 +193,8 @@ def part3_cpu_timing(rep: Report, args) -> None:
               why="a timing on this machine; it grows with the gradient size, the world size and the load")
     rep.note(f"Model: 3 Linear layers of width {width} ({grad_bytes / 1e6:.2f} MB of float32 gradients), batch "
              f"{batch}, {steps} timed steps, medians over all ranks, one thread per rank, {os.cpu_count()} cores.\n"
-             "No speed-up: the ranks share the same cores and memory bandwidth, so 1/W of the batch does not\n"
+             f"{'No speed-up' if single / ddp < 1 else 'Only'} {single / ddp:.2f}x: the ranks share the same cores and "
+             "memory bandwidth, so 1/W of the batch does not\n"
              "take 1/W of the time, and gloo adds an all-reduce of every gradient over TCP loopback with\n"
              "memory copies on the same oversubscribed cores. Real DDP is for correctness here; speed is\n"
              "discussed with the models of §3 and §5.")
@@ -210,6 +212,7 @@ def main() -> None:
     for flag, value in (("--batch", args.batch), ("--timing-batch", args.timing_batch)):
         if value < args.world_size:
             raise UsageError(f"{flag} {value} must be at least --world-size {args.world_size} (a sample per rank)")
+    import torch._dynamo  # noqa: F401 - DDP() imports it (~1.5 s): once here, not in every forked rank
     rep = Report(__file__, "DDP basics on real gloo ranks", args)
     rep.part(1, "the process group: world size, ranks, rendezvous")  # what every rank sees
     part1_environment(rep, args)

@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401 - DDP() imports it anyway (~1.5 s): once here, not once per forked rank
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -227,6 +226,8 @@ def part3_small_tensors(rep: Report, args) -> None:
              f"{elements // many:,} elements), one blocking all-reduce each; the slower rank's time, median of up\n"
              f"to 5 repeats for small n. Each extra tensor adds about {fmt_time(per_message)} here whatever its size:\n"
              "a fixed cost per message, the shape of the paper's figure 2. Buckets pay it once per bucket.")
+    if rep.figure_dir() is None:
+        return  # matplotlib only when a figure was asked for
     fig, ax = new_figure(figsize=(5, 3.5))
     ax.loglog(counts, [t[n] for n in counts], "o-")
     ax.set_xlabel("number of tensors (same total floats)")
@@ -244,6 +245,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.elements < PIECE_ELEMENTS:
         raise UsageError(f"--elements {args.elements} must be at least {PIECE_ELEMENTS} (one piece)")
+    import torch._dynamo  # noqa: F401 - DDP() imports it (~1.5 s): once here, not in every forked rank
     rep = Report(__file__, "DDP's gradient buckets", args)
     rep.part(1, "buckets recorded from real DDP")  # a comm hook logs every bucket; ddp_sim predicts them
     part1_real_buckets(rep, args)

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch._dynamo  # noqa: F401 - DDP() imports it anyway (~1.5 s): once here, not once per forked rank
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -295,6 +294,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError(f"--world-size {args.world_size}: these parts compare ranks, use at least 2")
+    import torch._dynamo  # noqa: F401 - DDP() imports it (~1.5 s): once here, not in every forked rank
     rep = Report(__file__, "no_sync, unused parameters and buffers in real DDP", args)
     rep.part(1, "no_sync and gradient accumulation")  # where no_sync must go, counted by a comm hook
     part1_no_sync(rep, args)
