@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from common.cli import UsageError, make_parser, positive_int, run_main, size_bytes
-from common.launcher import launch
+from common.launcher import launch, rank_device
 from common.output import EXACT, MEASURED, Report, fmt_bytes
 from lecture15.my_ddp import MyDDP
 
@@ -81,6 +81,10 @@ def share_of_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, n_gl
     return torch.nn.functional.cross_entropy(model(x), y, reduction="sum") * world / n_global
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
     return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
 
@@ -94,16 +98,19 @@ def diff_from_rank0(module: torch.nn.Module) -> float:
 
 # ---- what each rank runs (one launch for all parts; ranks return data, the parent prints) --------
 def check_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    return {"train": train_rank(rank, world, cfg), "no_sync": no_sync_rank(rank, world, cfg),
+    return {"train": train_rank(rank, world, cfg, accumulate=False),
+            "no_sync": train_rank(rank, world, cfg, accumulate=True),
             "order": order_rank(rank, world, cfg), "timing": timing_rank(rank, world, cfg)}
 
 
-def train_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    n, steps = cfg["batch"], cfg["steps"]
-    X, Y = global_batch(n)
-    mine_x, mine_y = X[shard(n, rank, world)], Y[shard(n, rank, world)]
-    ref, mine = handbook_model(), MyDDP(handbook_model(), bucket_bytes=cfg["bucket_bytes"])
-    official = DistributedDataParallel(handbook_model())
+def train_rank(rank: int, world: int, cfg: dict[str, Any], accumulate: bool) -> dict[str, Any]:
+    """`steps` SGD steps: one process on the whole batch, MyDDP and PyTorch DDP on this rank's shard;
+    with `accumulate`, the shard as two micro-batches, the first under no_sync (the exercise)."""
+    n, steps, dev = cfg["batch"], cfg["steps"], rank_device()
+    X, Y = (t.to(dev) for t in global_batch(n))
+    x, y = X[shard(n, rank, world)], Y[shard(n, rank, world)]
+    ref, mine = handbook_model().to(dev), MyDDP(handbook_model().to(dev), bucket_bytes=cfg["bucket_bytes"])
+    official = DistributedDataParallel(handbook_model().to(dev))
     seen: list[int] = []    # PyTorch DDP's bucket indices, via a comm hook that averages as DDP does
     # Through a lambda: DDP rejects the string annotations that `from __future__` makes of ours.
     official.register_comm_hook(seen, lambda state, bucket: _recording_allreduce(state, bucket))
@@ -113,9 +120,15 @@ def train_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         for opt in opts:
             opt.zero_grad()
         torch.nn.functional.cross_entropy(ref(X), Y).backward()          # one process, whole batch
-        share_of_loss(mine, mine_x, mine_y, n, world).backward()          # averaged when it returns
         before = len(seen)
-        share_of_loss(official, mine_x, mine_y, n, world).backward()
+        for model in (mine, official):
+            if accumulate:
+                first, second = shard(len(x), 0, 2), shard(len(x), 1, 2)
+                with model.no_sync():   # forward AND backward inside: gradients stay local
+                    share_of_loss(model, x[first], y[first], n, world).backward()
+                share_of_loss(model, x[second], y[second], n, world).backward()   # syncs the sum
+            else:
+                share_of_loss(model, x, y, n, world).backward()   # averaged when backward returns
         official_per_step.append(len(seen) - before)
         for opt in opts:
             opt.step()
@@ -133,42 +146,18 @@ def _recording_allreduce(seen: list[int], bucket: dist.GradBucket) -> torch.futu
     return work.get_future().then(lambda fut: fut.value()[0].div_(dist.get_world_size()))
 
 
-def no_sync_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    n, steps = cfg["batch"], cfg["steps"]
-    X, Y = global_batch(n)
-    local = shard(n, rank, world)
-    x, y = X[local], Y[local]
-    ref, mine = handbook_model(), MyDDP(handbook_model(), bucket_bytes=cfg["bucket_bytes"])
-    official = DistributedDataParallel(handbook_model())
-    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, mine, official)]
-    for _ in range(steps):
-        for opt in opts:
-            opt.zero_grad()
-        torch.nn.functional.cross_entropy(ref(X), Y).backward()
-        for model in (mine, official):
-            first, second = shard(len(x), 0, 2), shard(len(x), 1, 2)    # two micro-batches
-            with model.no_sync():       # forward AND backward inside: gradients stay local
-                share_of_loss(model, x[first], y[first], n, world).backward()
-            share_of_loss(model, x[second], y[second], n, world).backward()   # syncs the sum
-        for opt in opts:
-            opt.step()
-    out = {"mine_vs_ref": max_diff(ref, mine.module), "official_vs_ref": max_diff(ref, official.module),
-           "launches_per_step": mine.allreduces_launched / steps, "buckets": len(mine.buckets)}
-    del official, mine
-    return out
-
-
 def order_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    x = torch.randn(8, 32, generator=torch.Generator().manual_seed(rank))
-    stack = MyDDP(ReversedStack(), bucket_bytes=32 * 33 * 4)     # one Linear(32, 32) per bucket
+    dev = rank_device()
+    x = torch.randn(8, 32, generator=torch.Generator().manual_seed(rank)).to(dev)
+    stack = MyDDP(ReversedStack().to(dev), bucket_bytes=32 * 33 * 4)     # one Linear(32, 32) per bucket
     stack(x).sum().backward()
     out: dict[str, Any] = {"stack_ready": stack.ready_order, "stack_launch": stack.launch_order,
                            "stack_buckets": [b.names for b in stack.buckets]}
-    X = torch.randn(4 * world, 16, generator=torch.Generator().manual_seed(7))
-    ref = RankOrderedBranches()   # same math on every rank, whatever the order: a single-process reference
+    X = torch.randn(4 * world, 16, generator=torch.Generator().manual_seed(7)).to(dev)
+    ref = RankOrderedBranches().to(dev)   # the same math whatever the order: a single-process reference
     (ref(X).sum() / len(X)).backward()
     for naive in (False, True):
-        model = MyDDP(RankOrderedBranches(), bucket_bytes=16 * 17 * 4, naive_ready_order=naive)
+        model = MyDDP(RankOrderedBranches().to(dev), bucket_bytes=16 * 17 * 4, naive_ready_order=naive)
         (model(X[shard(len(X), rank, world)]).sum() * world / len(X)).backward()
         grad_diff = max((p.grad - q.grad).abs().max().item() for p, q in zip(ref.parameters(), model.parameters()))
         out["naive" if naive else "index"] = {"ready": model.ready_order, "launch": model.launch_order,
@@ -177,12 +166,13 @@ def order_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def timing_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, list[float]]:
-    X, Y = global_batch(cfg["batch"])
+    dev = rank_device()
+    X, Y = (t.to(dev) for t in global_batch(cfg["batch"]))
     x, y = X[shard(len(X), rank, world)], Y[shard(len(X), rank, world)]
     # Same buckets for both: PyTorch's bucket_cap_mb is MiB, and an explicit cap also caps bucket 0.
     hidden = cfg.get("hidden", 256)   # bench/bench_my_ddp.py also times a wider model
-    models = {"MyDDP": MyDDP(handbook_model(hidden), bucket_bytes=cfg["bucket_bytes"]),
-              "PyTorch DDP": DistributedDataParallel(handbook_model(hidden),
+    models = {"MyDDP": MyDDP(handbook_model(hidden).to(dev), bucket_bytes=cfg["bucket_bytes"]),
+              "PyTorch DDP": DistributedDataParallel(handbook_model(hidden).to(dev),
                                                      bucket_cap_mb=cfg["bucket_bytes"] / 2**20)}
     opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
     times: dict[str, list[float]] = {k: [] for k in models}
@@ -195,6 +185,8 @@ def timing_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, list[fl
             opts[name].zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opts[name].step()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)   # the clock must see the kernels, not their launches
             if repeat >= cfg["warmup"]:
                 times[name].append(time.perf_counter() - start)
     del models
@@ -202,7 +194,9 @@ def timing_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, list[fl
 
 
 # ---- the parent prints -----------------------------------------------------------------------------
-def part1_buckets(rep: Report, args: argparse.Namespace, train: dict[str, Any]) -> None:
+def part1_buckets(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    rep.part(1, "buckets of the handbook's model")
+    train = ranks[0]["train"]
     rows = [[i, ", ".join(names), size] for i, (names, size) in enumerate(train["buckets"])]
     rep.table(["bucket", "parameters (gradient-ready order)", "bytes"], rows, name="buckets")
     rep.note(f"cap {fmt_bytes(args.bucket_size, binary=True)}; reverse registration order, a bucket is "
@@ -212,9 +206,11 @@ def part1_buckets(rep: Report, args: argparse.Namespace, train: dict[str, Any]) 
 
 
 def part2_train(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    rep.part(2, f"{args.steps} steps: MyDDP = single process = PyTorch DDP (ddp_check.py)")
     train = ranks[0]["train"]
     buckets, per_step = len(train["buckets"]), train["launches_per_step"]
-    rep.line(f"  {args.world_size} ranks, {buckets} gradient buckets, {per_step:g} all-reduces launched "
+    launches = f"{per_step:g} all-reduce{'' if per_step == 1 else 's'}"
+    rep.line(f"  {plural(args.world_size, 'rank')}, {plural(buckets, 'gradient bucket')}, {launches} launched "
              "during each backward")
     rep.claim("the handbook's summary line, from our numbers",
               HANDBOOK_LINE.format(args.world_size, buckets, f"{per_step:g}"),
@@ -229,27 +225,30 @@ def part2_train(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
               rows[0][1] < MATCH_TOL, notes=True, kind=EXACT)
     rep.claim(f"PyTorch DDP equals single-process training (max diff < {MATCH_TOL:g})",
               rows[1][1] < MATCH_TOL, notes=True, kind=EXACT)
-    rep.note(f"PyTorch DDP (default caps: 25 MiB, first bucket 1 MiB) launched {train['official_per_step']} "
-             "all-reduces per step: the whole model fits its first bucket")
+    rep.note(f"PyTorch DDP with its defaults (25 MiB cap, first bucket 1 MiB) launched "
+             f"{train['official_per_step']} all-reduces in its steps (its step 1 always uses a single bucket)")
     if args.batch % args.world_size:
         rep.note(f"{args.batch} samples on {args.world_size} ranks: unequal shards, so each rank's loss is "
                  "its summed loss × W / batch, not its mean (the mean would weight samples unequally)")
 
 
 def part3_no_sync(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    rep.part(3, "exercise: gradient accumulation with no_sync")
     acc = ranks[0]["no_sync"]
     rows = [["MyDDP, 2 micro-batches, first under no_sync", max(r["no_sync"]["mine_vs_ref"] for r in ranks)],
             ["PyTorch DDP, the same", max(r["no_sync"]["official_vs_ref"] for r in ranks)]]
     rep.table([f"vs one full batch, after {args.steps} steps", "max |Δparam|"], rows, name="no_sync")
     rep.claim(f"accumulating 2 half-batches equals 1 full batch (max diff < {MATCH_TOL:g})",
               rows[0][1] < MATCH_TOL, notes=True, kind=EXACT)
-    rep.line(f"  all-reduces per step: {acc['launches_per_step']:g} with no_sync, "
-             f"{2 * acc['buckets']} if both micro-batches synchronised")
+    rep.line(f"  all-reduces per step: MyDDP {acc['launches_per_step']:g} with no_sync "
+             f"({2 * len(acc['buckets'])} if both micro-batches synchronised); PyTorch DDP "
+             f"{acc['official_per_step']}")
     rep.note("each micro-batch's loss is its share of the global mean (summed loss × W / batch): for "
              "equal halves that is the handbook's 'divide each micro-step's loss by the step count'")
 
 
 def part4_order(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    rep.part(4, "launch order when gradients arrive out of order (lecture 15 §2.3)")
     order = ranks[0]["order"]
     ready, launched = order["stack_ready"], order["stack_launch"]
     position = {b: i + 1 for i, b in enumerate(ready)}   # the k-th bucket to become complete
@@ -268,15 +267,18 @@ def part4_order(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
         launches = " | ".join(f"r{r}: {ranks[r]['order'][kind]['launch']}" for r in range(len(ranks)))
         rows.append([label, launches, max(r["order"][kind]["grad_vs_ref"] for r in ranks)])
     rep.table(["launch rule", "launch order per rank", "max |Δgrad| vs 1 process"], rows, name="rank_order")
-    if args.world_size < 2:
-        rep.note("one rank: nothing to mismatch; run with --world-size 2 or more to see ready order fail")
-    else:
+    naive_orders = {tuple(r["order"]["naive"]["launch"]) for r in ranks}
+    if len(naive_orders) > 1:
         rep.note("ready order pairs rank 0's bucket 0 with rank 1's bucket 1: same size, so gloo sums "
                  "unrelated gradients without any error (lecture 15 §2.3, exercise 6)")
+    else:
+        rep.note("every rank completed its buckets in the same order, so ready order could not mismatch "
+                 "here (with one rank it never can: try --world-size 2)")
     rep.record("rank_order", {k: [r["order"][k] for r in ranks] for k in ("index", "naive")})
 
 
 def part5_timing(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    rep.part(5, "step time: MyDDP vs PyTorch DDP")
     def median_step(name: str) -> float:   # a step is as slow as its slowest rank
         per_repeat = zip(*(r["timing"][name] for r in ranks))
         return statistics.median(max(ts) for ts in per_repeat)
@@ -285,7 +287,7 @@ def part5_timing(rep: Report, args: argparse.Namespace, ranks: list[dict[str, An
     ratio = mine / official
     rep.claim("MyDDP step / PyTorch DDP step", ratio, unit="×", kind=MEASURED)
     rep.line(f"  target <= {TARGET_RATIO:g}×: {'met' if ratio <= TARGET_RATIO else 'NOT met'} "
-             f"(median of {args.repeats} interleaved repeats, same buckets, {args.world_size} ranks)")
+             f"(median of {args.repeats} interleaved repeats, same buckets, {plural(args.world_size, 'rank')})")
 
 
 def main() -> None:
@@ -295,26 +297,22 @@ def main() -> None:
     parser.add_argument("--batch", type=positive_int, default=32, help="global batch (default 32)")
     parser.add_argument("--steps", type=positive_int, default=3, help="SGD steps compared (default 3)")
     parser.add_argument("--repeats", type=positive_int, default=None,
-                        help="timed steps per model (default 100; 10 with --quick)")
+                        help="timed steps per wrapper (default 50; 10 with --quick)")
     args = parser.parse_args()
     if args.batch < 2 * args.world_size:
         raise UsageError(f"--batch {args.batch} is too small for {args.world_size} ranks: each rank "
                          "needs 2 samples (Part 3 splits its share into two micro-batches)")
-    args.repeats = args.repeats or (10 if args.quick else 100)
+    args.repeats = args.repeats or (10 if args.quick else 50)
     rep = Report(__file__, "from-scratch DDP (handbook) on real ranks", args)
     cfg = {"batch": args.batch, "steps": args.steps, "bucket_bytes": args.bucket_size,
            "repeats": args.repeats, "warmup": 3 if args.quick else 10}
-    ranks = launch(check_rank, args.world_size, cfg, timeout_s=args.timeout_s)   # one start-up for all parts
-    rep.part(1, "buckets of the handbook's model")
-    part1_buckets(rep, args, ranks[0]["train"])
-    rep.part(2, "3 steps: MyDDP = single process = PyTorch DDP (ddp_check.py)")
-    part2_train(rep, args, ranks)
-    rep.part(3, "exercise: gradient accumulation with no_sync")
-    part3_no_sync(rep, args, ranks)
-    rep.part(4, "launch order when gradients arrive out of order (lecture 15 §2.3)")
-    part4_order(rep, args, ranks)
-    rep.part(5, "step time: MyDDP vs PyTorch DDP")
-    part5_timing(rep, args, ranks)
+    # The ranks do every part's work in one launch (start-up paid once) and return plain data.
+    ranks = launch(check_rank, args.world_size, cfg, timeout_s=args.timeout_s)
+    part1_buckets(rep, args, ranks)     # our rule on the handbook's model: how many buckets
+    part2_train(rep, args, ranks)       # ddp_check.py: MyDDP = one process = PyTorch DDP
+    part3_no_sync(rep, args, ranks)     # the exercise: 2 half-batches under no_sync = 1 full batch
+    part4_order(rep, args, ranks)       # lecture 15 §2.3: launches in bucket-index order
+    part5_timing(rep, args, ranks)      # MyDDP's step against PyTorch DDP's
     rep.finish()
 
 
