@@ -112,6 +112,9 @@ def _semantics(rank: int, world: int) -> dict[str, Any]:
     with mine.no_sync():     # only the backward inside: like PyTorch DDP, this still synchronises
         loss.backward()
     backward_only = mine.allreduces_launched
+    grads = [p.grad.clone() for p in mine.parameters()]
+    mine.finish_gradient_sync()   # the handbook's explicit call: already done at end of backward
+    finish_again_is_noop = all(torch.equal(g, p.grad) for g, p in zip(grads, mine.parameters()))
     unused = MyDDP(torch.nn.ModuleDict({"used": torch.nn.Linear(4, 4), "spare": torch.nn.Linear(4, 4)}),
                    bucket_bytes=1)
     try:
@@ -119,7 +122,8 @@ def _semantics(rank: int, world: int) -> dict[str, Any]:
         message = ""
     except RuntimeError as err:
         message = str(err)
-    return {"backward_only": backward_only, "buckets": len(mine.buckets), "unused_message": message}
+    return {"backward_only": backward_only, "buckets": len(mine.buckets), "unused_message": message,
+            "finish_again_is_noop": finish_again_is_noop and mine.allreduces_launched == backward_only}
 
 
 def _all_checks(rank: int, world: int) -> dict[str, Any]:
@@ -200,6 +204,7 @@ def test_broadcast_at_construction_and_frozen_parameters(world: int) -> None:
 def test_backward_only_in_no_sync_still_syncs_and_unused_parameters_raise() -> None:
     for r in _run(2):
         assert r["semantics"]["backward_only"] == r["semantics"]["buckets"]
+        assert r["semantics"]["finish_again_is_noop"]
         assert "spare.weight" in r["semantics"]["unused_message"]
         assert "'used." not in r["semantics"]["unused_message"]
 
