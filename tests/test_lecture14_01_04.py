@@ -1,0 +1,238 @@
+"""Lecture 14 scripts 01 (scale) and 04 (α-β model): their models against hand computations, and
+the scripts run as a student would (--quick), output checked."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from conftest import ROOT, assert_usage_error, run_script
+
+from common.costmodel import (
+    Link,
+    naive_allreduce_time,
+    ring_allreduce_time,
+    ring_naive_crossover_bytes,
+    ring_tree_crossover_bytes,
+    tree_allreduce_time,
+)
+from common.output import Report
+
+
+def load(relpath: str) -> ModuleType:
+    """Import a numbered script (its name starts with a digit, so no plain import)."""
+    path = ROOT / "code" / relpath
+    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def scale() -> ModuleType:
+    return load("lecture14/01_scale.py")
+
+
+@pytest.fixture(scope="module")
+def alpha_beta() -> ModuleType:
+    return load("lecture14/04_alpha_beta.py")
+
+
+# ---- 01: 6ND, walls, parameter server -----------------------------------------------------------
+
+def test_six_nd_fractions_of_peak(scale: ModuleType) -> None:
+    peak = 989e12
+    # By hand: 6 · N · D / (GPU-hours · 3600) / peak.
+    llama = 6 * 405e9 * 15.6e12 / (30.84e6 * 3600) / peak
+    deepseek = 6 * 37e9 * 14.8e12 / (2.664e6 * 3600) / peak
+    assert scale.fraction_of_peak(scale.LLAMA_31, peak) == pytest.approx(llama, rel=1e-12)
+    assert scale.fraction_of_peak(scale.DEEPSEEK_V3, peak) == pytest.approx(deepseek, rel=1e-12)
+    assert round(100 * llama, 1) == 34.5 and round(100 * deepseek, 1) == 34.6
+    # Total parameters must not leak into the MoE model's compute.
+    assert scale.training_flops(scale.DEEPSEEK_V3.active_params, 1.0) == 6 * 37e9
+
+
+def test_memory_per_worker(scale: ModuleType) -> None:
+    assert sum(scale.BYTES_PER_PARAM.values()) == 16
+    state = scale.training_state_bytes(405e9)
+    assert state == pytest.approx(6.48e12)
+    assert state / (8 * 16) == pytest.approx(50.625e9)
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 16])
+def test_parameter_server_counts(scale: ModuleType, k: int) -> None:
+    moved = scale.parameter_server_step_bytes(k, 3.0)
+    assert moved["server"] == 2 * k * 3.0
+    assert all(moved[f"worker {i}"] == 2 * 3.0 for i in range(k))
+    assert scale.ks_up_to(k)[-1] == k and scale.ks_up_to(12) == [1, 2, 4, 8, 12]
+
+
+def test_01_runs(tmp_path: Path) -> None:
+    out = tmp_path / "01.json"
+    proc = run_script("lecture14/01_scale.py", "--quick", "--json", str(out))
+    text = proc.stdout
+    for part in range(1, 5):
+        assert f"== Part {part}:" in text
+    assert "34.52 %" in text and "34.64 %" in text and "50.62 GB" in text and "6.48 TB" in text
+    claims = json.loads(out.read_text())["claims"]
+    assert claims and all(c["status"] == "agrees" for c in claims), claims
+
+
+def test_01_flags_change_the_numbers(tmp_path: Path) -> None:
+    out = tmp_path / "01.json"
+    run_script("lecture14/01_scale.py", "--peak-tflops", "1979", "--tp", "4", "--pp", "4", "--world-size", "6",
+               "--size", "1GB", "--json", str(out))
+    data = json.loads(out.read_text())
+    rows = data["parts"]["Part 4"]["tables"]["ps_traffic"]["rows"]
+    assert [r[0] for r in rows] == [1, 2, 4, 6]
+    assert rows[-1][2] == "12 GB"  # server: 2 · 6 · 1 GB
+    fraction = next(c for c in data["claims"] if c["what"].startswith("LLaMA"))
+    assert fraction["ours"] == pytest.approx(100 * 6 * 405e9 * 15.6e12 / (30.84e6 * 3600) / 1979e12)
+    assert fraction["notes"] is None  # the notes' 34.5 % assumed 989 TFLOP/s
+
+
+@pytest.mark.parametrize("argv", [["--world-size", "0"], ["--peak-tflops", "-1"], ["--tp", "0"],
+                                  ["--size", "12XB"], ["--gpu-memory-gb", "nan"]])
+def test_01_bad_flags(argv: list[str]) -> None:
+    assert_usage_error("lecture14/01_scale.py", *argv)
+
+
+# ---- 04: crossovers, fit, share -----------------------------------------------------------------
+
+CASES = [(k, Link(a, b)) for k in (4, 5, 8, 16, 100, 1024) for a, b in ((5e-6, 25e9), (2e-6, 50e9), (30e-6, 1e9))]
+
+
+@pytest.mark.parametrize("k,link", CASES)
+def test_crossovers_equal_times_and_sign_change(k: int, link: Link) -> None:
+    for closed, other in ((ring_tree_crossover_bytes(k, link), tree_allreduce_time),
+                          (ring_naive_crossover_bytes(k, link), naive_allreduce_time)):
+        assert closed is not None and closed > 0
+        ring = ring_allreduce_time(k, closed, link)
+        assert ring == pytest.approx(other(k, closed, link), rel=1e-9)
+        below, above = closed * (1 - 1e-4), closed * (1 + 1e-4)
+        assert ring_allreduce_time(k, below, link) > other(k, below, link)  # fewer rounds win small
+        assert ring_allreduce_time(k, above, link) < other(k, above, link)  # the ring wins large
+
+
+@pytest.mark.parametrize("k,link", CASES[::3])
+def test_numeric_search_finds_the_closed_form(alpha_beta: ModuleType, k: int, link: Link) -> None:
+    found = alpha_beta.numeric_crossover(lambda n: ring_allreduce_time(k, n, link),
+                                         lambda n: tree_allreduce_time(k, n, link), *alpha_beta.search_range(link))
+    assert found == pytest.approx(ring_tree_crossover_bytes(k, link), rel=1e-9)
+
+
+def test_notes_crossovers_by_hand() -> None:
+    alpha, beta = 5e-6, 25e9
+    # Ring-tree at K = 8: 14(α + N/8β) = 6(α + N/β)  ⇒  8α = (6 - 1.75) N/β.
+    assert ring_tree_crossover_bytes(8, Link(alpha, beta)) == pytest.approx(8 * alpha * beta / 4.25)
+    assert ring_naive_crossover_bytes(8, Link(alpha, beta)) == pytest.approx(12 * alpha * beta / 12.25)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_no_crossover_when_the_ring_never_loses_to_the_tree(alpha_beta: ModuleType, k: int) -> None:
+    link = Link(5e-6, 25e9)
+    assert ring_tree_crossover_bytes(k, link) is None
+    assert alpha_beta.numeric_crossover(lambda n: ring_allreduce_time(k, n, link),
+                                        lambda n: tree_allreduce_time(k, n, link), *alpha_beta.search_range(link)) is None
+
+
+def test_winner_ranges_match_a_brute_force_scan(alpha_beta: ModuleType) -> None:
+    link = Link(5e-6, 25e9)
+    ranges = alpha_beta.winner_ranges(8, link)
+    assert [name for _, name in ranges] == ["naive", "tree", "ring"]
+    assert ranges[1][0] == pytest.approx(link.alpha_s * link.beta_Bps / 2, rel=1e-6)  # 6(α+N/β) = 2(α+7N/β)
+    assert ranges[2][0] == pytest.approx(ring_tree_crossover_bytes(8, link), rel=1e-6)
+    for n in (1e3, 5e4, 7e4, 2e5, 3e5, 1e8):
+        times = {"ring": ring_allreduce_time(8, n, link), "tree": tree_allreduce_time(8, n, link),
+                 "naive": naive_allreduce_time(8, n, link)}
+        expected = min(times, key=times.get)
+        assert [name for start, name in ranges if start <= n][-1] == expected
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_fit_recovers_alpha_beta_from_ring_formula(alpha_beta: ModuleType, k: int) -> None:
+    link = Link(130e-6, 4e9)
+    sizes = [2**10 * 4**i for i in range(8)]
+    times = [ring_allreduce_time(k, n, link) for n in sizes]
+    alpha, beta = alpha_beta.ring_parameters(k, *alpha_beta.fit_line(sizes, times))
+    assert alpha == pytest.approx(130e-6, rel=1e-9)
+    assert beta == pytest.approx(4e9, rel=1e-9)
+
+
+def test_fit_is_least_squares(alpha_beta: ModuleType) -> None:
+    # Noisy points: the weighted fit must satisfy the normal equations of Σ ((a + bN - t)/t)².
+    sizes = [1e3, 1e4, 1e5, 1e6, 1e7]
+    times = [1.1e-4, 0.9e-4, 1.3e-4, 4e-4, 3.2e-3]
+    a, b = alpha_beta.fit_line(sizes, times)
+    grad_a = sum((a + b * n - t) / t**2 for n, t in zip(sizes, times))
+    grad_b = sum((a + b * n - t) * n / t**2 for n, t in zip(sizes, times))
+    assert abs(grad_a) < 1e-6 and abs(grad_b) < 1e-6 * max(sizes)
+
+
+def test_share_independent_of_model_size(alpha_beta: ModuleType) -> None:
+    flops = 0.4 * 989e12
+    for beta, expected in ((150e9, 0.429), (25e9, 0.818), (3.125e9, 0.973)):
+        link = Link(0.0, beta)
+        shares = [alpha_beta.comm_share(8, p, link, 2048, flops) for p in (1e6, 125e6, 7e9, 405e9)]
+        assert max(shares) - min(shares) < 1e-12
+        # By hand, P = 1: comm = 2·7/8 · 2 B / β, compute = 6 · 2048 / flops.
+        comm, compute = 2 * 7 / 8 * 2 / beta, 6 * 2048 / flops
+        assert shares[0] == pytest.approx(comm / (comm + compute), rel=1e-12)
+        assert shares[0] == pytest.approx(expected, abs=5e-4)
+
+
+def test_04_runs_with_other_knobs(tmp_path: Path) -> None:
+    out = tmp_path / "04.json"
+    proc = run_script("lecture14/04_alpha_beta.py", "--quick", "--world-size", "16", "--alpha-us", "2",
+                      "--beta-gbs", "50", "--json", str(out))
+    text = proc.stdout
+    alpha, beta = 2e-6, 50e9
+    ring_tree = (15 - 4) * alpha * beta / (4 - 15 / 16)  # by hand, K = 16: L = 4
+    ring_naive = 14 * 16 * alpha * beta / 15**2
+    assert f"{ring_tree / 1e3:.4g} KB" in text and f"{ring_naive / 1e3:.4g} KB" in text
+    data = json.loads(out.read_text())
+    part1 = data["parts"]["Part 1"]["tables"]["times"]["rows"]
+    assert [r[-1] for r in part1] == ["naive", "naive", "tree", "ring", "ring", "ring", "ring"]
+    fits = data["parts"]["Part 2"]
+    assert set(fits) >= {"fit_2", "fit_4"} and fits["fit_4"]["slope_s_per_byte"] > 0
+    assert "correct" in data["parts"]["Part 2"]["tables"]["measured"]["headers"]
+    measured = [c for c in data["claims"] if c["kind"] == "measured here"]
+    assert {c["notes"] for c in measured} == {130, 4}  # printed beside ours, whatever this machine gives
+    share = [c for c in data["claims"] if c["part"] == "Part 3"]
+    comm, compute = 2 * 15 / 16 * 2 / 150e9, 6 * 2048 / (0.4 * 989e12)
+    assert share[0]["ours"] == pytest.approx(100 * comm / (comm + compute))
+    assert all(c["notes"] is None for c in share)  # K = 16 is not the notes' setting
+    assert "Part 3" in text and "the ring is fastest from" in text
+
+
+def test_04_notes_defaults_claims(alpha_beta: ModuleType) -> None:
+    link = Link(5e-6, 25e9)
+    assert alpha_beta.winner(alpha_beta.allreduce_times(8, 1e3, link)) == "naive"
+    assert alpha_beta.winner(alpha_beta.allreduce_times(8, 1e5, link)) == "tree"
+    assert alpha_beta.winner(alpha_beta.allreduce_times(8, 1e6, link)) == "ring"
+    assert alpha_beta.winner(alpha_beta.allreduce_times(2, 1e3, link)) == "ring"
+    assert alpha_beta.winner({"tree": 1.0, "naive": 1.0, "ring": 2.0}) == "tree = naive"
+    assert round(ring_tree_crossover_bytes(8, link) / 1e3) == 235
+    assert round(ring_naive_crossover_bytes(8, link) / 1e3) == 122
+
+
+@pytest.mark.parametrize("argv", [["--world-size", "1"], ["--mfu", "2"], ["--repeats", "0"]])
+def test_04_bad_flags(argv: list[str]) -> None:
+    assert_usage_error("lecture14/04_alpha_beta.py", *argv)
+
+
+@pytest.mark.parametrize("k,alpha_us", [(2, 5.0), (3, 5.0), (8, 0.0)])
+def test_04_part1_says_when_no_crossover(alpha_beta: ModuleType, capsys: pytest.CaptureFixture, k: int,
+                                         alpha_us: float) -> None:
+    args = argparse.Namespace(world_size=k, alpha_us=alpha_us, beta_gbs=25.0, quick=True, json=None, save_figs=None)
+    alpha_beta.part1_model(Report("04_alpha_beta.py", "test", args), args)
+    out = capsys.readouterr().out
+    assert f"ring vs tree: no crossover at K = {k}" in out
+    assert ("ring vs naive: no crossover" in out) == (k == 2 or alpha_us == 0)
+    assert ("ring at every size" in out) == (k == 2 or alpha_us == 0)
