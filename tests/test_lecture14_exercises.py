@@ -1,0 +1,151 @@
+"""Lecture 14 exercises: every computed answer against a hand computation written here, and the
+script run as a student would."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import assert_usage_error, run_script
+
+from lecture14 import exercises
+
+
+@pytest.fixture(scope="module")
+def claims(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict]:
+    out = tmp_path_factory.mktemp("ex") / "ex.json"
+    proc = run_script("lecture14/exercises.py", "--json", str(out))
+    for n in range(1, 13):
+        assert f"== Part {n}: exercise {n} " in proc.stdout
+    data = json.loads(out.read_text())
+    return {(c["part"], c["what"]): c for c in data["claims"]}
+
+
+def ours(claims: dict, part: int, what: str) -> object:
+    return claims[(f"Part {part}", what)]["ours"]
+
+
+def test_every_claim_agrees_with_the_notes(claims: dict) -> None:
+    # The notes' answers were all checked by hand; where one is wrong this test would say which.
+    bad = [(k, c["ours"], c["notes"]) for k, c in claims.items() if c["status"] not in ("agrees", "ours only")]
+    assert not bad
+
+
+def test_ex1_compute_budget(claims: dict) -> None:
+    flops = 6 * 70e9 * 2e12
+    gpu_hours = flops / 350e12 / 3600
+    assert ours(claims, 1, "6ND") == pytest.approx(8.4e23)
+    assert ours(claims, 1, "GPU-hours") == pytest.approx(gpu_hours)
+    assert ours(claims, 1, "on 1024 GPUs: hours") == pytest.approx(gpu_hours / 1024)
+    assert ours(claims, 1, "on 1024 GPUs: days") == pytest.approx(gpu_hours / 1024 / 24)
+
+
+def test_ex2_buffer_ratios(claims: dict) -> None:
+    assert ours(claims, 2, "reduce-scatter output / input N") == 0.25
+    assert ours(claims, 2, "all-gather output / input (= K)") == 4
+
+
+def _hand_ring_k3() -> list[list[list[str]]]:
+    """The notes' schedule on sets of terms, written independently of the simulator."""
+    k = 3
+    state = [[{f"{'abc'[r]}{j}"} for j in range(k)] for r in range(k)]
+    history = []
+    for i in range(k - 1):  # reduce-scatter: r sends chunk (r - i) mod K, the right neighbour adds
+        sends = [(r, (r - i) % k, set(state[r][(r - i) % k])) for r in range(k)]
+        for r, c, payload in sends:
+            state[(r + 1) % k][c] = state[(r + 1) % k][c] | payload
+        history.append([["+".join(sorted(x)) for x in dev] for dev in state])
+    for i in range(k - 1):  # all-gather: r sends chunk (r + 1 - i) mod K, the neighbour overwrites
+        sends = [(r, (r + 1 - i) % k, set(state[r][(r + 1 - i) % k])) for r in range(k)]
+        for r, c, payload in sends:
+            state[(r + 1) % k][c] = payload
+        history.append([["+".join(sorted(x)) for x in dev] for dev in state])
+    return history
+
+
+def test_ex3_rounds_match_a_hand_simulation(claims: dict) -> None:
+    hand = _hand_ring_k3()
+    for dev in range(3):
+        assert ours(claims, 3, f"after round 1, device {dev}") == "[" + ", ".join(hand[0][dev]) + "]"
+    for dev, chunk in ((0, 1), (1, 2), (2, 0)):
+        assert ours(claims, 3, f"after round 2, device {dev} chunk {chunk}") == hand[1][dev][chunk]
+    assert all(dev == ["a0+b0+c0", "a1+b1+c1", "a2+b2+c2"] for dev in hand[-1])
+    assert ours(claims, 3, "everyone complete after 4 rounds") is True
+
+
+def test_ex4_bytes_per_device() -> None:
+    import numpy as np
+
+    from lecture14.collectives import ring_allreduce
+    for k in (2, 4, 6):
+        n_floats = 12 * k
+        res = ring_allreduce([np.zeros(n_floats, dtype=np.float32) for _ in range(k)])
+        assert all(s == 2 * (k - 1) * (4 * n_floats) // k for s in res.sent)  # 2(K-1)N/K by hand
+
+
+def test_ex4_claims(claims: dict) -> None:
+    assert ours(claims, 4, "simulated bytes = 2(K-1)N/K when K divides N") is True
+    assert ours(claims, 4, "otherwise within one chunk of it (the K = 5 row)") is True
+
+
+def test_ex5_ring_time(claims: dict) -> None:
+    total = 2 * 15 * (10e-6 + 1e9 / (16 * 25e9))
+    assert ours(claims, 5, "time") == pytest.approx(total * 1e3)
+    assert ours(claims, 5, "latency part 2(K-1)α") == pytest.approx(30 * 10e-3)
+    assert ours(claims, 5, "latency share") == pytest.approx(100 * 30 * 10e-6 / total)
+
+
+def test_ex6_broadcast(claims: dict) -> None:
+    assert ours(claims, 6, "unsplit") == pytest.approx(3 * 100e6 / 10e9 * 1e3)
+    assert ours(claims, 6, "S = 100") == pytest.approx(102 * 1e6 / 10e9 * 1e3)
+    assert ours(claims, 6, "S = 100 with α = 20 µs") == pytest.approx(102 * (20e-6 + 1e6 / 10e9) * 1e3)
+    assert ours(claims, 6, "with α, S = 100 still under half the unsplit time") is True
+
+
+def test_ex7_crossover(claims: dict) -> None:
+    alpha, beta = 5e-6, 25e9
+    n = 12 * alpha * beta / 12.25  # 14α + 1.75N/β = 2α + 14N/β
+    assert ours(claims, 7, "N where ring = naive") == pytest.approx(n / 1e3)
+
+
+def test_ex8_parameter_server(claims: dict) -> None:
+    assert ours(claims, 8, "server, send and receive in turn") == pytest.approx(2 * 16 * 2e9 / 25e9)
+    assert ours(claims, 8, "server, full duplex") == pytest.approx(16 * 2e9 / 25e9)
+    assert ours(claims, 8, "ring: bytes each device sends") == pytest.approx(2 * 15 / 16 * 2)
+    assert ours(claims, 8, "ring all-reduce time") == pytest.approx(2 * 15 / 16 * 2e9 / 25e9)
+
+
+def test_ex9_weights(claims: dict) -> None:
+    assert exercises.sample_weights([334, 333, 333]) == pytest.approx([1 / 1002, 1 / 999, 1 / 999])
+    assert ours(claims, 9, "largest deviation") == pytest.approx(100 * (1 - 1000 / 1002))
+    assert ours(claims, 9, "10 samples on 4 ranks: weight ratio 2-sample / 3-sample") == pytest.approx(1.5)
+    error = math.sqrt(6 * (1 / 12 - 0.1) ** 2 + 4 * (1 / 8 - 0.1) ** 2) / math.sqrt(10 * 0.01)
+    assert ours(claims, 9, "gradient error, [3, 3, 2, 2], orthogonal per-sample gradients") == pytest.approx(100 * error)
+
+
+def test_ex10_effective_batch(claims: dict) -> None:
+    assert exercises.effective_batch(4, 32) == 128 and exercises.effective_batch(4, 32, 2) == 256
+    assert exercises.effective_batch(3, 5, 7) == 105
+    assert ours(claims, 10, "… and 2 accumulation steps") == 256
+
+
+def test_ex11_speedups(claims: dict) -> None:
+    for k, comm_ms in ((2, 40), (4, 60), (8, 70)):
+        assert ours(claims, 11, f"K = {k}: all-reduce") == pytest.approx(2 * (k - 1) / k * 1e9 / 25e9 * 1e3)
+        assert ours(claims, 11, f"K = {k}: all-reduce") == pytest.approx(comm_ms)
+        assert ours(claims, 11, f"K = {k}: speedup") == pytest.approx(100 / (100 / k + comm_ms))
+
+
+def test_ex12_replicas() -> None:
+    assert exercises._train_replicas(3, 10, init_seeds=[0, 0, 0]) == 0.0
+    start = exercises._train_replicas(3, 0, init_seeds=[0, 1, 2])
+    # SGD with one shared averaged gradient keeps an initial difference exactly as it was.
+    assert exercises._train_replicas(3, 10, init_seeds=[0, 1, 2]) == pytest.approx(start, rel=1e-5)
+    assert exercises._train_replicas(3, 10, init_seeds=[0, 0, 0], skip_param=1) > 0
+
+
+def test_exercises_quick_and_bad_flag() -> None:
+    proc = run_script("lecture14/exercises.py", "--quick")
+    assert "75.3 ms" in proc.stdout and "122.4 KB" in proc.stdout
+    assert_usage_error("lecture14/exercises.py", "--world-size", "0")
