@@ -203,12 +203,17 @@ class Result:
 
 
 class _Network:
-    """Carries messages between device buffers, round by round, counting bytes."""
+    """Carries messages between device buffers, round by round, counting bytes.
 
-    def __init__(self, name: str, bufs: list[np.ndarray], bounds: list[slice], history: bool) -> None:
+    With `sizes_only_for` = K there are no buffers: a message of chunk c counts len(bounds[c]) bytes.
+    """
+
+    def __init__(self, name: str, bufs: list[np.ndarray], bounds: list[slice], history: bool,
+                 sizes_only_for: int = 0) -> None:
         self.name, self.bufs, self.bounds, self.history = name, bufs, bounds, history
-        self.sent = np.zeros(len(bufs), dtype=np.int64)
-        self.received = np.zeros(len(bufs), dtype=np.int64)
+        n_devices = sizes_only_for or len(bufs)
+        self.sent = np.zeros(n_devices, dtype=np.int64)
+        self.received = np.zeros(n_devices, dtype=np.int64)
         self.rounds: list[Round] = []
         self.initial = [b.copy() for b in bufs] if history else None
 
@@ -218,17 +223,16 @@ class _Network:
             return
         # Read every payload first: a device that sends and receives the same chunk in one round
         # sends what it held at the start of the round.
-        payloads = [self.bufs[src][self._slice(chunk)].copy() for src, _, chunk, _ in messages]
+        sizes_only = not self.bufs
+        payloads = [None if sizes_only else self.bufs[src][self._slice(chunk)].copy() for src, _, chunk, _ in messages]
         transfers = []
         for (src, dst, chunk, op), payload in zip(messages, payloads):
             sl = self._slice(chunk)
-            if op == "add":
-                self.bufs[dst][sl] = self.bufs[dst][sl] + payload
-            elif op == "copy":
-                self.bufs[dst][sl] = payload
+            if payload is None:  # sizes only: the chunk's length is its byte count
+                nbytes = sl.stop - sl.start
             else:
-                raise ValueError(f"unknown op {op!r}")
-            nbytes = _nbytes(payload)
+                nbytes = _nbytes(payload)
+                self.bufs[dst][sl] = self.bufs[dst][sl] + payload if op == "add" else payload
             self.sent[src] += nbytes
             self.received[dst] += nbytes
             transfers.append(Transfer(src, dst, chunk, nbytes, op, payload if self.history else None))
@@ -242,20 +246,17 @@ class _Network:
         return Result(self.name, outputs, self.sent, self.received, self.rounds, self.bounds, self.initial)
 
 
-def _check_inputs(inputs: Sequence[np.ndarray], same_length: bool = True) -> list[np.ndarray]:
+def _check_inputs(inputs: Sequence[np.ndarray], same_length: bool = True, root: int = 0) -> list[np.ndarray]:
     if len(inputs) < 1:
         raise ValueError("need at least one device")
+    if not 0 <= root < len(inputs):
+        raise ValueError(f"root must be in 0..{len(inputs) - 1}, got {root}")
     arrs = [np.asarray(x) for x in inputs]
     if any(a.ndim != 1 for a in arrs):
         raise ValueError("each device's buffer must be a 1-D array")
     if same_length and len({a.size for a in arrs}) > 1:
         raise ValueError(f"every device needs the same buffer length, got {[a.size for a in arrs]}")
     return [a.copy() for a in arrs]
-
-
-def _check_root(root: int, k: int) -> None:
-    if not 0 <= root < k:
-        raise ValueError(f"root must be in 0..{k - 1}, got {root}")
 
 
 # ---- ring building blocks (the notes' §3.2 chunk indices, with an offset) -------------------
@@ -368,9 +369,8 @@ def broadcast(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False
 
     Every device passes a buffer of the same length, as in NCCL; the non-roots' contents are overwritten.
     """
-    bufs = _check_inputs(inputs)
+    bufs = _check_inputs(inputs, root=root)
     k = len(bufs)
-    _check_root(root, k)
     net = _Network("broadcast", bufs, chunk_bounds(bufs[0].size, k), history)
     _tree_broadcast(net, k, root)
     return net.result([b.copy() for b in bufs])
@@ -378,9 +378,8 @@ def broadcast(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False
 
 def reduce(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) -> Result:
     """The root ends with the elementwise sum (binomial tree); other outputs are None (undefined in NCCL)."""
-    bufs = _check_inputs(inputs)
+    bufs = _check_inputs(inputs, root=root)
     k = len(bufs)
-    _check_root(root, k)
     net = _Network("reduce", bufs, chunk_bounds(bufs[0].size, k), history)
     _tree_reduce(net, k, root)
     return net.result([bufs[r].copy() if r == root else None for r in range(k)])
@@ -435,42 +434,30 @@ def pipelined_ring_broadcast(data: np.ndarray | int, k: int, segments: int = 1, 
     each device's copy) or an int number of bytes (only segment sizes move; outputs are None), which
     keeps a 64 MB sweep over many S cheap. Segments follow np.array_split boundaries.
     """
-    if k < 1:
-        raise ValueError(f"need at least one device, got {k}")
+    if k < 1 or not 0 <= root < k:
+        raise ValueError(f"need K >= 1 devices and a root in 0..K-1, got K = {k}, root = {root}")
     if int(segments) != segments or segments < 1:
         raise ValueError(f"segments must be an integer >= 1, got {segments}")
-    _check_root(root, k)
     real = isinstance(data, np.ndarray)
+    if real and data.ndim != 1:
+        raise ValueError("data must be a 1-D array")
     n = data.size if real else int(data)
     if n < 0:
         raise ValueError(f"size must be >= 0, got {n}")
     seg_bounds = chunk_bounds(n, segments)
-    bufs: list[np.ndarray]
+    bufs: list[np.ndarray] = []
     if real:
-        if data.ndim != 1:
-            raise ValueError("data must be a 1-D array")
-        bufs = [data.copy() if r == root else
-                (np.empty(n, dtype=object) if data.dtype == object else np.zeros_like(data)) for r in range(k)]
-        net = _Network("pipelined ring broadcast", bufs, seg_bounds, history)
-    else:
-        net = _Network("pipelined ring broadcast", [np.zeros(0)] * k, seg_bounds, False)
+        blank = np.empty(n, dtype=object) if data.dtype == object else np.zeros_like(data)
+        bufs = [data.copy() if r == root else blank.copy() for r in range(k)]
+    net = _Network("pipelined ring broadcast", bufs, seg_bounds, history and real, sizes_only_for=0 if real else k)
     have = [segments] + [0] * (k - 1)  # segments held, by ring position from the root (in order)
     tick = 0
     while have[-1] < segments:
         moves = [p for p in range(k - 1) if have[p] > have[p + 1]]  # decided on the tick's start
-        msgs = [((p + root) % k, (p + 1 + root) % k, have[p + 1], "copy") for p in moves]
-        if real:
-            net.exchange("tick", tick, msgs)
-        else:
-            transfers = []
-            for src, dst, seg, op in msgs:
-                sl = seg_bounds[seg]
-                nbytes = sl.stop - sl.start
-                net.sent[src] += nbytes
-                net.received[dst] += nbytes
-                transfers.append(Transfer(src, dst, seg, nbytes, op))
-            net.rounds.append(Round("tick", tick, transfers))
+        net.exchange("tick", tick, [((p + root) % k, (p + 1 + root) % k, have[p + 1], "copy") for p in moves])
         for p in moves:
             have[p + 1] += 1
         tick += 1
+        if tick > k + segments:  # cannot happen while every link moves a segment when it can
+            raise RuntimeError("pipelined broadcast did not finish")
     return net.result([b.copy() for b in bufs] if real else [None] * k)
