@@ -43,7 +43,7 @@ from lecture15.ddp_sim import assign_buckets  # PyTorch's rule, shared with the 
 
 
 class _Bucket:
-    """Parameters in gradient-ready order, one flat buffer, and a view of it per parameter."""
+    """Its parameters (reverse registration order), one flat buffer, and a view of it per parameter."""
 
     def __init__(self, params: list[torch.nn.Parameter], names: list[str]) -> None:
         self.params, self.names = params, names
@@ -52,7 +52,7 @@ class _Bucket:
         self.views = [v.view_as(p) for v, p in zip(self.flat.split(sizes), params)]
         self.ready = [False] * len(params)   # which gradients arrived in this backward
         self.pending = len(params)           # how many are still missing
-        self.work: Any = None         # the async all-reduce, once launched
+        self.work: Any = None                # the async all-reduce, once launched
 
 
 class MyDDP(torch.nn.Module):
@@ -66,12 +66,15 @@ class MyDDP(torch.nn.Module):
         super().__init__()
         self.module, self.world = module, dist.get_world_size()
         self.broadcast_buffers, self.naive_ready_order = broadcast_buffers, naive_ready_order
-        with torch.no_grad():   # every replica starts from rank 0's parameters and buffers
+        # Every replica starts from rank 0's parameters (frozen ones too) and buffers; one tensor at a
+        # time, where DDP coalesces them into large messages: fine for a lecture-sized model.
+        with torch.no_grad():
             for t in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(t, src=0)
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]  # frozen: ignored
         if len({(p.dtype, p.device) for _, p in named}) > 1:
-            raise ValueError("MyDDP needs all trainable parameters on one dtype and device")
+            raise ValueError("MyDDP needs all trainable parameters on one dtype and device "
+                             "(DDP would group its buckets by dtype and device)")
         # Index lists in registration numbering, bucket 0 holding the last-registered parameters.
         groups = assign_buckets([p.numel() * p.element_size() for _, p in named], bucket_bytes)
         self.buckets = [_Bucket([named[i][1] for i in g], [named[i][0] for i in g]) for g in groups]
