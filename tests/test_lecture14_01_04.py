@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -200,7 +201,8 @@ def test_04_runs_with_other_knobs(tmp_path: Path) -> None:
     part1 = data["parts"]["Part 1"]["tables"]["times"]["rows"]
     assert [r[-1] for r in part1] == ["naive", "naive", "tree", "ring", "ring", "ring", "ring"]
     fits = data["parts"]["Part 2"]
-    assert set(fits) >= {"fit_2", "fit_4"} and fits["fit_4"]["slope_s_per_byte"] > 0
+    assert set(fits) >= {"fit_2", "fit_4"}  # values are timings: no assertion on them
+    assert all(math.isfinite(v) for v in fits["fit_4"].values())
     assert "correct" in data["parts"]["Part 2"]["tables"]["measured"]["headers"]
     measured = [c for c in data["claims"] if c["kind"] == "measured here"]
     assert {c["notes"] for c in measured} == {130, 4}  # printed beside ours, whatever this machine gives
