@@ -210,3 +210,12 @@ def test_stale_gradients_diverge_where_fresh_ones_do_not() -> None:
     assert dp.simulate_parameter_server(p, 8, 0.3, staleness=7) > start
     with pytest.raises(ValueError):
         dp.simulate_parameter_server(p, 8, 0.1, staleness=-1)
+
+
+@pytest.mark.parametrize("tau", [0, 1, 3, 7])
+def test_delayed_gradient_stability_limit_against_characteristic_roots(tau: int) -> None:
+    def spectral_radius(a: float) -> float:  # roots of z^(τ+1) − z^τ + a
+        return max(abs(np.roots([1.0, -1.0] + [0.0] * (tau - 1) + [a]))) if tau else abs(1 - a)
+
+    limit = dp.delayed_gd_stable_limit(tau)
+    assert spectral_radius(0.99 * limit) < 1 < spectral_radius(1.01 * limit)

@@ -299,3 +299,15 @@ def simulate_parameter_server(problem: LeastSquares, workers: int, lr: float,
             history.append(w)
         loss = problem.loss(w)
     return loss if math.isfinite(loss) else math.inf
+
+
+def delayed_gd_stable_limit(staleness: int) -> float:
+    """Largest lr·λ for which gradient descent with gradients τ updates old converges on a quadratic.
+
+    Along an eigenvector with curvature λ: x_{t+1} = x_t − lr·λ·x_{t−τ}. All roots of
+    z^{τ+1} − z^τ + lr·λ = 0 lie inside the unit circle iff 0 < lr·λ < 2·sin(π / (2(2τ + 1))):
+    2 for τ = 0, 1 for τ = 1, about π/(2τ + 1) for large τ (the classical delay-equation result).
+    """
+    if staleness < 0:
+        raise ValueError(f"staleness must be >= 0, got {staleness}")
+    return 2 * math.sin(math.pi / (2 * (2 * staleness + 1)))
