@@ -1,0 +1,82 @@
+"""Smoke tests of lecture 14 scripts 02 (real gloo ranks) and 03 (model only): they run, their
+checks print 'yes', their claims agree at the notes' defaults, other knobs work, bad flags exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import assert_usage_error, run_script
+
+S02, S03 = "lecture14/02_primitives.py", "lecture14/03_ring_allreduce.py"
+
+
+def claims(path: Path) -> dict[str, dict]:
+    return {c["what"]: c for c in json.loads(path.read_text(encoding="utf-8"))["claims"]}
+
+
+def test_02_default_world_size(tmp_path: Path) -> None:
+    out = run_script(S02, "--quick", "--json", str(tmp_path / "o.json")).stdout
+    for name in ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather"):
+        assert f"same as collectives.py ({name}): yes" in out
+    assert "100 104 108 112" in out  # 10..13 + 20..23 + 30..33 + 40..43
+    assert re.search(r"^  1\s+20 21 22 23\s+4 × 4 B\s+104\s+1 × 4 B", out, re.M)  # rank 1's chunk of the sum
+    assert "NO" not in out
+    found = claims(tmp_path / "o.json")
+    assert len(found) >= 6 and all(c["status"] == "agrees" for c in found.values()), found
+    assert found["reduce-scatter output / input size (rank 0)"]["ours"] == 0.25
+
+
+def test_02_three_ranks_uneven_chunks() -> None:
+    out = run_script(S02, "--world-size", "3", "--numbers", "7").stdout
+    # 7 numbers on 3 ranks: chunks of 3, 2, 2 (np.array_split); sums 60 + 3j.
+    assert re.search(r"^  0 .*60 63 66\s+3 × 4 B", out, re.M)
+    assert re.search(r"^  2 .*75 78\s+2 × 4 B", out, re.M)
+    assert "bytes each rank sent = the simulator's count  yes (40 36 36 B)" in out
+    assert "NO" not in out and "(notes:" in out  # identity claims still carry the notes' True
+
+
+def test_02_bad_flags() -> None:
+    assert_usage_error(S02, "--world-size", "1")
+    assert_usage_error(S02, "--numbers", "0")
+
+
+def test_03_quick_reproduces_the_notes(tmp_path: Path) -> None:
+    out = run_script(S03, "--quick", "--json", str(tmp_path / "o.json")).stdout
+    assert "a0           a1+b1+c1+d1  a2+c2+d2     a3+d3" in out
+    assert "simulation equals the closed forms wherever K divides N: yes" in out
+    assert "tick simulation equals the closed form (ticks exactly, time to rounding): yes" in out
+    assert "10 ticks = K - 2 + S = 10" in out  # K = 8, S = 4
+    found = claims(tmp_path / "o.json")
+    assert all(c["status"] == "agrees" for c in found.values()), found
+    assert found["best S (power of two)"]["ours"] == 64
+    assert found["time at the best S"]["ours"] == pytest.approx(3.15, abs=1e-9)
+    assert found["time unsplit (S = 1)"]["ours"] == pytest.approx(17.955, abs=1e-9)
+    assert 5e-6 < found["max |ring - np.sum|, float32, K = 64"]["ours"] < 2e-5
+
+
+def test_03_other_world_size_and_size() -> None:
+    out = run_script(S03, "--world-size", "5", "--size", "1MB", "--quick").stdout
+    assert "ring all-reduce on 5 workers" in out and "e4" in out
+    assert "a0+b0+c0+d0+e0" in out
+    assert "8 rounds = 2(K - 1)" in out and "each term once: yes" in out
+    assert "K = 5, N = 1 MB" in out and "7 ticks = K - 2 + S = 7" in out
+    # α = 5 µs, β = 25 GB/s, K = 5, N = 1 MB: (3 + S)(5 µs + 40 µs/S) is least at S = 4 among powers of two.
+    assert "best power of two S = 4: 105 µs" in out
+    assert "(notes: 64" not in out  # claims away from the notes' parameters carry no notes value
+
+
+def test_03_uneven_traffic_size_and_many_workers() -> None:
+    out = run_script(S03, "--world-size", "12", "--traffic-size", "1001B", "--alpha-us", "0", "--quick").stdout
+    assert "only the end of each phase is printed" in out
+    assert "N = 250 float32 = 1,000 B per device (--traffic-size rounded down" in out
+    assert "no interior optimum" in out
+    assert "no: N/K not whole" in out and "wherever K divides N: yes" in out
+
+
+def test_03_bad_flags() -> None:
+    for flag, value in (("--world-size", "0"), ("--world-size", "1"), ("--size", "0"),
+                        ("--alpha-us", "-1"), ("--traffic-size", "lots")):
+        assert_usage_error(S03, flag, value)
