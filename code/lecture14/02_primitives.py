@@ -1,5 +1,5 @@
 """Lecture 14 §2 (多 GPU 通信): the five collective primitives on real torch.distributed ranks (gloo on
-CPU), the identities between them, and a point-to-point shift round the ring without deadlock.
+CPU; NCCL where every rank has a GPU), the identities between them, and a point-to-point shift round the ring without deadlock.
 
     python code/lecture14/02_primitives.py
     python code/lecture14/02_primitives.py --world-size 3 --numbers 7
@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import launch
+from common.launcher import choose_backend, launch, rank_device
 from common.output import EXACT, Report
 from lecture14 import collectives as col
 
@@ -29,9 +29,9 @@ SEED = 1234  # random data of Part 2: rank r uses seed SEED + r
 SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"
 
 
-def rank_data(rank: int, n: int) -> torch.Tensor:
+def rank_data(rank: int, n: int, device: torch.device | None = None) -> torch.Tensor:
     """Rank r's numbers 10(r+1) + j: readable sums, exact in float32."""
-    return torch.arange(n, dtype=torch.float32) + 10 * (rank + 1)
+    return torch.arange(n, dtype=torch.float32, device=device) + 10 * (rank + 1)
 
 
 def all_inputs(world_size: int, n: int) -> list[np.ndarray]:
@@ -44,7 +44,7 @@ def reduce_scatter_real(x: torch.Tensor, world_size: int) -> tuple[torch.Tensor,
     out = torch.empty_like(chunks[dist.get_rank()])
     try:
         dist.reduce_scatter(out, chunks)  # gloo has it on CPU in torch 2.13, chunks of unequal size too
-        return out, "dist.reduce_scatter (gloo)"
+        return out, f"dist.reduce_scatter ({dist.get_backend()})"
     except RuntimeError:  # older gloo builds: the same result from an all-reduce, N·2(K-1)/K per device more
         total = x.clone()
         dist.all_reduce(total)
@@ -54,9 +54,9 @@ def reduce_scatter_real(x: torch.Tensor, world_size: int) -> tuple[torch.Tensor,
 def all_gather_real(piece: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     """Concatenate every rank's piece. gloo's all_gather needs equal sizes: pad to the largest, trim."""
     longest = max(sizes)
-    padded = torch.zeros(longest, dtype=piece.dtype)
+    padded = torch.zeros(longest, dtype=piece.dtype, device=piece.device)
     padded[:piece.numel()] = piece
-    gathered = [torch.empty(longest, dtype=piece.dtype) for _ in sizes]
+    gathered = [torch.empty_like(padded) for _ in sizes]
     dist.all_gather(gathered, padded)
     return torch.cat([g[:s] for g, s in zip(gathered, sizes)])
 
@@ -64,7 +64,7 @@ def all_gather_real(piece: torch.Tensor, sizes: list[int]) -> torch.Tensor:
 # ---- rank code: each returns plain lists; the parent prints ----------------------------------
 
 def primitives_worker(rank: int, world_size: int, n: int) -> dict[str, object]:
-    x = rank_data(rank, n)
+    x = rank_data(rank, n, rank_device())
     out: dict[str, object] = {}
     buf = x.clone()
     dist.broadcast(buf, src=ROOT)  # in place: the non-roots' buffers are overwritten
@@ -86,8 +86,8 @@ def primitives_worker(rank: int, world_size: int, n: int) -> dict[str, object]:
 
 def identities_worker(rank: int, world_size: int, n: int, seed: int) -> dict[str, dict[str, list[float]]]:
     """The identities on exact integer data, and again on random float32 data (seeded per rank)."""
-    noise = torch.randn(n, generator=torch.Generator().manual_seed(seed + rank))
-    return {"exact": identity_routes(rank_data(rank, n), world_size),
+    noise = torch.randn(n, generator=torch.Generator().manual_seed(seed + rank)).to(rank_device())
+    return {"exact": identity_routes(rank_data(rank, n, rank_device()), world_size),
             "random": identity_routes(noise, world_size)}
 
 
@@ -103,9 +103,9 @@ def identity_routes(x: torch.Tensor, world_size: int) -> dict[str, list[float]]:
     via_chunks = all_gather_real(piece, [c.numel() for c in x.tensor_split(world_size)])
     # Parameter server: rank ROOT is the server (it contributes no gradient); the others are workers
     # whose gradient is x. Pull = broadcast, push = reduce, the server updates, the next pull broadcasts.
-    params = rank_data(ROOT, n) * 10 if rank == ROOT else torch.empty(n)
+    params = rank_data(ROOT, n, x.device) * 10 if rank == ROOT else torch.empty_like(x)
     dist.broadcast(params, src=ROOT)  # pull: every worker gets the parameters
-    grad = torch.zeros(n) if rank == ROOT else x.clone()
+    grad = torch.zeros_like(x) if rank == ROOT else x.clone()
     dist.reduce(grad, dst=ROOT)  # push: the server gets the sum of the workers' gradients
     if rank == ROOT:
         params = params - LR * grad / (world_size - 1)
@@ -117,7 +117,7 @@ def identity_routes(x: torch.Tensor, world_size: int) -> dict[str, list[float]]:
 def shift_worker(rank: int, world_size: int, n: int) -> dict[str, object]:
     """Send right, receive left; then a whole ring all-reduce made of such shifts."""
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    x = rank_data(rank, n)
+    x = rank_data(rank, n, rank_device())
     received = torch.empty_like(x)
     # Blocking dist.send then dist.recv on every rank may deadlock: each send can wait until the
     # peer posts its recv, but the peer is itself stuck in its own send (NCCL always waits; gloo
@@ -184,7 +184,7 @@ def size_text(count: int) -> str:
 
 def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
-    rep.part(1, f"five primitives on {w} gloo ranks, {n} float32 numbers each")
+    rep.part(1, f"five primitives on {w} {choose_backend(w)} ranks, {n} float32 numbers each")
     results = launch(primitives_worker, w, n, timeout_s=args.timeout_s)
     inputs = all_inputs(w, n)
     sims = {"broadcast": col.broadcast(inputs, ROOT).outputs, "reduce": col.reduce(inputs, ROOT).outputs,
@@ -192,7 +192,7 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
             "all-gather": col.all_gather(inputs).outputs}
     meaning = {
         "broadcast": f"rank {ROOT}'s buffer copied to every rank",
-        "reduce": f"the sum lands on rank {ROOT} only; other ranks' buffers are scratch (here: gloo's partial sums)",
+        "reduce": f"the sum lands on rank {ROOT} only; other ranks' buffers are scratch afterwards (gloo leaves partial sums)",
         "all-reduce": "every rank gets the sum",
         "reduce-scatter": "rank r gets chunk r of the sum (output N/K)",
         "all-gather": "every rank gets every rank's buffer (output K times the input)",
