@@ -8,6 +8,7 @@ Parts 1–6 follow §4 of the notes; Part 7 (an extra) shows the §2.2 / §6 "mo
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 
@@ -17,7 +18,7 @@ from torch import nn
 
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import data_parallel_speedup, ring_allreduce_time
-from common.launcher import RankError, launch, rank_device
+from common.launcher import RankError, launch, rank_device, under_torchrun
 from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time, new_figure
 from lecture14 import data_parallel as dp
 
@@ -276,6 +277,9 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
 
 def part7_deadlock(rep: Report, args: argparse.Namespace) -> None:
     rep.part(7, "extra (§2.2, §6): the most common deadlock, one rank skips a collective")
+    if under_torchrun():
+        rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
+        return
     timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
     start = time.perf_counter()
     try:
@@ -301,6 +305,8 @@ def main() -> None:
                          f"got {args.world_size}")
     if args.ps_workers > GRAD_COMPUTATIONS:
         raise UsageError(f"--ps-workers must be at most {GRAD_COMPUTATIONS}, got {args.ps_workers}")
+    if under_torchrun():  # torchrun, not the flag, decides how many ranks there are
+        args.world_size = int(os.environ["WORLD_SIZE"])
     rep = Report(__file__, "data parallelism (lecture 14 §4)", args)
     part1_partition(rep, args)      # HW5 1.1: seeded shuffle, size // W plus remainder, no communication
     part2_equivalence(rep, args)    # K replicas vs one big batch; HW5 on real gloo ranks
