@@ -110,8 +110,8 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> None:
     rep.claim("replicas bit-identical after training", all_identical, True)
     rep.claim("largest max |Δθ| vs full batch over K = 2, 4, 8", max(diffs), 5.6e-17, kind=ASSUMPTION,
               why="float64 round-off from a different summation order; its size depends on the data, "
-                  "the model and the steps (one or two ulps of the parameters here)")
-    # The real thing: HW5's functions on W gloo ranks, checked against the simulation.
+                  "the model and the steps (a few ulps of parameters of size ~0.5 here)")
+    # The real thing: HW5's functions on W real ranks, checked against the simulation.
     w = args.world_size
     xr, yr = dp.make_regression_data(PER_RANK_REAL * w, D_IN, args.seed)
     # A process's first optimizer imports torch._dynamo (about 1 s here): pay it once, before the
