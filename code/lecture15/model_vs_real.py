@@ -226,6 +226,7 @@ def main() -> None:
     from common.launcher import launch  # torch loads only once the flags are known to be good
     ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.batch, args.bucket_cap_mib,
                    sizes, args.repeats, timeout_s=args.timeout_s)
+    args.world_size = len(ranks)            # under torchrun the group's size wins over the flag
     result = combine_ranks(ranks)
     result["sizes"] = sizes
     # Part 1: α and β of this machine's gloo all-reduce
