@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import UsageError, make_parser, positive_int, run_main
 from common.launcher import launch
-from common.output import ASSUMPTION, MEASURED, Report, fmt_time
+from common.output import MEASURED, Report, fmt_time
 
 DATA_SEED = 1234
 IN, HIDDEN = 8, 16           # Part 1's model: 8 -> 16 -> 1, far below one bucket's cap
@@ -206,10 +206,10 @@ def part1_no_sync(rep: Report, args) -> None:
     per_step = [results[0][mode]["counts"][0] for mode in MODES]
     expected = [micro, micro, 1]
     rep.claim("all-reduces per step (sync, backward-only no_sync, forward no_sync)", " ".join(map(str, per_step)),
-              notes="4 4 1", kind=ASSUMPTION, why=f"with {micro} micro-batches and one bucket: expected "
+              notes="4 4 1", kind=MEASURED, why=f"with {micro} micro-batches and one bucket: expected "
                                                    f"{' '.join(map(str, expected))}")
     rep.claim("the three ways give the same parameters (float64, max diff < 1e-12)",
-              max(r[3] for r in rows) < 1e-12, notes=True, kind=ASSUMPTION)
+              max(r[3] for r in rows) < 1e-12, notes=True, kind=MEASURED)
     rep.note(f"{args.world_size} ranks, {micro} micro-batches of {MICRO_BATCH} samples per step, {steps} steps, "
              "loss / micro-batches, float64.\nno_sync() only sets a flag that DDP reads in forward: a forward "
              "outside it arms the gradient hooks, so the backward inside still synchronises.\n"
@@ -238,7 +238,7 @@ def part2_unused_parameters(rep: Report, args) -> None:
             rep.line(f"          parameters without a gradient (from the message): {', '.join(unused)}")
     rep.claim("the next forward raises 'Expected to have finished reduction ...' on every rank",
               all(r["error"] and "Expected to have finished reduction" in r["error"] for r in results),
-              notes=True, kind=ASSUMPTION)
+              notes=True, kind=MEASURED)
     rep.line("\nfind_unused_parameters=True, b used on rank 0 only, `never` used nowhere (first 3 entries of .weight.grad):")
     w = args.world_size
     rows = []
@@ -254,9 +254,9 @@ def part2_unused_parameters(rep: Report, args) -> None:
               name="unused")
     b_rows = [r for r in rows if r[0] == "b.weight"]
     rep.claim(f"b (used on rank 0 only) gets g0/{w} on every rank", all(r[5] for r in b_rows), notes=True,
-              kind=ASSUMPTION)
+              kind=MEASURED)
     rep.claim("`never` (unused everywhere) keeps grad None", all(r[4] == "None" for r in rows if r[0] == "never.weight"),
-              notes=True, kind=ASSUMPTION)
+              notes=True, kind=MEASURED)
     t_off = statistics.median(t for r in results for t in r["time_default"])
     t_on = statistics.median(t for r in results for t in r["time_find_unused"])
     rep.table(["find_unused_parameters", "median forward+backward"],
@@ -278,8 +278,8 @@ def part3_buffers(rep: Report, args) -> None:
               [[rank] + [show(res[k]) for k in keys] for rank, res in enumerate(results)], name="buffers")
     differ = not all(np.array_equal(r["after forward 1"], results[0]["after forward 1"]) for r in results[1:])
     replaced = all(np.array_equal(r["start of forward 2"], results[0]["after forward 1"]) for r in results)
-    rep.claim("running_mean differs between ranks after a forward", differ, notes=True, kind=ASSUMPTION)
-    rep.claim("at the next forward every rank's running_mean is rank 0's", replaced, notes=True, kind=ASSUMPTION)
+    rep.claim("running_mean differs between ranks after a forward", differ, notes=True, kind=MEASURED)
+    rep.claim("at the next forward every rank's running_mean is rank 0's", replaced, notes=True, kind=MEASURED)
     rep.note("Rank r's data is centred at 10 r, BatchNorm momentum 0.1. DDP broadcasts rank 0's buffers at\n"
              "the start of each forward (broadcast_buffers / forward_sync_buffers); in between they differ,\n"
              "and the statistics kept are rank 0's alone. SyncBatchNorm computes them across ranks.")
