@@ -38,6 +38,10 @@ def skip_collective(rank: int, world_size: int) -> int:
     return rank
 
 
+def return_tensor(rank: int, world_size: int) -> dict:
+    return {"t": torch.full((3,), float(rank)), "rank": rank}
+
+
 def threads(rank: int, world_size: int) -> int:
     return torch.get_num_threads()
 
@@ -77,6 +81,11 @@ def test_a_skipped_collective_ends_in_a_timeout_not_a_hang() -> None:
     assert info.value.rank == 0
     assert "timed out" in info.value.message.lower()
     assert multiprocessing.active_children() == []
+
+
+def test_ranks_may_return_tensors() -> None:
+    results = launch(return_tensor, 2)
+    assert [r["t"].tolist() for r in results] == [[0.0] * 3, [1.0] * 3]
 
 
 def test_bad_world_size_is_rejected() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import pickle
 import re
 import sys
 import time
@@ -90,6 +91,7 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
                     args=(worker, rank, world_size, pipes[rank][1], backend, timeout_s, threads, args, kwargs))
         for rank in range(world_size)
     ]
+    store = None
     try:
         for child in children:
             child.start()
@@ -103,6 +105,9 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
         return _collect(children, [p for p, _ in pipes])
     finally:
         _stop(children)
+        # Shut the store down now: if it lingered (a traceback holding this frame, say), a later
+        # fork would copy it, and the child's garbage collector would hang joining its thread.
+        store = None
 
 
 def _collect(children: list[Any], conns: list[Any]) -> list[Any]:
@@ -117,7 +122,7 @@ def _collect(children: list[Any], conns: list[Any]) -> list[Any]:
             if obj in waiting:
                 rank = waiting.pop(obj)
                 try:
-                    status, payload, details = obj.recv()
+                    status, payload, details = pickle.loads(obj.recv_bytes())
                 except EOFError:
                     status, payload, details = "error", "exited without a result", ""
                 if status == "ok":
@@ -172,8 +177,25 @@ def _setup_rank(rank: int, world_size: int, backend: str, threads: int) -> None:
         torch.cuda.set_device(rank % torch.cuda.device_count())
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this rank if the parent dies, even by SIGKILL (no orphans)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any, backend: str,
                 timeout_s: float, threads: int, args: tuple, kwargs: dict) -> None:
+    # What the parent owned at the fork is not ours to collect (its objects' threads did not
+    # come along, so destructors that join them would hang): keep the collector off it.
+    gc.freeze()
+    _die_with_parent()
     try:
         port = conn.recv()
         # torchrun-style environment, so a worker sees what it would see under torchrun.
@@ -183,14 +205,18 @@ def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: An
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s))
         result = worker(rank, world_size, *args, **kwargs)
+        # Plain pickle, not torch.multiprocessing's: that one shares a returned tensor through a
+        # file descriptor which dies with this process, and the parent's read then fails.
+        payload = pickle.dumps(("ok", result, ""))
         gc.collect()  # DDP objects must be gone before the group is (see notes: teardown aborts)
         dist.barrier()
         dist.destroy_process_group()
-        conn.send(("ok", result, ""))
+        conn.send_bytes(payload)
         conn.close()
     except BaseException as err:  # noqa: BLE001 - every failure, Ctrl-C too, goes to the parent
         try:
-            conn.send(("error", f"{type(err).__name__}: {err}".strip(), traceback.format_exc()))
+            message = f"{type(err).__name__}: {err}".strip()
+            conn.send_bytes(pickle.dumps(("error", message, traceback.format_exc())))
             conn.close()
         except Exception:
             pass
@@ -199,6 +225,10 @@ def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: An
 
 
 _torchrun_ready = False
+if under_torchrun() and os.environ.get("RANK") != "0":
+    # Rank 0 plays the parent and prints; the others compute silently, from the first line a
+    # script prints (which comes before its first launch).
+    sys.stdout = open(os.devnull, "w")
 
 
 def _launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple, kwargs: dict,
@@ -210,8 +240,6 @@ def _launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple
         _setup_rank(rank, world, backend, threads)
         os.environ["LOCAL_RANK"] = os.environ.get("LOCAL_RANK", str(rank))
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-        if rank != 0:  # rank 0 is the parent: the others compute but do not print
-            sys.stdout = open(os.devnull, "w")
         atexit.register(_torchrun_teardown)  # a group left alive aborts the process at exit
         _torchrun_ready = True
     if world != world_size:
