@@ -5,9 +5,9 @@
 Standalone, the parent forks W children (spawn where fork is unsafe: not Linux, NCCL, or more
 than one thread per rank), hosts a TCPStore on a port the OS picks (so two scripts started
 together never collide), and each child joins a gloo process group (NCCL for workers that put
-their tensors on `rank_device()` and say so with backend="auto", when CUDA has a GPU per rank). Under `torchrun` (RANK,
-WORLD_SIZE, MASTER_ADDR set) nothing is spawned: this process is one rank, the group is torchrun's,
-results are gathered to every rank, and only rank 0 prints.
+their tensors on `rank_device()` and say so with backend="auto", when CUDA has a GPU per rank).
+Under `torchrun` (RANK, WORLD_SIZE, MASTER_ADDR set) nothing is spawned: this process is one
+rank, the group is torchrun's, results are gathered to every rank, and only rank 0 prints.
 
 Failures never hang: a rank that raises ends the run within a fraction of a second with a
 `RankError` naming the rank and its exception; a rank stuck in a collective that another rank
@@ -65,6 +65,16 @@ def rank_device() -> torch.device:
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", dist.get_rank())))
     return torch.device("cpu")
+
+
+def preload_for_ddp(world_size: int) -> None:
+    """Import what DDP's constructor and a first optimizer import (torch._dynamo, 1-1.5 s here) in
+    the parent when ranks outnumber cores: forked ranks inherit it instead of paying it one after
+    another on shared cores (4 ranks on 2 cores: 5.2 s -> 3.6 s). With a core per rank they import
+    it side by side, which is faster than the parent doing it first."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if world_size > cores:
+        import torch._dynamo  # noqa: F401
 
 
 def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: float | None = None,

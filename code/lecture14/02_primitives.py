@@ -184,8 +184,8 @@ def size_text(count: int) -> str:
 
 def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
-    rep.part(1, f"five primitives on {w} {choose_backend(w)} ranks, {n} float32 numbers each")
-    results = launch(primitives_worker, w, n, timeout_s=args.timeout_s)
+    rep.part(1, f"five primitives on {w} {choose_backend(w, 'auto')} ranks, {n} float32 numbers each")
+    results = launch(primitives_worker, w, n, backend="auto", timeout_s=args.timeout_s)
     inputs = all_inputs(w, n)
     sims = {"broadcast": col.broadcast(inputs, ROOT).outputs, "reduce": col.reduce(inputs, ROOT).outputs,
             "all-reduce": col.allreduce(inputs).outputs, "reduce-scatter": col.reduce_scatter(inputs).outputs,
@@ -230,7 +230,7 @@ IDENTITIES = [
 def part2_identities(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
     rep.part(2, "identities: AllReduce = Reduce + Broadcast = ReduceScatter + AllGather; PS = Broadcast + Reduce")
-    results = launch(identities_worker, w, n, SEED, timeout_s=args.timeout_s)
+    results = launch(identities_worker, w, n, SEED, backend="auto", timeout_s=args.timeout_s)
     exact, noisy = [res["exact"] for res in results], [res["random"] for res in results]
     inputs = all_inputs(w, n)
     ref = col.allreduce(inputs).outputs
@@ -270,7 +270,7 @@ def part2_identities(rep: Report, args: argparse.Namespace) -> None:
 def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
     rep.part(3, "point-to-point: everyone sends right, receives left (batch_isend_irecv)")
-    results = launch(shift_worker, w, n, timeout_s=args.timeout_s)
+    results = launch(shift_worker, w, n, backend="auto", timeout_s=args.timeout_s)
     rows = [[str(r), show(res["before"]), f"→ rank {(r + 1) % w}", f"rank {(r - 1) % w} →", show(res["after"])]
             for r, res in enumerate(results)]
     rep.table(["rank", "before", "sends to", "receives from", "after"], rows, name="shift")

@@ -18,7 +18,7 @@ from torch import nn
 
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import data_parallel_speedup, ring_allreduce_time
-from common.launcher import RankError, launch, rank_device, under_torchrun
+from common.launcher import RankError, launch, preload_for_ddp, rank_device, under_torchrun
 from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time, new_figure
 from lecture14 import data_parallel as dp
 
@@ -69,7 +69,7 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
     rep.part(1, "partition_indices: the same split on every rank, without communication")
     w, size = args.world_size, UNEQUAL_SAMPLES
     state_before = random.getstate()
-    shards = launch(partition_worker, w, size, args.seed, timeout_s=args.timeout_s)
+    shards = launch(partition_worker, w, size, args.seed, backend="auto", timeout_s=args.timeout_s)
     rows = [[r, len(s), " ".join(map(str, s))] for r, s in enumerate(shards)]
     rep.table(["rank", "samples", "indices (its slice of the seeded shuffle)"], rows, name="real_ranks")
     rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: "
@@ -114,11 +114,9 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> None:
     # The real thing: HW5's functions on W real ranks, checked against the simulation.
     w = args.world_size
     xr, yr = dp.make_regression_data(PER_RANK_REAL * w, D_IN, args.seed)
-    # A process's first optimizer imports torch._dynamo (about 1 s here): pay it once, before the
-    # fork, rather than once in every rank.
-    torch.optim.SGD(model.parameters(), lr=LR)
+    preload_for_ddp(w)  # the ranks' first optimizer imports torch._dynamo
     params = [torch.tensor(p, dtype=torch.float64)
-              for p in launch(hw5_worker, w, model, xr, yr, steps, args.seed, timeout_s=args.timeout_s)]
+              for p in launch(hw5_worker, w, model, xr, yr, steps, args.seed, backend="auto", timeout_s=args.timeout_s)]
     shards = [dp.partition_indices(len(xr), w, r, args.seed) for r in range(w)]
     simulated = dp.simulate_data_parallel(model, xr, yr, shards, steps, LR).replicas[0]
     full, _ = dp.train_full_batch(model, xr, yr, steps, LR)
@@ -283,7 +281,7 @@ def part7_deadlock(rep: Report, args: argparse.Namespace) -> None:
     timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
     start = time.perf_counter()
     try:
-        launch(skip_collective_worker, args.world_size, timeout_s=timeout)
+        launch(skip_collective_worker, args.world_size, backend="auto", timeout_s=timeout)
         rep.line("  no error: the collective completed (it should not have)")
     except RankError as err:
         rep.line(f"  only rank 0 calls all_reduce; after {time.perf_counter() - start:.2f} s "

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
-from common.launcher import launch
+from common.launcher import launch, preload_for_ddp
 from common.output import ASSUMPTION, MEASURED, Report, fmt_time
 
 IN_FEATURES, HIDDEN = 16, 32  # Part 2's MLP: 16 -> 32 -> 1; PyTorch's default init, bound 1/sqrt(fan_in)
@@ -212,7 +212,7 @@ def main() -> None:
     for flag, value in (("--batch", args.batch), ("--timing-batch", args.timing_batch)):
         if value < args.world_size:
             raise UsageError(f"{flag} {value} must be at least --world-size {args.world_size} (a sample per rank)")
-    import torch._dynamo  # noqa: F401 - DDP() imports it (~1.5 s): once here, not in every forked rank
+    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
     rep = Report(__file__, "DDP basics on real gloo ranks", args)
     rep.part(1, "the process group: world size, ranks, rendezvous")  # what every rank sees
     part1_environment(rep, args)

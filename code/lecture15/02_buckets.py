@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
-from common.launcher import launch
+from common.launcher import launch, preload_for_ddp
 from common.output import ASSUMPTION, EXACT, MEASURED, Report, bar, fmt_bytes, fmt_time, new_figure
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
@@ -245,7 +245,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.elements < PIECE_ELEMENTS:
         raise UsageError(f"--elements {args.elements} must be at least {PIECE_ELEMENTS} (one piece)")
-    import torch._dynamo  # noqa: F401 - DDP() imports it (~1.5 s): once here, not in every forked rank
+    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
     rep = Report(__file__, "DDP's gradient buckets", args)
     rep.part(1, "buckets recorded from real DDP")  # a comm hook logs every bucket; ddp_sim predicts them
     part1_real_buckets(rep, args)

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import launch
+from common.launcher import launch, preload_for_ddp
 from common.output import MEASURED, Report, fmt_time
 
 DATA_SEED = 1234
@@ -294,7 +294,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError(f"--world-size {args.world_size}: these parts compare ranks, use at least 2")
-    import torch._dynamo  # noqa: F401 - DDP() imports it (~1.5 s): once here, not in every forked rank
+    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
     rep = Report(__file__, "no_sync, unused parameters and buffers in real DDP", args)
     rep.part(1, "no_sync and gradient accumulation")  # where no_sync must go, counted by a comm hook
     part1_no_sync(rep, args)

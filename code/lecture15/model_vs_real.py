@@ -221,9 +221,8 @@ def main() -> None:
         args.layers, args.width, args.repeats = min(args.layers, 4), min(args.width, 512), min(args.repeats, 3)
         args.bucket_cap_mib, sizes = min(args.bucket_cap_mib, 1.0), ALLREDUCE_BYTES[:-1]
     rep = Report(__file__, "the §3 timeline model against a real DDP step on this machine", args)
-    import torch._dynamo  # noqa: F401  DDP's constructor imports it (~1 s): once here, not once per rank
-
-    from common.launcher import launch  # torch loads only once the flags are known to be good
+    from common.launcher import launch, preload_for_ddp  # torch loads only once the flags are good
+    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
     ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.batch, args.bucket_cap_mib,
                    sizes, args.repeats, timeout_s=args.timeout_s)
     args.world_size = len(ranks)            # under torchrun the group's size wins over the flag

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from common.cli import UsageError, make_parser, positive_int, run_main, size_bytes
-from common.launcher import launch, rank_device
+from common.launcher import launch, preload_for_ddp, rank_device
 from common.output import EXACT, MEASURED, Report, fmt_bytes
 from lecture15.my_ddp import MyDDP
 
@@ -307,7 +307,8 @@ def main() -> None:
     cfg = {"batch": args.batch, "steps": args.steps, "bucket_bytes": args.bucket_size,
            "repeats": args.repeats, "warmup": 3 if args.quick else 10}
     # The ranks do every part's work in one launch (start-up paid once) and return plain data.
-    ranks = launch(check_rank, args.world_size, cfg, timeout_s=args.timeout_s)
+    preload_for_ddp(args.world_size)  # PyTorch DDP() imports torch._dynamo: see there
+    ranks = launch(check_rank, args.world_size, cfg, backend="auto", timeout_s=args.timeout_s)
     part1_buckets(rep, args, ranks)     # our rule on the handbook's model: how many buckets
     part2_train(rep, args, ranks)       # ddp_check.py: MyDDP = one process = PyTorch DDP
     part3_no_sync(rep, args, ranks)     # the exercise: 2 half-batches under no_sync = 1 full batch
