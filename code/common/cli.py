@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 from common.costmodel import NOTES_LINK, Link
 
@@ -82,12 +83,35 @@ nonnegative_float = _typed(_nonnegative_float, "a number >= 0")
 size_bytes = _typed(parse_size, "a size")
 
 
+def under_torchrun() -> bool:
+    """True when torchrun (or another launcher) already made this process one rank of a group."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def quiet_unless_rank0() -> None:
+    """Under torchrun rank 0 plays the parent and prints; the other ranks compute silently."""
+    if under_torchrun() and os.environ.get("RANK") != "0" and sys.stdout is sys.__stdout__:
+        sys.stdout = open(os.devnull, "w")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit 2) rather than usage + error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> argparse.Namespace:  # type: ignore[override]
+        """Under torchrun the world size is torchrun's: it replaces --world-size, so every part
+        computes with the number of ranks that really run."""
+        parsed = super().parse_args(*args, **kwargs)
+        quiet_unless_rank0()  # from the first line a script prints (its title, before any launch)
+        torchrun_world = os.environ["WORLD_SIZE"] if under_torchrun() else None
+        if torchrun_world and hasattr(parsed, "world_size") and parsed.world_size != int(torchrun_world):
+            if os.environ.get("RANK", "0") == "0":
+                print(f"(under torchrun: --world-size is torchrun's {torchrun_world}, not {parsed.world_size})")
+            parsed.world_size = int(torchrun_world)
+        return parsed
 
 
 def make_parser(

@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from common.cli import quiet_unless_rank0, under_torchrun
+
 DEFAULT_TIMEOUT_S = 30.0  # a lecture script's collectives take milliseconds; 30 s means "stuck"
 _STORE_TIMEOUT_S = 60.0
 
@@ -42,11 +44,6 @@ class RankError(RuntimeError):
     def __init__(self, rank: int, message: str, details: str = "") -> None:
         super().__init__(f"rank {rank} failed: {message}")
         self.rank, self.message, self.details = rank, message, details
-
-
-def under_torchrun() -> bool:
-    """True when torchrun (or another launcher) already made this process one rank of a group."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
 def choose_backend(world_size: int, backend: str | None = None) -> str:
@@ -235,10 +232,7 @@ def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: An
 
 
 _torchrun_ready = False
-if under_torchrun() and os.environ.get("RANK") != "0":
-    # Rank 0 plays the parent and prints; the others compute silently, from the first line a
-    # script prints (which comes before its first launch).
-    sys.stdout = open(os.devnull, "w")
+quiet_unless_rank0()  # for a script that imports this before it parses its flags
 
 
 def _launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple, kwargs: dict,
