@@ -1,0 +1,39 @@
+"""The instructor's one command and the benchmark: they find every script and report what ran."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import run_script
+
+from common.suite import scripts
+
+
+def test_suite_lists_every_numbered_script_and_no_module() -> None:
+    names = [s.name for s in scripts()]
+    for lecture in ("lecture14", "lecture15"):
+        assert [n for n in names if re.match(rf"{lecture}/0[1-5]_", n)] == sorted(
+            n for n in names if re.match(rf"{lecture}/0[1-5]_", n))
+        assert len([n for n in names if re.match(rf"{lecture}/0[1-5]_", n)]) == 5
+    modules = {"collectives.py", "ddp_sim.py", "data_parallel.py", "my_ddp.py", "models.py", "__init__.py"}
+    assert not any(n.split("/")[1] in modules for n in names)
+    real = {s.name for s in scripts() if s.real}
+    assert "lecture15/02_buckets.py" in real and "lecture15/03_overlap.py" not in real
+
+
+def test_reproduce_collects_every_claim(tmp_path) -> None:
+    out_json = tmp_path / "claims.json"
+    proc = run_script("reproduce.py", "--quick", "--only", "exercises", "--json", str(out_json))
+    assert "lecture14/exercises.py" in proc.stdout and "lecture15/exercises.py" in proc.stdout
+    data = json.loads(out_json.read_text())
+    per_script = {c["script"] for c in data["claims"]}
+    assert per_script == {"lecture14/exercises.py", "lecture15/exercises.py"}
+    total = int(re.search(r"(\d+) claims:", proc.stdout).group(1))
+    assert total == len(data["claims"]) > 20
+
+
+def test_bench_prints_a_row_per_script() -> None:
+    proc = run_script("../bench/bench_scripts.py", "--quick", "--only", "lecture14/01")
+    row = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("lecture14/01_scale.py") and "target" not in ln]
+    assert row and ("meets" in row[-1] or "SLOWER" in row[-1])
