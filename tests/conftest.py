@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -29,6 +31,19 @@ def assert_usage_error(relpath: str, *args: str) -> None:
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def load_script(relpath: str) -> ModuleType:
+    """Import code/<relpath> as a module without running main() (numbered names are no identifiers)."""
+    path = ROOT / "code" / relpath
+    name = f"script_{path.parent.name}_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

@@ -4,15 +4,13 @@ the scripts run as a student would (--quick), output checked."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import ROOT, assert_usage_error, run_script
+from conftest import assert_usage_error, load_script, run_script
 
 from common.costmodel import (
     Link,
@@ -25,24 +23,14 @@ from common.costmodel import (
 from common.output import Report
 
 
-def load(relpath: str) -> ModuleType:
-    """Import a numbered script (its name starts with a digit, so no plain import)."""
-    path = ROOT / "code" / relpath
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def scale() -> ModuleType:
-    return load("lecture14/01_scale.py")
+    return load_script("lecture14/01_scale.py")
 
 
 @pytest.fixture(scope="module")
 def alpha_beta() -> ModuleType:
-    return load("lecture14/04_alpha_beta.py")
+    return load_script("lecture14/04_alpha_beta.py")
 
 
 # ---- 01: 6ND, walls, parameter server -----------------------------------------------------------

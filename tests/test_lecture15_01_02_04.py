@@ -6,7 +6,6 @@ checked against a single process, ddp_sim's bucket rule, or a gradient computed 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo  # noqa: F401 - DDP() needs it; imported before the ranks fork, as the scripts do
-from conftest import assert_usage_error, run_script
+from conftest import assert_usage_error, load_script, run_script
 from torch import nn
 
 from common.launcher import launch
@@ -24,27 +23,19 @@ from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
 CODE = Path(__file__).resolve().parents[1] / "code" / "lecture15"
 
 
-def load(filename: str) -> ModuleType:
-    """A numbered script as a module (its name starts with a digit, so no plain import)."""
-    spec = importlib.util.spec_from_file_location(f"lecture15_{filename[:2]}", CODE / filename)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def basics() -> ModuleType:
-    return load("01_ddp_basics.py")
+    return load_script("lecture15/01_ddp_basics.py")
 
 
 @pytest.fixture(scope="module")
 def buckets() -> ModuleType:
-    return load("02_buckets.py")
+    return load_script("lecture15/02_buckets.py")
 
 
 @pytest.fixture(scope="module")
 def details() -> ModuleType:
-    return load("04_details.py")
+    return load_script("lecture15/04_details.py")
 
 
 # ---- 01: broadcast at construction, training equal to one process ------------------------------

@@ -4,7 +4,6 @@ hand-written event loop for the timelines, brute-force enumeration, and the arit
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import ROOT, assert_usage_error, run_script
+from conftest import assert_usage_error, load_script, run_script
 
 from common.costmodel import Link
 from lecture15.ddp_sim import MB, resnet50
@@ -25,23 +24,14 @@ EXERCISES = "lecture15/exercises.py"
 MODEL_VS_REAL = "lecture15/model_vs_real.py"
 
 
-def _load(relpath: str) -> ModuleType:
-    """Import a script by path (its name starts with a digit), without running main()."""
-    path = ROOT / "code" / relpath
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def scaling() -> ModuleType:
-    return _load(SCRIPT_05)
+    return load_script(SCRIPT_05)
 
 
 @pytest.fixture(scope="module")
 def exercises() -> ModuleType:
-    return _load(EXERCISES)
+    return load_script(EXERCISES)
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +219,7 @@ def test_exercise8_idle_expert_probability_by_enumeration(exercises_run: tuple[s
 
 # ---- model_vs_real -------------------------------------------------------------------------------
 def test_fit_ring_recovers_alpha_and_beta() -> None:
-    module = _load(MODEL_VS_REAL)
+    module = load_script(MODEL_VS_REAL)
     sizes = [2**14, 2**16, 2**18, 2**20, 2**22]
     for k, alpha, beta in ((2, 50e-6, 1.5e9), (4, 0.0, 3e9), (3, 1e-3, 0.2e9)):
         times = [2 * (k - 1) * (alpha + n / (k * beta)) for n in sizes]
