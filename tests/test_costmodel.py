@@ -86,3 +86,16 @@ def test_times_reject_bad_device_counts() -> None:
         cm.ring_allreduce_time(0, 10, cm.NOTES_LINK)
     with pytest.raises(ValueError):
         cm.ring_broadcast_time(4, 10, cm.NOTES_LINK, 0)
+
+
+def test_relative_fit_through_origin_and_bad_input() -> None:
+    sizes = [1e3, 1e5, 1e7]
+    a, b = cm.fit_line_relative(sizes, [2e-9 * n for n in sizes], through_origin=True)
+    assert a == 0 and b == pytest.approx(2e-9, rel=1e-12)
+    a, b = cm.fit_line_relative([1.0, 2.0], [1.0, 1.0])
+    assert (a, b) == (pytest.approx(1.0), pytest.approx(0.0, abs=1e-12))
+    for xs, ys in (([1.0], [1.0]), ([1.0, 1.0], [1.0, 2.0]), ([1.0, 2.0], [1.0, 0.0])):
+        with pytest.raises(ValueError):
+            cm.fit_line_relative(xs, ys)
+    with pytest.raises(ValueError):
+        cm.ring_alpha_beta_from_line(1, 1e-4, 1e-9)

@@ -14,8 +14,10 @@ from conftest import assert_usage_error, load_script, run_script
 
 from common.costmodel import (
     Link,
+    fit_line_relative,
     naive_allreduce_time,
     ring_allreduce_time,
+    ring_alpha_beta_from_line,
     ring_naive_crossover_bytes,
     ring_tree_crossover_bytes,
     tree_allreduce_time,
@@ -145,20 +147,20 @@ def test_winner_ranges_match_a_brute_force_scan(alpha_beta: ModuleType) -> None:
 
 
 @pytest.mark.parametrize("k", [2, 4, 8])
-def test_fit_recovers_alpha_beta_from_ring_formula(alpha_beta: ModuleType, k: int) -> None:
+def test_fit_recovers_alpha_beta_from_ring_formula(k: int) -> None:
     link = Link(130e-6, 4e9)
     sizes = [2**10 * 4**i for i in range(8)]
     times = [ring_allreduce_time(k, n, link) for n in sizes]
-    alpha, beta = alpha_beta.ring_parameters(k, *alpha_beta.fit_line(sizes, times))
+    alpha, beta = ring_alpha_beta_from_line(k, *fit_line_relative(sizes, times))
     assert alpha == pytest.approx(130e-6, rel=1e-9)
     assert beta == pytest.approx(4e9, rel=1e-9)
 
 
-def test_fit_is_least_squares(alpha_beta: ModuleType) -> None:
+def test_fit_is_least_squares() -> None:
     # Noisy points: the weighted fit must satisfy the normal equations of Σ ((a + bN - t)/t)².
     sizes = [1e3, 1e4, 1e5, 1e6, 1e7]
     times = [1.1e-4, 0.9e-4, 1.3e-4, 4e-4, 3.2e-3]
-    a, b = alpha_beta.fit_line(sizes, times)
+    a, b = fit_line_relative(sizes, times)
     grad_a = sum((a + b * n - t) / t**2 for n, t in zip(sizes, times))
     grad_b = sum((a + b * n - t) * n / t**2 for n, t in zip(sizes, times))
     assert abs(grad_a) < 1e-6 and abs(grad_b) < 1e-6 * max(sizes)

@@ -29,7 +29,9 @@ from common.costmodel import (
     NOTES_LINK,
     NVLINK,
     Link,
+    fit_line_relative,
     ring_allreduce_time,
+    ring_alpha_beta_from_line,
     ring_naive_crossover_bytes,
     ring_tree_crossover_bytes,
 )
@@ -98,24 +100,6 @@ def winner_ranges(k: int, link: Link) -> list[tuple[float, str]]:
             lo, hi = (mid, hi) if fastest(mid) == ranges[-1][1] else (lo, mid)
         ranges.append((float(hi), fastest(hi)))
     return ranges
-
-
-def fit_line(sizes: list[float], times: list[float]) -> tuple[float, float]:
-    """Least-squares t = a + b·N, each point weighted by 1/t (relative residuals).
-
-    Unweighted, the 16 MiB point alone would set the line and the intercept (α) would be noise.
-    """
-    x, y = np.asarray(sizes, float), np.asarray(times, float)
-    w = 1.0 / y
-    design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
-    (a, b), *_ = np.linalg.lstsq(design, y * w, rcond=None)
-    return float(a), float(b)
-
-
-def ring_parameters(k: int, intercept_s: float, slope_s_per_byte: float) -> tuple[float, float]:
-    """α per round and effective β from t = a + b·N read as 2(K-1)(α + N/(Kβ))."""
-    rounds = 2 * (k - 1)
-    return intercept_s / rounds, rounds / (k * slope_s_per_byte)
 
 
 def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: float) -> float:
@@ -234,15 +218,15 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
                for i, n in enumerate(sizes)], name="measured")
     rows, fits = [], {}
     for k in procs:
-        a, b = fit_line(sizes, medians[k])
-        alpha, beta = ring_parameters(k, a, b)
+        a, b = fit_line_relative(sizes, medians[k])
+        alpha, beta = ring_alpha_beta_from_line(k, a, b)
         fits[k] = (a, b)
         small = medians[k][sizes.index(16 * 2**10)] / medians[k][0] if 16 * 2**10 in sizes else float("nan")
         rows.append([k, fmt_time(a), f"{b * 1e9:.4g} ns/KB", fmt_time(alpha), f"{beta / 1e9:.3g} GB/s", small])
         rep.record(f"fit_{k}", {"intercept_s": a, "slope_s_per_byte": b, "alpha_s": alpha, "beta_Bps": beta})
     rep.table(["processes", "a (intercept)", "b (slope)", "α per round = a/2(K-1)", "β = 2(K-1)/(K·b)",
                "t(16 KiB)/t(1 KiB)"], rows, name="fit")
-    alpha4, beta4 = ring_parameters(procs[-1], *fits[procs[-1]])
+    alpha4, beta4 = ring_alpha_beta_from_line(procs[-1], *fits[procs[-1]])
     notes = procs[-1] == 4  # the notes fitted 4 processes
     why = "measured on this machine (processes over the loopback, possibly more processes than cores)"
     rep.claim(f"{procs[-1]} processes: α per round", alpha4 * 1e6, 130 if notes else None, "µs", MEASURED,

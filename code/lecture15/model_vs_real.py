@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
 from common.output import Report, fmt_bytes
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
 
@@ -125,24 +125,19 @@ def combine_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def fit_ring(world_size: int, sizes: list[int], times: list[float]) -> tuple[Link, str]:
-    """Least squares of t = 2(K−1)·α + 2(K−1)/K·n·(1/β) in relative error; α clipped at 0.
+    """The ring α-β link that best explains the measured times (costmodel's relative least squares).
 
-    Each row is divided by its measured time, so the small sizes (which carry α) count as much as
-    the large ones (which carry β) instead of being lost beside them.
+    Noise can make the intercept negative: then α = 0 and the slope is refitted alone.
     """
-    k = world_size
-    t = np.array(times, dtype=float)
-    if len(sizes) < 2 or not np.all(t > 0):
-        raise ValueError("need at least two sizes with measured times > 0")
-    design = np.array([[2 * (k - 1), 2 * (k - 1) / k * n] for n in sizes], dtype=float) / t[:, None]
-    (alpha, inv_beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    a, b = fit_line_relative(sizes, times)
     note = ""
-    if alpha < 0:                           # noise can make the intercept negative; refit the slope alone
-        inv_beta = float(np.linalg.lstsq(design[:, 1:], np.ones_like(t), rcond=None)[0][0])
-        alpha, note = 0.0, "the fit gave α < 0; refitted with α = 0"
-    if inv_beta <= 0:
+    if a < 0:
+        a, b = fit_line_relative(sizes, times, through_origin=True)
+        note = "the fit gave α < 0; refitted with α = 0"
+    if b <= 0:
         raise UsageError("all-reduce times did not grow with size; cannot fit β (try larger --repeats)")
-    return Link(float(alpha), 1.0 / float(inv_beta), "fitted gloo ring"), note
+    alpha, beta = ring_alpha_beta_from_line(world_size, a, b)
+    return Link(alpha, beta, "fitted gloo ring"), note
 
 
 def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any]) -> Link:
