@@ -222,7 +222,7 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
         alpha, beta = ring_alpha_beta_from_line(k, a, b)
         fits[k] = (a, b)
         small = medians[k][sizes.index(16 * 2**10)] / medians[k][0] if 16 * 2**10 in sizes else float("nan")
-        rows.append([k, fmt_time(a), f"{b * 1e9:.4g} ns/KB", fmt_time(alpha), f"{beta / 1e9:.3g} GB/s", small])
+        rows.append([k, fmt_time(a), f"{b * 1e9:.4g} ns/B", fmt_time(alpha), f"{beta / 1e9:.3g} GB/s", small])
         rep.record(f"fit_{k}", {"intercept_s": a, "slope_s_per_byte": b, "alpha_s": alpha, "beta_Bps": beta})
     rep.table(["processes", "a (intercept)", "b (slope)", "α per round = a/2(K-1)", "β = 2(K-1)/(K·b)",
                "t(16 KiB)/t(1 KiB)"], rows, name="fit")
