@@ -16,7 +16,7 @@ import time
 
 from common.cli import UsageError, link_from_args, make_parser, nonnegative_float, positive_float, run_main
 from common.costmodel import Link
-from common.output import ASSUMPTION, EXACT, Report, new_figure
+from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, new_figure
 from lecture15.ddp_sim import (
     MB,
     NOTES_IMPLIED_BERT_BACKWARD_S,
@@ -199,14 +199,18 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
     """ResNet-50 with the first bucket capped (PyTorch's default first_bucket_bytes = 1 MiB)."""
     model, k = resnet50(batch=32), args.world_size
     cap, first = round(args.bucket_cap_mb * MB), round(args.first_bucket_cap_mb * MiB)
-    rep.note(f"every later bucket ≤ {args.bucket_cap_mb:g} × 10^6 B (the notes' reading of the cap, as in Part 1)")
+    rep.note(f"later buckets capped at {args.bucket_cap_mb:g} × 10^6 B (the notes' reading, as in Part 1); a bucket is "
+             "sealed once it reaches its cap, so it can end up to one tensor above it")
     plain = simulate_ddp(model, k, link, cap)
     small = simulate_ddp(model, k, link, cap, first_cap_bytes=first)
     rows = [[label, len(t.buckets), f"{t.bucket_bytes[0] / MB:.3f}", ms(t.bucket_ready_s[0]),
              ms(t.first_comm_start_s), ms(t.exposed_comm_s), ms(t.step_s)]
-            for label, t in (("every bucket ≤ cap", plain), (f"first ≤ {args.first_bucket_cap_mb:g} MiB", small))]
+            for label, t in (("one cap for all", plain), (f"first cap {args.first_bucket_cap_mb:g} MiB", small))]
     rep.table(["buckets", "count", "bucket 0 (MB)", "bucket 0 ready (ms)", "first comm (ms)", "exposed (ms)",
                "step (ms)"], rows, name="first_bucket")
+    first_names = [model.params[i].name for i in small.buckets[0]]
+    rep.line(f"  bucket 0 with the first cap: {', '.join(first_names[:4])}{', …' if len(first_names) > 4 else ''} "
+             f"({fmt_bytes(small.bucket_bytes[0], binary=True)})")
     for text in ascii_timeline(small):
         rep.line("    " + text)
     last = model.params[plain.buckets[0][-1]].name
@@ -218,7 +222,7 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
             atol=0.005)
     compare(rep, args, "step, no first-bucket cap", plain.step_s * 1e3, 37.75, "ms", rtol=0.02)
     compare(rep, args, "step, first bucket capped", small.step_s * 1e3, 35.04, "ms", rtol=0.02)
-    return [("every bucket ≤ cap", plain), ("small first bucket", small)]
+    return [("one cap for all", plain), ("small first cap", small)]
 
 
 def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> list[tuple[str, Timeline]]:
