@@ -176,12 +176,12 @@ def _stop(children: list[Any]) -> None:
             child.join(1.0)
 
 
-def _setup_rank(rank: int, world_size: int, backend: str, threads: int) -> None:
+def _setup_rank(local_rank: int, backend: str, threads: int) -> None:
+    """Threads and device of this rank; the rank's identity is already in the environment."""
     torch.set_num_threads(threads)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world_size), OMP_NUM_THREADS=str(threads))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     if backend == "nccl":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
 
 
 def _die_with_parent() -> None:
@@ -206,8 +206,9 @@ def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: An
     try:
         port = conn.recv()
         # torchrun-style environment, so a worker sees what it would see under torchrun.
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        _setup_rank(rank, world_size, backend, threads)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                          WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+        _setup_rank(rank, backend, threads)
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=_STORE_TIMEOUT_S))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s))
@@ -241,8 +242,8 @@ def _launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if not _torchrun_ready:
         backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world)), backend)
-        _setup_rank(rank, world, backend, threads)
-        os.environ["LOCAL_RANK"] = os.environ.get("LOCAL_RANK", str(rank))
+        # torchrun's own LOCAL_RANK picks the GPU; across nodes it is not the global rank.
+        _setup_rank(int(os.environ.get("LOCAL_RANK", rank)), backend, threads)
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
         atexit.register(_torchrun_teardown)  # a group left alive aborts the process at exit
         _torchrun_ready = True
