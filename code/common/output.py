@@ -69,9 +69,9 @@ def bar(value: float, full_scale: float, width: int = 40, char: str = "█") -> 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """Rows under headers, columns aligned; numbers right-aligned and formatted by fmt_num."""
+    rows = [list(row) for row in rows]
     cells = [[c if isinstance(c, str) else fmt_num(c) for c in row] for row in rows]
-    numeric = [all(not isinstance(row[i], str) for row in rows) if rows else False
-               for i in range(len(headers))] if isinstance(rows, list) else [False] * len(headers)
+    numeric = [bool(rows) and all(not isinstance(row[i], str) for row in rows) for i in range(len(headers))]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:
