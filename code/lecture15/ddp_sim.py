@@ -35,7 +35,8 @@ __all__ = [
     "assign_buckets", "assign_buckets_in_order", "bucket_sizes",
     "ComputeModel", "gradient_ready_times", "registration_order", "buckets_for_registration",
     "Event", "Timeline", "simulate_backward", "simulate_ddp", "ascii_timeline", "gantt_figure",
-    "ScalingPoint", "weak_scaling", "skip_sync_step_s", "skip_sync_speedup",
+    "NOTES_IMPLIED_BERT_BACKWARD_S", "calibrated_to",
+    "ScalingPoint", "throughput_speedup", "weak_scaling", "skip_sync_step_s", "skip_sync_speedup",
 ]
 
 MB = 10**6          # the notes' "25 MB" buckets are 25 × 10^6 bytes
@@ -313,6 +314,11 @@ class ScalingPoint:
     efficiency: float
 
 
+def throughput_speedup(world_size: int, single_step_s: float, step_s: float) -> float:
+    """Weak scaling: K ranks each finish one per-rank batch per `step_s`, one rank one per `single_step_s`."""
+    return world_size * single_step_s / step_s
+
+
 def weak_scaling(model: ModelSpec, world_sizes: Sequence[int], link: Link, cap_bytes: int,
                  first_cap_bytes: int | None = None, compute: ComputeModel | None = None) -> list[ScalingPoint]:
     """Per-rank batch fixed: step(K) = forward + backward overlapped with the ring all-reduce of the buckets."""
@@ -321,7 +327,7 @@ def weak_scaling(model: ModelSpec, world_sizes: Sequence[int], link: Link, cap_b
     points = []
     for k in world_sizes:
         step = simulate_ddp(model, k, link, cap_bytes, first_cap_bytes, compute=compute).step_with_forward_s
-        speedup = k * single / step
+        speedup = throughput_speedup(k, single, step)
         points.append(ScalingPoint(k, step, step / single, speedup, speedup / k))
     return points
 
