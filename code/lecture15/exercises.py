@@ -26,6 +26,7 @@ from lecture15.ddp_sim import (
     simulate_backward,
     simulate_ddp,
     skip_sync_step_s,
+    throughput_speedup,
 )
 
 SECTION3_LINK = Link(10e-6, 10e9, "§3's fast interconnect")   # the notes' §3 setting: 16 ranks
@@ -72,11 +73,6 @@ def pair_by_call_order(calls: list[list[int]], buffers: list[list[np.ndarray]]) 
         outcome.append(f"call {j}: buckets {[calls[r][j] for r in range(len(calls))]} summed -> "
                        + ("correct" if correct else "WRONG (different buckets added together)"))
     return outcome
-
-
-def throughput_ratio(world_size: int, single_step_s: float, step_s: float) -> float:
-    """Weak scaling: K ranks each process one per-rank batch per step, one rank processes one."""
-    return world_size * single_step_s / step_s
 
 
 def least_squares_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -135,7 +131,8 @@ def part4(rep: Report) -> None:
     serial = simulate_backward(ready, sizes, buckets, cost, overlap=False)
     one = simulate_backward(ready, sizes, [[4, 3, 2, 1, 0]], cost, overlap=False)
     for e in overlapped.comm_events():
-        rep.line(f"  {e.label}: ready {e.start_s * 1e3:.1f} ms, all-reduce {e.start_s * 1e3:.1f}–{e.end_s * 1e3:.1f} ms")
+        rep.line(f"  {e.label}: ready {overlapped.bucket_ready_s[e.bucket] * 1e3:.1f} ms, "
+                 f"all-reduce {e.start_s * 1e3:.1f}–{e.end_s * 1e3:.1f} ms")
     for row in ascii_timeline(overlapped, width=50, full_scale_s=serial.step_s):
         rep.line("  " + row)
     rep.claim("one step, overlapped", overlapped.step_s * 1e3, notes=7.5, unit="ms", rtol=1e-9)
@@ -145,7 +142,7 @@ def part4(rep: Report) -> None:
 
 def part5(rep: Report) -> None:
     model, k, link = resnet50(), SECTION3_RANKS, SECTION3_LINK
-    per_bucket_latency = 2 * (k - 1) * link.alpha_s
+    per_bucket_latency = ring_allreduce_time(k, 0, link)      # an empty all-reduce: 2(K−1)α
     cap0 = simulate_ddp(model, k, link, cap_bytes=0)
     serial = simulate_ddp(model, k, link, cap_bytes=10 * model.nbytes, overlap=False)
     rep.line(f"  ResNet-50, K = {k}, {link.describe()}: each all-reduce pays 2(K−1)α = "
@@ -224,11 +221,11 @@ def part9(rep: Report) -> None:
     rep.note("a bucket is one flat buffer of one dtype (the gradients' float); the usage bitmap is integers, "
              "and one bitmap for all parameters is smaller than one per bucket.")
     rep.line(f"  ResNet-50: a {len(model.params)}-entry int32 bitmap; its all-reduce at K = {k} takes "
-             f"{bitmap * 1e3:.3f} ms, almost all latency (2(K−1)α = {2 * (k - 1) * link.alpha_s * 1e3:.2f} ms)")
+             f"{bitmap * 1e3:.3f} ms, almost all latency (2(K−1)α = {ring_allreduce_time(k, 0, link) * 1e3:.2f} ms)")
 
 
 def part10(rep: Report) -> None:
-    ratio = throughput_ratio(256, 50e-3, 100e-3)
+    ratio = throughput_speedup(256, 50e-3, 100e-3)
     rep.claim("throughput, 256 ranks against 1", ratio, notes=128, unit="×")
     rep.claim("scaling efficiency", 100 * ratio / 256, notes=50, unit="%")
 
@@ -264,8 +261,8 @@ def part_handbook(rep: Report) -> None:
     rep.claim("ring all-reduce time", t, notes=0.56, unit="s", rtol=0.02, kind=EXACT,
               why="the notes round 2(K−1)/K to 2 (28 GB / 50 GB/s)")
     rep.claim("shorter than the backward (can be hidden, in principle)", bool(t < backward), notes=True)
-    rep.line(f"  margin: the link may run at {t / backward:.0%} of 50 GB/s before it no longer fits; and the "
-             "last bucket is always exposed after the backward")
+    rep.line(f"  margin: the link may slow to {t / backward:.0%} of {link.beta_Bps / 1e9:g} GB/s before it no longer "
+             "fits; and the last bucket is always exposed after the backward")
 
 
 def main() -> None:
