@@ -15,6 +15,8 @@ import argparse
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from common.cli import link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import (
     parameter_server_time,
@@ -22,6 +24,7 @@ from common.costmodel import (
     ring_allreduce_time,
 )
 from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_num, fmt_time
+from lecture14 import collectives as col
 
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_YEAR = 365.25 * 24 * 3600.0
@@ -82,13 +85,13 @@ def years_on_one_gpu(run: TrainingRun, flops_per_s: float) -> float:
 
 
 def parameter_server_step_bytes(k: int, nbytes: float) -> dict[str, float]:
-    """Bytes each party moves (sent + received) in one step: pull N to every worker, push N back."""
-    moved = {"server": 0.0, **{f"worker {i}": 0.0 for i in range(k)}}
-    for i in range(k):
-        for _ in ("pull parameters", "push gradients"):  # one message each way per worker
-            moved["server"] += nbytes
-            moved[f"worker {i}"] += nbytes
-    return moved
+    """Bytes each party moves (sent + received) in one step, push then pull, counted message by
+    message by collectives.parameter_server on a one-float32 stand-in and scaled to N bytes (every
+    message carries the whole buffer, so the counts are linear in N)."""
+    stand_in = np.zeros(1, dtype=np.float32)
+    res = col.parameter_server([stand_in] * k)
+    moved = (res.sent + res.received) / stand_in.nbytes * nbytes  # devices 0..K-1, then the server
+    return {"server": float(moved[k]), **{f"worker {i}": float(moved[i]) for i in range(k)}}
 
 
 def ks_up_to(top: int) -> list[int]:
@@ -98,7 +101,7 @@ def ks_up_to(top: int) -> list[int]:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB")
+    parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB", figs=False)
     parser.add_argument("--peak-tflops", type=positive_float, default=NOTES_PEAK_TFLOPS,
                         help=f"dense BF16 peak of one GPU in TFLOP/s (default {NOTES_PEAK_TFLOPS:g})")
     parser.add_argument("--gpu-memory-gb", type=positive_float, default=NOTES_GPU_MEMORY_GB,
@@ -198,7 +201,8 @@ def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
     link = link_from_args(args, "server link")
     n = args.size
     rep.note(f"N = {fmt_bytes(n)} of gradients (pushed) and of parameters (pulled); {link.describe()};\n"
-             "the server's one link carries every worker's push and pull; ring all-reduce beside it")
+             "the server's one link carries every worker's push and pull; bytes (s+r = sent + received)\n"
+             "counted by the simulator lecture14.collectives, times from common.costmodel; ring beside it")
     ks = ks_up_to(args.world_size)
     rows, worker_bytes, server_bytes = [], [], []
     for k in ks:
