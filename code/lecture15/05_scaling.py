@@ -70,7 +70,8 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
     rep.note(f"model: lecture 15 §3's timeline (lecture15.ddp_sim), {link.describe()}, buckets of "
              f"{args.bucket_cap_mb:g} MB (MB = 1e6 B, no smaller first bucket), per-rank batch fixed; "
              "step = forward + backward overlapped with the ring all-reduce of the buckets. Compute from "
-             "FLOPs at 16 TFLOP/s, backward = 2 × forward. BERT-large* = the same with backward set to "
+             f"FLOPs at {ComputeModel().flops_per_s / 1e12:g} TFLOP/s, backward = "
+             f"{ComputeModel().backward_over_forward:g} × forward. BERT-large* = the same with backward set to "
              f"{NOTES_IMPLIED_BERT_BACKWARD_S * 1e3:g} ms, the value behind the notes' §3 numbers (they do not state it).")
     points = {name: weak_scaling(model, ks, link, cap, compute=compute) for name, model, compute in scaling_models()}
     steps = {name: (p[0].step_s, p[-1].step_s) for name, p in points.items()}   # (1 rank, top K)
@@ -95,7 +96,7 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
     resnet = resnet50()
     rows = []
     for k in sorted({2, max(2, ks[-1])}):
-        latency = 2 * (k - 1) * link.alpha_s
+        latency = ring_allreduce_time(k, 0, link)          # an empty all-reduce: 2(K−1)α
         bandwidth = ring_allreduce_time(k, resnet.nbytes, link) - latency
         rows.append([k, f"{latency * 1e3:.3f}", f"{bandwidth * 1e3:.2f}"])
     rep.line(f"  one all-reduce of ResNet-50's {resnet.nbytes / MB:.1f} MB: the 2(K−1)α term grows with K "
@@ -256,9 +257,11 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
     w_acc, _ = train_accumulating(batches, args.lr_large / intervals[-1], intervals[-1], loss, count)
     w_big = train_large_batch(batches, args.lr_large, intervals[-1], loss)
     gap = float(np.max(np.abs(w_acc - w_big)))
+    same = bool(gap <= 1e-9 * max(1.0, float(np.max(np.abs(w_big)))))     # rounding, relative to |w|; NaN fails
     rep.line(f"  lr/n with n = {intervals[-1]} against large-batch SGD (mean gradient of {intervals[-1]}×{size} "
-             f"samples, lr {args.lr_large:g}): max |Δw| = {gap:.1e} (the same training, up to rounding)")
-    rep.claim("lr/n: accumulation is large-batch training with 1/n the updates", bool(gap < 1e-9), notes=True)
+             f"samples, lr {args.lr_large:g}): max |Δw| = {gap:.1e}"
+             + (" (the same training, up to rounding)" if same else ""))
+    rep.claim("lr/n: accumulation is large-batch training with 1/n the updates", same, notes=True)
     rep.note("with lr/n a larger n averages out more gradient noise but makes n times fewer updates; "
              "which wins depends on how far from converged the run is. Skipping synchronisation is the old "
              "question of batch size and learning rate: the summed gradient is n times larger.")
@@ -285,11 +288,13 @@ def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_ev
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=256, alpha_us=10.0, beta_gbs=10.0)
-    parser.add_argument("--bucket-cap-mb", type=positive_float, default=25.0,
-                        help="bucket cap in MB = 1e6 bytes, as the notes count (default 25)")
-    parser.add_argument("--sync-every", type=positive_int, default=8,
-                        help="synchronise gradients every n iterations (default 8)")
+    notes = NOTES_SETTING
+    parser = make_parser(__doc__, world_size=notes["world_size"], alpha_us=notes["alpha_us"],
+                         beta_gbs=notes["beta_gbs"])
+    parser.add_argument("--bucket-cap-mb", type=positive_float, default=notes["bucket_cap_mb"],
+                        help=f"bucket cap in MB = 1e6 bytes, as the notes count (default {notes['bucket_cap_mb']:g})")
+    parser.add_argument("--sync-every", type=positive_int, default=notes["sync_every"],
+                        help=f"synchronise gradients every n iterations (default {notes['sync_every']})")
     parser.add_argument("--micro-batches", type=positive_int, default=512, help="Part 3 (default 512)")
     parser.add_argument("--micro-batch-size", type=positive_int, default=32, help="Part 3 (default 32)")
     parser.add_argument("--lr-small", type=positive_float, default=0.02, help="Part 3 (default 0.02)")
