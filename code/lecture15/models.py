@@ -152,6 +152,3 @@ def bert_large(batch: int = 4, seq_len: int = 512, layers: int = 24, hidden: int
         layernorm(f"{prefix}.output.LayerNorm")
     linear("pooler.dense", hidden, hidden, batch)       # the [CLS] token of each sequence only
     return ModelSpec("BERT-large", params, f"BertModel with pooler, batch {batch} × {seq_len} tokens")
-
-
-INVENTORIES = {"resnet50": resnet50, "bert_large": bert_large}
