@@ -82,11 +82,25 @@ def test_other_flags_change_the_numbers_and_drop_the_comparison(tmp_path) -> Non
         assert float(row[5]) <= float(row[4])       # overlap never slower
 
 
-def test_odd_values_still_run() -> None:
+def test_odd_values_still_run(tmp_path) -> None:
+    backward_ms = f"{ComputeModel().backward_s(resnet50()) * 1e3:.2f}"
+    out = tmp_path / "o.json"
     for args in (["--world-size", "1"], ["--world-size", "3", "--bucket-cap-mb", "0"],
                  ["--bucket-cap-mb", "100000", "--alpha-us", "0", "--seed", "7"],
                  ["--first-bucket-cap-mb", "0.001", "--slow-beta-gbs", "0.1"]):
-        assert "== Part 4:" in run_script(SCRIPT, "--quick", *args).stdout
+        assert "== Part 4:" in run_script(SCRIPT, "--quick", *args, "--json", str(out)).stdout
+        parts = json.loads(out.read_text())["parts"]
+        steps = parts["Part 1"]["tables"]["steps"]["rows"]
+        if args[:2] == ["--world-size", "1"]:          # nothing to reduce: every step is the backward
+            assert all(r[3] == "0.00" and r[4] == r[5] == backward_ms for r in steps)
+        elif args[-2:] == ["--bucket-cap-mb", "0"]:     # cap 0: a bucket per tensor
+            assert [r[1] for r in steps] == [161, 161]
+        elif "100000" in args:                          # one bucket: overlap hides nothing
+            assert all(r[1] == 1 and r[4] == r[5] for r in steps)
+            assert "shuffled, seed 7" in [r[0] for r in parts["Part 4"]["tables"]["order"]["rows"]]
+        else:                                           # a 1049-byte first cap is sealed by fc.bias alone
+            first = parts["Part 3"]["tables"]["first_bucket"]["rows"][1]
+            assert first[1] == 5 and first[2] == f"{4 * 1000 / 1e6:.3f}"
 
 
 @pytest.mark.parametrize("flag, value", [("--world-size", "0"), ("--bucket-cap-mb", "-1"), ("--seed", "-1"),
