@@ -8,7 +8,6 @@ Parts 1–6 follow §4 of the notes; Part 7 (an extra) shows the §2.2 / §6 "mo
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import time
 
@@ -303,8 +302,6 @@ def main() -> None:
                          f"got {args.world_size}")
     if args.ps_workers > GRAD_COMPUTATIONS:
         raise UsageError(f"--ps-workers must be at most {GRAD_COMPUTATIONS}, got {args.ps_workers}")
-    if under_torchrun():  # torchrun, not the flag, decides how many ranks there are
-        args.world_size = int(os.environ["WORLD_SIZE"])
     rep = Report(__file__, "data parallelism (lecture 14 §4)", args)
     part1_partition(rep, args)      # HW5 1.1: seeded shuffle, size // W plus remainder, no communication
     part2_equivalence(rep, args)    # K replicas vs one big batch; HW5 on real gloo ranks
