@@ -55,6 +55,13 @@ def test_03_quick_reproduces_the_notes(tmp_path: Path) -> None:
     assert found["time at the best S"]["ours"] == pytest.approx(3.15, abs=1e-9)
     assert found["time unsplit (S = 1)"]["ours"] == pytest.approx(17.955, abs=1e-9)
     assert 5e-6 < found["max |ring - np.sum|, float32, K = 64"]["ours"] < 2e-5
+    # "a few float32 spacings": the max difference over the spacing at the largest sum, from the table
+    fp_rows = dict(json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))["parts"]["Part 2"]["tables"]
+                   ["fp_order"]["rows"])
+    spacing = fp_rows["float32 spacing at the largest |sum|"]
+    assert spacing == 2.0 ** -18  # float32 spacing in [32, 64)
+    assert fp_rows["max |ring - np.sum| / that spacing"] == fp_rows["max |ring - np.sum| over all elements"] / spacing
+    assert 1 <= fp_rows["max |ring - np.sum| / that spacing"] <= 10
 
 
 def test_03_other_world_size_and_size() -> None:
