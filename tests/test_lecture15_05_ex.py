@@ -140,6 +140,15 @@ def test_convergence_part_output(tmp_path: Path) -> None:
     assert curves["small lr"]["1"][0] == curves["large lr"]["8"][0]          # same start for every run
 
 
+def test_lr_over_n_equals_large_batch_even_when_both_diverge(tmp_path: Path) -> None:
+    # lr 5 is ten times the stability limit: |w| grows huge and rounding with it; the check is relative.
+    _, data = _run_json(SCRIPT_05, tmp_path, "--lr-large", "5", "--sync-every", "64")
+    claim = _claims(data)["lr/n: accumulation is large-batch training with 1/n the updates"]
+    assert claim["ours"] is True and claim["status"] == "agrees"
+    rows = data["parts"]["Part 3"]["tables"]["final_losses"]["rows"]
+    assert rows[0][5] == rows[0][6] == "diverged"          # n = 1 at lr 5 already diverges
+
+
 # ---- exercises against independent computations --------------------------------------------------
 def test_exercise_claims_against_independent_numbers(exercises_run: tuple[str, dict]) -> None:
     out, data = exercises_run
