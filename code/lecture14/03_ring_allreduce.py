@@ -245,8 +245,9 @@ def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:
 
 
 def _best_integer_segments(k: int, n: int, link: Link, s_cont: float) -> int:
-    hi = min(2 * math.ceil(s_cont) + 2, 1 << 17)  # the time is convex in S: the optimum is below 2·S*
-    return min(range(1, hi + 1), key=lambda s: ring_broadcast_time(k, n, link, s))
+    # (K-2+S)(α + N/(Sβ)) = const + S·α + (K-2)N/(Sβ) is convex in S: the best integer is next to S*
+    return min({max(1, math.floor(s_cont)), max(1, math.ceil(s_cont))},
+               key=lambda s: ring_broadcast_time(k, n, link, s))
 
 
 def plot_segments(rep: Report, k: int, n: int, link: Link, sim_times: dict[int, float], best: int) -> None:
