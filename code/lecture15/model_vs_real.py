@@ -12,6 +12,7 @@ prediction with a real DDP step (forward + backward, median of repeats) on the s
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import Any
@@ -162,7 +163,6 @@ def part2_backward(rep: Report, args: argparse.Namespace, result: dict[str, Any]
         previous = ready[i]
     rep.table(["parameter (in backward order)", "grad ready at (ms)", "since previous (ms)"], rows, name="ready")
     rep.line(f"  forward {result['forward_s'] * 1e3:.1f} ms, backward {max(ready) * 1e3:.1f} ms "
-             f""
              f"(median of {args.repeats} per rank, averaged over ranks; all ranks computing, one thread each)")
 
 
@@ -194,7 +194,8 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     rep.record("predicted_overlap_s", overlapped.step_with_forward_s)
     rep.record("predicted_serial_s", serial.step_with_forward_s)
     rep.record("measured_s", measured)
-    rep.note(f"limits: {args.world_size} ranks share this machine's 2 cores, so gloo's threads and the backward "
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    rep.note(f"limits: {args.world_size} ranks share this machine's {cores} cores, so gloo's threads and the backward "
              "compete for them (the model lets the two streams run side by side for free); the all-reduce was "
              "fitted with no compute running; DDP copies gradients into buckets and back; and other programs "
              "on the machine add noise. A measured step above the overlap prediction is mostly contention.")
