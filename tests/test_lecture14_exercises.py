@@ -86,7 +86,7 @@ def test_ex4_bytes_per_device() -> None:
 
 def test_ex4_claims(claims: dict) -> None:
     assert ours(claims, 4, "simulated bytes = 2(K-1)N/K when K divides N") is True
-    assert ours(claims, 4, "otherwise within one chunk of it (the K = 5 row)") is True
+    assert ours(claims, 4, "otherwise 2N minus the two chunks a device never sends (the K = 5 row)") is True
 
 
 def test_ex5_ring_time(claims: dict) -> None:
