@@ -27,6 +27,14 @@ def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> N
     assert "global random state untouched by the shuffles: True" in text
     assert "real ranks bit-identical to each other  True" in text
     assert "diverged" in text                               # Part 5
+    part5 = json.loads(out.read_text())["parts"]["Part 5"]
+    rows = part5["tables"]["final_loss"]["rows"]             # lr, lr·λ, sync, async τ = 0, 1, 3, 7
+    assert all(float(v) < float(rows[0][2]) for v in rows[0][3:])  # smallest lr: async beats sync
+    assert rows[-1][3] == "diverged" and rows[-1][2] != "diverged"  # largest lr: τ = 0 blows up, sync not
+    assert part5["observed"] == {"async_beats_sync_at_smallest_lr": True, "staler_better_at_smallest_lr": True,
+                                 "staler_diverges_at_no_larger_lr": True, "tau0_diverges_at_largest_lr": True,
+                                 "sync_diverges_at_largest_lr": False}
+    assert "at lr 1 τ = 0 diverges" in text and "averaging 8 mini-batches, survives" in text
     assert re.search(r"rank \d+: .*[Tt]imed? ?out", text)   # Part 7: the timeout, reported
     claims = _claims(out)
     speedups = {what: c["ours"] for what, c in claims.items() if what.endswith("GPUs")}

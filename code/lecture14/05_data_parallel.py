@@ -214,10 +214,11 @@ def part5_async(rep: Report, args: argparse.Namespace) -> None:
     start = problem.loss(np.zeros(PS_DIM))
     taus = sorted({t for t in (0, 1, (k - 1) // 2, k - 1) if t <= k - 1})
     curvature = problem.largest_curvature()
-    rows = []
+    rows, finals_by_lr = [], []
     for lr in PS_LRS:
         finals = [dp.simulate_parameter_server(problem, k, lr, None)]
         finals += [dp.simulate_parameter_server(problem, k, lr, t) for t in taus]
+        finals_by_lr.append(finals)
         rows.append([lr, lr * curvature, *[f"{v:.4g}" if v <= start else "diverged" for v in finals]])
     rep.table(["lr", "lr·λmax", f"sync ({GRAD_COMPUTATIONS // k} updates)",
                *[f"async τ={t}" for t in taus]], rows, name="final_loss")
@@ -229,11 +230,30 @@ def part5_async(rep: Report, args: argparse.Namespace) -> None:
     rep.note(f"sync: each update averages {k} gradients at the current w. async τ: each gradient is one "
              f"update, computed at w as it was τ updates earlier (τ = {k - 1} ≈ K − 1 when all {k} workers "
              "are busy). 'diverged' = overflowed or ended above the starting loss.")
-    last = "survives" if rows[-1][2] != "diverged" else "diverges too"
-    rep.note(f"small lr: every async column beats sync ({k}× the updates); at the smallest, staleness "
-             "helps a little here (an old gradient, from farther up the slope, acts like a larger step). "
-             "Larger lr: staler gradients do worse and blow up first; at the largest lr even τ = 0 "
-             f"diverges (one small mini-batch's curvature) while sync, averaging {k} mini-batches, {last}.")
+    # What the table shows, read off the finals (another --seed or --ps-workers may change it).
+    sync_small, async_small = finals_by_lr[0][0], finals_by_lr[0][1:]
+    first_diverged = [next((i for i, f in enumerate(finals_by_lr) if f[c] > start), len(PS_LRS))
+                      for c in range(1 + len(taus))]  # per column: index of the first lr that diverges
+    seen = {"async_beats_sync_at_smallest_lr": all(v < sync_small for v in async_small),
+            "staler_better_at_smallest_lr": len(taus) > 1 and all(a > b for a, b in zip(async_small, async_small[1:])),
+            "staler_diverges_at_no_larger_lr": len(taus) > 1 and all(
+                a >= b for a, b in zip(first_diverged[1:], first_diverged[2:])),
+            "tau0_diverges_at_largest_lr": finals_by_lr[-1][1] > start,
+            "sync_diverges_at_largest_lr": finals_by_lr[-1][0] > start}
+    rep.record("observed", seen)
+    text = [f"at lr {PS_LRS[0]:g} async ({k}× the updates) "
+            + ("beats sync in every column" if seen["async_beats_sync_at_smallest_lr"] else "does not always beat sync")]
+    if seen["staler_better_at_smallest_lr"]:
+        text.append("there staler is a little better (an old gradient, from farther up the slope, acts like a "
+                    "larger step)")
+    if len(taus) > 1:
+        text.append("staler gradients blow up at a smaller or equal lr" if seen["staler_diverges_at_no_larger_lr"]
+                    else "a staler column is not always the first to blow up")
+    text.append(f"at lr {PS_LRS[-1]:g} τ = 0 " + ("diverges (one small mini-batch's curvature)"
+                                                if seen["tau0_diverges_at_largest_lr"] else "survives")
+                + f" and sync, averaging {k} mini-batches, "
+                + ("diverges" if seen["sync_diverges_at_largest_lr"] else "survives"))
+    rep.note("; ".join(text) + ".")
 
 
 def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
