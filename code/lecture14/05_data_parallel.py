@@ -163,9 +163,11 @@ def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
                "sum, then ÷ N"], rows, name="relative_error")
     rep.note("each column is the relative error ‖g − g_full‖₂ / ‖g_full‖₂ over all parameters.")
     onehot_rel, mlp_rel = rel[cases[0][0]][0], rel[cases[1][0]]
+    # The notes give 21 % to the unit: agreement means within half a unit (20.41 % would be "20 %").
     rep.claim("naive relative error, orthogonal per-sample grads (= weight-vector error)", 100 * onehot_rel,
-              21, unit="%", kind=ASSUMPTION, why="21 % is one data set's value; this is the data-free one")
-    rep.claim("naive relative error, MLP data", 100 * mlp_rel[0], 21, unit="%", kind=ASSUMPTION,
+              21, unit="%", kind=ASSUMPTION, atol=0.5, rtol=0,
+              why="21 % is one data set's value; this is the data-free one")
+    rep.claim("naive relative error, MLP data", 100 * mlp_rel[0], 21, unit="%", kind=ASSUMPTION, atol=0.5, rtol=0,
               why="depends on the data: the error is Σ (w_naive − 1/N)·g_i, so it is smaller when the "
                   "per-sample gradients share a common direction; for uncorrelated, zero-mean ones of "
                   f"equal size its RMS is the weight-vector error {100 * weight_error:.2f} %")
