@@ -291,7 +291,7 @@ def ring_allreduce(inputs: Sequence[np.ndarray], history: bool = False) -> Resul
 
 # ---- binomial tree building blocks -----------------------------------------------------------
 
-def _tree_reduce(net: _Network, k: int, root: int, phase: str = "reduce") -> None:
+def _tree_reduce(net: _Network, k: int, root: int) -> None:
     # Binomial tree on virtual ranks v = (r - root) mod K: in round j, v with v mod 2^(j+1) = 2^j
     # sends its partial sum to v - 2^j. ceil(log2 K) rounds; the root receives one message a round.
     depth = (k - 1).bit_length()
@@ -299,17 +299,17 @@ def _tree_reduce(net: _Network, k: int, root: int, phase: str = "reduce") -> Non
         step = 1 << j
         msgs = [((v + root) % k, (v - step + root) % k, None, "add")
                 for v in range(step, k, 2 * step)]
-        net.exchange(phase, j, msgs)
+        net.exchange("reduce", j, msgs)
 
 
-def _tree_broadcast(net: _Network, k: int, root: int, phase: str = "broadcast") -> None:
+def _tree_broadcast(net: _Network, k: int, root: int) -> None:
     # The reverse: in round j, every v that already has the data (v mod 2·step = 0) sends to v + step.
     depth = (k - 1).bit_length()
     for j in range(depth):
         step = 1 << (depth - 1 - j)
         msgs = [((v + root) % k, (v + step + root) % k, None, "copy")
                 for v in range(0, k, 2 * step) if v + step < k]
-        net.exchange(phase, j, msgs)
+        net.exchange("broadcast", j, msgs)
 
 
 def tree_allreduce(inputs: Sequence[np.ndarray], history: bool = False) -> Result:
