@@ -228,3 +228,32 @@ def test_04_part1_says_when_no_crossover(alpha_beta: ModuleType, capsys: pytest.
     assert f"ring vs tree: no crossover at K = {k}" in out
     assert ("ring vs naive: no crossover" in out) == (k == 2 or alpha_us == 0)
     assert ("ring at every size" in out) == (k == 2 or alpha_us == 0)
+
+
+def _model_args(**changes: float) -> argparse.Namespace:
+    args = dict(world_size=8, alpha_us=5.0, beta_gbs=25.0, tokens_per_gpu=2048, mfu=0.40, peak_tflops=989.0,
+                quick=True, json=None, save_figs=None)
+    return argparse.Namespace(**{**args, **changes})
+
+
+def test_04_model_parts_agree_with_the_notes_at_their_defaults(alpha_beta: ModuleType,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    args = _model_args()
+    rep = Report("04_alpha_beta.py", "test", args)
+    alpha_beta.part1_model(rep, args)
+    alpha_beta.part3_share_of_step(rep, args)
+    assert len(rep.claims) == 10 and all(c.status == "agrees" for c in rep.claims), rep.claims
+    shares = [c.ours for c in rep.claims if c.part == "Part 3"]
+    assert [round(s, 1) for s in shares] == [42.9, 81.8, 97.3]
+    assert rep.parts["Part 3"]["alpha_moves_share_points"] < 1
+    assert "latency is negligible" in capsys.readouterr().out
+
+
+def test_04_part3_says_when_latency_matters(alpha_beta: ModuleType, capsys: pytest.CaptureFixture) -> None:
+    args = _model_args(world_size=512)
+    rep = Report("04_alpha_beta.py", "test", args)
+    alpha_beta.part3_share_of_step(rep, args)
+    # 2(K−1)·α = 5.11 ms of latency against 6·125e6·2048 / (0.4 · 989e12) = 3.88 ms of compute
+    assert rep.parts["Part 3"]["alpha_moves_share_points"] > 10
+    assert "latency is not negligible at this K" in capsys.readouterr().out
+    assert all(c.notes is None for c in rep.claims)

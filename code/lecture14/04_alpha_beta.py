@@ -199,8 +199,9 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
     repeats, warmup = (min(3, args.repeats), 0) if args.quick else (args.repeats, 1)
     cores = os.cpu_count() or 1
     rep.note(f"float32 all-reduce, 1 checked + {warmup} warm-up + {repeats} timed calls per size; a call's time is the\n"
-             "slowest rank's, after a barrier; the median over repeats is shown. The fit weights points\n"
-             f"by 1/t. This machine has {cores} CPU cores: more processes than cores take turns on them.")
+             "slowest rank's, after a barrier; the median over repeats is shown. The fit minimises the\n"
+             f"relative error (a + b·N − t)/t. This machine has {cores} CPU cores: more processes than\n"
+             "cores take turns on them.")
     medians: dict[int, list[float]] = {}
     correct: dict[int, list[bool]] = {}
     for asked in REAL_PROCS:  # one launch per process count: start-up is paid once each
@@ -274,8 +275,11 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
     # The presets' 5 µs latency adds 2(K-1)·α per step: how much that moves the share for the smallest P.
     with_alpha = [comm_share(k, params[0], preset, tokens, flops_per_s) for preset in (NVLINK, INFINIBAND, ETHERNET)]
     without = [comm_share(k, params[0], link, tokens, flops_per_s) for link in links]
+    moved = 100 * max(abs(x - y) for x, y in zip(with_alpha, without))
+    verdict = "latency is negligible" if moved < 1 else "latency is not negligible at this K"
     rep.line(f"  with α = 5 µs the share for {params[0] / 1e6:g}M parameters moves by at most "
-             f"{100 * max(abs(x - y) for x, y in zip(with_alpha, without)):.2f} points: latency is negligible")
+             f"{moved:.2f} points: {verdict}")
+    rep.record("alpha_moves_share_points", moved)
 
 
 if __name__ == "__main__":
