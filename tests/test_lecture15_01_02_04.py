@@ -162,6 +162,9 @@ def test_smoke_04() -> None:
     assert "all-reduces per step (sync, backward-only no_sync, forward no_sync): 4 4 1" in out
     assert "gets g0/2 on every rank: True" in out
     assert "at the next forward every rank's running_mean is rank 0's: True" in out
+    assert "equal to one process (float64, max diff < 1e-12): True" in out
+    assert "keeps grad None: True" in out and "the next forward raises" in out
+    assert "agrees" in out.split("the next forward raises", 1)[1].splitlines()[0]
 
 
 @pytest.mark.parametrize("relpath, args", [
