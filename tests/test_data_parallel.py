@@ -136,6 +136,8 @@ def test_simulated_data_parallel_matches_single_process(k: int) -> None:
     assert dp.max_abs_diff(run.replicas[0], model) > 1e-3
     full, losses = dp.train_full_batch(model, x, y, 20, 0.1)
     assert dp.max_abs_diff(full, reference) < 1e-12
+    assert dp.max_abs_diff(full, reference) == 0  # sgd_update is SGD's arithmetic, as its docstring says
+    assert losses[-1] < losses[0] and len(losses) == 20
 
 
 def test_gradient_accumulation_matches_full_batch() -> None:
