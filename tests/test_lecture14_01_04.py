@@ -193,7 +193,9 @@ def test_04_runs_with_other_knobs(tmp_path: Path) -> None:
     fits = data["parts"]["Part 2"]
     assert set(fits) >= {"fit_2", "fit_4"}  # values are timings: no assertion on them
     assert all(math.isfinite(v) for v in fits["fit_4"].values())
-    assert "correct" in data["parts"]["Part 2"]["tables"]["measured"]["headers"]
+    measured_table = data["parts"]["Part 2"]["tables"]["measured"]
+    assert measured_table["headers"][-1] == "correct"
+    assert [r[-1] for r in measured_table["rows"]] == ["yes"] * 4  # every quick size summed right on 2 and 4
     measured = [c for c in data["claims"] if c["kind"] == "measured here"]
     assert {c["notes"] for c in measured} == {130, 4}  # printed beside ours, whatever this machine gives
     share = [c for c in data["claims"] if c["part"] == "Part 3"]
