@@ -9,23 +9,18 @@ slowest rank's, and the table shows the median. A benchmark, not a test: it neve
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from common.cli import make_parser, positive_int, run_main, size_bytes
-from common.launcher import launch
+from common.cli import UsageError, make_parser, positive_int, run_main, size_bytes
+from common.launcher import choose_backend, launch, preload_for_ddp
 from common.output import Report, fmt_bytes
-from lecture15.my_ddp_check import TARGET_RATIO, handbook_model, timing_rank
+from lecture15.my_ddp_check import TARGET_RATIO, handbook_model, median_step, timing_rank
 
 HIDDEN_SIZES = (256, 1024)   # the handbook's model, and one where communication weighs more
 
 
 def bench_rank(rank: int, world: int, cfg: dict[str, Any]) -> list[dict[str, list[float]]]:
     return [timing_rank(rank, world, dict(cfg, hidden=hidden)) for hidden in HIDDEN_SIZES]
-
-
-def median_step(ranks: list[dict[str, list[float]]], name: str) -> float:
-    return statistics.median(max(ts) for ts in zip(*(r[name] for r in ranks)))   # slowest rank per step
 
 
 def main() -> None:
@@ -36,10 +31,13 @@ def main() -> None:
                         help="bucket cap of both wrappers (default the handbook's 64 KiB)")
     parser.add_argument("--batch", type=positive_int, default=32, help="global batch (default 32)")
     args = parser.parse_args()
+    if args.batch < args.world_size:
+        raise UsageError(f"--batch {args.batch} must be at least --world-size {args.world_size} (a sample per rank)")
     repeats = args.repeats or (20 if args.quick else 100)
     rep = Report(__file__, "MyDDP vs PyTorch DDP, median step time", args)
-    cfg = {"batch": max(args.batch, args.world_size), "bucket_bytes": args.bucket_size,
+    cfg = {"batch": args.batch, "bucket_bytes": args.bucket_size,
            "repeats": repeats, "warmup": 10}
+    preload_for_ddp(args.world_size)  # PyTorch DDP() imports torch._dynamo: see there
     per_rank = launch(bench_rank, args.world_size, cfg, timeout_s=args.timeout_s)
     rows = []
     for i, hidden in enumerate(HIDDEN_SIZES):
@@ -51,7 +49,7 @@ def main() -> None:
                      "pass" if ratio <= TARGET_RATIO else "FAIL"])
     rep.table(["model", "parameters", "MyDDP ms", "PyTorch DDP ms", "ratio", "target", "verdict"], rows,
               name="step_times")
-    rep.note(f"{args.world_size} ranks (gloo, one thread each), global batch {cfg['batch']}, bucket cap "
+    rep.note(f"{args.world_size} ranks ({choose_backend(args.world_size)}, one thread each), global batch {cfg['batch']}, bucket cap "
              f"{fmt_bytes(args.bucket_size, binary=True)} for both, median of {repeats} interleaved steps")
     rep.finish()
 

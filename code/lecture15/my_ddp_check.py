@@ -194,6 +194,12 @@ def timing_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, list[fl
 
 
 # ---- the parent prints -----------------------------------------------------------------------------
+def median_step(timings: list[dict[str, list[float]]], name: str) -> float:
+    """Median over repeats of the slowest rank's step (a step ends when its last rank does);
+    `timings` holds timing_rank's result for every rank."""
+    return statistics.median(max(ts) for ts in zip(*(t[name] for t in timings)))
+
+
 def part1_buckets(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
     rep.part(1, "buckets of the handbook's model")
     train = ranks[0]["train"]
@@ -279,10 +285,8 @@ def part4_order(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
 
 def part5_timing(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
     rep.part(5, "step time: MyDDP vs PyTorch DDP")
-    def median_step(name: str) -> float:   # a step is as slow as its slowest rank
-        per_repeat = zip(*(r["timing"][name] for r in ranks))
-        return statistics.median(max(ts) for ts in per_repeat)
-    mine, official = median_step("MyDDP"), median_step("PyTorch DDP")
+    timings = [r["timing"] for r in ranks]
+    mine, official = median_step(timings, "MyDDP"), median_step(timings, "PyTorch DDP")
     rep.table(["", "median step (ms)"], [["MyDDP", mine * 1e3], ["PyTorch DDP", official * 1e3]], name="timing")
     ratio = mine / official
     rep.claim("MyDDP step / PyTorch DDP step", ratio, unit="×", kind=MEASURED)
