@@ -210,12 +210,12 @@ def test_backward_only_in_no_sync_still_syncs_and_unused_parameters_raise() -> N
 
 
 def test_needs_a_process_group() -> None:
-    with pytest.raises((RuntimeError, ValueError)):
+    with pytest.raises((RuntimeError, ValueError), match="process group"):
         MyDDP(torch.nn.Linear(2, 2))
 
 
 def test_rank_error_from_a_bad_worker_is_reported() -> None:
-    with pytest.raises(RankError):
+    with pytest.raises(RankError, match="rank 0 failed: ValueError: MyDDP needs all trainable parameters on one dtype"):
         launch(_mixed_dtypes, 1)
 
 
