@@ -26,10 +26,19 @@ def ours(claims: dict, part: int, what: str) -> object:
     return claims[(f"Part {part}", what)]["ours"]
 
 
+# The one notes' figure that is data-dependent: 21 % is script 05's value on one data set, ours the
+# data-free weight-vector error 20.41 %, so the claim says 'differs' (with why) rather than agree loosely.
+DATA_DEPENDENT = ("Part 9", "gradient error, [3, 3, 2, 2], orthogonal per-sample gradients")
+
+
 def test_every_claim_agrees_with_the_notes(claims: dict) -> None:
     # The notes' answers were all checked by hand; where one is wrong this test would say which.
-    bad = [(k, c["ours"], c["notes"]) for k, c in claims.items() if c["status"] not in ("agrees", "ours only")]
+    bad = [(k, c["ours"], c["notes"]) for k, c in claims.items()
+           if c["status"] not in ("agrees", "ours only") and k != DATA_DEPENDENT]
     assert not bad
+    data_dependent = claims[DATA_DEPENDENT]
+    assert data_dependent["status"] == "differs" and data_dependent["notes"] == 21 and data_dependent["why"]
+    assert abs(data_dependent["ours"] - 21) > 0.5  # its value is checked by hand in test_ex9_weights
 
 
 def test_ex1_compute_budget(claims: dict) -> None:

@@ -203,13 +203,15 @@ def ex9_unequal_shards(rep: Report) -> None:
     w4 = sample_weights([3, 3, 2, 2])
     rep.claim("10 samples on 4 ranks: weight ratio 2-sample / 3-sample", w4[2] / w4[0], 1.5, "×", EXACT)
     # How far the gradient is off depends on the data. With orthogonal per-sample gradients of equal
-    # length it is the relative error of the weight vector itself, which is what the notes' 21 % is.
+    # length it is the relative error of the weight vector itself (20.4 %); the notes' 21 % is script
+    # 05's figure on one data set, so it agrees only if ours rounds to it (± 0.5), and it does not.
     for counts in ([334, 333, 333], [3, 3, 2, 2]):
         naive = np.repeat(sample_weights(counts), counts)
         rel = np.linalg.norm(naive - 1 / sum(counts)) / np.linalg.norm(np.full(sum(counts), 1 / sum(counts)))
         rep.claim(f"gradient error, {counts}, orthogonal per-sample gradients", 100 * rel,
-                  21 if len(counts) == 4 else None, "%", ASSUMPTION, rtol=0.05,
-                  why="the error depends on the per-sample gradients; here orthogonal and of equal length"
+                  21 if len(counts) == 4 else None, "%", ASSUMPTION, rtol=0, atol=0.5,
+                  why="the error depends on the per-sample gradients: the notes' 21 % is one data set's "
+                  "(05_data_parallel.py Part 3); ours is the data-free one, orthogonal and of equal length"
                   if len(counts) == 4 else "")
     rng = np.random.default_rng(0)
     grads = rng.normal(size=(10, 5)) + 1.0  # random per-sample gradients, 3/3/2/2 on 4 ranks
