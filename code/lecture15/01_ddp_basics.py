@@ -158,7 +158,7 @@ def part2_broadcast_and_training(rep: Report, args) -> None:
               notes=2.8e-17, kind=ASSUMPTION, rtol=1.0,
               why="rounding from a different summation order (shards, then the all-reduce); its exact size "
                   "depends on the model, the data and W, only its order of magnitude (~1e-17..1e-16) carries over")
-    rep.note(f"Model (the 0.49 depends on it): Linear({IN_FEATURES}, {HIDDEN}), ReLU, Linear({HIDDEN}, 1) with "
+    rep.note(f"Model (the notes' 0.49 depends on it): Linear({IN_FEATURES}, {HIDDEN}), ReLU, Linear({HIDDEN}, 1) with "
              f"PyTorch's default init, uniform(±1/sqrt(fan_in)):\ntwo ranks' weights differ by at most "
              f"2/sqrt({IN_FEATURES}) = {bound:g}. Each rank starts from seed = its rank; data: {args.batch} samples split into {args.world_size} "
              f"shards (sizes {[len(s) for s in torch.tensor_split(torch.empty(args.batch), args.world_size)]}), "
