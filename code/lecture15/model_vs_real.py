@@ -147,7 +147,7 @@ def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any
     rows = [[fmt_bytes(n, binary=True), f"{t * 1e3:.3f}", f"{ring_allreduce_time(args.world_size, n, link) * 1e3:.3f}",
              f"{n / t / 1e9:.2f}"] for n, t in zip(sizes, times)]
     rep.table(["size", "measured (ms)", "fitted ring (ms)", "algbw (GB/s)"], rows, name="allreduce")
-    rep.line(f"  fit: {link.describe()}  (t = 2(K−1)α + 2(K−1)/K·n/β, K = {args.world_size}, least squares)")
+    rep.line(f"  fit: {link.describe()}  (t = 2(K−1)α + 2(K−1)/K·n/β, K = {args.world_size}, least squares in relative error)")
     if note:
         rep.note(note)
     rep.record("alpha_s", link.alpha_s)
