@@ -85,7 +85,7 @@ def test_01_flags_change_the_numbers(tmp_path: Path) -> None:
     assert rows[-1][2] == "12 GB"  # server: 2 · 6 · 1 GB
     fraction = next(c for c in data["claims"] if c["what"].startswith("LLaMA"))
     assert fraction["ours"] == pytest.approx(100 * 6 * 405e9 * 15.6e12 / (30.84e6 * 3600) / 1979e12)
-    assert fraction["notes"] is None  # the notes' 34.5 % assumed 989 TFLOP/s
+    assert fraction["notes"] is None  # the notes' ≈ 35 % goes with 989 TFLOP/s
 
 
 @pytest.mark.parametrize("argv", [["--world-size", "0"], ["--peak-tflops", "-1"], ["--tp", "0"],
