@@ -49,10 +49,13 @@ def test_claims_status_and_json(tmp_path, capsys) -> None:
     assert rep.claim("off", 48, 37, "", ASSUMPTION, why="MB vs MiB").status == "differs"
     assert rep.claim("here", 9.0, 130.0, "µs", MEASURED).status == "other machine"
     assert rep.claim("flag", True, True).status == "agrees"
+    assert rep.claim("about", 2.9e-5, 1e-5, factor=3).status == "agrees"
+    assert rep.claim("too small", 0.0, 1e-5, factor=3).status == "differs"  # rtol=1 would accept 0
     rep.table(["a", "b"], [[1, "x"], [22, "yy"]])
     rep.finish()
     data = json.loads((tmp_path / "out.json").read_text())
-    assert [c["status"] for c in data["claims"]] == ["agrees", "differs", "other machine", "agrees"]
+    assert [c["status"] for c in data["claims"]] == ["agrees", "differs", "other machine", "agrees", "agrees",
+                                                      "differs"]
     assert data["parts"]["Part 1"]["tables"]["table1"]["rows"] == [[1, "x"], [22, "yy"]]
     out = capsys.readouterr().out
     assert "why: MB vs MiB" in out and "== Part 1: numbers" in out

@@ -141,16 +141,21 @@ class Report:
 
     # ---- claims ----------------------------------------------------------------------------
     def claim(self, what: str, ours: Any, notes: Any = None, unit: str = "", kind: str = EXACT,
-              rtol: float = 0.05, atol: float = 0.0, why: str = "", digits: int = 4) -> Claim:
+              rtol: float = 0.05, atol: float = 0.0, why: str = "", digits: int = 4,
+              factor: float | None = None) -> Claim:
         """Print our value with the notes' beside it, and record the pair with its status.
 
-        Status: 'agrees' (within rtol/atol), 'differs' (then `why` should say why), or for a
-        MEASURED claim that is not within tolerance 'other machine'. Booleans and strings must match.
+        Status: 'agrees' (within rtol/atol, or with `factor` within notes/factor … notes·factor:
+        for the notes' "about 1e-5" kind of value), 'differs' (then `why` should say why), or for
+        a MEASURED claim that is not within tolerance 'other machine'. Booleans and strings must match.
         """
         if notes is None:
             status = "ours only"
         elif isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
             status = "agrees" if ours == notes else "differs"
+        elif factor is not None:
+            low, high = sorted((float(notes) / factor, float(notes) * factor))
+            status = "agrees" if low <= float(ours) <= high else ("other machine" if kind == MEASURED else "differs")
         elif _agrees(float(ours), float(notes), rtol, atol):
             status = "agrees"
         else:

@@ -183,8 +183,8 @@ def fp_order_difference(rep: Report, elems: int) -> None:
              "meaningful here (sums close to 0 make it arbitrarily large), so the measure is the max\n"
              "absolute difference")
     rep.claim(f"max |ring - np.sum|, float32, K = {FP_K}", float(diff.max()), 1e-5, kind=ASSUMPTION,
-              rtol=1.0, why="the notes say 'about 1e-5' without the data; ours: N(0,1) values, "
-              f"{elems:,} per device; agreement here means at most 2e-5 (within 1e-5 of the notes')")
+              factor=3.0, why="the notes say 'about 1e-5' without the data; ours: N(0,1) values, "
+              f"{elems:,} per device; 'about' read as within a factor of 3 (half a decade)")
 
 
 def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
