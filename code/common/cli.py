@@ -146,7 +146,7 @@ def make_parser(
         parser.add_argument("--timeout-s", type=positive_float, default=None,
                             help="seconds a rank may wait in a collective before it fails")
     parser.add_argument("--quick", action="store_true",
-                        help="a shorter run through the same code (smoke tests)")
+                        help="the same code with shorter runs where there are any (smoke tests)")
     if figs:
         parser.add_argument("--save-figs", metavar="DIR", default=None,
                             help="write figures (PNG) into DIR")

@@ -112,7 +112,7 @@ class Report:
         self.parts[self._part] = {"title": title}
         print(f"{self.script}: {title}")
         if args is not None and getattr(args, "quick", False):
-            print("(--quick: a shorter run through the same code)")
+            print("(--quick: the same code, with shorter runs where a part has any to shorten)")
 
     # ---- structure -------------------------------------------------------------------------
     def part(self, number: int | str, title: str) -> None:
