@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
 from common.launcher import launch, preload_for_ddp
 from common.output import ASSUMPTION, MEASURED, Report, fmt_time
+from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
 
 IN_FEATURES, HIDDEN = 16, 32  # Part 2's MLP: 16 -> 32 -> 1; PyTorch's default init, bound 1/sqrt(fan_in)
 DATA_SEED = 1234              # the same data on every rank; each rank takes its own shard
@@ -42,12 +43,6 @@ def make_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def flat_params(model: nn.Module) -> np.ndarray:
-    """All parameters as one array. Ranks return numpy, not tensors: the launcher's pipe would
-    share a tensor's memory with the parent by file descriptor, which dies with the rank."""
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
-
-
 def environment_worker(rank: int, world_size: int) -> dict[str, str]:
     """Part 1: what torchrun would have put in this rank's environment, and what the group says."""
     env = {k: os.environ.get(k, "-") for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
@@ -59,9 +54,9 @@ def environment_worker(rank: int, world_size: int) -> dict[str, str]:
 def training_worker(rank: int, world_size: int, n: int, steps: int, lr: float) -> dict[str, np.ndarray]:
     """Part 2: different init per rank -> DDP broadcast -> `steps` SGD steps on this rank's shard."""
     model = small_mlp(seed=rank)  # deliberately different on every rank
-    before = flat_params(model)
+    before = flat_params(model).numpy()
     ddp = DDP(model)              # the constructor broadcasts rank 0's parameters and buffers
-    after_wrap = flat_params(model)
+    after_wrap = flat_params(model).numpy()
     x, y = make_data(n)
     x_local, y_local = torch.tensor_split(x, world_size)[rank], torch.tensor_split(y, world_size)[rank]
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
@@ -72,7 +67,7 @@ def training_worker(rank: int, world_size: int, n: int, steps: int, lr: float) -
         loss = ((ddp(x_local) - y_local) ** 2).sum() * (world_size / n)
         loss.backward()
         opt.step()
-    trained = flat_params(model)
+    trained = flat_params(model).numpy()
     del ddp, opt  # no DDP object may outlive the process group
     return {"before": before, "after_wrap": after_wrap, "trained": trained}
 
@@ -86,7 +81,7 @@ def single_process_training(n: int, steps: int, lr: float) -> np.ndarray:
         opt.zero_grad()
         ((model(x) - y) ** 2).mean().backward()
         opt.step()
-    return flat_params(model)
+    return flat_params(model).numpy()
 
 
 def timing_model(width: int) -> nn.Module:

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common.cli import UsageError, make_parser, positive_int, run_main
 from common.launcher import launch, preload_for_ddp
 from common.output import MEASURED, Report, fmt_time
+from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
 
 DATA_SEED = 1234
 IN, HIDDEN = 8, 16           # Part 1's model: 8 -> 16 -> 1, far below one bucket's cap
@@ -54,11 +55,6 @@ def accumulation_data(steps: int, micro: int, world_size: int) -> tuple[torch.Te
     return x, x.sum(-1, keepdim=True).sin()
 
 
-def flat(model: nn.Module) -> np.ndarray:
-    """Parameters as numpy: tensors sent back through the launcher's pipe would not survive the rank."""
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
-
-
 def no_sync_worker(rank: int, world_size: int, steps: int, micro: int) -> dict[str, Any]:
     """Part 1: the same accumulation written three ways; all-reduces counted per optimiser step."""
     x, y = accumulation_data(steps, micro, world_size)
@@ -87,7 +83,7 @@ def no_sync_worker(rank: int, world_size: int, steps: int, micro: int) -> dict[s
                         (nn.functional.mse_loss(ddp(xb), yb) / micro).backward()
             opt.step()
             counts.append(state["allreduces"] - before)
-        out[mode] = {"params": flat(ddp.module), "counts": counts}
+        out[mode] = {"params": flat_params(ddp.module).numpy(), "counts": counts}
         del ddp, opt
     return out
 
@@ -103,7 +99,7 @@ def reference_accumulation(steps: int, micro: int, world_size: int) -> np.ndarra
             for r in range(world_size):
                 (nn.functional.mse_loss(model(x[step, m, r]), y[step, m, r]) / (micro * world_size)).backward()
         opt.step()
-    return flat(model)
+    return flat_params(model).numpy()
 
 
 class Branchy(nn.Module):
