@@ -51,11 +51,12 @@ def test_claims_status_and_json(tmp_path, capsys) -> None:
     assert rep.claim("flag", True, True).status == "agrees"
     assert rep.claim("about", 2.9e-5, 1e-5, factor=3).status == "agrees"
     assert rep.claim("too small", 0.0, 1e-5, factor=3).status == "differs"  # rtol=1 would accept 0
+    assert rep.claim("measured flag", False, True, kind=MEASURED).status == "other machine"
     rep.table(["a", "b"], [[1, "x"], [22, "yy"]])
     rep.finish()
     data = json.loads((tmp_path / "out.json").read_text())
     assert [c["status"] for c in data["claims"]] == ["agrees", "differs", "other machine", "agrees", "agrees",
-                                                      "differs"]
+                                                      "differs", "other machine"]
     assert data["parts"]["Part 1"]["tables"]["table1"]["rows"] == [[1, "x"], [22, "yy"]]
     out = capsys.readouterr().out
     assert "why: MB vs MiB" in out and "== Part 1: numbers" in out

@@ -38,7 +38,7 @@ class Link:
 
     def describe(self) -> str:
         label = f"{self.name}: " if self.name else ""
-        return f"{label}α = {self.alpha_s * 1e6:g} µs, β = {self.beta_Bps / 1e9:g} GB/s"
+        return f"{label}α = {self.alpha_s * 1e6:.4g} µs, β = {self.beta_Bps / 1e9:.4g} GB/s"
 
 
 # The notes' defaults (lecture 14 §3): α = 5 µs, β = 25 GB/s, GB = 1e9 bytes.

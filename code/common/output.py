@@ -152,7 +152,7 @@ class Report:
         if notes is None:
             status = "ours only"
         elif isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
-            status = "agrees" if ours == notes else "differs"
+            status = "agrees" if ours == notes else ("other machine" if kind == MEASURED else "differs")
         elif factor is not None:
             low, high = sorted((float(notes) / factor, float(notes) * factor))
             status = "agrees" if low <= float(ours) <= high else ("other machine" if kind == MEASURED else "differs")
