@@ -99,3 +99,10 @@ def test_relative_fit_through_origin_and_bad_input() -> None:
             cm.fit_line_relative(xs, ys)
     with pytest.raises(ValueError):
         cm.ring_alpha_beta_from_line(1, 1e-4, 1e-9)
+
+
+@pytest.mark.parametrize("k,n,link", [(8, 64e6, cm.NOTES_LINK), (4, 100e6, Link(20e-6, 10e9)),
+                                      (3, 1e3, Link(50e-6, 1e9)), (16, 1e9, Link(1e-6, 100e9))])
+def test_best_integer_segments_equals_a_scan(k: int, n: float, link: Link) -> None:
+    scan = min(range(1, 5000), key=lambda s: cm.ring_broadcast_time(k, n, link, s))
+    assert cm.best_integer_segments(k, n, link) == scan

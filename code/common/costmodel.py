@@ -154,6 +154,16 @@ def continuous_best_segments(k: int, nbytes: float, link: Link) -> float:
     return math.sqrt(max(k - 2, 0) * nbytes / (link.alpha_s * link.beta_Bps))
 
 
+def best_integer_segments(k: int, nbytes: float, link: Link) -> int:
+    """The whole number S with the smallest pipelined ring broadcast time. The time is const +
+    S·α + (K−2)N/(Sβ), convex in S, so the best integer sits next to the continuous S*."""
+    s_star = continuous_best_segments(k, nbytes, link)
+    if not math.isfinite(s_star):
+        raise ValueError("with α = 0 more segments are always better: no best S")
+    candidates = {max(1, math.floor(s_star)), max(1, math.ceil(s_star))}
+    return min(candidates, key=lambda s: ring_broadcast_time(k, nbytes, link, s))
+
+
 def ring_tree_crossover_bytes(k: int, link: Link) -> float | None:
     """N at which ring and binary-tree all-reduce take equal time; ring wins above it.
 

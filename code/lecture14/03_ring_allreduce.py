@@ -23,6 +23,7 @@ from common.costmodel import (
     Link,
     allreduce_traffic_bytes,
     best_broadcast_segments,
+    best_integer_segments,
     continuous_best_segments,
     ring_broadcast_time,
     tree_depth,
@@ -214,7 +215,7 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  best power of two S = {best_pow2}: {fmt_time(t_best)}; unsplit (S = 1): {fmt_time(t_one)}; "
              f"limit for S >> K without α: N/β = {fmt_time(n / link.beta_Bps)}")
     if link.alpha_s > 0 and k > 2:
-        best_int = _best_integer_segments(k, n, link, s_cont)
+        best_int = best_integer_segments(k, n, link)
         rep.line(f"  continuous optimum S* = sqrt((K-2)·N/(α·β)) = {fmt_num(s_cont)}; best integer S = "
                  f"{best_int}: {fmt_time(ring_broadcast_time(k, n, link, best_int))}")
     else:
@@ -244,12 +245,6 @@ def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:
     rep.table(["tick"] + links, rows, name="ticks")
     ok = all(np.array_equal(out, np.arange(segments)) for out in res.outputs)
     rep.line(f"  {res.n_rounds} ticks = K - 2 + S = {k - 2 + segments}; every device holds the data: {'yes' if ok else 'NO'}")
-
-
-def _best_integer_segments(k: int, n: int, link: Link, s_cont: float) -> int:
-    # (K-2+S)(α + N/(Sβ)) = const + S·α + (K-2)N/(Sβ) is convex in S: the best integer is next to S*
-    return min({max(1, math.floor(s_cont)), max(1, math.ceil(s_cont))},
-               key=lambda s: ring_broadcast_time(k, n, link, s))
 
 
 def plot_segments(rep: Report, k: int, n: int, link: Link, sim_times: dict[int, float], best: int) -> None:

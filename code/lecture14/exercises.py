@@ -18,6 +18,7 @@ from common.cli import make_parser, run_main
 from common.costmodel import (
     NOTES_LINK,
     Link,
+    best_integer_segments,
     continuous_best_segments,
     data_parallel_speedup,
     naive_allreduce_time,
@@ -154,7 +155,7 @@ def ex6_pipelined_broadcast(rep: Report) -> None:
     unsplit_alpha = ring_broadcast_time(k, n, with_alpha, 1)
     rep.claim("with α, S = 100 still under half the unsplit time", slow < unsplit_alpha / 2, True, kind=EXACT,
               why=f"unsplit with α: {fmt_time(unsplit_alpha)}")
-    best = min(range(1, 2001), key=lambda s: ring_broadcast_time(k, n, with_alpha, s))
+    best = best_integer_segments(k, n, with_alpha)
     rep.line(f"  good, not best: the optimum is S ≈ {continuous_best_segments(k, n, with_alpha):.1f} "
              f"(best integer {best}: {fmt_time(ring_broadcast_time(k, n, with_alpha, best))})")
 
