@@ -9,6 +9,14 @@ slowest rank's, and the table shows the median. A benchmark, not a test: it neve
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 from typing import Any
 
 from common.cli import UsageError, make_parser, positive_int, run_main, size_bytes

@@ -10,13 +10,19 @@ it prints a table and never fails a build.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import json
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 from common.cli import make_parser, positive_int, run_main
 from common.output import format_table

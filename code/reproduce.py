@@ -10,13 +10,19 @@ against one measured elsewhere) / ours only. Exit status 1 if any script failed.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 from common.cli import make_parser, run_main
 from common.output import format_table

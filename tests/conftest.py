@@ -14,6 +14,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def code_env(**extra: str) -> dict[str, str]:
+    """The environment for a `python -c` child that imports this checkout's code/ (scripts run by
+    path find it themselves)."""
+    path = os.pathsep.join(filter(None, [str(ROOT / "code"), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def run_script(relpath: str, *args: str, timeout: float = 120, expect_rc: int | None = 0) -> subprocess.CompletedProcess:
     """Run code/<relpath> with args; check the exit status (None: don't) and return the result."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import code_env
 
 from common.cli import UsageError, make_parser, parse_size
 from common.output import ASSUMPTION, EXACT, MEASURED, Report, fmt_bytes, format_table
@@ -31,7 +32,7 @@ def test_bad_sizes(text: str) -> None:
 def test_bad_flags_exit_2_with_one_line(argv: list[str]) -> None:
     code = ("from common.cli import make_parser; "
             "make_parser('x', world_size=4, alpha_us=5.0, beta_gbs=25.0, size='64MB').parse_args()")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=code_env())
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 

@@ -12,6 +12,14 @@ small (three launches of a few tiny collectives), so --quick changes nothing her
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import argparse
 
 import numpy as np

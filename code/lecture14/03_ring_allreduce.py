@@ -13,6 +13,14 @@ between ring-order summation and np.sum. Part 3 broadcasts --size bytes round a 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import argparse
 import math
 

@@ -10,6 +10,14 @@ times all-reduce from 1 KiB to 16 MiB; Part 3 puts the model back into data-para
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import argparse
 import math
 import os

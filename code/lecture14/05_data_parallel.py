@@ -7,6 +7,14 @@ Parts 1–6 follow §4 of the notes; Part 7 (an extra) shows the §2.2 / §6 "mo
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import argparse
 import random
 import time

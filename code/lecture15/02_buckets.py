@@ -9,6 +9,14 @@ ResNet-50 and BERT-large (shapes only, nothing downloaded) with ddp_sim and with
 function. Part 3 times a real all-reduce of the same floats as one tensor or as many small ones.
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import statistics
 import time
 from typing import Any

@@ -7,6 +7,14 @@ Each part is one launch of real DDP ranks; the ranks return what they saw, the p
 A comm hook counts the all-reduces DDP launches (one per bucket; these models fit in one bucket).
 """
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import copy
 import re
 import statistics

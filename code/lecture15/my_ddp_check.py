@@ -9,6 +9,14 @@ arrive out of order (Part 4, lecture 15 §2.3) and MyDDP's step time against PyT
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import argparse
 import statistics
 import time

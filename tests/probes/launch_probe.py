@@ -1,6 +1,13 @@
 """A tiny real-process program for the launcher tests: `python launch_probe.py MODE [W]`."""
 
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "code"))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
 import time
 
 import torch
