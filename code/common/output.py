@@ -94,10 +94,28 @@ class Claim:
     kind: str
     status: str
     why: str
+    rule: str = ""  # how agreement was decided: "rounds to 1 decimal place", "within a factor of 3", ...
 
 
 def _agrees(ours: float, notes: float, rtol: float, atol: float) -> bool:
     return abs(ours - notes) <= max(rtol * abs(notes), atol)
+
+
+def _rounds_to(ours: float, notes: float, places: int) -> bool:
+    """Ours, rounded half away from zero to `places` decimals, is the notes' figure."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    quantum = Decimal(1).scaleb(-places)
+    return Decimal(repr(ours)).quantize(quantum, ROUND_HALF_UP) == Decimal(repr(notes)).quantize(quantum, ROUND_HALF_UP)
+
+
+def _digits_for_places(value: Any, places: int) -> int:
+    """Significant digits that show `value` to `places` decimals (so a reader can see the rounding)."""
+    try:
+        magnitude = math.floor(math.log10(abs(float(value)))) + 1 if float(value) else 1
+    except (TypeError, ValueError, OverflowError):
+        return 4
+    return max(1, min(15, magnitude + places + 1))
 
 
 class Report:
@@ -142,33 +160,46 @@ class Report:
     # ---- claims ----------------------------------------------------------------------------
     def claim(self, what: str, ours: Any, notes: Any = None, unit: str = "", kind: str = EXACT,
               rtol: float = 0.05, atol: float = 0.0, why: str = "", digits: int = 4,
-              factor: float | None = None) -> Claim:
+              factor: float | None = None, places: int | None = None) -> Claim:
         """Print our value with the notes' beside it, and record the pair with its status.
 
-        Status: 'agrees' (within rtol/atol, or with `factor` within notes/factor … notes·factor:
-        for the notes' "about 1e-5" kind of value), 'differs' (then `why` should say why), or for
-        a MEASURED claim that is not within tolerance 'other machine'. Booleans and strings must match.
+        How agreement is decided (recorded in --json as `rule`):
+          places=P   ours rounded to P decimal places is the notes' figure (the notes print 87 ms:
+                     places=0; 1.92 ms: places=2). The strict rule: use it for every figure the
+                     notes print exactly.
+          factor=F   within notes/F … notes·F, for the notes' "about 1e-5" kind of value;
+          otherwise  within rtol/atol (older claims; being replaced by places=).
+        Booleans and strings must be equal. Status: 'agrees', 'differs' (then `why` says why), or
+        for a MEASURED claim that does not agree, 'other machine'.
         """
+        rule = ""
         if notes is None:
             status = "ours only"
         elif isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
+            rule = "equal"
             status = "agrees" if ours == notes else ("other machine" if kind == MEASURED else "differs")
-        elif factor is not None:
-            low, high = sorted((float(notes) / factor, float(notes) * factor))
-            status = "agrees" if low <= float(ours) <= high else ("other machine" if kind == MEASURED else "differs")
-        elif _agrees(float(ours), float(notes), rtol, atol):
-            status = "agrees"
         else:
-            status = "other machine" if kind == MEASURED else "differs"
+            if places is not None:
+                rule = f"rounds to {places} decimal place{'s' if places != 1 else ''}"
+                agreed = _rounds_to(float(ours), float(notes), places)
+            elif factor is not None:
+                rule = f"within a factor of {factor:g}"
+                low, high = sorted((float(notes) / factor, float(notes) * factor))
+                agreed = low <= float(ours) <= high
+            else:
+                rule = f"within rtol {rtol:g}" + (f", atol {atol:g}" if atol else "")
+                agreed = _agrees(float(ours), float(notes), rtol, atol)
+            status = "agrees" if agreed else ("other machine" if kind == MEASURED else "differs")
         sep = " " if unit else ""
-        shown = f"{fmt_num(ours, digits)}{sep}{unit}"
+        shown_digits = max(digits, _digits_for_places(ours, places)) if places is not None else digits
+        shown = f"{fmt_num(ours, shown_digits)}{sep}{unit}"
         text = f"  {what}: {shown}"
         if notes is not None:
-            text += f"   (notes: {fmt_num(notes, digits)}{sep}{unit}; {kind}; {status})"
+            text += f"   (notes: {fmt_num(notes, shown_digits)}{sep}{unit}; {kind}; {status})"
         print(text)
         if why and status != "agrees":
             print(f"    why: {why}")
-        claim = Claim(self._part, what, ours, notes, unit, kind, status, why)
+        claim = Claim(self._part, what, ours, notes, unit, kind, status, why, rule)
         self.claims.append(claim)
         return claim
 
