@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CODE = Path(__file__).resolve().parents[1]
-LECTURES = ("lecture14", "lecture15")
+LECTURES = ("lecture14", "lecture15", "cs336")
 # Scripts that start real processes; the rest run models only.
 _REAL_MARKERS = ("common.launcher",)
 
