@@ -1,6 +1,6 @@
 """Step time of the from-scratch MyDDP against PyTorch's DDP on real ranks, with the 1.2× target.
 
-    python bench/bench_my_ddp.py [--world-size 2] [--repeats 100] [--bucket-size 64KiB]
+    python bench/bench_my_ddp.py [--world-size 2] [--repeats 100] [--bucket-cap-mb 64KiB]
 
 The handbook's MLP (hidden 256, about 85k parameters) and a 4× wider one (about 1.1M), the same
 buckets for both wrappers, steps interleaved and timed after a barrier; the step of a repeat is its
@@ -19,7 +19,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 from typing import Any
 
-from common.cli import UsageError, make_parser, positive_int, run_main, size_bytes
+from common.cli import UsageError, make_parser, run_main
 from common.launcher import choose_backend, launch, preload_for_ddp
 from common.output import Report, fmt_bytes
 from lecture15.my_ddp_check import TARGET_RATIO, handbook_model, median_step, timing_rank
@@ -32,18 +32,15 @@ def bench_rank(rank: int, world: int, cfg: dict[str, Any]) -> list[dict[str, lis
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, real=True, figs=False)
-    parser.add_argument("--repeats", type=positive_int, default=None,
-                        help="timed steps per model and wrapper (default 100; 20 with --quick)")
-    parser.add_argument("--bucket-size", type=size_bytes, default=64 * 1024,
-                        help="bucket cap of both wrappers (default the handbook's 64 KiB)")
-    parser.add_argument("--batch", type=positive_int, default=32, help="global batch (default 32)")
+    parser = make_parser(__doc__, world_size=2, repeats=None, bucket_cap_mb="64KiB", batch=32, real=True,
+                         context={"repeats": "per model and wrapper; default 100, 20 with --quick",
+                                  "bucket_cap_mb": "of both wrappers; default: the handbook's 64 KiB"})
     args = parser.parse_args()
     if args.batch < args.world_size:
         raise UsageError(f"--batch {args.batch} must be at least --world-size {args.world_size} (a sample per rank)")
     repeats = args.repeats or (20 if args.quick else 100)
     rep = Report(__file__, "MyDDP vs PyTorch DDP, median step time", args)
-    cfg = {"batch": args.batch, "bucket_bytes": args.bucket_size,
+    cfg = {"batch": args.batch, "bucket_bytes": args.bucket_cap_bytes,
            "repeats": repeats, "warmup": 10}
     preload_for_ddp(args.world_size)  # PyTorch DDP() imports torch._dynamo: see there
     per_rank = launch(bench_rank, args.world_size, cfg, timeout_s=args.timeout_s)
@@ -58,7 +55,7 @@ def main() -> None:
     rep.table(["model", "parameters", "MyDDP ms", "PyTorch DDP ms", "ratio", "target", "verdict"], rows,
               name="step_times")
     rep.note(f"{args.world_size} ranks ({choose_backend(args.world_size)}, one thread each), global batch {cfg['batch']}, bucket cap "
-             f"{fmt_bytes(args.bucket_size, binary=True)} for both, median of {repeats} interleaved steps")
+             f"{fmt_bytes(args.bucket_cap_bytes, binary=True)} for both, median of {repeats} interleaved steps")
     rep.finish()
 
 

@@ -32,6 +32,12 @@ def run_script(relpath: str, *args: str, timeout: float = 120, expect_rc: int | 
     return proc
 
 
+def flat(text: str) -> str:
+    """Output with its line wrapping undone (every run of whitespace one space), for tests that
+    look for a phrase wherever the page width broke it."""
+    return " ".join(text.split())
+
+
 def assert_usage_error(relpath: str, *args: str) -> None:
     """Bad input: exit status 2, exactly one line on stderr, no traceback."""
     proc = run_script(relpath, *args, expect_rc=2, timeout=60)

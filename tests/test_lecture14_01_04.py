@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import assert_usage_error, load_script, run_script
+from conftest import assert_usage_error, flat, load_script, run_script
 
 from common.costmodel import (
     Link,
@@ -257,5 +257,5 @@ def test_04_part3_says_when_latency_matters(alpha_beta: ModuleType, capsys: pyte
     alpha_beta.part3_share_of_step(rep, args)
     # 2(K−1)·α = 5.11 ms of latency against 6·125e6·2048 / (0.4 · 989e12) = 3.88 ms of compute
     assert rep.parts["Part 3"]["alpha_moves_share_points"] > 10
-    assert "latency is not negligible at this K" in capsys.readouterr().out
+    assert "latency is not negligible at this K" in flat(capsys.readouterr().out)
     assert all(c.notes is None for c in rep.claims)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import assert_usage_error, run_script
+from conftest import assert_usage_error, flat, run_script
 
 S02, S03 = "lecture14/02_primitives.py", "lecture14/03_ring_allreduce.py"
 
@@ -65,7 +65,7 @@ def test_03_quick_reproduces_the_notes(tmp_path: Path) -> None:
 
 
 def test_03_other_world_size_and_size() -> None:
-    out = run_script(S03, "--world-size", "5", "--size", "1MB", "--quick").stdout
+    out = flat(run_script(S03, "--world-size", "5", "--size", "1MB", "--quick").stdout)
     assert "ring all-reduce on 5 workers" in out and "e4" in out
     assert "a0+b0+c0+d0+e0" in out
     assert "8 rounds = 2(K - 1)" in out and "each term once: yes" in out

@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import assert_usage_error, run_script
+from conftest import assert_usage_error, flat, run_script
 
 from lecture15.ddp_sim import ComputeModel
 from lecture15.models import resnet50
@@ -70,11 +70,11 @@ def test_other_flags_change_the_numbers_and_drop_the_comparison(tmp_path) -> Non
     out = tmp_path / "o.json"
     proc = run_script(SCRIPT, "--world-size", "8", "--alpha-us", "2", "--beta-gbs", "100", "--bucket-cap-mb", "5",
                       "--quick", "--json", str(out))
-    assert "no comparison" in proc.stdout
+    assert "no comparison" in flat(proc.stdout)
     data = json.loads(out.read_text())
     assert all(c["notes"] is None for c in data["claims"])
     rows = data["parts"]["Part 1"]["tables"]["steps"]["rows"]
-    for row, cap in zip(rows, (5 * 10**6, 5 * 2**20)):
+    for row, cap in zip(rows, (5 * 2**20, 25 * 2**20)):  # --bucket-cap-mb 5 is MiB; then PyTorch's default
         buckets = _torch_bucket_bytes(cap)
         assert row[1] == len(buckets)
         expected = ComputeModel().backward_s(resnet50()) + sum(_ring_s(8, b, 2e-6, 100e9) for b in buckets)
@@ -93,10 +93,10 @@ def test_odd_values_still_run(tmp_path) -> None:
         steps = parts["Part 1"]["tables"]["steps"]["rows"]
         if args[:2] == ["--world-size", "1"]:          # nothing to reduce: every step is the backward
             assert all(r[3] == "0.00" and r[4] == r[5] == backward_ms for r in steps)
-        elif args[-2:] == ["--bucket-cap-mb", "0"]:     # cap 0: a bucket per tensor
-            assert [r[1] for r in steps] == [161, 161]
+        elif args[-2:] == ["--bucket-cap-mb", "0"]:     # cap 0: a bucket per tensor (row 2: PyTorch's 25 MiB)
+            assert [r[1] for r in steps] == [161, 4]
         elif "100000" in args:                          # one bucket: overlap hides nothing
-            assert all(r[1] == 1 and r[4] == r[5] for r in steps)
+            assert steps[0][1] == 1 and steps[0][4] == steps[0][5]
             assert "shuffled, seed 7" in [r[0] for r in parts["Part 4"]["tables"]["order"]["rows"]]
         else:                                           # a 1049-byte first cap is sealed by fc.bias alone
             first = parts["Part 3"]["tables"]["first_bucket"]["rows"][1]
@@ -104,7 +104,7 @@ def test_odd_values_still_run(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("flag, value", [("--world-size", "0"), ("--bucket-cap-mb", "-1"), ("--seed", "-1"),
-                                         ("--beta-gbs", "0"), ("--first-bucket-cap-mb", "0"),
+                                         ("--beta-gbs", "0"), ("--first-bucket-cap-mb", "-1"),
                                          ("--alpha-us", "fast")])
 def test_bad_flags_exit_2_with_one_line(flag: str, value: str) -> None:
     assert_usage_error(SCRIPT, flag, value)

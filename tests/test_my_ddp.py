@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import assert_usage_error, run_script
+from conftest import assert_usage_error, flat, run_script
 from torch.nn.parallel import DistributedDataParallel
 
 from common.launcher import RankError, launch
@@ -224,11 +224,11 @@ def _mixed_dtypes(rank: int, world: int) -> None:
 
 
 def test_check_script_quick() -> None:
-    out = run_script("lecture15/my_ddp_check.py", "--quick").stdout
-    assert "2 个 rank，2 个梯度桶，每步在反向过程中发起 2 次 all-reduce   (notes: 2 个 rank" in out
+    out = flat(run_script("lecture15/my_ddp_check.py", "--quick").stdout)
+    assert "2 个 rank，2 个梯度桶，每步在反向过程中发起 2 次 all-reduce (notes: 2 个 rank" in out
     assert "2 ranks, 2 gradient buckets, 2 all-reduces launched during each backward" in out
-    assert "gradient buckets at 64 KiB: 2   (notes: 2; exact formula; agrees)" in out
-    assert out.count("True   (notes: True; exact formula; agrees)") == 3
+    assert "gradient buckets at 64 KiB: 2 (notes: 2; exact formula; agrees)" in out
+    assert out.count("True (notes: True; exact formula; agrees)") == 3
     assert "launch order [0, 1, 2, 3]" in out and "ready order [3, 2, 1, 0]" in out
     assert "r0: [0, 1] | r1: [0, 1]" in out and "r0: [0, 1] | r1: [1, 0]" in out
     assert "MyDDP step / PyTorch DDP step" in out
@@ -236,10 +236,11 @@ def test_check_script_quick() -> None:
 
 def test_check_script_other_knobs() -> None:
     out = run_script("lecture15/my_ddp_check.py", "--quick", "--world-size", "3", "--batch", "31",
-                     "--bucket-size", "1MiB", "--steps", "2", "--repeats", "3").stdout
+                     "--bucket-cap-mb", "1", "--steps", "2", "--repeats", "3").stdout
+    out = flat(out)
     assert "3 ranks, 1 gradient bucket, 1 all-reduce launched" in out
-    assert "gradient buckets at 1 MiB: 1   (notes: 2; exact formula; differs)" in out
-    assert out.count("True   (notes: True; exact formula; agrees)") == 3   # still equal, unequal shards
+    assert "gradient buckets at 1 MiB: 1 (notes: 2; exact formula; differs)" in out
+    assert out.count("True (notes: True; exact formula; agrees)") == 3   # still equal, unequal shards
     assert "unequal shards" in out
 
 

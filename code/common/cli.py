@@ -1,7 +1,14 @@
 """Command-line flags shared by every script, and the one way a script reports bad input.
 
+One vocabulary: a flag that more than one script offers is defined once, in FLAGS below, with one
+name, one unit and one validity rule; a script picks the flags it needs and gives their defaults:
+
+    parser = make_parser(__doc__, world_size=4, bucket_cap_mb=25.0, real=True, figs=True)
+
 Sizes take units: "64MB" (MB = 1e6 B), "256KiB" (KiB = 1024 B), "1e6" (bytes). Bad input ends
-the script with one line on stderr and exit status 2, never a traceback.
+the script with one line on stderr and exit status 2 before any work starts, never a traceback;
+so do a backend this machine lacks, a world size it cannot hold, and an output path that cannot
+be written. Pure Python: no torch unless a GPU backend has to be checked.
 """
 
 from __future__ import annotations
@@ -11,9 +18,18 @@ import math
 import os
 import re
 import sys
+import traceback
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from common.costmodel import NOTES_LINK, Link
+
+DEFAULT_TIMEOUT_S = 30.0  # a lecture script's collectives take milliseconds; 30 s means "stuck"
+TIMEOUT_RANGE_S = (1.0, 86_400.0)  # below 1 s a busy 2-core machine times out honest collectives
+MAX_BYTES = 10**15  # 1 PB: larger sizes only overflow the models into nonsense
+MAX_MODEL_WORLD = 1 << 20  # devices in a model-only script (the notes reach 256; 1M is plenty)
+RANKS_PER_CORE = 32  # local ranks beyond this spend their time waiting for each other
+MEMORY_PER_RANK = 256 * 2**20  # what a torch rank of these scripts can reach (import + small models)
 
 _UNITS = {
     "": 1, "b": 1,
@@ -23,24 +39,29 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-class UsageError(Exception):
+class UsageError(ValueError):
     """Bad input from the user: reported as one line on stderr, exit status 2."""
 
 
-def parse_size(text: str | float | int) -> int:
-    """Bytes in a size such as "64MB", "256KiB", "1.5GB", "1e6" or 4096 (bytes). Must be > 0."""
+# ---- value types ------------------------------------------------------------------------------
+
+def parse_size(text: str | float | int, minimum: int = 1, bare_unit: str = "") -> int:
+    """Bytes in a size such as "64MB", "256KiB", "1.5GB", "1e6" or 4096. A bare number is in
+    `bare_unit` (bytes unless told). Between `minimum` and 1 PB."""
     if isinstance(text, (int, float)):
-        value, unit = float(text), ""
+        value, unit = float(text), bare_unit
     else:
         match = _SIZE_RE.match(str(text))
         if not match:
             raise UsageError(f"not a size: {text!r} (examples: 64MB, 256KiB, 1e6)")
-        value, unit = float(match.group(1)), match.group(2).lower()
+        value, unit = float(match.group(1)), (match.group(2) or bare_unit).lower()
         if unit not in _UNITS:
             raise UsageError(f"unknown unit {match.group(2)!r} in {text!r} (use B, KB, MB, GB, KiB, MiB, GiB)")
     nbytes = value * _UNITS[unit]
-    if not math.isfinite(nbytes) or nbytes < 1:
-        raise UsageError(f"size must be at least 1 byte, got {text!r}")
+    if not math.isfinite(nbytes) or nbytes > MAX_BYTES:
+        raise UsageError(f"size {text!r} is larger than 1 PB")
+    if round(nbytes) < minimum:
+        raise UsageError(f"size must be at least {minimum} byte{'s' if minimum != 1 else ''}, got {text!r}")
     return int(round(nbytes))
 
 
@@ -56,100 +77,157 @@ def _typed(convert: Callable[[str], object], what: str) -> Callable[[str], objec
     return parse
 
 
-def _positive_int(text: str) -> int:
+def _number(text: str, low: float, high: float, low_open: bool) -> float:
+    value = float(text)
+    ok = (value > low if low_open else value >= low) and value <= high and math.isfinite(value)
+    if not ok:
+        bound = ">" if low_open else ">="
+        raise UsageError(f"must be a number {bound} {low:g} and at most {high:g}, got {text!r}")
+    return value
+
+
+def _integer(text: str, low: int, high: int) -> int:
     value = int(text)
-    if value < 1:
-        raise UsageError(f"must be an integer >= 1, got {text!r}")
+    if not low <= value <= high:
+        raise UsageError(f"must be an integer from {low} to {high:,}, got {text!r}")
     return value
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not (value > 0 and math.isfinite(value)):
-        raise UsageError(f"must be a number > 0, got {text!r}")
-    return value
-
-
-def _nonnegative_float(text: str) -> float:
-    value = float(text)
-    if not (value >= 0 and math.isfinite(value)):
-        raise UsageError(f"must be a number >= 0, got {text!r}")
-    return value
-
-
-positive_int = _typed(_positive_int, "a positive integer")
-positive_float = _typed(_positive_float, "a positive number")
-nonnegative_float = _typed(_nonnegative_float, "a number >= 0")
+positive_int = _typed(lambda t: _integer(t, 1, 10**9), "a positive integer")
+nonnegative_int = _typed(lambda t: _integer(t, 0, 2**31 - 1), "an integer >= 0")
+positive_float = _typed(lambda t: _number(t, 0.0, 1e12, True), "a positive number")
+nonnegative_float = _typed(lambda t: _number(t, 0.0, 1e12, False), "a number >= 0")
 size_bytes = _typed(parse_size, "a size")
+# A DDP bucket cap: a bare number is MiB, as PyTorch's bucket_cap_mb; "25MB" is 25 × 10^6 bytes.
+bucket_cap = _typed(lambda t: parse_size(t, minimum=0, bare_unit="mib"), "a bucket cap")
 
 
-def under_torchrun() -> bool:
-    """True when torchrun (or another launcher) already made this process one rank of a group."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+@dataclass(frozen=True)
+class Flag:
+    """One shared flag: its value type (with its validity rule), meaning and unit."""
+
+    type: Callable[[str], object]
+    help: str
+    metavar: str | None = None
+    dest: str | None = None  # where the value lands when its unit is not the flag name's
 
 
-def quiet_unless_rank0() -> None:
-    """Under torchrun rank 0 plays the parent and prints; the other ranks compute silently."""
-    if under_torchrun() and os.environ.get("RANK") != "0" and sys.stdout is sys.__stdout__:
-        sys.stdout = open(os.devnull, "w")
+def _ranged(what: str, low: float, high: float, low_open: bool = True) -> Callable[[str], object]:
+    return _typed(lambda t: _number(t, low, high, low_open), what)
+
+
+FLAGS: dict[str, Flag] = {
+    "world_size": Flag(positive_int, "number of ranks (real scripts) or devices (models)", "N"),
+    "alpha_us": Flag(_ranged("a latency in µs", 0.0, 1e6, low_open=False), "per-message latency α in µs", "US"),
+    "beta_gbs": Flag(_ranged("a bandwidth in GB/s", 1e-6, 1e6), "link bandwidth β in GB/s (GB = 10^9 B)", "GBS"),
+    "size": Flag(size_bytes, "message size with a unit: 64MB (10^6 B), 256KiB (2^10 B), 1e6 (bytes)", "SIZE"),
+    "bucket_cap_mb": Flag(bucket_cap, "DDP bucket cap: a bare number is MiB, as PyTorch's bucket_cap_mb; "
+                          "or a size with a unit (25MB = 25 × 10^6 B); 0 = a bucket per gradient",
+                          "MIB", "bucket_cap_bytes"),
+    "first_bucket_cap_mb": Flag(bucket_cap, "cap of the first bucket (the last layers' gradients), "
+                                "in the same units as --bucket-cap-mb", "MIB", "first_bucket_cap_bytes"),
+    "seed": Flag(nonnegative_int, "random seed", "SEED"),
+    "steps": Flag(positive_int, "training steps", "N"),
+    "batch": Flag(positive_int, "global batch size (samples, all ranks together)", "N"),
+    "repeats": Flag(positive_int, "timed repeats (medians are reported)", "N"),
+    "timing_steps": Flag(positive_int, "timed steps (medians are reported)", "N"),
+    "lr": Flag(_ranged("a learning rate", 0.0, 1e3), "learning rate", "LR"),
+    "peak_tflops": Flag(_ranged("TFLOP/s", 1e-6, 1e9), "peak compute of one device in TFLOP/s", "TFLOPS"),
+    "layers": Flag(positive_int, "number of layers", "N"),
+    "width": Flag(positive_int, "layer width (features)", "N"),
+    "micro_batches": Flag(positive_int, "micro-batches per step", "M"),
+    "tp": Flag(positive_int, "tensor-parallel ways", "N"),
+    "pp": Flag(positive_int, "pipeline stages", "N"),
+}
+
+
+# ---- the parser -------------------------------------------------------------------------------
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The whole docstring as description, and every default shown."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        shown = _shown_default(action.dest, default)
+        return f"{text} (default: {shown})"
+
+
+def _shown_default(dest: str, default: Any) -> str:
+    if dest.endswith("_bytes") and isinstance(default, int):
+        return f"{default / 2**20:g} MiB" if "bucket" in dest else f"{default:,} B"
+    return f"{default:g}" if isinstance(default, float) else str(default)
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (exit 2) rather than usage + error."""
+    """argparse, but a usage error is one line on stderr (exit 2) rather than usage + error, and the
+    checks that need the whole command line (machine limits, output paths) run before any work."""
+
+    real = False  # set by make_parser: this script starts processes
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)
 
     def parse_args(self, *args: Any, **kwargs: Any) -> argparse.Namespace:  # type: ignore[override]
-        """Under torchrun the world size is torchrun's: it replaces --world-size, so every part
-        computes with the number of ranks that really run."""
         parsed = super().parse_args(*args, **kwargs)
         quiet_unless_rank0()  # from the first line a script prints (its title, before any launch)
-        torchrun_world = os.environ["WORLD_SIZE"] if under_torchrun() else None
-        if torchrun_world and hasattr(parsed, "world_size") and parsed.world_size != int(torchrun_world):
-            if os.environ.get("RANK", "0") == "0":
-                print(f"(under torchrun: --world-size is torchrun's {torchrun_world}, not {parsed.world_size})")
-            parsed.world_size = int(torchrun_world)
+        try:
+            self._check(parsed)
+        except UsageError as err:
+            self.error(str(err))
         return parsed
 
+    def _check(self, parsed: argparse.Namespace) -> None:
+        # Under torchrun the world size is torchrun's: it replaces --world-size, so every part
+        # computes with the number of ranks that really run.
+        torchrun_world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else None
+        if torchrun_world and hasattr(parsed, "world_size") and parsed.world_size != torchrun_world:
+            if os.environ.get("RANK", "0") == "0":
+                print(f"(under torchrun: --world-size is torchrun's {torchrun_world}, not {parsed.world_size})")
+            parsed.world_size = torchrun_world
+        if getattr(parsed, "world_size", None) is not None:
+            if self.real:
+                check_world_size(parsed.world_size)
+            elif parsed.world_size > MAX_MODEL_WORLD:
+                raise UsageError(f"--world-size {parsed.world_size:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
+        if self.real:
+            check_backend(getattr(parsed, "world_size", 1), os.environ.get("COURSE_BACKEND") or "auto")
+        if getattr(parsed, "json", None):
+            check_output_file(parsed.json, "--json")
+        if getattr(parsed, "save_figs", None):
+            check_output_dir(parsed.save_figs, "--save-figs")
 
-def make_parser(
-    doc: str | None,
-    *,
-    world_size: int | None = None,
-    alpha_us: float | None = None,
-    beta_gbs: float | None = None,
-    size: str | None = None,
-    real: bool = False,
-    figs: bool = True,
-) -> argparse.ArgumentParser:
-    """A parser with the flags every script shares; pass a default to switch a flag on.
 
-    --quick, --json are always there; --save-figs unless figs=False; --timeout-s when real=True.
+def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
+                context: dict[str, str] | None = None, **defaults: Any) -> OneLineParser:
+    """A parser with the shared flags named in `defaults` (each with its default), plus --quick and
+    --json always, --save-figs with figs=True (scripts that draw), --timeout-s with real=True.
+    `context` adds where a flag is used to its help: context={"steps": "Part 2"}.
     """
-    first_line = (doc or "").strip().splitlines()[0] if doc else None
-    parser = OneLineParser(description=first_line)
-    if world_size is not None:
-        parser.add_argument("--world-size", type=positive_int, default=world_size,
-                            help=f"number of ranks / devices (default {world_size})")
-    if alpha_us is not None:
-        parser.add_argument("--alpha-us", type=nonnegative_float, default=alpha_us,
-                            help=f"per-message latency α in µs (default {alpha_us:g})")
-    if beta_gbs is not None:
-        parser.add_argument("--beta-gbs", type=positive_float, default=beta_gbs,
-                            help=f"link bandwidth β in GB/s, GB = 1e9 B (default {beta_gbs:g})")
-    if size is not None:
-        parser.add_argument("--size", type=size_bytes, default=parse_size(size),
-                            help=f"message size with unit: 64MB, 256KiB, 1e6 bytes (default {size})")
+    parser = OneLineParser(description=(doc or "").strip() or None, formatter_class=_HelpFormatter)
+    parser.real = real
+    for name, default in defaults.items():
+        if name not in FLAGS:
+            raise KeyError(f"{name} is not a shared flag: add it to common.cli.FLAGS or add_argument it")
+        flag = FLAGS[name]
+        where = f" ({context[name]})" if context and name in context else ""
+        if flag.type in (size_bytes, bucket_cap) and default is not None:
+            default = flag.type(str(default))  # "64MB", or 2.0 (MiB) for a bucket cap: bytes
+        parser.add_argument(f"--{name.replace('_', '-')}", type=flag.type, default=default,
+                            metavar=flag.metavar, dest=flag.dest or name, help=flag.help + where)
     if real:
-        parser.add_argument("--timeout-s", type=positive_float, default=None,
-                            help="seconds a rank may wait in a collective before it fails")
+        low, high = TIMEOUT_RANGE_S
+        parser.add_argument("--timeout-s", type=_ranged("seconds", low, high, low_open=False),
+                            default=None, metavar="S",
+                            help=f"seconds a rank may wait in one collective before it fails, {low:g} to "
+                                 f"{high:g} (default: {DEFAULT_TIMEOUT_S:g}, or what a part says)")
     parser.add_argument("--quick", action="store_true",
                         help="the same code with shorter runs where there are any (smoke tests)")
     if figs:
-        parser.add_argument("--save-figs", metavar="DIR", default=None,
-                            help="write figures (PNG) into DIR")
+        parser.add_argument("--save-figs", metavar="DIR", default=None, help="write the figures (PNG) into DIR")
     parser.add_argument("--json", metavar="PATH", default=None,
                         help="write the parts' results and the claims as JSON to PATH")
     return parser
@@ -163,13 +241,147 @@ def link_from_args(args: argparse.Namespace, name: str = "") -> Link:
                 NOTES_LINK.beta_Bps if beta is None else beta * 1e9, name)
 
 
+# ---- what this machine can run ----------------------------------------------------------------
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _total_memory() -> int | None:
+    """The machine's memory (not what is free right now: the limit should not move between runs)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def max_local_ranks() -> tuple[int, str]:
+    """How many ranks this machine can run as local processes, and why that many.
+    COURSE_MAX_RANKS overrides it (for a machine you know holds more)."""
+    override = os.environ.get("COURSE_MAX_RANKS")
+    if override and override.isdigit() and int(override) > 0:
+        return int(override), "COURSE_MAX_RANKS"
+    limit, why = RANKS_PER_CORE * cores(), f"{RANKS_PER_CORE} ranks per core on {cores()} cores"
+    memory = _total_memory()
+    if memory is not None and memory // MEMORY_PER_RANK < limit:
+        limit = max(1, memory // MEMORY_PER_RANK)
+        why = f"{memory / 2**30:.1f} GiB of memory at {MEMORY_PER_RANK // 2**20} MiB per rank"
+    return limit, why
+
+
+def check_world_size(world_size: int) -> None:
+    """A world size this machine can run, or a UsageError that says the limit and why."""
+    if int(world_size) != world_size or world_size < 1:
+        raise UsageError(f"world size must be an integer >= 1, got {world_size}")
+    limit, why = max_local_ranks()
+    if world_size > limit:
+        raise UsageError(f"--world-size {world_size:,} is more ranks than this machine can run at once (at most "
+                         f"{limit}: {why}; gloo also connects every pair of ranks, so start-up grows as W²). "
+                         "Set COURSE_MAX_RANKS to raise the limit, or run across machines with torchrun")
+
+
+def check_backend(world_size: int, backend: str) -> str:
+    """A backend name this machine can run (gloo, nccl or auto), or a UsageError."""
+    if backend not in ("gloo", "nccl", "auto"):
+        raise UsageError(f"unknown backend {backend!r} (COURSE_BACKEND or backend=): use gloo, nccl or auto")
+    if backend == "nccl":
+        import torch  # only here: the rest of this module is pure Python
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        if gpus < local:
+            raise UsageError(f"backend nccl needs a GPU per rank: {local} ranks here, {gpus} GPUs "
+                             "(unset COURSE_BACKEND to use gloo on the CPU)")
+    return backend
+
+
+def loopback_interface() -> str:
+    """The loopback network interface's name ("lo" on Linux, "lo0" on macOS), for gloo."""
+    try:
+        for name in sorted(os.listdir("/sys/class/net")):
+            with open(f"/sys/class/net/{name}/flags", encoding="ascii") as fh:
+                if int(fh.read().strip(), 16) & 0x8:  # IFF_LOOPBACK
+                    return name
+    except (OSError, ValueError):
+        pass
+    return "lo0" if sys.platform == "darwin" else "lo"
+
+
+# ---- output paths -----------------------------------------------------------------------------
+
+def _writable_parent(path: str, flag: str) -> None:
+    """The nearest existing folder above `path` must be a folder we can write into."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: cannot write in {parent}")
+
+
+def check_output_file(path: str, flag: str) -> None:
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {path}: the file is not writable")
+    _writable_parent(path, flag)
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a file; give a folder")
+    if os.path.isdir(path):
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {path}: cannot write in this folder")
+    else:
+        _writable_parent(path, flag)
+
+
+# ---- torchrun and the end of a script ---------------------------------------------------------
+
+def under_torchrun() -> bool:
+    """True when torchrun (or another launcher) already made this process one rank of a group."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def quiet_unless_rank0() -> None:
+    """Under torchrun rank 0 plays the parent and prints; the other ranks compute silently."""
+    if under_torchrun() and os.environ.get("RANK") != "0" and sys.stdout is sys.__stdout__:
+        sys.stdout = open(os.devnull, "w")
+
+
 def run_main(main: Callable[[], object]) -> None:
-    """Run a script's main(): usage errors become one stderr line and exit 2; Ctrl-C exits 130."""
+    """Run a script's main() so that it ends in one line, never a traceback:
+    bad input -> "error: …", exit 2; a failure at run time (a rank, a file) -> "error: …", exit 1
+    (COURSE_DEBUG=1 shows the traceback too); Ctrl-C -> "interrupted", 130; a closed pipe
+    (`| head`) -> quiet, 141, as a shell reports a reader that stopped early."""
     try:
         main()
+        sys.stdout.flush()
     except UsageError as err:
         sys.stderr.write(f"error: {err}\n")
         sys.exit(2)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+    except BrokenPipeError:
+        # Python would complain again when it flushes stdout at exit: point stdout at nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except Exception as err:  # noqa: BLE001 - the one place a run-time failure becomes one line
+        if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
+            sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
+        sys.stderr.write(f"error: {_one_line(err)}\n")
+        sys.exit(1)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if type(err).__name__ == "RankError":
+        return text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

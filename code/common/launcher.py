@@ -3,15 +3,23 @@
     results = launch(worker, 4, tensor_size)     # a list, one return value per rank, in rank order
 
 Standalone, the parent forks W children (spawn where fork is unsafe: not Linux, NCCL, or more
-than one thread per rank), hosts a TCPStore on a port the OS picks (so two scripts started
-together never collide), and each child joins a gloo process group (NCCL for workers that put
+than one thread per rank) and each child joins a gloo process group (NCCL for workers that put
 their tensors on `rank_device()` and say so with backend="auto", when CUDA has a GPU per rank).
-Under `torchrun` (RANK, WORLD_SIZE, MASTER_ADDR set) nothing is spawned: this process is one
-rank, the group is torchrun's, results are gathered to every rank, and only rank 0 prints.
+Nothing listens beyond loopback: the rendezvous store serves a socket the parent bound to
+127.0.0.1 on a port the OS picked (so two scripts started together never collide), and gloo is
+pinned to the loopback interface. Under `torchrun` (RANK, WORLD_SIZE, MASTER_ADDR set) nothing is
+spawned: this process is one rank, the group is torchrun's, results are gathered to every rank,
+and only rank 0 prints.
 
-Failures never hang: a rank that raises ends the run within a fraction of a second with a
-`RankError` naming the rank and its exception; a rank stuck in a collective that another rank
-skipped fails after `timeout_s`; Ctrl-C and any error take every child down with the parent.
+Failures never hang and name the rank that caused them (`RankError`, one line):
+  - a rank that raises: its exception, within a fraction of a second ("out of memory" when it is);
+  - a rank killed by a signal: the signal's name (SIGKILL is what the kernel's OOM killer sends);
+  - a rank that stops responding while the others wait in a collective: after `timeout_s` the
+    parent asks every silent rank where it is, and blames the one that is not waiting in
+    torch.distributed (with the line it is stuck at), not the ones left waiting for it.
+Ctrl-C and any error take every child down with the parent; the kernel kills the children if the
+parent itself is killed (no orphans). Inside a rank, `capture_stderr()` keeps what torch's C++ side
+prints (its warnings) so the parent can show it beside the part it belongs to.
 """
 
 from __future__ import annotations
@@ -21,28 +29,42 @@ import gc
 import os
 import pickle
 import re
+import signal
+import socket
 import sys
+import tempfile
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from datetime import timedelta
 from multiprocessing import connection
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from common.cli import quiet_unless_rank0, under_torchrun
+from common.cli import (
+    DEFAULT_TIMEOUT_S,
+    UsageError,
+    check_backend,
+    check_world_size,
+    loopback_interface,
+    quiet_unless_rank0,
+    under_torchrun,
+)
 
-DEFAULT_TIMEOUT_S = 30.0  # a lecture script's collectives take milliseconds; 30 s means "stuck"
-_STORE_TIMEOUT_S = 60.0
+_START_TIMEOUT_S = 120.0  # rendezvous and gloo's full-mesh connect; collectives then get timeout_s
+_WHERE_WAIT_S = 1.0       # how long a silent rank has to say where it is before it counts as hung
+_GRACE_S = 0.5            # after a first failure, time for the others' reports to arrive
 
 
 class RankError(RuntimeError):
-    """A rank failed: `rank` is its number, `message` its exception, `details` its traceback."""
+    """A rank failed: `rank` is its number, `message` the cause, `details` its traceback."""
 
     def __init__(self, rank: int, message: str, details: str = "") -> None:
-        super().__init__(f"rank {rank} failed: {message}")
+        super().__init__(f"rank {rank} {message}")
         self.rank, self.message, self.details = rank, message, details
 
 
@@ -51,7 +73,7 @@ def choose_backend(world_size: int, backend: str | None = None) -> str:
     has a device for each rank, else gloo. None means gloo: a worker must declare that it puts
     its tensors on `rank_device()` (by passing backend="auto") before NCCL can be chosen for it.
     """
-    backend = os.environ.get("COURSE_BACKEND") or backend or "gloo"
+    backend = check_backend(world_size, os.environ.get("COURSE_BACKEND") or backend or "gloo")
     if backend == "auto":
         return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
     return backend
@@ -74,18 +96,41 @@ def preload_for_ddp(world_size: int) -> None:
         import torch._dynamo  # noqa: F401
 
 
+@contextmanager
+def capture_stderr() -> Iterator[list[str]]:
+    """Inside a rank: keep what is written to file descriptor 2 (torch's and gloo's C++ warnings
+    too, which bypass Python) instead of printing it; the list receives the text at the end, for
+    the worker to return, so the parent can show it next to the part it belongs to."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    captured: list[str] = []
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            captured.append(tmp.read().decode("utf-8", "replace"))
+
+
 def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: float | None = None,
            threads: int = 1, backend: str | None = None, **kwargs: Any) -> list[Any]:
     """Run worker(rank, world_size, *args, **kwargs) on every rank; return their results in order.
 
+    `timeout_s` is how long a rank may wait in one collective (DEFAULT_TIMEOUT_S if None).
     `threads` is the intra-op thread count of each rank: one by default, because W ranks with
     several threads each on a 2-core laptop spend their time fighting over the cores.
+    Bad arguments raise UsageError before any process starts.
     """
-    if int(world_size) != world_size or world_size < 1:
-        raise ValueError(f"world size must be an integer >= 1, got {world_size}")
-    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    if not 0 < timeout_s < float("inf"):
+        raise UsageError(f"timeout must be a number of seconds > 0, got {timeout_s}")
     if under_torchrun():
         return _launch_in_torchrun(worker, world_size, args, kwargs, timeout_s, threads, backend)
+    check_world_size(world_size)
     backend = choose_backend(world_size, backend)
     # fork starts a rank in milliseconds, but only with one thread per rank: a child that asks
     # OpenMP for a team after the parent has used one hangs (GNU libgomp is not fork-safe), and
@@ -98,70 +143,149 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
                     args=(worker, rank, world_size, pipes[rank][1], backend, timeout_s, threads, args, kwargs))
         for rank in range(world_size)
     ]
-    store = None
+    listener = store = None
     try:
         for child in children:
             child.start()
         for _, child_end in pipes:
             child_end.close()
         # The store lives in the parent and starts only after the fork, so no thread is forked.
-        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                              timeout=timedelta(seconds=_STORE_TIMEOUT_S))
+        # It serves a socket bound to loopback: TCPStore would otherwise listen on every interface.
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(max(128, world_size))
+        store = dist.TCPStore("127.0.0.1", listener.getsockname()[1], is_master=True, wait_for_workers=False,
+                              master_listen_fd=listener.fileno(), timeout=timedelta(seconds=_START_TIMEOUT_S))
+        listener.detach()  # the store owns the socket now and closes it itself
+        listener = None
         for parent_end, _ in pipes:
             parent_end.send(store.port)
-        return _collect(children, [p for p, _ in pipes])
+        return _Collector(children, [p for p, _ in pipes], timeout_s).run()
     finally:
         _stop(children)
         # Shut the store down now: if it lingered (a traceback holding this frame, say), a later
         # fork would copy it, and the child's garbage collector would hang joining its thread.
         store = None
+        if listener is not None:
+            listener.close()
 
 
-def _collect(children: list[Any], conns: list[Any]) -> list[Any]:
-    results: dict[int, Any] = {}
-    failures: list[tuple[int, str, str]] = []
-    waiting = {c: r for r, c in enumerate(conns)}
-    sentinels = {child.sentinel: r for r, child in enumerate(children)}
-    grace_until = None
-    while waiting and (grace_until is None or time.monotonic() < grace_until):
-        ready = connection.wait(list(waiting) + list(sentinels), timeout=0.1 if failures else 1.0)
-        for obj in ready:
-            if obj in waiting:
-                rank = waiting.pop(obj)
-                try:
-                    status, payload, details = pickle.loads(obj.recv_bytes())
-                except EOFError:
-                    status, payload, details = "error", "exited without a result", ""
-                if status == "ok":
-                    results[rank] = payload
-                else:
-                    failures.append((rank, payload, details))
-            elif obj in sentinels:
-                rank = sentinels.pop(obj)
-                conn = conns[rank]
-                if conn in waiting and not conn.poll(0.2):
-                    waiting.pop(conn)
-                    failures.append((rank, f"process exited with code {children[rank].exitcode} "
-                                           "without a result", ""))
-        if failures and grace_until is None:
-            grace_until = time.monotonic() + 0.5  # the others' errors say who failed first
-    if failures:
-        raise _first_cause(failures)
-    return [results[r] for r in range(len(conns))]
+class _Collector:
+    """The parent's side of a run: results, failures, and who is to blame."""
+
+    def __init__(self, children: list[Any], conns: list[Any], timeout_s: float) -> None:
+        self.children, self.conns, self.timeout_s = children, conns, timeout_s
+        self.results: dict[int, Any] = {}
+        self.failures: dict[int, tuple[str, str]] = {}   # rank -> (cause, traceback)
+        self.where: dict[int, tuple[bool, str]] = {}      # rank -> (in torch.distributed, location)
+
+    def run(self) -> list[Any]:
+        pending = set(range(len(self.conns)))
+        grace_until = None
+        while pending and (grace_until is None or time.monotonic() < grace_until):
+            self._poll(pending, 0.1 if self.failures else 1.0)
+            if self.failures and grace_until is None:
+                # The others' reports say who failed first. After a timeout, give ranks that began
+                # waiting a little later the time to time out too: whoever stays silent is hung.
+                timed_out = any(_is_timeout(cause) for cause, _ in self.failures.values())
+                grace_until = time.monotonic() + (min(5.0, self.timeout_s) if timed_out else _GRACE_S)
+        if self.failures:
+            raise self._blame(pending)
+        return [self.results[r] for r in range(len(self.conns))]
+
+    def _poll(self, pending: set[int], timeout: float) -> None:
+        conns = {self.conns[r]: r for r in pending}
+        sentinels = {self.children[r].sentinel: r for r in pending}
+        for obj in connection.wait(list(conns) + list(sentinels), timeout=timeout):
+            rank = conns.get(obj, sentinels.get(obj))
+            if rank not in pending:
+                continue
+            if obj in conns or self.conns[rank].poll(0.2):
+                self._receive(rank, pending)
+            else:
+                pending.discard(rank)
+                self.failures[rank] = (_exit_cause(self.children[rank].exitcode), "")
+
+    def _receive(self, rank: int, pending: set[int]) -> None:
+        try:
+            message = pickle.loads(self.conns[rank].recv_bytes())
+        except (EOFError, OSError):
+            message = ("error", _exit_cause(self.children[rank].exitcode), "")
+        if message[0] == "where":
+            self.where[rank] = message[1]
+            return
+        pending.discard(rank)
+        if message[0] == "ok":
+            self.results[rank] = message[1]
+        else:
+            self.failures[rank] = (message[1], message[2])
+
+    def _blame(self, pending: set[int]) -> RankError:
+        """The failure that caused the others. A peer's "connection closed" is an echo of a rank
+        that died; a timeout is an echo of a rank that stopped responding: ask the silent ones."""
+        silent = sorted(r for r in pending if self.children[r].is_alive())
+        if silent and any(_is_timeout(cause) for cause, _ in self.failures.values()):
+            hung = self._find_hung(silent)
+            if hung is not None:
+                rank, where = hung
+                waiters = ", ".join(f"rank {r}" for r in sorted(self.failures))
+                return RankError(rank, f"stopped responding ({where}); {waiters} timed out after "
+                                       f"{self.timeout_s:g} s waiting for it in a collective")
+        order = sorted(self.failures, key=lambda r: (_is_echo(self.failures[r][0]), _is_timeout(self.failures[r][0]), r))
+        rank = order[0]
+        cause, details = self.failures[rank]
+        others = [f"rank {r}" for r in order[1:]]
+        text = _short(cause)
+        if _is_timeout(cause):
+            text += f" (timeout {self.timeout_s:g} s)"
+            finished = sorted(self.results)
+            if finished:
+                text += f"; {', '.join(f'rank {r}' for r in finished)} had already finished (a collective not every rank called?)"
+        if others:
+            text += f" (then {', '.join(others)} failed too)"
+        return RankError(rank, text, details)
+
+    def _find_hung(self, silent: list[int]) -> tuple[int, str] | None:
+        """Ask each silent rank where its main thread is; the first not inside torch.distributed
+        (or not answering at all: it holds the interpreter) is the one the others wait for."""
+        for rank in silent:
+            try:
+                self.conns[rank].send_bytes(b"where")
+            except OSError:
+                pass
+        deadline = time.monotonic() + _WHERE_WAIT_S
+        pending = set(silent)
+        while any(r not in self.where for r in silent) and time.monotonic() < deadline:
+            self._poll(pending, 0.05)
+        for rank in silent:
+            if rank not in self.where:
+                return rank, "no answer: it holds the interpreter or is stopped"
+            in_collective, location = self.where[rank]
+            if not in_collective:
+                return rank, f"at {location}"
+        return None
 
 
-def _first_cause(failures: list[tuple[int, str, str]]) -> RankError:
-    """The failure that caused the others: a peer's "connection closed" is only an echo of it."""
-    def is_echo(message: str) -> bool:
-        return any(s in message for s in ("Connection closed by peer", "Connection reset by peer"))
-    failures.sort(key=lambda f: (is_echo(f[1]), f[0]))
-    rank, message, details = failures[0]
-    short = message.splitlines()[0] if message else "unknown error"
-    short = re.sub(r"\[[^\]]*/gloo/[^\]]*\]\s*", "", short)  # drop gloo's source location
-    others = [f"rank {r}" for r, _, _ in failures[1:]]
-    if others:
-        short += f" (then {', '.join(others)} failed too)"
-    return RankError(rank, short, details)
+def _exit_cause(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name if -exitcode in signal.Signals._value2member_map_ else str(-exitcode)
+        hint = " (what the kernel's out-of-memory killer sends)" if -exitcode == signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with code {exitcode} without a result"
+
+
+def _is_echo(cause: str) -> bool:
+    return any(s in cause for s in ("Connection closed by peer", "Connection reset by peer", "closed the pipe"))
+
+
+def _is_timeout(cause: str) -> bool:
+    return any(s in cause.lower() for s in ("timed out", "timeout"))
+
+
+def _short(cause: str) -> str:
+    """One line: the exception's first line without gloo's source location."""
+    first = cause.splitlines()[0] if cause else "failed: unknown error"
+    return re.sub(r"\[[^\]]*/gloo/[^\]]*\]\s*", "", first)
 
 
 def _stop(children: list[Any]) -> None:
@@ -190,10 +314,35 @@ def _die_with_parent() -> None:
         return
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before prctl: nobody will read our result
+        os._exit(1)
+
+
+def _where_main_thread() -> tuple[bool, str]:
+    """(inside torch.distributed?, the innermost frame outside torch) of the main thread."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    in_collective, location = False, "unknown"
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/torch/distributed/" in path:
+            in_collective = True
+        elif location == "unknown" and "/torch/" not in path:
+            location = f"{frame.f_code.co_name} ({os.path.basename(path)}:{frame.f_lineno})"
+        frame = frame.f_back
+    return in_collective, location
+
+
+def _answer_where(conn: Any, lock: threading.Lock) -> None:
+    """A rank's helper thread: tells the parent where the main thread is, when asked."""
+    try:
+        while conn.recv_bytes() == b"where":
+            with lock:
+                conn.send_bytes(pickle.dumps(("where", _where_main_thread())))
+    except (EOFError, OSError):
         pass
 
 
@@ -203,15 +352,18 @@ def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: An
     # come along, so destructors that join them would hang): keep the collector off it.
     gc.freeze()
     _die_with_parent()
+    lock = threading.Lock()
     try:
         port = conn.recv()
-        # torchrun-style environment, so a worker sees what it would see under torchrun.
+        threading.Thread(target=_answer_where, args=(conn, lock), daemon=True).start()
+        # torchrun-style environment, so a worker sees what it would see under torchrun; gloo on
+        # the loopback interface whatever the host name resolves to.
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+                          WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+                          GLOO_SOCKET_IFNAME=loopback_interface())
         _setup_rank(rank, backend, threads)
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=_STORE_TIMEOUT_S))
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout_s))
+        _init_group(backend, rank, world_size, timeout_s,
+                    dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=_START_TIMEOUT_S)))
         result = worker(rank, world_size, *args, **kwargs)
         # Plain pickle, not torch.multiprocessing's: that one shares a returned tensor through a
         # file descriptor which dies with this process, and the parent's read then fails.
@@ -219,17 +371,34 @@ def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: An
         gc.collect()  # DDP objects must be gone before the group is (see notes: teardown aborts)
         dist.barrier()
         dist.destroy_process_group()
-        conn.send_bytes(payload)
-        conn.close()
+        with lock:
+            conn.send_bytes(payload)
     except BaseException as err:  # noqa: BLE001 - every failure, Ctrl-C too, goes to the parent
         try:
-            message = f"{type(err).__name__}: {err}".strip()
-            conn.send_bytes(pickle.dumps(("error", message, traceback.format_exc())))
-            conn.close()
-        except Exception:
+            with lock:
+                conn.send_bytes(pickle.dumps(("error", _describe(err), traceback.format_exc())))
+        except Exception:  # noqa: BLE001 - the parent may be gone
             pass
         os._exit(1)  # skip teardown: peers may be stuck in a collective with us
     os._exit(0)
+
+
+def _init_group(backend: str, rank: int, world_size: int, timeout_s: float, store: Any) -> None:
+    """Join the group with a start-up timeout long enough for many ranks to connect, then give
+    collectives the user's timeout (torch >= 2.3; older ones use it for start-up too)."""
+    set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    start = max(timeout_s, _START_TIMEOUT_S) if set_timeout else timeout_s
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=start))
+    if set_timeout:
+        set_timeout(timedelta(seconds=timeout_s))
+
+
+def _describe(err: BaseException) -> str:
+    """The cause in words: out-of-memory errors say so, whatever torch calls them."""
+    text = f"{type(err).__name__}: {err}".strip().rstrip(":")
+    if isinstance(err, MemoryError) or any(s in str(err) for s in ("can't allocate memory", "out of memory")):
+        return f"ran out of memory ({_short(text)})"
+    return f"failed: {text}"
 
 
 _torchrun_ready = False
@@ -252,8 +421,7 @@ def _launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple
     try:
         result = worker(rank, world, *args, **kwargs)
     except BaseException as err:
-        sys.stderr.write(f"rank {rank} failed: {type(err).__name__}: {err}\n")
-        raise
+        raise RankError(rank, _describe(err), traceback.format_exc()) from None
     gc.collect()
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, result)

@@ -12,19 +12,33 @@ import json
 import math
 import os
 import sys
+import tempfile
+import textwrap
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 # How a number the notes quote relates to ours.
 EXACT = "exact formula"             # a closed form: must agree
 ASSUMPTION = "stated assumption"    # agrees only under an assumption the output states
 MEASURED = "measured here"          # a timing or count on this machine; the notes' came from another
 
+PAGE_WIDTH = 100  # every line of prose fits a terminal of this many columns
+
+
+def wrap(text: str, indent: str = "", first: str | None = None, width: int = PAGE_WIDTH) -> str:
+    """`text` wrapped at spaces to `width` columns: `first` before the first line (default
+    `indent`), `indent` before the others. Never breaks a word or a number."""
+    return textwrap.fill(text, width, initial_indent=indent if first is None else first,
+                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+
 
 def fmt_num(value: Any, digits: int = 4) -> str:
     """Compact number: 4 significant digits, thousands separators for big integers."""
     if isinstance(value, bool) or value is None:
         return str(value)
+    if isinstance(value, int) and abs(value) >= 10**15:
+        return f"{value:.{max(digits - 1, 1)}e}"  # never a 300-digit cell
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15
                                   and abs(value) >= 1000):
         return f"{int(value):,}"
@@ -67,19 +81,43 @@ def bar(value: float, full_scale: float, width: int = 40, char: str = "█") -> 
     return char * max(0, min(width, round(width * value / full_scale)))
 
 
-def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """Rows under headers, columns aligned; numbers right-aligned and formatted by fmt_num."""
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: int | None = None) -> str:
+    """Rows under headers, columns aligned; numbers right-aligned and formatted by fmt_num.
+
+    When the table would be wider than `width` (the page, 100 columns), long headers wrap onto
+    several lines at their spaces, so a column is only as wide as its widest cell or header word.
+    """
+    width = PAGE_WIDTH if width is None else width
     rows = [list(row) for row in rows]
     cells = [[c if isinstance(c, str) else fmt_num(c) for c in row] for row in rows]
     numeric = [bool(rows) and all(not isinstance(row[i], str) for row in rows) for i in range(len(headers))]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    data_w = [max([0] + [len(r[i]) for r in cells]) for i in range(len(headers))]
+    widths = [max(len(h), w) for h, w in zip(headers, data_w)]
+    head_lines = [[h] for h in headers]
+    if 2 + sum(widths) + 2 * (len(widths) - 1) > width:
+        widths = [max(w, max((len(word) for word in h.split()), default=0)) for h, w in zip(headers, data_w)]
+        head_lines = [textwrap.wrap(h, w) or [""] for h, w in zip(headers, widths)]
+    depth = max(len(h) for h in head_lines)
 
-    def line(values: Sequence[str]) -> str:
-        out = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+    def line(values: Sequence[str], align: bool = True) -> str:
+        out = [v.rjust(w) if num and align else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return "  " + "  ".join(out).rstrip()
 
+    heads = [line([h[i - depth + len(h)] if i >= depth - len(h) else "" for h in head_lines])
+             for i in range(depth)]
     sep = "  " + "  ".join("-" * w for w in widths)
-    return "\n".join([line(list(headers)), sep] + [line(r) for r in cells])
+    return "\n".join(heads + [sep] + [line(r) for r in cells])
+
+
+def _paragraphs(text: str) -> list[str]:
+    paragraphs: list[list[str]] = [[]]
+    for raw in text.strip().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("- "):
+            paragraphs.append([])
+        if line:
+            paragraphs[-1].append(line)
+    return [" ".join(p) for p in paragraphs if p]
 
 
 @dataclass
@@ -128,7 +166,7 @@ class Report:
         self.claims: list[Claim] = []
         self._part = "intro"
         self.parts[self._part] = {"title": title}
-        print(f"{self.script}: {title}")
+        print(wrap(f"{self.script}: {title}", "    ", ""))
         if args is not None and getattr(args, "quick", False):
             print("(--quick: the same code, with shorter runs where a part has any to shorten)")
 
@@ -137,15 +175,23 @@ class Report:
         """A header carrying the notes' part number, e.g. 'Part 3: pipelined broadcast'."""
         self._part = f"Part {number}"
         self.parts[self._part] = {"title": title}
-        print(f"\n== {self._part}: {title}")
+        print("\n" + wrap(f"== {self._part}: {title}", "   ", ""))
 
     def line(self, text: str = "") -> None:
-        print(text)
+        """A line of prose, wrapped to the page with its own indent; lines that are no prose
+        (charts, bars: too long a word to break) are printed as they are."""
+        if len(text) <= PAGE_WIDTH:
+            print(text)
+            return
+        indent = text[:len(text) - len(text.lstrip())]
+        print(wrap(text.strip(), indent + "  ", indent))
 
     def note(self, text: str) -> None:
-        """An assumption or an explanation, marked so it stands out from the results."""
-        for i, chunk in enumerate(text.strip().splitlines()):
-            print(("  note: " if i == 0 else "        ") + chunk.strip())
+        """An assumption or an explanation, marked so it stands out from the results. Reflowed to
+        the page: a single line break is a space; a blank line, or a line starting "- ", starts a
+        new paragraph."""
+        for i, chunk in enumerate(_paragraphs(text)):
+            print(wrap(chunk, "        ", "  note: " if i == 0 else "        "))
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], name: str | None = None) -> None:
         rows = [list(r) for r in rows]
@@ -193,12 +239,12 @@ class Report:
         sep = " " if unit else ""
         shown_digits = max(digits, _digits_for_places(ours, places)) if places is not None else digits
         shown = f"{fmt_num(ours, shown_digits)}{sep}{unit}"
-        text = f"  {what}: {shown}"
+        text = f"{what}: {shown}"
         if notes is not None:
             text += f"   (notes: {fmt_num(notes, shown_digits)}{sep}{unit}; {kind}; {status})"
-        print(text)
+        print(wrap(text, "      ", "  "))
         if why and status != "agrees":
-            print(f"    why: {why}")
+            print(wrap(why, "         ", "    why: "))
         claim = Claim(self._part, what, ours, notes, unit, kind, status, why, rule)
         self.claims.append(claim)
         return claim
@@ -214,7 +260,8 @@ class Report:
             return
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, f"{name}.png")
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
         print(f"  figure written: {path}")
 
     def finish(self) -> dict[str, Any]:
@@ -223,18 +270,49 @@ class Report:
                 "claims": [asdict(c) for c in self.claims]}
         path = getattr(self.args, "json", None) if self.args is not None else None
         if path:
-            directory = os.path.dirname(os.path.abspath(path))
-            os.makedirs(directory, exist_ok=True)
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1, default=_jsonable, ensure_ascii=False)
+            write_json(path, data)
         return data
 
 
-def _jsonable(value: Any) -> Any:
+@contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """A temporary name beside `path` to write to; it becomes `path` only when the block ends
+    without error, so a failed or interrupted run never leaves a half-written file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(path: str, data: Any) -> None:
+    """Strict JSON (no NaN or Infinity: those become the strings "nan", "inf", "-inf"), atomically."""
+    text = json.dumps(_strict(data), indent=1, ensure_ascii=False, allow_nan=False)
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+
+
+def _strict(value: Any) -> Any:
+    """What strict JSON can hold: containers walked, numpy/torch values unwrapped, non-finite
+    floats as strings, anything else as its str()."""
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
     if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "item"):
-        return value.item()
+        return _strict(value.tolist())
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return _strict(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
     return str(value)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.cli import link_from_args, make_parser, positive_float, positive_int, run_main
+from common.cli import link_from_args, make_parser, positive_float, run_main
 from common.costmodel import (
     parameter_server_time,
     ring_allreduce_bytes_per_device,
@@ -109,14 +109,12 @@ def ks_up_to(top: int) -> list[int]:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB", figs=False)
-    parser.add_argument("--peak-tflops", type=positive_float, default=NOTES_PEAK_TFLOPS,
-                        help=f"dense BF16 peak of one GPU in TFLOP/s (default {NOTES_PEAK_TFLOPS:g})")
+    parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB",
+                         peak_tflops=NOTES_PEAK_TFLOPS, tp=NOTES_TP, pp=NOTES_PP,
+                         context={"world_size": "the largest K in Part 4", "size": "Part 4's N: gradients = parameters",
+                                  "peak_tflops": "dense BF16", "tp": "Part 3", "pp": "Part 3"})
     parser.add_argument("--gpu-memory-gb", type=positive_float, default=NOTES_GPU_MEMORY_GB,
-                        help=f"memory of one GPU in GB, GB = 1e9 B (default {NOTES_GPU_MEMORY_GB:g})")
-    parser.add_argument("--tp", type=positive_int, default=NOTES_TP, help="tensor-parallel ways (default 8)")
-    parser.add_argument("--pp", type=positive_int, default=NOTES_PP, help="pipeline stages (default 16)")
-    parser.epilog = "--world-size is the largest K in Part 4; --size is Part 4's N (gradients = parameters)"
+                        help="memory of one GPU in GB, GB = 1e9 B")
     args = parser.parse_args()
     rep = Report(__file__, "why distributed training: scale, two walls, parameter server", args)
     part1_six_nd(rep, args)          # 6ND: what two real runs got out of each GPU

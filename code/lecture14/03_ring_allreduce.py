@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from common.cli import UsageError, link_from_args, make_parser, positive_int, run_main, size_bytes
+from common.cli import UsageError, link_from_args, make_parser, run_main, size_bytes
 from common.costmodel import (
     Link,
     allreduce_traffic_bytes,
@@ -47,11 +47,11 @@ FP_K, FP_SEED = 64, 0
 
 
 def main() -> None:
-    parser = make_parser(__doc__, alpha_us=NOTES_ALPHA_US, beta_gbs=NOTES_BETA_GBS, size="64MB")
-    parser.add_argument("--world-size", type=positive_int, default=None,
-                        help="workers in Part 1 and devices in Part 3 (default: the notes' 4 and 8)")
+    parser = make_parser(__doc__, alpha_us=NOTES_ALPHA_US, beta_gbs=NOTES_BETA_GBS, size="64MB", world_size=None,
+                         figs=True, context={"world_size": "Part 1's workers and Part 3's devices; default: the "
+                                             "notes' 4 and 8", "size": "Part 3's broadcast"})
     parser.add_argument("--traffic-size", type=size_bytes, default=256 * 1024,
-                        help="bytes per device in Part 2, float32 elements (default 256KiB)")
+                        help="bytes per device in Part 2, float32 elements (default: 256KiB)")
     args = parser.parse_args()
     if args.world_size is not None and args.world_size < 2:
         raise UsageError("--world-size must be >= 2 (Part 3 broadcasts from one device to the others)")

@@ -118,13 +118,11 @@ def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: floa
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, real=True)
-    parser.add_argument("--repeats", type=positive_int, default=7, help="Part 2: timed repeats per size (default 7)")
+    parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7, peak_tflops=PEAK_TFLOPS,
+                         real=True, figs=True, context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
     parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
-                        help=f"Part 3: tokens per GPU per step (default {TOKENS_PER_GPU})")
-    parser.add_argument("--mfu", type=positive_float, default=MFU, help=f"Part 3: fraction of peak (default {MFU})")
-    parser.add_argument("--peak-tflops", type=positive_float, default=PEAK_TFLOPS,
-                        help=f"Part 3: peak TFLOP/s per GPU (default {PEAK_TFLOPS:g})")
+                        help="Part 3: tokens per GPU per step")
+    parser.add_argument("--mfu", type=positive_float, default=MFU, help="Part 3: fraction of peak")
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: one device has nothing to all-reduce")

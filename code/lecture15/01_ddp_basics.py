@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
+from common.cli import UsageError, make_parser, positive_int, run_main
 from common.launcher import launch, preload_for_ddp
 from common.output import ASSUMPTION, MEASURED, Report, fmt_time
 from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
@@ -205,13 +205,10 @@ def part3_cpu_timing(rep: Report, args) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True)
-    parser.add_argument("--steps", type=positive_int, default=10, help="training steps in Part 2 (default 10)")
-    parser.add_argument("--batch", type=positive_int, default=64, help="Part 2's global batch (default 64)")
-    parser.add_argument("--lr", type=positive_float, default=0.1, help="Part 2's SGD learning rate (default 0.1)")
-    parser.add_argument("--timing-width", type=positive_int, default=512, help="Part 3's layer width (default 512)")
-    parser.add_argument("--timing-batch", type=positive_int, default=128, help="Part 3's global batch (default 128)")
-    parser.add_argument("--timing-steps", type=positive_int, default=15, help="Part 3's timed steps (default 15)")
+    parser = make_parser(__doc__, world_size=4, steps=10, batch=64, lr=0.1, timing_steps=15, real=True,
+                         context={"steps": "Part 2", "batch": "Part 2", "lr": "Part 2's SGD", "timing_steps": "Part 3"})
+    parser.add_argument("--timing-width", type=positive_int, default=512, help="Part 3's layer width")
+    parser.add_argument("--timing-batch", type=positive_int, default=128, help="Part 3's global batch")
     args = parser.parse_args()
     for flag, value in (("--batch", args.batch), ("--timing-batch", args.timing_batch)):
         if value < args.world_size:

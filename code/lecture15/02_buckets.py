@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
+from common.cli import UsageError, make_parser, positive_int, run_main
 from common.launcher import launch, preload_for_ddp
 from common.output import ASSUMPTION, EXACT, MEASURED, Report, bar, fmt_bytes, fmt_time, new_figure
 from lecture15.ddp_sim import (
@@ -105,11 +105,32 @@ def allreduce_worker(rank: int, world_size: int, elements: int, counts: list[int
 
 
 def describe(names: list[str], total: int) -> str:
-    return f"all {total} tensors" if len(names) == total else " ".join(names)
+    """Tensor names in bucket order, layers grouped ("5.bias 5.weight" -> "5.{bias,weight}") so a
+    bucket of many layers still fits a line."""
+    if len(names) == total:
+        return f"all {total} tensors"
+    groups: list[tuple[str, list[str]]] = []
+    for name in names:
+        layer, _, leaf = name.rpartition(".")
+        if groups and groups[-1][0] == layer:
+            groups[-1][1].append(leaf)
+        else:
+            groups.append((layer, [leaf]))
+    runs: list[tuple[str, str, list[str]]] = []  # consecutive layers with the same leaves: 4…0
+    for layer, leaves in groups:
+        last = runs[-1] if runs else None
+        if (last and last[2] == leaves and layer.isdigit() and last[1].isdigit()
+                and abs(int(layer) - int(last[1])) == 1):
+            runs[-1] = (last[0], layer, leaves)
+        else:
+            runs.append((layer, layer, leaves))
+    return " ".join((first if first == last else f"{first}…{last}")
+                    + (f".{leaves[0]}" if len(leaves) == 1 else f".{{{','.join(leaves)}}}")
+                    for first, last, leaves in runs)
 
 
 def part1_real_buckets(rep: Report, args) -> None:
-    caps = [args.bucket_cap_mb, None]
+    caps = [args.bucket_cap_bytes / MiB, None]  # as DDP takes it: bucket_cap_mb in MiB
     runs = launch(bucket_worker, args.world_size, caps, ITERATIONS, timeout_s=args.timeout_s)
     model = linear_stack()
     names = [n for n, _ in model.named_parameters()]
@@ -117,7 +138,7 @@ def part1_real_buckets(rep: Report, args) -> None:
     all_match = True
     for run in runs[0]:
         cap = run["cap"]
-        cap_bytes = int((25 if cap is None else cap) * MiB)
+        cap_bytes = round((25 if cap is None else cap) * MiB)
         first_cap = DEFAULT_FIRST_BUCKET_BYTES if cap is None else cap_bytes  # explicit cap: first = cap
         by_rule = assign_buckets(param_bytes, cap_bytes, first_cap)
         by_ready = assign_buckets_in_order(param_bytes, [names.index(n) for n in run["ready"]], cap_bytes, first_cap)
@@ -246,11 +267,10 @@ def part3_small_tensors(rep: Report, args) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, real=True)
-    parser.add_argument("--bucket-cap-mb", type=positive_float, default=2.0,
-                        help="Part 1's bucket_cap_mb, in MiB as PyTorch reads it (default 2: 3 buckets)")
+    parser = make_parser(__doc__, world_size=2, bucket_cap_mb=2.0, real=True, figs=True,
+                         context={"bucket_cap_mb": "Part 1; the default gives 3 buckets"})
     parser.add_argument("--elements", type=positive_int, default=4 * 1024 * 1024,
-                        help="Part 3's float32 count (default 4,194,304 = 4096 x 1024)")
+                        help="Part 3's float32 count (default: 4,194,304 = 4096 x 1024)")
     args = parser.parse_args()
     if args.elements < PIECE_ELEMENTS:
         raise UsageError(f"--elements {args.elements} must be at least {PIECE_ELEMENTS} (one piece)")

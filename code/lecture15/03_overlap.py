@@ -22,7 +22,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import argparse
 import time
 
-from common.cli import UsageError, link_from_args, make_parser, nonnegative_float, positive_float, run_main
+from common.cli import link_from_args, make_parser, nonnegative_float, positive_float, run_main
 from common.costmodel import Link, ring_allreduce_time
 from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, new_figure
 from lecture15.ddp_sim import (
@@ -43,13 +43,21 @@ from lecture15.ddp_sim import (
 )
 from lecture15.ddp_sim import gantt_figure as ddp_gantt
 
-NOTES = {"world_size": 16, "alpha_us": 10.0, "beta_gbs": 10.0, "bucket_cap_mb": 25.0, "first_bucket_cap_mb": 1.0}
+# The notes' setting; their "25 MB" cap is 25 × 10^6 B (it gives their bucket counts; PyTorch's 25 MiB does not).
+NOTES = {"world_size": 16, "alpha_us": 10.0, "beta_gbs": 10.0, "bucket_cap_bytes": 25 * MB,
+         "first_bucket_cap_bytes": MiB}
+PYTORCH_CAP_BYTES = 25 * MiB  # bucket_cap_mb=25, PyTorch's default
 # Part 2's slow link: 10 Gb/s Ethernet through TCP (gloo-like): 1.25 GB/s, 50 µs per message.
 SLOW_ALPHA_US, SLOW_BETA_GBS = 50.0, 1.25
 # Part 2's caps in MiB, as bucket_cap_mb; 0 = one bucket per gradient. A single bucket is added last.
 SWEEP_CAPS_MIB = [0, 0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 200, 500]
 QUICK_CAPS_MIB = [0, 1, 5, 25, 50, 100]
 SHUFFLE_SEEDS = 5     # Part 4: how many shuffled registrations to show
+
+
+def cap_text(nbytes: int) -> str:
+    """A cap as a reader would write it: 25 MB when it is a whole number of 10^6 B, else MiB."""
+    return f"{nbytes / MB:g} MB" if nbytes % MB == 0 else f"{nbytes / MiB:g} MiB"
 
 
 def at_notes_setting(args: argparse.Namespace) -> bool:
@@ -89,25 +97,25 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
     rep.note(f"comm: ring all-reduce 2(K−1)(α + n/(Kβ)) per bucket, K = {k}, {link.describe()}; "
              "buckets in index order on one stream")
     rows, timelines = [], {}
-    for reading, cap in (("10^6 B (notes)", round(args.bucket_cap_mb * MB)),
-                         ("MiB (PyTorch)", round(args.bucket_cap_mb * MiB))):
+    for reading, cap in (("--bucket-cap-mb", args.bucket_cap_bytes), ("PyTorch's default", PYTORCH_CAP_BYTES)):
         off = simulate_ddp(model, k, link, cap, overlap=False, compute=compute)
         on = simulate_ddp(model, k, link, cap, overlap=True, compute=compute)
         timelines[reading] = (off, on)
         sizes = ", ".join(f"{b / MB:.1f}" for b in on.bucket_bytes)
-        rows.append([f"{args.bucket_cap_mb:g} × {reading}", len(on.buckets), sizes, ms(on.comm_total_s),
+        rows.append([f"{cap_text(cap)} ({reading})", len(on.buckets), sizes, ms(on.comm_total_s),
                      ms(off.step_s), ms(on.step_s), f"{100 * (off.step_s / on.step_s - 1):.0f} %"])
     rep.table(["bucket cap", "buckets", "bucket sizes (MB)", "comm (ms)", "no overlap (ms)", "overlap (ms)",
                "faster by"], rows, name="steps")
-    off, on = timelines["10^6 B (notes)"]
-    rep.line(f"\n  no overlap: step {ms(off.step_s)} ms (cap read as 10^6 B; each chart spans its own step)")
+    off, on = timelines["--bucket-cap-mb"]
+    rep.line(f"\n  no overlap: step {ms(off.step_s)} ms (cap {cap_text(args.bucket_cap_bytes)}; each chart spans its "
+             "own step)")
     for text in ascii_timeline(off):
         rep.line("    " + text)
     rep.line(f"  overlap (DDP): step {ms(on.step_s)} ms")
     for text in ascii_timeline(on):
         rep.line("    " + text)
-    why = ("the notes do not state their compute model; ours is the FLOP count above, with the cap read as "
-           "25 × 10^6 bytes")
+    why = ("the notes do not state their compute model; ours is the FLOP count above, with their 25 MB cap "
+           "read as 25 × 10^6 bytes")
     compare(rep, args, "step without overlap", off.step_s * 1e3, 53.3, "ms", rtol=0.02, why=why)
     compare(rep, args, "step with overlap", on.step_s * 1e3, 37.8, "ms", rtol=0.02, why=why)
     compare(rep, args, "overlap faster by", 100 * (off.step_s / on.step_s - 1), 41, "%", atol=3, why=why)
@@ -210,14 +218,14 @@ def part2_bucket_cap(rep: Report, args: argparse.Namespace, link: Link) -> None:
 def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> list[tuple[str, Timeline]]:
     """ResNet-50 with the first bucket capped (PyTorch's default first_bucket_bytes = 1 MiB)."""
     model, k = resnet50(batch=32), args.world_size
-    cap, first = round(args.bucket_cap_mb * MB), round(args.first_bucket_cap_mb * MiB)
-    rep.note(f"later buckets capped at {args.bucket_cap_mb:g} × 10^6 B (the notes' reading, as in Part 1); a bucket is "
-             "sealed once it reaches its cap, so it can end up to one tensor above it")
+    cap, first = args.bucket_cap_bytes, args.first_bucket_cap_bytes
+    rep.note(f"later buckets capped at {cap_text(cap)} (as in Part 1); a bucket is sealed once it reaches its cap, "
+             "so it can end up to one tensor above it")
     plain = simulate_ddp(model, k, link, cap)
     small = simulate_ddp(model, k, link, cap, first_cap_bytes=first)
     rows = [[label, len(t.buckets), f"{t.bucket_bytes[0] / MB:.3f}", ms(t.bucket_ready_s[0]),
              ms(t.first_comm_start_s), ms(t.exposed_comm_s), ms(t.step_s)]
-            for label, t in (("one cap for all", plain), (f"first cap {args.first_bucket_cap_mb:g} MiB", small))]
+            for label, t in (("one cap for all", plain), (f"first cap {cap_text(first)}", small))]
     rep.table(["buckets", "count", "bucket 0 (MB)", "bucket 0 ready (ms)", "first comm (ms)", "exposed (ms)",
                "step (ms)"], rows, name="first_bucket")
     first_names = [model.params[i].name for i in small.buckets[0]]
@@ -240,7 +248,7 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
 def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> list[tuple[str, Timeline]]:
     """BERT-large with parameters registered in the right, a shuffled and the reversed order (PyTorch 1.5)."""
     bert, compute, flops_backward = bert_compute()
-    k, cap, n = args.world_size, round(args.bucket_cap_mb * MB), len(bert.params)
+    k, cap, n = args.world_size, args.bucket_cap_bytes, len(bert.params)
     rep.note(f"compute: {bert.description}, every weight matrix 2 · tokens · size FLOPs plus attention scores, "
              f"backward = 2 × forward at {ComputeModel().flops_per_s / 1e12:g} TFLOP/s = {ms(flops_backward)} ms. The notes' numbers imply "
              f"{NOTES_IMPLIED_BERT_BACKWARD_S * 1e3:g} ms (268 ms step / 1.5) without saying why: BERT's compute "
@@ -254,12 +262,12 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
         registration = registration_order(n, kind, seed)
         tl = simulate_ddp(bert, k, link, cap, registration=registration, compute=compute)
         raw = simulate_ddp(bert, k, link, cap, registration=registration)
-        mib = simulate_ddp(bert, k, link, round(args.bucket_cap_mb * MiB), registration=registration, compute=compute)
+        mib = simulate_ddp(bert, k, link, PYTORCH_CAP_BYTES, registration=registration, compute=compute)
         kept[label] = tl
         rows.append([label, len(tl.buckets), ms(tl.bucket_ready_s[0]), ms(tl.first_comm_start_s), ms(tl.step_s),
                      ms(mib.step_s), ms(raw.step_s)])
     rep.table(["registration order", "buckets", "bucket 0 ready (ms)", "first comm (ms)", "step (ms)",
-               "step, cap in MiB", "step, uncalibrated"], rows, name="order")
+               "step, 25 MiB cap", "step, uncalibrated"], rows, name="order")
     for label in ("correct", "reversed"):
         rep.line(f"  {label}: step {ms(kept[label].step_s)} ms")
         for text in ascii_timeline(kept[label]):
@@ -288,19 +296,14 @@ def save_gantt(rep: Report, timelines: list[tuple[str, Timeline]], name: str, ti
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=NOTES["world_size"], alpha_us=NOTES["alpha_us"],
-                         beta_gbs=NOTES["beta_gbs"])
-    parser.add_argument("--bucket-cap-mb", type=nonnegative_float, default=NOTES["bucket_cap_mb"],
-                        help="bucket cap in MiB, as DDP's bucket_cap_mb (Parts 1 and 4 show the 10^6 B reading too; Part 3 uses it)")
-    parser.add_argument("--first-bucket-cap-mb", type=positive_float, default=NOTES["first_bucket_cap_mb"],
-                        help="Part 3's first-bucket cap in MiB (PyTorch's default: 1)")
+                         beta_gbs=NOTES["beta_gbs"], bucket_cap_mb="25MB", first_bucket_cap_mb=1.0, seed=0,
+                         figs=True, context={"bucket_cap_mb": "Parts 1, 3, 4; default: the notes' 25 MB",
+                                             "first_bucket_cap_mb": "Part 3", "seed": "Part 4's first shuffle"})
     parser.add_argument("--slow-alpha-us", type=nonnegative_float, default=SLOW_ALPHA_US,
-                        help=f"Part 2's slow link α in µs (default {SLOW_ALPHA_US:g})")
+                        help="Part 2's slow link α in µs")
     parser.add_argument("--slow-beta-gbs", type=positive_float, default=SLOW_BETA_GBS,
-                        help=f"Part 2's slow link β in GB/s (default {SLOW_BETA_GBS:g})")
-    parser.add_argument("--seed", type=int, default=0, help="Part 4's first shuffle seed (default 0)")
+                        help="Part 2's slow link β in GB/s")
     args = parser.parse_args()
-    if args.seed < 0:
-        raise UsageError(f"--seed must be >= 0, got {args.seed}")
     link = link_from_args(args, "fast")
     rep = Report(__file__, "overlapping backward with bucketed all-reduce (model)", args)
     if not at_notes_setting(args):

@@ -27,8 +27,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import launch, preload_for_ddp
+from common.cli import UsageError, make_parser, run_main
+from common.launcher import capture_stderr, launch, preload_for_ddp
 from common.output import MEASURED, Report, fmt_time
 from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
 
@@ -39,7 +39,7 @@ LR = 0.1
 MODES = {                    # Part 1: where the no_sync() context goes
     "sync": "synchronise every micro-batch",
     "backward": "no_sync around backward only (wrong)",
-    "forward": "no_sync around forward + backward, last micro-batch outside",
+    "forward": "no_sync around forward + backward, last one outside",
 }
 
 
@@ -132,21 +132,23 @@ def deep_mlp(layers: int) -> nn.Module:
     return nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(16, 16), nn.Tanh())])
 
 
-def time_find_unused(layers: int, steps: int) -> tuple[list[float], list[float]]:
-    """Seconds per forward+backward without and with find_unused_parameters, every parameter used.
+def time_find_unused(layers: int, steps: int) -> tuple[list[float], list[float], str]:
+    """Seconds per forward+backward without and with find_unused_parameters, every parameter used,
+    and the warning torch prints about it (captured, so the parent shows it beside the timing).
     The two models take turns step by step, so a burst of load on the shared cores hits both."""
     plain, searching = DDP(deep_mlp(layers)), DDP(deep_mlp(layers), find_unused_parameters=True)
     x = torch.randn(16, 16)
     times: tuple[list[float], list[float]] = ([], [])
-    for i in range(steps + 2):
-        for ddp, samples in zip((plain, searching), times):
-            dist.barrier()  # start together, so one rank's lag is not counted as the other's cost
-            start = time.perf_counter()
-            ddp(x).sum().backward()
-            if i >= 2:  # two warm-up steps: the first builds, the second rebuilds the buckets
-                samples.append(time.perf_counter() - start)
+    with capture_stderr() as warned:
+        for i in range(steps + 2):
+            for ddp, samples in zip((plain, searching), times):
+                dist.barrier()  # start together, so one rank's lag is not counted as the other's cost
+                start = time.perf_counter()
+                ddp(x).sum().backward()
+                if i >= 2:  # two warm-up steps: the first builds, the second rebuilds the buckets
+                    samples.append(time.perf_counter() - start)
     del plain, searching
-    return times
+    return times[0], times[1], "".join(warned)
 
 
 def unused_worker(rank: int, world_size: int, layers: int, steps: int) -> dict[str, Any]:
@@ -169,7 +171,7 @@ def unused_worker(rank: int, world_size: int, layers: int, steps: int) -> dict[s
     out["local"] = {n: grad_or_none(p) for n, p in local.named_parameters() if n.endswith("weight")}
     out["ddp"] = {n: grad_or_none(p) for n, p in ddp.module.named_parameters() if n.endswith("weight")}
     del ddp
-    out["time_default"], out["time_find_unused"] = time_find_unused(layers, steps)
+    out["time_default"], out["time_find_unused"], out["torch_warned"] = time_find_unused(layers, steps)
     return out
 
 
@@ -227,7 +229,7 @@ def first_sentence(message: str | None) -> str:
 
 
 def show(values: np.ndarray | None) -> str:
-    return "None" if values is None else np.array2string(values.reshape(-1)[:3], precision=4)
+    return "None" if values is None else np.array2string(values.reshape(-1)[:3], precision=3)
 
 
 def part2_unused_parameters(rep: Report, args) -> None:
@@ -272,8 +274,12 @@ def part2_unused_parameters(rep: Report, args) -> None:
               notes=True, kind=MEASURED, why="a small difference on a loaded 2-core machine: noise can flip it")
     rep.note(f"Timing model: {layers} x (Linear(16, 16), Tanh), batch 16, {steps} steps taken in turn with\n"
              "and without the option, medians over ranks. The option costs a walk over the autograd graph\n"
-             "after every forward and one more all-reduce (of the 'used' bitmap); the gradients are the same.\n"
-             "PyTorch says so itself in the warning each rank prints on stderr when it finds nothing unused.")
+             "after every forward and one more all-reduce (of the 'used' bitmap); the gradients are the same.")
+    warned = [rank for rank, r in enumerate(results) if "find_unused_parameters=True" in r["torch_warned"]]
+    if warned:
+        rep.note(f"PyTorch says so itself: ranks {', '.join(map(str, warned))} printed the warning "
+                 "'find_unused_parameters=True was specified in DDP constructor, but did not find any unused "
+                 "parameters in the forward pass' (captured from their stderr, shown here instead)")
 
 
 def part3_buffers(rep: Report, args) -> None:
@@ -291,11 +297,9 @@ def part3_buffers(rep: Report, args) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, real=True)
-    parser.add_argument("--steps", type=positive_int, default=3, help="Part 1's optimiser steps (default 3)")
-    parser.add_argument("--micro-batches", type=positive_int, default=4, help="Part 1's micro-batches per step (default 4)")
-    parser.add_argument("--layers", type=positive_int, default=64, help="Part 2's timing model depth (default 64)")
-    parser.add_argument("--timing-steps", type=positive_int, default=30, help="Part 2's timed steps (default 30)")
+    parser = make_parser(__doc__, world_size=2, steps=3, micro_batches=4, layers=64, timing_steps=30, real=True,
+                         context={"steps": "Part 1's optimiser steps", "micro_batches": "Part 1",
+                                  "layers": "Part 2's timing model", "timing_steps": "Part 2"})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError(f"--world-size {args.world_size}: these parts compare ranks, use at least 2")

@@ -25,11 +25,12 @@ import numpy as np
 
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import Link, ring_allreduce_time
-from common.output import ASSUMPTION, Report, bar, new_figure
+from common.output import ASSUMPTION, Report, bar, fmt_bytes, new_figure
 from lecture15.ddp_sim import (
     MB,
     NOTES_IMPLIED_BERT_BACKWARD_S,
     ComputeModel,
+    MiB,
     ModelSpec,
     bert_large,
     calibrated_to,
@@ -40,7 +41,8 @@ from lecture15.ddp_sim import (
 )
 
 # The notes' §5 setting: the §3 model at 256 ranks, α = 10 µs, β = 10 GB/s, 25 MB buckets.
-NOTES_SETTING = {"world_size": 256, "alpha_us": 10.0, "beta_gbs": 10.0, "bucket_cap_mb": 25.0, "sync_every": 8}
+# The notes' setting; their "25 MB" cap is 25 × 10^6 B, as in 03_overlap.py.
+NOTES_SETTING = {"world_size": 256, "alpha_us": 10.0, "beta_gbs": 10.0, "bucket_cap_bytes": 25 * MB, "sync_every": 8}
 
 # Part 3's problem: a fixed linear-regression task. Feature scales from 0.5 to 2 give a Hessian with
 # eigenvalues from about 0.25 to 4, so plain SGD is stable for lr < 2/λ_max ≈ 0.5; the two learning
@@ -75,9 +77,9 @@ def at_notes_setting(args: argparse.Namespace, ignore: tuple[str, ...] = ()) -> 
 def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[str, tuple[float, float]]:
     """Per-iteration slowdown at the top K against one rank, and throughput against K."""
     ks = powers_of_two_up_to(args.world_size)
-    cap = round(args.bucket_cap_mb * MB)
+    cap = args.bucket_cap_bytes
     rep.note(f"model: lecture 15 §3's timeline (lecture15.ddp_sim), {link.describe()}, buckets of "
-             f"{args.bucket_cap_mb:g} MB (MB = 1e6 B, no smaller first bucket), per-rank batch fixed; "
+             f"{fmt_bytes(cap)} (MB = 1e6 B; {cap / MiB:.4g} MiB; no smaller first bucket), per-rank batch fixed; "
              "step = forward + backward overlapped with the ring all-reduce of the buckets. Compute from "
              f"FLOPs at {ComputeModel().flops_per_s / 1e12:g} TFLOP/s, backward = "
              f"{ComputeModel().backward_over_forward:g} × forward. BERT-large* = the same with backward set to "
@@ -299,15 +301,13 @@ def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_ev
 def main() -> None:
     notes = NOTES_SETTING
     parser = make_parser(__doc__, world_size=notes["world_size"], alpha_us=notes["alpha_us"],
-                         beta_gbs=notes["beta_gbs"])
-    parser.add_argument("--bucket-cap-mb", type=positive_float, default=notes["bucket_cap_mb"],
-                        help=f"bucket cap in MB = 1e6 bytes, as the notes count (default {notes['bucket_cap_mb']:g})")
+                         beta_gbs=notes["beta_gbs"], bucket_cap_mb="25MB", micro_batches=512, figs=True,
+                         context={"bucket_cap_mb": "default: the notes' 25 MB", "micro_batches": "Part 3"})
     parser.add_argument("--sync-every", type=positive_int, default=notes["sync_every"],
-                        help=f"synchronise gradients every n iterations (default {notes['sync_every']})")
-    parser.add_argument("--micro-batches", type=positive_int, default=512, help="Part 3 (default 512)")
-    parser.add_argument("--micro-batch-size", type=positive_int, default=32, help="Part 3 (default 32)")
-    parser.add_argument("--lr-small", type=positive_float, default=0.02, help="Part 3 (default 0.02)")
-    parser.add_argument("--lr-large", type=positive_float, default=0.1, help="Part 3 (default 0.1)")
+                        help="synchronise gradients every n iterations")
+    parser.add_argument("--micro-batch-size", type=positive_int, default=32, help="Part 3: samples per micro-batch")
+    parser.add_argument("--lr-small", type=positive_float, default=0.02, help="Part 3: the small learning rate")
+    parser.add_argument("--lr-large", type=positive_float, default=0.1, help="Part 3: the large learning rate")
     args = parser.parse_args()
     if args.sync_every > args.micro_batches:
         raise UsageError(f"--sync-every {args.sync_every} exceeds --micro-batches {args.micro_batches}")

@@ -1,6 +1,6 @@
 """Lecture 15 §3's timeline model against a real PyTorch DDP step on this machine.
 
-    python code/lecture15/model_vs_real.py [--world-size 2] [--layers 8] [--width 1024] [--batch 64]
+    python code/lecture15/model_vs_real.py [--world-size 2] [--layers 8] [--width 1024] [--rank-batch 64]
                                            [--bucket-cap-mib 4] [--repeats 7]
 
 Part 1 measures gloo all-reduce at a few sizes and fits the ring α-β model to it. Part 2 measures
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
+from common.cli import UsageError, make_parser, positive_int, run_main
 from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
 from common.output import Report, fmt_bytes
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
@@ -176,10 +176,10 @@ def part2_backward(rep: Report, args: argparse.Namespace, result: dict[str, Any]
 
 def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any], link: Link) -> None:
     sizes = result["param_bytes"]
-    cap = round(args.bucket_cap_mib * MiB)
+    cap = args.bucket_cap_bytes
     buckets = assign_buckets(sizes, cap, first_cap_bytes=cap)
     real = result["real_buckets"]
-    rep.line(f"  buckets by DDP's rule, cap {args.bucket_cap_mib:g} MiB: {buckets}")
+    rep.line(f"  buckets by DDP's rule, cap {cap / MiB:g} MiB: {buckets}")
     rep.line(f"  buckets the real DDP used after its rebuild:   {real} "
              f"(the same on every rank: {result['same_buckets_on_every_rank']})")
     rep.claim("model's buckets equal the real DDP's", buckets == real, notes=True)
@@ -210,24 +210,20 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, real=True)
-    parser.add_argument("--layers", type=positive_int, default=8, help="Linear layers (default 8)")
-    parser.add_argument("--width", type=positive_int, default=1024, help="features per layer (default 1024)")
-    parser.add_argument("--batch", type=positive_int, default=64, help="samples per rank (default 64)")
-    parser.add_argument("--bucket-cap-mib", type=positive_float, default=4.0,
-                        help="DDP bucket_cap_mb, in MiB as PyTorch counts (default 4: one layer per bucket)")
-    parser.add_argument("--repeats", type=positive_int, default=7, help="timed repeats, median (default 7)")
+    parser = make_parser(__doc__, world_size=2, layers=8, width=1024, bucket_cap_mb=4.0, repeats=7, real=True,
+                         context={"layers": "Linear layers", "bucket_cap_mb": "the default: one layer per bucket"})
+    parser.add_argument("--rank-batch", type=positive_int, default=64, help="samples per rank")
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
     sizes = ALLREDUCE_BYTES
     if args.quick:   # smaller layers, a cap that still gives one layer per bucket, sizes up to 4 MiB
         args.layers, args.width, args.repeats = min(args.layers, 4), min(args.width, 512), min(args.repeats, 3)
-        args.bucket_cap_mib, sizes = min(args.bucket_cap_mib, 1.0), ALLREDUCE_BYTES[:-1]
+        args.bucket_cap_bytes, sizes = min(args.bucket_cap_bytes, MiB), ALLREDUCE_BYTES[:-1]
     rep = Report(__file__, "the §3 timeline model against a real DDP step on this machine", args)
     from common.launcher import launch, preload_for_ddp  # torch loads only once the flags are good
     preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
-    ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.batch, args.bucket_cap_mib,
+    ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.rank_batch, args.bucket_cap_bytes / MiB,
                    sizes, args.repeats, timeout_s=args.timeout_s)
     args.world_size = len(ranks)            # under torchrun the group's size wins over the flag
     result = combine_ranks(ranks)
@@ -236,7 +232,7 @@ def main() -> None:
     rep.part(1, f"gloo all-reduce on {args.world_size} ranks, fitted to the ring model")
     link = part1_allreduce(rep, args, result)
     # Part 2: when each gradient is ready in a plain backward
-    rep.part(2, f"per-parameter backward times, {args.layers} × Linear({args.width}, {args.width}), batch {args.batch}")
+    rep.part(2, f"per-parameter backward times, {args.layers} × Linear({args.width}, {args.width}), batch {args.rank_batch} per rank")
     part2_backward(rep, args, result)
     # Part 3: the timeline's prediction against the real DDP step
     rep.part(3, "predicted against measured DDP step")

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.cli import UsageError, make_parser, positive_int, run_main, size_bytes
+from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch, preload_for_ddp, rank_device
 from common.output import EXACT, MEASURED, Report, fmt_bytes
 from lecture15.my_ddp import MyDDP
@@ -213,9 +213,9 @@ def part1_buckets(rep: Report, args: argparse.Namespace, ranks: list[dict[str, A
     train = ranks[0]["train"]
     rows = [[i, ", ".join(names), size] for i, (names, size) in enumerate(train["buckets"])]
     rep.table(["bucket", "parameters (gradient-ready order)", "bytes"], rows, name="buckets")
-    rep.note(f"cap {fmt_bytes(args.bucket_size, binary=True)}; reverse registration order, a bucket is "
+    rep.note(f"cap {fmt_bytes(args.bucket_cap_bytes, binary=True)}; reverse registration order, a bucket is "
              "sealed after the tensor that brings it to >= the cap (PyTorch's rule)")
-    rep.claim(f"gradient buckets at {fmt_bytes(args.bucket_size, binary=True)}", len(rows), notes=2, kind=EXACT,
+    rep.claim(f"gradient buckets at {fmt_bytes(args.bucket_cap_bytes, binary=True)}", len(rows), notes=2, kind=EXACT,
               why="the handbook uses 64 KiB (its MyDDP default); this run set --bucket-size")
 
 
@@ -303,20 +303,17 @@ def part5_timing(rep: Report, args: argparse.Namespace, ranks: list[dict[str, An
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, real=True, figs=False)
-    parser.add_argument("--bucket-size", type=size_bytes, default=64 * 1024,
-                        help="MyDDP's bucket cap with unit, e.g. 64KiB (default: the handbook's 64 KiB)")
-    parser.add_argument("--batch", type=positive_int, default=32, help="global batch (default 32)")
-    parser.add_argument("--steps", type=positive_int, default=3, help="SGD steps compared (default 3)")
-    parser.add_argument("--repeats", type=positive_int, default=None,
-                        help="timed steps per wrapper (default 50; 10 with --quick)")
+    parser = make_parser(__doc__, world_size=2, bucket_cap_mb="64KiB", batch=32, steps=3, repeats=None, real=True,
+                         context={"bucket_cap_mb": "MyDDP's and DDP's; default: the handbook's 64 KiB",
+                                  "steps": "SGD steps compared", "repeats": "timed steps per wrapper; default 50, "
+                                  "10 with --quick"})
     args = parser.parse_args()
     if args.batch < 2 * args.world_size:
         raise UsageError(f"--batch {args.batch} is too small for {args.world_size} ranks: each rank "
                          "needs 2 samples (Part 3 splits its share into two micro-batches)")
     args.repeats = args.repeats or (10 if args.quick else 50)
     rep = Report(__file__, "from-scratch DDP (handbook) on real ranks", args)
-    cfg = {"batch": args.batch, "steps": args.steps, "bucket_bytes": args.bucket_size,
+    cfg = {"batch": args.batch, "steps": args.steps, "bucket_bytes": args.bucket_cap_bytes,
            "repeats": args.repeats, "warmup": 3 if args.quick else 10}
     # The ranks do every part's work in one launch (start-up paid once) and return plain data.
     preload_for_ddp(args.world_size)  # PyTorch DDP() imports torch._dynamo: see there
