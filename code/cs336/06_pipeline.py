@@ -276,21 +276,24 @@ def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["stages", "makespan ms", "pace ms", "slowest tf+tb", "mean tf+tb", "bubble %",
                "makespan/(M·slowest)"], rows, name="unbalanced")
     rep.note("pace = makespan(S+1) - makespan(S), simulated: what one more micro-batch costs once the\n"
-             "pipeline is full (M ≥ S; the same for every such M). It is the slowest stage's t_f + t_b,\n"
+             "pipeline is full (with one slow stage among equal ones, from M = S on; uneven stages in\n"
+             "general take more micro-batches to settle to it). It is the slowest stage's t_f + t_b,\n"
              "not the mean's: the others wait for it. Rebalanced: the same total work cut evenly runs at\n"
              "the mean. The makespan is at least M × the slowest stage's time (last column ≥ 1).\n"
              "No p2p time in this part")
     rep.claim("pace = the slowest stage's t_f + t_b", math.isclose(pace[f"stage {slow} × {f:g}"], (tf + tb) * f,
               rel_tol=1e-9), True, kind=EXACT)
-    plot_runs(rep, runs[:2], "06_unbalanced")
+    plot_runs(rep, runs[:2], "06_unbalanced", [f"1F1B, {name}" for name in cases])
 
 
-def plot_runs(rep: Report, runs: list[pp.PipelineRun], name: str) -> None:
+def plot_runs(rep: Report, runs: list[pp.PipelineRun], name: str, titles: list[str] | None = None) -> None:
     if rep.figure_dir() is None:
         return
-    fig, axes = new_figure(len(runs), 1, figsize=(10, 1.2 + 0.35 * runs[0].stages * len(runs)), squeeze=False)
-    for ax, run in zip(axes[:, 0], runs):
-        pp.draw_gantt(ax, run)
+    height = 1.2 + min(0.35 * runs[0].stages, 6.0)   # per schedule; many stages share the rows' height
+    fig, axes = new_figure(len(runs), 1, figsize=(10, height * len(runs)), squeeze=False)
+    for i, (ax, sim) in enumerate(zip(axes[:, 0], runs)):
+        title = f"{titles[i]}: makespan {fmt_time(sim.makespan)}, bubble {100 * sim.bubble_fraction:.1f} %" if titles else ""
+        pp.draw_gantt(ax, sim, title)
     fig.tight_layout()
     rep.save_figure(fig, name)
 

@@ -378,12 +378,16 @@ def draw_gantt(ax, run: PipelineRun, title: str = "") -> None:  # type: ignore[n
     colours = {FORWARD: "tab:blue", BACKWARD: "tab:orange"}
     few = sum(len(o) for o in run.orders) <= 160
     for d in range(run.stages):
-        for kind in (FORWARD, BACKWARD):
-            bars = [(s * 1e3, (e - s) * 1e3) for (k, _, _), s, e in zip(run.orders[d], run.starts[d], run.ends[d])
-                    if k == kind]
-            ax.broken_barh(bars, (d - 0.4, 0.8), facecolors=colours[kind], edgecolors="white",
-                           linewidth=0.5 if few else 0, label=("forward" if kind == FORWARD else "backward")
-                           if d == 0 else None)
+        bars: dict[str, list[tuple[float, float]]] = {FORWARD: [], BACKWARD: []}
+        for (kind, _, _), s, e in zip(run.orders[d], run.starts[d], run.ends[d]):
+            same = bars[kind]
+            if not few and same and abs(sum(same[-1]) - s * 1e3) < 1e-9:   # back to back: one bar
+                same[-1] = (same[-1][0], e * 1e3 - same[-1][0])
+            else:
+                same.append((s * 1e3, (e - s) * 1e3))
+        for kind, label in ((FORWARD, "forward"), (BACKWARD, "backward")):
+            ax.broken_barh(bars[kind], (d - 0.4, 0.8), facecolors=colours[kind], edgecolors="white",
+                           linewidth=0.5 if few else 0, label=label if d == 0 else None)
         if few:
             for (_, micro, _), s, e in zip(run.orders[d], run.starts[d], run.ends[d]):
                 ax.text((s + e) / 2 * 1e3, d, str(micro), ha="center", va="center", fontsize=7, color="white")
@@ -391,4 +395,4 @@ def draw_gantt(ax, run: PipelineRun, title: str = "") -> None:  # type: ignore[n
            title=title or f"{run.name}: makespan {run.makespan * 1e3:.4g} ms, bubble {100 * run.bubble_fraction:.1f} %")
     if run.stages <= 16:
         ax.set_yticks(range(run.stages))
-    ax.legend(loc="upper right", fontsize=7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
