@@ -31,7 +31,7 @@ def check_events(run: pp.PipelineRun, t_f: list[float], t_b: list[float], p2p: f
         assert e.device == e.vstage % run.stages
         assert e.end - e.start == pytest.approx((t_f if e.kind == "F" else t_b)[e.device] / v, abs=tol)
         by_device[e.device].append(e)
-    for device, evs in by_device.items():
+    for evs in by_device.values():
         evs.sort(key=lambda e: e.start)
         for before, after in zip(evs, evs[1:]):
             assert after.start >= before.end - tol, (before, after)          # one pass at a time

@@ -117,6 +117,11 @@ def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
     if len(shown) < s:
         rep.note(f"{len(shown)} of {s} stages shown (the first and last four)")
     rep.note("peak act. = most micro-batches whose forward has ended and backward has not, on that stage")
+    if p2p and s > 1:
+        extra = {name: ms(sim.makespan - pp.makespan_closed_form(s, m, tf, tb)) for name, sim in runs.items()}
+        rep.note(f"p2p time adds {extra['GPipe']:g} ms to GPipe (2(S-1)·p2p = {ms(2 * (s - 1) * p2p):g} ms: it waits "
+                 f"in the fill and the\ndrain only) and {extra['1F1B']:g} ms to 1F1B: its alternation makes "
+                 "stages wait for a gradient's\nround trip in the steady phase too")
     for name, sim in runs.items():
         rep.record(name, {"makespan_ms": ms(sim.makespan), "bubble_fraction": sim.bubble_fraction,
                           "peak_activations": sim.peak_activations})
