@@ -85,6 +85,13 @@ def test_bubble_is_the_closed_form(schedule: str, ratio: float) -> None:
         assert all(b == pytest.approx(m * (t_f + t_b)) for b in run.busy)
 
 
+def test_p2p_costs_gpipe_one_fill_and_one_drain() -> None:
+    for s, m in GRID:
+        gpipe = pp.run_schedule("GPipe", s, m, 1.0, 2.0, p2p_s=0.25)
+        assert gpipe.makespan == pytest.approx((m + s - 1) * 3.0 + 2 * (s - 1) * 0.25)
+        assert pp.run_schedule("1F1B", s, m, 1.0, 2.0, p2p_s=0.25).makespan >= gpipe.makespan - 1e-9
+
+
 @pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
 def test_every_event_respects_its_dependencies(schedule: str) -> None:
     rng = random.Random(1)
