@@ -124,6 +124,7 @@ def interleaved_order(stages: int, micro_batches: int, virtual: int) -> list[lis
 
     orders = []
     for d in range(stages):
+        # M = S: Megatron runs every forward first (no steady phase), and so do we.
         warmup = total if virtual > 1 and micro_batches == stages else (stages - d - 1) * 2 + (virtual - 1) * stages
         warmup = min(warmup, total)
         order = [op(k, FORWARD, d) for k in range(warmup)]
