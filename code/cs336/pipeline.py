@@ -1,0 +1,399 @@
+"""Pipeline-parallel schedules, simulated event by event: GPipe, 1F1B and interleaved 1F1B.
+
+A pure model (no torch, no processes). A schedule is, for every device, the ORDER in which it runs
+its forward (F) and backward (B) passes; `simulate` then starts each pass as early as its device and
+its dependencies allow:
+
+    F of micro-batch m on virtual stage j   needs F of m on j - 1 (its input activation)
+    B of micro-batch m on virtual stage j   needs B of m on j + 1 (its output gradient),
+                                            and F of m on j (its own saved activation)
+
+plus `p2p_s` seconds whenever the tensor crosses to another device. A device runs one pass at a
+time and never reorders its list, the way Megatron-LM's and PipeDream's schedules run. Virtual
+stage j lives on device j mod S; plain schedules have one virtual stage per device (v = 1), the
+interleaved one has v per device, each 1/v of that device's layers (so 1/v of its time).
+
+Closed forms (balanced stages, t_f and t_b the same for every micro-batch, p2p = 0):
+    GPipe, 1F1B     makespan = (M + S - 1)(t_f + t_b),  bubble = (S - 1)/(M + S - 1)
+    interleaved     makespan = (M + (S - 1)/v)(t_f + t_b)          (Narayanan et al., 2021)
+The simulation is O(number of passes): each pass is looked at a bounded number of times.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+FORWARD, BACKWARD = "F", "B"
+# One pass in a device's order: (kind, micro-batch, virtual stage).
+Op = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One pass as it ran: on `device`, for `micro` on virtual stage `vstage`, from start to end (s)."""
+
+    device: int
+    kind: str
+    micro: int
+    vstage: int
+    start: float
+    end: float
+
+
+@dataclass
+class PipelineRun:
+    """A simulated schedule: its passes and what they add up to."""
+
+    name: str
+    stages: int                # devices S
+    micro_batches: int         # M
+    virtual: int               # v: model chunks per device (1 unless interleaved)
+    # Per device: its passes in the order they ran, (kind, micro, vstage), and their start and end
+    # times (parallel lists: cheap to build by the hundred thousand; `events()` joins them).
+    orders: list[list[Op]]
+    starts: list[list[float]]
+    ends: list[list[float]]
+    makespan: float
+    busy: list[float]          # seconds each device computed
+    peak_activations: list[float] = field(default_factory=list)  # in whole-stage micro-batches
+
+    @property
+    def idle(self) -> list[float]:
+        return [self.makespan - b for b in self.busy]
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of S × makespan (device-seconds not spent computing)."""
+        return 1.0 - sum(self.busy) / (self.stages * self.makespan) if self.makespan > 0 else 0.0
+
+    @property
+    def efficiency(self) -> float:
+        return 1.0 - self.bubble_fraction
+
+    def events(self) -> Iterator[Event]:
+        for device, (order, starts, ends) in enumerate(zip(self.orders, self.starts, self.ends)):
+            for (kind, micro, vstage), start, end in zip(order, starts, ends):
+                yield Event(device, kind, micro, vstage, start, end)
+
+
+# ---- schedules: each device's order of passes --------------------------------------------------
+
+def gpipe_order(stages: int, micro_batches: int) -> list[list[Op]]:
+    """GPipe: every forward, then every backward (the naive flush schedule: activations of all M
+    micro-batches are alive at once on every stage)."""
+    _check(stages, micro_batches)
+    return [[(FORWARD, m, s) for m in range(micro_batches)] + [(BACKWARD, m, s) for m in range(micro_batches)]
+            for s in range(stages)]
+
+
+def one_f_one_b_order(stages: int, micro_batches: int) -> list[list[Op]]:
+    """1F1B (PipeDream-flush, Megatron's non-interleaved schedule): stage s runs S - s - 1 warm-up
+    forwards, then alternates one forward and one backward, then drains the remaining backwards."""
+    _check(stages, micro_batches)
+    orders = []
+    for s in range(stages):
+        warmup = min(stages - s - 1, micro_batches)
+        order: list[Op] = [(FORWARD, m, s) for m in range(warmup)]
+        for i in range(micro_batches - warmup):       # steady state: F of warmup + i, then B of i
+            order += [(FORWARD, warmup + i, s), (BACKWARD, i, s)]
+        order += [(BACKWARD, m, s) for m in range(micro_batches - warmup, micro_batches)]
+        orders.append(order)
+    return orders
+
+
+def interleaved_order(stages: int, micro_batches: int, virtual: int) -> list[list[Op]]:
+    """Megatron-LM's interleaved 1F1B: device d holds chunks d, d + S, …, d + (v-1)S of the layers.
+    Forwards go round the chunks S micro-batches at a time; warm-up is 2(S - d - 1) + (v - 1)S
+    chunk-forwards. Megatron needs M to be a multiple of S for this order; so do we."""
+    _check(stages, micro_batches)
+    if virtual < 1:
+        raise ValueError("virtual stages per device must be >= 1")
+    if micro_batches % stages:
+        raise ValueError(f"interleaved 1F1B needs M a multiple of S (M = {micro_batches}, S = {stages})")
+    total = micro_batches * virtual
+    group = stages * virtual
+
+    def op(k: int, kind: str, device: int) -> Op:
+        chunk = (k % group) // stages
+        if kind == BACKWARD:
+            chunk = virtual - 1 - chunk
+        micro = (k // group) * stages + k % stages
+        return (kind, micro, chunk * stages + device)
+
+    orders = []
+    for d in range(stages):
+        # M = S: Megatron runs every forward first (no steady phase), and so do we.
+        warmup = total if virtual > 1 and micro_batches == stages else (stages - d - 1) * 2 + (virtual - 1) * stages
+        warmup = min(warmup, total)
+        order = [op(k, FORWARD, d) for k in range(warmup)]
+        for i in range(total - warmup):
+            order += [op(warmup + i, FORWARD, d), op(i, BACKWARD, d)]
+        order += [op(k, BACKWARD, d) for k in range(total - warmup, total)]
+        orders.append(order)
+    return orders
+
+
+# ---- the simulator -------------------------------------------------------------------------------
+
+def simulate(orders: Sequence[Sequence[Op]], micro_batches: int, t_f: float | Sequence[float],
+             t_b: float | Sequence[float], p2p_s: float = 0.0, virtual: int = 1,
+             name: str = "") -> PipelineRun:
+    """Run each device's order as early as dependencies allow; t_f, t_b: seconds per micro-batch
+    for a whole device's layers (one number, or one per device). Raises ValueError on an order
+    that deadlocks or leaves a pass out."""
+    stages = len(orders)
+    tf, tb = _per_stage(t_f, stages, "t_f"), _per_stage(t_b, stages, "t_b")
+    if p2p_s < 0:
+        raise ValueError("p2p time must be >= 0")
+    n_v = stages * virtual
+    f_end: list[float | None] = [None] * (n_v * micro_batches)   # index vstage * M + micro
+    b_end: list[float | None] = [None] * (n_v * micro_batches)
+    free = [0.0] * stages
+    ptr = [0] * stages
+    starts: list[list[float]] = [[] for _ in range(stages)]
+    ends: list[list[float]] = [[] for _ in range(stages)]
+    last_v = n_v - 1
+    ready = deque(range(stages))
+    # The hot loop (up to ~10^5 passes): plain locals, no calls but list appends.
+    while ready:
+        d = ready.popleft()
+        order, n_ops, p = orders[d], len(orders[d]), ptr[d]
+        if p >= n_ops:
+            continue
+        dur_f, dur_b, t, st, en = tf[d] / virtual, tb[d] / virtual, free[d], starts[d], ends[d]
+        woke_up = woke_down = False
+        while p < n_ops:
+            kind, m, j = order[p]
+            if kind == FORWARD:
+                if j:
+                    dep = f_end[(j - 1) * micro_batches + m]
+                    if dep is None:
+                        break
+                    if (j - 1) % stages != d:
+                        dep += p2p_s
+                    if dep > t:
+                        t = dep
+                st.append(t)
+                t += dur_f
+                f_end[j * micro_batches + m] = t
+                woke_up = woke_up or j < last_v
+            else:
+                own = f_end[j * micro_batches + m]
+                if own is None:
+                    break
+                if j < last_v:
+                    dep = b_end[(j + 1) * micro_batches + m]
+                    if dep is None:
+                        break
+                    if (j + 1) % stages != d:
+                        dep += p2p_s
+                else:
+                    dep = own
+                if own > dep:
+                    dep = own
+                if dep > t:
+                    t = dep
+                st.append(t)
+                t += dur_b
+                b_end[j * micro_batches + m] = t
+                woke_down = woke_down or j > 0
+            en.append(t)
+            p += 1
+        ptr[d], free[d] = p, t
+        # Wake the neighbours this device may have unblocked (a plain ring order: d ± 1 mod S).
+        if woke_up and stages > 1:
+            ready.append((d + 1) % stages)
+        if woke_down and stages > 1:
+            ready.append((d - 1) % stages)
+    if any(ptr[d] < len(orders[d]) for d in range(stages)):
+        stuck = next(d for d in range(stages) if ptr[d] < len(orders[d]))
+        raise ValueError(f"schedule deadlocks: device {stuck} waits forever at {orders[stuck][ptr[stuck]]}")
+    if None in f_end or None in b_end:
+        raise ValueError("schedule leaves a forward or backward pass out")
+    makespan = max(free)
+    busy, peak = [], []
+    for d in range(stages):
+        forwards, most_held = _count_and_peak(orders[d])
+        busy.append((forwards * tf[d] + (len(orders[d]) - forwards) * tb[d]) / virtual)
+        peak.append(most_held / virtual)
+    return PipelineRun(name, stages, micro_batches, virtual, list(orders), starts, ends,
+                       makespan, busy, peak)
+
+
+def _count_and_peak(order: Sequence[Op]) -> tuple[int, int]:
+    """Forwards in a device's order, and the most (micro-batch, chunk) activations it holds at once:
+    a forward's output is kept from its end until its backward ends. Depends on the order only."""
+    held = peak = forwards = 0
+    for kind, _, _ in order:
+        if kind == FORWARD:
+            forwards += 1
+            held += 1
+            if held > peak:
+                peak = held
+        else:
+            held -= 1
+    return forwards, peak
+
+
+def run_schedule(schedule: str, stages: int, micro_batches: int, t_f: float | Sequence[float],
+                 t_b: float | Sequence[float], p2p_s: float = 0.0, virtual: int = 2) -> PipelineRun:
+    """One of SCHEDULES, simulated."""
+    if schedule == "GPipe":
+        return simulate(gpipe_order(stages, micro_batches), micro_batches, t_f, t_b, p2p_s, 1, schedule)
+    if schedule == "1F1B":
+        return simulate(one_f_one_b_order(stages, micro_batches), micro_batches, t_f, t_b, p2p_s, 1, schedule)
+    if schedule == "interleaved":
+        return simulate(interleaved_order(stages, micro_batches, virtual), micro_batches, t_f, t_b, p2p_s,
+                        virtual, f"interleaved 1F1B, v = {virtual}")
+    raise ValueError(f"unknown schedule {schedule!r}; one of {SCHEDULES}")
+
+
+SCHEDULES = ("GPipe", "1F1B", "interleaved")
+
+
+# ---- an ASCII chart of the timelines ---------------------------------------------------------
+
+BACKWARD_LETTERS = "abcdefghij"  # backward of micro-batch m: BACKWARD_LETTERS[m % 10]
+
+
+def ascii_chart(run: PipelineRun, max_columns: int = 84, max_rows: int = 16) -> tuple[list[str], str]:
+    """One row per device, one character per time step.
+
+    At full detail (every pass at least one column wide) a column shows the pass running at its
+    middle: a forward shows its micro-batch's last digit, a backward the matching letter (a = 0,
+    b = 1, …); '.' is idle. When that would be wider than max_columns the chart is scaled to
+    max_columns and a column shows how busy the device was in it: '#' ≥ 90 %, '+' ≥ 50 %,
+    '-' some, '.' idle. More than max_rows devices: the first and last max_rows/2 rows.
+    Returns the rows and how to read them (lines joined by newlines).
+    """
+    shortest = min((e - s for st, en in zip(run.starts, run.ends) for s, e in zip(st, en) if e > s),
+                   default=run.makespan or 1.0)
+    detailed = False
+    for step in (shortest / 2, shortest):
+        if run.makespan / step <= max_columns + 1e-9:
+            detailed = True
+            break
+    else:
+        step = run.makespan / max_columns if run.makespan > 0 else 1.0
+    columns = max(1, round(run.makespan / step))
+    width = len(str(run.stages - 1))
+    shown = list(range(run.stages))
+    if run.stages > max_rows:
+        shown = shown[: max_rows // 2] + [-1] + shown[-(max_rows // 2):]
+    rows = []
+    for d in shown:
+        if d < 0:
+            rows.append(" " * (7 + width) + f"… {run.stages - max_rows // 2 * 2} more stages")
+            continue
+        cells = _detailed_cells(run, d, step, columns) if detailed else _busy_cells(run, d, step, columns)
+        rows.append(f"stage {d:>{width}} |{''.join(cells)}|")
+    if detailed:
+        how = (f"one column = {step * 1e3:.3g} ms; digit m = forward of micro-batch m, letter = its\n"
+               "backward (a = 0, b = 1, …; both mod 10); '.' = idle")
+    else:
+        how = (f"scaled: one column = {step * 1e3:.3g} ms, longer than a pass, shows how busy the stage\n"
+               "was in it: '#' ≥ 90 %, '+' ≥ 50 %, '-' less, '.' idle")
+    if len(shown) < run.stages:
+        how += f"\n{max_rows} of {run.stages} stages shown"
+    return rows, how
+
+
+def _detailed_cells(run: PipelineRun, d: int, step: float, columns: int) -> list[str]:
+    cells, i = [], 0
+    passes = list(zip(run.orders[d], run.starts[d], run.ends[d]))
+    for c in range(columns):
+        t = (c + 0.5) * step
+        while i < len(passes) and passes[i][2] <= t:
+            i += 1
+        if i < len(passes) and passes[i][1] <= t:
+            kind, micro, _ = passes[i][0]
+            cells.append(str(micro % 10) if kind == FORWARD else BACKWARD_LETTERS[micro % 10])
+        else:
+            cells.append(".")
+    return cells
+
+
+def _busy_cells(run: PipelineRun, d: int, step: float, columns: int) -> list[str]:
+    busy = [0.0] * columns
+    for start, end in zip(run.starts[d], run.ends[d]):
+        c = min(int(start / step), columns - 1)
+        while start < end and c < columns:
+            edge = (c + 1) * step if c < columns - 1 else end
+            busy[c] += min(end, edge) - start
+            start, c = edge, c + 1
+    return ["#" if b >= 0.9 * step else "+" if b >= 0.5 * step else "-" if b > 0 else "." for b in busy]
+
+
+# ---- closed forms ---------------------------------------------------------------------------------
+
+def bubble_fraction_closed_form(stages: int, micro_batches: int) -> float:
+    """(S - 1)/(M + S - 1): GPipe's and 1F1B's idle share, balanced stages, no p2p time."""
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def makespan_closed_form(stages: int, micro_batches: int, t_f: float, t_b: float, virtual: int = 1) -> float:
+    """(M + (S - 1)/v)(t_f + t_b): v = 1 for GPipe and 1F1B, v chunks per device interleaved."""
+    return (micro_batches + (stages - 1) / virtual) * (t_f + t_b)
+
+
+def notes_bubble_share(stages: int, micro_batches: int, t_f: float, t_b: float) -> float:
+    """The notes' worked-example formula: (S-1)·t_f / (M(t_f + t_b) + (S-1)·t_f). It counts only
+    the forward fill as bubble; a real schedule also waits (S - 1)·t_b to drain the backwards."""
+    fill = (stages - 1) * t_f
+    return fill / (micro_batches * (t_f + t_b) + fill)
+
+
+def smallest_micro_batches(stages: int, share: float, bubble_of_m) -> int:  # type: ignore[no-untyped-def]
+    """Smallest M >= 1 whose bubble_of_m(M) <= share, for a bubble that falls as M grows."""
+    lo, hi = 1, 1
+    while bubble_of_m(hi) > share:
+        lo, hi = hi + 1, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if bubble_of_m(mid) <= share:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _check(stages: int, micro_batches: int) -> None:
+    if stages < 1 or micro_batches < 1:
+        raise ValueError(f"need S >= 1 and M >= 1, got S = {stages}, M = {micro_batches}")
+
+
+def _per_stage(value: float | Sequence[float], stages: int, what: str) -> list[float]:
+    values = [float(value)] * stages if isinstance(value, (int, float)) else [float(v) for v in value]
+    if len(values) != stages:
+        raise ValueError(f"{what}: {len(values)} values for {stages} stages")
+    if any(not v >= 0 for v in values):
+        raise ValueError(f"{what} must be >= 0")
+    return values
+
+
+def draw_gantt(ax, run: PipelineRun, title: str = "") -> None:  # type: ignore[no-untyped-def]
+    """A Gantt chart of `run` on a matplotlib axis: a row per stage, forwards and backwards in two
+    colours, micro-batch numbers written in when there are few passes (ms on the x axis)."""
+    colours = {FORWARD: "tab:blue", BACKWARD: "tab:orange"}
+    few = sum(len(o) for o in run.orders) <= 160
+    for d in range(run.stages):
+        bars: dict[str, list[tuple[float, float]]] = {FORWARD: [], BACKWARD: []}
+        for (kind, _, _), s, e in zip(run.orders[d], run.starts[d], run.ends[d]):
+            same = bars[kind]
+            if not few and same and abs(sum(same[-1]) - s * 1e3) < 1e-9:   # back to back: one bar
+                same[-1] = (same[-1][0], e * 1e3 - same[-1][0])
+            else:
+                same.append((s * 1e3, (e - s) * 1e3))
+        for kind, label in ((FORWARD, "forward"), (BACKWARD, "backward")):
+            ax.broken_barh(bars[kind], (d - 0.4, 0.8), facecolors=colours[kind], edgecolors="white",
+                           linewidth=0.5 if few else 0, label=label if d == 0 else None)
+        if few:
+            for (_, micro, _), s, e in zip(run.orders[d], run.starts[d], run.ends[d]):
+                ax.text((s + e) / 2 * 1e3, d, str(micro), ha="center", va="center", fontsize=7, color="white")
+    ax.set(ylim=(run.stages - 0.5, -0.5), xlim=(0, run.makespan * 1e3), xlabel="time (ms)", ylabel="stage",
+           title=title or f"{run.name}: makespan {run.makespan * 1e3:.4g} ms, bubble {100 * run.bubble_fraction:.1f} %")
+    if run.stages <= 16:
+        ax.set_yticks(range(run.stages))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)

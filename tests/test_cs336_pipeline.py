@@ -1,0 +1,257 @@
+"""CS336 pipeline parallelism: the schedule simulator (cs336/pipeline.py) against closed forms and an
+independent check of every event, and 06_pipeline.py run as a student would."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import assert_usage_error, run_script
+
+from cs336 import pipeline as pp
+
+SCRIPT = "cs336/06_pipeline.py"
+GRID = [(s, m) for s in (1, 2, 3, 4, 5, 8) for m in (1, 2, 3, 4, 7, 8, 16)]
+
+
+def check_events(run: pp.PipelineRun, t_f: list[float], t_b: list[float], p2p: float = 0.0) -> None:
+    """From the events alone: each pass ran once, for its duration; no device ran two at once; every
+    pass started after its inputs (+ p2p across devices), and as early as those and its device allow."""
+    tol = 1e-9 * max(1.0, run.makespan)
+    v, n_v = run.virtual, run.stages * run.virtual
+    events = list(run.events())
+    ends = {(e.kind, e.vstage, e.micro): e.end for e in events}
+    assert len(ends) == len(events) == 2 * n_v * run.micro_batches
+    assert set(ends) == {(k, j, m) for k in "FB" for j in range(n_v) for m in range(run.micro_batches)}
+    by_device = defaultdict(list)
+    for e in events:
+        assert e.device == e.vstage % run.stages
+        assert e.end - e.start == pytest.approx((t_f if e.kind == "F" else t_b)[e.device] / v, abs=tol)
+        by_device[e.device].append(e)
+    for evs in by_device.values():
+        evs.sort(key=lambda e: e.start)
+        for before, after in zip(evs, evs[1:]):
+            assert after.start >= before.end - tol, (before, after)          # one pass at a time
+    for device, evs in by_device.items():
+        free = 0.0
+        for e in sorted(evs, key=lambda e: e.start):
+            if e.kind == "F":
+                deps = [ends[("F", e.vstage - 1, e.micro)] + (p2p if (e.vstage - 1) % run.stages != device else 0)
+                        ] if e.vstage > 0 else []
+            else:
+                deps = [ends[("F", e.vstage, e.micro)]]
+                if e.vstage < n_v - 1:
+                    deps.append(ends[("B", e.vstage + 1, e.micro)] + (p2p if (e.vstage + 1) % run.stages != device else 0))
+            for dep in deps:
+                assert e.start >= dep - tol, e                                 # after its inputs
+            assert e.start == pytest.approx(max([free] + deps), abs=tol), e     # and no later
+            free = e.end
+    assert run.makespan == pytest.approx(max(e.end for e in events), abs=tol)
+
+
+def peak_from_events(run: pp.PipelineRun) -> list[float]:
+    """Most activations held at once per device, from the times: held from a forward's end until
+    the matching backward's end (a backward ending frees before a forward ending at the same time adds)."""
+    peaks = []
+    for d in range(run.stages):
+        marks = []
+        for e in run.events():
+            if e.device == d:
+                marks.append((e.end, 0 if e.kind == "B" else 1, -1 if e.kind == "B" else 1))
+        held = peak = 0
+        for _, _, delta in sorted(marks):
+            held += delta
+            peak = max(peak, held)
+        peaks.append(peak / run.virtual)
+    return peaks
+
+
+# ---- the simulator --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
+@pytest.mark.parametrize("ratio", [1.0, 2.0])
+def test_bubble_is_the_closed_form(schedule: str, ratio: float) -> None:
+    t_f = 0.01
+    t_b = ratio * t_f
+    for s, m in GRID + [(16, 64), (32, 5)]:
+        run = pp.run_schedule(schedule, s, m, t_f, t_b)
+        ideal = (s - 1) * (t_f + t_b) / (m * (t_f + t_b) + (s - 1) * (t_f + t_b))   # = (S-1)/(M+S-1)
+        assert run.bubble_fraction == pytest.approx(ideal, rel=1e-12, abs=1e-15), (s, m)
+        assert run.bubble_fraction == pytest.approx((s - 1) / (m + s - 1), rel=1e-12, abs=1e-15)
+        assert run.makespan == pytest.approx((m + s - 1) * (t_f + t_b), rel=1e-12)
+        assert all(b == pytest.approx(m * (t_f + t_b)) for b in run.busy)
+
+
+def test_p2p_costs_gpipe_one_fill_and_one_drain() -> None:
+    for s, m in GRID:
+        gpipe = pp.run_schedule("GPipe", s, m, 1.0, 2.0, p2p_s=0.25)
+        assert gpipe.makespan == pytest.approx((m + s - 1) * 3.0 + 2 * (s - 1) * 0.25)
+        assert pp.run_schedule("1F1B", s, m, 1.0, 2.0, p2p_s=0.25).makespan >= gpipe.makespan - 1e-9
+
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
+def test_every_event_respects_its_dependencies(schedule: str) -> None:
+    rng = random.Random(1)
+    for s, m in GRID:
+        check_events(pp.run_schedule(schedule, s, m, 1.0, 2.0), [1.0] * s, [2.0] * s)
+        t_f = [rng.uniform(0.5, 3) for _ in range(s)]
+        t_b = [rng.uniform(0.5, 6) for _ in range(s)]
+        check_events(pp.run_schedule(schedule, s, m, t_f, t_b, p2p_s=0.3), t_f, t_b, p2p=0.3)
+
+
+@pytest.mark.parametrize("s,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 2), (4, 8, 3), (8, 16, 2), (3, 9, 4), (4, 4, 2)])
+def test_interleaved_respects_dependencies_and_divides_the_bubble_by_v(s: int, m: int, v: int) -> None:
+    run = pp.run_schedule("interleaved", s, m, 1.0, 2.0, virtual=v)
+    check_events(run, [1.0] * s, [2.0] * s)
+    plain = pp.run_schedule("1F1B", s, m, 1.0, 2.0)
+    assert run.makespan == pytest.approx(m * 3.0 + (s - 1) * 3.0 / v)              # Narayanan et al.
+    assert max(run.idle) == pytest.approx(max(plain.idle) / v)
+    assert peak_from_events(run) == pytest.approx(run.peak_activations)
+    t_f = [1.0, 2.5, 0.7, 1.2][:s] + [1.0] * max(0, s - 4)
+    check_events(pp.run_schedule("interleaved", s, m, t_f, 2.0, p2p_s=0.2, virtual=v), t_f, [2.0] * s, p2p=0.2)
+
+
+def test_activation_peaks() -> None:
+    for s, m in GRID:
+        gpipe, ofob = pp.run_schedule("GPipe", s, m, 1.0, 2.0), pp.run_schedule("1F1B", s, m, 1.0, 2.0)
+        assert gpipe.peak_activations == [m] * s
+        assert all(p <= s - d for d, p in enumerate(ofob.peak_activations))
+        assert ofob.peak_activations == [min(s - d, m) for d in range(s)]
+        assert peak_from_events(gpipe) == gpipe.peak_activations
+        assert peak_from_events(ofob) == ofob.peak_activations
+
+
+def test_unbalanced_stages_are_bounded_by_the_slowest() -> None:
+    rng = random.Random(7)
+    for _ in range(60):
+        s, m = rng.randint(1, 7), rng.randint(1, 20)
+        t_f = [rng.uniform(1, 5) for _ in range(s)]
+        t_b = [rng.uniform(1, 10) for _ in range(s)]
+        slowest = max(a + b for a, b in zip(t_f, t_b))
+        for schedule in ("GPipe", "1F1B"):
+            run = pp.run_schedule(schedule, s, m, t_f, t_b)
+            assert run.makespan >= m * slowest - 1e-9
+            assert run.makespan >= sum(t_f) + sum(t_b) - 1e-9            # one micro-batch's whole path
+        # Once settled, one more micro-batch costs the slowest stage's time (1F1B) ...
+        big = 20 * s
+        step = pp.run_schedule("1F1B", s, big + 1, t_f, t_b).makespan - pp.run_schedule("1F1B", s, big, t_f, t_b).makespan
+        assert step == pytest.approx(slowest)
+        # ... and GPipe's forward and backward phases each run at their slowest stage's pace.
+        step = pp.run_schedule("GPipe", s, big + 1, t_f, t_b).makespan - pp.run_schedule("GPipe", s, big, t_f, t_b).makespan
+        assert step == pytest.approx(max(t_f) + max(t_b))
+
+
+@pytest.mark.parametrize("s", [2, 3, 4, 8, 16])
+def test_one_slow_stage_sets_the_pace_from_m_equal_s(s: int) -> None:
+    for factor in (1.1, 2.0, 3.0):
+        for slow in {0, s // 2, s - 1}:
+            t_f = [10.0 * (factor if d == slow else 1) for d in range(s)]
+            t_b = [20.0 * (factor if d == slow else 1) for d in range(s)]
+            for m in (s, 2 * s + 1):
+                step = pp.run_schedule("1F1B", s, m + 1, t_f, t_b).makespan - pp.run_schedule("1F1B", s, m, t_f, t_b).makespan
+                assert step == pytest.approx(30.0 * factor)
+
+
+def test_bad_orders_and_inputs_are_refused() -> None:
+    deadlock = pp.one_f_one_b_order(2, 2)
+    deadlock[0] = [("B", 0, 0), ("F", 0, 0), ("F", 1, 0), ("B", 1, 0)]   # a backward before its forward
+    with pytest.raises(ValueError, match="deadlock"):
+        pp.simulate(deadlock, 2, 1.0, 2.0)
+    missing = pp.gpipe_order(2, 2)
+    missing[1] = missing[1][:-1]
+    with pytest.raises(ValueError):
+        pp.simulate(missing, 2, 1.0, 2.0)
+    with pytest.raises(ValueError, match="multiple"):
+        pp.interleaved_order(4, 6, 2)
+    with pytest.raises(ValueError):
+        pp.run_schedule("1F1B", 3, 4, [1.0, 2.0], 1.0)
+    with pytest.raises(ValueError):
+        pp.run_schedule("1F1B", 0, 4, 1.0, 1.0)
+
+
+def test_smallest_micro_batches_for_five_percent() -> None:
+    for s in (2, 4, 8, 16, 33):
+        real = pp.smallest_micro_batches(s, 0.05 + 1e-12, lambda m, s=s: pp.bubble_fraction_closed_form(s, m))
+        assert real == 19 * (s - 1)
+        notes = pp.smallest_micro_batches(s, 0.05 + 1e-12, lambda m, s=s: pp.notes_bubble_share(s, m, 1.0, 2.0))
+        assert notes == -(-19 * (s - 1) // 3)                     # ceil(19(S-1)/3)
+        assert pp.notes_bubble_share(s, notes, 1.0, 2.0) <= 0.05 + 1e-12 < pp.notes_bubble_share(s, notes - 1, 1.0, 2.0)
+    assert pp.notes_bubble_share(8, 44, 0.01, 0.02) == pytest.approx(7 / 139)     # the notes' 44: 5.04 %
+
+
+def test_ascii_chart() -> None:
+    rows, how = pp.ascii_chart(pp.run_schedule("GPipe", 4, 8, 0.010, 0.020))
+    assert rows[0] == "stage 0 |0011223344556677" + "." * 18 + "aaaabbbbccccddddeeeeffffgggghhhh|"
+    assert rows[3] == "stage 3 |......0011223344556677aaaabbbbccccddddeeeeffffgggghhhh............|"
+    assert "5 ms" in how
+    rows, how = pp.ascii_chart(pp.run_schedule("1F1B", 4, 8, 0.010, 0.020))
+    assert rows[0].startswith("stage 0 |00112233" + "." * 12 + "aaaa44bbbb")
+    for s, m in [(64, 1024), (16, 64), (128, 3), (1, 1)]:
+        rows, how = pp.ascii_chart(pp.run_schedule("1F1B", s, m, 0.010, 0.020))
+        assert all(len(r) <= 98 for r in rows) and len(rows) <= 17
+        if s * m > 100:
+            assert how.startswith("scaled")
+            assert set("".join(r.split("|")[1] for r in rows if "|" in r)) <= set("#+-.")
+
+
+# ---- the script --------------------------------------------------------------------------------------
+
+def test_script_quick_run_and_claims(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    text = run_script(SCRIPT, "--quick", "--json", str(out)).stdout
+    for part in range(1, 6):
+        assert f"== Part {part}:" in text
+    assert all(len(line) <= 100 for line in text.splitlines()), max(text.splitlines(), key=len)
+    assert "stage 0 |00112233............aaaa44bbbb55" in text
+    claims = {c["what"]: c for c in json.loads(out.read_text())["claims"]}
+    differs = {w for w, c in claims.items() if c["status"] == "differs"}
+    expected = ({f"S={s} M={m}: {what}, simulated schedule" for s, m in
+                 [(4, 4), (4, 8), (4, 16), (4, 32), (8, 8), (8, 32)] for what in ("bubble", "share")}
+                | {"S=8: smallest M for ≤ 5 %, notes' formula", "S=4: smallest M for ≤ 5 %, simulated schedule",
+                   "S=8: smallest M for ≤ 5 %, simulated schedule"})
+    assert differs == expected
+    assert all(c["status"] == "agrees" for w, c in claims.items() if w not in expected)
+    assert len(claims) == 4 + 30 + 4 + 4 + 1 + 1
+    assert claims["S=8: smallest M for ≤ 5 %, notes' formula"]["ours"] == 45
+    assert claims["S=4: smallest M for ≤ 5 %, simulated schedule"]["ours"] == 57
+    assert claims["S=8 M=8: bubble, simulated schedule"]["ours"] == pytest.approx(210)
+    assert claims["S=8 M=8: share by the notes' formula"]["ours"] == pytest.approx(100 * 70 / 310)
+    assert claims["η, S=4 M=8, 1F1B simulated (t_b = 2 t_f)"]["ours"] == pytest.approx(800 / 11)
+    assert claims["interleaved bubble time / 1F1B's at S = 4, M = 8"]["ours"] == pytest.approx(0.5)
+    assert claims["pace = the slowest stage's t_f + t_b"]["ours"] is True
+
+
+def test_script_other_flags(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    text = run_script(SCRIPT, "--stages", "6", "--micro-batches", "13", "--tf-ms", "5", "--tb-ms", "5",
+                      "--p2p-ms", "1", "--virtual-stages", "3", "--slow-factor", "3", "--json", str(out)).stdout
+    data = json.loads(out.read_text())
+    claims = {c["what"]: c for c in data["claims"]}
+    # Not the notes' t_f, t_b: Part 3 and the 5 % claims show ours only; v = 3: no 'halves' claim.
+    assert all(c["notes"] is None for w, c in claims.items() if w.startswith("S=") or "interleaved" in w)
+    assert all(c["status"] in ("agrees", "ours only") for c in claims.values())
+    assert "it leaves p2p out" in text and "stage 3 × 3" in text
+    part5 = data["parts"]["Part 5"]["tables"]["unbalanced"]["rows"]
+    assert part5[1][2] == pytest.approx(30.0) and part5[1][6] >= 1   # pace 3 × (5 + 5) ms
+    part1 = data["parts"]["Part 1"]["1F1B"]
+    assert part1["peak_activations"] == [6, 5, 4, 3, 2, 1]
+    assert part1["makespan_ms"] > (13 + 5) * 10                        # p2p adds to the closed form
+
+
+def test_script_large_and_tiny() -> None:
+    text = run_script(SCRIPT, "--stages", "64", "--micro-batches", "1024").stdout
+    assert "scaled: one column" in text and "16 of 64 stages shown" in text
+    assert all(len(line) <= 100 for line in text.splitlines())
+    run_script(SCRIPT, "--stages", "1", "--micro-batches", "1")
+
+
+@pytest.mark.parametrize("args", [
+    ["--stages", "0"], ["--micro-batches", "-1"], ["--stages", "129"], ["--stages", "64", "--micro-batches", "1025"],
+    ["--virtual-stages", "1"], ["--slow-factor", "0.5"], ["--tf-ms", "0"], ["--tb-ms", "nan"], ["--p2p-ms", "-1"],
+    ["--stages", "four"],
+])
+def test_usage_errors(args: list[str]) -> None:
+    assert_usage_error(SCRIPT, *args)
