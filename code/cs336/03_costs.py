@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from common.cli import make_parser, positive_float, positive_int, run_main
+from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
 from common.costmodel import (
     CS336_ETHERNET,
     CS336_INFINIBAND,
@@ -40,6 +40,7 @@ from common.costmodel import (
     ring_allreduce_terms,
     ring_allreduce_time,
     tp_step_bytes_per_device,
+    zero_step_collectives,
 )
 from common.output import ASSUMPTION, EXACT, Report, bar, fmt_bytes, fmt_time
 from cs336.ledger import LEDGER, LLAMA2_13B, MLP_12, OPTIMIZER_STATE, activation_bytes, training_state_bytes
@@ -70,6 +71,8 @@ def main() -> None:
     parser.add_argument("--micro-batches", type=positive_int, default=8,
                         help="Part 6's pipeline micro-batches per step (default 8; the notes give none)")
     args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be >= 2: with one GPU nothing is communicated")
     rep = Report(__file__, "communication costs: α-β, links, Llama 2 13B, DP vs TP, 4-GPU MLP", args)
     part1_alpha_beta(rep, args)     # α·N_msg + S/B; the 4-rank 64 MiB example; where α dominates
     part2_interconnects(rep)        # the link table in one unit and one direction; the notes' ratios
@@ -93,9 +96,9 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
              f"T = {fmt_time(ring_allreduce_time(p, s, link))}")
     stand_in = col.ring_allreduce([np.zeros(p, dtype=np.uint8)] * p)  # one byte per chunk, scaled
     counted = stand_in.busiest_sent / p * s
+    same = stand_in.n_rounds == 2 * (p - 1) and math.isclose(counted, ring_allreduce_bytes_per_device(p, s))
     rep.line(f"  counted by lecture14.collectives (a p-byte stand-in, scaled to S): {stand_in.n_rounds} rounds, "
-             f"{fmt_bytes(counted, binary=True)} per rank: "
-             f"{'same' if stand_in.n_rounds == 2 * (p - 1) and counted == ring_allreduce_bytes_per_device(p, s) else 'DIFFERENT'}")
+             f"{fmt_bytes(counted, binary=True)} per rank: {'same' if same else 'DIFFERENT'}")
     at_notes = (p, args.alpha_us, s, beta) == (NOTES_P, NOTES_ALPHA_US, NOTES_SIZE, NOTES_BETA)
     if at_notes:
         readings = [("as the notes state: 64 MiB / 50 GiB/s", 64 * MiB / (50 * GiB)),
@@ -105,20 +108,23 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
                   [[w, fmt_time(t), f"{1.5 * t * 1e3:.4g} ms"] for w, t in readings], name="units")
     rep.claim("latency term 6α", latency * 1e6, 30 if at_notes else None, "µs", EXACT, places=0)
     rep.claim("bandwidth term 1.5 × S/B", bandwidth * 1e3, 1.92 if at_notes else None, "ms", EXACT, places=2,
-              why="1.92 = 1.5 × 64/50 is 64 MB / 50 GB/s; in the stated MiB and GiB/s it is 1.875")
+              why="1.92 = 1.5 × 64/50 is 64 MB / 50 GB/s; in the stated MiB and GiB/s it is 1.875" if at_notes else "")
     if at_notes:
         rep.note("64 MiB / 50 GiB/s = 2^26 / (50·2^30) s = 1.25 ms: MiB over GiB is 1/1024, not 1/1000.\n"
                  "The notes' 'close to 2 ms' holds either way.")
-    balance = ring_allreduce_balance_bytes(p, link) if p > 1 else math.inf
-    rep.line(f"  small tensors: the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)};\n"
-             "  below it start-ups take most of T")
+    balance = ring_allreduce_balance_bytes(p, link)
+    if balance > 0:
+        rep.line(f"  small tensors: the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)};\n"
+                 "  below it start-ups take most of T")
+    else:
+        rep.line("  α = 0: no start-up cost, the bandwidth term is all of T at every size")
     sizes = [KiB * 4**i for i in range(0, 11, 2 if args.quick else 1)]
     rows = []
     for size in sizes:
         lat, bw = ring_allreduce_terms(p, size, link)
-        share = lat / (lat + bw) if lat + bw else 0.0
+        share = lat / (lat + bw)  # bw > 0: p >= 2 and S >= 1 KiB
         rows.append([fmt_bytes(size, binary=True), fmt_time(lat), fmt_time(bw), f"{100 * share:.1f} %",
-                     size / (lat + bw) / 1e9 if lat + bw else math.inf, bar(share, 1, 25)])
+                     size / (lat + bw) / 1e9, bar(share, 1, 25)])
     rep.table(["S", "2(p-1)α", "2(p-1)/p·S/B", "α's share", "S/T (GB/s)", ""], rows, name="sweep")
 
 
@@ -142,7 +148,7 @@ def part2_interconnects(rep: Report) -> None:
     rep.claim("InfiniBand / Ethernet 100G, one way each", ib / eth, 4, "×", EXACT, places=0)
     pcie_two_way = 2 * PCIE5_X16_ONE_WAY_GBS
     rep.claim("PCIe 5.0 x16 two-way", pcie_two_way, 64, "GB/s", EXACT, places=0,
-              why=f"32 GT/s × 16 lanes × 128/130 = {PCIE5_X16_ONE_WAY_GBS:.1f} GB/s each way: 64 is one way")
+              why=f"x16 carries {PCIE5_X16_ONE_WAY_GBS:.1f} GB/s each way (32 GT/s, 128b/130b): 64 is one way")
     rep.note(f"so '900 → 64 GB/s' sets NVLink's two-way total against PCIe's one-way rate; like for like\n"
              f"the drop is {nv:g} → {PCIE5_X16_ONE_WAY_GBS:.0f} GB/s one way ({nv / PCIE5_X16_ONE_WAY_GBS:.1f}×), "
              f"not {900 / 64:.1f}×")
@@ -189,7 +195,7 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     rep.claim("all-reduce time, InfiniBand 40 GB/s", times[CS336_INFINIBAND.name] * 1e3, 975 if at_notes else None,
               "ms", EXACT, places=0)
     rep.claim("all-reduce time, 100G Ethernet", times[CS336_ETHERNET.name] * 1e3, 3900 if at_notes else None, "ms",
-              ASSUMPTION, places=0, why="only at 10 GB/s (80 % of 12.5)")
+              ASSUMPTION, places=0, why="only at 10 GB/s (80 % of 12.5)" if at_notes else "")
     rep.note("the notes' 3900 ms is 39 GB / 10 GB/s: Ethernet at 80 % of its 12.5 GB/s, as InfiniBand's\n"
              "40 is of 50; at the full 12.5 GB/s it is 3120 ms. Only NVLink is taken at its whole peak.")
 
@@ -206,11 +212,12 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
               why=f"{act:,.0f} B is {act / MiB:g} MiB = {act / 1e6:.2f} MB: the notes write MB for MiB")
     calls = 2 * m.layers
     rep.claim("TP collectives per step (2L)", calls, 80, kind=EXACT, places=0)
-    rep.claim("DP collectives per step", 1, 1, kind=EXACT, places=0)
+    rep.claim("DP collectives per step", sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)), 1,
+              kind=EXACT, places=0)
     tp_notes = tp_step_bytes_per_device(m.layers, act, p)
     tp_ag = tp_step_bytes_per_device(m.layers, act, p, per_call="all-gather")
     rep.claim("TP per step per rank, 80 × A × 3/4 × 2", tp_notes / 1e6, 150 if p == NOTES_P else None, "MB",
-              EXACT, places=0, why=f"= {tp_notes / MiB:g} MiB: the notes' 150 is MiB, as their A is")
+              EXACT, places=0, why=f"= {tp_notes / MiB:g} MiB: the notes' 150 is MiB, as their A is" if p == NOTES_P else "")
     dp = ring_allreduce_bytes_per_device(p, m.params * FP16)
     calls_tp = [CollectiveCall("all-gather", "activation, forward", m.layers, act),
                 CollectiveCall("reduce-scatter", "its gradient, backward", m.layers, act)]
@@ -224,6 +231,8 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
         rows.append([name, n_calls, fmt_bytes(nbytes), rounds, fmt_time(t(CS336_NVLINK)), fmt_time(t(CS336_INFINIBAND))])
     rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows, name="dp_tp")
     rep.line(f"  DP moves {dp / tp_notes:.0f}× the bytes of TP (the notes' count) but in one call")
+    rep.claim("TP moves under a tenth of DP's bytes", tp_notes < dp / 10, True, kind=ASSUMPTION,
+              why="not with whole sequences: see the note below")
     rep.claim("TP start-ups, 80 calls × 1 µs (NVLink)", calls * CS336_NVLINK.alpha_s * 1e6, 80, "µs", EXACT, places=0)
     rep.claim("TP start-ups, 80 calls × 5 µs (InfiniBand)", calls * CS336_INFINIBAND.alpha_s * 1e6, 400, "µs", EXACT,
               places=0)
@@ -249,7 +258,7 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
         ["all-reduce", f"2(p-1)/p·A = {fmt_bytes(2 * (p - 1) / p * act, binary=True)}",
          fmt_bytes(reduced, binary=True)]], name="tp_layer")
     rep.claim("4-way all-gather per layer per rank", gathered / KiB, 384 if p == NOTES_P else None, "KiB", EXACT,
-              places=0, why="an all-gather sends (p-1)/p·A = 0.75A; 1.5A is an all-reduce's volume")
+              places=0, why="an all-gather sends (p-1)/p·A = 0.75A; 1.5A is an all-reduce's volume" if p == NOTES_P else "")
     rep.note("the notes' 1.5A = 2(p-1)/p·A is right for a layer's forward all-gather plus its backward\n"
              "reduce-scatter together, or for an all-reduce; one all-gather is half of it")
 
