@@ -232,7 +232,8 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows, name="dp_tp")
     rep.line(f"  DP moves {dp / tp_notes:.0f}× the bytes of TP (the notes' count) but in one call")
     rep.claim("TP moves under a tenth of DP's bytes", tp_notes < dp / 10, True, kind=ASSUMPTION,
-              why="not with whole sequences: see the note below")
+              why=f"only for A = B × d; with {LLAMA2_CONTEXT}-token sequences TP moves "
+                  f"{tp_notes * LLAMA2_CONTEXT / dp:.0f}× DP's")
     rep.claim("TP start-ups, 80 calls × 1 µs (NVLink)", calls * CS336_NVLINK.alpha_s * 1e6, 80, "µs", EXACT, places=0)
     rep.claim("TP start-ups, 80 calls × 5 µs (InfiniBand)", calls * CS336_INFINIBAND.alpha_s * 1e6, 400, "µs", EXACT,
               places=0)
