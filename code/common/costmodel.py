@@ -227,3 +227,150 @@ def ring_alpha_beta_from_line(k: int, intercept_s: float, slope_s_per_byte: floa
         raise ValueError("a ring of one device sends nothing: fit with K >= 2")
     rounds = 2 * (k - 1)
     return intercept_s / rounds, rounds / (k * slope_s_per_byte)
+
+
+# ==== CS336 lecture 8: per-rank costs of DP, TP, PP and ZeRO (added by the cs336 costs work) ====
+# The notes write T ≈ α·N_msg + S/B_eff. Every collective below is the ring version: K−1 rounds
+# (reduce-scatter, all-gather) or 2(K−1) (all-reduce), each round one message of N/K bytes per
+# device, N the full buffer. "Bytes per device" is what one device sends (it receives as much).
+
+# The notes' links (CS336 lecture 8 worked examples): bandwidth one way, as the notes use it.
+#   NVLink 4.0: 900 GB/s two-way = 450 one way, the notes' "effective" figure; α ≈ 1 µs (their
+#   TP paragraph). InfiniBand NDR: 400 Gb/s = 50 GB/s, 40 GB/s effective (80 %); α ≈ 5 µs (the TP
+#   paragraph; their table says 1–2 µs). 100G Ethernet: 12.5 GB/s, 10 GB/s at the same 80 % (what
+#   their 3900 ms implies); α = 5 µs, the low end of their 5–20 µs.
+CS336_NVLINK = Link(1e-6, 450e9, "NVLink 4.0 (450 GB/s one way)")
+CS336_INFINIBAND = Link(5e-6, 40e9, "InfiniBand NDR (40 GB/s effective)")
+CS336_ETHERNET = Link(5e-6, 10e9, "100G Ethernet (10 GB/s effective)")
+
+
+def alpha_beta_time(n_messages: int, nbytes: float, link: Link) -> float:
+    """The notes' first-order model α·N_msg + S/B_eff: N_msg start-ups, S bytes through the link."""
+    if int(n_messages) != n_messages or n_messages < 0:
+        raise ValueError(f"number of messages must be an integer >= 0, got {n_messages}")
+    if nbytes < 0:
+        raise ValueError(f"size must be >= 0 bytes, got {nbytes}")
+    return n_messages * link.alpha_s + nbytes / link.beta_Bps
+
+
+def ring_allreduce_terms(k: int, nbytes: float, link: Link) -> tuple[float, float]:
+    """The two terms of ring_allreduce_time: (latency 2(K−1)α, bandwidth 2(K−1)/K·N/β)."""
+    _check(k, nbytes)
+    return 2 * (k - 1) * link.alpha_s, ring_allreduce_bytes_per_device(k, nbytes) / link.beta_Bps
+
+
+def ring_allreduce_balance_bytes(k: int, link: Link) -> float:
+    """N at which the ring all-reduce's two terms are equal: 2(K−1)α = 2(K−1)/K·N/β ⇒ N = K·α·β.
+
+    Below it start-ups take most of the time (the notes' small-tensor regime). Any K >= 2.
+    """
+    _check(k, 0)
+    if k < 2:
+        raise ValueError("one device sends nothing: the terms balance only for K >= 2")
+    return k * link.alpha_s * link.beta_Bps
+
+
+def ring_reduce_scatter_bytes_per_device(k: int, nbytes: float) -> float:
+    """Bytes each device sends in a ring reduce-scatter of an N-byte buffer: (K−1)/K·N."""
+    _check(k, nbytes)
+    return (k - 1) * nbytes / k
+
+
+def ring_all_gather_bytes_per_device(k: int, nbytes: float) -> float:
+    """Bytes each device sends in a ring all-gather whose result is N bytes: (K−1)/K·N."""
+    _check(k, nbytes)
+    return (k - 1) * nbytes / k
+
+
+def ring_reduce_scatter_time(k: int, nbytes: float, link: Link) -> float:
+    """(K−1)(α + N/(Kβ)): K−1 rounds, each one chunk of N/K. N is the whole (input) buffer."""
+    _check(k, nbytes)
+    return (k - 1) * (link.alpha_s + nbytes / (k * link.beta_Bps))
+
+
+def ring_all_gather_time(k: int, nbytes: float, link: Link) -> float:
+    """(K−1)(α + N/(Kβ)), N the gathered (output) size: the reduce-scatter's rounds, copied not added."""
+    return ring_reduce_scatter_time(k, nbytes, link)
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """`calls` ring collectives of one kind, each on an N-byte buffer (`nbytes`), in one step."""
+
+    kind: str       # "all-reduce", "reduce-scatter", "all-gather"
+    what: str       # what it carries, in words
+    calls: int
+    nbytes: float   # the full buffer of one call (all-gather: its output)
+
+    def rounds_per_call(self, k: int) -> int:
+        return 2 * (k - 1) if self.kind == "all-reduce" else k - 1
+
+    def bytes_per_device(self, k: int) -> float:
+        share = ring_allreduce_bytes_per_device if self.kind == "all-reduce" else ring_all_gather_bytes_per_device
+        return self.calls * share(k, self.nbytes)
+
+    def time(self, k: int, link: Link) -> float:
+        one = ring_allreduce_time if self.kind == "all-reduce" else ring_reduce_scatter_time
+        return self.calls * one(k, self.nbytes, link)
+
+
+ZERO_STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+
+
+def zero_step_collectives(stage: str, param_bytes: float, layers: int = 1) -> list[CollectiveCall]:
+    """What one data-parallel step communicates under DDP and each ZeRO stage (ZeRO paper §7).
+
+    DDP all-reduces the gradients. ZeRO-1 and -2 reduce-scatter them (a rank only updates its shard,
+    so it only needs that shard's sum) and all-gather the updated parameters: the same bytes as the
+    all-reduce. ZeRO-3 has no full copy of the parameters: it all-gathers them layer by layer in
+    forward and again in backward, and reduce-scatters the gradients: 1.5× DDP's bytes. Gradients
+    and parameters are the same size here (`param_bytes`, fp16 in the notes' ledger).
+    """
+    if stage == "DDP":
+        return [CollectiveCall("all-reduce", "gradients", 1, param_bytes)]
+    if stage in ("ZeRO-1", "ZeRO-2"):
+        return [CollectiveCall("reduce-scatter", "gradients", 1, param_bytes),
+                CollectiveCall("all-gather", "updated parameters", 1, param_bytes)]
+    if stage == "ZeRO-3":
+        if int(layers) != layers or layers < 1:
+            raise ValueError(f"layers must be an integer >= 1, got {layers}")
+        per_layer = param_bytes / layers
+        return [CollectiveCall("all-gather", "parameters, forward", layers, per_layer),
+                CollectiveCall("all-gather", "parameters, backward", layers, per_layer),
+                CollectiveCall("reduce-scatter", "gradients", layers, per_layer)]
+    raise ValueError(f"unknown stage {stage!r} ({', '.join(ZERO_STAGES)})")
+
+
+def zero_step_bytes_per_device(stage: str, k: int, param_bytes: float) -> float:
+    """Bytes one rank sends per step: 2(K−1)/K·2P for DDP, ZeRO-1, ZeRO-2; 3(K−1)/K·2P for ZeRO-3."""
+    return sum(c.bytes_per_device(k) for c in zero_step_collectives(stage, param_bytes))
+
+
+def tp_step_bytes_per_device(layers: int, activation_bytes: float, k: int,
+                             per_call: str = "all-reduce") -> float:
+    """Tensor parallelism: 2L collectives per step (one per layer forward, one backward) on the
+    activation A. The notes' table charges each an all-reduce's 2(K−1)/K·A (2L·2(K−1)/K·A); with
+    per_call="all-gather" each is an all-gather or reduce-scatter, (K−1)/K·A (2L·(K−1)/K·A)."""
+    _check(k, activation_bytes)
+    if per_call == "all-reduce":
+        one = ring_allreduce_bytes_per_device(k, activation_bytes)
+    elif per_call == "all-gather":
+        one = ring_all_gather_bytes_per_device(k, activation_bytes)
+    else:
+        raise ValueError(f"per_call must be 'all-reduce' or 'all-gather', got {per_call!r}")
+    return 2 * layers * one
+
+
+def pp_step_bytes_per_device(activation_bytes: float) -> float:
+    """A middle pipeline stage per step: the batch's activation forward, its gradient backward (2A),
+    whatever the number of micro-batches (they split A)."""
+    if activation_bytes < 0:
+        raise ValueError(f"size must be >= 0 bytes, got {activation_bytes}")
+    return 2 * activation_bytes
+
+
+def pp_step_send_time(micro_batches: int, activation_bytes: float, link: Link) -> float:
+    """A middle stage's sends per step: 2M messages (forward and backward) of A/M: 2M(α + A/(Mβ))."""
+    if int(micro_batches) != micro_batches or micro_batches < 1:
+        raise ValueError(f"micro-batches must be an integer >= 1, got {micro_batches}")
+    return 2 * micro_batches * link.message_time(activation_bytes / micro_batches)

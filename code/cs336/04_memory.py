@@ -1,0 +1,244 @@
+"""CS336 lecture 8 (内存账本、ZeRO、框架对比、Megatron 3D): what training keeps in GPU memory.
+A model only: the ledger of cs336.ledger and the α-β formulas of common.costmodel, no torch.
+
+    python code/cs336/04_memory.py
+    python code/cs336/04_memory.py --params 70B --world-size 64 --tp 8 --pp 4 --dp 32 --seq-len 4096
+
+Part 1: the 16-bytes-per-parameter ledger for the notes' models, activations beside. Part 2: ZeRO-1/2/3
+per GPU for --params P on --world-size p, checked against the ledger, and each stage's traffic.
+Part 3: Megatron's 3D split of GPT-3 175B (--tp, --pp, --dp): what a GPU holds, which link each axis
+uses and what it carries per step. Part 4: the framework table, where a number follows from the model.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+import math
+import re
+
+from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
+from common.costmodel import (
+    CS336_INFINIBAND,
+    CS336_NVLINK,
+    CollectiveCall,
+    pp_step_bytes_per_device,
+    pp_step_send_time,
+    zero_step_collectives,
+)
+from common.output import EXACT, Report, fmt_bytes, fmt_time
+from cs336 import ledger as lg
+
+GiB = 2**30
+NOTES_P, NOTES_PARAMS, NOTES_GPU_GB, NOTES_BATCH, FP16 = 4, 13e9, 80.0, 128, 2
+NOTES_TP, NOTES_PP, NOTES_DP, GPUS_PER_NODE = 8, 8, 16, 8
+# GPT-3's own setting (Brown et al. 2020): 2048-token sequences, 3.2M-token batches = 1536 sequences.
+SEQ_LEN, GLOBAL_BATCH, MICRO_BATCH = 2048, 1536, 1
+# How the notes list each stage's communication, and what ZeRO does per step (ZeRO paper §7).
+# AR = all-reduce, RS = reduce-scatter, AG = all-gather.
+NOTES_COMM = {"DDP": "AR", "ZeRO-1": "AG", "ZeRO-2": "RS + AG", "ZeRO-3": "AG + AG"}
+SHORT = {"all-reduce": "AR", "reduce-scatter": "RS", "all-gather": "AG"}
+ENTRY = {"fp16 parameters": "params", "fp16 gradients": "grads", "fp32 master weights": "master",
+         "Adam m (fp32)": "m", "Adam v (fp32)": "v"}
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
+
+
+def param_count(text: str) -> float:
+    """A parameter count: 13B, 175B, 200M, 1.3e10 (K = 1e3, M = 1e6, B = 1e9, T = 1e12)."""
+    match = _COUNT.match(text)
+    scale = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+    if not match:
+        raise argparse.ArgumentTypeError(f"a parameter count expected (13B, 200M, 1e9), got {text!r}")
+    value = float(match.group(1)) * scale[match.group(2).lower()]
+    if not (1 <= value < 1e16):
+        raise argparse.ArgumentTypeError(f"parameter count must be 1 to 1e16, got {text!r}")
+    return value
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=NOTES_P, figs=False)
+    add = parser.add_argument
+    add("--params", type=param_count, default=NOTES_PARAMS, help="Parts 2 and 4: parameters P (default 13B)")
+    add("--batch", type=positive_int, default=NOTES_BATCH, help="Part 1: MLP batch (default 128)")
+    add("--gpu-memory-gb", type=positive_float, default=NOTES_GPU_GB, help="memory of one GPU, GB (default 80)")
+    add("--layers", type=positive_int, default=lg.LLAMA2_13B.layers,
+        help="Part 2: layers ZeRO-3 gathers one at a time (default 40, Llama 2 13B's)")
+    add("--tp", type=positive_int, default=NOTES_TP, help="Part 3: tensor-parallel ways (default 8)")
+    add("--pp", type=positive_int, default=NOTES_PP, help="Part 3: pipeline stages (default 8)")
+    add("--dp", type=positive_int, default=NOTES_DP, help="Part 3: data-parallel replicas (default 16)")
+    add("--seq-len", type=positive_int, default=SEQ_LEN, help="Part 3: tokens per sequence (default 2048)")
+    add("--global-batch", type=positive_int, default=GLOBAL_BATCH, help="Part 3: sequences per step (default 1536)")
+    add("--micro-batch", type=positive_int, default=MICRO_BATCH, help="Part 3: sequences per micro-batch (default 1)")
+    args = parser.parse_args()
+    if args.global_batch % (args.dp * args.micro_batch):
+        raise UsageError(f"--global-batch {args.global_batch} must be a multiple of --dp × --micro-batch "
+                         f"= {args.dp * args.micro_batch}")
+    rep = Report(__file__, "memory: the 16-byte ledger, ZeRO, Megatron 3D, frameworks", args)
+    part1_ledger(rep, args)       # 2 + 2 + 4 + 8 bytes per parameter for the notes' models
+    part2_zero(rep, args)         # ZeRO-1/2/3 per GPU from the ledger, and each stage's traffic
+    part3_megatron_3d(rep, args)  # GPT-3 175B on TP × PP × DP GPUs: memory and traffic per axis
+    part4_frameworks(rep, args)   # Megatron-LM, DeepSpeed, FSDP: the numbers a model can give
+    rep.finish()
+
+
+def both(nbytes: float) -> str:
+    return f"{fmt_bytes(nbytes)} = {fmt_bytes(nbytes, binary=True)}"
+
+
+def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(1, "the ledger: 16 bytes per parameter (mixed precision, Adam)")
+    models = (lg.NOTES_200M, lg.MLP_12, lg.LLAMA2_13B)
+    rows = [[name, b] + [fmt_bytes(b * m.params) for m in models] for name, b in lg.LEDGER.items()]
+    rows.append(["total", lg.BYTES_PER_PARAM] + [both(lg.training_state_bytes(m.params)) for m in models])
+    rep.table(["entry", "B/param", "200M", "12-layer MLP", "Llama 2 13B"], rows, name="ledger")
+    rep.claim("bytes per parameter", lg.BYTES_PER_PARAM, 16, "B", EXACT, places=0)
+    s200 = lg.training_state_bytes(lg.NOTES_200M.params)
+    rep.claim("200M × 16 B", s200 / GiB, 3.2, "GiB", EXACT, places=1,
+              why=f"3.2e9 B = {s200 / GiB:.2f} GiB: 3.2 is the GB figure labelled GiB")
+    llama = lg.ledger_bytes(lg.LLAMA2_13B.params)
+    for (name, notes), value in zip([("fp16 parameters", 26), ("fp16 gradients", 26), ("fp32 master weights", 52),
+                                     ("Adam m + v", 104)], list(llama.values())[:3] + [sum(list(llama.values())[3:])]):
+        rep.claim(f"Llama 2 13B {name}", value / 1e9, notes, "GB", EXACT, places=0)
+    total = lg.training_state_bytes(lg.LLAMA2_13B.params)
+    rep.claim("Llama 2 13B training state", total / 1e9, 208, "GB", EXACT, places=0)
+    gpu = args.gpu_memory_gb * 1e9
+    rep.claim(f"13B's state fits one {args.gpu_memory_gb:g} GB card", total <= gpu,
+              False if args.gpu_memory_gb == NOTES_GPU_GB else None, kind=EXACT)
+    rep.note("the MLP's 3 GiB (the notes: 3.2 GiB) is claimed in 03_costs.py Part 6")
+    d, layers = lg.MLP_12.width, lg.MLP_12.layers
+    act = lg.activation_bytes(args.batch, d, FP16)
+    mlp_state = lg.training_state_bytes(lg.MLP_12.params)
+    rep.line(f"  activations beside the state, 12-layer MLP at B = {args.batch}: B × d × 2 B = "
+             f"{fmt_bytes(act, binary=True)} per layer,\n  {fmt_bytes(layers * act, binary=True)} for {layers} "
+             f"layers = {100 * layers * act / mlp_state:.2g} % of its {fmt_bytes(mlp_state, binary=True)} of state; "
+             f"they grow with B, the state does not")
+
+
+def part2_zero(rep: Report, args: argparse.Namespace) -> None:
+    P, p = args.params, args.world_size
+    rep.part(2, f"ZeRO per GPU: P = {P / 1e9:g}B parameters on p = {p} GPUs")
+    rows = []
+    for stage in lg.STAGES:
+        ours, notes = lg.zero_bytes_per_gpu(stage, P, p), lg.zero_notes_formula(stage, P, p)
+        exact = max(lg.zero_bytes_per_rank(stage, round(P), p))
+        rows.append([stage, ", ".join(ENTRY[n] for n in lg.SHARDED[stage]) or "nothing",
+                     fmt_bytes(ours), fmt_bytes(notes), fmt_bytes(exact), "yes" if ours <= args.gpu_memory_gb * 1e9
+                     else "no"])
+    rep.table(["stage", "sharded", "from the ledger", "notes' formula", "busiest rank", f"≤ {args.gpu_memory_gb:g} GB"],
+              rows, name="zero_memory")
+    rep.note("from the ledger: kept entries whole, sharded ones / p; busiest rank: whole elements of the\n"
+             "flattened buffer, the first P mod p ranks one more (cs336.ledger.zero_bytes_per_rank)")
+    formulas = {"ZeRO-1": "4P + 12P/p", "ZeRO-2": "2P + 14P/p", "ZeRO-3": "16P/p"}
+    for stage, text in formulas.items():
+        same = all(math.isclose(lg.zero_bytes_per_gpu(stage, 1.0, k), lg.zero_notes_formula(stage, 1.0, k))
+                   for k in range(1, 1025))
+        rep.claim(f"{text} = the ledger, {stage} sharded", same, True, kind=EXACT)
+    at_notes = (P, p) == (NOTES_PARAMS, NOTES_P)
+    adam = sum(lg.ledger_bytes(P)[k] for k in ("Adam m (fp32)", "Adam v (fp32)"))
+    rep.claim("ZeRO-1: Adam m + v per card", adam / p / 1e9, 26 if at_notes else None, "GB", EXACT, places=0)
+    rep.claim("ZeRO-2: gradients per card", lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9,
+              6.5 if at_notes else None, "GB", EXACT, places=1)
+    opt = sum(lg.ledger_bytes(P)[k] for k in lg.OPTIMIZER_STATE)
+    rep.note(f"ZeRO-1 shards the whole optimizer state, master weights too: {fmt_bytes(opt)} → "
+             f"{fmt_bytes(opt / p)} per card\n(Adam's m and v alone: {fmt_bytes(adam)} → {fmt_bytes(adam / p)})")
+    rows, ddp_bytes = [], None
+    for stage in lg.STAGES:
+        calls = zero_step_collectives(stage, FP16 * P, layers=args.layers)
+        sent = sum(c.bytes_per_device(p) for c in calls)
+        ddp_bytes = sent if ddp_bytes is None else ddp_bytes
+        rows.append([stage, " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls), fmt_bytes(sent),
+                     f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
+                     fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
+                     fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
+    rep.table(["stage", "collectives per step", "bytes per rank", "× DDP", "NVLink", "InfiniBand"], rows,
+              name="zero_traffic")
+    z = {stage: lg.zero_bytes_per_gpu(stage, P, p) for stage in lg.STAGES}
+    n_calls = {stage: sum(c.calls for c in zero_step_collectives(stage, 1.0, args.layers)) for stage in lg.STAGES}
+    rep.line(f"  ZeRO-2 saves {fmt_bytes(z['DDP'] - z['ZeRO-2'])} per GPU over DDP for no extra bytes; ZeRO-3 saves "
+             f"{fmt_bytes(z['ZeRO-2'] - z['ZeRO-3'])} more\n  for half of DDP's traffic again, in "
+             f"{n_calls['ZeRO-3'] - n_calls['ZeRO-2']} more collectives (the notes' case for ZeRO-2)")
+    rep.note(f"fp16 gradients and parameters (2P bytes); ZeRO-3 gathers {args.layers} layers one at a time,\n"
+             "forward and backward, and reduce-scatters each layer's gradients: 3(p-1)/p·2P, 1.5× DDP")
+    rep.line("  each stage's collectives (AR all-reduce, RS reduce-scatter, AG all-gather) beside the notes':")
+    for stage in lg.STAGES:
+        ours = " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))
+        rep.claim(f"{stage} communicates", ours, NOTES_COMM[stage], kind=EXACT,
+                  why={"ZeRO-1": "it also reduce-scatters the gradients: DDP's bytes",
+                       "ZeRO-3": "the gradients' RS is missing: 1.5× DDP's bytes"}.get(stage, ""))
+    rep.note("the notes' column reads as 'extra' for ZeRO-1 and as the whole step for ZeRO-2. ZeRO-1\n"
+             "adds no bytes: its RS and AG are the two halves of the all-reduce they replace.")
+
+
+def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
+    m, tp, pp, dp = lg.GPT3_175B, args.tp, args.pp, args.dp
+    gpus = tp * pp * dp
+    rep.part(3, f"Megatron 3D: {m.name} on TP {tp} × PP {pp} × DP {dp}")
+    at_notes = (tp, pp, dp) == (NOTES_TP, NOTES_PP, NOTES_DP)
+    rep.claim("GPUs = TP × PP × DP", gpus, 1024 if at_notes else None, kind=EXACT, places=0)
+    local = m.params / (tp * pp)
+    plain = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp)
+    dist = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp, distributed_optimizer=True)
+    rep.table(["per GPU", "value"], [
+        ["parameters P/(TP·PP)", f"{local / 1e9:.4g}B"],
+        ["training state, 16 B each", both(plain)],
+        [f"with ZeRO-1 across the {dp} DP replicas", both(dist)],
+        [f"fits {args.gpu_memory_gb:g} GB (state only)", f"{'yes' if plain <= args.gpu_memory_gb * 1e9 else 'no'} / "
+                                                         f"{'yes' if dist <= args.gpu_memory_gb * 1e9 else 'no'}"]],
+        name="megatron_memory")
+    stage_layers, micro = math.ceil(m.layers / pp), args.global_batch // (dp * args.micro_batch)
+    act = lg.activation_bytes(args.micro_batch, m.width, FP16, tokens_per_sample=args.seq_len)
+    tp_link = CS336_NVLINK if tp <= GPUS_PER_NODE else CS336_INFINIBAND
+    rep.note(f"per step: {args.global_batch} sequences of {args.seq_len} tokens, {micro} micro-batches of "
+             f"{args.micro_batch} per replica;\none micro-batch's activation b × s × d × 2 B = {fmt_bytes(act)}; "
+             f"a stage holds {stage_layers} of {m.layers} layers.\n"
+             "TP: 2 all-reduces forward + 2 backward per layer (attention, MLP), no recomputation.\n"
+             "PP: each GPU sends its micro-batch's full activation and gradient (Megatron's scatter/gather\n"
+             f"cuts that by TP). DP: fp16 gradients. One InfiniBand port per GPU; {GPUS_PER_NODE} GPUs a node.")
+    axes = [("TP", tp, tp_link, [CollectiveCall("all-reduce", "activations", 4 * stage_layers * micro, act)])]
+    axes.append(("DP", dp, CS336_INFINIBAND, [CollectiveCall("all-reduce", "gradients", 1, FP16 * local)]))
+    rows = []
+    for axis, ways, link, calls in axes:
+        if ways == 1:
+            rows.append([axis, 1, "-", 0, "0 B", "-"])
+            continue
+        rows.append([axis, ways, link.name.split(" (")[0], sum(c.calls for c in calls),
+                     fmt_bytes(sum(c.bytes_per_device(ways) for c in calls)),
+                     fmt_time(sum(c.time(ways, link) for c in calls))])
+    pp_row = ["PP", pp, CS336_INFINIBAND.name.split(" (")[0], 2 * micro if pp > 1 else 0,
+              fmt_bytes(pp_step_bytes_per_device(micro * act) if pp > 1 else 0),
+              fmt_time(pp_step_send_time(micro, micro * act, CS336_INFINIBAND)) if pp > 1 else "-"]
+    rows.insert(1, pp_row)
+    rep.table(["axis", "ways", "link", "calls per step", "bytes per GPU", "α-β time"], rows, name="megatron_traffic")
+    rep.line(f"  {gpus // GPUS_PER_NODE if gpus >= GPUS_PER_NODE else 1} nodes of {GPUS_PER_NODE}; TP stays on "
+             f"NVLink{'' if tp <= GPUS_PER_NODE else ' only up to 8 ways: here it crosses nodes'}, "
+             "PP and DP cross nodes on InfiniBand")
+
+
+def part4_frameworks(rep: Report, args: argparse.Namespace) -> None:
+    P, p = args.params, args.world_size
+    tp = math.gcd(p, GPUS_PER_NODE)
+    rep.part(4, f"frameworks: per-GPU training state for P = {P / 1e9:g}B on p = {p} GPUs")
+    rows = [[f.framework, f.setting, f.how, both(f.bytes_per_gpu)] for f in lg.framework_layouts(P, p, tp, p // tp)]
+    rep.table(["framework", "setting", "per GPU", "bytes"], rows, name="frameworks")
+    rep.note(f"Megatron splits the model over all {p} GPUs here: TP {tp} inside a node, PP {p // tp} across;\n"
+             "with DP replicas its distributed optimizer shards the optimizer state as ZeRO-1 (Part 3)")
+    gpu = args.gpu_memory_gb * 1e9
+    sizes = [1e9, 10e9, 100e9, 1e12] + ([P] if P not in (1e9, 10e9, 100e9, 1e12) else [])
+    rows = [[f"{n / 1e12:g}T" if n >= 1e12 else f"{n / 1e9:g}B"] + [str(lg.gpus_to_hold(n, gpu, stage) or "never") for stage in lg.STAGES]
+            for n in sorted(sizes)]
+    rep.table(["P", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP full"], rows, name="gpus_to_hold")
+    rep.note(f"fewest {args.gpu_memory_gb:g} GB GPUs that hold the training state (no activations): what the\n"
+             "table's 'typical scale' ranges (1B-100B, 10B-1T, 100B+) mean in GPUs. The other rows (core\n"
+             "idea, TP / PP support, how much code changes, where each fits) are qualitative: no number\n"
+             "follows from the model, so nothing is claimed for them")
+
+
+if __name__ == "__main__":
+    run_main(main)
