@@ -336,15 +336,8 @@ def part5_notes_example(rep: Report) -> None:
     rep.claim("one batch's activation", b * d * e / 2**20, 1, unit="MiB", places=0)
 
 
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True, figs=False)
-    parser.add_argument("--layers", type=positive_int, default=8, help="layers of the MLP (default 8)")
-    parser.add_argument("--width", type=positive_int, default=128, help="width d of every layer (default 128)")
-    parser.add_argument("--batch", type=positive_int, default=32, help="batch size B (default 32)")
-    parser.add_argument("--micro-batches", type=positive_int, default=4, help="pipeline micro-batches M (default 4)")
-    parser.add_argument("--steps", type=positive_int, default=3, help="optimizer steps (default 3; --quick: 2)")
-    parser.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
-    args = parser.parse_args()
+def check_args(args: argparse.Namespace) -> None:
+    """Sizes every strategy can split: at least one layer, column and sample per rank."""
     k = args.world_size
     if not 2 <= k <= MAX_WORLD_SIZE:
         raise UsageError(f"--world-size must be 2..{MAX_WORLD_SIZE}, got {k}")
@@ -357,6 +350,19 @@ def main() -> None:
         raise UsageError(f"--micro-batches {args.micro_batches} > --batch {args.batch}: a micro-batch needs a row")
     if args.layers * args.width**2 > MAX_PARAMS:
         raise UsageError(f"--layers × --width² must be at most {MAX_PARAMS:,} (a few seconds on a laptop)")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, real=True, figs=False)
+    parser.add_argument("--layers", type=positive_int, default=8, help="layers of the MLP (default 8)")
+    parser.add_argument("--width", type=positive_int, default=128, help="width d of every layer (default 128)")
+    parser.add_argument("--batch", type=positive_int, default=32, help="batch size B (default 32)")
+    parser.add_argument("--micro-batches", type=positive_int, default=4, help="pipeline micro-batches M (default 4)")
+    parser.add_argument("--steps", type=positive_int, default=3, help="optimizer steps (default 3; --quick: 2)")
+    parser.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
+    args = parser.parse_args()
+    check_args(args)
+    k = args.world_size
     if args.quick:
         args.steps = min(args.steps, 2)
     rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)", args)
