@@ -58,9 +58,14 @@ def reduce_scatter_columns(partial: torch.Tensor, widths: list[int], log: CommLo
     """Sum a (rows, d) tensor over the ranks; rank r gets only its widths[r] columns of the sum."""
     chunks = [c.contiguous() for c in partial.split(widths, dim=-1)]
     out = torch.empty_like(chunks[dist.get_rank()])
-    log.add("reduce_scatter", partial.numel() * partial.element_size())
-    dist.reduce_scatter(out, chunks)  # gloo on CPU, unequal chunks too (torch 2.13)
-    return out
+    try:
+        dist.reduce_scatter(out, chunks)  # gloo on CPU, unequal chunks too (torch 2.13)
+        log.add("reduce_scatter", partial.numel() * partial.element_size())
+        return out
+    except RuntimeError:  # an older gloo without it: the whole sum, twice the bytes, logged as such
+        whole = partial.contiguous().clone()
+        all_reduce_sum(whole, log)
+        return whole.split(widths, dim=-1)[dist.get_rank()].contiguous()
 
 
 def send(t: torch.Tensor, dst: int, log: CommLog) -> None:
