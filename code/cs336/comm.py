@@ -33,9 +33,10 @@ class CommLog:
         elif op != "recv":
             self.sent[op] = self.sent.get(op, 0) + ring_bytes_sent(op, self.world_size, nbytes)
 
-    def per_step(self, steps: int, ops: tuple[str, ...]) -> tuple[float, float]:
+    def per_step(self, steps: int, ops: tuple[str, ...]) -> tuple[int | float, float]:
         """(calls, bytes sent) per step of the operations `ops`, from the log of `steps` steps."""
-        return (sum(self.calls.get(op, 0) for op in ops) / steps,
+        calls = sum(self.calls.get(op, 0) for op in ops)
+        return (calls // steps if calls % steps == 0 else calls / steps,
                 sum(self.sent.get(op, 0) for op in ops) / steps)
 
 
