@@ -199,11 +199,11 @@ def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path) -> None:
     assert all(row[6] == "yes" for row in data["parts"]["Part 5"]["tables"]["traffic"]["rows"])
     claims = {c["what"]: (c["ours"], c["status"]) for c in data["claims"]}
     differs = {w for w, (_, s) in claims.items() if s == "differs"}
-    assert differs == {"4-rank all-gather of A: bytes sent per rank", "bytes sent per rank per step",
+    assert differs == {"4-rank all-gather of A: bytes sent per rank", "Llama-2-13B TP: bytes sent per rank per step",
                        "DDP static state, 16 B per parameter"}
     assert all(s == "agrees" for w, (_, s) in claims.items() if w not in differs)
     assert claims["4-rank all-gather of A: bytes sent per rank"][0] == 192          # KiB: (p−1)/p · 256
-    assert claims["bytes sent per rank per step"][0] == 75                          # MiB: 80 × 3/4 × 1.25
+    assert claims["Llama-2-13B TP: bytes sent per rank per step"][0] == 75                          # MiB: 80 × 3/4 × 1.25
     assert claims["DDP static state, 16 B per parameter"][0] == pytest.approx(3.0, abs=1e-3)  # GiB
     rows = {r[0]: r for r in data["parts"]["Part 4"]["tables"]["state_bytes"]["rows"]}
     assert all(r[2] == 2 * 8 * 8 * 128 * 128 // 4 for r in rows.values())       # m + v: 16P/p at float64

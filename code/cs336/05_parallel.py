@@ -235,8 +235,8 @@ def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dic
                   "    collectives table). 384 KiB is a layer's all-gather plus its backward reduce-scatter")
     calls, sent = cm.tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)
     rep.line("  Llama-2-13B with TP on p = 4 (40 layers, d = 5120, B = 128, fp16):")
-    rep.claim("collectives per step", calls, 80, places=0)
-    rep.claim("bytes sent per rank per step", sent / 2**20, 150, unit="MiB", places=0,
+    rep.claim("Llama-2-13B TP: collectives per step", calls, 80, places=0)
+    rep.claim("Llama-2-13B TP: bytes sent per rank per step", sent / 2**20, 150, unit="MiB", places=0,
               why="80 collectives × (p−1)/p × 1.25 MiB = 75 MiB; the notes multiply by 2 once more\n"
                   "    (all-reduce's factor again). Their '1.25 MB' is 1.25 MiB = 1.31 MB")
 
