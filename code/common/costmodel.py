@@ -374,3 +374,91 @@ def pp_step_send_time(micro_batches: int, activation_bytes: float, link: Link) -
     if int(micro_batches) != micro_batches or micro_batches < 1:
         raise ValueError(f"micro-batches must be an integer >= 1, got {micro_batches}")
     return 2 * micro_batches * link.message_time(activation_bytes / micro_batches)
+
+
+# ===========================================================================================
+
+# CS336 lecture 8: traffic of data, tensor and pipeline parallelism and ZeRO on the deep MLP
+# (x = gelu(x @ W) for L square W of width d, batch B, e bytes per element, p ranks), and the notes'
+# memory ledger of the ZeRO stages. Used and checked by code/cs336/05_parallel.py, whose real ranks
+# record every call they make. A collective is counted as a ring sends it (nccl-tests' bus factor:
+# all-reduce 2(p-1)/p·S, all-gather and reduce-scatter (p-1)/p·S, S the size of the whole result),
+# exact for equal slices; gloo's own schedule for a given size may differ.
+# ===========================================================================================
+
+RING_FACTORS = {"all_reduce": lambda k: 2 * (k - 1) / k, "all_gather": lambda k: (k - 1) / k,
+                "reduce_scatter": lambda k: (k - 1) / k}
+
+
+def ring_bytes_sent(op: str, k: int, total_bytes: float) -> float:
+    """Bytes one rank sends in a ring `op` ("all_reduce", "all_gather", "reduce_scatter") whose
+    whole result is `total_bytes` (for all-gather: every rank's piece together)."""
+    _check(k, total_bytes)
+    if op not in RING_FACTORS:
+        raise ValueError(f"unknown collective {op!r} ({', '.join(RING_FACTORS)})")
+    return RING_FACTORS[op](k) * total_bytes
+
+
+def dp_step_traffic(k: int, layers: int, width: int, elem_bytes: int) -> tuple[int, float]:
+    """(calls, bytes a rank sends) per step of the notes' data-parallel loop, which all-reduces
+    every W.grad separately: L all-reduces of d·d·e bytes. One flat all-reduce sends the same bytes."""
+    return layers, layers * ring_bytes_sent("all_reduce", k, width * width * elem_bytes)
+
+
+def tp_step_traffic(k: int, layers: int, width: int, batch: int, elem_bytes: int,
+                    first_input_grad: bool = False) -> tuple[int, float]:
+    """(calls, bytes a rank sends) per step of column-sliced tensor parallelism.
+
+    Forward: one all-gather of the layer's output per layer; slices of uneven width are padded to
+    ceil(d/p) columns (gloo gathers equal shapes), so S = p·B·ceil(d/p)·e. Backward: one
+    reduce-scatter of the partial input gradient (B·d·e) per layer, except the first layer's
+    unless `first_input_grad` (its input is data; in a transformer it is the embedding's output).
+    """
+    _check(k, 0)
+    gather = ring_bytes_sent("all_gather", k, k * batch * math.ceil(width / k) * elem_bytes)
+    backward_calls = layers if first_input_grad else layers - 1
+    scatter = ring_bytes_sent("reduce_scatter", k, batch * width * elem_bytes)
+    return layers + backward_calls, layers * gather + backward_calls * scatter
+
+
+def pp_step_traffic(k: int, rank: int, micro_batches: int, batch: int, width: int,
+                    elem_bytes: int) -> tuple[int, float]:
+    """(sends, bytes sent) per step by stage `rank` of a GPipe pipeline of k stages: each
+    micro-batch's activation forward unless it is the last stage, its input gradient backward
+    unless it is the first; over all micro-batches that is B·d·e bytes per direction. It receives
+    as many messages as it sends in the mirror direction."""
+    _check(k, 0)
+    directions = int(rank < k - 1) + int(rank > 0)
+    return directions * micro_batches, directions * batch * width * elem_bytes
+
+
+def zero_shard_elements(n_params: int, k: int) -> int:
+    """Elements of each rank's shard of the flattened parameters, padded up to a multiple of k."""
+    _check(k, 0)
+    return -(-n_params // k)
+
+
+def zero_step_traffic(k: int, n_params: int, elem_bytes: int) -> tuple[int, float]:
+    """(calls, bytes a rank sends) per ZeRO-1/2 step: reduce-scatter the flat (padded) gradient,
+    all-gather the updated shards; together 2(p-1)/p of the padded parameter bytes, as one all-reduce."""
+    padded = zero_shard_elements(n_params, k) * k * elem_bytes
+    return 2, ring_bytes_sent("reduce_scatter", k, padded) + ring_bytes_sent("all_gather", k, padded)
+
+
+def zero_optimizer_state_bytes(n_params: int, k: int, state_bytes_per_param: int) -> int:
+    """Optimizer state one rank holds: its padded shard times the state bytes per parameter (Adam's
+    m and v in the parameters' dtype: 2e; the notes' mixed-precision ledger: 12 with the fp32 master)."""
+    return zero_shard_elements(n_params, k) * state_bytes_per_param
+
+
+def zero_memory_per_rank(stage: int, n_params: float, k: int, param_bytes: float = 2,
+                         grad_bytes: float = 2, optimizer_bytes: float = 12) -> float:
+    """The notes' static memory per rank (no activations): fp16 parameters and gradients and 12 B
+    of fp32 master + Adam m, v per parameter. Stage 0 (DDP) 16P, 1: 4P + 12P/p, 2: 2P + 14P/p,
+    3: 16P/p; a stage shards everything it lists and all earlier stages shard."""
+    _check(k, 0)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO stage must be 0..3, got {stage}")
+    shards = [optimizer_bytes, grad_bytes, param_bytes][:stage]
+    whole = [optimizer_bytes, grad_bytes, param_bytes][stage:]
+    return n_params * (sum(whole) + sum(shards) / k)

@@ -1,0 +1,395 @@
+"""CS336 lecture 8 (数据并行, 张量并行, 流水线并行, ZeRO): the notes' deep-MLP sketches on real ranks.
+
+    python code/cs336/05_parallel.py [--world-size 4] [--layers 8] [--width 128] [--batch 32]
+    python code/cs336/05_parallel.py --world-size 3 --layers 7 --width 100 --batch 30   # uneven
+
+One launch runs every strategy on the same ranks (gloo, CPU, float64): data parallel (Part 1),
+tensor parallel with its backward written out (Part 2), a GPipe pipeline over send/recv (Part 3),
+ZeRO-1 and ZeRO-2 with Adam (Part 4). Each is compared with the same model trained in one process
+(cs336/mlp.py): output, loss, every gradient, parameters after the steps. Every call goes through
+cs336/comm.py, which counts it; Part 5 puts the counts beside costmodel's formulas and the notes'.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from common import costmodel as cm
+from common.cli import UsageError, make_parser, positive_int, run_main
+from common.launcher import launch
+from common.output import Report, fmt_bytes
+from cs336 import comm, mlp
+
+MAX_WORLD_SIZE = 32
+MAX_PARAMS = 2**24      # 128 MiB of float64 per copy; every rank holds at least one
+ELEM = 8                # float64: one process and the ranks differ only in summation order
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which the reference uses
+
+
+# ---- rank code: the notes' sketches, each step in full; the parent compares and prints -----------
+def data_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, log: comm.CommLog) -> dict:
+    rank, k = dist.get_rank(), dist.get_world_size()
+    mine = x.tensor_split(k)[rank]                      # my slice; the first B % k slices one longer
+    ws = [w.clone().requires_grad_() for w in params]   # a whole replica of the model
+    opt, res = torch.optim.SGD(ws, lr=mlp.LR_SGD), {}
+    for step in range(steps):
+        opt.zero_grad()
+        out = mlp.forward(ws, mine)
+        loss = out.square().mean()                      # the mean over MY slice, as in the sketch
+        loss.backward()
+        if step == 0:                                   # the sketch's op=AVG, on copies (not counted)
+            avg = [w.grad.clone() for w in ws]
+            for g in avg:
+                try:
+                    dist.all_reduce(g, op=dist.ReduceOp.AVG)
+                except (RuntimeError, ValueError):   # a gloo without AVG: what AVG means
+                    dist.all_reduce(g)
+                    g.div_(k)
+            res.update(output=out.detach(), loss=loss.item(), avg_grads=avg)
+        for w in ws:                                    # the sketch: one all-reduce per W
+            w.grad.mul_(len(mine))                      # weight my mean by my slice's size,
+            comm.all_reduce_sum(w.grad, log)            # add up every rank's,
+            w.grad.div_(len(x))                         # and divide by the whole batch
+        if step == 0:
+            res["grads"] = [w.grad.clone() for w in ws]
+        opt.step()
+    return res | {"params": [w.detach() for w in ws]}
+
+
+def tensor_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, log: comm.CommLog) -> dict:
+    rank, k = dist.get_rank(), dist.get_world_size()
+    widths = mlp.split_sizes(x.shape[1], k)
+    cols = slice(mlp.offsets(widths)[rank], mlp.offsets(widths)[rank] + widths[rank])
+    ws = [w[:, cols].clone() for w in params]           # my column slice of every layer
+    opt, res = torch.optim.SGD(ws, lr=mlp.LR_SGD), {}
+    for step in range(steps):
+        inputs, pre = [], []
+        h = x                                           # every rank sees the whole batch
+        for w in ws:                                    # the notes' forward: local matmul, gather
+            inputs.append(h)
+            pre.append(h @ w)
+            h = comm.all_gather_columns(F.gelu(pre[-1]), widths, log)
+        loss = h.square().mean()                        # every rank holds the whole output
+        grad_out = (2 / h.numel() * h)[:, cols]         # dL/dh, my columns only
+        grads: list[torch.Tensor] = [torch.empty(0)] * len(ws)
+        for layer in reversed(range(len(ws))):          # the backward the notes leave as homework
+            dz = grad_out * mlp.gelu_grad(pre[layer])   # through gelu, my columns
+            grads[layer] = inputs[layer].T @ dz         # dL/dW_local = (full input)ᵀ · (my slice of dL/dz)
+            if layer > 0:                               # the first layer's input is data
+                # dL/d input = Σ_r dz_r · W_rᵀ: each rank holds one term of the sum. The layer below
+                # owns the same columns, so it needs only its columns of the sum: reduce-scatter.
+                grad_out = comm.reduce_scatter_columns(dz @ ws[layer].T, widths, log)
+        if step == 0:
+            res.update(output=h, loss=loss.item(), grads=grads)
+        for w, g in zip(ws, grads):
+            w.grad = g
+        opt.step()
+    return res | {"params": ws}
+
+
+def pipeline_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, micro_batches: int,
+                  log: comm.CommLog) -> dict:
+    rank, k = dist.get_rank(), dist.get_world_size()
+    first, last = rank == 0, rank == k - 1
+    ws = [params[i].clone().requires_grad_() for i in mlp.stage_layers(len(params), k)[rank]]
+    opt, res = torch.optim.SGD(ws, lr=mlp.LR_SGD), {}
+    for step in range(steps):
+        opt.zero_grad()
+        inputs, outputs = [], []
+        for chunk in x.tensor_split(micro_batches):     # GPipe: every micro-batch forward ...
+            h = chunk if first else comm.recv(chunk.shape, rank - 1, log).requires_grad_()
+            outputs.append(mlp.forward(ws, h))
+            inputs.append(h)
+            if not last:
+                comm.send(outputs[-1].detach(), rank + 1, log)
+        for m in reversed(range(micro_batches)):        # ... then every micro-batch backward
+            if last:                                    # this micro-batch's share of the whole batch's mean
+                (outputs[m].square().sum() / x.numel()).backward()
+            else:
+                outputs[m].backward(comm.recv(outputs[m].shape, rank + 1, log))
+            if not first:
+                comm.send(inputs[m].grad, rank - 1, log)
+        if step == 0:
+            out = torch.cat(outputs).detach()
+            res.update(output=out, loss=out.square().mean().item(), grads=[w.grad.clone() for w in ws])
+        opt.step()
+    return res | {"params": [w.detach() for w in ws]}
+
+
+def zero_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, stage: int, log: comm.CommLog) -> dict:
+    rank, k = dist.get_rank(), dist.get_world_size()
+    mine = x.tensor_split(k)[rank]
+    ws = [w.clone().requires_grad_() for w in params]   # parameters stay whole on every rank
+    flat = mlp.flatten_padded([w.detach() for w in ws], k)  # zero-padded to a multiple of k
+    shard = len(flat) // k
+    my_shard = flat[rank * shard:(rank + 1) * shard].clone()  # the only parameters I update
+    m, v = torch.zeros_like(my_shard), torch.zeros_like(my_shard)  # my Adam state: 1/p of it
+    res: dict = {"params_after": []}
+    for t in range(1, steps + 1):
+        for w in ws:
+            w.grad = None
+        mlp.forward(ws, mine).square().mean().backward()
+        flat_grad = mlp.flatten_padded([w.grad for w in ws], k) * len(mine)  # weighted as in Part 1
+        if stage == 2:                                  # ZeRO-2: drop the whole gradient at once
+            for w in ws:
+                w.grad = None
+        g = comm.reduce_scatter_columns(flat_grad.view(1, -1), [shard] * k, log).view(-1) / len(x)
+        del flat_grad
+        res["grad_bytes"] = g.nbytes + sum(w.grad.nbytes for w in ws if w.grad is not None)
+        # Adam on my shard, written as torch.optim.Adam computes it (defaults β = 0.9, 0.999, ε = 1e-8)
+        m.mul_(ADAM_BETAS[0]).add_(g, alpha=1 - ADAM_BETAS[0])
+        v.mul_(ADAM_BETAS[1]).addcmul_(g, g, value=1 - ADAM_BETAS[1])
+        denom = v.sqrt() / math.sqrt(1 - ADAM_BETAS[1] ** t) + ADAM_EPS
+        my_shard.addcdiv_(m, denom, value=-mlp.LR_ADAM / (1 - ADAM_BETAS[0] ** t))
+        new = comm.all_gather_columns(my_shard.view(1, -1), [shard] * k, log).view(-1)
+        with torch.no_grad():
+            for w, piece in zip(ws, mlp.unflatten(new, ws)):
+                w.copy_(piece)
+        if rank == 0:
+            res["params_after"].append([w.detach().clone() for w in ws])
+    return res | {"shard": shard, "mv_bytes": m.nbytes + v.nbytes}
+
+
+def strategies_worker(rank: int, world_size: int, params: list[torch.Tensor], x: torch.Tensor,
+                      steps: int, micro_batches: int) -> dict:
+    """Every strategy in turn on this rank, each with its own log of calls."""
+    runs = {"DP": lambda log: data_parallel_rank(params, x, steps, log),
+            "TP": lambda log: tensor_parallel_rank(params, x, steps, log),
+            "PP": lambda log: pipeline_rank(params, x, steps, micro_batches, log),
+            "ZeRO-1": lambda log: zero_rank(params, x, steps, 1, log),
+            "ZeRO-2": lambda log: zero_rank(params, x, steps, 2, log)}
+    out = {}
+    for name, run in runs.items():
+        log = comm.CommLog(world_size)
+        out[name] = run(log) | {"log": log}
+    return out
+
+
+# ---- the parts: the parent compares with one process and prints ---------------------------------
+def sizes_text(sizes: list[int]) -> str:
+    """[11, 11, 10] -> '11, 11, 10'; long lists as counts: '20 × 2 + 12 × 1'."""
+    if len(sizes) <= 8:
+        return ", ".join(map(str, sizes))
+    return " + ".join(f"{sizes.count(v)} × {v}" for v in sorted(set(sizes), reverse=True))
+
+
+def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, how: str, output: torch.Tensor,
+            loss: float, grads: list[torch.Tensor], params: list[torch.Tensor], extra: list | None = None) -> None:
+    """The table every strategy prints: max |diff| from one process, float64 (round-off only)."""
+    rows = [[f"output, step 1 ({how})", mlp.max_abs_diff(output, ref.output)],
+            ["loss, step 1", abs(loss - ref.loss)],
+            [f"gradient of each of the {args.layers} W, step 1", mlp.max_abs_diff(grads, ref.grads)],
+            *(extra or []),
+            [f"parameters after {args.steps} SGD steps (lr {mlp.LR_SGD})", mlp.max_abs_diff(params, ref.params_after[-1])]]
+    rep.table(["quantity", "max |diff| vs one process"], rows, name="vs_one_process")
+    rep.record("max_diff", max(r[1] for r in rows if r not in (extra or [])))
+
+
+def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
+    rep.part(1, "data parallel: a slice of the batch per rank, all-reduce of every W.grad")
+    dp, sizes = [r["DP"] for r in ranks], mlp.split_sizes(args.batch, args.world_size)
+    compare(rep, args, ref, "slices in rank order", torch.cat([r["output"] for r in dp]),
+            sum(n * r["loss"] for n, r in zip(sizes, dp)) / args.batch, dp[0]["grads"], dp[0]["params"],
+            [["  the same with the sketch's op=AVG", mlp.max_abs_diff(dp[0]["avg_grads"], ref.grads)]])
+    same = all(torch.equal(a, b) for r in dp for a, b in zip(r["params"], dp[0]["params"]))
+    rep.line(f"  batch slices {sizes_text(sizes)}; loss = Σ n_r·loss_r / B; replicas bit-identical: {same}")
+    rep.line(f"  for scale: largest |gradient| {max(g.abs().max().item() for g in ref.grads):.3g}, "
+             f"largest |parameter| {max(w.abs().max().item() for w in ref.params_after[-1]):.3g}")
+    rep.note("each rank's loss is the mean over its own slice, so its gradient counts n_r/B of the whole:\n"
+             "multiply by n_r, all-reduce with SUM, divide by B. op=AVG divides by the number of ranks\n"
+             "instead, weighting every slice alike: right only when the slices are equal (row 4).")
+
+
+def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
+    rep.part(2, "tensor parallel: column slices of every W, all-gather forward, reduce-scatter backward")
+    tp, widths = [r["TP"] for r in ranks], mlp.split_sizes(args.width, args.world_size)
+    def joined(key: str) -> list[torch.Tensor]:
+        return [torch.cat([r[key][i] for r in tp], dim=1) for i in range(args.layers)]
+    compare(rep, args, ref, "rank 0's full copy", tp[0]["output"], tp[0]["loss"], joined("grads"), joined("params"))
+    rep.line(f"  column slices of width {sizes_text(widths)}; outputs equal on every rank: "
+             f"{all(torch.equal(r['output'], tp[0]['output']) for r in tp)}")
+    rep.note("layer z = x·W, y = gelu(z); rank r holds W_r = W[:, cols_r] and the full input x.\n"
+             "dL/dW_r = xᵀ · dz_r, dz_r = (dL/dy)[:, cols_r] ⊙ gelu'(z_r): local, no communication.\n"
+             "dL/dx = dz · Wᵀ = Σ_r dz_r · W_rᵀ: a sum over ranks. The layer below owns the same columns,\n"
+             "so a reduce-scatter (not an all-reduce, twice the bytes) gives each rank exactly its part.\n"
+             "Per step: L all-gathers and L − 1 reduce-scatters (the first layer's input is data).")
+    # The notes' numbers (fp16, p = 4): A = B·d·2 bytes; ring all-gather (p − 1)/p·A per rank.
+    act = 128 * 1024 * 2
+    rep.claim("activation A, B = 128, d = 1024, fp16", act / 2**10, 256, unit="KiB", places=0)
+    rep.claim("4-rank all-gather of A: bytes sent per rank", cm.ring_bytes_sent("all_gather", 4, act) / 2**10,
+              384, unit="KiB", places=0,
+              why="the notes use all-reduce's 2(p−1)/p; an all-gather sends (p−1)/p·A (their own\n"
+                  "    collectives table). 384 KiB is a layer's all-gather plus its backward reduce-scatter")
+    calls, sent = cm.tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)
+    rep.line("  Llama-2-13B with TP on p = 4 (40 layers, d = 5120, B = 128, fp16):")
+    rep.claim("Llama-2-13B TP: collectives per step", calls, 80, places=0)
+    rep.claim("Llama-2-13B TP: bytes sent per rank per step", sent / 2**20, 150, unit="MiB", places=0,
+              why="80 collectives × (p−1)/p × 1.25 MiB = 75 MiB; the notes multiply by 2 once more\n"
+                  "    (all-reduce's factor again). Their '1.25 MB' is 1.25 MiB = 1.31 MB")
+
+
+def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
+    rep.part(3, "pipeline parallel: a block of layers per rank, micro-batches over send/recv (GPipe)")
+    k, pp = args.world_size, [r["PP"] for r in ranks]
+    compare(rep, args, ref, "last stage", pp[-1]["output"], pp[-1]["loss"], [g for r in pp for g in r["grads"]],
+            [p for r in pp for p in r["params"]])
+    rows = []
+    for rank, (r, layers) in enumerate(zip(pp, mlp.stage_layers(args.layers, k))):
+        (sends, sent), recvs = r["log"].per_step(args.steps, ("send",)), r["log"].per_step(args.steps, ("recv",))[0]
+        f_sends, f_sent = cm.pp_step_traffic(k, rank, args.micro_batches, args.batch, args.width, ELEM)
+        rows.append([rank, f"{layers.start}–{layers.stop - 1}", sends, f_sends, recvs, fmt_bytes(sent), fmt_bytes(f_sent)])
+    rep.table(["rank", "layers", "sends/step", "formula", "recvs/step", "bytes sent/step", "formula"], rows,
+              name="per_rank")
+    rep.line(f"  micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; a stage "
+             "sends its output forward,\n  its input gradient backward")
+    rep.note("the notes' sketch shows the forward sends only; the backward mirrors them, so a middle\n"
+             "stage sends 2M messages per step. GPipe keeps every micro-batch's activations until its\n"
+             "backward: O(M) memory per stage (1F1B bounds it by the number of stages).")
+
+
+def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
+    rep.part(4, "ZeRO-1 and ZeRO-2: reduce-scatter gradients, Adam on my shard, all-gather parameters")
+    k, n = args.world_size, args.layers * args.width**2
+    z1, z2 = [r["ZeRO-1"] for r in ranks], [r["ZeRO-2"] for r in ranks]
+    rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
+              [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p), mlp.max_abs_diff(z2[0]["params_after"][s], p)]
+               for s, p in enumerate(ref.params_after)], name="vs_one_process")
+    rep.record("max_diff", max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
+                               for s, p in enumerate(ref.params_after)))
+    shard = cm.zero_shard_elements(n, k)
+    rows = [[r, a["shard"], a["mv_bytes"], cm.zero_optimizer_state_bytes(n, k, 2 * ELEM), a["grad_bytes"],
+             b["grad_bytes"]] for r, (a, b) in enumerate(zip(z1, z2))]
+    rep.table(["rank", "shard", "m+v bytes held", "2e·⌈P/p⌉", "ZeRO-1 grad bytes", "ZeRO-2"], rows,
+              name="state_bytes")
+    pad = shard * k - n
+    rep.line(f"  P = {n:,} parameters, padded with {pad} zero{'' if pad == 1 else 's'} to {shard * k:,}: {k} equal shards;\n"
+             f"  unsharded, Adam's m and v would hold {2 * ELEM * n:,} bytes on every rank")
+    rep.note(f"float64 here, e = {ELEM} bytes: m and v are 2e·P/p = 16P/p per rank. The notes' 12P/p is\n"
+             "fp32 master + m + v beside fp16 weights; with fp32 weights and no master copy it is 8P/p.\n"
+             "Adam is written out on the shard (torch.optim.Adam's formula) and checked against\n"
+             "torch.optim.Adam on the whole model. Gradient bytes are those held at the optimizer step:\n"
+             "ZeRO-1 keeps the whole gradient and its reduced shard, ZeRO-2 only the shard. (Here both\n"
+             "build the whole gradient in backward; real ZeRO-2 reduce-scatters bucket by bucket.)")
+    rows = [[name, fmt_bytes(cm.zero_memory_per_rank(s, 13e9, 4))] for s, name in
+            enumerate(["DDP: 16P", "ZeRO-1: 4P + 12P/p", "ZeRO-2: 2P + 14P/p", "ZeRO-3: 16P/p"])]
+    rep.line("\n  the notes' ledger for a 13B model on p = 4 (fp16 weights and gradients, 12 B of fp32 state):")
+    rep.table(["stage", "static memory per rank"], rows, name="ledger_13b")
+    rep.claim("13B: DDP static state per rank", cm.zero_memory_per_rank(0, 13e9, 4) / 1e9, 208, unit="GB", places=0)
+    for what, ranks_, nbytes, notes in [("Adam m + v per rank, unsharded", 1, 8, 104),
+                                        ("Adam m + v per rank, ZeRO-1 on 4", 4, 8, 26),
+                                        ("fp16 gradients per rank, ZeRO-2 on 4", 4, 2, 6.5)]:
+        ours = cm.zero_optimizer_state_bytes(13 * 10**9, ranks_, nbytes) / 1e9  # a shard × bytes per element
+        rep.claim(f"13B: {what}", ours, notes, unit="GB", places=1 if notes % 1 else 0)
+
+
+def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
+    rep.part(5, "traffic per rank per step: counted on the ranks, costmodel's formula, the notes' estimate")
+    k, L, d, b, m = args.world_size, args.layers, args.width, args.batch, args.micro_batches
+    n, act = L * d * d, b * d * ELEM
+    busiest = max(range(k), key=lambda r: ranks[r]["PP"]["log"].sent.get("send", 0))
+    cases = [("DP", ("all_reduce",), 0, cm.dp_step_traffic(k, L, d, ELEM),
+              "1", f"2(p−1)/p·Pe {fmt_bytes(cm.ring_bytes_sent('all_reduce', k, n * ELEM))}"),
+             ("TP", ("all_gather", "reduce_scatter"), 0, cm.tp_step_traffic(k, L, d, b, ELEM),
+              f"2L = {2 * L}", f"2L·2(p−1)/p·A {fmt_bytes(2 * L * cm.ring_bytes_sent('all_reduce', k, act))}"),
+             (f"PP rank {busiest}", ("send",), busiest, cm.pp_step_traffic(k, busiest, m, b, d, ELEM),
+              f"M = {m}", f"A per boundary {fmt_bytes(act)}")]
+    cases += [(z, ("reduce_scatter", "all_gather"), 0, cm.zero_step_traffic(k, n, ELEM),
+               "AR + AG" if z == "ZeRO-1" else "RS + AG", "") for z in ("ZeRO-1", "ZeRO-2")]
+    rows, agree = [], True
+    for name, ops, rank, (f_calls, f_sent), notes_calls, notes_sent in cases:
+        key = name.split()[0]
+        counted = [r[key]["log"].per_step(args.steps, ops) for r in ranks]
+        formulas = [cm.pp_step_traffic(k, r, m, b, d, ELEM) for r in range(k)] if key == "PP" else [(f_calls, f_sent)] * k
+        equal = all(c == f[0] and math.isclose(s, f[1], rel_tol=1e-12) for (c, s), f in zip(counted, formulas))
+        agree &= equal
+        rows.append([name, counted[rank][0], f_calls, notes_calls, fmt_bytes(counted[rank][1]), fmt_bytes(f_sent),
+                     "yes" if equal else "NO", notes_sent])
+    rep.table(["strategy", "calls", "formula", "notes", "bytes sent", "formula", "= all ranks", "notes' estimate"],
+              rows, name="traffic")
+    rep.record("counted_equals_formula", agree)
+    rep.note(f"P = {n:,} parameters, e = {ELEM} B, A = B·d·e. DP: the sketch all-reduces each W apart,\n"
+             "so L calls where the notes count 1 (one flat buffer sends the same bytes). TP: L all-gathers\n"
+             "and L − 1 reduce-scatters, each (p−1)/p of its size; the notes charge 2(p−1)/p per call.\n"
+             "PP: the busiest rank's sends, forward and backward. ZeRO: the notes' table lists ZeRO-1 as\n"
+             "DDP's all-reduce plus an all-gather; a reduce-scatter and an all-gather move what one\n"
+             "all-reduce does.")
+    part5_notes_example(rep)
+
+
+def part5_notes_example(rep: Report) -> None:
+    """The notes' 4-GPU example: 12 layers, d = 4096, B = 128, fp16, p = 4."""
+    k, L, d, b, e = 4, 12, 4096, 128, 2
+    rep.line(f"\n  the notes' example, same formulas: {L} layers, d = {d}, B = {b}, fp16, p = {k}, M = 4 (ours)")
+    rows = [["DP", *cm.dp_step_traffic(k, L, d, e)], ["TP", *cm.tp_step_traffic(k, L, d, b, e)],
+            ["PP, middle rank", *cm.pp_step_traffic(k, 1, 4, b, d, e)], ["ZeRO-1/2", *cm.zero_step_traffic(k, L * d * d, e)]]
+    rep.table(["strategy", "calls/step", "bytes sent per rank"], [[s, c, fmt_bytes(v)] for s, c, v in rows],
+              name="notes_example")
+    rep.claim("parameters per layer", d * d / 1e6, 16.8, unit="M", places=1)
+    rep.claim("one layer in fp16", d * d * e / 2**20, 32, unit="MiB", places=0)
+    rep.claim("parameters, 12 layers", L * d * d / 1e6, 201, unit="M", places=0)
+    rep.claim("DDP static state, 16 B per parameter", 16 * L * d * d / 2**30, 3.2, unit="GiB", places=1,
+              why=f"{16 * L * d * d / 1e9:.2f} GB (10⁹) is 3.00 GiB: the notes' '3.2 GiB' are GB")
+    rep.claim("one batch's activation", b * d * e / 2**20, 1, unit="MiB", places=0)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Sizes every strategy can split: at least one layer, column and sample per rank."""
+    k = args.world_size
+    if not 2 <= k <= MAX_WORLD_SIZE:
+        raise UsageError(f"--world-size must be 2..{MAX_WORLD_SIZE}, got {k}")
+    for flag, value, what in [("--layers", args.layers, "a layer per pipeline stage"),
+                              ("--width", args.width, "a column per tensor-parallel slice"),
+                              ("--batch", args.batch, "a sample per data-parallel slice")]:
+        if value < k:
+            raise UsageError(f"{flag} {value} < --world-size {k}: every rank needs {what}")
+    if args.micro_batches > args.batch:
+        raise UsageError(f"--micro-batches {args.micro_batches} > --batch {args.batch}: a micro-batch needs a row")
+    if args.layers * args.width**2 > MAX_PARAMS:
+        raise UsageError(f"--layers × --width² must be at most {MAX_PARAMS:,} (a few seconds on a laptop)")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, real=True, figs=False)
+    parser.add_argument("--layers", type=positive_int, default=8, help="layers of the MLP (default 8)")
+    parser.add_argument("--width", type=positive_int, default=128, help="width d of every layer (default 128)")
+    parser.add_argument("--batch", type=positive_int, default=32, help="batch size B (default 32)")
+    parser.add_argument("--micro-batches", type=positive_int, default=4, help="pipeline micro-batches M (default 4)")
+    parser.add_argument("--steps", type=positive_int, default=3, help="optimizer steps (default 3; --quick: 2)")
+    parser.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
+    args = parser.parse_args()
+    check_args(args)
+    k = args.world_size
+    if args.quick:
+        args.steps = min(args.steps, 2)
+    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)", args)
+    params, x = mlp.make_params(args.layers, args.width, args.seed), mlp.make_batch(args.batch, args.width, args.seed)
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
+             f"loss = mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
+    # One process first: its optimizer imports torch._dynamo (~1 s), which forked ranks then inherit
+    # instead of importing it four times over on two cores (the launch: 5 s -> 1 s here).
+    sgd = mlp.train_one_process(params, x, args.steps, "sgd")
+    adam = mlp.train_one_process(params, x, args.steps, "adam")
+    ranks = launch(strategies_worker, k, params, x, args.steps, args.micro_batches, timeout_s=args.timeout_s)
+    part1_data_parallel(rep, args, ranks, sgd)       # the notes' DP loop: slices, SUM then ÷ B
+    part2_tensor_parallel(rep, args, ranks, sgd)     # column slices, all-gather, the backward derived
+    part3_pipeline(rep, args, ranks, sgd)            # stages, micro-batches, send/recv both ways
+    part4_zero(rep, args, ranks, adam)               # reduce-scatter, Adam on a shard, all-gather
+    part5_summary(rep, args, ranks)                  # counted bytes and calls vs formulas vs the notes
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)

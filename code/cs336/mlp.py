@@ -1,0 +1,108 @@
+"""The deep MLP of CS336 lecture 8 and what its parallel versions share; no torch.distributed here.
+
+    x = gelu(x @ W) for W in params;  loss = x.square().mean()
+
+One process trains it for reference (`train_one_process`); `05_parallel.py` trains the same model
+on real ranks four ways and compares. Also here: how a size is split over ranks (the first n % p
+parts one larger, as torch.tensor_split), the flat parameter vector of ZeRO, the derivative of
+GELU the tensor-parallel backward needs. The counted torch.distributed calls are in `comm.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+LR_SGD = 0.5    # loss = mean of squares gives small gradients; 0.5 moves the weights visibly
+LR_ADAM = 1e-3  # Adam's step is ~lr per element whatever the gradient's size
+
+
+def make_params(layers: int, width: int, seed: int, dtype: torch.dtype = torch.float64) -> list[torch.Tensor]:
+    """L square matrices, N(0, 1/d): activations keep their size through the layers."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(width, width, generator=gen, dtype=dtype) / math.sqrt(width) for _ in range(layers)]
+
+
+def make_batch(batch: int, width: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed + 1)
+    return torch.randn(batch, width, generator=gen, dtype=dtype)
+
+
+def forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    for w in params:
+        x = F.gelu(x @ w)
+    return x
+
+
+def gelu_grad(z: torch.Tensor) -> torch.Tensor:
+    """d gelu(z)/dz for the exact (erf) GELU: Φ(z) + z·φ(z)."""
+    return 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+@dataclass
+class Reference:
+    """One process, whole batch: first step's output, loss and gradients; parameters after each step."""
+
+    output: torch.Tensor
+    loss: float
+    grads: list[torch.Tensor]
+    params_after: list[list[torch.Tensor]]  # [step][layer]
+
+
+def train_one_process(params: list[torch.Tensor], x: torch.Tensor, steps: int, optimizer: str) -> Reference:
+    """Plain autograd and torch.optim ("sgd" or "adam") on the whole batch: what every strategy must equal."""
+    ws = [w.clone().requires_grad_() for w in params]
+    opt = torch.optim.SGD(ws, lr=LR_SGD) if optimizer == "sgd" else torch.optim.Adam(ws, lr=LR_ADAM)
+    after, first = [], None
+    for _ in range(steps):
+        opt.zero_grad()
+        out = forward(ws, x)
+        loss = out.square().mean()
+        loss.backward()
+        if first is None:
+            first = (out.detach().clone(), loss.item(), [w.grad.clone() for w in ws])
+        opt.step()
+        after.append([w.detach().clone() for w in ws])
+    return Reference(first[0], first[1], first[2], after)
+
+
+# ---- how sizes are split over ranks -------------------------------------------------------------
+def split_sizes(n: int, parts: int) -> list[int]:
+    """torch.tensor_split's sizes: n // parts each, the first n % parts one more."""
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+
+
+def offsets(sizes: list[int]) -> list[int]:
+    """Where each part starts."""
+    return [sum(sizes[:i]) for i in range(len(sizes))]
+
+
+def stage_layers(layers: int, stages: int) -> list[range]:
+    """Contiguous blocks of layers, one per pipeline stage; the first layers % stages one longer."""
+    sizes = split_sizes(layers, stages)
+    return [range(o, o + s) for o, s in zip(offsets(sizes), sizes)]
+
+
+def flatten_padded(tensors: list[torch.Tensor], multiple: int) -> torch.Tensor:
+    """One flat vector, zero-padded to a multiple of `multiple` so it splits into equal shards."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    return F.pad(flat, (0, -len(flat) % multiple))
+
+
+def unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors back from a flat (possibly padded) vector; padding past the end is dropped."""
+    out, start = [], 0
+    for t in like:
+        out.append(flat[start:start + t.numel()].view_as(t))
+        start += t.numel()
+    return out
+
+
+def max_abs_diff(a: torch.Tensor | list[torch.Tensor], b: torch.Tensor | list[torch.Tensor]) -> float:
+    if isinstance(a, torch.Tensor):
+        a, b = [a], [b]
+    assert len(a) == len(b) and all(x.shape == y.shape for x, y in zip(a, b)), "shapes differ"
+    return max((x - y).abs().max().item() for x, y in zip(a, b))
