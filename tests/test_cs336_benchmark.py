@@ -5,11 +5,13 @@ the size sweep and its rounding, the real ranks' correctness column, and bad fla
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_usage_error, run_script
+from conftest import ROOT, assert_usage_error, run_script
 
 from common.costmodel import ring_allreduce_bytes_per_device
 from cs336 import busbw as bw
@@ -164,4 +166,15 @@ def test_bad_flags() -> None:
     assert_usage_error(SCRIPT, "--min-bytes", "4MiB", "--max-bytes", "1KiB")
     assert_usage_error(SCRIPT, "--step-factor", "1")
     assert_usage_error(SCRIPT, "--min-bytes", "0")
-    assert_usage_error(SCRIPT, "--iters", "0")
+
+
+def test_under_torchrun(tmp_path: Path) -> None:
+    """torchrun owns the processes: its 2 ranks replace --world-size, rank 0 alone prints."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(ROOT / "code" / SCRIPT), "--max-bytes", "4KiB", "--iters", "2", "--json", str(tmp_path / "t.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("02_benchmark.py:") == 1 and "on 2 gloo ranks" in proc.stdout
+    part1 = load(tmp_path / "t.json")["parts"]["Part 1"]
+    assert all(r["ok"] and r["busbw"] == pytest.approx(r["algbw"] * bw.bus_factor(c, 2))
+               for c in bw.COLLECTIVES for r in part1[c])

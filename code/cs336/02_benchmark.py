@@ -107,8 +107,8 @@ def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iter
         for requested in sizes:
             b = bw.buffers(collective, world_size, requested)
             given = pattern(b.in_elems, device) * (rank + 1)
-            inp, out = given.clone(), given.clone() if b.in_elems == b.out_elems else torch.empty(b.out_elems,
-                                                                                                 device=device)
+            inp = given.clone()
+            out = given.clone() if b.in_elems == b.out_elems else torch.empty(b.out_elems, device=device)
             call = functools.partial(CALLS[collective], inp, out)
             call()  # the check, out of place: all-reduce and broadcast work on a copy of inp
             sync(device)
@@ -125,7 +125,7 @@ def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iter
         step = lambda: [work.wait() for work in dist.batch_isend_irecv(ops)]  # noqa: E731
         for _ in range(warmup + 1):
             step()
-        shift = {"bytes": send.numel() * 4, "times": timed(step, iters, device)}
+        shift = {"bytes": send.numel() * 4, "times": timed(step, 2 * iters, device)}  # one size: cheap
     return {"backend": dist.get_backend(), "device": str(device), "copy_s": copy_s, "runs": runs, "shift": shift}
 
 
@@ -162,10 +162,10 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
     n = len(results)  # torchrun's world size if it runs us
     rep.part(1, f"the sweep: {len(COLLECTIVES)} collectives × {len(args.sizes)} sizes on {n} "
                 f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
-    rep.note(f"float32; per size 1 checked + {args.warmup} warm-up + {args.iters} timed calls, each after a\n"
-             "barrier; a call's time is its slowest rank's, and t is the median over calls (p10 … p90\n"
-             "beside it). nccl-tests instead times its calls as one batch and averages over ranks.\n"
-             "GB = 1e9 B. S follows nccl-tests: the size of the whole result, see each header.")
+    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.iters} timed, each after a barrier.\n"
+             "A call's time is its slowest rank's; t is the median over calls (p10 … p90 beside it).\n"
+             "nccl-tests instead times its calls as one batch and averages the ranks' times.\n"
+             "GB = 1e9 B. S is nccl-tests' size: the whole result (see each table's header).")
     m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}}
     for collective in COLLECTIVES:
         rows, table = [], []
@@ -191,7 +191,8 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
     m["copy"] = COPY_BYTES / bw.percentile(results[0]["copy_s"], 50)
     shift = [r["shift"] for r in results]
     m["link"] = shift[0]["bytes"] / bw.Timing.from_ranks([s["times"] for s in shift]).median if n > 1 else None
-    rep.line(f"\n  memory copy on rank {ROOT} (copy_ of {fmt_bytes(COPY_BYTES, True)}, one thread, median): "
+    rep.line(f"\n  memory copy on rank {ROOT} (copy_ of {fmt_bytes(COPY_BYTES, True)} on {results[0]['device']}, "
+             f"{'1 thread, ' * (results[0]['device'] == 'cpu')}median): "
              f"{m['copy'] / 1e9:.3g} GB/s\n  copied (each byte is read and written: the memory moves twice that)")
     if m["link"]:
         rep.line(f"  one ring step (each rank sends {fmt_bytes(shift[0]['bytes'], True)} right, receives from "
@@ -204,38 +205,8 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
 
 
 def part2_latency(rep: Report, m: dict) -> None:
-    rep.part(2, "startup cost: small sizes never reach the peak")
-    sizes, n, rows = m["sizes"], m["n"], []
-    for collective, data in m["rows"].items():
-        if len(sizes) < 2:
-            continue
-        s_half = bw.half_peak_size([r["S"] for r in data], [r["algbw"] for r in data])
-        small = [r for r in data if r["S"] <= s_half]
-        small = small if len(small) >= 2 else data[:2]
-        a, b = fit_line_relative([r["S"] for r in small], [r["t"] for r in small])
-        peak = max(r["algbw"] for r in data)
-        startup_share = 1 - data[0]["S"] / peak / data[0]["t"]  # what the bytes at the peak rate don't explain
-        rows.append([collective, max(r["busbw"] for r in data) / 1e9, fmt_bytes(s_half, True), fmt_time(a),
-                     fmt_bytes(max(a, 0) * peak, True), startup_share])
-        m.setdefault("fit", {})[collective] = (a, b)
-    if not rows:
-        rep.note("one size only: nothing to fit (give --max-bytes above --min-bytes)")
-        return
-    rep.table(["collective", "peak busbw GB/s", "S at half peak", "fitted a", "a × peak algbw",
-               "startup share, smallest"], rows, name="latency")
-    rep.note("t = a + b·S fitted (relative error) on the sizes up to the half-peak one: a is the cost of\n"
-             "a call that carries nothing. With t = a + S/B, algbw is half its peak B where S = a·B\n"
-             "(the column 'a × peak algbw'); below that, startup is most of the time. The last column\n"
-             f"is 1 − S/(peak algbw · t) at S = {fmt_bytes(sizes[0], True)}: the share of its time that its bytes, moved\n"
-             "at the best rate of the sweep, do not explain.")
-    if "all-reduce" in m.get("fit", {}) and n > 1:
-        alpha, _ = ring_alpha_beta_from_line(n, *m["fit"]["all-reduce"])
-        rep.line(f"  all-reduce read as a ring of 2(n−1) = {2 * (n - 1)} steps: α ≈ a / {2 * (n - 1)} = "
-                 f"{fmt_time(alpha)} per step")
-        share = rows[0][-1]
-        rep.claim(f"all-reduce of {fmt_bytes(sizes[0], True)} mostly startup (share > 1/2)",
-                  share > 0.5, True, kind=MEASURED, why=f"the startup share is {share:.2f} here")
-    ex = NOTES_EXAMPLE
+    rep.part(2, "the α-β estimate, and startup cost: small sizes never reach the peak")
+    ex, sizes, n = NOTES_EXAMPLE, m["sizes"], m["n"]
     total = ring_allreduce_time(ex["p"], ex["S"], Link(ex["alpha_s"], ex["B"]))
     startup = 2 * (ex["p"] - 1) * ex["alpha_s"]
     rep.line("  the notes' example: p = 4, S = 64 MiB, B = 50 GiB/s, α = 5 µs, T = 6α + 1.5·S/B")
@@ -243,6 +214,35 @@ def part2_latency(rep: Report, m: dict) -> None:
     rep.claim("bandwidth term 1.5·S/B", (total - startup) * 1e3, 1.92, "ms", EXACT, places=2,
               why="64 MiB / 50 GiB/s is 1.25 ms (MiB/GiB = 1/1024), so 1.5 × that is 1.875 ms; the notes\n"
                   "    took 64/50 = 1.28 ms, which is 64 MB at 50 GB/s")
+    if len(sizes) < 2:
+        rep.note("one size only: nothing to fit here (give --max-bytes above --min-bytes)")
+        return
+    rows, fits = [], {}
+    for collective, data in m["rows"].items():
+        s_half = bw.half_peak_size([r["S"] for r in data], [r["algbw"] for r in data])
+        small = [r for r in data if r["S"] <= s_half]
+        small = small if len(small) >= 2 else data[:2]
+        fits[collective] = a, _ = fit_line_relative([r["S"] for r in small], [r["t"] for r in small])
+        peak = max(r["algbw"] for r in data)
+        startup_share = 1 - data[0]["S"] / peak / data[0]["t"]  # what the bytes at the peak rate don't explain
+        rows.append([collective, max(r["busbw"] for r in data) / 1e9, fmt_bytes(s_half, True), fmt_time(a),
+                     fmt_bytes(max(a, 0) * peak, True), startup_share])
+    rep.line(f"\n  measured here, {n} rank{'s' * (n > 1)}:")
+    rep.table(["collective", "peak busbw GB/s", "S at half peak", "fitted a", "a × peak algbw",
+               "startup share, smallest"], rows, name="latency")
+    rep.note("half peak: of algbw, so of busbw too (a constant factor apart). t = a + b·S is fitted\n"
+             "(relative error) on the sizes up to the half-peak one: a is what a call costs that carries\n"
+             "nothing. With t = a + S/B, algbw is half its peak B at S = a·B ('a × peak algbw'); below\n"
+             "that, startup is most of the time. The last column is 1 − S/(peak algbw · t) at S =\n"
+             f"{fmt_bytes(sizes[0], True)}: the share of its time that its bytes, at the sweep's best rate, "
+             "do not explain.")
+    if n > 1:
+        alpha, _ = ring_alpha_beta_from_line(n, *fits["all-reduce"])
+        rep.line(f"  all-reduce read as a ring of 2(n−1) = {2 * (n - 1)} steps: α ≈ a / {2 * (n - 1)} = "
+                 f"{fmt_time(alpha)} per step")
+        share = rows[0][-1]
+        rep.claim(f"all-reduce of {fmt_bytes(sizes[0], True)} mostly startup (share > 1/2)",
+                  share > 0.5, True, kind=MEASURED, why=f"the startup share is {share:.2f} here")
 
 
 def part3_reading(rep: Report, m: dict) -> None:
@@ -289,10 +289,9 @@ def part4_behind(rep: Report, m: dict) -> None:
     rep.table(["collective", "busbw GB/s", "busbw / memory copy", "slowest / fastest rank"], rows, name="behind")
     if m["n"] > 1:
         rep.claim(f"all-reduce busbw / memory-copy bandwidth at {size}", rows[0][2], kind=MEASURED)
-    rep.note("the causes the notes list, and what this run says about each: too small a tensor (Part 2's\n"
-             "half-peak size); the wrong path (gloo sends through the kernel's loopback TCP, so each byte\n"
-             "is copied several times: compare with one memory copy above); one late rank (slowest over\n"
-             "fastest rank per call, after a barrier); no overlap with compute (not measured here).")
+    rep.note("the notes' causes of a low number, and where this run shows each: a small tensor (Part 2);\n"
+             "the wrong path (gloo goes through loopback TCP, copying each byte several times: the ratio to\n"
+             "one memory copy); a late rank (slowest / fastest); no overlap with compute (not measured).")
 
 
 def save_figure(rep: Report, m: dict) -> None:
