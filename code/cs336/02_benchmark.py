@@ -36,7 +36,7 @@ from cs336.busbw import COLLECTIVES, Buffers
 
 ROOT = 0                    # broadcast's source rank
 COPY_BYTES = 64 * 2**20     # memory-copy buffer: far larger than the caches
-DEFAULTS = {"min_bytes": "1KiB", "max_bytes": "16MiB", "step_factor": 4.0, "warmup": 2, "iters": 10}
+DEFAULTS = {"min_bytes": "1KiB", "max_bytes": "16MiB", "step_factor": 4.0, "warmup": 1, "iters": 8}
 QUICK = {"min_bytes": "1KiB", "max_bytes": "4MiB", "step_factor": 4.0, "warmup": 1, "iters": 5}
 WHAT_S = {"all-reduce": "every rank's buffer", "broadcast": "the root's buffer",
           "reduce-scatter": "one rank's input, n chunks of S/n (its output)",
@@ -134,10 +134,10 @@ def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iter
 def main() -> None:
     parser = make_parser(__doc__, world_size=4, real=True, figs=True)
     parser.add_argument("--min-bytes", type=size_bytes, default=None, help="smallest size S (default 1KiB)")
-    parser.add_argument("--max-bytes", type=size_bytes, default=None, help="largest size S (default 16MiB)")
+    parser.add_argument("--max-bytes", type=size_bytes, default=None, help="largest size S (default 16MiB, --quick 4MiB)")
     parser.add_argument("--step-factor", type=positive_float, default=None, help="size ratio, > 1 (default 4)")
-    parser.add_argument("--warmup", type=positive_int, default=None, help="untimed calls per size (default 2)")
-    parser.add_argument("--iters", type=positive_int, default=None, help="timed calls per size (default 10)")
+    parser.add_argument("--warmup", type=positive_int, default=None, help="untimed calls per size (default 1)")
+    parser.add_argument("--iters", type=positive_int, default=None, help="timed calls per size (default 8, --quick 5)")
     args = parser.parse_args()
     for key, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, key) is None:
@@ -166,7 +166,7 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
              "A call's time is its slowest rank's; t is the median over calls (p10 … p90 beside it).\n"
              "nccl-tests instead times its calls as one batch and averages the ranks' times.\n"
              "GB = 1e9 B. S is nccl-tests' size: the whole result (see each table's header).")
-    m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}}
+    m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}, "backend": results[0]["backend"]}
     for collective in COLLECTIVES:
         rows, table = [], []
         for i, requested in enumerate(args.sizes):
@@ -289,6 +289,13 @@ def part4_behind(rep: Report, m: dict) -> None:
     rep.table(["collective", "busbw GB/s", "busbw / memory copy", "slowest / fastest rank"], rows, name="behind")
     if m["n"] > 1:
         rep.claim(f"all-reduce busbw / memory-copy bandwidth at {size}", rows[0][2], kind=MEASURED)
+        ratio = last["reduce-scatter"]["t"] / last["all-reduce"]["t"]
+        rep.line(f"  t(reduce-scatter) / t(all-reduce) at {size}: {ratio:.3g} (a ring reduce-scatter is half "
+                 "an all-reduce: 0.5)")
+    if m["backend"] == "gloo":
+        rep.note("gloo's reduce_scatter_tensor is a clone of the input, a whole all-reduce and a copy of this\n"
+                 "rank's chunk (ProcessGroupGloo's source): it takes about an all-reduce's time (ratio near 1,\n"
+                 "not 0.5), so its busbw is about half. A low busbw can be the implementation, not the link.")
     rep.note("the notes' causes of a low number, and where this run shows each: a small tensor (Part 2);\n"
              "the wrong path (gloo goes through loopback TCP, copying each byte several times: the ratio to\n"
              "one memory copy); a late rank (slowest / fastest); no overlap with compute (not measured).")
@@ -305,8 +312,11 @@ def save_figure(rep: Report, m: dict) -> None:
             if value:  # reference lines: what a link and what a memory copy reach
                 ax.axhline(value / 1e9, color="grey", lw=0.8, ls=":")
                 ax.annotate(label, (rows[0]["S"], value / 1e9), fontsize=7, va="bottom")
-        ax.set(title=f"{collective}, {m['n']} ranks", xlabel="S (bytes, nccl-tests' total size)", ylabel="GB/s")
+        ax.set(title=f"{collective}, {m['n']} ranks", ylabel="GB/s")
         ax.legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("S (bytes, nccl-tests' total size)")
+    fig.tight_layout()
     rep.save_figure(fig, "cs336_02_busbw")
 
 
