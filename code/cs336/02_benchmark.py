@@ -1,0 +1,323 @@
+"""CS336 lecture 8 (带宽基准的意义 … 带宽数字背后的真正问题): a collective bandwidth benchmark the
+way nccl-tests reports it (algbw, busbw, a correctness column), and how to read its numbers.
+
+    python code/cs336/02_benchmark.py --quick
+    python code/cs336/02_benchmark.py --world-size 3 --min-bytes 4KiB --max-bytes 64MiB --step-factor 4
+    torchrun --standalone --nproc-per-node=4 code/cs336/02_benchmark.py --save-figs figs
+
+One launch times the four collectives at every size, a memory copy and one ring step (a link's
+bandwidth); the ranks return their times and this process prints. NCCL where every rank has a GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+import functools
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from common.cli import UsageError, make_parser, parse_size, positive_float, positive_int, run_main, size_bytes
+from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
+from common.launcher import launch, rank_device
+from common.output import EXACT, MEASURED, Report, fmt_bytes, fmt_time, new_figure
+from cs336 import busbw as bw
+from cs336.busbw import COLLECTIVES, Buffers
+
+ROOT = 0                    # broadcast's source rank
+COPY_BYTES = 64 * 2**20     # memory-copy buffer: far larger than the caches
+DEFAULTS = {"min_bytes": "1KiB", "max_bytes": "16MiB", "step_factor": 4.0, "warmup": 1, "iters": 8}
+QUICK = {"min_bytes": "1KiB", "max_bytes": "4MiB", "step_factor": 4.0, "warmup": 1, "iters": 5}
+WHAT_S = {"all-reduce": "every rank's buffer", "broadcast": "the root's buffer",
+          "reduce-scatter": "one rank's input, n chunks of S/n (its output)",
+          "all-gather": "one rank's output, n chunks of S/n (its input)"}
+SLIPS = ("reduce-scatter", "all-gather")  # where S is n chunks and a chunk is easily taken for S
+NOTES_EXAMPLE = {"p": 4, "S": 64 * 2**20, "alpha_s": 5e-6, "B": 50 * 2**30}  # 64 MiB, 50 GiB/s, 5 µs
+# torch 2.13 renamed the tensor forms; older releases only have the old names.
+REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+# ---- rank code ---------------------------------------------------------------------------------
+
+def pattern(count: int, device: torch.device) -> torch.Tensor:
+    """1, 2, …, 8, 1, 2, …: small integers, so sums over ranks are exact in float32."""
+    return (torch.arange(count, device=device) % 8 + 1).to(torch.float32)
+
+
+def expected_output(b: Buffers, rank: int, device: torch.device) -> torch.Tensor:
+    """What the collective must leave on `rank` when rank q's input is pattern × (q + 1)."""
+    everyone = b.n * (b.n + 1) / 2  # Σ (q + 1)
+    if b.collective == "all-reduce":
+        return pattern(b.total_elems, device) * everyone
+    if b.collective == "reduce-scatter":
+        return (pattern(b.total_elems, device) * everyone)[rank * b.out_elems:(rank + 1) * b.out_elems]
+    if b.collective == "all-gather":
+        return torch.cat([pattern(b.in_elems, device) * (q + 1) for q in range(b.n)])
+    return pattern(b.total_elems, device) * (ROOT + 1)
+
+
+CALLS = {  # (input, output) -> one call; torch has no out-of-place all-reduce or broadcast
+    "all-reduce": lambda inp, out: dist.all_reduce(out),
+    "reduce-scatter": lambda inp, out: REDUCE_SCATTER(out, inp),
+    "all-gather": lambda inp, out: ALL_GATHER(out, inp),
+    "broadcast": lambda inp, out: dist.broadcast(out, src=ROOT),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # NCCL calls return at once; the work is on the GPU
+
+
+def timed(fn: Any, iters: int, device: torch.device, barrier: bool = True) -> list[float]:
+    """This rank's time of each call; a barrier first, so every rank starts the call together."""
+    times = []
+    for _ in range(iters):
+        if barrier:
+            dist.barrier()
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iters: int) -> dict:
+    device = rank_device()
+    copy_s = None
+    if rank == ROOT:  # alone: the others wait at the barrier below, in a blocking receive
+        src = torch.ones(COPY_BYTES // 4, device=device)
+        dst = src.clone()  # the first touch of the pages is not timed
+        copy_s = timed(lambda: dst.copy_(src), max(iters, 5), device, barrier=False)
+    dist.barrier()
+    runs: dict[str, list[dict]] = {c: [] for c in COLLECTIVES}
+    for collective in COLLECTIVES:
+        for requested in sizes:
+            b = bw.buffers(collective, world_size, requested)
+            given = pattern(b.in_elems, device) * (rank + 1)
+            inp = given.clone()
+            out = given.clone() if b.in_elems == b.out_elems else torch.empty(b.out_elems, device=device)
+            call = functools.partial(CALLS[collective], inp, out)
+            call()  # the check, out of place: all-reduce and broadcast work on a copy of inp
+            sync(device)
+            ok = torch.equal(out, expected_output(b, rank, device)) and torch.equal(inp, given)
+            for _ in range(warmup):
+                call()
+            runs[collective].append({"ok": ok, "times": timed(call, iters, device)})
+    shift = None
+    if world_size > 1:  # one ring step: send S/n right while receiving S/n from the left
+        send = pattern(max(1, sizes[-1] // (4 * world_size)), device)
+        recv = torch.empty_like(send)
+        ops = [dist.P2POp(dist.isend, send, (rank + 1) % world_size),
+               dist.P2POp(dist.irecv, recv, (rank - 1) % world_size)]
+        step = lambda: [work.wait() for work in dist.batch_isend_irecv(ops)]  # noqa: E731
+        for _ in range(warmup + 1):
+            step()
+        shift = {"bytes": send.numel() * 4, "times": timed(step, 2 * iters, device)}  # one size: cheap
+    return {"backend": dist.get_backend(), "device": str(device), "copy_s": copy_s, "runs": runs, "shift": shift}
+
+
+# ---- the parent --------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, real=True, figs=True)
+    parser.add_argument("--min-bytes", type=size_bytes, default=None, help="smallest size S (default 1KiB)")
+    parser.add_argument("--max-bytes", type=size_bytes, default=None, help="largest size S (default 16MiB, --quick 4MiB)")
+    parser.add_argument("--step-factor", type=positive_float, default=None, help="size ratio, > 1 (default 4)")
+    parser.add_argument("--warmup", type=positive_int, default=None, help="untimed calls per size (default 1)")
+    parser.add_argument("--iters", type=positive_int, default=None, help="timed calls per size (default 8, --quick 5)")
+    args = parser.parse_args()
+    for key, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, parse_size(value) if key.endswith("bytes") else value)
+    try:
+        args.sizes = bw.size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
+    except ValueError as err:
+        raise UsageError(f"--min-bytes {args.min_bytes:,} B, --max-bytes {args.max_bytes:,} B, "
+                         f"--step-factor {args.step_factor:g}: {err}") from None
+    rep = Report(__file__, "collective bandwidth the nccl-tests way, and how to read it", args)
+    m = part1_benchmark(rep, args)  # 带宽基准的意义: the sweep, algbw/busbw/ok, memory-copy bandwidth
+    part2_latency(rep, m)           # 通信复杂度怎么估: startup cost from small sizes, the half-peak size
+    part3_reading(rep, m)           # 怎么读一个 all-reduce 的数字: busbw, the chunk-size slip, ring volume
+    part4_behind(rep, m)            # 带宽数字背后的真正问题: share of memory copy, the slowest rank
+    save_figure(rep, m)
+    rep.finish()
+
+
+def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
+    n = args.world_size
+    results = launch(bench_worker, n, args.sizes, args.warmup, args.iters, backend="auto", timeout_s=args.timeout_s)
+    n = len(results)  # torchrun's world size if it runs us
+    rep.part(1, f"the sweep: {len(COLLECTIVES)} collectives × {len(args.sizes)} sizes on {n} "
+                f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
+    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.iters} timed, each after a barrier.\n"
+             "A call's time is its slowest rank's; t is the median over calls (p10 … p90 beside it).\n"
+             "nccl-tests instead times its calls as one batch and averages the ranks' times.\n"
+             "GB = 1e9 B. S is nccl-tests' size: the whole result (see each table's header).")
+    m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}, "backend": results[0]["backend"]}
+    for collective in COLLECTIVES:
+        rows, table = [], []
+        for i, requested in enumerate(args.sizes):
+            row = bw.result_row(collective, n, requested, [r["runs"][collective][i]["times"] for r in results],
+                             all(r["runs"][collective][i]["ok"] for r in results))
+            rows.append(row)
+            chunk = [fmt_bytes(row["S"] // n, True)] if collective in SLIPS else []
+            table.append([fmt_bytes(row["S"], True) + "*" * bool(row["rounding"])] + chunk + [
+                fmt_time(row["t"]), f"{fmt_time(row['p10'])} … {fmt_time(row['p90'])}", row["algbw"] / 1e9,
+                row["busbw"] / 1e9] + [row["slip"] / 1e9] * bool(chunk) + ["yes" if row["ok"] else "NO"])
+        m["rows"][collective] = rows
+        rep.line(f"\n  {collective}: S = {WHAT_S[collective]}; busbw = algbw × {bw.bus_factor(collective, n):.4g}")
+        slip = collective in SLIPS  # the slip: S/n taken for S (Part 3)
+        rep.table(["S"] + ["S/n"] * slip + ["t (p50)", "p10 … p90", "algbw GB/s", "busbw GB/s"]
+                  + ["slip GB/s"] * slip + ["ok"], table, name=collective)
+        rep.record(collective, rows)
+    if any(row["rounding"] for rows in m["rows"].values() for row in rows):
+        rep.note(f"* S rounded to whole float32 elements (per rank for reduce-scatter and all-gather, so a\n"
+                 f"multiple of n × 4 = {4 * n} B, down as nccl-tests does, up where that leaves nothing).")
+    if n == 1:
+        rep.note("one rank: no byte crosses a link, so bus bandwidth is undefined; shown as 0")
+    m["copy"] = COPY_BYTES / bw.percentile(results[0]["copy_s"], 50)
+    shift = [r["shift"] for r in results]
+    m["link"] = shift[0]["bytes"] / bw.Timing.from_ranks([s["times"] for s in shift]).median if n > 1 else None
+    rep.line(f"\n  memory copy on rank {ROOT} (copy_ of {fmt_bytes(COPY_BYTES, True)} on {results[0]['device']}, "
+             f"{'1 thread, ' * (results[0]['device'] == 'cpu')}median): "
+             f"{m['copy'] / 1e9:.3g} GB/s\n  copied (each byte is read and written: the memory moves twice that)")
+    if m["link"]:
+        rep.line(f"  one ring step (each rank sends {fmt_bytes(shift[0]['bytes'], True)} right, receives from "
+                 f"the left): {m['link'] / 1e9:.3g} GB/s per link")
+    rep.record("copy_Bps", m["copy"])
+    rep.record("link_Bps", m["link"])
+    rep.claim("every collective and size correct (column ok)", all(r["ok"] for rows in m["rows"].values()
+                                                                    for r in rows), True, kind=EXACT)
+    return m
+
+
+def part2_latency(rep: Report, m: dict) -> None:
+    rep.part(2, "the α-β estimate, and startup cost: small sizes never reach the peak")
+    ex, sizes, n = NOTES_EXAMPLE, m["sizes"], m["n"]
+    total = ring_allreduce_time(ex["p"], ex["S"], Link(ex["alpha_s"], ex["B"]))
+    startup = 2 * (ex["p"] - 1) * ex["alpha_s"]
+    rep.line("  the notes' example: p = 4, S = 64 MiB, B = 50 GiB/s, α = 5 µs, T = 6α + 1.5·S/B")
+    rep.claim("startup term 6α", startup * 1e6, 30, "µs", EXACT, places=0)
+    rep.claim("bandwidth term 1.5·S/B", (total - startup) * 1e3, 1.92, "ms", EXACT, places=2,
+              why="64 MiB / 50 GiB/s is 1.25 ms (MiB/GiB = 1/1024), so 1.5 × that is 1.875 ms; the notes\n"
+                  "    took 64/50 = 1.28 ms, which is 64 MB at 50 GB/s")
+    if len(sizes) < 2:
+        rep.note("one size only: nothing to fit here (give --max-bytes above --min-bytes)")
+        return
+    rows, fits = [], {}
+    for collective, data in m["rows"].items():
+        s_half = bw.half_peak_size([r["S"] for r in data], [r["algbw"] for r in data])
+        small = [r for r in data if r["S"] <= s_half]
+        small = small if len(small) >= 2 else data[:2]
+        fits[collective] = a, _ = fit_line_relative([r["S"] for r in small], [r["t"] for r in small])
+        peak = max(r["algbw"] for r in data)
+        startup_share = 1 - data[0]["S"] / peak / data[0]["t"]  # what the bytes at the peak rate don't explain
+        rows.append([collective, max(r["busbw"] for r in data) / 1e9, fmt_bytes(s_half, True), fmt_time(a),
+                     fmt_bytes(max(a, 0) * peak, True), startup_share])
+    rep.line(f"\n  measured here, {n} rank{'s' * (n > 1)}:")
+    rep.table(["collective", "peak busbw GB/s", "S at half peak", "fitted a", "a × peak algbw",
+               "startup share, smallest"], rows, name="latency")
+    rep.note("half peak: of algbw, so of busbw too (a constant factor apart). t = a + b·S is fitted\n"
+             "(relative error) on the sizes up to the half-peak one: a is what a call costs that carries\n"
+             "nothing. With t = a + S/B, algbw is half its peak B at S = a·B ('a × peak algbw'); below\n"
+             "that, startup is most of the time. The last column is 1 − S/(peak algbw · t) at S =\n"
+             f"{fmt_bytes(sizes[0], True)}: the share of its time that its bytes, at the sweep's best rate, "
+             "do not explain.")
+    if n > 1:
+        alpha, _ = ring_alpha_beta_from_line(n, *fits["all-reduce"])
+        rep.line(f"  all-reduce read as a ring of 2(n−1) = {2 * (n - 1)} steps: α ≈ a / {2 * (n - 1)} = "
+                 f"{fmt_time(alpha)} per step")
+        share = rows[0][-1]
+        rep.claim(f"all-reduce of {fmt_bytes(sizes[0], True)} mostly startup (share > 1/2)",
+                  share > 0.5, True, kind=MEASURED, why=f"the startup share is {share:.2f} here")
+
+
+def part3_reading(rep: Report, m: dict) -> None:
+    rep.part(3, "reading the number: busbw, the chunk-size slip, the ring's volume")
+    n = m["n"]
+    last = {c: rows[-1] for c, rows in m["rows"].items()}
+    if n == 1:
+        rep.note("one rank: S/n is S, every factor is 0 and there is no link: nothing to read here")
+        return
+    rs, ag = last["reduce-scatter"], last["all-gather"]
+    ways = [["S (total) × (n−1)/n / t: nccl-tests' busbw", rs["busbw"] / 1e9, ag["busbw"] / 1e9],
+            ["S/n (one rank's chunk) × (n−1)/n / t: the slip", rs["slip"] / 1e9, ag["slip"] / 1e9],
+            ["one rank's input / t, no factor", rs["S"] / rs["t"] / 1e9, ag["S"] / n / ag["t"] / 1e9]]
+    rep.line(f"  reduce-scatter and all-gather at S = {fmt_bytes(rs['S'], True)} on {n} ranks, three ways (GB/s):")
+    rep.table(["bytes divided by t", "reduce-scatter", "all-gather"], ways, name="slip")
+    rep.note("nccl-tests counts S as the whole result, all n chunks. Taking the bytes of\n"
+             "reduce-scatter's output tensor (one rank's chunk, S/n) for S reads n times too low: 4× on\n"
+             "4 ranks. One version of CS336's lecture code does that (a later one takes the input's\n"
+             "bytes, which is S and right; both divide by 1024³ and print GB). One rank's input over t,\n"
+             "no factor, is algbw for reduce-scatter (n/(n−1) × busbw) and algbw/n for all-gather.")
+    rows = [[c, r["busbw"] / 1e9, r["busbw"] / m["link"], r["t"] * m["link"] / r["S"], bw.bus_factor(c, n)]
+            for c, r in last.items()]
+    rep.line(f"\n  the same largest size against one ring step's per-link bandwidth ({m['link'] / 1e9:.3g} GB/s):")
+    rep.table(["collective", "busbw GB/s", "busbw / link", "t × link / S", "ring bytes per rank / S"],
+              rows, name="ring_volume")
+    rep.note("busbw × t is what each rank sends in a ring. If busbw ≈ the link's bandwidth, t × link / S\n"
+             "(bytes a link could carry in t, per byte of S) equals the ring's share: for all-reduce\n"
+             "the notes' 2(p−1)/p. More than that: the call costs more than its ring traffic (gloo on\n"
+             "CPUs also adds the sums, the copies and the cores' time-sharing).")
+    ar = last["all-reduce"]
+    volume, ring = ar["t"] * m["link"] / ar["S"], bw.bus_factor("all-reduce", n)
+    rep.claim("all-reduce t × link / S, largest size", volume, ring, kind=MEASURED,
+              factor=1.5, why="the ring's 2(p−1)/p at one ring step's rate does not explain the time here:\n    "
+              + ("the call costs more (sums, copies, shared cores)" if volume > ring else
+                 "the call beat the step's rate (a noisy step? an algorithm other than a ring?)"))
+
+
+def part4_behind(rep: Report, m: dict) -> None:
+    rep.part(4, "behind a low number: the hardware's copy rate, the implementation, the slowest rank")
+    last = {c: rows[-1] for c, rows in m["rows"].items()}
+    t_ar, size = last["all-reduce"]["t"], fmt_bytes(last["all-reduce"]["S"], True)
+    rows = [[c, r["busbw"] / 1e9, r["busbw"] / m["copy"], r["t"] / t_ar, r["t"] / r["t_fastest"]]
+            for c, r in last.items()]
+    rep.line(f"  at the largest size ({size}); memory copy {m['copy'] / 1e9:.3g} GB/s:")
+    rep.table(["collective", "busbw GB/s", "busbw / memory copy", "t / t(all-reduce)", "slowest / fastest rank"],
+              rows, name="behind")
+    if m["n"] > 1:
+        rep.claim(f"all-reduce busbw / memory-copy bandwidth at {size}", rows[0][2], kind=MEASURED)
+    rep.note("the notes' causes of a low number, and where this run shows each: a small tensor (Part 2);\n"
+             "the wrong path (gloo goes through loopback TCP, copying each byte several times: the ratio to\n"
+             "one memory copy); a late rank (slowest / fastest: broadcast's root is done once it has sent,\n"
+             "so its spread is large by design); no overlap with compute (not measured here).\n"
+             "A ring reduce-scatter takes half an all-reduce's time (0.5 in 't / t(all-reduce)'); gloo's\n"
+             "reduce_scatter_tensor clones the input, runs a whole all-reduce and copies out this rank's\n"
+             "chunk (ProcessGroupGloo's source), so on gloo expect about 1: the implementation, not the link.")
+
+
+def save_figure(rep: Report, m: dict) -> None:
+    if not rep.figure_dir():
+        return
+    fig, axes = new_figure(2, 2, figsize=(10, 7), sharex=True)
+    for ax, (collective, rows) in zip(axes.flat, m["rows"].items()):
+        for key, style in (("busbw", "o-"), ("algbw", ".--")):
+            ax.loglog([r["S"] for r in rows], [r[key] / 1e9 for r in rows], style, label=key)
+        for value, label in ((m["link"], "one ring step (link)"), (m["copy"], "memory copy")):
+            if value:  # reference lines: what a link and what a memory copy reach
+                ax.axhline(value / 1e9, color="grey", lw=0.8, ls=":")
+                ax.annotate(label, (rows[0]["S"], value / 1e9), fontsize=7, va="bottom")
+        ax.set(title=f"{collective}, {m['n']} ranks", ylabel="GB/s")
+        ax.legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("S (bytes, nccl-tests' total size)")
+    fig.tight_layout()
+    rep.save_figure(fig, "cs336_02_busbw")
+
+
+if __name__ == "__main__":
+    run_main(main)

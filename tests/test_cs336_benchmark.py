@@ -1,0 +1,180 @@
+"""CS336 lecture 8, script 02 (the collective benchmark) and its arithmetic in cs336/busbw.py:
+nccl-tests' algbw/busbw against numbers worked by hand, the slowest-rank-then-median aggregation,
+the size sweep and its rounding, the real ranks' correctness column, and bad flags."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, assert_usage_error, run_script
+
+from common.costmodel import ring_allreduce_bytes_per_device
+from cs336 import busbw as bw
+
+SCRIPT = "cs336/02_benchmark.py"
+MIB = 2**20
+
+
+# ---- busbw factors: n = 4, S = 1 MiB, t = 1 ms, worked by hand ---------------------------------
+# algbw = 1,048,576 B / 0.001 s = 1.048576e9 B/s; busbw = algbw × factor.
+HAND = {"all-reduce": 1.572864e9,      # × 2·3/4 = 1.5
+        "reduce-scatter": 0.786432e9,  # × 3/4
+        "all-gather": 0.786432e9,      # × 3/4
+        "broadcast": 1.048576e9}       # × 1
+
+
+@pytest.mark.parametrize("collective", bw.COLLECTIVES)
+def test_busbw_by_hand(collective: str) -> None:
+    assert bw.algbw(MIB, 1e-3) == pytest.approx(1.048576e9, rel=1e-12)
+    assert bw.busbw(collective, 4, MIB, 1e-3) == pytest.approx(HAND[collective], rel=1e-12)
+
+
+def test_the_chunk_size_slip_reads_n_times_low() -> None:
+    # reduce-scatter of S = 1 MiB on 4 ranks in 1 ms: the output is 256 KiB; 256 KiB × 3/4 / 1 ms
+    assert bw.chunk_slip_busbw("reduce-scatter", 4, MIB, 1e-3) == pytest.approx(0.196608e9, rel=1e-12)
+    assert bw.chunk_slip_busbw("all-gather", 3, 3 * MIB, 1e-3) == pytest.approx(bw.busbw("all-gather", 3, 3 * MIB,
+                                                                                         1e-3) / 3)
+
+
+def test_factors_for_other_world_sizes() -> None:
+    for n in (1, 2, 3, 5, 8):
+        assert bw.bus_factor("all-reduce", n) == pytest.approx(ring_allreduce_bytes_per_device(n, 1.0))
+        assert bw.bus_factor("all-reduce", n) == pytest.approx(2 * (n - 1) / n)
+        assert bw.bus_factor("reduce-scatter", n) == bw.bus_factor("all-gather", n) == pytest.approx((n - 1) / n)
+    assert bw.bus_factor("broadcast", 3) == 1.0
+    # one rank: nothing crosses a link, every factor (broadcast's too) is 0, no division by zero
+    assert [bw.bus_factor(c, 1) for c in bw.COLLECTIVES] == [0.0] * 4
+    assert bw.busbw("all-reduce", 1, MIB, 1e-3) == 0.0
+    with pytest.raises(ValueError):
+        bw.bus_factor("all-to-all", 4)
+    with pytest.raises(ValueError):
+        bw.algbw(MIB, 0.0)
+
+
+# ---- aggregation: the slowest rank per iteration, then the median over iterations ---------------
+
+def test_slowest_rank_then_median_by_hand() -> None:
+    times = [[1.0, 5.0, 2.0, 1.0],   # rank 0, iterations 0..3
+             [3.0, 1.0, 2.0, 1.5],   # rank 1
+             [2.0, 2.0, 9.0, 1.2]]   # rank 2
+    assert bw.slowest_rank_per_iteration(times) == [3.0, 5.0, 9.0, 1.5]
+    t = bw.Timing.from_ranks(times)
+    assert t.median == 4.0  # median of 1.5, 3, 5, 9
+    assert t.fastest_rank_median == 1.0  # fastest per iteration: 1, 1, 2, 1
+    # not the median of all numbers (2.0), nor the slowest rank's own median (rank 2: 2.0), nor the mean
+    assert t.median not in (float(np.median(times)), float(np.median(times[2])), float(np.mean(times)))
+    assert (t.p10, t.p90) == (pytest.approx(np.percentile([3, 5, 9, 1.5], 10)), pytest.approx(np.percentile(
+        [3, 5, 9, 1.5], 90)))
+    with pytest.raises(ValueError):
+        bw.slowest_rank_per_iteration([[1.0, 2.0], [1.0]])
+
+
+def test_percentile_is_numpys() -> None:
+    values = [0.3, 7.0, 1.0, 2.5, 2.5, 9.0, 0.1]
+    for q in (0, 10, 37, 50, 90, 100):
+        assert bw.percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_half_peak_size() -> None:
+    assert bw.half_peak_size([1, 2, 4, 8], [0.1, 0.4, 0.5, 1.0]) == 4  # 0.5 ≥ 1.0 / 2
+    assert bw.half_peak_size([1, 2], [0.0, 0.0]) is None
+
+
+# ---- the size sweep and its rounding -------------------------------------------------------------
+
+def test_size_sweep() -> None:
+    assert bw.size_sweep(1024, 4 * MIB, 4) == [1024 * 4**k for k in range(7)]  # 1 KiB … 4 MiB
+    assert bw.size_sweep(1024, 16 * MIB, 2) == [1024 * 2**k for k in range(15)]
+    assert bw.size_sweep(1000, 5000, 2) == [1000, 2000, 4000]  # max only if on the grid, as nccl-tests
+    assert bw.size_sweep(4096, 4096, 2) == [4096]
+    assert bw.size_sweep(10, 30, 1.5) == [10, 15, 22]  # 10·1.5² = 22.5 rounds to 22
+    for bad in ((0, 10, 2), (10, 0, 2), (20, 10, 2), (10, 20, 1.0), (10, 20, 0.5), (1, 2**40, 1.01)):
+        with pytest.raises(ValueError):
+            bw.size_sweep(*bad)
+
+
+def test_buffers_round_to_whole_elements_per_rank() -> None:
+    rs = bw.buffers("reduce-scatter", 3, 1024)  # 256 floats: 85 per rank, 255 in all
+    assert (rs.total_bytes, rs.in_bytes, rs.out_bytes, rs.rounding) == (1020, 1020, 340, "down")
+    ag = bw.buffers("all-gather", 3, 1024)
+    assert (ag.total_bytes, ag.in_bytes, ag.out_bytes) == (1020, 340, 1020)
+    assert bw.buffers("all-gather", 4, 1024).rounding == ""
+    tiny = bw.buffers("reduce-scatter", 4, 8)  # less than a float per rank: one float each
+    assert (tiny.total_bytes, tiny.out_bytes, tiny.rounding) == (16, 4, "up")
+    ar = bw.buffers("all-reduce", 3, 1022)
+    assert (ar.total_bytes, ar.in_bytes, ar.out_bytes, ar.rounding) == (1020, 1020, 1020, "down")
+
+
+def test_result_row_uses_the_total_size() -> None:
+    row = bw.result_row("reduce-scatter", 4, MIB, [[1e-3, 2e-3, 1e-3]] * 4)
+    assert row["t"] == 1e-3 and row["S"] == MIB and row["out"] == MIB // 4
+    assert row["busbw"] == pytest.approx(HAND["reduce-scatter"])
+    assert row["slip"] == pytest.approx(HAND["reduce-scatter"] / 4)
+
+
+# ---- the script: real ranks, --json, bad flags ---------------------------------------------------
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_quick_run_on_four_ranks(tmp_path: Path) -> None:
+    proc = run_script(SCRIPT, "--quick", "--json", str(tmp_path / "q.json"), "--save-figs", str(tmp_path))
+    data = load(tmp_path / "q.json")
+    part1 = data["parts"]["Part 1"]
+    for collective in bw.COLLECTIVES:
+        table = part1["tables"][collective]
+        assert len(table["rows"]) == 7  # 1 KiB … 4 MiB by 4
+        assert all(row[table["headers"].index("ok")] == "yes" for row in table["rows"]), collective
+        for row in part1[collective]:
+            assert row["ok"] is True
+            assert row["busbw"] == pytest.approx(row["S"] / row["t"] * bw.bus_factor(collective, 4))
+            assert row["p10"] <= row["t"] <= row["p90"]
+    assert [r["S"] for r in part1["reduce-scatter"]] == [1024 * 4**k for k in range(7)]
+    claims = {c["what"]: c for c in data["claims"]}
+    assert claims["every collective and size correct (column ok)"]["status"] == "agrees"
+    assert claims["startup term 6α"]["status"] == "agrees"
+    slip = claims["bandwidth term 1.5·S/B"]
+    assert slip["status"] == "differs" and slip["ours"] == pytest.approx(1.875)
+    assert part1["copy_Bps"] > 1e8 and part1["link_Bps"] > 0
+    assert (tmp_path / "cs336_02_busbw.png").stat().st_size > 10_000
+    assert "slip GB/s" in proc.stdout and "NO" not in proc.stdout
+
+
+def test_one_and_three_ranks_with_uneven_sizes(tmp_path: Path) -> None:
+    run_script(SCRIPT, "--world-size", "3", "--min-bytes", "1000", "--max-bytes", "64KB", "--step-factor", "8",
+               "--iters", "2", "--json", str(tmp_path / "three.json"))
+    part1 = load(tmp_path / "three.json")["parts"]["Part 1"]
+    assert [r["S"] for r in part1["all-gather"]] == [996, 7992, 63996]  # multiples of 3 × 4 B, rounded down
+    assert [r["S"] for r in part1["all-reduce"]] == [1000, 8000, 64000]
+    assert all(r["ok"] for c in bw.COLLECTIVES for r in part1[c])
+    out = run_script(SCRIPT, "--world-size", "1", "--max-bytes", "16KiB", "--iters", "2",
+                     "--json", str(tmp_path / "one.json")).stdout
+    part1 = load(tmp_path / "one.json")["parts"]["Part 1"]
+    assert all(r["busbw"] == 0 and r["ok"] for c in bw.COLLECTIVES for r in part1[c])
+    assert "bus bandwidth is undefined" in out
+
+
+def test_bad_flags() -> None:
+    """Each is one stderr line and exit 2 before any rank starts (the rest of the sweep's checks are
+    size_sweep's, tested above without a process)."""
+    assert_usage_error(SCRIPT, "--min-bytes", "4MiB", "--max-bytes", "1KiB")
+    assert_usage_error(SCRIPT, "--step-factor", "1")
+    assert_usage_error(SCRIPT, "--min-bytes", "0")
+
+
+def test_under_torchrun(tmp_path: Path) -> None:
+    """torchrun owns the processes: its 2 ranks replace --world-size, rank 0 alone prints."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(ROOT / "code" / SCRIPT), "--max-bytes", "4KiB", "--iters", "2", "--json", str(tmp_path / "t.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("02_benchmark.py:") == 1 and "on 2 gloo ranks" in proc.stdout
+    part1 = load(tmp_path / "t.json")["parts"]["Part 1"]
+    assert all(r["ok"] and r["busbw"] == pytest.approx(r["algbw"] * bw.bus_factor(c, 2))
+               for c in bw.COLLECTIVES for r in part1[c])
