@@ -22,7 +22,7 @@ from torch import nn
 from common import costmodel as cm
 from common.cli import UsageError
 from common.launcher import launch
-from cs336 import mlp
+from cs336 import ledger, mlp
 
 SCRIPT = "cs336/05_parallel.py"
 LAYERS, WIDTH, BATCH, MICRO, STEPS, SEED = 5, 10, 7, 3, 2, 1
@@ -126,7 +126,7 @@ def test_zero_equals_torch_adam_every_step_and_holds_its_shard(run, refs, stage:
     shard = math.ceil(n / k)                                         # 500 on 3: 167, one element of padding
     for r in z:
         assert r["shard"] == shard
-        assert r["mv_bytes"] == 2 * 8 * shard == cm.zero_optimizer_state_bytes(n, k, 16)
+        assert r["mv_bytes"] == 2 * 8 * shard == ledger.optimizer_state_bytes(n, k, 16)
         assert r["mv_bytes"] < 2 * 8 * n                              # less than unsharded Adam's
         assert r["grad_bytes"] == 8 * (shard if stage == "ZeRO-2" else n + shard)
 
@@ -175,12 +175,7 @@ def test_splits_and_padding() -> None:
     assert all(torch.equal(a, b) for a, b in zip(mlp.unflatten(flat, ts), ts))
 
 
-def test_zero_ledger_is_the_notes_table() -> None:
-    for n, k in [(13e9, 4), (7e9, 8), (1e6, 3)]:
-        assert cm.zero_memory_per_rank(0, n, k) == pytest.approx(16 * n)
-        assert cm.zero_memory_per_rank(1, n, k) == pytest.approx(4 * n + 12 * n / k)
-        assert cm.zero_memory_per_rank(2, n, k) == pytest.approx(2 * n + 14 * n / k)
-        assert cm.zero_memory_per_rank(3, n, k) == pytest.approx(16 * n / k)
+def test_formulas_edge_cases() -> None:
     assert cm.tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)[0] == 80
     with pytest.raises(ValueError):
         cm.ring_bytes_sent("broadcast", 4, 100)
@@ -198,13 +193,9 @@ def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path) -> None:
     assert data["parts"]["Part 5"]["counted_equals_formula"] is True
     assert all(row[6] == "yes" for row in data["parts"]["Part 5"]["tables"]["traffic"]["rows"])
     claims = {c["what"]: (c["ours"], c["status"]) for c in data["claims"]}
-    differs = {w for w, (_, s) in claims.items() if s == "differs"}
-    assert differs == {"4-rank all-gather of A: bytes sent per rank", "Llama-2-13B TP: bytes sent per rank per step",
-                       "DDP static state, 16 B per parameter"}
-    assert all(s == "agrees" for w, (_, s) in claims.items() if w not in differs)
-    assert claims["4-rank all-gather of A: bytes sent per rank"][0] == 192          # KiB: (p−1)/p · 256
-    assert claims["Llama-2-13B TP: bytes sent per rank per step"][0] == 75                          # MiB: 80 × 3/4 × 1.25
-    assert claims["DDP static state, 16 B per parameter"][0] == pytest.approx(3.0, abs=1e-3)  # GiB
+    # The notes' own figures are checked once, in 03_costs.py and 04_memory.py; here the runs' own.
+    assert all(s == "agrees" for _, s in claims.values()) and claims
+    assert claims["each rank holds only its 1/p shard of Adam's m and v (measured = the ledger's)"][0] is True
     rows = {r[0]: r for r in data["parts"]["Part 4"]["tables"]["state_bytes"]["rows"]}
     assert all(r[2] == 2 * 8 * 8 * 128 * 128 // 4 for r in rows.values())       # m + v: 16P/p at float64
 
@@ -214,7 +205,7 @@ def _args(**changes: int) -> argparse.Namespace:
     return argparse.Namespace(**(base | changes))
 
 
-@pytest.mark.parametrize("changes", [dict(world_size=1), dict(world_size=33), dict(layers=3), dict(width=3),
+@pytest.mark.parametrize("changes", [dict(world_size=1), dict(layers=3), dict(width=3),
                                      dict(batch=3, micro_batches=3), dict(micro_batches=33),
                                      dict(layers=2000, width=100)])
 def test_sizes_no_strategy_can_split_are_refused(changes: dict) -> None:

@@ -386,17 +386,14 @@ def pp_step_send_time(micro_batches: int, activation_bytes: float, link: Link) -
 # exact for equal slices; gloo's own schedule for a given size may differ.
 # ===========================================================================================
 
-RING_FACTORS = {"all_reduce": lambda k: 2 * (k - 1) / k, "all_gather": lambda k: (k - 1) / k,
-                "reduce_scatter": lambda k: (k - 1) / k}
-
-
 def ring_bytes_sent(op: str, k: int, total_bytes: float) -> float:
     """Bytes one rank sends in a ring `op` ("all_reduce", "all_gather", "reduce_scatter") whose
     whole result is `total_bytes` (for all-gather: every rank's piece together)."""
-    _check(k, total_bytes)
-    if op not in RING_FACTORS:
-        raise ValueError(f"unknown collective {op!r} ({', '.join(RING_FACTORS)})")
-    return RING_FACTORS[op](k) * total_bytes
+    per_device = {"all_reduce": ring_allreduce_bytes_per_device, "all_gather": ring_all_gather_bytes_per_device,
+                  "reduce_scatter": ring_reduce_scatter_bytes_per_device}
+    if op not in per_device:
+        raise ValueError(f"unknown collective {op!r} ({', '.join(per_device)})")
+    return per_device[op](k, total_bytes)
 
 
 def dp_step_traffic(k: int, layers: int, width: int, elem_bytes: int) -> tuple[int, float]:
@@ -432,33 +429,10 @@ def pp_step_traffic(k: int, rank: int, micro_batches: int, batch: int, width: in
     return directions * micro_batches, directions * batch * width * elem_bytes
 
 
-def zero_shard_elements(n_params: int, k: int) -> int:
-    """Elements of each rank's shard of the flattened parameters, padded up to a multiple of k."""
-    _check(k, 0)
-    return -(-n_params // k)
-
-
 def zero_step_traffic(k: int, n_params: int, elem_bytes: int) -> tuple[int, float]:
-    """(calls, bytes a rank sends) per ZeRO-1/2 step: reduce-scatter the flat (padded) gradient,
-    all-gather the updated shards; together 2(p-1)/p of the padded parameter bytes, as one all-reduce."""
-    padded = zero_shard_elements(n_params, k) * k * elem_bytes
-    return 2, ring_bytes_sent("reduce_scatter", k, padded) + ring_bytes_sent("all_gather", k, padded)
-
-
-def zero_optimizer_state_bytes(n_params: int, k: int, state_bytes_per_param: int) -> int:
-    """Optimizer state one rank holds: its padded shard times the state bytes per parameter (Adam's
-    m and v in the parameters' dtype: 2e; the notes' mixed-precision ledger: 12 with the fp32 master)."""
-    return zero_shard_elements(n_params, k) * state_bytes_per_param
-
-
-def zero_memory_per_rank(stage: int, n_params: float, k: int, param_bytes: float = 2,
-                         grad_bytes: float = 2, optimizer_bytes: float = 12) -> float:
-    """The notes' static memory per rank (no activations): fp16 parameters and gradients and 12 B
-    of fp32 master + Adam m, v per parameter. Stage 0 (DDP) 16P, 1: 4P + 12P/p, 2: 2P + 14P/p,
-    3: 16P/p; a stage shards everything it lists and all earlier stages shard."""
+    """(calls, bytes a rank sends) per ZeRO-1/2 step of a flat buffer padded to a multiple of k:
+    zero_step_collectives' reduce-scatter and all-gather, together one all-reduce's bytes."""
     _check(k, 0)
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"ZeRO stage must be 0..3, got {stage}")
-    shards = [optimizer_bytes, grad_bytes, param_bytes][:stage]
-    whole = [optimizer_bytes, grad_bytes, param_bytes][stage:]
-    return n_params * (sum(whole) + sum(shards) / k)
+    padded = -(-n_params // k) * k * elem_bytes
+    calls = zero_step_collectives("ZeRO-1", padded)
+    return sum(c.calls for c in calls), sum(c.bytes_per_device(k) for c in calls)

@@ -180,11 +180,12 @@ class Report:
     def line(self, text: str = "") -> None:
         """A line of prose, wrapped to the page with its own indent; lines that are no prose
         (charts, bars: too long a word to break) are printed as they are."""
-        if len(text) <= PAGE_WIDTH:
-            print(text)
-            return
-        indent = text[:len(text) - len(text.lstrip())]
-        print(wrap(text.strip(), indent + "  ", indent))
+        for one in text.split("\n"):
+            if len(one) <= PAGE_WIDTH:
+                print(one)
+                continue
+            indent = one[:len(one) - len(one.lstrip())]
+            print(wrap(one.strip(), indent + "  ", indent))
 
     def note(self, text: str) -> None:
         """An assumption or an explanation, marked so it stands out from the results. Reflowed to

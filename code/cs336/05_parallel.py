@@ -28,12 +28,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from common import costmodel as cm
-from common.cli import UsageError, make_parser, positive_int, run_main
+from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch
-from common.output import Report, fmt_bytes
-from cs336 import comm, mlp
+from common.output import EXACT, Report, fmt_bytes
+from cs336 import comm, ledger, mlp
 
-MAX_WORLD_SIZE = 32
 MAX_PARAMS = 2**24      # 128 MiB of float64 per copy; every rank holds at least one
 ELEM = 8                # float64: one process and the ranks differ only in summation order
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which the reference uses
@@ -226,19 +225,8 @@ def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dic
              "dL/dx = dz · Wᵀ = Σ_r dz_r · W_rᵀ: a sum over ranks. The layer below owns the same columns,\n"
              "so a reduce-scatter (not an all-reduce, twice the bytes) gives each rank exactly its part.\n"
              "Per step: L all-gathers and L − 1 reduce-scatters (the first layer's input is data).")
-    # The notes' numbers (fp16, p = 4): A = B·d·2 bytes; ring all-gather (p − 1)/p·A per rank.
-    act = 128 * 1024 * 2
-    rep.claim("activation A, B = 128, d = 1024, fp16", act / 2**10, 256, unit="KiB", places=0)
-    rep.claim("4-rank all-gather of A: bytes sent per rank", cm.ring_bytes_sent("all_gather", 4, act) / 2**10,
-              384, unit="KiB", places=0,
-              why="the notes use all-reduce's 2(p−1)/p; an all-gather sends (p−1)/p·A (their own\n"
-                  "    collectives table). 384 KiB is a layer's all-gather plus its backward reduce-scatter")
-    calls, sent = cm.tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)
-    rep.line("  Llama-2-13B with TP on p = 4 (40 layers, d = 5120, B = 128, fp16):")
-    rep.claim("Llama-2-13B TP: collectives per step", calls, 80, places=0)
-    rep.claim("Llama-2-13B TP: bytes sent per rank per step", sent / 2**20, 150, unit="MiB", places=0,
-              why="80 collectives × (p−1)/p × 1.25 MiB = 75 MiB; the notes multiply by 2 once more\n"
-                  "    (all-reduce's factor again). Their '1.25 MB' is 1.25 MiB = 1.31 MB")
+    rep.line("  (the notes' tensor-parallel numbers, A = 256 KiB and its per-rank traffic, are checked in "
+             "03_costs.py Parts 4-5)")
 
 
 def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
@@ -269,8 +257,8 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
                for s, p in enumerate(ref.params_after)], name="vs_one_process")
     rep.record("max_diff", max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
                                for s, p in enumerate(ref.params_after)))
-    shard = cm.zero_shard_elements(n, k)
-    rows = [[r, a["shard"], a["mv_bytes"], cm.zero_optimizer_state_bytes(n, k, 2 * ELEM), a["grad_bytes"],
+    shard = ledger.padded_shard_elements(n, k)
+    rows = [[r, a["shard"], a["mv_bytes"], ledger.optimizer_state_bytes(n, k, 2 * ELEM), a["grad_bytes"],
              b["grad_bytes"]] for r, (a, b) in enumerate(zip(z1, z2))]
     rep.table(["rank", "shard", "m+v bytes held", "2e·⌈P/p⌉", "ZeRO-1 grad bytes", "ZeRO-2"], rows,
               name="state_bytes")
@@ -283,16 +271,10 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
              "torch.optim.Adam on the whole model. Gradient bytes are those held at the optimizer step:\n"
              "ZeRO-1 keeps the whole gradient and its reduced shard, ZeRO-2 only the shard. (Here both\n"
              "build the whole gradient in backward; real ZeRO-2 reduce-scatters bucket by bucket.)")
-    rows = [[name, fmt_bytes(cm.zero_memory_per_rank(s, 13e9, 4))] for s, name in
-            enumerate(["DDP: 16P", "ZeRO-1: 4P + 12P/p", "ZeRO-2: 2P + 14P/p", "ZeRO-3: 16P/p"])]
-    rep.line("\n  the notes' ledger for a 13B model on p = 4 (fp16 weights and gradients, 12 B of fp32 state):")
-    rep.table(["stage", "static memory per rank"], rows, name="ledger_13b")
-    rep.claim("13B: DDP static state per rank", cm.zero_memory_per_rank(0, 13e9, 4) / 1e9, 208, unit="GB", places=0)
-    for what, ranks_, nbytes, notes in [("Adam m + v per rank, unsharded", 1, 8, 104),
-                                        ("Adam m + v per rank, ZeRO-1 on 4", 4, 8, 26),
-                                        ("fp16 gradients per rank, ZeRO-2 on 4", 4, 2, 6.5)]:
-        ours = cm.zero_optimizer_state_bytes(13 * 10**9, ranks_, nbytes) / 1e9  # a shard × bytes per element
-        rep.claim(f"13B: {what}", ours, notes, unit="GB", places=1 if notes % 1 else 0)
+    rep.claim("each rank holds only its 1/p shard of Adam's m and v (measured = the ledger's)",
+              all(a["mv_bytes"] == ledger.optimizer_state_bytes(n, k, 2 * ELEM) for a in z1 + z2), notes=True,
+              kind=EXACT, why="a rank holds more (or less) optimizer state than its shard")
+    rep.line("  (the notes' ZeRO figures for a 13B model on 4 GPUs are checked in 04_memory.py Part 2)")
 
 
 def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
@@ -326,30 +308,14 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
              "PP: the busiest rank's sends, forward and backward. ZeRO: the notes' table lists ZeRO-1 as\n"
              "DDP's all-reduce plus an all-gather; a reduce-scatter and an all-gather move what one\n"
              "all-reduce does.")
-    part5_notes_example(rep)
-
-
-def part5_notes_example(rep: Report) -> None:
-    """The notes' 4-GPU example: 12 layers, d = 4096, B = 128, fp16, p = 4."""
-    k, L, d, b, e = 4, 12, 4096, 128, 2
-    rep.line(f"\n  the notes' example, same formulas: {L} layers, d = {d}, B = {b}, fp16, p = {k}, M = 4 (ours)")
-    rows = [["DP", *cm.dp_step_traffic(k, L, d, e)], ["TP", *cm.tp_step_traffic(k, L, d, b, e)],
-            ["PP, middle rank", *cm.pp_step_traffic(k, 1, 4, b, d, e)], ["ZeRO-1/2", *cm.zero_step_traffic(k, L * d * d, e)]]
-    rep.table(["strategy", "calls/step", "bytes sent per rank"], [[s, c, fmt_bytes(v)] for s, c, v in rows],
-              name="notes_example")
-    rep.claim("parameters per layer", d * d / 1e6, 16.8, unit="M", places=1)
-    rep.claim("one layer in fp16", d * d * e / 2**20, 32, unit="MiB", places=0)
-    rep.claim("parameters, 12 layers", L * d * d / 1e6, 201, unit="M", places=0)
-    rep.claim("DDP static state, 16 B per parameter", 16 * L * d * d / 2**30, 3.2, unit="GiB", places=1,
-              why=f"{16 * L * d * d / 1e9:.2f} GB (10⁹) is 3.00 GiB: the notes' '3.2 GiB' are GB")
-    rep.claim("one batch's activation", b * d * e / 2**20, 1, unit="MiB", places=0)
+    rep.line("  (the notes' 4-GPU, 12-layer example is worked out in 03_costs.py Part 6)")
 
 
 def check_args(args: argparse.Namespace) -> None:
     """Sizes every strategy can split: at least one layer, column and sample per rank."""
     k = args.world_size
-    if not 2 <= k <= MAX_WORLD_SIZE:
-        raise UsageError(f"--world-size must be 2..{MAX_WORLD_SIZE}, got {k}")
+    if k < 2:
+        raise UsageError(f"--world-size must be at least 2 (strategies split work between ranks), got {k}")
     for flag, value, what in [("--layers", args.layers, "a layer per pipeline stage"),
                               ("--width", args.width, "a column per tensor-parallel slice"),
                               ("--batch", args.batch, "a sample per data-parallel slice")]:
@@ -362,13 +328,9 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True, figs=False)
-    parser.add_argument("--layers", type=positive_int, default=8, help="layers of the MLP (default 8)")
-    parser.add_argument("--width", type=positive_int, default=128, help="width d of every layer (default 128)")
-    parser.add_argument("--batch", type=positive_int, default=32, help="batch size B (default 32)")
-    parser.add_argument("--micro-batches", type=positive_int, default=4, help="pipeline micro-batches M (default 4)")
-    parser.add_argument("--steps", type=positive_int, default=3, help="optimizer steps (default 3; --quick: 2)")
-    parser.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
+    parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3, seed=0,
+                         real=True, context={"width": "d of every layer", "micro_batches": "the pipeline's M",
+                                             "steps": "optimizer steps; --quick: 2", "seed": "weights and data"})
     args = parser.parse_args()
     check_args(args)
     k = args.world_size

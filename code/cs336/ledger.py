@@ -115,6 +115,19 @@ def shard_sizes(n: int, p: int) -> list[int]:
     return [q + 1 if r < extra else q for r in range(p)]
 
 
+def padded_shard_elements(n: int, p: int) -> int:
+    """Elements of each rank's shard when the n-element flat buffer is padded with zeros to a
+    multiple of p, so every shard has the same shape (what 05_parallel.py's ZeRO does for gloo)."""
+    _check_ranks(p)
+    return -(-int(n) // p)
+
+
+def optimizer_state_bytes(n: int, p: int, bytes_per_param: int) -> int:
+    """Optimizer state on one rank for its padded shard: Adam's m and v are 2 × the parameters'
+    element size (16 B in float64); the notes' mixed-precision ledger is 12 (with the fp32 master)."""
+    return padded_shard_elements(n, p) * bytes_per_param
+
+
 def zero_bytes_per_rank(stage: str, params: int, p: int) -> list[int]:
     """Exact bytes of training state on each rank for an integer number of parameters: sharded
     entries hold whole elements of the flattened buffer, so ranks can differ by a few bytes."""
