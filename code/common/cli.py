@@ -18,6 +18,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -136,6 +137,8 @@ FLAGS: dict[str, Flag] = {
     "layers": Flag(positive_int, "number of layers", "N"),
     "width": Flag(positive_int, "layer width (features)", "N"),
     "micro_batches": Flag(positive_int, "micro-batches per step", "M"),
+    "micro_batch_size": Flag(positive_int, "samples (or sequences) per micro-batch", "N"),
+    "gpu_memory_gb": Flag(_ranged("GB", 1e-3, 1e9), "memory of one GPU in GB (GB = 10^9 B)", "GB"),
     "tp": Flag(positive_int, "tensor-parallel ways", "N"),
     "pp": Flag(positive_int, "pipeline stages", "N"),
 }
@@ -320,8 +323,18 @@ def _writable_parent(path: str, flag: str) -> None:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: cannot write in {parent}")
+    _try_writing_in(parent, flag, path)
+
+
+def _try_writing_in(folder: str, flag: str, path: str) -> None:
+    """Create and remove a file in `folder`: permissions, read-only file systems and /proc all
+    answer this honestly (os.access says yes to root everywhere)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot write in {folder} ({err.strerror})") from None
 
 
 def check_output_file(path: str, flag: str) -> None:
@@ -336,8 +349,7 @@ def check_output_dir(path: str, flag: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a file; give a folder")
     if os.path.isdir(path):
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"{flag} {path}: cannot write in this folder")
+        _try_writing_in(path, flag, path)
     else:
         _writable_parent(path, flag)
 

@@ -27,7 +27,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, parse_size, positive_float, positive_int, run_main, size_bytes
+from common.cli import (
+    UsageError,
+    make_parser,
+    nonnegative_int,
+    parse_size,
+    positive_float,
+    positive_int,
+    run_main,
+    size_bytes,
+)
 from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
 from common.launcher import launch, rank_device
 from common.output import EXACT, MEASURED, Report, fmt_bytes, fmt_time, new_figure
@@ -136,7 +145,7 @@ def main() -> None:
     parser.add_argument("--min-bytes", type=size_bytes, default=None, help="smallest size S (default 1KiB)")
     parser.add_argument("--max-bytes", type=size_bytes, default=None, help="largest size S (default 16MiB, --quick 4MiB)")
     parser.add_argument("--step-factor", type=positive_float, default=None, help="size ratio, > 1 (default 4)")
-    parser.add_argument("--warmup", type=positive_int, default=None, help="untimed calls per size (default 1)")
+    parser.add_argument("--warmup", type=nonnegative_int, default=None, help="untimed calls per size (default 1)")
     parser.add_argument("--iters", type=positive_int, default=None, help="timed calls per size (default 8, --quick 5)")
     args = parser.parse_args()
     for key, value in (QUICK if args.quick else DEFAULTS).items():

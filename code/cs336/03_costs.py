@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
+from common.cli import UsageError, make_parser, run_main
 from common.costmodel import (
     CS336_ETHERNET,
     CS336_INFINIBAND,
@@ -65,11 +65,9 @@ PCIE5_X16_ONE_WAY_GBS = 32 * 16 * 128 / 130 / 8
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=NOTES_P, alpha_us=NOTES_ALPHA_US, size="64MiB", figs=False)
-    parser.add_argument("--beta-gbs", type=positive_float, default=None,
-                        help="Part 1's bandwidth in GB/s, GB = 1e9 B (default: the notes' 50 GiB/s = 53.69 GB/s)")
-    parser.add_argument("--micro-batches", type=positive_int, default=8,
-                        help="Part 6's pipeline micro-batches per step (default 8; the notes give none)")
+    parser = make_parser(__doc__, world_size=NOTES_P, alpha_us=NOTES_ALPHA_US, beta_gbs=None, size="64MiB",
+                         micro_batches=8, context={"beta_gbs": "Part 1; default: the notes' 50 GiB/s = 53.69 GB/s",
+                                                   "micro_batches": "Part 6's pipeline; the notes give none"})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2: with one GPU nothing is communicated")

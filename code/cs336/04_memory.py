@@ -24,7 +24,7 @@ import argparse
 import math
 import re
 
-from common.cli import UsageError, make_parser, positive_float, positive_int, run_main
+from common.cli import UsageError, make_parser, positive_int, run_main
 from common.costmodel import (
     CS336_INFINIBAND,
     CS336_NVLINK,
@@ -63,23 +63,19 @@ def param_count(text: str) -> float:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=NOTES_P, figs=False)
+    parser = make_parser(__doc__, world_size=NOTES_P, batch=NOTES_BATCH, gpu_memory_gb=NOTES_GPU_GB,
+                         layers=lg.LLAMA2_13B.layers, tp=NOTES_TP, pp=NOTES_PP, micro_batch_size=MICRO_BATCH,
+                         context={"batch": "Part 1's MLP", "layers": "Part 2: what ZeRO-3 gathers one at a time; "
+                                  "Llama 2 13B's", "tp": "Part 3", "pp": "Part 3", "micro_batch_size": "Part 3"})
     add = parser.add_argument
-    add("--params", type=param_count, default=NOTES_PARAMS, help="Parts 2 and 4: parameters P (default 13B)")
-    add("--batch", type=positive_int, default=NOTES_BATCH, help="Part 1: MLP batch (default 128)")
-    add("--gpu-memory-gb", type=positive_float, default=NOTES_GPU_GB, help="memory of one GPU, GB (default 80)")
-    add("--layers", type=positive_int, default=lg.LLAMA2_13B.layers,
-        help="Part 2: layers ZeRO-3 gathers one at a time (default 40, Llama 2 13B's)")
-    add("--tp", type=positive_int, default=NOTES_TP, help="Part 3: tensor-parallel ways (default 8)")
-    add("--pp", type=positive_int, default=NOTES_PP, help="Part 3: pipeline stages (default 8)")
-    add("--dp", type=positive_int, default=NOTES_DP, help="Part 3: data-parallel replicas (default 16)")
-    add("--seq-len", type=positive_int, default=SEQ_LEN, help="Part 3: tokens per sequence (default 2048)")
-    add("--global-batch", type=positive_int, default=GLOBAL_BATCH, help="Part 3: sequences per step (default 1536)")
-    add("--micro-batch", type=positive_int, default=MICRO_BATCH, help="Part 3: sequences per micro-batch (default 1)")
+    add("--params", type=param_count, default=NOTES_PARAMS, help="Parts 2 and 4: parameters P (default: 13B)")
+    add("--dp", type=positive_int, default=NOTES_DP, help="Part 3: data-parallel replicas")
+    add("--seq-len", type=positive_int, default=SEQ_LEN, help="Part 3: tokens per sequence")
+    add("--global-batch", type=positive_int, default=GLOBAL_BATCH, help="Part 3: sequences per step")
     args = parser.parse_args()
-    if args.global_batch % (args.dp * args.micro_batch):
-        raise UsageError(f"--global-batch {args.global_batch} must be a multiple of --dp × --micro-batch "
-                         f"= {args.dp * args.micro_batch}")
+    if args.global_batch % (args.dp * args.micro_batch_size):
+        raise UsageError(f"--global-batch {args.global_batch} must be a multiple of --dp × --micro-batch-size "
+                         f"= {args.dp * args.micro_batch_size}")
     rep = Report(__file__, "memory: the 16-byte ledger, ZeRO, Megatron 3D, frameworks", args)
     part1_ledger(rep, args)       # 2 + 2 + 4 + 8 bytes per parameter for the notes' models
     part2_zero(rep, args)         # ZeRO-1/2/3 per GPU from the ledger, and each stage's traffic
@@ -192,11 +188,11 @@ def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
         [f"fits {args.gpu_memory_gb:g} GB (state only)", f"{'yes' if plain <= args.gpu_memory_gb * 1e9 else 'no'} / "
                                                          f"{'yes' if dist <= args.gpu_memory_gb * 1e9 else 'no'}"]],
         name="megatron_memory")
-    stage_layers, micro = math.ceil(m.layers / pp), args.global_batch // (dp * args.micro_batch)
-    act = lg.activation_bytes(args.micro_batch, m.width, FP16, tokens_per_sample=args.seq_len)
+    stage_layers, micro = math.ceil(m.layers / pp), args.global_batch // (dp * args.micro_batch_size)
+    act = lg.activation_bytes(args.micro_batch_size, m.width, FP16, tokens_per_sample=args.seq_len)
     tp_link = CS336_NVLINK if tp <= GPUS_PER_NODE else CS336_INFINIBAND
     rep.note(f"per step: {args.global_batch} sequences of {args.seq_len} tokens, {micro} micro-batches of "
-             f"{args.micro_batch} per replica;\none micro-batch's activation b × s × d × 2 B = {fmt_bytes(act)}; "
+             f"{args.micro_batch_size} per replica;\none micro-batch's activation b × s × d × 2 B = {fmt_bytes(act)}; "
              f"a stage holds {stage_layers} of {m.layers} layers.\n"
              "TP: 2 all-reduces forward + 2 backward per layer (attention, MLP), no recomputation.\n"
              "PP: each GPU sends its micro-batch's full activation and gradient (Megatron's scatter/gather\n"

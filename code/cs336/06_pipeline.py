@@ -45,9 +45,8 @@ TOL = 1e-12
 
 
 def main() -> None:
-    parser = make_parser(__doc__, figs=True)
+    parser = make_parser(__doc__, micro_batches=8, figs=True, context={"micro_batches": "M"})
     parser.add_argument("--stages", type=positive_int, default=4, help="pipeline stages S (default 4)")
-    parser.add_argument("--micro-batches", type=positive_int, default=8, help="micro-batches M (default 8)")
     parser.add_argument("--tf-ms", type=positive_float, default=NOTES_TF_MS,
                         help=f"forward time per stage and micro-batch, ms (default {NOTES_TF_MS:g})")
     parser.add_argument("--tb-ms", type=positive_float, default=NOTES_TB_MS,

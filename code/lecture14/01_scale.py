@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.cli import link_from_args, make_parser, positive_float, run_main
+from common.cli import link_from_args, make_parser, run_main
 from common.costmodel import (
     parameter_server_time,
     ring_allreduce_bytes_per_device,
@@ -110,11 +110,9 @@ def ks_up_to(top: int) -> list[int]:
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB",
-                         peak_tflops=NOTES_PEAK_TFLOPS, tp=NOTES_TP, pp=NOTES_PP,
+                         peak_tflops=NOTES_PEAK_TFLOPS, tp=NOTES_TP, pp=NOTES_PP, gpu_memory_gb=NOTES_GPU_MEMORY_GB,
                          context={"world_size": "the largest K in Part 4", "size": "Part 4's N: gradients = parameters",
                                   "peak_tflops": "dense BF16", "tp": "Part 3", "pp": "Part 3"})
-    parser.add_argument("--gpu-memory-gb", type=positive_float, default=NOTES_GPU_MEMORY_GB,
-                        help="memory of one GPU in GB, GB = 1e9 B")
     args = parser.parse_args()
     rep = Report(__file__, "why distributed training: scale, two walls, parameter server", args)
     part1_six_nd(rep, args)          # 6ND: what two real runs got out of each GPU

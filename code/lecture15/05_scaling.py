@@ -301,11 +301,11 @@ def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_ev
 def main() -> None:
     notes = NOTES_SETTING
     parser = make_parser(__doc__, world_size=notes["world_size"], alpha_us=notes["alpha_us"],
-                         beta_gbs=notes["beta_gbs"], bucket_cap_mb="25MB", micro_batches=512, figs=True,
-                         context={"bucket_cap_mb": "default: the notes' 25 MB", "micro_batches": "Part 3"})
+                         beta_gbs=notes["beta_gbs"], bucket_cap_mb="25MB", micro_batches=512, micro_batch_size=32,
+                         figs=True, context={"bucket_cap_mb": "default: the notes' 25 MB", "micro_batches": "Part 3",
+                                             "micro_batch_size": "Part 3"})
     parser.add_argument("--sync-every", type=positive_int, default=notes["sync_every"],
                         help="synchronise gradients every n iterations")
-    parser.add_argument("--micro-batch-size", type=positive_int, default=32, help="Part 3: samples per micro-batch")
     parser.add_argument("--lr-small", type=positive_float, default=0.02, help="Part 3: the small learning rate")
     parser.add_argument("--lr-large", type=positive_float, default=0.1, help="Part 3: the large learning rate")
     args = parser.parse_args()
