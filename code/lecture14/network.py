@@ -203,15 +203,23 @@ def _move(res: Result, ph: Phase, bufs: np.ndarray, elems: np.ndarray, first: np
     cuts = np.searchsorted(ph.index, np.arange(ph.n_rounds + 1))
     for i in range(ph.n_rounds):
         m = slice(cuts[i], cuts[i + 1])
-        # One entry per element moved: the message it belongs to and its column in the buffer.
         lengths = elems[m]
-        msg = np.repeat(np.arange(lengths.size), lengths)
-        col = np.arange(msg.size) - (np.cumsum(lengths) - lengths)[msg] + first[m][msg]
-        payload = bufs[ph.src[m][msg], col]  # every payload is read before any is applied
-        if ph.op == "add":
-            np.add.at(bufs, (ph.dst[m][msg], col), payload)
-        else:
-            bufs[ph.dst[m][msg], col] = payload
+        if lengths.sum() >= 32 * lengths.size:  # long messages: a slice each (a memcpy) is cheapest
+            spans = list(zip(ph.src[m].tolist(), ph.dst[m].tolist(), first[m].tolist(), lengths.tolist()))
+            payloads = [bufs[s, a:a + n].copy() for s, _, a, n in spans]  # all read before any is applied
+            for (_, d, a, n), payload in zip(spans, payloads):
+                if ph.op == "add":
+                    bufs[d, a:a + n] += payload
+                else:
+                    bufs[d, a:a + n] = payload
+        else:  # many short messages: one entry per element moved (its message, its column)
+            msg = np.repeat(np.arange(lengths.size), lengths)
+            col = np.arange(msg.size) - (np.cumsum(lengths) - lengths)[msg] + first[m][msg]
+            payload = bufs[ph.src[m][msg], col]  # every payload is read before any is applied
+            if ph.op == "add":
+                np.add.at(bufs, (ph.dst[m][msg], col), payload)
+            else:
+                bufs[ph.dst[m][msg], col] = payload
+            payloads = np.split(payload, np.cumsum(lengths)[:-1]) if history else []
         res.rounds.append(Round(ph.name, i, ph.src[m], ph.dst[m], ph.chunk[m], nbytes[m], ph.op,
-                                list(bufs.copy()) if history else None,
-                                np.split(payload, np.cumsum(lengths)[:-1]) if history else None))
+                                list(bufs.copy()) if history else None, payloads if history else None))
