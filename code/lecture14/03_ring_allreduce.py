@@ -234,7 +234,7 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     best_pow2 = best_broadcast_segments(k, n, link)
     top = min(20, max(12, best_pow2.bit_length() + 2))
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
-    scale = ring_broadcast_time(k, n, link, 1)
+    scale = max(ring_broadcast_time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
     for s in (2**i for i in range(top + 1)):
         formula = ring_broadcast_time(k, n, link, s)
         if (k - 1) * s <= MAX_SIMULATED_MESSAGES:
