@@ -194,7 +194,9 @@ def traffic(algorithm: str, k: int, nbytes: int, root: int = 0, segments: int = 
     `nbytes` is the buffer that gets cut into chunks (K chunks, or S segments for the pipelined
     ones), one element = one byte: each device's buffer for the all-reduces, reduce, broadcast and
     reduce-scatter (its input); the gathered whole for all-gather and gather (K pieces); the root's
-    whole buffer for scatter. Cost: a few numpy calls over the schedule's messages.
+    whole buffer for scatter. `root` matters for broadcast, reduce, scatter, gather and the
+    pipelined chains, `segments` for the pipelined chains only (elsewhere they are ignored).
+    Cost: a few numpy calls over the schedule's messages.
     """
     if int(k) != k or k < 1 or not 0 <= root < k:
         raise ValueError(f"need K >= 1 devices and a root in 0..K-1, got K = {k}, root = {root}")
