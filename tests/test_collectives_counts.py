@@ -77,9 +77,10 @@ def test_moved_data_equals_the_reference(k: int, algorithm: str) -> None:
 @pytest.mark.parametrize("primitive", cm.RING_PRIMITIVES)
 def test_seven_primitives_match_the_ring_closed_forms(k: int, primitive: str) -> None:
     algorithm, pieces = PRIMITIVE_SIM[primitive]
-    piece = 60 * k  # bytes of one piece S (K and 4 segments divide it); the buffer cut is S or K·S
     root = k // 3
-    for segments in (1, 4) if primitive in ("broadcast", "reduce") else (1,):
+    cases = [(piece, segments) for piece in (4 * k, 60 * k, 4004 * k)  # K and 4 segments divide S
+             for segments in ((1, 4) if primitive in ("broadcast", "reduce") else (1,))]
+    for piece, segments in cases:
         nbytes = piece * (k if pieces == "k" else 1)
         res = col.traffic(algorithm, k, nbytes, root=root, segments=segments)
         by_position = cm.ring_primitive_bytes_sent(primitive, k, piece)
