@@ -63,6 +63,6 @@ def counted_view_at_1024(out: str) -> None:
     assert "ring all-reduce on 1024 workers, counted" in out
     assert "shown for K <= 8 only" in out and "each term once: yes" in out
     assert re.search(r"^  rounds\s+2,046\s+2,046\s+2\(K - 1\)", out, re.M)
-    assert re.search(r"bytes each worker sends \(fewest, most\)\s+8,184, 8,184\s+8,184", out)
+    assert re.search(r"bytes each worker sends \(fewest, most\)\s+16,368, 16,368\s+16,368", out)
     assert "1026 ticks = K - 2 + S = 1026; every device holds the data: yes" in out
     assert "tick simulation equals the closed form (ticks exactly, time to rounding): yes" in out

@@ -40,7 +40,6 @@ from common.costmodel import (
 )
 from common.output import ASSUMPTION, EXACT, Report, bar, fmt_bytes, fmt_num, fmt_time, new_figure
 from lecture14 import collectives as col
-from lecture14.collectives import SYMBOL_BYTES
 
 NOTES_K = {1: 4, 3: 8}  # the notes' device counts: 4 workers in Part 1, 8 devices in Part 3
 NOTES_SIZE, NOTES_ALPHA_US, NOTES_BETA_GBS = 64e6, 5.0, 25.0
@@ -133,14 +132,14 @@ def many_workers(rep: Report, k: int) -> tuple[col.Result, bool]:
         counts = col.ring_allreduce([np.ones(k, dtype=np.int64)] * k, history=True)
         show_rounds(rep, counts, k, lambda buf: buf.tolist())
         return counts, done and all(np.all(out == k) for out in counts.outputs)
-    n = col.traffic("ring all-reduce", k, SYMBOL_BYTES * k)  # one float32-sized element per chunk
-    rep.note(f"K > {MAX_COUNTED_K}: no tables of K columns; the counted totals, one {SYMBOL_BYTES}-byte "
-             "element per chunk (N = 4K B):")
+    item = values.itemsize  # the integer run's counts: one 8-byte element per chunk, N = 8K bytes
+    rep.note(f"K > {MAX_COUNTED_K}: no tables of K columns; the totals counted in that run,\n"
+             f"one {item}-byte integer per chunk (N = {item}K B):")
     rep.table(["quantity", "counted", "closed form", "formula"], [
-        ["rounds", n.n_rounds, 2 * (k - 1), "2(K - 1)"],
-        ["bytes each worker sends (fewest, most)", f"{n.sent.min():,}, {n.sent.max():,}",
-         f"{ring_allreduce_bytes_per_device(k, SYMBOL_BYTES * k):,.0f}", "2(K - 1)/K · N"],
-        ["largest message (B)", int(n.busiest_per_round.max()), SYMBOL_BYTES, "N/K"],
+        ["rounds", res.n_rounds, 2 * (k - 1), "2(K - 1)"],
+        ["bytes each worker sends (fewest, most)", f"{res.sent.min():,}, {res.sent.max():,}",
+         f"{ring_allreduce_bytes_per_device(k, item * k):,.0f}", "2(K - 1)/K · N"],
+        ["largest message (B)", int(res.busiest_per_round.max()), item, "N/K"],
     ], name="ring_counts")
     return res, done
 
