@@ -28,7 +28,8 @@ from common.costmodel import NOTES_LINK, Link
 DEFAULT_TIMEOUT_S = 30.0  # a lecture script's collectives take milliseconds; 30 s means "stuck"
 TIMEOUT_RANGE_S = (1.0, 86_400.0)  # below 1 s a busy 2-core machine times out honest collectives
 MAX_BYTES = 10**15  # 1 PB: larger sizes only overflow the models into nonsense
-MAX_MODEL_WORLD = 1 << 20  # devices in a model-only script (the notes reach 256; 1M is plenty)
+MAX_MODEL_WORLD = 4096  # devices in a model-only script: the notes reach 256; a ring all-reduce has
+# 2K(K−1) messages, so the round-by-round models need 2 GB at 4096
 RANKS_PER_CORE = 32  # local ranks beyond this spend their time waiting for each other
 MEMORY_PER_RANK = 256 * 2**20  # what a torch rank of these scripts can reach (import + small models)
 

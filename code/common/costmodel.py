@@ -436,3 +436,72 @@ def zero_step_traffic(k: int, n_params: int, elem_bytes: int) -> tuple[int, floa
     padded = -(-n_params // k) * k * elem_bytes
     calls = zero_step_collectives("ZeRO-1", padded)
     return sum(c.calls for c in calls), sum(c.bytes_per_device(k) for c in calls)
+
+
+# ==== The seven primitives on a ring: bytes each device sends, rounds, α-β time ====================
+# (lecture14.collectives simulates each of these; CS336 lecture 8 tabulates the per-rank volume.)
+# S is one piece: what each device holds of the smaller of input and output (broadcast, reduce
+# and all-reduce: the whole buffer; scatter: the root holds K·S; gather and all-gather: K·S at the
+# end; reduce-scatter: K·S in, S out). Positions v = (rank − root) mod K round the ring.
+
+RING_PRIMITIVES = ("broadcast", "scatter", "gather", "reduce", "all-gather", "reduce-scatter", "all-reduce")
+
+
+def _check_primitive(primitive: str, k: int, piece_bytes: float) -> None:
+    _check(k, piece_bytes)
+    if primitive not in RING_PRIMITIVES:
+        raise ValueError(f"unknown primitive {primitive!r}; one of {RING_PRIMITIVES}")
+
+
+def ring_primitive_bytes_sent(primitive: str, k: int, piece_bytes: float) -> list[float]:
+    """Bytes each device sends in one `primitive` on a ring of K devices, listed by position v.
+
+      broadcast       a pipelined chain out of the root: v = 0 .. K-2 send S each, the last 0
+      scatter         the root sends (K-1)·S; v passes on the pieces beyond it: (K-1-v)·S
+      gather          v sends its own piece and the v-1 before it: v·S (the root 0)
+      reduce          a pipelined chain into the root: every non-root S, the root 0
+      all-gather      (K-1)·S each, i.e. (K-1)/K of the K·S gathered
+      reduce-scatter  (K-1)·S each, i.e. (K-1)/K of the K·S input
+      all-reduce      2(K-1)/K·S each (reduce-scatter then all-gather of S)
+    The busiest device: S (broadcast, reduce), (K-1)·S (scatter: the root; gather: the root's
+    left neighbour; all-gather and reduce-scatter: everyone), 2(K-1)/K·S (all-reduce).
+    """
+    _check_primitive(primitive, k, piece_bytes)
+    s = piece_bytes
+    per_position = {
+        "broadcast": [s] * (k - 1) + [0.0],
+        "scatter": [(k - 1 - v) * s for v in range(k)],
+        "gather": [v * s for v in range(k)],
+        "reduce": [0.0] + [s] * (k - 1),
+        "all-gather": [(k - 1) * s] * k,
+        "reduce-scatter": [(k - 1) * s] * k,
+        "all-reduce": [2 * (k - 1) * s / k] * k,
+    }[primitive]
+    return [float(b) for b in per_position]
+
+
+def ring_primitive_rounds(primitive: str, k: int, segments: int = 1) -> int:
+    """Rounds of one `primitive` on a ring of K: K-2+S ticks for the pipelined chains (broadcast,
+    reduce; S segments), K-1 for scatter, gather, all-gather, reduce-scatter, 2(K-1) for all-reduce."""
+    _check_primitive(primitive, k, 0)
+    if int(segments) != segments or segments < 1:
+        raise ValueError(f"segments must be an integer >= 1, got {segments}")
+    if k == 1:
+        return 0
+    if primitive in ("broadcast", "reduce"):
+        return k - 2 + segments
+    return 2 * (k - 1) if primitive == "all-reduce" else k - 1
+
+
+def ring_primitive_time(primitive: str, k: int, piece_bytes: float, link: Link, segments: int = 1) -> float:
+    """α-β time of one `primitive` on a ring of K: rounds × (α + the largest message / β).
+
+    Chains: (K-2+S)(α + S_piece/(S·β)) (ring_broadcast_time); scatter, gather, all-gather and
+    reduce-scatter: (K-1)(α + S/β), one piece per link per round; all-reduce: 2(K-1)(α + S/(Kβ)).
+    """
+    rounds = ring_primitive_rounds(primitive, k, segments)
+    if rounds == 0:
+        return 0.0
+    message = {"broadcast": piece_bytes / segments, "reduce": piece_bytes / segments,
+               "all-reduce": piece_bytes / k}.get(primitive, piece_bytes)
+    return rounds * link.message_time(message)

@@ -23,8 +23,6 @@ import argparse
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from common.cli import link_from_args, make_parser, run_main
 from common.costmodel import (
     parameter_server_time,
@@ -93,12 +91,11 @@ def years_on_one_gpu(run: TrainingRun, flops_per_s: float) -> float:
 
 
 def parameter_server_step_bytes(k: int, nbytes: float) -> dict[str, float]:
-    """Bytes each party moves (sent + received) in one step, push then pull, counted message by
-    message by collectives.parameter_server on a one-float32 stand-in and scaled to N bytes (every
-    message carries the whole buffer, so the counts are linear in N)."""
-    stand_in = np.zeros(1, dtype=np.float32)
-    res = col.parameter_server([stand_in] * k)
-    moved = (res.sent + res.received) / stand_in.nbytes * nbytes  # devices 0..K-1, then the server
+    """Bytes each party moves (sent + received) in one step, push then pull, counted over every
+    message by collectives.traffic on a one-byte buffer and scaled to N bytes (every message
+    carries the whole buffer, so the counts are linear in N)."""
+    res = col.traffic("parameter server", k, 1)
+    moved = (res.sent + res.received) * nbytes  # devices 0..K-1, then the server
     return {"server": float(moved[k]), **{f"worker {i}": float(moved[i]) for i in range(k)}}
 
 

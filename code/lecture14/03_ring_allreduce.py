@@ -23,6 +23,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 import argparse
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from common.costmodel import (
     best_broadcast_segments,
     best_integer_segments,
     continuous_best_segments,
+    ring_allreduce_bytes_per_device,
     ring_broadcast_time,
     tree_depth,
 )
@@ -42,7 +44,9 @@ from lecture14 import collectives as col
 NOTES_K = {1: 4, 3: 8}  # the notes' device counts: 4 workers in Part 1, 8 devices in Part 3
 NOTES_SIZE, NOTES_ALPHA_US, NOTES_BETA_GBS = 64e6, 5.0, 25.0
 MAX_PRINTED_K = 8  # beyond this a round's table is too wide to read: only phase ends are printed
-MAX_SIMULATED_TICKS = 50_000  # larger S: closed form only (the tick loop is plain Python)
+MAX_COUNTED_K = 16  # beyond this even the phase ends (K columns of counts) are too wide: totals only
+MAX_TICK_TABLE_K = 12  # Part 3's table has a column per link: 11 fit in 100 columns
+MAX_SIMULATED_MESSAGES = 2**19  # (K-1)·S messages per broadcast; more: closed form only
 FP_K, FP_SEED = 64, 0
 
 
@@ -68,26 +72,37 @@ def world_size(args: argparse.Namespace, part: int) -> int:
 
 def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
     k = world_size(args, 1)
-    rep.part(1, f"ring all-reduce on {k} workers, symbolically")
-    res = col.ring_allreduce(col.symbolic_inputs(k), history=True)
+    symbolic = k <= MAX_PRINTED_K
+    rep.part(1, f"ring all-reduce on {k} workers, " + ("symbolically" if symbolic else "counted"))
     rep.note("worker r holds one element per chunk: <letter r>0 .. <letter r>{K-1}; rounds count i from 0:\n"
              "reduce-scatter round i: worker r sends chunk (r - i) mod K to r + 1, which adds it;\n"
              "all-gather round i: worker r sends chunk (r + 1 - i) mod K to r + 1, which overwrites.")
-    headers = ["worker"] + [f"chunk {c}" for c in range(k)]
+    if symbolic:
+        res = col.ring_allreduce(col.symbolic_inputs(k), history=True)
+        show_rounds(rep, res, k, lambda buf: col.format_chunks(buf, res.bounds))
+        total = col.Sym([(w, j) for w in range(k) for j in range(k)])
+        done = all(sum(buf, col.Sym()) == total and all(len(v.terms) == k for v in buf) for buf in res.outputs)
+    else:
+        res, done = many_workers(rep, k)
+    rep.line(f"  {res.n_rounds} rounds = 2(K - 1); every worker ends with every chunk summed over all "
+             f"{k} workers, each term once: {'yes' if done else 'NO'}")
+    rep.record("rounds", res.n_rounds)
+    if k == NOTES_K[1]:
+        rs_end = next(r for r in reversed(res.rounds) if r.phase == "reduce-scatter").state
+        w0 = "  ".join(col.format_chunks(rs_end[0], res.bounds))
+        w1 = "  ".join(col.format_chunks(rs_end[1], res.bounds)[:3])
+        rep.claim("worker 0 after reduce-scatter", w0, "a0  a1+b1+c1+d1  a2+c2+d2  a3+d3", kind=EXACT)
+        rep.claim("worker 1 after reduce-scatter (first 3 chunks)", w1, "a0+b0  b1  a2+b2+c2+d2", kind=EXACT)
 
+
+def show_rounds(rep: Report, res: col.Result, k: int, cells: Callable[[np.ndarray], list]) -> None:
+    """Every round (symbolic, small K), or the end of each phase only (term counts, larger K)."""
     every_round = k <= MAX_PRINTED_K
+    headers = ["worker"] + [f"chunk {c}" if every_round else str(c) for c in range(k)]
 
     def show(state: list[np.ndarray], name: str) -> None:
-        if every_round:
-            rows = [[str(r)] + col.format_chunks(buf, res.bounds) for r, buf in enumerate(state)]
-        else:  # a count per cell keeps a K x K table readable
-            rows = [[str(r)] + [len(v.terms) for v in buf] for r, buf in enumerate(state)]
-        rep.table(headers, rows, name=name)
+        rep.table(headers, [[str(r)] + cells(buf) for r, buf in enumerate(state)], name=name)
 
-    if not every_round:
-        headers = ["worker"] + [str(c) for c in range(k)]
-        rep.note(f"K = {k} > {MAX_PRINTED_K}: only the end of each phase is printed, and each cell shows\n"
-                 f"how many workers' elements the chunk sums ({k} = complete)")
     rep.line("  before:")
     show(res.initial, "before")
     for n, rnd in enumerate(res.rounds):
@@ -100,17 +115,33 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
             rep.line(f"  after {rnd.phase} (round i = {rnd.index}, the last of {rnd.phase}):")
         if every_round or last_of_phase:
             show(rnd.state, f"{rnd.phase} {rnd.index}")
-    total = col.Sym([(w, j) for w in range(k) for j in range(k)])
-    done = all(sum(buf, col.Sym()) == total and all(len(v.terms) == k for v in buf) for buf in res.outputs)
-    rep.line(f"  {res.n_rounds} rounds = 2(K - 1); every worker ends with every chunk summed over all "
-             f"{k} workers, each term once: {'yes' if done else 'NO'}")
-    rep.record("rounds", res.n_rounds)
-    if k == NOTES_K[1]:
-        rs_end = next(r for r in reversed(res.rounds) if r.phase == "reduce-scatter").state
-        w0 = "  ".join(col.format_chunks(rs_end[0], res.bounds))
-        w1 = "  ".join(col.format_chunks(rs_end[1], res.bounds)[:3])
-        rep.claim("worker 0 after reduce-scatter", w0, "a0  a1+b1+c1+d1  a2+c2+d2  a3+d3", kind=EXACT)
-        rep.claim("worker 1 after reduce-scatter (first 3 chunks)", w1, "a0+b0  b1  a2+b2+c2+d2", kind=EXACT)
+
+
+def many_workers(rep: Report, k: int) -> tuple[col.Result, bool]:
+    """K > 8: symbols would fill the screen (a full sum has K terms), so numbers stand in for them."""
+    rep.note(f"K = {k} > {MAX_PRINTED_K}: the round-by-round view with symbols is shown for K <= {MAX_PRINTED_K} only;\n"
+             "'each term once' is checked with numbers: worker r's elements are random 64-bit integers,\n"
+             "and every output must equal np.sum of the inputs exactly (integer sums wrap alike in any\n"
+             "order); a missing or doubled term would change a sum (except with probability ~2^-64)")
+    values = np.random.default_rng(FP_SEED).integers(-2**63, 2**63 - 1, (k, k), dtype=np.int64)  # row = worker
+    res, want = col.ring_allreduce(list(values)), np.sum(values, axis=0)
+    done = all(np.array_equal(out, want) for out in res.outputs)
+    if k <= MAX_COUNTED_K:
+        rep.note(f"only the end of each phase is printed, and each cell shows how many workers'\n"
+                 f"elements the chunk sums ({k} = complete)")
+        counts = col.ring_allreduce([np.ones(k, dtype=np.int64)] * k, history=True)
+        show_rounds(rep, counts, k, lambda buf: buf.tolist())
+        return counts, done and all(np.all(out == k) for out in counts.outputs)
+    item = values.itemsize  # the integer run's counts: one 8-byte element per chunk, N = 8K bytes
+    rep.note(f"K > {MAX_COUNTED_K}: no tables of K columns; the totals counted in that run,\n"
+             f"one {item}-byte integer per chunk (N = {item}K B):")
+    rep.table(["quantity", "counted", "closed form", "formula"], [
+        ["rounds", res.n_rounds, 2 * (k - 1), "2(K - 1)"],
+        ["bytes each worker sends (fewest, most)", f"{res.sent.min():,}, {res.sent.max():,}",
+         f"{ring_allreduce_bytes_per_device(k, item * k):,.0f}", "2(K - 1)/K · N"],
+        ["largest message (B)", int(res.busiest_per_round.max()), item, "N/K"],
+    ], name="ring_counts")
+    return res, done
 
 
 ALGORITHMS = {  # name in the table: (simulation, closed-form rounds)
@@ -203,10 +234,10 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     best_pow2 = best_broadcast_segments(k, n, link)
     top = min(20, max(12, best_pow2.bit_length() + 2))
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
-    scale = ring_broadcast_time(k, n, link, 1)
+    scale = max(ring_broadcast_time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
     for s in (2**i for i in range(top + 1)):
         formula = ring_broadcast_time(k, n, link, s)
-        if k - 2 + s <= MAX_SIMULATED_TICKS:
+        if (k - 1) * s <= MAX_SIMULATED_MESSAGES:
             res = col.pipelined_ring_broadcast(n, k, s)
             sim_times[s] = res.time(link)
             ticks_ok &= res.n_rounds == k - 2 + s
@@ -244,13 +275,17 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
 def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:
     """Which segment each link carries in each tick, for a small S: the pipeline filling and draining."""
     res = col.pipelined_ring_broadcast(np.arange(segments, dtype=np.float32), k, segments)
-    links = [f"{p}→{p + 1}" for p in range(k - 1)]
-    rows = []
-    for rnd in res.rounds:
-        carried = {t.src: str(t.chunk) for t in rnd.transfers}
-        rows.append([str(rnd.index)] + [carried.get(p, "") for p in range(k - 1)])
-    rep.line(f"  S = {segments} segments (0..{segments - 1}), the segment each link carries per tick:")
-    rep.table(["tick"] + links, rows, name="ticks")
+    if k <= MAX_TICK_TABLE_K:
+        links = [f"{p}→{p + 1}" for p in range(k - 1)]
+        rows = []
+        for rnd in res.rounds:
+            carried = {t.src: str(t.chunk) for t in rnd.transfers}
+            rows.append([str(rnd.index)] + [carried.get(p, "") for p in range(k - 1)])
+        rep.line(f"  S = {segments} segments (0..{segments - 1}), the segment each link carries per tick:")
+        rep.table(["tick"] + links, rows, name="ticks")
+    else:
+        rep.note(f"K = {k} > {MAX_TICK_TABLE_K}: the tick-by-tick table (a column per link) is shown for "
+                 f"K <= {MAX_TICK_TABLE_K} only;\nS = {segments} segments moved for real, counted below")
     ok = all(np.array_equal(out, np.arange(segments)) for out in res.outputs)
     rep.line(f"  {res.n_rounds} ticks = K - 2 + S = {k - 2 + segments}; every device holds the data: {'yes' if ok else 'NO'}")
 

@@ -2,248 +2,53 @@
 
     res = ring_allreduce(symbolic_inputs(4), history=True)
     res.rounds[-1].state[0]      # what worker 0 holds at the end: a0+b0+c0+d0, a1+b1+c1+d1, ...
-    res.sent, res.received       # bytes each device sent / received, counted message by message
+    res.sent, res.received       # bytes each device sent / received
     res.time(link)               # α-β time: each round costs α + (busiest device's bytes)/β
+    traffic("ring all-reduce", 1024, 64_000_000)   # bytes and rounds only, no data moved
+
+Each algorithm is a schedule: every message it sends (round, source, destination, chunk, add or
+copy) as numpy arrays, built in one go; lecture14.network counts bytes and rounds over that table
+with a few numpy calls and moves data a round at a time, so K = 1024 takes a fraction of a second.
+collectives_reference.py simulates the same collectives one message at a time; tests compare them.
 
 One code path serves two kinds of data:
   numeric   one 1-D numpy array per device; any K >= 1 and any length, also not divisible by K;
   symbolic  `symbolic_inputs(K)`: object arrays whose elements are `Sym` sums in the notes'
-            notation (worker letters a, b, c, ..., element digits: `a1+b1+c1+d1`).
+            notation (worker letters a, b, c, ..., element digits: `a1+b1+c1+d1`). Symbolic sums
+            grow with K (a full sum has K terms): readable, and affordable, for small K only.
 A buffer of n elements is cut into K chunks at np.array_split boundaries (the first n % K chunks are
 one element longer; with n < K some chunks are empty), so the same code runs any length.
 
-Model of a round: every message of a round is in flight at once, links are full duplex, and a
-device may send and receive in the same round. Payloads are read before any is applied, so a
-round's result does not depend on the order messages are listed in. A symbolic element counts as
-SYMBOL_BYTES bytes (as if it were a float32).
+Rounds: every message of a round is in flight at once, links are full duplex (network.py says
+more). A symbolic element counts as SYMBOL_BYTES bytes (as if a float32); in `traffic`, one byte.
 
 Public API (stable; other scripts use it):
   symbolic_inputs, Sym, worker_name, chunk_bounds, format_chunks
-  broadcast, reduce, allreduce, reduce_scatter, all_gather     the five primitives
-  ring_allreduce, tree_allreduce, naive_allreduce, parameter_server, pipelined_ring_broadcast
+  broadcast, reduce, allreduce, reduce_scatter, all_gather     the five primitives (NCCL's)
+  scatter, gather                                              root to all / all to root, ring
+  ring_allreduce, tree_allreduce, naive_allreduce, parameter_server, pipelined_ring_broadcast,
+  pipelined_ring_reduce, traffic (counts only, any algorithm by name: ALGORITHMS)
   Result (outputs, sent, received, rounds, bounds, initial, time(), n_rounds, ...), Round, Transfer
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from lecture14.network import (  # noqa: F401  (re-exported: the stable API)
+    Result,
+    Round,
+    Schedule,
+    Transfer,
+    bounds_from_sizes,
+    chunk_bounds,
+    run_schedule,
+)
+from lecture14.symbolic import Sym, format_chunks, symbolic_inputs, worker_name  # noqa: F401
+
 SYMBOL_BYTES = 4  # a symbolic element is charged like one float32
-
-
-# ---- symbolic values -------------------------------------------------------------------------
-
-def worker_name(rank: int) -> str:
-    """a, b, ..., z, then aa, ab, ... (spreadsheet columns) for workers beyond 26."""
-    if rank < 0:
-        raise ValueError(f"rank must be >= 0, got {rank}")
-    name, r = "", rank + 1
-    while r:
-        r, rem = divmod(r - 1, 26)
-        name = chr(ord("a") + rem) + name
-    return name
-
-
-class Sym:
-    """A sum of named elements, such as a2+c2+d2; terms kept sorted by (worker, element).
-
-    Sym() is the empty sum (printed "0"). A term that appears twice is kept twice (a1+a1), so a
-    simulator that adds something twice shows it.
-    """
-
-    __slots__ = ("terms",)
-
-    def __init__(self, terms: Sequence[tuple[int, int]] = ()) -> None:
-        self.terms = tuple(sorted(terms))
-
-    def __add__(self, other: Any) -> Sym:
-        if isinstance(other, Sym):
-            return Sym(self.terms + other.terms)
-        if isinstance(other, (int, float)) and other == 0:  # sum() and np.sum start from 0
-            return self
-        return NotImplemented
-
-    __radd__ = __add__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sym) and self.terms == other.terms
-
-    def __hash__(self) -> int:
-        return hash(self.terms)
-
-    def __str__(self) -> str:
-        return "+".join(f"{worker_name(w)}{j}" for w, j in self.terms) or "0"
-
-    __repr__ = __str__
-
-
-def symbolic_inputs(k: int, length: int | None = None) -> list[np.ndarray]:
-    """K object arrays: worker r holds <name r>0, <name r>1, ... (length defaults to K, as in the notes)."""
-    if k < 1:
-        raise ValueError(f"need at least one worker, got {k}")
-    length = k if length is None else length
-    out = []
-    for r in range(k):
-        arr = np.empty(length, dtype=object)
-        for j in range(length):
-            arr[j] = Sym(((r, j),))
-        out.append(arr)
-    return out
-
-
-def chunk_bounds(n: int, k: int) -> list[slice]:
-    """The K chunks of n elements at np.array_split boundaries (first n % K chunks one longer)."""
-    q, extra = divmod(n, k)
-    sizes = [q + 1 if i < extra else q for i in range(k)]
-    return _bounds_from_sizes(sizes)
-
-
-def _bounds_from_sizes(sizes: Sequence[int]) -> list[slice]:
-    edges = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(int)
-    return [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
-
-
-def format_chunks(buffer: np.ndarray | None, bounds: Sequence[slice]) -> list[str]:
-    """One string per chunk, elements separated by spaces ("-" for an empty or undefined chunk)."""
-    if buffer is None:
-        return ["-" for _ in bounds]
-    out = []
-    for sl in bounds:
-        part = buffer[sl]
-        out.append(" ".join("-" if v is None else (str(v) if isinstance(v, Sym) else f"{v:g}")
-                            for v in part) or "-")
-    return out
-
-
-def _nbytes(arr: np.ndarray) -> int:
-    return int(arr.size * (SYMBOL_BYTES if arr.dtype == object else arr.itemsize))
-
-
-def _zeros_like(arr: np.ndarray) -> np.ndarray:
-    if arr.dtype == object:
-        out = np.empty(arr.shape, dtype=object)
-        for i in range(out.size):
-            out[i] = Sym()
-        return out
-    return np.zeros_like(arr)
-
-
-# ---- the record of a run ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Transfer:
-    """One message: `nbytes` from `src` to `dst`, chunk index (None: the whole buffer), "add" or "copy".
-
-    `payload` holds a copy of what was sent when the run kept its history, else None.
-    """
-
-    src: int
-    dst: int
-    chunk: int | None
-    nbytes: int
-    op: str
-    payload: np.ndarray | None = None
-
-
-@dataclass
-class Round:
-    """One round (one tick for the pipelined broadcast); `index` counts from 0 within its phase."""
-
-    phase: str
-    index: int
-    transfers: list[Transfer]
-    state: list[np.ndarray] | None = None  # every device's buffer after the round (history=True)
-
-
-@dataclass
-class Result:
-    """What a simulated collective did. Devices are 0..K-1 (the parameter server adds device K)."""
-
-    name: str
-    outputs: list[np.ndarray | None]
-    sent: np.ndarray
-    received: np.ndarray
-    rounds: list[Round] = field(default_factory=list)
-    bounds: list[slice] = field(default_factory=list)
-    initial: list[np.ndarray] | None = None  # buffers before the first round (history=True)
-
-    @property
-    def n_rounds(self) -> int:
-        return len(self.rounds)
-
-    @property
-    def busiest_sent(self) -> int:
-        return int(self.sent.max()) if self.sent.size else 0
-
-    @property
-    def busiest_received(self) -> int:
-        return int(self.received.max()) if self.received.size else 0
-
-    @property
-    def total_sent(self) -> int:
-        return int(self.sent.sum())
-
-    def round_bytes(self) -> list[int]:
-        """Per round, the most bytes any one device sent or received in it (its link is the bottleneck)."""
-        out = []
-        for rnd in self.rounds:
-            per_dev: dict[tuple[str, int], int] = {}
-            for t in rnd.transfers:
-                per_dev[("s", t.src)] = per_dev.get(("s", t.src), 0) + t.nbytes
-                per_dev[("r", t.dst)] = per_dev.get(("r", t.dst), 0) + t.nbytes
-            out.append(max(per_dev.values()) if per_dev else 0)
-        return out
-
-    def time(self, link: Any) -> float:
-        """α-β time (seconds) on `link` (anything with alpha_s, beta_Bps): Σ over rounds of α + busiest/β."""
-        return sum(link.alpha_s + b / link.beta_Bps for b in self.round_bytes())
-
-
-class _Network:
-    """Carries messages between device buffers, round by round, counting bytes.
-
-    With `sizes_only_for` = K there are no buffers: a message of chunk c counts len(bounds[c]) bytes.
-    """
-
-    def __init__(self, name: str, bufs: list[np.ndarray], bounds: list[slice], history: bool,
-                 sizes_only_for: int = 0) -> None:
-        self.name, self.bufs, self.bounds, self.history = name, bufs, bounds, history
-        n_devices = sizes_only_for or len(bufs)
-        self.sent = np.zeros(n_devices, dtype=np.int64)
-        self.received = np.zeros(n_devices, dtype=np.int64)
-        self.rounds: list[Round] = []
-        self.initial = [b.copy() for b in bufs] if history else None
-
-    def exchange(self, phase: str, index: int, messages: list[tuple[int, int, int | None, str]]) -> None:
-        """One round: (src, dst, chunk or None, "add"/"copy") messages, all in flight together."""
-        if not messages:
-            return
-        # Read every payload first: a device that sends and receives the same chunk in one round
-        # sends what it held at the start of the round.
-        sizes_only = not self.bufs
-        payloads = [None if sizes_only else self.bufs[src][self._slice(chunk)].copy() for src, _, chunk, _ in messages]
-        transfers = []
-        for (src, dst, chunk, op), payload in zip(messages, payloads):
-            sl = self._slice(chunk)
-            if payload is None:  # sizes only: the chunk's length is its byte count
-                nbytes = sl.stop - sl.start
-            else:
-                nbytes = _nbytes(payload)
-                self.bufs[dst][sl] = self.bufs[dst][sl] + payload if op == "add" else payload
-            self.sent[src] += nbytes
-            self.received[dst] += nbytes
-            transfers.append(Transfer(src, dst, chunk, nbytes, op, payload if self.history else None))
-        state = [b.copy() for b in self.bufs] if self.history else None
-        self.rounds.append(Round(phase, index, transfers, state))
-
-    def _slice(self, chunk: int | None) -> slice:
-        return slice(None) if chunk is None else self.bounds[chunk]
-
-    def result(self, outputs: list[np.ndarray | None]) -> Result:
-        return Result(self.name, outputs, self.sent, self.received, self.rounds, self.bounds, self.initial)
 
 
 def _check_inputs(inputs: Sequence[np.ndarray], same_length: bool = True, root: int = 0) -> list[np.ndarray]:
@@ -256,24 +61,162 @@ def _check_inputs(inputs: Sequence[np.ndarray], same_length: bool = True, root: 
         raise ValueError("each device's buffer must be a 1-D array")
     if same_length and len({a.size for a in arrs}) > 1:
         raise ValueError(f"every device needs the same buffer length, got {[a.size for a in arrs]}")
-    return [a.copy() for a in arrs]
+    return arrs
 
 
-# ---- ring building blocks (the notes' §3.2 chunk indices, with an offset) -------------------
+def _itemsize(arr: np.ndarray) -> int:
+    return SYMBOL_BYTES if arr.dtype == object else arr.itemsize
 
-def _ring_reduce_scatter(net: _Network, k: int, offset: int) -> None:
-    # Round i: device r sends chunk (r - i + offset) mod K to r + 1, which adds it to its own.
+
+def _stack(arrs: Sequence[np.ndarray], n_dev: int | None = None) -> np.ndarray:
+    """One row per device; rows beyond the inputs (the server) start as zeros / empty sums."""
+    stacked = np.stack(arrs)
+    extra = (len(arrs) if n_dev is None else n_dev) - len(arrs)
+    if extra <= 0:
+        return stacked
+    blank = np.zeros((extra, stacked.shape[1]), dtype=stacked.dtype)
+    if stacked.dtype == object:
+        blank.flat[:] = [Sym() for _ in range(blank.size)]
+    return np.concatenate([stacked, blank])
+
+
+# ---- the algorithms' schedules (ring positions v = (rank - root) mod K) ----------------------
+
+def _ring_rounds(sched: Schedule, phase: str, k: int, offset: int, op: str) -> None:
+    # Round i: device r sends chunk (r - i + offset) mod K to r + 1. reduce-scatter (op "add") with
     # offset 0 is the notes' schedule: afterwards device r holds the full sum of chunk (r + 1) mod K.
-    for i in range(k - 1):
-        net.exchange("reduce-scatter", i, [(r, (r + 1) % k, (r - i + offset) % k, "add") for r in range(k)])
+    # all-gather (op "copy"): device r starts out owning chunk (r + offset) mod K.
+    i, r = np.repeat(np.arange(k - 1), k), np.tile(np.arange(k), k - 1)
+    sched.add(phase, i, r, (r + 1) % k, (r - i + offset) % k, op)
 
 
-def _ring_all_gather(net: _Network, k: int, offset: int) -> None:
-    # Round i: device r sends chunk (r - i + offset) mod K, already complete, and its right
-    # neighbour overwrites its copy. Device r starts out owning chunk (r + offset) mod K.
-    for i in range(k - 1):
-        net.exchange("all-gather", i, [(r, (r + 1) % k, (r - i + offset) % k, "copy") for r in range(k)])
+def _tree_rounds(sched: Schedule, k: int, root: int, up: bool) -> None:
+    # Binomial tree on positions v: going up (reduce), in round j every v with v mod 2^(j+1) = 2^j
+    # sends its partial sum to v - 2^j; going down (broadcast), the reverse, in the reverse order.
+    # ceil(log2 K) rounds each way; every message is the whole buffer.
+    depth = (k - 1).bit_length()
+    index, src, dst = [], [], []
+    for j in range(depth):
+        step = 1 << (j if up else depth - 1 - j)
+        senders = np.arange(step, k, 2 * step) if up else np.arange(0, k - step, 2 * step)
+        index.append(np.full(senders.size, j))
+        src.append(senders)
+        dst.append(senders - step if up else senders + step)
+    if depth:
+        v_src, v_dst = np.concatenate(src), np.concatenate(dst)
+        sched.add("reduce" if up else "broadcast", np.concatenate(index), (v_src + root) % k,
+                  (v_dst + root) % k, -1, "add" if up else "copy")
 
+
+def _chain_rounds(sched: Schedule, phase: str, k: int, root: int, segments: int, into_root: bool) -> None:
+    # A pipelined chain round the ring: link p (0 .. K-2) carries segment s in tick p + s, so the
+    # first segment needs K - 1 ticks and each further one arrives a tick later: K - 2 + S ticks.
+    # Out of the root (broadcast): positions 0 -> 1 -> ... -> K-1, copying. Into the root (reduce):
+    # positions 1 -> 2 -> ... -> K-1 -> 0, each adding its own part before passing it on.
+    p, s = np.meshgrid(np.arange(k - 1), np.arange(segments), indexing="ij")
+    p, s = p.ravel(), s.ravel()
+    v = p + 1 if into_root else p
+    sched.add(phase, p + s, (v + root) % k, (v + 1 + root) % k, s, "add" if into_root else "copy")
+
+
+def _server_rounds(sched: Schedule, k: int, push: bool) -> None:
+    # Workers 0..K-1 and a server, device K: in one round every worker pushes its whole buffer to
+    # the server, which adds them in worker order; in another the server sends its buffer back.
+    workers = np.arange(k)
+    if push:
+        sched.add("push", np.zeros(k), workers, k, -1, "add")
+    else:
+        sched.add("pull", np.zeros(k), k, workers, -1, "copy")
+
+
+def _scatter_rounds(sched: Schedule, k: int, root: int) -> None:
+    # Ring scatter: the root sends the farthest position's piece first; every device passes on,
+    # one piece a round, the pieces that are not its own. In round t the device at position v
+    # sends the piece of position K-1+v-t (for v <= t <= K-2). K - 1 rounds; position v sends
+    # K-1-v pieces, so the root sends K-1 of its K pieces.
+    t, v = np.meshgrid(np.arange(k - 1), np.arange(k - 1), indexing="ij")
+    t, v = t[v <= t], v[v <= t]
+    sched.add("scatter", t, (v + root) % k, (v + 1 + root) % k, (k - 1 + v - t + root) % k, "copy")
+
+
+def _gather_rounds(sched: Schedule, k: int, root: int) -> None:
+    # Ring gather, the mirror image: pieces travel 1 -> 2 -> ... -> K-1 -> root. In round t the
+    # device at position v >= 1 sends the piece of position v - t (its own in round 0). K - 1
+    # rounds; position v sends v pieces, so the root's left neighbour sends K - 1 of them.
+    t, v = np.meshgrid(np.arange(k - 1), np.arange(1, k), indexing="ij")
+    t, v = t[t < v], v[t < v]
+    sched.add("gather", t, (v + root) % k, (v + 1 + root) % k, (v - t + root) % k, "copy")
+
+
+def _schedule(algorithm: str, k: int, root: int = 0, segments: int = 1) -> tuple[Schedule, int, int]:
+    """(schedule, devices, chunks the buffer is cut into) of `algorithm` on K devices."""
+    sched, n_dev, n_chunks = Schedule(), k, k
+    if algorithm == "ring all-reduce":
+        _ring_rounds(sched, "reduce-scatter", k, 0, "add")
+        _ring_rounds(sched, "all-gather", k, 1, "copy")
+    elif algorithm == "reduce-scatter":  # shifted by one: device r ends owning chunk r
+        _ring_rounds(sched, "reduce-scatter", k, -1, "add")
+    elif algorithm == "all-gather":
+        _ring_rounds(sched, "all-gather", k, 0, "copy")
+    elif algorithm in ("tree all-reduce", "reduce", "broadcast"):
+        if algorithm != "broadcast":
+            _tree_rounds(sched, k, root, up=True)
+        if algorithm != "reduce":
+            _tree_rounds(sched, k, root, up=False)
+    elif algorithm == "naive all-reduce":  # device 0 adds the arrivals in rank order: ((x0 + x1) + x2) + ...
+        sched.add("gather", np.zeros(k - 1), np.arange(1, k), 0, -1, "add")
+        sched.add("broadcast", np.zeros(k - 1), 0, np.arange(1, k), -1, "copy")
+    elif algorithm == "parameter server":  # workers 0..K-1, the server is device K
+        n_dev = k + 1
+        _server_rounds(sched, k, push=True)
+        _server_rounds(sched, k, push=False)
+    elif algorithm in ("pipelined ring broadcast", "pipelined ring reduce"):
+        n_chunks = segments
+        into_root = algorithm == "pipelined ring reduce"
+        _chain_rounds(sched, "tick", k, root, segments, into_root)
+    elif algorithm == "scatter":
+        _scatter_rounds(sched, k, root)
+    elif algorithm == "gather":
+        _gather_rounds(sched, k, root)
+    else:
+        raise ValueError(f"unknown algorithm {algorithm!r}; one of {ALGORITHMS}")
+    return sched, n_dev, n_chunks
+
+
+ALGORITHMS = ("ring all-reduce", "tree all-reduce", "naive all-reduce", "parameter server", "broadcast",
+              "reduce", "reduce-scatter", "all-gather", "scatter", "gather", "pipelined ring broadcast",
+              "pipelined ring reduce")
+
+
+def traffic(algorithm: str, k: int, nbytes: int, root: int = 0, segments: int = 1) -> Result:
+    """Bytes and rounds of one collective on K devices, without moving data (outputs are None).
+
+    `nbytes` is the buffer that gets cut into chunks (K chunks, or S segments for the pipelined
+    ones), one element = one byte: each device's buffer for the all-reduces, reduce, broadcast and
+    reduce-scatter (its input); the gathered whole for all-gather and gather (K pieces); the root's
+    whole buffer for scatter. `root` matters for broadcast, reduce, scatter, gather and the
+    pipelined chains, `segments` for the pipelined chains only (elsewhere they are ignored).
+    Cost: a few numpy calls over the schedule's messages.
+    """
+    if int(k) != k or k < 1 or not 0 <= root < k:
+        raise ValueError(f"need K >= 1 devices and a root in 0..K-1, got K = {k}, root = {root}")
+    if int(segments) != segments or segments < 1 or int(nbytes) != nbytes or nbytes < 0:
+        raise ValueError(f"segments must be an integer >= 1 and nbytes >= 0, got {segments}, {nbytes}")
+    sched, n_dev, n_chunks = _schedule(algorithm, int(k), root, int(segments))
+    res, _ = run_schedule(algorithm, sched, n_dev, chunk_bounds(int(nbytes), n_chunks), None, False, 1)
+    res.outputs = [None] * n_dev
+    return res
+
+
+def _simulate(algorithm: str, bufs: list[np.ndarray], history: bool, root: int = 0, segments: int = 1,
+              bounds: list[slice] | None = None) -> tuple[Result, np.ndarray]:
+    sched, n_dev, n_chunks = _schedule(algorithm, len(bufs), root, segments)
+    stacked = _stack(bufs, n_dev)
+    bounds = chunk_bounds(stacked.shape[1], n_chunks) if bounds is None else bounds
+    return run_schedule(algorithm, sched, n_dev, bounds, stacked, history, _itemsize(stacked))
+
+
+# ---- the algorithms --------------------------------------------------------------------------
 
 def ring_allreduce(inputs: Sequence[np.ndarray], history: bool = False) -> Result:
     """Ring all-reduce: reduce-scatter then all-gather, K - 1 rounds each, N/K bytes per message.
@@ -281,35 +224,9 @@ def ring_allreduce(inputs: Sequence[np.ndarray], history: bool = False) -> Resul
     Round i of reduce-scatter: device r sends chunk (r - i) mod K; of all-gather: (r + 1 - i) mod K.
     Each device sends 2(K-1)/K·N bytes when K divides N (exactly: all chunks but one, twice).
     """
-    bufs = _check_inputs(inputs)
-    k = len(bufs)
-    net = _Network("ring all-reduce", bufs, chunk_bounds(bufs[0].size, k), history)
-    _ring_reduce_scatter(net, k, offset=0)
-    _ring_all_gather(net, k, offset=1)
-    return net.result([b.copy() for b in bufs])
-
-
-# ---- binomial tree building blocks -----------------------------------------------------------
-
-def _tree_reduce(net: _Network, k: int, root: int) -> None:
-    # Binomial tree on virtual ranks v = (r - root) mod K: in round j, v with v mod 2^(j+1) = 2^j
-    # sends its partial sum to v - 2^j. ceil(log2 K) rounds; the root receives one message a round.
-    depth = (k - 1).bit_length()
-    for j in range(depth):
-        step = 1 << j
-        msgs = [((v + root) % k, (v - step + root) % k, None, "add")
-                for v in range(step, k, 2 * step)]
-        net.exchange("reduce", j, msgs)
-
-
-def _tree_broadcast(net: _Network, k: int, root: int) -> None:
-    # The reverse: in round j, every v that already has the data (v mod 2·step = 0) sends to v + step.
-    depth = (k - 1).bit_length()
-    for j in range(depth):
-        step = 1 << (depth - 1 - j)
-        msgs = [((v + root) % k, (v + step + root) % k, None, "copy")
-                for v in range(0, k, 2 * step) if v + step < k]
-        net.exchange("broadcast", j, msgs)
+    res, bufs = _simulate("ring all-reduce", _check_inputs(inputs), history)
+    res.outputs = [b.copy() for b in bufs]
+    return res
 
 
 def tree_allreduce(inputs: Sequence[np.ndarray], history: bool = False) -> Result:
@@ -317,12 +234,9 @@ def tree_allreduce(inputs: Sequence[np.ndarray], history: bool = False) -> Resul
 
     2·ceil(log2 K) rounds, each message the whole N; device 0 receives ceil(log2 K)·N and sends as much.
     """
-    bufs = _check_inputs(inputs)
-    k = len(bufs)
-    net = _Network("tree all-reduce", bufs, chunk_bounds(bufs[0].size, k), history)
-    _tree_reduce(net, k, 0)
-    _tree_broadcast(net, k, 0)
-    return net.result([b.copy() for b in bufs])
+    res, bufs = _simulate("tree all-reduce", _check_inputs(inputs), history)
+    res.outputs = [b.copy() for b in bufs]
+    return res
 
 
 def naive_allreduce(inputs: Sequence[np.ndarray], history: bool = False) -> Result:
@@ -330,13 +244,9 @@ def naive_allreduce(inputs: Sequence[np.ndarray], history: bool = False) -> Resu
 
     2 rounds, but device 0's link carries (K-1)·N each way: it is the bottleneck.
     """
-    bufs = _check_inputs(inputs)
-    k = len(bufs)
-    net = _Network("naive all-reduce", bufs, chunk_bounds(bufs[0].size, k), history)
-    # Device 0 adds the arrivals in rank order: ((x0 + x1) + x2) + ...
-    net.exchange("gather", 0, [(r, 0, None, "add") for r in range(1, k)])
-    net.exchange("broadcast", 0, [(0, r, None, "copy") for r in range(1, k)])
-    return net.result([b.copy() for b in bufs])
+    res, bufs = _simulate("naive all-reduce", _check_inputs(inputs), history)
+    res.outputs = [b.copy() for b in bufs]
+    return res
 
 
 def parameter_server(gradients: Sequence[np.ndarray], params: np.ndarray | None = None,
@@ -350,44 +260,91 @@ def parameter_server(gradients: Sequence[np.ndarray], params: np.ndarray | None 
     """
     grads = _check_inputs(gradients)
     k = len(grads)
-    bufs = grads + [_zeros_like(grads[0])]
-    net = _Network("parameter server", bufs, chunk_bounds(grads[0].size, k), history)
-    net.exchange("push", 0, [(r, k, None, "add") for r in range(k)])
     if params is not None:
         params = np.asarray(params)
         if params.shape != grads[0].shape:
             raise ValueError(f"params shape {params.shape} differs from the gradients' {grads[0].shape}")
-        bufs[k][:] = params - lr * bufs[k] / k
-    net.exchange("pull", 0, [(k, r, None, "copy") for r in range(k)])
-    return net.result([b.copy() for b in bufs])
+    push, pull = Schedule(), Schedule()
+    _server_rounds(push, k, push=True)
+    _server_rounds(pull, k, push=False)
+    bufs = _stack(grads, k + 1)
+    bounds = chunk_bounds(bufs.shape[1], k)
+    first, bufs = run_schedule("parameter server", push, k + 1, bounds, bufs, history, _itemsize(bufs))
+    if params is not None:
+        bufs[k] = params - lr * bufs[k] / k
+    second, bufs = run_schedule("parameter server", pull, k + 1, bounds, bufs, history, _itemsize(bufs))
+    return Result("parameter server", [b.copy() for b in bufs], first.sent + second.sent,
+                  first.received + second.received,
+                  np.concatenate([first.busiest_per_round, second.busiest_per_round]),
+                  first.rounds + second.rounds, bounds, first.initial)
 
 
-# ---- the five primitives ---------------------------------------------------------------------
+def pipelined_ring_broadcast(data: np.ndarray | int, k: int, segments: int = 1, root: int = 0,
+                             history: bool = False) -> Result:
+    """Broadcast round a ring of K devices, cut into S segments, tick by tick.
+
+    In each tick every link (device at ring position p -> p + 1) moves at most one segment: the
+    next one its neighbour lacks. The first segment needs K - 1 ticks, each further one arrives a
+    tick later: K - 2 + S ticks (0 for K = 1). `data` is a 1-D array (moved for real; outputs hold
+    each device's copy) or an int number of bytes (counted only, as `traffic`: outputs are None,
+    no round-by-round record), which keeps a 64 MB sweep over many S cheap. Segments follow
+    np.array_split boundaries. Every device but the last in the chain sends N.
+    """
+    if k < 1 or not 0 <= root < k:
+        raise ValueError(f"need K >= 1 devices and a root in 0..K-1, got K = {k}, root = {root}")
+    if int(segments) != segments or segments < 1:
+        raise ValueError(f"segments must be an integer >= 1, got {segments}")
+    if not isinstance(data, np.ndarray):
+        if int(data) < 0:
+            raise ValueError(f"size must be >= 0, got {data}")
+        return traffic("pipelined ring broadcast", k, int(data), root, segments)
+    if data.ndim != 1:
+        raise ValueError("data must be a 1-D array")
+    blank = np.empty(data.size, dtype=object) if data.dtype == object else np.zeros_like(data)
+    bufs = [data if r == root else blank for r in range(k)]
+    res, out = _simulate("pipelined ring broadcast", bufs, history, root, int(segments))
+    res.outputs = [b.copy() for b in out]
+    return res
+
+
+def pipelined_ring_reduce(inputs: Sequence[np.ndarray], segments: int = 1, root: int = 0,
+                          history: bool = False) -> Result:
+    """Reduce into the root along the ring, cut into S segments: the pipelined broadcast reversed.
+
+    Positions 1 -> 2 -> ... -> K-1 -> root; each adds its own part to a segment before passing it
+    on, one segment per link per tick: K - 2 + S ticks. Every device but the root sends N once
+    (S segments of N/S). outputs[root] is the sum (added in chain order), the others None.
+    """
+    if int(segments) != segments or segments < 1:
+        raise ValueError(f"segments must be an integer >= 1, got {segments}")
+    res, bufs = _simulate("pipelined ring reduce", _check_inputs(inputs, root=root), history, root, int(segments))
+    res.outputs = [bufs[r].copy() if r == root else None for r in range(len(bufs))]
+    return res
+
+
+# ---- the primitives --------------------------------------------------------------------------
 
 def broadcast(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) -> Result:
     """Every device ends with the root's buffer (binomial tree, ceil(log2 K) rounds of N bytes).
 
     Every device passes a buffer of the same length, as in NCCL; the non-roots' contents are overwritten.
     """
-    bufs = _check_inputs(inputs, root=root)
-    k = len(bufs)
-    net = _Network("broadcast", bufs, chunk_bounds(bufs[0].size, k), history)
-    _tree_broadcast(net, k, root)
-    return net.result([b.copy() for b in bufs])
+    res, bufs = _simulate("broadcast", _check_inputs(inputs, root=root), history, root)
+    res.outputs = [b.copy() for b in bufs]
+    return res
 
 
 def reduce(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) -> Result:
     """The root ends with the elementwise sum (binomial tree); other outputs are None (undefined in NCCL)."""
-    bufs = _check_inputs(inputs, root=root)
-    k = len(bufs)
-    net = _Network("reduce", bufs, chunk_bounds(bufs[0].size, k), history)
-    _tree_reduce(net, k, root)
-    return net.result([bufs[r].copy() if r == root else None for r in range(k)])
+    res, bufs = _simulate("reduce", _check_inputs(inputs, root=root), history, root)
+    res.outputs = [bufs[r].copy() if r == root else None for r in range(len(bufs))]
+    return res
 
 
 def allreduce(inputs: Sequence[np.ndarray], algorithm: str = "ring", history: bool = False) -> Result:
     """Every device ends with the elementwise sum; algorithm "ring" (default), "tree" or "naive"."""
-    algorithms = {"ring": ring_allreduce, "tree": tree_allreduce, "naive": naive_allreduce}
+    algorithms: dict[str, Callable[..., Result]] = {"ring": ring_allreduce, "tree": tree_allreduce,
+                                                    "naive": naive_allreduce}
     if algorithm not in algorithms:
         raise ValueError(f"algorithm must be one of {sorted(algorithms)}, got {algorithm!r}")
     return algorithms[algorithm](inputs, history=history)
@@ -399,65 +356,54 @@ def reduce_scatter(inputs: Sequence[np.ndarray], history: bool = False) -> Resul
     Ring schedule shifted by one against the notes' so that device r owns chunk r: round i, device r
     sends chunk (r - 1 - i) mod K. K - 1 rounds; each device sends N - (its last chunk's size).
     """
-    bufs = _check_inputs(inputs)
-    k = len(bufs)
-    net = _Network("reduce-scatter", bufs, chunk_bounds(bufs[0].size, k), history)
-    _ring_reduce_scatter(net, k, offset=-1)
-    return net.result([bufs[r][net.bounds[r]].copy() for r in range(k)])
+    res, bufs = _simulate("reduce-scatter", _check_inputs(inputs), history)
+    res.outputs = [bufs[r][res.bounds[r]].copy() for r in range(len(bufs))]
+    return res
+
+
+def _placed(pieces: list[np.ndarray]) -> tuple[list[np.ndarray], list[slice]]:
+    """Each device's piece at its place in a buffer of the concatenated length (elsewhere 0 / None)."""
+    bounds = bounds_from_sizes([p.size for p in pieces])
+    bufs = []
+    for r, piece in enumerate(pieces):
+        buf = np.empty(bounds[-1].stop, dtype=object) if piece.dtype == object else np.zeros(bounds[-1].stop, piece.dtype)
+        buf[bounds[r]] = piece
+        bufs.append(buf)
+    return bufs, bounds
 
 
 def all_gather(inputs: Sequence[np.ndarray], history: bool = False) -> Result:
     """Every device ends with the concatenation of all inputs (which may differ in length). Ring, K - 1 rounds."""
-    pieces = _check_inputs(inputs, same_length=False)
-    k = len(pieces)
-    bounds = _bounds_from_sizes([p.size for p in pieces])
-    total = bounds[-1].stop
-    bufs = []
-    for r, piece in enumerate(pieces):
-        buf = np.empty(total, dtype=piece.dtype) if piece.dtype == object else np.zeros(total, dtype=piece.dtype)
-        buf[bounds[r]] = piece
-        bufs.append(buf)
-    net = _Network("all-gather", bufs, bounds, history)
-    _ring_all_gather(net, k, offset=0)
-    return net.result([b.copy() for b in bufs])
+    bufs, bounds = _placed(_check_inputs(inputs, same_length=False))
+    res, out = _simulate("all-gather", bufs, history, bounds=bounds)
+    res.outputs = [b.copy() for b in out]
+    return res
 
 
-# ---- pipelined ring broadcast (the notes' §3.1) ----------------------------------------------
+def scatter(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) -> Result:
+    """Device r ends with piece r of the root's buffer (K pieces at np.array_split boundaries).
 
-def pipelined_ring_broadcast(data: np.ndarray | int, k: int, segments: int = 1, root: int = 0,
-                             history: bool = False) -> Result:
-    """Broadcast round a ring of K devices, cut into S segments, tick by tick.
-
-    In each tick every link (device at ring position p -> p + 1) moves at most one segment: the
-    next one its neighbour lacks. The first segment needs K - 1 ticks, each further one arrives a
-    tick later: K - 2 + S ticks (0 for K = 1). `data` is a 1-D array (moved for real; outputs hold
-    each device's copy) or an int number of bytes (only segment sizes move; outputs are None), which
-    keeps a 64 MB sweep over many S cheap. Segments follow np.array_split boundaries.
+    Ring implementation (see _scatter_rounds): K - 1 rounds of one piece per link. Every device
+    passes a buffer of the same length, as for broadcast; only the root's contents are sent.
+    Bytes sent, with S = N/K the piece size: the root (K-1)·S, position v (K-1-v)·S, the last 0;
+    K(K-1)/2·S in all. (Sending straight from the root instead: the root (K-1)·S, the others 0.)
     """
-    if k < 1 or not 0 <= root < k:
-        raise ValueError(f"need K >= 1 devices and a root in 0..K-1, got K = {k}, root = {root}")
-    if int(segments) != segments or segments < 1:
-        raise ValueError(f"segments must be an integer >= 1, got {segments}")
-    real = isinstance(data, np.ndarray)
-    if real and data.ndim != 1:
-        raise ValueError("data must be a 1-D array")
-    n = data.size if real else int(data)
-    if n < 0:
-        raise ValueError(f"size must be >= 0, got {n}")
-    seg_bounds = chunk_bounds(n, segments)
-    bufs: list[np.ndarray] = []
-    if real:
-        blank = np.empty(n, dtype=object) if data.dtype == object else np.zeros_like(data)
-        bufs = [data.copy() if r == root else blank.copy() for r in range(k)]
-    net = _Network("pipelined ring broadcast", bufs, seg_bounds, history and real, sizes_only_for=0 if real else k)
-    have = [segments] + [0] * (k - 1)  # segments held, by ring position from the root (in order)
-    tick = 0
-    while have[-1] < segments:
-        moves = [p for p in range(k - 1) if have[p] > have[p + 1]]  # decided on the tick's start
-        net.exchange("tick", tick, [((p + root) % k, (p + 1 + root) % k, have[p + 1], "copy") for p in moves])
-        for p in moves:
-            have[p + 1] += 1
-        tick += 1
-        if tick > k + segments:  # cannot happen while every link moves a segment when it can
-            raise RuntimeError("pipelined broadcast did not finish")
-    return net.result([b.copy() for b in bufs] if real else [None] * k)
+    res, bufs = _simulate("scatter", _check_inputs(inputs, root=root), history, root)
+    res.outputs = [bufs[r][res.bounds[r]].copy() for r in range(len(bufs))]
+    return res
+
+
+def gather(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) -> Result:
+    """The root ends with the concatenation of every device's input (lengths may differ); the
+    other outputs are None. Ring implementation (see _gather_rounds): K - 1 rounds.
+
+    Bytes sent, with S each device's piece: position v sends v·S (its own and those of the v - 1
+    before it), so the root's left neighbour sends (K-1)·S, the root 0; K(K-1)/2·S in all; the
+    root receives (K-1)·S. (Sending straight to the root instead: every non-root S, the root
+    receives (K-1)·S in one round.)
+    """
+    pieces = _check_inputs(inputs, same_length=False, root=root)
+    bufs, bounds = _placed(pieces)
+    res, out = _simulate("gather", bufs, history, root, bounds=bounds)
+    res.outputs = [out[r].copy() if r == root else None for r in range(len(pieces))]
+    return res

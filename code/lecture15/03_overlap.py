@@ -158,14 +158,18 @@ def part2_bucket_cap(rep: Report, args: argparse.Namespace, link: Link) -> None:
     rep.table(["cap (MiB)", "ResNet buckets", "BERT buckets"] + [f"{n} {ln} (ms)" for n, ln in columns],
               rows, name="sweep")
     rep.line(f"  ◀ = best cap; {len(results) * (len(caps) + 1)} simulations in {took * 1e3:.0f} ms")
+    if args.world_size == 1:
+        rep.note("K = 1: nothing to all-reduce, so every cap gives the same step; the 'best' cap below\n"
+                 "is only the first of equals")
     rep.record("sweep_seconds", took)
-    best_cap = {col: (caps + [float("inf")])[best[col]] for col in columns}
+    specs = {name: m for name, m, _ in models}
+    # "one bucket" ran with the whole model as its cap: that cap (MiB), not inf, is its value
+    best_cap = {(n, ln): (caps + [specs[n].nbytes / MiB])[best[(n, ln)]] for n, ln in columns}
     slower = {col: results[col][0].step_s > no_overlap[col] for col in columns}
     rep.line("  cap 0 slower than no overlap? " + ", ".join(f"{n} {ln}: {'yes' if slower[(n, ln)] else 'no'}"
                                                           for n, ln in columns))
     compare(rep, args, "cap 0 (a bucket per gradient) slower than no overlap, ResNet-50 fast link",
             slower[("ResNet-50", "fast")], True)
-    specs = {name: m for name, m, _ in models}
     links = {ln.name: ln for ln in (fast, slow)}
     for n, ln in (col for col in columns if not slower[col]):
         tensors = len(specs[n].params)

@@ -1,0 +1,68 @@
+"""Every model-only script that takes --world-size, at the edges: K = 1, 2, 3 and 1024. Each must
+finish, print no inf / nan, no failed check ("NO"), no runaway numbers, and stay inside the
+model-only budget (1.5 s wall on a 2-core machine; checked here as CPU time, which other
+processes on a shared machine do not inflate much)."""
+
+from __future__ import annotations
+
+import re
+import resource
+
+import pytest
+from conftest import assert_usage_error, run_script
+
+from common.suite import scripts
+
+MODEL_ONLY_BUDGET_S = 1.5
+# Model-only scripts that mention --world-size (each says how to run it with one in its docstring).
+WITH_WORLD_SIZE = sorted(s.name for s in scripts() if not s.real and "--world-size" in s.path.read_text(encoding="utf-8"))
+NEEDS_TWO = {"lecture14/03_ring_allreduce.py"}  # a broadcast from one device to others: K >= 2 by design
+
+
+def sane(out: str) -> list[str]:
+    """Lines that look wrong: inf or nan, a failed check, or a number of 16+ digits (the timeline
+    strips, '|...|', are bucket indices, not numbers)."""
+    bad = []
+    for line in out.splitlines():
+        digits = line.replace(",", "")
+        if (re.search(r"(?<![\w.])-?(inf|nan)(?![\w])", line, re.I) or re.search(r"\bNO\b", line)
+                or ("|" not in line and re.search(r"\d{16,}", digits))):
+            bad.append(line)
+    return bad
+
+
+def test_the_list_is_what_the_suite_has() -> None:
+    assert {"lecture14/01_scale.py", "lecture14/03_ring_allreduce.py", "lecture15/03_overlap.py",
+            "lecture15/05_scaling.py"} <= set(WITH_WORLD_SIZE)
+
+
+@pytest.mark.parametrize("script", WITH_WORLD_SIZE)
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_small_world_sizes(script: str, k: int) -> None:
+    if script in NEEDS_TWO and k == 1:
+        assert_usage_error(script, "--world-size", "1")
+        return
+    out = run_script(script, "--world-size", str(k), "--quick").stdout
+    assert not sane(out), sane(out)
+
+
+@pytest.mark.parametrize("script", WITH_WORLD_SIZE)
+def test_world_size_1024_within_the_budget(script: str) -> None:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = run_script(script, "--world-size", "1024").stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert not sane(out), sane(out)
+    assert "1024" in out.replace(",", "")
+    assert cpu < MODEL_ONLY_BUDGET_S, f"{script} at K = 1024: {cpu:.2f} s of CPU"
+    if script == "lecture14/03_ring_allreduce.py":
+        counted_view_at_1024(out)
+
+
+def counted_view_at_1024(out: str) -> None:
+    assert "ring all-reduce on 1024 workers, counted" in out
+    assert "shown for K <= 8 only" in out and "each term once: yes" in out
+    assert re.search(r"^  rounds\s+2,046\s+2,046\s+2\(K - 1\)", out, re.M)
+    assert re.search(r"bytes each worker sends \(fewest, most\)\s+16,368, 16,368\s+16,368", out)
+    assert "1026 ticks = K - 2 + S = 1026; every device holds the data: yes" in out
+    assert "tick simulation equals the closed form (ticks exactly, time to rounding): yes" in out
