@@ -246,9 +246,8 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
     act = int(activation_bytes(NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16))
     rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
     rep.claim("activation A = 128 × 1024 × 2 B", act / KiB, 256, "KiB", EXACT, places=0)
-    pieces = [np.zeros(n, dtype=np.uint8) for n in (len(s) for s in np.array_split(np.arange(act), p))]
-    gathered = col.all_gather(pieces).busiest_sent      # counted message by message, 1 B per element
-    reduced = col.ring_allreduce([np.zeros(act, dtype=np.uint8)] * p).busiest_sent
+    gathered = col.traffic("all-gather", p, act).busiest_sent  # counted message by message, no data moved
+    reduced = col.traffic("ring all-reduce", p, act).busiest_sent
     rep.table(["collective on A, per rank", "formula", "counted (collectives.py)"], [
         ["all-gather (forward)", f"(p-1)/p·A = {fmt_bytes((p - 1) / p * act, binary=True)}",
          fmt_bytes(gathered, binary=True)],
