@@ -1,11 +1,13 @@
 """Reproduce every number in the notes: run each script, then list every claim with its status.
 
-    python code/reproduce.py            # all scripts, default arguments (about a minute)
+    python code/reproduce.py            # all scripts, default arguments (a minute or two)
     python code/reproduce.py --quick    # the same, shorter runs (what CI smoke-tests)
 
-Each script writes its parts and claims with --json; this collects them into one table:
-agrees / differs (with the reason the script gives) / other machine (a timing measured here
-against one measured elsewhere) / ours only. Exit status 1 if any script failed.
+Each script writes its parts and claims with --json; this collects them: a count by status, then
+every claim that does not simply agree — differs (with the whole reason the script gives), other
+machine (a timing measured here against one measured elsewhere), ours only. A line per script
+says which one runs, n of N, and the time so far. Exit status 1 if any script failed.
+--json PATH keeps every claim and each script's own output (stdout and stderr).
 """
 
 from __future__ import annotations
@@ -21,51 +23,76 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import json
 import subprocess
 import tempfile
+import threading
 import time
 from collections import Counter
+from typing import Any
 
 from common.cli import make_parser, run_main
-from common.output import format_table
-from common.suite import scripts
+from common.output import wrap, write_json
+from common.suite import Script, scripts
 
 
-def run_one(script_path: Path, json_path: Path, quick: bool) -> tuple[int, float, str]:
-    args = [sys.executable, str(script_path), "--json", str(json_path)] + (["--quick"] if quick else [])
+def run_one(script: Script, json_path: Path, quick: bool, label: str) -> dict[str, Any]:
+    """Run one script as a student would, with --json; show progress on the terminal meanwhile."""
+    args = [sys.executable, str(script.path), "--json", str(json_path)] + (["--quick"] if quick else [])
     start = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True)
+    done = threading.Event()
+    ticker = threading.Thread(target=_tick, args=(label, start, done), daemon=True) if sys.stdout.isatty() else None
+    print(label, end="" if ticker else "\n", flush=True)
+    if ticker:
+        ticker.start()
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True)
+    finally:
+        done.set()
+        if ticker:
+            ticker.join()
+    wall = time.perf_counter() - start
     tail = (proc.stderr.strip().splitlines() or [""])[-1]
-    return proc.returncode, time.perf_counter() - start, tail
+    status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}): {tail}"
+    print(f"\r{label} {wall:5.1f} s  {status}" if ticker else f"    {wall:5.1f} s  {status}", flush=True)
+    return {"script": script.name, "rc": proc.returncode, "wall_s": wall, "stdout": proc.stdout,
+            "stderr": proc.stderr}
+
+
+def _tick(label: str, start: float, done: threading.Event) -> None:
+    while not done.wait(0.5):
+        print(f"\r{label} {time.perf_counter() - start:5.1f} s", end="", flush=True)
 
 
 def main() -> None:
-    parser = make_parser(__doc__, figs=False)
+    parser = make_parser(__doc__)
     parser.add_argument("--only", default="", help="run only scripts whose name contains this text")
     parser.add_argument("--all-claims", action="store_true", help="list agreeing claims too")
     args = parser.parse_args()
-    failures, claims, timing = [], [], []
+    chosen = [s for s in scripts() if args.only in s.name]
+    runs, claims = [], []
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        for i, script in enumerate(s for s in scripts() if args.only in s.name):
+        for i, script in enumerate(chosen):
+            label = f"[{i + 1:2d}/{len(chosen)}] {script.name:30s} (at {time.perf_counter() - start:4.0f} s)"
             out = Path(tmp) / f"{i}.json"
-            rc, wall, tail = run_one(script.path, out, args.quick)
-            timing.append([script.name, f"{wall:.1f} s", "ok" if rc == 0 else f"FAILED (exit {rc})"])
-            print(f"{script.name:40s} {wall:5.1f} s  {'ok' if rc == 0 else 'FAILED: ' + tail}", flush=True)
-            if rc != 0:
-                failures.append(script.name)
-                continue
-            for claim in json.loads(out.read_text(encoding="utf-8"))["claims"]:
-                claims.append((script.name, claim))
+            run = run_one(script, out, args.quick, label)
+            runs.append(run)
+            if run["rc"] == 0:
+                claims += [(script.name, c) for c in json.loads(out.read_text(encoding="utf-8"))["claims"]]
+    total = time.perf_counter() - start
+    failures = [r["script"] for r in runs if r["rc"] != 0]
     counts = Counter(c["status"] for _, c in claims)
-    print(f"\n{len(claims)} claims: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    print(f"\n{len(runs)} scripts in {total:.1f} s; {len(claims)} claims: "
+          + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
     shown = [(s, c) for s, c in claims if args.all_claims or c["status"] != "agrees"]
     if shown:
-        print("\nClaims that do not simply agree (ours beside the notes', and why):" if not args.all_claims
-              else "\nEvery claim:")
-        rows = [[s, c["part"], c["what"][:60], _num(c["ours"], c["unit"]), _num(c["notes"], c["unit"]),
-                 c["status"], (c["why"] or "")[:90]] for s, c in shown]
-        print(format_table(["script", "part", "claim", "ours", "notes", "status", "why"], rows))
+        print("\nEvery claim:" if args.all_claims else "\nClaims that do not simply agree (ours beside the notes', and why):")
+    for script, c in shown:
+        print(f"\n  {script} · {c['part']} · {c['what']}")
+        line = f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {c['status']} ({c['kind']}"
+        print(wrap(line + (f"; {c['rule']})" if c.get("rule") else ")"), "      ", "    "))
+        if c["why"]:
+            print(wrap(c["why"], "         ", "    why: "))
     if args.json:
-        Path(args.json).write_text(json.dumps({"timing": timing, "claims": [dict(c, script=s) for s, c in claims]},
-                                              indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+        write_json(args.json, {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
     if failures:
         print(f"\nFAILED: {', '.join(failures)}", file=sys.stderr)
         sys.exit(1)

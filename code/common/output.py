@@ -29,7 +29,7 @@ PAGE_WIDTH = 100  # every line of prose fits a terminal of this many columns
 def wrap(text: str, indent: str = "", first: str | None = None, width: int = PAGE_WIDTH) -> str:
     """`text` wrapped at spaces to `width` columns: `first` before the first line (default
     `indent`), `indent` before the others. Never breaks a word or a number."""
-    return textwrap.fill(text, width, initial_indent=indent if first is None else first,
+    return textwrap.fill(" ".join(text.split()), width, initial_indent=indent if first is None else first,
                          subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
@@ -216,11 +216,14 @@ class Report:
                      notes print exactly.
           factor=F   within notes/F … notes·F, for the notes' "about 1e-5" kind of value;
           otherwise  within rtol/atol (older claims; being replaced by places=).
-        Booleans and strings must be equal. Status: 'agrees', 'differs' (then `why` says why), or
-        for a MEASURED claim that does not agree, 'other machine'.
+        Booleans and strings must be equal. Status: 'agrees', 'differs' (then `why` says why), for
+        a MEASURED claim that does not agree 'other machine', and with ours=None 'not measured'
+        (this run could not measure it: a fit that came out negative, say; `why` says so).
         """
         rule = ""
-        if notes is None:
+        if ours is None:
+            status = "not measured"  # this run could not measure it (say why)
+        elif notes is None:
             status = "ours only"
         elif isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
             rule = "equal"
@@ -239,7 +242,7 @@ class Report:
             status = "agrees" if agreed else ("other machine" if kind == MEASURED else "differs")
         sep = " " if unit else ""
         shown_digits = max(digits, _digits_for_places(ours, places)) if places is not None else digits
-        shown = f"{fmt_num(ours, shown_digits)}{sep}{unit}"
+        shown = "not measured" if ours is None else f"{fmt_num(ours, shown_digits)}{sep}{unit}"
         text = f"{what}: {shown}"
         if notes is not None:
             text += f"   (notes: {fmt_num(notes, shown_digits)}{sep}{unit}; {kind}; {status})"

@@ -144,7 +144,8 @@ def fit_ring(world_size: int, sizes: list[int], times: list[float]) -> tuple[Lin
         a, b = fit_line_relative(sizes, times, through_origin=True)
         note = "the fit gave α < 0; refitted with α = 0"
     if b <= 0:
-        raise UsageError("all-reduce times did not grow with size; cannot fit β (try larger --repeats)")
+        raise RuntimeError("all-reduce times did not grow with size, so no β can be fitted (a loaded machine? "
+                           "try more --repeats)")
     alpha, beta = ring_alpha_beta_from_line(world_size, a, b)
     return Link(alpha, beta, "fitted gloo ring"), note
 
