@@ -138,9 +138,7 @@ def test_quick_run_on_four_ranks(tmp_path: Path) -> None:
     assert [r["S"] for r in part1["reduce-scatter"]] == [1024 * 4**k for k in range(7)]
     claims = {c["what"]: c for c in data["claims"]}
     assert claims["every collective and size correct (column ok)"]["status"] == "agrees"
-    assert claims["startup term 6α"]["status"] == "agrees"
-    slip = claims["bandwidth term 1.5·S/B"]
-    assert slip["status"] == "differs" and slip["ours"] == pytest.approx(1.875)
+    assert "startup term 6α" not in claims  # the notes' worked example is 03_costs.py's, counted once
     assert part1["copy_Bps"] > 1e8 and part1["link_Bps"] > 0
     assert (tmp_path / "cs336_02_busbw.png").stat().st_size > 10_000
     assert "slip GB/s" in proc.stdout and "NO" not in proc.stdout

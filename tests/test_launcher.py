@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,9 +76,13 @@ def test_a_raising_rank_is_named_quickly_and_leaves_no_child() -> None:
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.timeout(60)
 def test_a_skipped_collective_ends_in_a_timeout_not_a_hang() -> None:
+    start = time.monotonic()
     with pytest.raises(RankError) as info:
         launch(skip_collective, 2, timeout_s=1.5)
+    # The timeout asked for, not a hard-wired one (30 s, 60 s): start-up, 1.5 s and the grace.
+    assert time.monotonic() - start < 12
     assert info.value.rank == 0
     assert "timed out" in info.value.message.lower()
     assert multiprocessing.active_children() == []
@@ -131,3 +136,131 @@ def test_ctrl_c_leaves_no_process_behind() -> None:
     assert proc.returncode != 0
     time.sleep(0.5)
     assert _alive(children) == []
+
+
+# ---- the safety nets, each with a test that fails without it ---------------------------------
+
+def _probe(*args: str, **kwargs: object) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(PROBE), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kwargs)
+
+
+def _children(pid: int, at_least: int, within_s: float = 30) -> list[int]:
+    deadline = time.monotonic() + within_s
+    found: list[int] = []
+    while len(found) < at_least and time.monotonic() < deadline:
+        time.sleep(0.1)
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+        found = [int(p) for p in out.split()]
+    assert len(found) >= at_least, f"only {len(found)} children of {pid}"
+    return found
+
+
+def _gone(pids: list[int], within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _alive(pids)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_to_the_parent_alone_takes_the_ranks_down() -> None:
+    proc = _probe("sleep", "3")
+    assert proc.stdout.readline().strip() == "ready"
+    children = _children(proc.pid, 3)
+    os.kill(proc.pid, signal.SIGINT)  # the parent only, not its process group
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and err.strip() == "interrupted"
+    assert _gone(children, 5)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_parent_leaves_no_orphan() -> None:
+    proc = _probe("sleep", "3")
+    assert proc.stdout.readline().strip() == "ready"
+    children = _children(proc.pid, 3)
+    proc.kill()  # SIGKILL: no finally block runs in the parent; only the kernel can clean up
+    proc.wait(timeout=10)
+    assert _gone(children, 5), "ranks outlived their parent"
+
+
+def _listeners(pids: list[int]) -> list[str]:
+    """Local addresses of the TCP sockets these processes listen on (from /proc/net/tcp{,6})."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            pass
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with open(table) as fh:
+            for line in fh.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    found.append(fields[1].split(":")[0].rjust(width, "0"))
+    return found
+
+
+def _is_loopback(hex_addr: str) -> bool:
+    if len(hex_addr) == 8:  # IPv4, little-endian: 0100007F is 127.0.0.1
+        return bytes.fromhex(hex_addr)[::-1][0] == 127
+    raw = bytes.fromhex(hex_addr)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    return words == bytes(15) + b"\x01" or (words[:12] == bytes(10) + b"\xff\xff" and words[12] == 127)
+
+
+def _other_interface() -> str | None:
+    names = [n for n in os.listdir("/sys/class/net")] if os.path.isdir("/sys/class/net") else []
+    return next((n for n in names if n != "lo" and not n.startswith(("ifb", "dummy"))), None)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("gloo_env", [None, "other interface"])
+def test_nothing_listens_beyond_loopback(gloo_env: str | None) -> None:
+    env = dict(os.environ)
+    if gloo_env:  # a user's GLOO_SOCKET_IFNAME pointing at the network must not open the ranks to it
+        other = _other_interface()
+        if other is None:
+            pytest.skip("no network interface besides loopback on this machine")
+        env["GLOO_SOCKET_IFNAME"] = other
+    proc = _probe("sleep", "3", env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        children = _children(proc.pid, 3)
+        time.sleep(1.0)  # the ranks have joined the group: every listener is open
+        listening = _listeners([proc.pid] + children)
+        assert len(listening) >= 4, listening  # the store and a listener per rank: the check is not empty
+        assert all(_is_loopback(a) for a in listening), listening
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode, expected", [
+    ("raise", r"^error: rank 1 failed: ValueError: deliberate failure"),
+    ("kill", r"^error: rank 1 was killed by SIGKILL"),
+    ("oom", r"^error: rank 1 ran out of memory"),
+    ("stall", r"^error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); rank 0 timed out"),
+    ("busy", r"^error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); rank 0 timed out"),
+])
+def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expected: str) -> None:
+    tag = f"probe-{mode}-{os.getpid()}-{time.monotonic_ns()}"
+    start = time.monotonic()
+    proc = _probe(mode, "2", "2", tag)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(expected, lines[0]), lines[0]
+    assert time.monotonic() - start < 30
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes left behind: {left}"

@@ -1,4 +1,10 @@
-"""A tiny real-process program for the launcher tests: `python launch_probe.py MODE [W]`."""
+"""A tiny real-process program for the launcher tests: `python launch_probe.py MODE [W] [TIMEOUT_S]`.
+
+Modes: sum (every rank all-reduces its rank), sleep (print "ready", then every rank sleeps), and
+the failures the launcher must name: raise, kill (SIGKILL), oom (an allocation that fails),
+stall and busy (rank 1 stops responding, asleep or spinning, while the others wait in an
+all-reduce). Extra words on the command line are ignored (tests add a tag to find the processes).
+"""
 
 import sys
 from pathlib import Path
@@ -8,6 +14,8 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 # isort: split
 
+import os
+import signal
 import time
 
 import torch
@@ -28,14 +36,34 @@ def sleep_forever(rank: int, world_size: int) -> None:
         time.sleep(0.1)
 
 
+def fail(rank: int, world_size: int, how: str) -> float:
+    if rank == 1:
+        if how == "raise":
+            raise ValueError("deliberate failure")
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "oom":
+            torch.empty(2**62, dtype=torch.uint8)  # 4 EiB: the allocator refuses
+        if how == "stall":
+            time.sleep(3600)
+        if how == "busy":
+            while True:
+                pass
+    return sum_ranks(rank, world_size)
+
+
 def main() -> None:
     mode = sys.argv[1]
     world = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    timeout = float(sys.argv[3]) if len(sys.argv) > 3 else None
     if mode == "sum":
         print("results", launch(sum_ranks, world))
     elif mode == "sleep":
         print("ready", flush=True)
         launch(sleep_forever, world)
+    else:
+        print("started", flush=True)
+        print("results", launch(fail, world, mode, timeout_s=timeout))
 
 
 if __name__ == "__main__":
