@@ -26,10 +26,13 @@ MEASURED = "measured here"          # a timing or count on this machine; the not
 PAGE_WIDTH = 100  # every line of prose fits a terminal of this many columns
 
 
-def wrap(text: str, indent: str = "", first: str | None = None, width: int = PAGE_WIDTH) -> str:
+def wrap(text: str, indent: str = "", first: str | None = None, width: int = PAGE_WIDTH,
+         reflow: bool = True) -> str:
     """`text` wrapped at spaces to `width` columns: `first` before the first line (default
-    `indent`), `indent` before the others. Never breaks a word or a number."""
-    return textwrap.fill(" ".join(text.split()), width, initial_indent=indent if first is None else first,
+    `indent`), `indent` before the others. Never breaks a word or a number. With `reflow` runs of
+    whitespace (line breaks too) become one space; without, spacing inside a line is kept."""
+    text = " ".join(text.split()) if reflow else text.strip()
+    return textwrap.fill(text, width, initial_indent=indent if first is None else first,
                          subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
@@ -246,7 +249,7 @@ class Report:
         text = f"{what}: {shown}"
         if notes is not None:
             text += f"   (notes: {fmt_num(notes, shown_digits)}{sep}{unit}; {kind}; {status})"
-        print(wrap(text, "      ", "  "))
+        print(wrap(text, "      ", "  ", reflow=False))
         if why and status != "agrees":
             print(wrap(why, "         ", "    why: "))
         claim = Claim(self._part, what, ours, notes, unit, kind, status, why, rule)

@@ -1,0 +1,225 @@
+"""The runtime as a user meets it: usage errors before any work, output paths checked and files
+written whole, a closed pipe and Ctrl-C ending quietly, one meaning per flag, readable output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, load_script, run_script
+
+from common import cli
+from common.output import Report, fmt_num, write_json
+from common.suite import scripts
+
+REAL = "lecture14/02_primitives.py"     # starts ranks; default run a couple of seconds
+MODEL = "lecture15/03_overlap.py"       # model only, draws figures
+
+
+def _usage_error_before_any_work(relpath: str, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, **(env or {})))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == "", "the script started work before it checked its input"
+    return lines[0]
+
+
+@pytest.mark.parametrize("env, args, says", [
+    ({"COURSE_BACKEND": "nccl"}, (), "backend nccl needs a GPU per rank"),
+    ({"COURSE_BACKEND": "mpi2"}, (), "unknown backend 'mpi2'"),
+    ({}, ("--timeout-s", "0.01"), "--timeout-s"),
+    ({}, ("--timeout-s", "1e9"), "--timeout-s"),
+    ({}, ("--world-size", "1000"), "at most"),
+    ({"COURSE_MAX_RANKS": "2"}, ("--world-size", "3"), "COURSE_MAX_RANKS"),
+])
+def test_real_scripts_refuse_what_this_machine_cannot_run(env: dict, args: tuple, says: str) -> None:
+    if env.get("COURSE_BACKEND") == "nccl":
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("this machine has GPUs")
+    assert says in _usage_error_before_any_work(REAL, *args, env=env)
+
+
+def test_the_world_size_limit_says_why() -> None:
+    limit, why = cli.max_local_ranks()
+    assert 1 <= limit and why
+    message = _usage_error_before_any_work(REAL, "--world-size", str(limit + 1))
+    assert f"at most {limit}" in message and "torchrun" in message
+
+
+def test_model_world_sizes_are_bounded() -> None:
+    assert "4,096" in _usage_error_before_any_work(MODEL, "--world-size", "100000")
+
+
+@pytest.mark.parametrize("flag, make, says", [
+    ("--json", lambda d: d, "is a folder"),
+    ("--json", lambda d: d / "file.txt" / "out.json", "is a file, not a folder"),
+    ("--json", lambda d: Path("/proc/nope/out.json"), "cannot write"),
+    ("--save-figs", lambda d: d / "file.txt", "is a file; give a folder"),
+])
+def test_output_paths_are_checked_before_the_run(tmp_path: Path, flag: str, make, says: str) -> None:
+    (tmp_path / "file.txt").write_text("x")
+    assert says in _usage_error_before_any_work(MODEL, flag, str(make(tmp_path)))
+
+
+def test_files_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "out.json"
+    write_json(str(target), {"a": 1})
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("cannot be written")
+
+    with pytest.raises(RuntimeError):
+        write_json(str(target), {"a": 2, "b": Unprintable()})
+    assert json.loads(target.read_text()) == {"a": 1}          # the old file, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # no temporary left behind
+
+
+def test_json_is_strict_and_numbers_stay_readable(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    args = argparse.Namespace(json=str(tmp_path / "o.json"), quick=False, save_figs=None)
+    rep = Report("demo.py", "demo", args)
+    rep.table(["x"], [[math.inf], [math.nan], [10**300]])
+    rep.claim("overflowed", math.inf, 1.0)
+    rep.finish()
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+
+    data = json.loads((tmp_path / "o.json").read_text(), parse_constant=refuse)
+    assert data["claims"][0]["ours"] == "inf"
+    assert len(fmt_num(10**300)) < 12 and len(fmt_num(-(10**40))) < 12
+    assert all(len(line) <= 100 for line in capsys.readouterr().out.splitlines())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_interrupted_run_leaves_no_file_and_no_rank(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / "lecture14/04_alpha_beta.py"), "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    children: list[str] = []
+    while not children and time.monotonic() < deadline:  # interrupt while ranks run (Part 2)
+        time.sleep(0.05)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert children, "the script never started its ranks"
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and err.strip() == "interrupted", err
+    assert list(tmp_path.iterdir()) == []
+    time.sleep(0.5)
+    assert all(not Path(f"/proc/{c}").exists() or "Z" in Path(f"/proc/{c}/stat").read_text().split()[2]
+               for c in children)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_while_torch_is_still_importing_is_one_word() -> None:
+    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / REAL)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until torch's library is loaded, then interrupt at once
+        try:
+            if "libtorch" in Path(f"/proc/{proc.pid}/maps").read_text():
+                break
+        except OSError:
+            pass
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert out == "", "the interrupt landed after the imports: the test needs an earlier moment"
+    assert err.strip() == "interrupted", err
+    assert proc.returncode in (130, -signal.SIGINT)
+
+
+@pytest.mark.timeout(120)
+def test_a_closed_pipe_ends_quietly() -> None:
+    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / REAL)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert proc.stdout.readline()  # `| head -1`: read the title, then stop reading
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert proc.returncode == 141 and err == "", err
+
+
+# ---- one meaning per flag -----------------------------------------------------------------------
+
+class _Parsed(Exception):
+    pass
+
+
+def _parser_of(relpath: str, monkeypatch: pytest.MonkeyPatch) -> cli.OneLineParser:
+    """Build a script's parser as its main() does, without running anything."""
+    seen: list[cli.OneLineParser] = []
+
+    def capture(self: cli.OneLineParser, *args: object, **kwargs: object) -> None:
+        seen.append(self)
+        raise _Parsed
+
+    monkeypatch.setattr(cli.OneLineParser, "parse_args", capture)
+    module = load_script(relpath)
+    with pytest.raises(_Parsed):
+        module.main()
+    return seen[0]
+
+
+SCRIPTS = [s.name for s in scripts()]
+
+
+def test_every_flag_offered_twice_means_one_thing(monkeypatch: pytest.MonkeyPatch) -> None:
+    used: dict[str, list[tuple[str, argparse.Action]]] = {}
+    for name in SCRIPTS:
+        for action in _parser_of(name, monkeypatch)._actions:
+            for option in action.option_strings:
+                used.setdefault(option, []).append((name, action))
+    common_flags = {"-h", "--help", "--quick", "--json", "--save-figs", "--timeout-s"}
+    shared = {f"--{n.replace('_', '-')}" for n in cli.FLAGS}
+    for option, uses in used.items():
+        if len(uses) > 1 and option not in common_flags:
+            assert option in shared, f"{option} is defined in {[n for n, _ in uses]}: define it once in cli.FLAGS"
+            types = {a.type for _, a in uses}
+            dests = {a.dest for _, a in uses}
+            assert len(types) == 1 and len(dests) == 1, f"{option} has different rules in {[n for n, _ in uses]}"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_shows_the_description_every_default_and_figures_only_where_drawn(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = _parser_of(name, monkeypatch)
+    module = load_script(name)
+    assert parser.description == module.__doc__.strip()
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            assert "default" in formatter._get_help_string(action), f"{name} {action.option_strings}"
+    draws = "save_figure(" in (ROOT / "code" / name).read_text(encoding="utf-8")
+    offers = any("--save-figs" in a.option_strings for a in parser._actions)
+    assert draws == offers, f"{name}: draws a figure: {draws}, offers --save-figs: {offers}"
+
+
+# ---- every script as the instructor runs it -----------------------------------------------------
+
+@pytest.mark.timeout(600)
+def test_every_script_runs_fits_the_page_and_keeps_stderr_clean(tmp_path: Path) -> None:
+    out = tmp_path / "all.json"
+    run_script("reproduce.py", "--quick", "--json", str(out), timeout=540)
+    runs = json.loads(out.read_text())["runs"]
+    assert {r["script"] for r in runs} == set(SCRIPTS)
+    for run in runs:
+        assert run["rc"] == 0, run["stderr"]
+        assert run["stderr"] == "", f"{run['script']} wrote to stderr (a third-party warning?):\n{run['stderr']}"
+        wide = [line for line in run["stdout"].splitlines() if len(line) > 100]
+        assert not wide, f"{run['script']}: lines over 100 columns:\n" + "\n".join(wide)
+        assert not re.search(r"Traceback", run["stdout"])
