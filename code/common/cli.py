@@ -35,7 +35,7 @@ MEMORY_PER_RANK = 256 * 2**20  # what a torch rank of these scripts can reach (i
 
 _UNITS = {
     "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
@@ -58,7 +58,7 @@ def parse_size(text: str | float | int, minimum: int = 1, bare_unit: str = "") -
             raise UsageError(f"not a size: {text!r} (examples: 64MB, 256KiB, 1e6)")
         value, unit = float(match.group(1)), (match.group(2) or bare_unit).lower()
         if unit not in _UNITS:
-            raise UsageError(f"unknown unit {match.group(2)!r} in {text!r} (use B, KB, MB, GB, KiB, MiB, GiB)")
+            raise UsageError(f"unknown unit {match.group(2)!r} in {text!r} (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB)")
     nbytes = value * _UNITS[unit]
     if not math.isfinite(nbytes) or nbytes > MAX_BYTES:
         raise UsageError(f"size {text!r} is larger than 1 PB")

@@ -268,7 +268,8 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     rep.claim("time unsplit (S = 1)", t_one * 1e3, 17.96 if at_notes else None, "ms", EXACT, rtol=0.001, digits=5,
               why=f"(K-1)·N/β without α would be {(k - 1) * n / link.beta_Bps * 1e3:.2f} ms; the notes' "
               "17.96 includes α" if at_notes else "")
-    rep.claim("continuous optimum S*", s_cont, 55 if at_notes else None, kind=EXACT, rtol=0.02)
+    if math.isfinite(s_cont):  # α = 0: no optimum, more segments always help (said above)
+        rep.claim("continuous optimum S*", s_cont, 55 if at_notes else None, kind=EXACT, rtol=0.02)
     plot_segments(rep, k, n, link, sim_times, best_pow2)
 
 

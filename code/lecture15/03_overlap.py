@@ -101,7 +101,8 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
         off = simulate_ddp(model, k, link, cap, overlap=False, compute=compute)
         on = simulate_ddp(model, k, link, cap, overlap=True, compute=compute)
         timelines[reading] = (off, on)
-        sizes = ", ".join(f"{b / MB:.1f}" for b in on.bucket_bytes)
+        shown = [f"{b / MB:.1f}" for b in on.bucket_bytes[:4]]  # a bucket per gradient: 161 of them
+        sizes = ", ".join(shown) + (", …" if len(on.bucket_bytes) > 4 else "")
         rows.append([f"{cap_text(cap)} ({reading})", len(on.buckets), sizes, ms(on.comm_total_s),
                      ms(off.step_s), ms(on.step_s), f"{100 * (off.step_s / on.step_s - 1):.0f} %"])
     rep.table(["bucket cap", "buckets", "bucket sizes (MB)", "comm (ms)", "no overlap (ms)", "overlap (ms)",
