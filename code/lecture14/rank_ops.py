@@ -28,6 +28,12 @@ def rank_data(rank: int, n: int, device: torch.device | None = None) -> torch.Te
     return torch.arange(n, dtype=torch.float32, device=device) + 10 * (rank + 1)
 
 
+def op_data(rank: int, n: int) -> torch.Tensor:
+    """Numbers from ±1, ±2 (a pattern that differs by rank and position): sums, minima, maxima and
+    products of up to 127 ranks are exact in float32, so any order of any of them gives one answer."""
+    return torch.tensor([1.0, 2.0, -1.0, -2.0])[(rank * rank + torch.arange(n)) % 4]
+
+
 def all_inputs(world_size: int, n: int) -> list[np.ndarray]:
     """Every rank's rank_data, as numpy arrays (what the simulator gets)."""
     return [rank_data(r, n).numpy() for r in range(world_size)]
@@ -74,6 +80,41 @@ def scatter_real(whole: torch.Tensor | None, sizes: Sequence[int], src: int, dev
             p[:chunk.numel()] = chunk
     dist.scatter(mine, pieces, src=src)
     return mine[:sizes[rank]].clone()
+
+
+def allreduce_two_routes(x: torch.Tensor) -> dict[str, list[float]]:
+    """The sum on every rank two ways: dist.all_reduce, and reduce-scatter then all-gather."""
+    direct = x.clone()
+    dist.all_reduce(direct)
+    world_size = dist.get_world_size()
+    piece, _ = reduce_scatter_real(x, world_size)
+    split = all_gather_real(piece, piece_sizes(x.numel(), world_size))
+    return {"all_reduce": direct.tolist(), "rs_ag": split.tolist()}
+
+
+def reduce_copy(x: torch.Tensor, dst: int, op: dist.ReduceOp) -> list[float]:
+    """dist.reduce with `op` on a copy of x; what this rank holds afterwards (scratch off `dst`)."""
+    buf = x.clone()
+    dist.reduce(buf, dst=dst, op=op)
+    return buf.tolist()
+
+
+def chain_reduce(x: torch.Tensor, order: Sequence[int], subtract: bool = False) -> list[float] | None:
+    """A reduce written by hand with send/recv along `order` (every rank once, the destination
+    last): the first sends its buffer, each next one combines what arrives with its own
+    (partial + own, or partial - own) and passes it on. The last rank returns the result, the
+    others None. A chain, not a cycle: blocking send/recv cannot deadlock."""
+    at = list(order).index(dist.get_rank())
+    if at == 0:
+        dist.send(x.contiguous(), order[1])
+        return None
+    partial = torch.empty_like(x)
+    dist.recv(partial, order[at - 1])
+    combined = partial - x if subtract else partial + x
+    if at < len(order) - 1:
+        dist.send(combined, order[at + 1])
+        return None
+    return combined.tolist()
 
 
 # ---- for the parent -------------------------------------------------------------------------
