@@ -150,12 +150,12 @@ def test_quick_run_claims(tmp_path: Path) -> None:
     claims = {c["what"]: c for c in data["claims"]}
     differs = {what for what, c in claims.items() if c["status"] != "agrees"}
     assert differs == {"scatter: S (root sends), the root sends", "gather: S (each sends), busiest rank sends",
-                       "it meets the per-rank bound: sends (p-1)/p·S"}, differs
+                       "ring all-reduce sends exactly the notes' bound (p-1)/p·S"}, differs
     assert all(claims[w]["why"] for w in differs)
     assert claims["scatter: S (root sends), the root sends"]["ours"] == 3
     assert claims["gather: S (each sends), busiest rank sends"]["ours"] == 3
     assert claims["all-reduce: 2(p-1)/p·S, busiest rank sends"]["ours"] == 1.5
-    assert claims["it meets the per-rank bound: sends (p-1)/p·S"]["ours"] == 1.5
+    assert claims["ring all-reduce sends exactly the notes' bound (p-1)/p·S"]["ours"] == 1.5
     assert claims["a rank that skips a collective leaves the others waiting"]["ours"] is True
     assert len(claims) >= 20
     assert set(data["parts"]) >= {"Part 1", "Part 2", "Part 3", "Part 4", "Part 5"}

@@ -229,7 +229,7 @@ def part3_claims(rep: Report) -> None:
     rep.claim("all-gather phase sends (p-1)/p·S per rank", ag.busiest_sent / n, (p - 1) / p, "S", EXACT, places=2)
     rep.claim("ring all-reduce = the two phases: 2(p-1)/p·S", ar.busiest_sent / n, 2 * (p - 1) / p, "S", EXACT,
               places=2)
-    rep.claim("it meets the per-rank bound: sends (p-1)/p·S", ar.busiest_sent / n, (p - 1) / p, "S", EXACT,
+    rep.claim("ring all-reduce sends exactly the notes' bound (p-1)/p·S", ar.busiest_sent / n, (p - 1) / p, "S", EXACT,
               places=2, why="each rank sends 2(p-1)/p·S, twice (p-1)/p·S. (p-1)/p·S bounds one phase: "
               "reduce-scatter's sends (every rank's share of the p-1 chunks it does not keep must leave it) "
               "and all-gather's receives (the p-1 chunks it lacks must arrive), and each phase meets it. "
@@ -241,13 +241,15 @@ def part3_claims(rep: Report) -> None:
 
 
 def part3_lower_bound(rep: Report, w: int, size: int) -> None:
-    rep.line(f"\n  the lower bound, p = {w}, N = {size:,} B: every number's p contributions must meet "
-             f"(p-1 transfers) and the sum must reach p-1 other ranks (p-1 more):")
+    rep.line(f"\n  the lower bound, p = {w}, N = {size:,} B: to give every rank the sum of p numbers takes at "
+             "least 2(p-1) messages per number (one-way gossip: p-1 to bring the parts together, p-1 "
+             "to spread the sum), so 2(p-1)·N bytes in all:")
     rep.table(["all-reduce", "total sent / N", "fewest 2(p-1)", "busiest rank / N", "bound 2(p-1)/p"],
               prim.lower_bound_rows(w, size), name="lower_bound")
-    rep.note("all three move the fewest bytes in total; a rank cannot send less than the average, "
-             "2(p-1)/p·N, and only the ring's busiest rank sends no more than that: it is bandwidth "
-             "optimal. The tree's root sends ⌈log2 p⌉·N, the naive root (p-1)·N.")
+    rep.note("all three move the fewest bytes in total, but the busiest rank cannot send less than the "
+             "average, 2(p-1)/p·N, and only the ring's busiest rank sends no more than that (to within a "
+             "byte per message where p does not divide N): it is bandwidth optimal. The tree's root "
+             "sends ⌈log2 p⌉·N, the naive root (p-1)·N.")
 
 
 def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], split_ok: bool) -> None:
