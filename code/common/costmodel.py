@@ -505,3 +505,21 @@ def ring_primitive_time(primitive: str, k: int, piece_bytes: float, link: Link, 
     message = {"broadcast": piece_bytes / segments, "reduce": piece_bytes / segments,
                "all-reduce": piece_bytes / k}.get(primitive, piece_bytes)
     return rounds * link.message_time(message)
+
+
+# ==== Rooted primitives without a ring: the root talks to every device itself (cs336/01_collectives) ====
+# What CS336 lecture 8's table counts for gather and reduce ("each rank sends S") is this star, not
+# a ring. S is one piece, as above; positions v = (rank − root) mod K, the root at v = 0.
+
+def direct_primitive_bytes_sent(primitive: str, k: int, piece_bytes: float) -> list[float]:
+    """Bytes each device sends, by position v, when the root sends to (or receives from) every
+    other device directly, one message each:
+      broadcast, scatter   the root sends K−1 messages of S: (K−1)·S; the others 0
+      gather, reduce       every non-root sends its S once; the root 0 (it receives (K−1)·S)
+    The root's link carries (K−1)·S either way: a star moves the ring's bytes onto one link."""
+    _check(k, piece_bytes)
+    if primitive in ("broadcast", "scatter"):
+        return [float((k - 1) * piece_bytes)] + [0.0] * (k - 1)
+    if primitive in ("gather", "reduce"):
+        return [0.0] + [float(piece_bytes)] * (k - 1)
+    raise ValueError(f"unknown rooted primitive {primitive!r}; one of broadcast, scatter, gather, reduce")

@@ -30,43 +30,11 @@ from common.cli import UsageError, make_parser, positive_int, run_main
 from common.launcher import choose_backend, launch, rank_device
 from common.output import EXACT, Report
 from lecture14 import collectives as col
+from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_scatter_real, show, yes
 
 ROOT = 0  # the root of broadcast and reduce, and the parameter server
 LR = 0.5  # the parameter server's learning rate in Part 2 (any value works)
 SEED = 1234  # random data of Part 2: rank r uses seed SEED + r
-SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"
-
-
-def rank_data(rank: int, n: int, device: torch.device | None = None) -> torch.Tensor:
-    """Rank r's numbers 10(r+1) + j: readable sums, exact in float32."""
-    return torch.arange(n, dtype=torch.float32, device=device) + 10 * (rank + 1)
-
-
-def all_inputs(world_size: int, n: int) -> list[np.ndarray]:
-    return [rank_data(r, n).numpy() for r in range(world_size)]
-
-
-def reduce_scatter_real(x: torch.Tensor, world_size: int) -> tuple[torch.Tensor, str]:
-    """Rank r gets chunk r of the sum (torch.tensor_split = np.array_split boundaries)."""
-    chunks = list(x.tensor_split(world_size))
-    out = torch.empty_like(chunks[dist.get_rank()])
-    try:
-        dist.reduce_scatter(out, chunks)  # gloo has it on CPU in torch 2.13, chunks of unequal size too
-        return out, f"dist.reduce_scatter ({dist.get_backend()})"
-    except RuntimeError:  # older gloo builds: the same result from an all-reduce, N·2(K-1)/K per device more
-        total = x.clone()
-        dist.all_reduce(total)
-        return total.tensor_split(world_size)[dist.get_rank()].clone(), "all_reduce + own slice (gloo lacks reduce_scatter)"
-
-
-def all_gather_real(piece: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    """Concatenate every rank's piece. gloo's all_gather needs equal sizes: pad to the largest, trim."""
-    longest = max(sizes)
-    padded = torch.zeros(longest, dtype=piece.dtype, device=piece.device)
-    padded[:piece.numel()] = piece
-    gathered = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(gathered, padded)
-    return torch.cat([g[:s] for g, s in zip(gathered, sizes)])
 
 
 # ---- rank code: each returns plain lists; the parent prints ----------------------------------
@@ -174,15 +142,6 @@ def main() -> None:
     part2_identities(rep, args)   # all-reduce = reduce + broadcast = reduce-scatter + all-gather; PS
     part3_point_to_point(rep, args)  # everyone sends right, receives left; a ring built of shifts
     rep.finish()
-
-
-def show(values: list[float] | np.ndarray | None) -> str:
-    if values is None:
-        return "-"
-    if len(values) == 0:
-        return "(empty)"
-    vals = [f"{v:g}" for v in list(values)[:SHOWN]]
-    return " ".join(vals) + (" …" if len(values) > SHOWN else "")
 
 
 def size_text(count: int) -> str:
@@ -298,10 +257,6 @@ def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
         ["equals collectives.ring_allreduce", yes(sim_ok)],
         ["bytes each rank sent = the simulator's count", f"{yes(bytes_ok)} ({show(sim.sent.tolist())} B)"],
     ], name="ring_by_shifts")
-
-
-def yes(flag: bool) -> str:
-    return "yes" if flag else "NO"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,333 @@
+"""CS336 lecture 8 (集合通信：分布式编程的基本积木; Ring all-reduce 的带宽最优性): the seven collectives.
+
+    python code/cs336/01_collectives.py
+    python code/cs336/01_collectives.py --world-size 3 --numbers 7 --size 1001B
+
+Part 1 runs broadcast, scatter, gather, reduce, all-gather, reduce-scatter and all-reduce on real
+ranks (gloo on CPU; NCCL where every rank has a GPU) and checks each against the simulator in
+lecture14/collectives.py. Part 2 is the notes' table: shapes from Part 1, per-rank volumes from the
+simulator's byte counts beside costmodel's closed forms and the notes' formulas, for several p.
+Part 3: all-reduce = reduce-scatter + all-gather, on the ranks and in bytes, and its lower bound.
+Part 4: the three easy-to-confuse points, each run. Part 5: a rank that skips a collective.
+Parts 1, 3 and 4 share one launch; Part 5 has its own (it fails on purpose, after a short timeout).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+import time
+from functools import reduce as fold
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from common.cli import UsageError, make_parser, positive_int, run_main, under_torchrun
+from common.launcher import RankError, choose_backend, launch, rank_device
+from common.output import EXACT, Report, fmt_num
+from cs336 import primitives as prim
+from cs336.primitives import ROOT
+from lecture14 import collectives as col
+from lecture14 import rank_ops
+from lecture14.rank_ops import all_inputs, piece_sizes, reduce_scatter_real, show, yes
+
+RANDOM_NUMBERS = 10_000   # random float32 numbers per rank (Parts 3 and 4): enough to see rounding
+SKIP_TIMEOUT_S = 1.0      # Part 5: a healthy collective here takes milliseconds (0.5 s with --quick)
+OPS = {"SUM": (dist.ReduceOp.SUM, np.add), "MIN": (dist.ReduceOp.MIN, np.minimum),
+       "MAX": (dist.ReduceOp.MAX, np.maximum), "PRODUCT": (dist.ReduceOp.PRODUCT, np.multiply)}
+
+
+# ---- rank code: each returns plain lists; the parent prints ----------------------------------
+
+def collectives_worker(rank: int, world_size: int, n: int, seed: int) -> dict:
+    """Parts 1, 3 and 4 in one launch; plain lists go back to the parent."""
+    dev = rank_device()
+    x = rank_ops.rank_data(rank, n, dev)  # readable integers, exact sums
+    noise = torch.randn(RANDOM_NUMBERS, generator=torch.Generator().manual_seed(seed + rank)).to(dev)
+    chains = {}
+    for op, data in (("sum", x), ("subtract", x), ("float32 sum", noise)):
+        for way in (1, -1):  # Part 4: a reduce into the root by hand, round the ring one way, then the other
+            chains[op, way] = rank_ops.chain_reduce(data, prim.chain_order(world_size, way), op == "subtract")
+    signs = rank_ops.op_data(rank, n).to(dev)  # ±1, ±2: exact under every op
+    return {"seven": seven_primitives(x, world_size),
+            "split": {"exact": rank_ops.allreduce_two_routes(x), "random": rank_ops.allreduce_two_routes(noise)},
+            "ops": {name: rank_ops.reduce_copy(signs, ROOT, op) for name, (op, _) in OPS.items()},
+            "chains": chains}
+
+
+def seven_primitives(x: torch.Tensor, world_size: int) -> dict[str, tuple]:
+    """Each collective once: (what this rank put in, what it holds after), None where nothing."""
+    sizes, root = piece_sizes(x.numel(), world_size), dist.get_rank() == ROOT
+    out = {}
+    buf = x.clone()
+    dist.broadcast(buf, src=ROOT)  # in place: every other rank's buffer is overwritten
+    out["broadcast"] = (x, buf)
+    out["scatter"] = (x if root else None, rank_ops.scatter_real(x if root else None, sizes, ROOT, x.device))
+    gathered = [torch.empty_like(x) for _ in range(world_size)] if root else None
+    dist.gather(x, gathered, dst=ROOT)  # only the root passes a list to receive into
+    out["gather"] = (x, torch.cat(gathered) if root else None)
+    buf = x.clone()
+    dist.reduce(buf, dst=ROOT)  # the sum on the root; other buffers are scratch afterwards
+    out["reduce"] = (x, buf)
+    out["all-gather"] = (x, rank_ops.all_gather_real(x, [x.numel()] * world_size))
+    out["reduce-scatter"] = (x, reduce_scatter_real(x, world_size)[0])
+    buf = x.clone()
+    dist.all_reduce(buf)
+    out["all-reduce"] = (x, buf)
+    return {k: tuple(None if t is None else t.tolist() for t in v) for k, v in out.items()}
+
+
+def skip_worker(rank: int, world_size: int) -> float:
+    """The bug: the last rank takes a branch without the second all_reduce (say, it logs nothing)."""
+    value = torch.ones(1, device=rank_device())
+    dist.all_reduce(value)
+    if rank != world_size - 1:
+        dist.all_reduce(value)
+    return value.item()
+
+
+# ---- the parent: parts in the notes' order ---------------------------------------------------
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, size="1001B", seed=0, real=True, figs=False,
+                         context={"size": "Parts 2 and 3: the buffer cut into p chunks; default p does "
+                                          "not divide it", "seed": "random float32 data, Parts 3 and 4"})
+    parser.add_argument("--numbers", type=positive_int, default=5,
+                        help="numbers per rank in Part 1's buffers (default 5: 4 ranks do not divide it)")
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be >= 2 for collectives between ranks (Part 5 needs one that skips)")
+    rep = Report(__file__, "the seven collectives: on real ranks, their shapes and volumes, two identities", args)
+    real = part1_primitives(rep, args)   # every rank's buffer before and after each of the seven
+    part2_table(rep, args, real)         # the notes' table: shapes, per-rank volume by formula, count
+    split_ok = part3_split(rep, args, real)  # all-reduce = reduce-scatter + all-gather; bandwidth bound
+    part4_confusions(rep, args, real, split_ok)  # associative ops; reduce vs all-reduce; the split
+    part5_skip(rep, args)                # a rank skips a collective: the others wait until the timeout
+    rep.finish()
+
+
+def part1_primitives(rep: Report, args: argparse.Namespace) -> list[dict]:
+    w, n = args.world_size, args.numbers
+    rep.part(1, f"the seven primitives on {w} {choose_backend(w, 'auto')} ranks, {n} float32 numbers each")
+    real = launch(collectives_worker, w, n, args.seed, backend="auto", timeout_s=args.timeout_s)
+    inputs = all_inputs(w, n)
+    sims = {"broadcast": col.broadcast(inputs, ROOT), "scatter": col.scatter(inputs, ROOT),
+            "gather": col.gather(inputs, ROOT), "reduce": col.reduce(inputs, ROOT),
+            "all-gather": col.all_gather(inputs), "reduce-scatter": col.reduce_scatter(inputs),
+            "all-reduce": col.allreduce(inputs)}
+    rows, same = [], {}
+    for name, sim in sims.items():
+        same[name] = True
+        for r, res in enumerate(real):
+            before, after = res["seven"][name]
+            want = sim.outputs[r]
+            if want is None:  # reduce and gather define nothing off the root
+                check = "-"
+            else:
+                ok = after is not None and np.array_equal(np.asarray(after, np.float32), want)
+                same[name] &= ok
+                check = yes(ok)
+            scratch = " (scratch)" if want is None and after is not None else ""
+            rows.append([name if r == 0 else "", str(r), show(before, 5), show(after, 10) + scratch, check])
+    rep.table(["primitive", "rank", "before", "after", "same as simulator"], rows, name="seven")
+    rep.note(f"rank {ROOT} is the root. scatter cuts the root's buffer, reduce-scatter the sum, at "
+             "np.array_split boundaries (the first n mod p pieces one number longer); gather and "
+             "all-gather concatenate. After reduce the other ranks' buffers are scratch (gloo leaves "
+             "partial results, NCCL leaves them undefined); gather leaves them untouched.")
+    rep.line(f"  real ranks = lecture14/collectives.py for all seven: {yes(all(same.values()))}")
+    rep.record("same as simulator", same)
+    return real
+
+
+def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None:
+    w, n = args.world_size, args.numbers
+    rep.part(2, "the notes' table: input and output shapes, per-rank send volume on a ring")
+    rows, shapes_ok = [], True
+    for name, (notes_in, notes_out, formula, _, _) in prim.NOTES_TABLE.items():
+        got = [[None if b is None else len(b) for b in res["seven"][name]] for res in real]
+        want = prim.expected_lengths(name, w, n)
+        ok = [tuple(g) for g in got] == want
+        shapes_ok &= ok
+        rows.append([name, notes_in, notes_out, prim.lengths_text(got), yes(ok), formula])
+    rep.table(["primitive", "input (notes)", "output (notes)", f"Part 1, p = {w}: elements in → out",
+               "as notes", "notes' per-rank send"], rows, name="shapes")
+    rep.claim("input and output shapes of all seven as the notes' table (Part 1's ranks)", shapes_ok, True,
+              kind=EXACT)
+    sizes = sorted({4, w} if args.quick else {2, 3, 4, 8, w})
+    rep.line(f"\n  bytes each rank sends, N = {args.size:,} B: S = N for broadcast, reduce, all-reduce; "
+             "S = N/p for the others (the root's whole, the gathered whole, reduce-scatter's input)")
+    for p in sizes:
+        rep.line(f"\n  p = {p}: pieces of {show(sorted(set(piece_sizes(args.size, p)), reverse=True))} B")
+        rep.table(["primitive", "notes (B)", "costmodel, busiest (B)", "simulator, busiest (B)",
+                   "simulator, every rank (B)", "within 1 B per message"], prim.volume_rows(p, args.size),
+                  name=f"p={p}")
+    rep.note("simulator: lecture14.collectives.traffic on a ring (broadcast and reduce as a chain "
+             "round the ring); costmodel: ring_primitive_bytes_sent. Where p divides N they are equal; "
+             "otherwise the pieces differ by one byte and every rank's count sits within one byte per "
+             "message of the closed form.")
+    part2_claims(rep)
+
+
+def part2_claims(rep: Report) -> None:
+    p, n = prim.CLAIM_P, prim.CLAIM_N
+    rep.line(f"\n  the notes' entries at p = {p}, in units of S (N = {n:,} B, which p divides):")
+    for name, v in prim.volumes(p, n).items():
+        _, _, formula, who, why = prim.NOTES_TABLE[name]
+        ours = v.sent[ROOT] if who == "root" else v.busiest
+        rep.claim(f"{name}: {formula}, {'the root' if who == 'root' else 'busiest rank'} sends", ours / v.piece,
+                  v.notes / v.piece, "S", EXACT, places=2, why=why.format(p1=p - 1, direct=v.direct))
+    identity = all(np.isclose((q - 1) / q * q * 1.0, q - 1.0) for q in range(2, 257))
+    rep.claim("all-gather and reduce-scatter: (p-1)/p·pS = (p-1)·S (p = 2..256)", identity, True, kind=EXACT)
+    ag = col.traffic("all-gather", p, n)
+    rep.claim("ring all-gather: p-1 steps", ag.n_rounds, p - 1, kind=EXACT, places=0)
+    rep.claim("ring all-gather: 1/p of the data per step", ag.round_bytes()[0] / n, 1 / p, kind=EXACT, places=2)
+    share = col.traffic("all-gather", 256, 256 * 1000).busiest_sent / (256 * 1000)
+    rep.claim("p = 256: all-gather, (p-1)/p ≈ 1: a rank sends nearly all pS once", share, 1, kind=EXACT, places=2)
+
+
+def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool:
+    w, n, size = args.world_size, args.numbers, args.size
+    rep.part(3, "all-reduce = reduce-scatter + all-gather: on the ranks, in bytes, and its lower bound")
+    sizes = sorted({4, w} if args.quick else {2, 3, 4, 8, w})
+    exact = [res["split"]["exact"] for res in real]
+    same = all(e["rs_ag"] == e["all_reduce"] for e in exact)
+    sim = col.all_gather(col.reduce_scatter(all_inputs(w, n)).outputs).outputs
+    same_sim = all(np.array_equal(np.asarray(e["rs_ag"], np.float32), s) for e, s in zip(exact, sim))
+    noisy = [np.subtract(res["split"]["random"]["rs_ag"], res["split"]["random"]["all_reduce"]) for res in real]
+    worst, differ = max(float(np.abs(d).max()) for d in noisy), sum(int(np.count_nonzero(d)) for d in noisy)
+    rep.table(["data", "all_reduce = reduce_scatter then all_gather", "same as simulator"],
+              [[f"integers, {n} per rank", f"{yes(same)} (bit for bit)", yes(same_sim)],
+               [f"random float32, {RANDOM_NUMBERS:,} per rank",
+                f"max |diff| {fmt_num(worst)} ({differ:,} of {w * RANDOM_NUMBERS:,} differ)", "-"]],
+              name="two_routes")
+    rep.note("integer sums are exact in float32, so the two routes agree bit for bit. Random floats: "
+             "all_reduce and reduce_scatter add the p contributions in orders of their own, and float "
+             "addition is not associative, so the last bits may differ (a few float32 spacings).")
+    rep.claim("all-reduce = reduce-scatter + all-gather (real ranks, integers, bit for bit)", same and same_sim,
+              True, kind=EXACT)
+    rep.line(f"\n  bytes per rank, N = {size:,} B (average over ranks; busiest where chunks differ):")
+    rep.table(["p", "reduce-scatter sends", "all-gather receives", "bound (p-1)/p·N", "ring all-reduce sends",
+               "busiest", "notes 2(p-1)/p·N"], prim.split_rows(sizes, size), name="split_bytes")
+    part3_claims(rep)
+    part3_lower_bound(rep, w, size)
+    return same and same_sim
+
+
+def part3_claims(rep: Report) -> None:
+    p, n = prim.CLAIM_P, prim.CLAIM_N
+    rs, ag, ar = (col.traffic(a, p, n) for a in ("reduce-scatter", "all-gather", "ring all-reduce"))
+    rep.claim(f"reduce-scatter phase sends (p-1)/p·S per rank (p = {p})", rs.busiest_sent / n, (p - 1) / p, "S",
+              EXACT, places=2)
+    rep.claim("all-gather phase sends (p-1)/p·S per rank", ag.busiest_sent / n, (p - 1) / p, "S", EXACT, places=2)
+    rep.claim("ring all-reduce = the two phases: 2(p-1)/p·S", ar.busiest_sent / n, 2 * (p - 1) / p, "S", EXACT,
+              places=2)
+    rep.claim("ring all-reduce sends exactly the notes' bound (p-1)/p·S", ar.busiest_sent / n, (p - 1) / p, "S", EXACT,
+              places=2, why="each rank sends 2(p-1)/p·S, twice (p-1)/p·S. (p-1)/p·S bounds one phase: "
+              "reduce-scatter's sends (every rank's share of the p-1 chunks it does not keep must leave it) "
+              "and all-gather's receives (the p-1 chunks it lacks must arrive), and each phase meets it. "
+              "The whole all-reduce needs 2(p-1)/p·S per rank (next table), which the ring meets.")
+    grows = [col.traffic("ring all-reduce", q, q * 1000).busiest_sent / (q * 1000) for q in (2, 4, 8, 64, 256)]
+    rep.claim("per-rank volume tends to 2S, never above (p = 2, 4, 8, 64, 256: "
+              f"{', '.join(f'{g:.3f}' for g in grows)} S)", all(g < 2 for g in grows) and grows[-1] > 1.99, True,
+              kind=EXACT)
+
+
+def part3_lower_bound(rep: Report, w: int, size: int) -> None:
+    rep.line(f"\n  the lower bound, p = {w}, N = {size:,} B: to give every rank the sum of p numbers takes at "
+             "least 2(p-1) messages per number (one-way gossip: p-1 to bring the parts together, p-1 "
+             "to spread the sum), so 2(p-1)·N bytes in all:")
+    rep.table(["all-reduce", "total sent / N", "fewest 2(p-1)", "busiest rank / N", "bound 2(p-1)/p"],
+              prim.lower_bound_rows(w, size), name="lower_bound")
+    rep.note("all three move the fewest bytes in total, but the busiest rank cannot send less than the "
+             "average, 2(p-1)/p·N, and only the ring's busiest rank sends no more than that (to within a "
+             "byte per message where p does not divide N): it is bandwidth optimal. The tree's root "
+             "sends ⌈log2 p⌉·N, the naive root (p-1)·N.")
+
+
+def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], split_ok: bool) -> None:
+    w, n = args.world_size, args.numbers
+    rep.part(4, "three easy-to-confuse points, each run")
+    rep.line("  (a) reduce needs an associative and commutative op: dist.reduce vs numpy in two orders")
+    inputs = [rank_ops.op_data(r, n).numpy() for r in range(w)]
+    rows, ops_ok = [], True
+    for name, (_, np_op) in OPS.items():
+        forward, backward = fold(np_op, inputs), fold(np_op, inputs[::-1])
+        got = np.asarray(real[ROOT]["ops"][name], np.float32)
+        ok = np.array_equal(got, forward) and np.array_equal(forward, backward)
+        ops_ok &= ok
+        rows.append([name, show(got, 6), show(forward, 6), show(backward, 6), yes(ok)])
+    rep.table(["op", "gloo reduce, root", "numpy, ranks 0..p-1", "numpy, p-1..0", "equal"], rows, name="ops")
+    rep.line(f"  rank r holds ±1, ±2 ({show(inputs[0], 6)} on rank 0): sums and products are exact")
+    order = {way: " → ".join(map(str, prim.chain_order(w, way))) for way in (1, -1)}
+    rows, chains = [], {}
+    for op in ("sum", "subtract", "float32 sum"):
+        a, b = (np.asarray(real[ROOT]["chains"][(op, way)], np.float32) for way in (1, -1))
+        chains[op] = float(np.abs(a - b).max())
+        rows.append([f"{op}, by hand", show(a.round(4), 3), show(b.round(4), 3), chains[op]])
+    integers = all_inputs(w, n)
+    forward, backward = fold(np.subtract, integers), fold(np.subtract, integers[::-1])
+    chains["numpy"] = float(np.abs(forward - backward).max())
+    rows.insert(2, ["subtract, numpy", show(forward, 3), show(backward, 3), chains["numpy"]])
+    rep.line(f"\n  a reduce round the ring by hand (send/recv), ranks {order[1]}, then {order[-1]}; numpy: "
+             f"x0 - x1 - ... - x{w - 1}, then from x{w - 1} down:")
+    rep.table(["op", "first order", "other order", "max |difference|"], rows, name="chains")
+    if w == 2:
+        rep.line("  (p = 2: both ways round the ring are the one chain 1 → 0; numpy's two orders differ)")
+    ring_sum = col.pipelined_ring_reduce(all_inputs(w, n), 1, ROOT).outputs[ROOT]
+    same_sim = np.array_equal(np.asarray(real[ROOT]["chains"][("sum", 1)], np.float32), ring_sum)
+    rep.note("subtraction is neither associative nor commutative: the answer depends on the order the "
+             "ring happens to visit. Float sums are commutative but not associative: two orders can "
+             "differ in the last bits (the integer sums above are exact). The first order's sum equals "
+             f"the simulator's chain reduce: {yes(same_sim)}.")
+    order_free = ops_ok and chains["sum"] == 0 and same_sim
+    order_matters = chains["numpy"] > 0 and (w == 2 or chains["subtract"] > 0)
+    rep.claim("SUM, MIN, MAX, PRODUCT: one answer in any order; subtraction: one per order", order_free and order_matters,
+              True, kind=EXACT)
+    rep.line("\n  (b) 'all' means every rank gets the result: dist.reduce vs dist.all_reduce (Part 1)")
+    total = np.sum(all_inputs(w, n), axis=0)
+    rows, holds = [], {}
+    for r, res in enumerate(real):
+        after_r, after_ar = (np.asarray(res["seven"][k][1], np.float32) for k in ("reduce", "all-reduce"))
+        holds[r] = (np.array_equal(after_r, total), np.array_equal(after_ar, total))
+        rows.append([r, show(after_r, 6), "yes" if holds[r][0] else "no", show(after_ar, 6), yes(holds[r][1])])
+    rep.table(["rank", "after reduce", "the sum", "after all_reduce", "the sum"], rows, name="reduce_vs_all")
+    rep.claim("after all_reduce every rank holds the sum", all(h[1] for h in holds.values()), True, kind=EXACT)
+    rep.claim("after reduce the root holds it", holds[ROOT][0], True, kind=EXACT)
+    rep.line(f"  other ranks holding the whole sum after reduce: {sum(h[0] for r, h in holds.items() if r != ROOT)}"
+             f" of {w - 1} (what is left there is the backend's business)")
+    rep.line(f"\n  (c) all-reduce as reduce-scatter + all-gather: Part 3, equal bit for bit: {yes(split_ok)}, "
+             "and (p-1)/p·S + (p-1)/p·S = 2(p-1)/p·S bytes per rank")
+
+
+def part5_skip(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(5, "a synchronisation point is not optional: one rank skips a collective")
+    if under_torchrun():
+        rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
+        return
+    timeout = args.timeout_s or (SKIP_TIMEOUT_S / 2 if args.quick else SKIP_TIMEOUT_S)
+    last = args.world_size - 1
+    start = time.perf_counter()
+    try:
+        launch(skip_worker, args.world_size, backend="auto", timeout_s=timeout)
+        report, waited = "no error: every rank got through (it should not have)", False
+    except RankError as err:
+        report, waited = str(err), True
+    rep.line(f"  rank {last} skips the second all_reduce; after {time.perf_counter() - start:.2f} s "
+             f"(timeout {timeout:g} s) the launcher reports:")
+    rep.line(f"    {report}")
+    rep.note(f"ranks 0..{last - 1} wait in the all_reduce for rank {last}, which went on to the end (where the "
+             "launcher's closing barrier waits too), so every rank times out. Without a timeout the "
+             "program would look hung for ever; the protocol, not the data, is incomplete.")
+    rep.claim("a rank that skips a collective leaves the others waiting", waited, True, kind=EXACT)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,168 @@
+"""CS336 lecture 8's collectives (cs336/01_collectives.py): the seven primitives on real ranks against
+numpy, the volume table (cs336/primitives.py) against costmodel's closed forms, and the script run
+as a student would, its claims read from --json."""
+
+from __future__ import annotations
+
+import json
+from functools import reduce as fold
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_usage_error, flat, load_script, run_script
+
+from common import costmodel as cm
+from common.launcher import launch
+from cs336 import primitives as prim
+from lecture14 import collectives as col
+from lecture14.rank_ops import op_data
+
+SCRIPT = "cs336/01_collectives.py"
+N = 7  # numbers per rank: neither 2 nor 3 divides it
+
+
+def inputs(w: int, n: int = N) -> list[np.ndarray]:
+    return [np.arange(n, dtype=np.float32) + 10 * (r + 1) for r in range(w)]
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def ranks(request: pytest.FixtureRequest) -> tuple[int, list[dict]]:
+    module = load_script(SCRIPT)
+    return request.param, launch(module.collectives_worker, request.param, N, 0, timeout_s=30)
+
+
+def test_seven_primitives_equal_numpy(ranks: tuple[int, list[dict]]) -> None:
+    w, results = ranks
+    xs = inputs(w)
+    total, whole = np.sum(xs, axis=0), np.concatenate(xs)
+    for r, res in enumerate(results):
+        got = {k: (None if b is None else np.asarray(b, np.float32), None if a is None else np.asarray(a, np.float32))
+               for k, (b, a) in res["seven"].items()}
+        assert np.array_equal(got["broadcast"][1], xs[0])
+        assert np.array_equal(got["scatter"][1], np.array_split(xs[0], w)[r])
+        assert (got["scatter"][0] is None) == (r != 0)
+        assert np.array_equal(got["all-gather"][1], whole)
+        assert np.array_equal(got["reduce-scatter"][1], np.array_split(total, w)[r])
+        assert np.array_equal(got["all-reduce"][1], total)
+        if r == 0:
+            assert np.array_equal(got["gather"][1], whole) and np.array_equal(got["reduce"][1], total)
+        else:
+            assert got["gather"][1] is None
+        for name in res["seven"]:
+            if name != "scatter" or r == 0:
+                assert np.array_equal(got[name][0], xs[r]), name  # what the rank put in
+
+
+def test_split_ops_and_chains_equal_numpy(ranks: tuple[int, list[dict]]) -> None:
+    w, results = ranks
+    xs, total = inputs(w), np.sum(inputs(w), axis=0)
+    for res in results:
+        assert res["split"]["exact"]["rs_ag"] == res["split"]["exact"]["all_reduce"] == total.tolist()
+        rnd = res["split"]["random"]
+        np.testing.assert_allclose(rnd["rs_ag"], rnd["all_reduce"], rtol=0, atol=1e-5)
+    signs = [op_data(r, N).numpy() for r in range(w)]
+    for name, fn in (("SUM", np.add), ("MIN", np.minimum), ("MAX", np.maximum), ("PRODUCT", np.multiply)):
+        assert np.array_equal(np.asarray(results[0]["ops"][name], np.float32), fold(fn, signs)), name
+    chains = results[0]["chains"]
+    for way in (1, -1):
+        order = prim.chain_order(w, way)
+        assert order[-1] == 0 and sorted(order) == list(range(w))
+        assert chains["sum", way] == total.tolist()
+        assert chains["subtract", way] == fold(np.subtract, [xs[r] for r in order]).tolist()
+        assert all(res["chains"]["sum", way] is None for res in results[1:])  # only the root ends a chain
+    np.testing.assert_allclose(chains["float32 sum", 1], chains["float32 sum", -1], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("n", [1001, 7, 1, 4000])
+def test_volumes_against_the_closed_forms(p: int, n: int) -> None:
+    nbytes = n * p if n == 4000 else n  # 4000·p: p divides N and N/p
+    vols = prim.volumes(p, nbytes)
+    for name, v in vols.items():
+        piece = nbytes if name in ("broadcast", "reduce", "all-reduce") else nbytes / p
+        assert v.piece == piece
+        assert v.closed == cm.ring_primitive_bytes_sent(name, p, piece)  # ROOT = 0: positions = ranks
+        assert v.within, (name, p, n)
+        if name not in ("scatter", "gather"):  # every byte of N travels p-1 hops (all-reduce: twice)
+            assert sum(v.sent) == (2 if name == "all-reduce" else 1) * (p - 1) * nbytes, name
+        if nbytes % p == 0:
+            assert v.sent == v.closed, (name, p)  # p divides N: exactly the closed form
+    # independent of costmodel: the ring's totals and the notes' formulas
+    assert vols["scatter"].sent[0] == nbytes - len(np.array_split(np.zeros(nbytes), p)[0])
+    assert vols["all-reduce"].notes == pytest.approx(2 * (p - 1) / p * nbytes)
+    assert vols["all-gather"].notes == pytest.approx((p - 1) * nbytes / p)
+    assert vols["broadcast"].notes == vols["reduce"].notes == nbytes
+
+
+def test_notes_entries_that_differ_at_p4() -> None:
+    p = prim.CLAIM_P
+    vols = prim.volumes(p, prim.CLAIM_N)
+    differs = set()
+    for name, v in vols.items():
+        who = prim.NOTES_TABLE[name][3]
+        ours = v.sent[prim.ROOT] if who == "root" else v.busiest
+        if ours != v.notes:
+            differs.add(name)
+    assert differs == {"scatter", "gather"}
+    assert vols["scatter"].sent[0] == vols["gather"].busiest == 3 * prim.CLAIM_N / p
+    # straight to / from the root: gather's S per rank holds, scatter's root still sends (p-1)·S
+    assert cm.direct_primitive_bytes_sent("gather", p, 10) == [0, 10, 10, 10]
+    assert cm.direct_primitive_bytes_sent("scatter", p, 10) == [30, 0, 0, 0]
+    with pytest.raises(ValueError):
+        cm.direct_primitive_bytes_sent("all-reduce", p, 10)
+
+
+@pytest.mark.parametrize("p,n", [(2, 1001), (3, 1001), (4, 1001), (8, 7), (4, 4000)])
+def test_split_and_lower_bound_rows(p: int, n: int) -> None:
+    (row,) = prim.split_rows([p], n)
+    values = [float(c.replace(",", "")) for c in row[1:]]
+    bound = (p - 1) / p * n
+    assert values[0] == pytest.approx(bound, abs=0.005) and values[1] == pytest.approx(bound, abs=0.005)
+    assert values[2] == pytest.approx(bound, abs=0.005) and values[3] == pytest.approx(2 * bound, abs=0.005)
+    assert values[4] == col.traffic("ring all-reduce", p, n).busiest_sent
+    for label, total, fewest, busiest, avg in prim.lower_bound_rows(p, n):
+        assert total == fewest == 2 * (p - 1), label  # every algorithm moves the fewest bytes in all
+        assert busiest >= avg - 1e-12
+    ring = prim.lower_bound_rows(p, n)[0]
+    if n % p == 0:
+        assert ring[3] == ring[4]  # the ring's busiest rank sends only the average
+
+
+def test_shapes_helpers() -> None:
+    assert prim.expected_lengths("scatter", 4, 5) == [(5, 2), (None, 1), (None, 1), (None, 1)]
+    assert prim.expected_lengths("gather", 3, 2) == [(2, 6), (2, None), (2, None)]
+    assert prim.lengths_text([[5, 2], [None, 1], [None, 1], [None, 1]]) == "rank 0: 5 → 2 1 1 1"
+    assert prim.lengths_text([[5, 20], [5, 20]]) == "5 each → 20 each"
+    assert prim.chain_order(4, 1) == [1, 2, 3, 0] and prim.chain_order(4, -1) == [3, 2, 1, 0]
+
+
+def test_quick_run_claims(tmp_path: Path) -> None:
+    out = run_script(SCRIPT, "--quick", "--json", str(tmp_path / "o.json")).stdout
+    assert all(len(line) <= 100 for line in out.splitlines())
+    assert "NO" not in out.split()
+    text = flat(out)
+    assert "real ranks = lecture14/collectives.py for all seven: yes" in text
+    assert "100 104 108 112 116" in text  # the all-reduce of 10..14, 20..24, 30..34, 40..44
+    assert "rank 0: 5 → 2 1 1 1" in text  # scatter of 5 numbers on 4 ranks
+    assert "timed out" in text.lower() and "rank 3 skips" in text
+    data = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))
+    claims = {c["what"]: c for c in data["claims"]}
+    differs = {what for what, c in claims.items() if c["status"] != "agrees"}
+    assert differs == {"scatter: S (root sends), the root sends", "gather: S (each sends), busiest rank sends",
+                       "ring all-reduce sends exactly the notes' bound (p-1)/p·S"}, differs
+    assert all(claims[w]["why"] for w in differs)
+    assert claims["scatter: S (root sends), the root sends"]["ours"] == 3
+    assert claims["gather: S (each sends), busiest rank sends"]["ours"] == 3
+    assert claims["all-reduce: 2(p-1)/p·S, busiest rank sends"]["ours"] == 1.5
+    assert claims["ring all-reduce sends exactly the notes' bound (p-1)/p·S"]["ours"] == 1.5
+    assert claims["a rank that skips a collective leaves the others waiting"]["ours"] is True
+    assert len(claims) >= 20
+    assert set(data["parts"]) >= {"Part 1", "Part 2", "Part 3", "Part 4", "Part 5"}
+
+
+def test_bad_flags() -> None:
+    # one of each path: the script's own check, its own flag's type, a shared flag's type
+    assert_usage_error(SCRIPT, "--world-size", "1")
+    assert_usage_error(SCRIPT, "--numbers", "0")
+    assert_usage_error(SCRIPT, "--size", "0B")
