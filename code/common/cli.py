@@ -129,6 +129,7 @@ FLAGS: dict[str, Flag] = {
     "first_bucket_cap_mb": Flag(bucket_cap, "cap of the first bucket (the last layers' gradients), "
                                 "in the same units as --bucket-cap-mb", "MIB", "first_bucket_cap_bytes"),
     "seed": Flag(nonnegative_int, "random seed", "SEED"),
+    "numbers": Flag(positive_int, "numbers per rank in every buffer shown", "N"),
     "steps": Flag(positive_int, "training steps", "N"),
     "batch": Flag(positive_int, "global batch size (samples, all ranks together)", "N"),
     "repeats": Flag(positive_int, "timed repeats (medians are reported)", "N"),

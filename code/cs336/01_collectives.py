@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, positive_int, run_main, under_torchrun
+from common.cli import UsageError, make_parser, run_main, under_torchrun
 from common.launcher import RankError, choose_backend, launch, rank_device
 from common.output import EXACT, Report, fmt_num
 from cs336 import primitives as prim
@@ -97,11 +97,10 @@ def skip_worker(rank: int, world_size: int) -> float:
 # ---- the parent: parts in the notes' order ---------------------------------------------------
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, size="1001B", seed=0, real=True, figs=False,
+    parser = make_parser(__doc__, world_size=4, size="1001B", seed=0, numbers=5, real=True,
                          context={"size": "Parts 2 and 3: the buffer cut into p chunks; default p does "
-                                          "not divide it", "seed": "random float32 data, Parts 3 and 4"})
-    parser.add_argument("--numbers", type=positive_int, default=5,
-                        help="numbers per rank in Part 1's buffers (default 5: 4 ranks do not divide it)")
+                                          "not divide it", "seed": "random float32 data, Parts 3 and 4",
+                                  "numbers": "Part 1; 4 ranks do not divide the default"})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2 for collectives between ranks (Part 5 needs one that skips)")

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, positive_int, run_main
+from common.cli import UsageError, make_parser, run_main
 from common.launcher import choose_backend, launch, rank_device
 from common.output import EXACT, Report
 from lecture14 import collectives as col
@@ -131,9 +131,7 @@ def ring_allreduce_by_shifts(buf: torch.Tensor, rank: int, world_size: int) -> t
 # ---- the parent: parts in the notes' order ---------------------------------------------------
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True, figs=False)
-    parser.add_argument("--numbers", type=positive_int, default=4,
-                        help="numbers per rank in every buffer (default 4, as in the notes)")
+    parser = make_parser(__doc__, world_size=4, numbers=4, real=True, context={"numbers": "as in the notes"})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2 for collectives between ranks")
