@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> N
                                  "staler_diverges_at_no_larger_lr": True, "tau0_diverges_at_largest_lr": True,
                                  "sync_diverges_at_largest_lr": False}
     assert "at lr 1 τ = 0 diverges" in flat(text) and "averaging 8 mini-batches, survives" in flat(text)
-    assert re.search(r"rank \d+ failed: .*[Tt]imed? ?out", flat(text))   # Part 7: the timeout, reported
+    assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(text)   # Part 7: the skipper named
     claims = _claims(out)
     speedups = {what: c["ours"] for what, c in claims.items() if what.endswith("GPUs")}
     assert [round(v, 2) for v in speedups.values()] == [6.12, 2.09, 0.77]

@@ -178,6 +178,7 @@ class _Collector:
         self.results: dict[int, Any] = {}
         self.failures: dict[int, tuple[str, str]] = {}   # rank -> (cause, traceback)
         self.where: dict[int, tuple[bool, str]] = {}      # rank -> (in torch.distributed, location)
+        self.worker_done: set[int] = set()                # ranks whose worker returned (now in teardown)
 
     def run(self) -> list[Any]:
         pending = set(range(len(self.conns)))
@@ -214,6 +215,9 @@ class _Collector:
         if message[0] == "where":
             self.where[rank] = message[1]
             return
+        if message[0] == "done":
+            self.worker_done.add(rank)
+            return
         pending.discard(rank)
         if message[0] == "ok":
             self.results[rank] = message[1]
@@ -231,6 +235,14 @@ class _Collector:
                 waiters = ", ".join(f"rank {r}" for r in sorted(self.failures))
                 return RankError(rank, f"stopped responding ({where}); {waiters} timed out after "
                                        f"{self.timeout_s:g} s waiting for it in a collective")
+        waiting = sorted(r for r, (cause, _) in self.failures.items() if _is_timeout(cause) and r not in self.worker_done)
+        skippers = sorted(self.worker_done & (set(self.failures) | set(self.results) | set(silent)))
+        if waiting and skippers:
+            # A rank whose work was done while others timed out inside it: it skipped a collective.
+            names = ", ".join(f"rank {r}" for r in waiting)
+            also = f" (so did {', '.join(f'rank {r}' for r in skippers[1:])})" if len(skippers) > 1 else ""
+            return RankError(skippers[0], f"finished its work{also} while {names} waited {self.timeout_s:g} s in "
+                                          "a collective: a collective it did not call?")
         order = sorted(self.failures, key=lambda r: (_is_echo(self.failures[r][0]), _is_timeout(self.failures[r][0]), r))
         rank = order[0]
         cause, details = self.failures[rank]
@@ -238,9 +250,6 @@ class _Collector:
         text = _short(cause)
         if _is_timeout(cause):
             text += f" (timeout {self.timeout_s:g} s)"
-            finished = sorted(self.results)
-            if finished:
-                text += f"; {', '.join(f'rank {r}' for r in finished)} had already finished (a collective not every rank called?)"
         if others:
             text += f" (then {', '.join(others)} failed too)"
         return RankError(rank, text, details)
@@ -365,6 +374,8 @@ def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: An
         _init_group(backend, rank, world_size, timeout_s,
                     dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=_START_TIMEOUT_S)))
         result = worker(rank, world_size, *args, **kwargs)
+        with lock:  # the parent can tell a rank that skipped a collective from the ranks waiting in it
+            conn.send_bytes(pickle.dumps(("done",)))
         # Plain pickle, not torch.multiprocessing's: that one shares a returned tensor through a
         # file descriptor which dies with this process, and the parent's read then fails.
         payload = pickle.dumps(("ok", result, ""))

@@ -322,9 +322,9 @@ def part5_skip(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  rank {last} skips the second all_reduce; after {time.perf_counter() - start:.2f} s "
              f"(timeout {timeout:g} s) the launcher reports:")
     rep.line(f"    {report}")
-    rep.note(f"ranks 0..{last - 1} wait in the all_reduce for rank {last}, which went on to the end (where the "
-             "launcher's closing barrier waits too), so every rank times out. Without a timeout the "
-             "program would look hung for ever; the protocol, not the data, is incomplete.")
+    rep.note(f"ranks 0..{last - 1} wait in the all_reduce for rank {last}, which went on to the end: the "
+             "launcher saw it finish its work while the others timed out, and names it. Without a timeout "
+             "the program would look hung for ever; the protocol, not the data, is incomplete.")
     rep.claim("a rank that skips a collective leaves the others waiting", waited, True, kind=EXACT)
 
 
