@@ -116,6 +116,19 @@ def capture_stderr() -> Iterator[list[str]]:
             captured.append(tmp.read().decode("utf-8", "replace"))
 
 
+def launch_expecting_failure(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: float,
+                              **kwargs: Any) -> tuple[float, str | None]:
+    """For scripts that show a failure on purpose (a skipped collective): run it, and return the
+    seconds until the launcher gave up and its one-line report (None if, wrongly, it succeeded)."""
+    start = time.perf_counter()
+    try:
+        launch(worker, world_size, *args, timeout_s=timeout_s, **kwargs)
+        report = None
+    except RankError as err:
+        report = str(err)
+    return time.perf_counter() - start, report
+
+
 def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: float | None = None,
            threads: int = 1, backend: str | None = None, **kwargs: Any) -> list[Any]:
     """Run worker(rank, world_size, *args, **kwargs) on every rank; return their results in order.
