@@ -202,7 +202,8 @@ def test_help_shows_the_description_every_default_and_figures_only_where_drawn(
     assert parser.description == module.__doc__.strip()
     formatter = parser._get_formatter()
     for action in parser._actions:
-        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+        if action.option_strings and not (action.default is None or action.default is False
+                                          or action.default == argparse.SUPPRESS):
             assert "default" in formatter._get_help_string(action), f"{name} {action.option_strings}"
     draws = "save_figure(" in (ROOT / "code" / name).read_text(encoding="utf-8")
     offers = any("--save-figs" in a.option_strings for a in parser._actions)

@@ -1,7 +1,7 @@
 """Lecture 15 §3 (重叠：桶多大最好): backward overlapped with bucketed all-reduce, as a timeline model.
 
     python code/lecture15/03_overlap.py [--world-size 16] [--alpha-us 10] [--beta-gbs 10]
-                                        [--bucket-cap-mb 25] [--first-bucket-cap-mb 1] [--save-figs DIR]
+                                        [--bucket-cap-mb 25MB] [--first-bucket-cap-mb 1] [--save-figs DIR]
 
 Model only (lecture15.ddp_sim; no torch, no processes): one stream computes the gradients in reverse
 layer order, another all-reduces the buckets in index order with the ring α-β cost. Part 1 draws one

@@ -1,7 +1,7 @@
 """Lecture 15 §5 (扩展到几百块卡): weak scaling to 256 ranks, skipping synchronisation, convergence.
 
     python code/lecture15/05_scaling.py [--world-size 256] [--alpha-us 10] [--beta-gbs 10]
-                                        [--bucket-cap-mb 25] [--sync-every 8] [--save-figs DIR]
+                                        [--bucket-cap-mb 25MB] [--sync-every 8] [--save-figs DIR]
 
 Parts 1 and 2 use lecture15.ddp_sim's timeline (the model of §3: backward on one stream, buckets
 all-reduced in index order on another, ring α-β cost). Part 3 trains a small least-squares problem
