@@ -84,6 +84,9 @@ def test_files_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
         write_json(str(target), {"a": 2, "b": Unprintable()})
     assert json.loads(target.read_text()) == {"a": 1}          # the old file, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # no temporary left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not mkstemp's 0600
 
 
 def test_json_is_strict_and_numbers_stay_readable(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -310,7 +310,8 @@ class CollectiveCall:
         return self.calls * share(k, self.nbytes)
 
     def time(self, k: int, link: Link) -> float:
-        one = ring_allreduce_time if self.kind == "all-reduce" else ring_reduce_scatter_time
+        one = {"all-reduce": ring_allreduce_time, "all-gather": ring_all_gather_time}.get(self.kind,
+                                                                                       ring_reduce_scatter_time)
         return self.calls * one(k, self.nbytes, link)
 
 

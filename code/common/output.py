@@ -289,6 +289,9 @@ def atomic_path(path: str) -> Iterator[str]:
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the result private, unlike a plain open()
     try:
         yield tmp
         os.replace(tmp, path)

@@ -33,6 +33,7 @@ from common.costmodel import (
     CS336_NVLINK,
     CollectiveCall,
     Link,
+    alpha_beta_time,
     pp_step_bytes_per_device,
     pp_step_send_time,
     ring_allreduce_balance_bytes,
@@ -97,6 +98,10 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     same = stand_in.n_rounds == 2 * (p - 1) and math.isclose(counted, ring_allreduce_bytes_per_device(p, s))
     rep.line(f"  counted by lecture14.collectives (a p-byte stand-in, scaled to S): {stand_in.n_rounds} rounds, "
              f"{fmt_bytes(counted, binary=True)} per rank: {'same' if same else 'DIFFERENT'}")
+    # The notes' first-order model with the counted messages and bytes: the same T as the closed form.
+    first_order = alpha_beta_time(stand_in.n_rounds, counted, link)
+    rep.line(f"  α·N_msg + S_sent/B with the counted N_msg = {stand_in.n_rounds} and S_sent = "
+             f"{fmt_bytes(counted, binary=True)}: {fmt_time(first_order)}")
     at_notes = (p, args.alpha_us, s, beta) == (NOTES_P, NOTES_ALPHA_US, NOTES_SIZE, NOTES_BETA)
     if at_notes:
         readings = [("as the notes state: 64 MiB / 50 GiB/s", 64 * MiB / (50 * GiB)),
@@ -106,7 +111,8 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
                   [[w, fmt_time(t), f"{1.5 * t * 1e3:.4g} ms"] for w, t in readings], name="units")
     rep.claim("latency term 6α", latency * 1e6, 30 if at_notes else None, "µs", EXACT, places=0)
     rep.claim("bandwidth term 1.5 × S/B", bandwidth * 1e3, 1.92 if at_notes else None, "ms", EXACT, places=2,
-              why="1.92 = 1.5 × 64/50 is 64 MB / 50 GB/s; in the stated MiB and GiB/s it is 1.875" if at_notes else "")
+              why=f"1.92 = 1.5 × 64/50 is 64 MB / 50 GB/s; in the stated MiB and GiB/s it is {bandwidth * 1e3:.4g}"
+              if at_notes else "")
     if at_notes:
         rep.note("64 MiB / 50 GiB/s = 2^26 / (50·2^30) s = 1.25 ms: MiB over GiB is 1/1024, not 1/1000.\n"
                  "The notes' 'close to 2 ms' holds either way.")

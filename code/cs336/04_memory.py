@@ -31,6 +31,7 @@ from common.costmodel import (
     CollectiveCall,
     pp_step_bytes_per_device,
     pp_step_send_time,
+    zero_step_bytes_per_device,
     zero_step_collectives,
 )
 from common.output import EXACT, Report, fmt_bytes, fmt_time
@@ -147,7 +148,7 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     rows, ddp_bytes = [], None
     for stage in lg.STAGES:
         calls = zero_step_collectives(stage, FP16 * P, layers=args.layers)
-        sent = sum(c.bytes_per_device(p) for c in calls)
+        sent = zero_step_bytes_per_device(stage, p, FP16 * P)
         ddp_bytes = sent if ddp_bytes is None else ddp_bytes
         rows.append([stage, " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls), fmt_bytes(sent),
                      f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
