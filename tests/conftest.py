@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -62,3 +63,21 @@ def load_script(relpath: str) -> ModuleType:
 @pytest.fixture
 def script():
     return run_script
+
+
+def _reproduction(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> dict:
+    out = tmp_path_factory.mktemp("reproduce") / "all.json"
+    run_script("reproduce.py", *flags, "--json", str(out), timeout=540)
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def quick_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """`reproduce.py --quick --json`, run once for every test that reads it."""
+    return _reproduction(tmp_path_factory, "--quick")
+
+
+@pytest.fixture(scope="session")
+def full_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """`reproduce.py --json` without --quick, run once."""
+    return _reproduction(tmp_path_factory)

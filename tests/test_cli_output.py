@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import code_env
+from conftest import code_env, flat
 
 from common.cli import UsageError, make_parser, parse_size
 from common.output import ASSUMPTION, EXACT, MEASURED, Report, fmt_bytes, format_table
@@ -46,7 +46,7 @@ def test_claims_status_and_json(tmp_path, capsys) -> None:
     args = make_parser("x").parse_args(["--json", str(tmp_path / "out.json")])
     rep = Report("demo.py", "demo", args)
     rep.part(1, "numbers")
-    assert rep.claim("same", 3.151, 3.15, "ms", EXACT).status == "agrees"
+    assert rep.claim("same", 3.151, 3.15, "ms", EXACT, places=2).status == "agrees"
     assert rep.claim("off", 48, 37, "", ASSUMPTION, why="MB vs MiB").status == "differs"
     assert rep.claim("here", 9.0, 130.0, "µs", MEASURED).status == "other machine"
     assert rep.claim("flag", True, True).status == "agrees"
@@ -61,6 +61,51 @@ def test_claims_status_and_json(tmp_path, capsys) -> None:
     assert data["parts"]["Part 1"]["tables"]["table1"]["rows"] == [[1, "x"], [22, "yy"]]
     out = capsys.readouterr().out
     assert "why: MB vs MiB" in out and "== Part 1: numbers" in out
+    assert [c["rule"] for c in data["claims"]][:3] == ["rounds to 2 decimal places", "exact", "exact"]
+    assert data["claims"][0]["decision"] == "3.151 rounds to 3.15 at 2 decimal places; the notes print 3.15"
+
+
+def test_claim_rules_are_strict() -> None:
+    rep = Report("demo.py", "demo", make_parser("x").parse_args([]))
+    assert rep.claim("a", 3.16, 3.15, places=2).status == "differs"     # no tolerance beyond rounding
+    assert rep.claim("b", 3.145, 3.15, places=2).status == "agrees"     # half away from zero, in decimal
+    assert rep.claim("c", 1.96875, 2.0).status == "differs"             # exact unless told otherwise
+    assert rep.claim("d", 0.1 + 0.2, 0.3).status == "agrees"            # ... up to float arithmetic
+    assert rep.claim("e", 31, 10, factor=3).status == "differs"
+    with pytest.raises(ValueError):
+        rep.claim("f", 1.0, 1.0, factor=0.5)
+    with pytest.raises(ValueError):                                      # an "error in the notes" that agrees
+        rep.claim("g", 2.0, 2.0, erratum=True)
+    slip = rep.claim("h", 1.875, 1.92, "ms", places=2, erratum=True, why="MiB read as MB")
+    assert slip.status == "differs" and slip.erratum
+
+
+def test_claims_off_the_notes_setting_are_not_compared(capsys) -> None:
+    parser = make_parser("x", alpha_us=10.0, bucket_cap_mb=25)
+    parser.add_argument("--step-ms", type=float, default=2.0)
+    at = Report("demo.py", "demo", parser.parse_args(["--quick"]))
+    assert at.claim("t", 5.0, 5.0, places=0).status == "agrees"          # --quick is no setting by default ...
+    assert at.claim("t", 5.0, 5.0, places=0, setting=("quick",)).status == "other setting"  # ... unless named
+    assert at.at_notes_setting() and not at.at_notes_setting(("quick",))
+    off = Report("demo.py", "demo", parser.parse_args(["--step-ms", "3", "--bucket-cap-mb", "1"]))
+    claim = off.claim("t", 5.0, 5.0, places=0)
+    assert claim.status == "other setting" and claim.rule == "not compared"
+    assert "--step-ms 3 (notes' setting: 2)" in claim.decision
+    assert "--bucket-cap-mb 1 MiB (notes' setting: 25 MiB)" in claim.decision
+    assert off.claim("t", 5.0, 5.0, places=0, setting=("alpha_us",)).status == "agrees"
+    assert off.claim("t", 5.0, 5.0, places=0, setting=()).status == "agrees"
+    out = flat(capsys.readouterr().out)
+    assert "why: not at the notes' setting:" in out and "--step-ms 3" in out
+    with pytest.raises(KeyError):
+        off.claim("t", 5.0, 5.0, setting=("no_such_flag",))
+
+
+def test_figure_names_carry_lecture_and_script(tmp_path) -> None:
+    args = make_parser("x", figs=True).parse_args(["--save-figs", str(tmp_path)])
+    rep = Report(str(tmp_path / "lecture15" / "03_overlap.py"), "demo", args)
+    assert rep.figure_name("timeline") == "lecture15_03_timeline"
+    assert rep.figure_name("lecture15_03_timeline") == "lecture15_03_timeline"
+    assert Report("x/lecture15/model_vs_real.py", "d").figure_name("fit") == "lecture15_model_vs_real_fit"
 
 
 def test_table_alignment_and_bytes() -> None:

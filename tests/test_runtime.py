@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, load_script, run_script
+from conftest import ROOT, load_script
 
 from common import cli
 from common.output import Report, fmt_num, write_json
@@ -216,10 +216,8 @@ def test_help_shows_the_description_every_default_and_figures_only_where_drawn(
 # ---- every script as the instructor runs it -----------------------------------------------------
 
 @pytest.mark.timeout(600)
-def test_every_script_runs_fits_the_page_and_keeps_stderr_clean(tmp_path: Path) -> None:
-    out = tmp_path / "all.json"
-    run_script("reproduce.py", "--quick", "--json", str(out), timeout=540)
-    runs = json.loads(out.read_text())["runs"]
+def test_every_script_runs_fits_the_page_and_keeps_stderr_clean(quick_reproduction: dict) -> None:
+    runs = quick_reproduction["runs"]
     assert {r["script"] for r in runs} == set(SCRIPTS)
     for run in runs:
         assert run["rc"] == 0, run["stderr"]

@@ -184,7 +184,20 @@ class OneLineParser(argparse.ArgumentParser):
             self._check(parsed)
         except UsageError as err:
             self.error(str(err))
+        parsed._notes_setting = self._setting_defaults()
         return parsed
+
+    def _setting_defaults(self) -> dict[str, tuple[str, Any]]:
+        """dest -> (flag, default value as the flag's type gives it): the notes' setting."""
+        found = {}
+        for action in self._actions:
+            if not action.option_strings or action.dest in NOT_A_SETTING | {"help"}:
+                continue
+            default = action.default
+            if isinstance(default, str) and callable(action.type):
+                default = action.type(default)
+            found[action.dest] = (action.option_strings[0], default)
+        return found
 
     def _check(self, parsed: argparse.Namespace) -> None:
         # Under torchrun the world size is torchrun's: it replaces --world-size, so every part
@@ -237,6 +250,41 @@ def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
     parser.add_argument("--json", metavar="PATH", default=None,
                         help="write the parts' results and the claims as JSON to PATH")
     return parser
+
+
+# Flags that change how a run is shown or bounded, not what it computes. --quick shortens runs:
+# a claim names "quick" in its setting when --quick changes what it compares.
+NOT_A_SETTING = frozenset({"json", "save_figs", "timeout_s", "quick"})
+
+
+def off_setting(args: argparse.Namespace, setting: Any = None) -> list[str]:
+    """How this run left the notes' setting (the script's defaults), in the flags `setting` names
+    (dests, plus "quick" for --quick; None: every flag but NOT_A_SETTING), as readable items such
+    as "--alpha-us 5 (notes' setting: 10)". Empty: at the notes' setting. The one test of "may we
+    compare with the notes?", for claims (Report.claim) and for text that names the notes' values."""
+    defaults = getattr(args, "_notes_setting", None)
+    if defaults is None:
+        return []  # not parsed by make_parser's parser (a test's Namespace): nothing to compare with
+    names = [d for d in defaults if d not in NOT_A_SETTING] if setting is None else list(setting)
+    off = []
+    for name in names:
+        if name == "quick":
+            if getattr(args, "quick", False):
+                off.append("--quick (a shortened run)")
+            continue
+        if name not in defaults:
+            raise KeyError(f"{name!r} is not a flag of this script")
+        flag, default = defaults[name]
+        value = getattr(args, name)
+        if value != default:
+            off.append(f"{flag} {_shown(name, value)} (notes' setting: {_shown(name, default)})")
+    return off
+
+
+def _shown(dest: str, value: Any) -> str:
+    if dest.endswith("_bytes") and isinstance(value, (int, float)):
+        return f"{value / 2**20:g} MiB"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def link_from_args(args: argparse.Namespace, name: str = "") -> Link:

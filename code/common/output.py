@@ -16,7 +16,10 @@ import tempfile
 import textwrap
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Iterable, Iterator, Sequence
+
+from common.cli import off_setting
 
 # How a number the notes quote relates to ours.
 EXACT = "exact formula"             # a closed form: must agree
@@ -135,19 +138,46 @@ class Claim:
     kind: str
     status: str
     why: str
-    rule: str = ""  # how agreement was decided: "rounds to 1 decimal place", "within a factor of 3", ...
+    rule: str = ""      # how agreement was decided: "rounds to 1 decimal place", "within a factor of 3", "exact"
+    decision: str = ""  # what the rule found: "53.08 rounds to 53.1; the notes print 53.3"
+    ref: str = ""       # the inventory entry it checks (inventory/*.md)
+    erratum: bool = False  # the notes are wrong here; `why` gives the correct value and the reason
 
 
-def _agrees(ours: float, notes: float, rtol: float, atol: float) -> bool:
-    return abs(ours - notes) <= max(rtol * abs(notes), atol)
+def _rounded(value: float, places: int) -> Decimal:
+    """`value` rounded half away from zero to `places` decimals (no binary-float surprises)."""
+    return Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)
 
 
 def _rounds_to(ours: float, notes: float, places: int) -> bool:
     """Ours, rounded half away from zero to `places` decimals, is the notes' figure."""
-    from decimal import ROUND_HALF_UP, Decimal
+    return _rounded(ours, places) == _rounded(notes, places)
 
-    quantum = Decimal(1).scaleb(-places)
-    return Decimal(repr(ours)).quantize(quantum, ROUND_HALF_UP) == Decimal(repr(notes)).quantize(quantum, ROUND_HALF_UP)
+
+def _decide(ours: Any, notes: Any, places: int | None, factor: float | None,
+            rtol: float | None, atol: float) -> tuple[bool, str, str]:
+    """(agreed, rule, decision) for one claim: see Report.claim."""
+    if isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
+        agreed = ours == notes
+        return agreed, "equal", f"{ours!r} {'is' if agreed else 'is not'} {notes!r}"
+    ours, notes = float(ours), float(notes)
+    if places is not None:
+        agreed = _rounds_to(ours, notes, places)
+        unit = f"{places} decimal place{'s' if places != 1 else ''}"
+        return agreed, f"rounds to {unit}", (f"{fmt_num(ours, 10)} rounds to {_rounded(ours, places)} at {unit}; "
+                                             f"the notes print {fmt_num(notes, 10)}")
+    if factor is not None:
+        if not factor >= 1:
+            raise ValueError(f"factor must be at least 1, got {factor}")
+        low, high = sorted((notes / factor, notes * factor))
+        agreed = low <= ours <= high
+        return agreed, f"within a factor of {factor:g}", (
+            f"{fmt_num(ours)} is {'inside' if agreed else 'outside'} {fmt_num(low)} … {fmt_num(high)}")
+    if rtol is not None:
+        agreed = abs(ours - notes) <= max(rtol * abs(notes), atol)
+        return agreed, f"within rtol {rtol:g}" + (f", atol {atol:g}" if atol else ""), f"|{ours} − {notes}|"
+    agreed = math.isclose(ours, notes, rel_tol=1e-9, abs_tol=1e-12)
+    return agreed, "exact", f"{fmt_num(ours, 10)} {'=' if agreed else '≠'} {fmt_num(notes, 10)}"
 
 
 def _digits_for_places(value: Any, places: int) -> int:
@@ -164,6 +194,7 @@ class Report:
 
     def __init__(self, script: str, title: str, args: argparse.Namespace | None = None) -> None:
         self.script = os.path.basename(script)
+        self.lecture = os.path.basename(os.path.dirname(os.path.abspath(script)))
         self.args = args
         self.parts: dict[str, dict[str, Any]] = {}
         self.claims: list[Claim] = []
@@ -209,64 +240,81 @@ class Report:
 
     # ---- claims ----------------------------------------------------------------------------
     def claim(self, what: str, ours: Any, notes: Any = None, unit: str = "", kind: str = EXACT,
-              rtol: float = 0.05, atol: float = 0.0, why: str = "", digits: int = 4,
-              factor: float | None = None, places: int | None = None) -> Claim:
+              *, why: str = "", digits: int = 4, factor: float | None = None, places: int | None = None,
+              setting: Sequence[str] | None = None, ref: str = "", erratum: bool = False,
+              rtol: float | None = None, atol: float = 0.0) -> Claim:
         """Print our value with the notes' beside it, and record the pair with its status.
 
-        How agreement is decided (recorded in --json as `rule`):
+        How agreement is decided (recorded in --json as `rule`, with `decision` saying what it found):
           places=P   ours rounded to P decimal places is the notes' figure (the notes print 87 ms:
-                     places=0; 1.92 ms: places=2). The strict rule: use it for every figure the
-                     notes print exactly.
-          factor=F   within notes/F … notes·F, for the notes' "about 1e-5" kind of value;
-          otherwise  within rtol/atol (older claims; being replaced by places=).
-        Booleans and strings must be equal. Status: 'agrees', 'differs' (then `why` says why), for
-        a MEASURED claim that does not agree 'other machine', and with ours=None 'not measured'
-        (this run could not measure it: a fit that came out negative, say; `why` says so).
+                     places=0; 1.92 ms: places=2). Use it for every figure the notes print.
+          factor=F   within notes/F … notes·F, only for the notes' "about 1e-5" values (F stated);
+          neither    exact: equal numbers (to 1e-9 relative, for float arithmetic), equal strings
+                     and booleans.
+        (rtol/atol: the old loose rule, kept only until every caller is converted; the policy test
+        fails any claim that agrees by it.)
+        Status: 'agrees'; 'differs' (`why` says why: give a reason for every claim, it is recorded
+        always; erratum=True marks a slip in the notes, listed as such); 'other machine' for a
+        MEASURED claim that does not agree; 'other setting' when a flag in `setting` moved this
+        run off the notes' setting (None: every flag that is not presentation, see
+        cli.off_setting; () for a claim no flag changes); with ours=None 'not measured'.
+        `ref` names the inventory entry (inventory/*.md) the claim checks.
         """
-        rule = ""
+        off = off_setting(self.args, setting) if self.args is not None else []
+        rule, decision = "", ""
         if ours is None:
             status = "not measured"  # this run could not measure it (say why)
         elif notes is None:
             status = "ours only"
-        elif isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
-            rule = "equal"
-            status = "agrees" if ours == notes else ("other machine" if kind == MEASURED else "differs")
+        elif off:
+            status, rule = "other setting", "not compared"
+            decision = "not at the notes' setting: " + ", ".join(off)
         else:
-            if places is not None:
-                rule = f"rounds to {places} decimal place{'s' if places != 1 else ''}"
-                agreed = _rounds_to(float(ours), float(notes), places)
-            elif factor is not None:
-                rule = f"within a factor of {factor:g}"
-                low, high = sorted((float(notes) / factor, float(notes) * factor))
-                agreed = low <= float(ours) <= high
-            else:
-                rule = f"within rtol {rtol:g}" + (f", atol {atol:g}" if atol else "")
-                agreed = _agrees(float(ours), float(notes), rtol, atol)
+            agreed, rule, decision = _decide(ours, notes, places, factor, rtol, atol)
             status = "agrees" if agreed else ("other machine" if kind == MEASURED else "differs")
+        if erratum and status not in ("differs", "other setting"):
+            raise ValueError(f"claim {what!r} is marked as the notes' error but {status}")
         sep = " " if unit else ""
         shown_digits = max(digits, _digits_for_places(ours, places)) if places is not None else digits
         shown = "not measured" if ours is None else f"{fmt_num(ours, shown_digits)}{sep}{unit}"
         text = f"{what}: {shown}"
         if notes is not None:
-            text += f"   (notes: {fmt_num(notes, shown_digits)}{sep}{unit}; {kind}; {status})"
+            label = "differs: the notes' error" if erratum and status == "differs" else status
+            text += f"   (notes: {fmt_num(notes, shown_digits)}{sep}{unit}; {kind}; {label})"
         print(wrap(text, "      ", "  ", reflow=False))
-        if why and status != "agrees":
+        if status == "other setting":
+            print(wrap(decision, "         ", "    why: "))
+        elif why and status != "agrees":
             print(wrap(why, "         ", "    why: "))
-        claim = Claim(self._part, what, ours, notes, unit, kind, status, why, rule)
+        claim = Claim(self._part, what, ours, notes, unit, kind, status, why, rule, decision, ref,
+                      erratum and status == "differs")
         self.claims.append(claim)
         return claim
+
+    def at_notes_setting(self, setting: Sequence[str] | None = None) -> bool:
+        """Whether this run is at the notes' setting in the flags `setting` (None: all of them), the
+        same test claim() applies: for text that names the notes' values, or a part that compares."""
+        return not off_setting(self.args, setting) if self.args is not None else True
 
     # ---- figures and the end ---------------------------------------------------------------
     def figure_dir(self) -> str | None:
         return getattr(self.args, "save_figs", None) if self.args is not None else None
 
+    def figure_name(self, name: str) -> str:
+        """One scheme across lectures: <lecture>_<script number or name>_<name>, e.g.
+        lecture15_03_timeline (the prefix is added unless `name` already carries it)."""
+        stem = self.script.removesuffix(".py")
+        prefix = f"{self.lecture}_{stem.split('_')[0] if stem[:2].isdigit() else stem}_"
+        return name if name.startswith(prefix) else prefix + name
+
     def save_figure(self, fig: Any, name: str) -> None:
-        """Write a matplotlib figure as DIR/<name>.png when --save-figs DIR was given."""
+        """Write a matplotlib figure as DIR/<figure_name(name)>.png when --save-figs DIR was given."""
         directory = self.figure_dir()
         if directory is None:
             return
         os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"{name}.png")
+        path = os.path.join(directory, f"{self.figure_name(name)}.png")
+        self.parts[self._part].setdefault("figures", []).append(os.path.basename(path))
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
         print(f"  figure written: {path}")

@@ -208,7 +208,8 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
     rep.record("copy_Bps", m["copy"])
     rep.record("link_Bps", m["link"])
     rep.claim("every collective and size correct (column ok)", all(r["ok"] for rows in m["rows"].values()
-                                                                    for r in rows), True, kind=EXACT)
+                                                                    for r in rows), True, kind=EXACT, setting=(),
+              why="every result equals the sum computed in one process")
     return m
 
 
@@ -248,7 +249,7 @@ def part2_latency(rep: Report, m: dict) -> None:
                      f"{fmt_time(alpha)} per step")
         share = rows[0][-1]
         rep.claim(f"all-reduce of {fmt_bytes(sizes[0], True)} mostly startup (share > 1/2)",
-                  share > 0.5, True, kind=MEASURED, why=f"the startup share is {share:.2f} here")
+                  share > 0.5, True, kind=MEASURED, setting=(), why=f"the startup share is {share:.2f} here")
 
 
 def part3_reading(rep: Report, m: dict) -> None:
@@ -281,7 +282,7 @@ def part3_reading(rep: Report, m: dict) -> None:
     ar = last["all-reduce"]
     volume, ring = ar["t"] * m["link"] / ar["S"], bw.bus_factor("all-reduce", n)
     rep.claim("all-reduce t × link / S, largest size", volume, ring, kind=MEASURED,
-              factor=1.5, why="the ring's 2(p−1)/p at one ring step's rate does not explain the time here:\n    "
+              factor=1.5, setting=(), why="the ring's 2(p−1)/p at one ring step's rate does not explain the time here:\n    "
               + ("the call costs more (sums, copies, shared cores)" if volume > ring else
                  "the call beat the step's rate (a noisy step? an algorithm other than a ring?)"))
 

@@ -273,7 +273,7 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
              "build the whole gradient in backward; real ZeRO-2 reduce-scatters bucket by bucket.)")
     rep.claim("each rank holds only its 1/p shard of Adam's m and v (measured = the ledger's)",
               all(a["mv_bytes"] == ledger.optimizer_state_bytes(n, k, 2 * ELEM) for a in z1 + z2), notes=True,
-              kind=EXACT, why="a rank holds more (or less) optimizer state than its shard")
+              kind=EXACT, setting=(), why="a rank holds more (or less) optimizer state than its shard")
     rep.line("  (the notes' ZeRO figures for a 13B model on 4 GPUs are checked in 04_memory.py Part 2)")
 
 

@@ -141,7 +141,8 @@ def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
              "optimizer step); then it holds for GPipe and 1F1B and for any t_b/t_f")
     for row in rows:
         rep.claim(f"η, S={row[0]} M={row[1]}, 1F1B simulated (t_b = 2 t_f)", row[7], row[8], "%",
-                  ASSUMPTION, places=0)
+                  ASSUMPTION, places=0, setting=(),
+                  why="equal stages and no time outside the passes (see the note): S and M are the row's")
 
 
 def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
@@ -229,10 +230,10 @@ def part4_gpipe_vs_1f1b(rep: Report, args: argparse.Namespace) -> None:
                "1F1B s=S-1"], rows, name="compare")
     rep.note("peak = activations of that many micro-batches held at once on the stage; 1F1B's stage s\n"
              "holds min(S - s, M), so only the first stage holds S (the notes' 'S per stage' is its bound)")
-    rep.claim("GPipe and 1F1B: the same bubble fraction (every row)", same, True, kind=EXACT)
-    rep.claim("that bubble is (S-1)/(M+S-1) (every row)", closed_ok, True, kind=ASSUMPTION)
-    rep.claim("GPipe: every stage holds all M micro-batches, O(M)", gpipe_all, True, kind=EXACT)
-    rep.claim("1F1B: the first stage holds at most S micro-batches", first_le_s, True, kind=EXACT)
+    rep.claim("GPipe and 1F1B: the same bubble fraction (every row)", same, True, kind=EXACT, setting=())
+    rep.claim("that bubble is (S-1)/(M+S-1) (every row)", closed_ok, True, kind=ASSUMPTION, setting=())
+    rep.claim("GPipe: every stage holds all M micro-batches, O(M)", gpipe_all, True, kind=EXACT, setting=())
+    rep.claim("1F1B: the first stage holds at most S micro-batches", first_le_s, True, kind=EXACT, setting=())
     rep.line(f"  1F1B: stage s holds at most S - s (every row): {'yes' if bound_ok else 'NO'}")
     interleaved(rep, args, tf, tb, v)
 
@@ -286,7 +287,7 @@ def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
              "the mean. The makespan is at least M × the slowest stage's time (last column ≥ 1).\n"
              "No p2p time in this part")
     rep.claim("pace = the slowest stage's t_f + t_b", math.isclose(pace[f"stage {slow} × {f:g}"], (tf + tb) * f,
-              rel_tol=1e-9), True, kind=EXACT)
+              rel_tol=1e-9), True, kind=EXACT, setting=())
     plot_runs(rep, runs[:2], "06_unbalanced", [f"1F1B, {name}" for name in cases])
 
 

@@ -71,7 +71,7 @@ def compare(rep: Report, args: argparse.Namespace, what: str, ours: float | bool
     `slow_link`: the claim also depends on Part 2's slow link, which must be at its default."""
     default_slow = (args.slow_alpha_us, args.slow_beta_gbs) == (SLOW_ALPHA_US, SLOW_BETA_GBS)
     if at_notes_setting(args) and (default_slow or not slow_link):
-        rep.claim(what, ours, notes, unit, kind, rtol, atol, why)
+        rep.claim(what, ours, notes, unit, kind, rtol=rtol, atol=atol, why=why)
     else:
         rep.claim(what, ours, None, unit, kind)
 
