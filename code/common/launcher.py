@@ -19,7 +19,8 @@ Failures never hang and name the rank that caused them (`RankError`, one line):
     torch.distributed (with the line it is stuck at), not the ones left waiting for it.
 Ctrl-C and any error take every child down with the parent; the kernel kills the children if the
 parent itself is killed (no orphans). Inside a rank, `capture_stderr()` keeps what torch's C++ side
-prints (its warnings) so the parent can show it beside the part it belongs to.
+prints (its warnings) so the parent can show it beside the part it belongs to. What a child does
+between the fork and its exit is in `common.rank_side`.
 """
 
 from __future__ import annotations
@@ -28,12 +29,10 @@ import atexit
 import gc
 import os
 import pickle
-import re
 import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -50,12 +49,11 @@ from common.cli import (
     UsageError,
     check_backend,
     check_world_size,
-    loopback_interface,
     quiet_unless_rank0,
     under_torchrun,
 )
+from common.rank_side import START_TIMEOUT_S, child_main, describe, setup_rank, short
 
-_START_TIMEOUT_S = 120.0  # rendezvous and gloo's full-mesh connect; collectives then get timeout_s
 _WHERE_WAIT_S = 1.0       # how long a silent rank has to say where it is before it counts as hung
 _GRACE_S = 0.5            # after a first failure, time for the others' reports to arrive
 
@@ -152,7 +150,7 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
     ctx = mp.get_context("fork" if use_fork else "spawn")
     pipes = [ctx.Pipe(duplex=True) for _ in range(world_size)]
     children = [
-        ctx.Process(target=_child_main, daemon=True, name=f"rank{rank}",
+        ctx.Process(target=child_main, daemon=True, name=f"rank{rank}",
                     args=(worker, rank, world_size, pipes[rank][1], backend, timeout_s, threads, args, kwargs))
         for rank in range(world_size)
     ]
@@ -168,7 +166,7 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
         listener.bind(("127.0.0.1", 0))
         listener.listen(max(128, world_size))
         store = dist.TCPStore("127.0.0.1", listener.getsockname()[1], is_master=True, wait_for_workers=False,
-                              master_listen_fd=listener.fileno(), timeout=timedelta(seconds=_START_TIMEOUT_S))
+                              master_listen_fd=listener.fileno(), timeout=timedelta(seconds=START_TIMEOUT_S))
         listener.detach()  # the store owns the socket now and closes it itself
         listener = None
         for parent_end, _ in pipes:
@@ -260,7 +258,7 @@ class _Collector:
         rank = order[0]
         cause, details = self.failures[rank]
         others = [f"rank {r}" for r in order[1:]]
-        text = _short(cause)
+        text = short(cause)
         if _is_timeout(cause):
             text += f" (timeout {self.timeout_s:g} s)"
         if others:
@@ -304,12 +302,6 @@ def _is_timeout(cause: str) -> bool:
     return any(s in cause.lower() for s in ("timed out", "timeout"))
 
 
-def _short(cause: str) -> str:
-    """One line: the exception's first line without gloo's source location."""
-    first = cause.splitlines()[0] if cause else "failed: unknown error"
-    return re.sub(r"\[[^\]]*/gloo/[^\]]*\]\s*", "", first)
-
-
 def _stop(children: list[Any]) -> None:
     for child in children:
         if child.is_alive():
@@ -320,109 +312,6 @@ def _stop(children: list[Any]) -> None:
         if child.is_alive():
             child.kill()
             child.join(1.0)
-
-
-def _setup_rank(local_rank: int, backend: str, threads: int) -> None:
-    """Threads and device of this rank; the rank's identity is already in the environment."""
-    torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this rank if the parent dies, even by SIGKILL (no orphans)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent died before prctl: nobody will read our result
-        os._exit(1)
-
-
-def _where_main_thread() -> tuple[bool, str]:
-    """(inside torch.distributed?, the innermost frame outside torch) of the main thread."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    in_collective, location = False, "unknown"
-    while frame is not None:
-        path = frame.f_code.co_filename.replace("\\", "/")
-        if "/torch/distributed/" in path:
-            in_collective = True
-        elif location == "unknown" and "/torch/" not in path:
-            location = f"{frame.f_code.co_name} ({os.path.basename(path)}:{frame.f_lineno})"
-        frame = frame.f_back
-    return in_collective, location
-
-
-def _answer_where(conn: Any, lock: threading.Lock) -> None:
-    """A rank's helper thread: tells the parent where the main thread is, when asked."""
-    try:
-        while conn.recv_bytes() == b"where":
-            with lock:
-                conn.send_bytes(pickle.dumps(("where", _where_main_thread())))
-    except (EOFError, OSError):
-        pass
-
-
-def _child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any, backend: str,
-                timeout_s: float, threads: int, args: tuple, kwargs: dict) -> None:
-    # What the parent owned at the fork is not ours to collect (its objects' threads did not
-    # come along, so destructors that join them would hang): keep the collector off it.
-    gc.freeze()
-    _die_with_parent()
-    lock = threading.Lock()
-    try:
-        port = conn.recv()
-        threading.Thread(target=_answer_where, args=(conn, lock), daemon=True).start()
-        # torchrun-style environment, so a worker sees what it would see under torchrun; gloo on
-        # the loopback interface whatever the host name resolves to.
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
-                          GLOO_SOCKET_IFNAME=loopback_interface())
-        _setup_rank(rank, backend, threads)
-        _init_group(backend, rank, world_size, timeout_s,
-                    dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=_START_TIMEOUT_S)))
-        result = worker(rank, world_size, *args, **kwargs)
-        with lock:  # the parent can tell a rank that skipped a collective from the ranks waiting in it
-            conn.send_bytes(pickle.dumps(("done",)))
-        # Plain pickle, not torch.multiprocessing's: that one shares a returned tensor through a
-        # file descriptor which dies with this process, and the parent's read then fails.
-        payload = pickle.dumps(("ok", result, ""))
-        gc.collect()  # DDP objects must be gone before the group is (see notes: teardown aborts)
-        dist.barrier()
-        dist.destroy_process_group()
-        with lock:
-            conn.send_bytes(payload)
-    except BaseException as err:  # noqa: BLE001 - every failure, Ctrl-C too, goes to the parent
-        try:
-            with lock:
-                conn.send_bytes(pickle.dumps(("error", _describe(err), traceback.format_exc())))
-        except Exception:  # noqa: BLE001 - the parent may be gone
-            pass
-        os._exit(1)  # skip teardown: peers may be stuck in a collective with us
-    os._exit(0)
-
-
-def _init_group(backend: str, rank: int, world_size: int, timeout_s: float, store: Any) -> None:
-    """Join the group with a start-up timeout long enough for many ranks to connect, then give
-    collectives the user's timeout (torch >= 2.3; older ones use it for start-up too)."""
-    set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
-    start = max(timeout_s, _START_TIMEOUT_S) if set_timeout else timeout_s
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=start))
-    if set_timeout:
-        set_timeout(timedelta(seconds=timeout_s))
-
-
-def _describe(err: BaseException) -> str:
-    """The cause in words: out-of-memory errors say so, whatever torch calls them."""
-    text = f"{type(err).__name__}: {err}".strip().rstrip(":")
-    if isinstance(err, MemoryError) or any(s in str(err) for s in ("can't allocate memory", "out of memory")):
-        return f"ran out of memory ({_short(text)})"
-    return f"failed: {text}"
 
 
 _torchrun_ready = False
@@ -436,7 +325,7 @@ def _launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple
     if not _torchrun_ready:
         backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", world)), backend)
         # torchrun's own LOCAL_RANK picks the GPU; across nodes it is not the global rank.
-        _setup_rank(int(os.environ.get("LOCAL_RANK", rank)), backend, threads)
+        setup_rank(int(os.environ.get("LOCAL_RANK", rank)), backend, threads)
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
         atexit.register(_torchrun_teardown)  # a group left alive aborts the process at exit
         _torchrun_ready = True
@@ -445,7 +334,7 @@ def _launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple
     try:
         result = worker(rank, world, *args, **kwargs)
     except BaseException as err:
-        raise RankError(rank, _describe(err), traceback.format_exc()) from None
+        raise RankError(rank, describe(err), traceback.format_exc()) from None
     gc.collect()
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, result)

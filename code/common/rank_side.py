@@ -1,0 +1,137 @@
+"""A rank's side of `common.launcher.launch`: what each child process does between the fork and
+its exit. It joins the group (start-up timeout long enough for many ranks, then the user's
+timeout for collectives), runs the worker, and reports back over its pipe: "done" when the
+worker returns (so the parent can tell a rank that skipped a collective from the ranks waiting in
+it), then the result, or the error in one line. A helper thread answers the parent's "where are
+you?" with the main thread's innermost frame outside torch, so a hung rank can be named. The
+kernel kills the rank if the parent dies (no orphans).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import re
+import signal
+import sys
+import threading
+import traceback
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from common.cli import loopback_interface
+
+START_TIMEOUT_S = 120.0  # rendezvous and gloo's full-mesh connect; collectives then get timeout_s
+
+
+def setup_rank(local_rank: int, backend: str, threads: int) -> None:
+    """Threads and device of this rank; the rank's identity is already in the environment."""
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this rank if the parent dies, even by SIGKILL (no orphans)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before prctl: nobody will read our result
+        os._exit(1)
+
+
+def _where_main_thread() -> tuple[bool, str]:
+    """(inside torch.distributed?, the innermost frame outside torch) of the main thread."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    in_collective, location = False, "unknown"
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/torch/distributed/" in path:
+            in_collective = True
+        elif location == "unknown" and "/torch/" not in path:
+            location = f"{frame.f_code.co_name} ({os.path.basename(path)}:{frame.f_lineno})"
+        frame = frame.f_back
+    return in_collective, location
+
+
+def _answer_where(conn: Any, lock: threading.Lock) -> None:
+    """A rank's helper thread: tells the parent where the main thread is, when asked."""
+    try:
+        while conn.recv_bytes() == b"where":
+            with lock:
+                conn.send_bytes(pickle.dumps(("where", _where_main_thread())))
+    except (EOFError, OSError):
+        pass
+
+
+def child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any, backend: str,
+                timeout_s: float, threads: int, args: tuple, kwargs: dict) -> None:
+    # What the parent owned at the fork is not ours to collect (its objects' threads did not
+    # come along, so destructors that join them would hang): keep the collector off it.
+    gc.freeze()
+    _die_with_parent()
+    lock = threading.Lock()
+    try:
+        port = conn.recv()
+        threading.Thread(target=_answer_where, args=(conn, lock), daemon=True).start()
+        # torchrun-style environment, so a worker sees what it would see under torchrun; gloo on
+        # the loopback interface whatever the host name resolves to.
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                          WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+                          GLOO_SOCKET_IFNAME=loopback_interface())
+        setup_rank(rank, backend, threads)
+        _init_group(backend, rank, world_size, timeout_s,
+                    dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=START_TIMEOUT_S)))
+        result = worker(rank, world_size, *args, **kwargs)
+        with lock:  # the parent can tell a rank that skipped a collective from the ranks waiting in it
+            conn.send_bytes(pickle.dumps(("done",)))
+        # Plain pickle, not torch.multiprocessing's: that one shares a returned tensor through a
+        # file descriptor which dies with this process, and the parent's read then fails.
+        payload = pickle.dumps(("ok", result, ""))
+        gc.collect()  # DDP objects must be gone before the group is (see notes: teardown aborts)
+        dist.barrier()
+        dist.destroy_process_group()
+        with lock:
+            conn.send_bytes(payload)
+    except BaseException as err:  # noqa: BLE001 - every failure, Ctrl-C too, goes to the parent
+        try:
+            with lock:
+                conn.send_bytes(pickle.dumps(("error", describe(err), traceback.format_exc())))
+        except Exception:  # noqa: BLE001 - the parent may be gone
+            pass
+        os._exit(1)  # skip teardown: peers may be stuck in a collective with us
+    os._exit(0)
+
+
+def _init_group(backend: str, rank: int, world_size: int, timeout_s: float, store: Any) -> None:
+    """Join the group with a start-up timeout long enough for many ranks to connect, then give
+    collectives the user's timeout (torch >= 2.3; older ones use it for start-up too)."""
+    set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    start = max(timeout_s, START_TIMEOUT_S) if set_timeout else timeout_s
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=start))
+    if set_timeout:
+        set_timeout(timedelta(seconds=timeout_s))
+
+
+def describe(err: BaseException) -> str:
+    """The cause in words: out-of-memory errors say so, whatever torch calls them."""
+    text = f"{type(err).__name__}: {err}".strip().rstrip(":")
+    if isinstance(err, MemoryError) or any(s in str(err) for s in ("can't allocate memory", "out of memory")):
+        return f"ran out of memory ({short(text)})"
+    return f"failed: {text}"
+
+
+def short(cause: str) -> str:
+    """One line: the exception's first line without gloo's source location."""
+    first = cause.splitlines()[0] if cause else "failed: unknown error"
+    return re.sub(r"\[[^\]]*/gloo/[^\]]*\]\s*", "", first)
