@@ -87,10 +87,19 @@ def main() -> None:
         print("\nEvery claim:" if args.all_claims else "\nClaims that do not simply agree (ours beside the notes', and why):")
     for script, c in shown:
         print(f"\n  {script} · {c['part']} · {c['what']}")
-        line = f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {c['status']} ({c['kind']}"
+        status = "differs: an error in the notes" if c.get("erratum") else c["status"]
+        line = f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} ({c['kind']}"
         print(wrap(line + (f"; {c['rule']})" if c.get("rule") else ")"), "      ", "    "))
+        if c.get("decision"):
+            print(wrap(c["decision"], "         ", "    found: "))
         if c["why"]:
             print(wrap(c["why"], "         ", "    why: "))
+    errata = [(s, c) for s, c in claims if c.get("erratum")]
+    if errata:
+        print(f"\nErrors in the notes ({len(errata)}; each listed above with its reason): the notes print, the model gives")
+        for script, c in errata:
+            print(wrap(f"{script} · {c['what']}: {_num(c['notes'], c['unit'])} → {_num(c['ours'], c['unit'])}",
+                       "      ", "  "))
     if args.json:
         write_json(args.json, {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
     if failures:

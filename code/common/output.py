@@ -254,7 +254,8 @@ class Report:
         (rtol/atol: the old loose rule, kept only until every caller is converted; the policy test
         fails any claim that agrees by it.)
         Status: 'agrees'; 'differs' (`why` says why: give a reason for every claim, it is recorded
-        always; erratum=True marks a slip in the notes, listed as such); 'other machine' for a
+        always; erratum=True says a "differs" is a slip in the notes, listed as such: recorded only
+        when the claim does differ, so a loop over the notes' rows may pass it for every row); 'other machine' for a
         MEASURED claim that does not agree; 'other setting' when a flag in `setting` moved this
         run off the notes' setting (None: every flag that is not presentation, see
         cli.off_setting; () for a claim no flag changes); with ours=None 'not measured'.
@@ -272,8 +273,6 @@ class Report:
         else:
             agreed, rule, decision = _decide(ours, notes, places, factor, rtol, atol)
             status = "agrees" if agreed else ("other machine" if kind == MEASURED else "differs")
-        if erratum and status not in ("differs", "other setting"):
-            raise ValueError(f"claim {what!r} is marked as the notes' error but {status}")
         sep = " " if unit else ""
         shown_digits = max(digits, _digits_for_places(ours, places)) if places is not None else digits
         shown = "not measured" if ours is None else f"{fmt_num(ours, shown_digits)}{sep}{unit}"

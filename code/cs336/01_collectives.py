@@ -181,7 +181,7 @@ def part2_claims(rep: Report) -> None:
         _, _, formula, who, why = prim.NOTES_TABLE[name]
         ours = v.sent[ROOT] if who == "root" else v.busiest
         rep.claim(f"{name}: {formula}, {'the root' if who == 'root' else 'busiest rank'} sends", ours / v.piece,
-                  v.notes / v.piece, "S", EXACT, places=2, why=why.format(p1=p - 1, direct=v.direct))
+                  v.notes / v.piece, "S", EXACT, places=2, erratum=True, why=why.format(p1=p - 1, direct=v.direct))
     identity = all(np.isclose((q - 1) / q * q * 1.0, q - 1.0) for q in range(2, 257))
     rep.claim("all-gather and reduce-scatter: (p-1)/p·pS = (p-1)·S (p = 2..256)", identity, True, kind=EXACT)
     ag = col.traffic("all-gather", p, n)
@@ -228,7 +228,7 @@ def part3_claims(rep: Report) -> None:
     rep.claim("ring all-reduce = the two phases: 2(p-1)/p·S", ar.busiest_sent / n, 2 * (p - 1) / p, "S", EXACT,
               places=2)
     rep.claim("ring all-reduce sends exactly the notes' bound (p-1)/p·S", ar.busiest_sent / n, (p - 1) / p, "S", EXACT,
-              places=2, why="each rank sends 2(p-1)/p·S, twice (p-1)/p·S. (p-1)/p·S bounds one phase: "
+              places=2, erratum=True, why="each rank sends 2(p-1)/p·S, twice (p-1)/p·S. (p-1)/p·S bounds one phase: "
               "reduce-scatter's sends (every rank's share of the p-1 chunks it does not keep must leave it) "
               "and all-gather's receives (the p-1 chunks it lacks must arrive), and each phase meets it. "
               "The whole all-reduce needs 2(p-1)/p·S per rank (next table), which the ring meets.")

@@ -111,7 +111,7 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
                   [[w, fmt_time(t), f"{1.5 * t * 1e3:.4g} ms"] for w, t in readings], name="units")
     rep.claim("latency term 6α", latency * 1e6, 30 if at_notes else None, "µs", EXACT, places=0)
     rep.claim("bandwidth term 1.5 × S/B", bandwidth * 1e3, 1.92 if at_notes else None, "ms", EXACT, places=2,
-              why=f"1.92 = 1.5 × 64/50 is 64 MB / 50 GB/s; in the stated MiB and GiB/s it is {bandwidth * 1e3:.4g}"
+              erratum=True, why=f"1.92 = 1.5 × 64/50 is 64 MB / 50 GB/s; in the stated MiB and GiB/s it is {bandwidth * 1e3:.4g}"
               if at_notes else "")
     if at_notes:
         rep.note("64 MiB / 50 GiB/s = 2^26 / (50·2^30) s = 1.25 ms: MiB over GiB is 1/1024, not 1/1000.\n"
@@ -147,24 +147,24 @@ def part2_interconnects(rep: Report) -> None:
     rep.claim("InfiniBand NDR 400 Gb/s in GB/s", ib, 50, "GB/s", EXACT, places=0)
     rep.claim("RoCE 100 Gb/s in GB/s", eth, 12.5, "GB/s", EXACT, places=1)
     rep.claim("NVLink / InfiniBand, one way each", nv / ib, 18, "×", EXACT, factor=1.2,
-              why="18 = 900/50: NVLink two-way over InfiniBand one way; like for like 450/50 = 9")
+              erratum=True, why="18 = 900/50: NVLink two-way over InfiniBand one way; like for like 450/50 = 9")
     rep.note("'~18' is read within a factor of 1.2; two-way each it is 900/100 = 9 as well")
     rep.claim("InfiniBand / Ethernet 100G, one way each", ib / eth, 4, "×", EXACT, places=0)
     pcie_two_way = 2 * PCIE5_X16_ONE_WAY_GBS
     rep.claim("PCIe 5.0 x16 two-way", pcie_two_way, 64, "GB/s", EXACT, places=0,
-              why=f"x16 carries {PCIE5_X16_ONE_WAY_GBS:.1f} GB/s each way (32 GT/s, 128b/130b): 64 is one way")
+              erratum=True, why=f"x16 carries {PCIE5_X16_ONE_WAY_GBS:.1f} GB/s each way (32 GT/s, 128b/130b): 64 is one way")
     rep.note(f"so '900 → 64 GB/s' sets NVLink's two-way total against PCIe's one-way rate; like for like\n"
              f"the drop is {nv:g} → {PCIE5_X16_ONE_WAY_GBS:.0f} GB/s one way ({nv / PCIE5_X16_ONE_WAY_GBS:.1f}×), "
              f"not {900 / 64:.1f}×")
     rep.line("  the worked examples use 'effective' bandwidths: NVLink 450, InfiniBand 40 GB/s; the table's\n"
              f"  caption puts effective at {100 * EFFICIENCY[0]:.0f}-{100 * EFFICIENCY[1]:.0f} % of peak")
     rep.claim("NVLink's 450 GB/s is 60-85 % of peak", EFFICIENCY[0] <= 450 / nv <= EFFICIENCY[1], True,
-              kind=EXACT, why=f"450 = 900/2 is the whole one-way peak; 60-85 % of it is "
+              kind=EXACT, erratum=True, why=f"450 = 900/2 is the whole one-way peak; 60-85 % of it is "
               f"{EFFICIENCY[0] * nv:.0f}-{EFFICIENCY[1] * nv:.0f} GB/s")
     rep.claim("InfiniBand's 40 GB/s is 60-85 % of peak", EFFICIENCY[0] <= 40 / ib <= EFFICIENCY[1], True, kind=EXACT)
     ib_alpha_us = CS336_INFINIBAND.alpha_s * 1e6
     rep.claim("InfiniBand's 5 µs (TP paragraph) in 1-2 µs", 1 <= ib_alpha_us <= 2, True, kind=EXACT,
-              why="the table says ~1-2 µs, the TP paragraph computes with ~5 µs (so do we)")
+              erratum=True, why="the table says ~1-2 µs, the TP paragraph computes with ~5 µs (so do we)")
 
 
 def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
@@ -174,7 +174,7 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     rep.claim("gradients 13B × 2 B", grads / 1e9, 26, "GB", EXACT, places=0)
     at8 = ring_allreduce_bytes_per_device(8, grads)
     rep.claim("ring volume per rank, 8 cards", at8 / 1e9, 39, "GB", EXACT, places=0,
-              why=f"2·7/8·26 GB = {at8 / 1e9:g} GB; 39 GB is 4 cards (2·3/4·26)")
+              erratum=True, why=f"2·7/8·26 GB = {at8 / 1e9:g} GB; 39 GB is 4 cards (2·3/4·26)")
     rep.note(f"the conversion paragraph says 8 cards, but its 87 ms and 975 ms follow from 39 GB (4 cards);\n"
              f"at 8 cards they would be {at8 / 450e9 * 1e3:.0f} ms and {at8 / 40e9 * 1e3:.0f} ms")
     volume = ring_allreduce_bytes_per_device(p, grads)
@@ -213,7 +213,7 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
         ["bytes per step, per rank", "2(p-1)/p·LW", "2L·2(p-1)/p·A (the notes); 2L·(p-1)/p·A"]], name="formulas")
     act = activation_bytes(NOTES_BATCH, m.width, FP16)
     rep.claim("TP activation A = 128 × 5120 × 2 B", act / 1e6, 1.25, "MB", EXACT, places=2,
-              why=f"{act:,.0f} B is {act / MiB:g} MiB = {act / 1e6:.2f} MB: the notes write MB for MiB")
+              erratum=True, why=f"{act:,.0f} B is {act / MiB:g} MiB = {act / 1e6:.2f} MB: the notes write MB for MiB")
     calls = 2 * m.layers
     rep.claim("TP collectives per step (2L)", calls, 80, kind=EXACT, places=0)
     rep.claim("DP collectives per step", sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)), 1,
@@ -221,7 +221,7 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     tp_notes = tp_step_bytes_per_device(m.layers, act, p)
     tp_ag = tp_step_bytes_per_device(m.layers, act, p, per_call="all-gather")
     rep.claim("TP per step per rank, 80 × A × 3/4 × 2", tp_notes / 1e6, 150 if p == NOTES_P else None, "MB",
-              EXACT, places=0, why=f"= {tp_notes / MiB:g} MiB: the notes' 150 is MiB, as their A is" if p == NOTES_P else "")
+              EXACT, places=0, erratum=True, why=f"= {tp_notes / MiB:g} MiB: the notes' 150 is MiB, as their A is" if p == NOTES_P else "")
     dp = ring_allreduce_bytes_per_device(p, m.params * FP16)
     calls_tp = [CollectiveCall("all-gather", "activation, forward", m.layers, act),
                 CollectiveCall("reduce-scatter", "its gradient, backward", m.layers, act)]
@@ -262,7 +262,7 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
         ["all-reduce", f"2(p-1)/p·A = {fmt_bytes(2 * (p - 1) / p * act, binary=True)}",
          fmt_bytes(reduced, binary=True)]], name="tp_layer")
     rep.claim("4-way all-gather per layer per rank", gathered / KiB, 384 if p == NOTES_P else None, "KiB", EXACT,
-              places=0, why="an all-gather sends (p-1)/p·A = 0.75A; 1.5A is an all-reduce's volume" if p == NOTES_P else "")
+              places=0, erratum=True, why="an all-gather sends (p-1)/p·A = 0.75A; 1.5A is an all-reduce's volume" if p == NOTES_P else "")
     rep.note("the notes' 1.5A = 2(p-1)/p·A is right for a layer's forward all-gather plus its backward\n"
              "reduce-scatter together, or for an all-reduce; one all-gather is half of it")
 
@@ -276,7 +276,7 @@ def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
     rep.claim("parameters, 12 layers", m.params / 1e6, 201, "M", EXACT, places=0)
     state = training_state_bytes(m.params)
     rep.claim("training state 201M × 16 B", state / GiB, 3.2, "GiB", EXACT, places=1,
-              why=f"{state:,.0f} B = {state / 1e9:.2f} GB = exactly 3 GiB: 3.2 is the GB figure")
+              erratum=True, why=f"{state:,.0f} B = {state / 1e9:.2f} GB = exactly 3 GiB: 3.2 is the GB figure")
     act = activation_bytes(batch, d, FP16)
     rep.claim("activation 128 × 4096 × 2 B", act / MiB, 1, "MiB", EXACT, places=0)
     stages = min(p, layers)

@@ -98,7 +98,7 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
     rep.claim("bytes per parameter", lg.BYTES_PER_PARAM, 16, "B", EXACT, places=0)
     s200 = lg.training_state_bytes(lg.NOTES_200M.params)
     rep.claim("200M × 16 B", s200 / GiB, 3.2, "GiB", EXACT, places=1,
-              why=f"3.2e9 B = {s200 / GiB:.2f} GiB: 3.2 is the GB figure labelled GiB")
+              erratum=True, why=f"3.2e9 B = {s200 / GiB:.2f} GiB: 3.2 is the GB figure labelled GiB")
     llama = lg.ledger_bytes(lg.LLAMA2_13B.params)
     for (name, notes), value in zip([("fp16 parameters", 26), ("fp16 gradients", 26), ("fp32 master weights", 52),
                                      ("Adam m + v", 104)], list(llama.values())[:3] + [sum(list(llama.values())[3:])]):
@@ -167,7 +167,7 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     for stage in lg.STAGES:
         ours = " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))
         rep.claim(f"{stage} communicates", ours, NOTES_COMM[stage], kind=EXACT,
-                  why={"ZeRO-1": "it also reduce-scatters the gradients: DDP's bytes",
+                  erratum=True, why={"ZeRO-1": "it also reduce-scatters the gradients: DDP's bytes",
                        "ZeRO-3": "the gradients' RS is missing: 1.5× DDP's bytes"}.get(stage, ""))
     rep.note("the notes' column reads as 'extra' for ZeRO-1 and as the whole step for ZeRO-2. ZeRO-1\n"
              "adds no bytes: its RS and AG are the two halves of the all-reduce they replace.")

@@ -171,9 +171,9 @@ def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
         rep.claim(f"S={s} M={m}: M(t_f+t_b)", work, nw, "ms", EXACT, places=0)
         rep.claim(f"S={s} M={m}: bubble by the notes' (S-1)·t_f", fill, nb, "ms", ASSUMPTION, places=0, why=own)
         rep.claim(f"S={s} M={m}: share by the notes' formula", share, ns, "%", ASSUMPTION, places=places, why=own)
-        rep.claim(f"S={s} M={m}: bubble, simulated schedule", real_bubble, nb, "ms", EXACT, places=0, why=why)
+        rep.claim(f"S={s} M={m}: bubble, simulated schedule", real_bubble, nb, "ms", EXACT, places=0, erratum=True, why=why)
         rep.claim(f"S={s} M={m}: share, simulated schedule", real_share, ns, "%", EXACT, places=places,
-                  why="a real share is (S-1)/(M+S-1), as the notes' own η table")
+                  erratum=True, why="a real share is (S-1)/(M+S-1), as the notes' own η table")
     five_percent(rep, args)
 
 
@@ -204,10 +204,10 @@ def five_percent(rep: Report, args: argparse.Namespace) -> None:
         notes = notes_m if ratio_2 else None
         by_notes, by_real = found[s]
         rep.claim(f"S={s}: smallest M for ≤ 5 %, notes' formula", by_notes, notes, "", ASSUMPTION, places=0,
-                  why=f"19·{s - 1}/3 = {19 * (s - 1) / 3:.2f} rounds up to {by_notes}; M = {by_notes - 1} gives "
+                  erratum=True, why=f"19·{s - 1}/3 = {19 * (s - 1) / 3:.2f} rounds up to {by_notes}; M = {by_notes - 1} gives "
                   f"{100 * pp.notes_bubble_share(s, by_notes - 1, tf, tb):.2f} %")
         rep.claim(f"S={s}: smallest M for ≤ 5 %, simulated schedule", by_real, notes, "", EXACT, places=0,
-                  why="the real bubble (S-1)/(M+S-1) needs M ≥ 19(S-1)")
+                  erratum=True, why="the real bubble (S-1)/(M+S-1) needs M ≥ 19(S-1)")
 
 
 def part4_gpipe_vs_1f1b(rep: Report, args: argparse.Namespace) -> None:
