@@ -81,3 +81,67 @@ def quick_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def full_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """`reproduce.py --json` without --quick, run once."""
     return _reproduction(tmp_path_factory)
+
+
+# ---- a real browser for the report's pages ---------------------------------------------------------
+
+def chromium_path() -> str | None:
+    """The Chromium the page tests drive: $CHROMIUM, else Debian's `chromium` on PATH."""
+    import shutil
+
+    return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium through Playwright (pointed at the system's browser: Playwright cannot
+    download its own here). Without one the page tests are skipped, saying why, except under CI
+    (CI=1, set by .ci/run), where a missing browser fails them."""
+    path = chromium_path()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    missing = ("no Chromium (apt-get install chromium, or set CHROMIUM)" if path is None else
+               "no playwright (pip install -r requirements-dev.txt)" if sync_playwright is None else "")
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"the page tests need a browser and CI must run them: {missing}")
+        pytest.skip(f"page tests skipped: {missing}")
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+class PageErrors(list):
+    """Console errors, uncaught exceptions and failed requests of one page."""
+
+
+@pytest.fixture
+def open_page(browser, tmp_path_factory):
+    """open_page(path) -> (page, errors): a file opened in a fresh page, offline (a page that
+    fetches anything from the network fails the test through `errors`). A screenshot of each page
+    is written to a temporary folder when the test ends, and its path printed."""
+    contexts = []
+
+    def opener(path: Path):
+        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+        contexts.append((context, path))
+        page = context.new_page()
+        errors = PageErrors()
+        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+        page.goto(Path(path).resolve().as_uri())
+        page.wait_for_load_state("load")
+        return page, errors
+
+    yield opener
+    shots = tmp_path_factory.mktemp("screenshots")
+    for context, path in contexts:
+        for page in context.pages:
+            shot = shots / f"{Path(path).stem}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+        context.close()
