@@ -154,7 +154,8 @@ def describe_failure(err: BaseException, path: Path) -> str:
     if isinstance(err, RankError):
         text = str(err)
         if "NotImplementedError" in text:
-            return "not implemented: " + text.split("NotImplementedError:", 1)[1].strip()
+            text = re.sub(r"\s*\(then rank[^)]*failed too\)", "", text.split("NotImplementedError:", 1)[1])
+            return "not implemented: " + text.strip()
         match = re.findall(r'File "([^"]*)", line (\d+), in (\S+)', err.details or "")
         mine = [m for m in match if Path(m[0]).name == path.name]
         return text + (f" ({path.name}:{mine[-1][1]} in {mine[-1][2]})" if mine else "")
