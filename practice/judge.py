@@ -21,17 +21,17 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 # isort: split
 
-import argparse
 import time
+from typing import TYPE_CHECKING
 
 sys.path.insert(1, str(Path(__file__).resolve().parent))   # the judge's own package, judging/
 
-import torch  # noqa: F401  (imported once here: every problem's process is forked with it loaded)
-
 from common.cli import UsageError, make_parser, positive_float, run_main
 from common.output import wrap, write_json
-from judging import PROBLEMS, Problem, ranks
-from judging.engine import CaseResult, run_problem
+from judging import PROBLEMS, Problem
+
+if TYPE_CHECKING:
+    from judging.engine import CaseResult
 
 PRACTICE = Path(__file__).resolve().parent
 DEFAULT_LIMIT_S = 10.0   # a case takes well under a second here; 10 s means "stuck"
@@ -75,10 +75,12 @@ def solution_files(problems: list[Problem], given: str | None) -> dict[str, Path
 
 
 def shown_path(path: Path) -> str:
+    """The file relative to here; a long path by its last three parts (a line stays <= 100 columns)."""
     try:
-        return str(path.resolve().relative_to(Path.cwd()))
+        text = str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
-        return str(path)
+        text = str(path)
+    return text if len(text) <= 80 else "…/" + "/".join(path.parts[-3:])[-78:]
 
 
 def print_case(index: int, result: CaseResult) -> None:
@@ -104,14 +106,19 @@ def main() -> None:
                         help="a .py file with one problem's functions, or a folder laid out like practice/ "
                              "(<folder>/<problem>/solution.py) (default: practice/<problem>/solution.py)")
     parser.add_argument("--timeout-s", type=positive_float, default=DEFAULT_LIMIT_S,
-                        metavar="S", help="each case's time limit; a rank waits at most a third of it in one "
+                        metavar="S", help="each case's time limit; a rank waits at most a quarter of it in one "
                                           f"collective (default {DEFAULT_LIMIT_S:g})")
     args = parser.parse_args()
     if not 1.0 <= args.timeout_s <= 600.0:
         raise UsageError(f"--timeout-s must be from 1 to 600 seconds, got {args.timeout_s:g}")
     problems = choose(args.problems)
     files = solution_files(problems, args.solution)
-    ranks.RANK_TIMEOUT_S = max(1.0, args.timeout_s / 3)
+    # torch only now, after the usage checks (those answer at once): imported once here, every
+    # problem's process is then forked with it loaded.
+    from judging import ranks
+    from judging.engine import run_problem
+
+    ranks.RANK_TIMEOUT_S = max(1.0, args.timeout_s / 4)   # + the launcher's grace and where-query
     began = time.perf_counter()
     print(f"practice judge: {len(problems)} problem{'s' if len(problems) != 1 else ''}, "
           f"{args.timeout_s:g} s per case{' (--quick: the quick cases only)' if args.quick else ''}")

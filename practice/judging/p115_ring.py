@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from common.costmodel import ring_allreduce_bytes_per_device
-from judging.engine import Case, Fail, function, kind, show
+from judging.engine import Case, Fail, function, show
 from judging.ranks import counting, run_ranks, solution_in_rank
 
 FUNCTIONS = ("ring_allreduce",)
