@@ -61,7 +61,8 @@ def _check(world: int, layers: int, width: int, batch: int) -> Any:
             if not (isinstance(grads, (list, tuple)) and len(grads) == layers
                     and all(isinstance(g, torch.Tensor) for g in grads)):
                 raise Fail(f"a list of {layers} tensors, dL/dW_r per layer", kind(grads), HINT_LOCAL)
-            for layer, (g, full) in enumerate(zip(grads, expected)):
+            for layer in reversed(range(layers)):      # top first: the first layer that goes wrong
+                g, full = grads[layer], expected[layer]
                 mine = full[:, start:start + widths[rank]]
                 if g.shape != mine.shape:
                     raise Fail(f"rank {rank}, layer {layer}: shape {tuple(mine.shape)} (d × my columns)",

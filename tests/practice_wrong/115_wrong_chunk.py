@@ -10,7 +10,7 @@ def ring_allreduce(tensor: torch.Tensor) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     chunks = list(tensor.tensor_split(world))              # views: writing a chunk writes the tensor
     right, left = (rank + 1) % world, (rank - 1) % world
-    for phase, offset in (("reduce-scatter", 0), ("all-gather", 1)):
+    for phase, _offset in (("reduce-scatter", 0), ("all-gather", 1)):   # WRONG: the offset is never used
         for step in range(world - 1):
             send_c, recv_c = (rank - step) % world, (rank - step - 1) % world   # offset forgotten
             incoming = torch.empty_like(chunks[recv_c])
