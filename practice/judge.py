@@ -1,9 +1,9 @@
 """The local judge for the practice problems: run each problem's cases against your solution.
 
-    python practice/judge.py                       every problem, your practice/<problem>/solution.py
-    python practice/judge.py 113                   one problem (by number, folder name or slug)
-    python practice/judge.py 115 --solution my_ring.py     a file holds ONE problem's functions
-    python practice/judge.py --solution practice/reference  a folder laid out like practice/
+    python practice/judge.py                          every problem: practice/<problem>/solution.py
+    python practice/judge.py 113                      one problem (number, folder name or slug)
+    python practice/judge.py 115 --solution ring.py   a file holds ONE problem's functions
+    python practice/judge.py --solution practice/reference   a folder laid out like practice/
 
 Every case prints PASS or FAIL; a failure says what was expected, what came back and a hint into
 the problem's README. Each case has --timeout-s seconds (a loop that never ends is stopped and
@@ -100,6 +100,11 @@ def print_case(index: int, result: CaseResult) -> None:
 
 def main() -> None:
     parser = make_parser(__doc__)
+    for action in parser._actions:   # the shared --quick and --json, in the judge's words
+        if action.dest == "quick":
+            action.help = "only the quick cases (every problem keeps most of its cases)"
+        elif action.dest == "json":
+            action.help = "write every case's verdict (expected, got, hint, seconds) as JSON to PATH"
     parser.add_argument("problems", nargs="*", metavar="PROBLEM",
                         help="problems to judge: 113, 113_ddp_buckets or ddp_buckets (default: all)")
     parser.add_argument("--solution", metavar="PATH", default=None,
