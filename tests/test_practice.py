@@ -155,6 +155,16 @@ def test_a_crashing_rank_and_a_hang_on_real_ranks(tmp_path: Path) -> None:
     assert by_name["3 ranks, 12 numbers (K divides N)"]["message"].startswith("timed out after 3 s")
     assert by_name["4 ranks, 16 numbers"]["message"].startswith("timed out after 3 s")
     assert by_name["3 ranks, 10 numbers (chunks 4, 3, 3)"]["message"].startswith("not implemented")
+    time.sleep(0.5)   # the killed children's ranks die with them: nothing of this run is left
+    left = [p for p in Path("/proc").glob("[0-9]*") if _cmdline(p).find(str(tmp_path)) >= 0]
+    assert not left, [_cmdline(p) for p in left]
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @pytest.mark.parametrize("text, phrase", [("def assign_buckets(:\n", "SyntaxError"),
