@@ -74,6 +74,10 @@ def solution_files(problems: list[Problem], given: str | None) -> dict[str, Path
     return {problems[0].number: path}
 
 
+def secs(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds:.2f} s"
+
+
 def shown_path(path: Path) -> str:
     """The file relative to here; a long path by its last three parts (a line stays <= 100 columns)."""
     try:
@@ -137,15 +141,15 @@ def main() -> None:
         for index, result in enumerate(results, 1):
             print_case(index, result)
         passed = sum(r.passed for r in results)
-        print(f"  -> {problem.number}: {passed} of {len(results)} cases passed ({seconds:.1f} s)")
+        print(f"  -> {problem.number}: {passed} of {len(results)} cases passed ({secs(seconds)})")
         summary.append((problem, passed, len(results), seconds))
         records += [r.as_dict() for r in results]
     solved = [p.number for p, passed, total, _ in summary if passed == total]
     cases_passed, cases_total = sum(s[1] for s in summary), sum(s[2] for s in summary)
     print("\n" + wrap(f"summary: {len(solved)} of {len(problems)} problems solved"
                       f"{' (' + ', '.join(solved) + ')' if solved else ''}; {cases_passed} of {cases_total} "
-                      f"cases passed; {time.perf_counter() - began:.1f} s "
-                      f"({', '.join(f'{p.number} {s:.1f} s' for p, _, _, s in summary)})", "    ", ""))
+                      f"cases passed; {secs(time.perf_counter() - began)} "
+                      f"({', '.join(f'{p.number} {secs(s)}' for p, _, _, s in summary)})", "    ", ""))
     if args.json:
         write_json(args.json, {"problems": [{"number": p.number, "folder": p.folder, "passed": passed,
                                              "cases": total, "seconds": s} for p, passed, total, s in summary],
