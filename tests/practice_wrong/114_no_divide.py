@@ -1,0 +1,14 @@
+"""WRONG on purpose (problem 114): average_gradients sums over the ranks and forgets to divide."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from torch import nn
+
+from lecture14.data_parallel import partition_indices, train_step  # noqa: F401  (right ones)
+
+
+def average_gradients(model: nn.Module) -> None:
+    for param in model.parameters():
+        if param.grad is not None:
+            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)   # ... and no division by the world size
