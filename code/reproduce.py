@@ -2,6 +2,11 @@
 
     python code/reproduce.py            # all scripts, default arguments (a minute or two)
     python code/reproduce.py --quick    # the same, shorter runs (what CI smoke-tests)
+    python code/reproduce.py --report out/report   # the pages somewhere else (default: report/)
+
+It also writes the reproduction as pages: report/index.html (every script, part, table, figure and
+claim with its full reason, the notes' errors listed; self-contained, open it from disk),
+report/report.md, and report/timeline.html, the DDP overlap timeline to play with.
 
 Each script writes its parts and claims with --json; this collects them: a count by status, then
 every claim that does not simply agree — differs (with the whole reason the script gives), other
@@ -28,14 +33,17 @@ import time
 from collections import Counter
 from typing import Any
 
-from common.cli import make_parser, run_main
+from common.cli import check_output_dir, make_parser, run_main
 from common.output import wrap, write_json
 from common.suite import Script, scripts
 
 
-def run_one(script: Script, json_path: Path, quick: bool, label: str) -> dict[str, Any]:
-    """Run one script as a student would, with --json; show progress on the terminal meanwhile."""
+def run_one(script: Script, json_path: Path, quick: bool, label: str, figure_dir: Path | None) -> dict[str, Any]:
+    """Run one script as a student would, with --json (and --save-figs where it draws, when the
+    pages want its figures); show progress on the terminal meanwhile."""
     args = [sys.executable, str(script.path), "--json", str(json_path)] + (["--quick"] if quick else [])
+    if figure_dir is not None and script.draws:
+        args += ["--save-figs", str(figure_dir)]
     start = time.perf_counter()
     done = threading.Event()
     ticker = threading.Thread(target=_tick, args=(label, start, done), daemon=True) if sys.stdout.isatty() else None
@@ -65,20 +73,36 @@ def main() -> None:
     parser = make_parser(__doc__)
     parser.add_argument("--only", default="", help="run only scripts whose name contains this text")
     parser.add_argument("--all-claims", action="store_true", help="list agreeing claims too")
+    parser.add_argument("--report", metavar="DIR", default="report",
+                        help="write the pages (index.html, report.md, timeline.html) into DIR (default: report)")
+    parser.add_argument("--no-report", action="store_true", help="write no pages")
+    parser.add_argument("--errata", action="store_true",
+                        help="print only the README's errata section (markdown), from this run's claims")
     args = parser.parse_args()
+    if not args.no_report:
+        check_output_dir(args.report, "--report")
     chosen = [s for s in scripts() if args.only in s.name]
-    runs, claims = [], []
+    runs, claims, data = [], [], {}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
+        figure_dir = None if args.no_report else Path(tmp) / "figures"
         for i, script in enumerate(chosen):
             label = f"[{i + 1:2d}/{len(chosen)}] {script.name:30s} (at {time.perf_counter() - start:4.0f} s)"
             out = Path(tmp) / f"{i}.json"
-            run = run_one(script, out, args.quick, label)
+            run = run_one(script, out, args.quick, label, figure_dir)
             runs.append(run)
             if run["rc"] == 0:
-                claims += [(script.name, c) for c in json.loads(out.read_text(encoding="utf-8"))["claims"]]
+                data[script.name] = json.loads(out.read_text(encoding="utf-8"))
+                claims += [(script.name, c) for c in data[script.name]["claims"]]
+        if not args.no_report:
+            pages = write_pages(Path(args.report), chosen, runs, data, figure_dir, start, args.quick)
     total = time.perf_counter() - start
     failures = [r["script"] for r in runs if r["rc"] != 0]
+    if args.errata:
+        from report.pages import errata_markdown
+
+        print("\n" + errata_markdown([dict(c, script=s) for s, c in claims]), end="")
+        sys.exit(1 if failures else 0)
     counts = Counter(c["status"] for _, c in claims)
     print(f"\n{len(runs)} scripts in {total:.1f} s; {len(claims)} claims: "
           + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
@@ -102,9 +126,26 @@ def main() -> None:
                        "      ", "  "))
     if args.json:
         write_json(args.json, {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
+    if not args.no_report:
+        print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
     if failures:
         print(f"\nFAILED: {', '.join(failures)}", file=sys.stderr)
         sys.exit(1)
+
+
+def write_pages(directory: Path, chosen: list[Script], runs: list[dict[str, Any]], data: dict[str, Any],
+                figure_dir: Path, start: float, quick: bool) -> list[Path]:
+    """The timeline page (precomputed by lecture15.timeline_grid), then index.html and report.md."""
+    print(f"[pages] {directory}/ (at {time.perf_counter() - start:4.0f} s)", flush=True)
+    figure_dir.mkdir(exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    from report.pages import write_report
+    from report.timeline import write_timeline
+
+    timeline = write_timeline(directory)
+    pages = write_report(directory, runs, data, figure_dir, {s.name: s.doc for s in chosen},
+                         time.perf_counter() - start, quick, timeline.name)
+    return [pages[0], timeline, pages[1]]
 
 
 def _num(value: object, unit: str) -> str:

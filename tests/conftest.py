@@ -65,10 +65,13 @@ def script():
     return run_script
 
 
-def _reproduction(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> dict:
-    out = tmp_path_factory.mktemp("reproduce") / "all.json"
-    run_script("reproduce.py", *flags, "--json", str(out), timeout=540)
-    return json.loads(out.read_text(encoding="utf-8"))
+def _reproduction(tmp_path_factory: pytest.TempPathFactory, *flags: str, pages: bool = True) -> dict:
+    """reproduce.py's --json, with "report_dir" (its pages, unless pages=False) and "stdout" added."""
+    folder = tmp_path_factory.mktemp("reproduce")
+    out, pages_dir = folder / "all.json", folder / "report"
+    where = ["--report", str(pages_dir)] if pages else ["--no-report"]
+    proc = run_script("reproduce.py", *flags, "--json", str(out), *where, timeout=540)
+    return dict(json.loads(out.read_text(encoding="utf-8")), report_dir=pages_dir, stdout=proc.stdout)
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +83,7 @@ def quick_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="session")
 def full_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """`reproduce.py --json` without --quick, run once."""
-    return _reproduction(tmp_path_factory)
+    return _reproduction(tmp_path_factory, pages=False)
 
 
 # ---- a real browser for the report's pages ---------------------------------------------------------

@@ -20,6 +20,19 @@ class Script:
         return f"{self.path.parent.name}/{self.path.name}"
 
     @property
+    def draws(self) -> bool:
+        """Offers --save-figs (it draws figures)."""
+        return "save_figure(" in self.path.read_text(encoding="utf-8")
+
+    @property
+    def doc(self) -> str:
+        """The first line of its docstring: the notes' section it reproduces."""
+        import ast
+
+        text = ast.get_docstring(ast.parse(self.path.read_text(encoding="utf-8"))) or ""
+        return text.strip().splitlines()[0] if text.strip() else ""
+
+    @property
     def real(self) -> bool:
         text = self.path.read_text(encoding="utf-8")
         return any(marker in text for marker in _REAL_MARKERS)

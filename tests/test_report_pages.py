@@ -1,0 +1,85 @@
+"""The reproduction's pages, opened in a real browser (headless Chromium): report/index.html shows
+every script, part, figure and claim of the run that wrote it, with the counts --json gives; its
+filters work; it fetches nothing; report.md holds the same claims; the README's errata section is
+the run's list of the notes' errors."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from conftest import ROOT
+
+from report.pages import errata_markdown
+
+
+def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dict, open_page) -> None:
+    pages = quick_reproduction["report_dir"]
+    page, errors = open_page(pages / "index.html")
+    assert errors == []
+    # Every script has its section, every part with a table or a claim its header.
+    for run in quick_reproduction["runs"]:
+        anchor = run["script"].replace("/", "-").replace(".", "-")
+        assert page.locator(f"section#{anchor} h2").inner_text() == run["script"]
+    # Every figure the scripts wrote is on the page, embedded, and decodes to a real image.
+    written = sorted(p.name for p in (pages / "figures").glob("*.png"))
+    assert len(written) >= 8
+    shown = page.eval_on_selector_all("figure img", "imgs => imgs.map(i => [i.alt, i.complete && i.naturalWidth])")
+    assert sorted(alt for alt, _ in shown) == written
+    assert all(width > 100 for _, width in shown)
+    assert all(src.startswith("data:image/png;base64,")
+               for src in page.eval_on_selector_all("img", "imgs => imgs.map(i => i.getAttribute('src'))"))
+    # The counts at the top are the run's, status by status, and so are the claim rows.
+    claims = quick_reproduction["claims"]
+    expected = Counter(c["status"] for c in claims)
+    shown_counts = {el.get_attribute("data-status"): int(el.inner_text().split()[0])
+                    for el in page.locator("#counts .count").all()}
+    assert shown_counts.pop("erratum") == sum(1 for c in claims if c["erratum"])
+    assert shown_counts == dict(expected)
+    rows = page.locator("tr.claim")
+    assert rows.count() == len(claims)
+    assert Counter(rows.nth(i).get_attribute("data-status") for i in range(rows.count())) == expected
+
+
+def test_the_filters_show_one_kind_of_claim(quick_reproduction: dict, open_page) -> None:
+    page, errors = open_page(quick_reproduction["report_dir"] / "index.html")
+    claims = quick_reproduction["claims"]
+    for key, count in (("differs", sum(c["status"] == "differs" for c in claims)),
+                       ("erratum", sum(bool(c["erratum"]) for c in claims)),
+                       ("other machine", sum(c["status"] == "other machine" for c in claims)),
+                       ("all", len(claims))):
+        page.click(f"#filters button[data-filter='{key}']")
+        visible = page.eval_on_selector_all("tr.claim", "rows => rows.filter(r => r.offsetParent !== null).length")
+        assert visible == count, key
+    assert errors == []
+
+
+def test_the_reasons_are_whole_and_the_timeline_is_linked(quick_reproduction: dict, open_page) -> None:
+    pages = quick_reproduction["report_dir"]
+    page, _ = open_page(pages / "index.html")
+    text = " ".join(page.inner_text("body").split())
+    for claim in quick_reproduction["claims"]:
+        if claim["why"] and claim["status"] == "differs":
+            assert " ".join(claim["why"].split()) in text  # never cut
+    link = page.get_attribute("#timeline-link", "href")
+    assert (pages / link).is_file()
+
+
+def test_the_markdown_report_holds_every_claim(quick_reproduction: dict) -> None:
+    text = (quick_reproduction["report_dir"] / "report.md").read_text(encoding="utf-8")
+    for run in quick_reproduction["runs"]:
+        assert f"## {run['script']}" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line.count(" | ") >= 5]
+    assert len(rows) >= len(quick_reproduction["claims"])
+    for name in re.findall(r"\]\(figures/([^)]+)\)", text):
+        assert (quick_reproduction["report_dir"] / "figures" / name).is_file()
+
+
+def test_the_readme_lists_every_error_in_the_notes(quick_reproduction: dict) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## Errors in the notes")
+    end = readme.find("\n## ", start + 1)
+    section = readme[start:end if end > 0 else len(readme)].strip()
+    expected = errata_markdown(quick_reproduction["claims"]).strip()
+    assert section == expected, ("README's errata section is out of step with the claims; regenerate it with\n"
+                                 "python code/reproduce.py --quick --errata > /tmp/errata.md")
