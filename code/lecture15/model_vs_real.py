@@ -6,7 +6,10 @@
 Part 1 measures gloo all-reduce at a few sizes and fits the ring α-β model to it. Part 2 measures
 when each parameter's gradient is ready in a plain backward (hooks, one thread per rank). Part 3
 feeds both into lecture15.ddp_sim's two-stream timeline with DDP's buckets, and compares the
-prediction with a real DDP step (forward + backward, median of repeats) on the same ranks.
+prediction with a real DDP step (forward + backward) on the same ranks. Every measured time is
+shown as its median with the range (min–max) of the repeats; a fit that gives a negative or absurd
+α or β is reported as failed, and a measured step above even the no-overlap prediction is called
+what it is: this machine contradicting the model.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ import numpy as np
 
 from common.cli import UsageError, make_parser, positive_int, run_main
 from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
-from common.output import Report, fmt_bytes
+from common.output import MEASURED, Report, fmt_bytes
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
 
 ALLREDUCE_BYTES = [2**14, 2**16, 2**18, 2**20, 2**22, 2**24]   # 16 KiB … 16 MiB, factor 4
 WARMUP = 2   # DDP rebuilds its buckets after iteration 1; allocator and gloo buffers settle too
+# Beyond these the fitted link is not a gloo ring on one machine: the fit failed, it is not shown.
+ALPHA_LIMITS_S, BETA_LIMITS_BPS = (0.0, 10e-3), (1e6, 1e12)
 
 
 def make_mlp(layers: int, width: int) -> Any:
@@ -58,9 +63,14 @@ def _times(fn: Any, repeats: int) -> list[float]:
     return times
 
 
-def slowest_rank_median(per_rank: list[list[float]]) -> float:
-    """Median over repeats of the slowest rank's time: a collective step ends when its last rank does."""
-    return statistics.median(max(times) for times in zip(*per_rank))
+def slowest_rank(per_rank: list[list[float]]) -> list[float]:
+    """Each repeat's time as the slowest rank saw it: a collective step ends when its last rank does."""
+    return [max(times) for times in zip(*per_rank)]
+
+
+def spread_ms(times: list[float], digits: int = 2) -> str:
+    """Median (min–max) in ms."""
+    return f"{statistics.median(times) * 1e3:.{digits}f} ({min(times) * 1e3:.{digits}f}–{max(times) * 1e3:.{digits}f})"
 
 
 def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: int, cap_mib: float,
@@ -115,52 +125,66 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
     logged = ddp._get_ddp_logging_data()
     real_buckets = [[int(i) for i in b.split()] for b in str(logged.get("rebuilt_per_bucket_param_indices", "")).split(",")
                     if b.strip()]
-    return {"allreduce_s": allreduce, "forward_s": statistics.median(forward_s),
+    return {"allreduce_s": allreduce, "forward_runs": forward_s, "backward_runs": [max(r) for r in ready_runs],
             "ready_s": np.median(np.array(ready_runs), axis=0).tolist(), "ddp_step_s": step_s,
             "real_buckets": real_buckets, "param_bytes": [p.numel() * p.element_size() for p in params],
             "param_names": [n for n, _ in model.named_parameters()]}
 
 
 def combine_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Timings as the slowest rank saw them; compute (forward, gradient-ready times) averaged over ranks."""
+    """Timings as the slowest rank saw them, per repeat (`*_runs`) and their median; compute
+    (forward, gradient-ready times) per repeat averaged over ranks."""
     result = dict(ranks[0])
-    result["allreduce_s"] = [slowest_rank_median([r["allreduce_s"][i] for r in ranks])
-                             for i in range(len(ranks[0]["allreduce_s"]))]
-    result["ddp_step_s"] = slowest_rank_median([r["ddp_step_s"] for r in ranks])
-    result["forward_s"] = statistics.fmean(r["forward_s"] for r in ranks)
+    result["allreduce_runs"] = [slowest_rank([r["allreduce_s"][i] for r in ranks])
+                                for i in range(len(ranks[0]["allreduce_s"]))]
+    result["allreduce_s"] = [statistics.median(runs) for runs in result["allreduce_runs"]]
+    result["ddp_step_runs"] = slowest_rank([r["ddp_step_s"] for r in ranks])
+    result["ddp_step_s"] = statistics.median(result["ddp_step_runs"])
+    for key in ("forward", "backward"):
+        result[f"{key}_runs"] = [statistics.fmean(run) for run in zip(*(r[f"{key}_runs"] for r in ranks))]
+    result["forward_s"] = statistics.median(result["forward_runs"])
     result["ready_s"] = np.mean([r["ready_s"] for r in ranks], axis=0).tolist()
     result["same_buckets_on_every_rank"] = all(r["real_buckets"] == ranks[0]["real_buckets"] for r in ranks)
     return result
 
 
-def fit_ring(world_size: int, sizes: list[int], times: list[float]) -> tuple[Link, str]:
-    """The ring α-β link that best explains the measured times (costmodel's relative least squares).
-
-    Noise can make the intercept negative: then α = 0 and the slope is refitted alone.
-    """
+def fit_ring(world_size: int, sizes: list[int], times: list[float]) -> tuple[Link | None, str]:
+    """The ring α-β link that best explains the measured times (costmodel's relative least squares),
+    or None and why when the fit failed: a negative or absurd α or β (ALPHA_LIMITS_S,
+    BETA_LIMITS_BPS) describes no link, so it is reported, never used."""
     a, b = fit_line_relative(sizes, times)
-    note = ""
-    if a < 0:
-        a, b = fit_line_relative(sizes, times, through_origin=True)
-        note = "the fit gave α < 0; refitted with α = 0"
     if b <= 0:
-        raise RuntimeError("all-reduce times did not grow with size, so no β can be fitted (a loaded machine? "
-                           "try more --repeats)")
+        return None, (f"the fit failed: all-reduce time did not grow with size (slope {b:.3g} s/B), so there "
+                      "is no β (a loaded machine? try more --repeats)")
     alpha, beta = ring_alpha_beta_from_line(world_size, a, b)
-    return Link(alpha, beta, "fitted gloo ring"), note
+    bad = []
+    if not ALPHA_LIMITS_S[0] <= alpha <= ALPHA_LIMITS_S[1]:
+        bad.append(f"α = {alpha * 1e6:.3g} µs (outside {ALPHA_LIMITS_S[0] * 1e6:g}–{ALPHA_LIMITS_S[1] * 1e6:g} µs)")
+    if not BETA_LIMITS_BPS[0] <= beta <= BETA_LIMITS_BPS[1]:
+        bad.append(f"β = {beta / 1e9:.3g} GB/s (outside {BETA_LIMITS_BPS[0] / 1e9:g}–{BETA_LIMITS_BPS[1] / 1e9:g} GB/s)")
+    if bad:
+        return None, "the fit failed: " + " and ".join(bad) + "; noise in the small sizes (try more --repeats)"
+    return Link(alpha, beta, "fitted gloo ring"), ""
 
 
-def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any]) -> Link:
+def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any]) -> Link | None:
     sizes, times = result["sizes"], result["allreduce_s"]
-    link, note = fit_ring(args.world_size, sizes, times)
-    rows = [[fmt_bytes(n, binary=True), f"{t * 1e3:.3f}", f"{ring_allreduce_time(args.world_size, n, link) * 1e3:.3f}",
-             f"{n / t / 1e9:.2f}"] for n, t in zip(sizes, times)]
-    rep.table(["size", "measured (ms)", "fitted ring (ms)", "algbw (GB/s)"], rows, name="allreduce")
-    rep.line(f"  fit: {link.describe()}  (t = 2(K−1)α + 2(K−1)/K·n/β, K = {args.world_size}, least squares in relative error)")
-    if note:
-        rep.note(note)
-    rep.record("alpha_s", link.alpha_s)
-    rep.record("beta_Bps", link.beta_Bps)
+    link, failed = fit_ring(args.world_size, sizes, times)
+    rows = [[fmt_bytes(n, binary=True), spread_ms(runs, 3),
+             f"{ring_allreduce_time(args.world_size, n, link) * 1e3:.3f}" if link else "-", f"{n / t / 1e9:.2f}"]
+            for n, t, runs in zip(sizes, times, result["allreduce_runs"])]
+    rep.table(["size", "measured, ms: median (min–max)", "fitted ring (ms)", "algbw (GB/s, median)"], rows,
+              name="allreduce")
+    rep.line(f"  fit: {link.describe() if link else 'failed'}, to the medians of t = 2(K−1)α + 2(K−1)/K·n/β, "
+             f"K = {args.world_size}, least squares in relative error ({len(result['allreduce_runs'][0])} "
+             "repeats per size, slowest rank)")
+    rep.claim("fitted α (per ring step)", link.alpha_s * 1e6 if link else None, unit="µs", kind=MEASURED,
+              why=failed or "intercept of the fit / 2(K−1)")
+    rep.claim("fitted β", link.beta_Bps / 1e9 if link else None, unit="GB/s", kind=MEASURED,
+              why=failed or "2(K−1) / (K · slope of the fit)")
+    if link:
+        rep.record("alpha_s", link.alpha_s)
+        rep.record("beta_Bps", link.beta_Bps)
     return link
 
 
@@ -170,20 +194,45 @@ def part2_backward(rep: Report, args: argparse.Namespace, result: dict[str, Any]
     for i in sorted(range(len(ready)), key=lambda i: ready[i]):
         rows.append([names[i], f"{ready[i] * 1e3:.2f}", f"{(ready[i] - previous) * 1e3:.2f}"])
         previous = ready[i]
-    rep.table(["parameter (in backward order)", "grad ready at (ms)", "since previous (ms)"], rows, name="ready")
-    rep.line(f"  forward {result['forward_s'] * 1e3:.1f} ms, backward {max(ready) * 1e3:.1f} ms "
-             f"(median of {args.repeats} per rank, averaged over ranks; all ranks computing, one thread each)")
+    rep.table(["parameter (in backward order)", "grad ready at (ms, median)", "since previous (ms)"], rows,
+              name="ready")
+    rep.line(f"  forward {spread_ms(result['forward_runs'], 1)} ms, backward {spread_ms(result['backward_runs'], 1)} "
+             f"ms: median (min–max) of {args.repeats} repeats, each averaged over ranks; all ranks computing, "
+             "one thread each")
 
 
-def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any], link: Link) -> None:
+def verdict(measured: list[float], serial_s: float, overlap_s: float) -> str:
+    """What the measured steps say about the model's two predictions, in plain words."""
+    median = statistics.median(measured)
+    if median > serial_s:
+        fastest = "even the fastest repeat is" if min(measured) > serial_s else "the fastest repeat is not"
+        return (f"the measured step ({median * 1e3:.1f} ms, median) is above even the no-overlap prediction "
+                f"({serial_s * 1e3:.1f} ms; {fastest}): this machine contradicts the model, whose two streams "
+                "never slow each other down")
+    if median > overlap_s:
+        return (f"the measured step ({median * 1e3:.1f} ms) lies between the overlap ({overlap_s * 1e3:.1f} ms) "
+                f"and no-overlap ({serial_s * 1e3:.1f} ms) predictions: less overlap than the model assumes")
+    return (f"the measured step ({median * 1e3:.1f} ms) is at or below the overlap prediction "
+            f"({overlap_s * 1e3:.1f} ms): the model is pessimistic here (the fitted all-reduce, measured "
+            "alone, costs more than it does inside the step)")
+
+
+def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any], link: Link | None) -> None:
     sizes = result["param_bytes"]
     cap = args.bucket_cap_bytes
     buckets = assign_buckets(sizes, cap, first_cap_bytes=cap)
     real = result["real_buckets"]
-    rep.line(f"  buckets by DDP's rule, cap {cap / MiB:g} MiB: {buckets}")
+    rep.line(f"  buckets by DDP's rule (gradient-ready order, sealed at >= the cap), cap {cap / MiB:g} MiB: {buckets}")
     rep.line(f"  buckets the real DDP used after its rebuild:   {real} "
              f"(the same on every rank: {result['same_buckets_on_every_rank']})")
-    rep.claim("model's buckets equal the real DDP's", buckets == real, notes=True)
+    rep.claim("model's buckets equal the real DDP's", buckets == real, notes=True, setting=(), ref="HB-bucket-order",
+              why="our rule (backward order, sealed once >= the cap; an explicit cap caps the first bucket too) "
+                  "against DDP's own log of its rebuilt buckets, which holds for any cap and model")
+    measured, runs = result["ddp_step_s"], result["ddp_step_runs"]
+    if link is None:
+        rep.line(f"  measured DDP step (slowest rank): {spread_ms(runs, 1)} ms, median (min–max)")
+        rep.line("  no prediction: the α-β fit failed (Part 1), so there is no link to feed the timeline")
+        return
 
     def comm(nbytes: int) -> float:
         return ring_allreduce_time(args.world_size, nbytes, link)
@@ -194,20 +243,23 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
                                names=result["param_names"], forward_s=result["forward_s"])
     for row in ascii_timeline(overlapped, width=60, full_scale_s=serial.step_s):
         rep.line("  " + row)
-    measured = result["ddp_step_s"]
     rows = [["model, no overlap", f"{serial.step_with_forward_s * 1e3:.1f}", f"{serial.step_with_forward_s / measured:.2f}"],
             ["model, overlap (DDP)", f"{overlapped.step_with_forward_s * 1e3:.1f}",
              f"{overlapped.step_with_forward_s / measured:.2f}"],
-            ["measured DDP step (slowest rank)", f"{measured * 1e3:.1f}", "1.00"]]
-    rep.table(["forward + backward", "ms", "÷ measured"], rows, name="predicted_vs_measured")
+            [f"measured DDP step, median (min–max) of {len(runs)}", spread_ms(runs, 1), "1.00"]]
+    rep.table(["forward + backward", "ms", "÷ measured median"], rows, name="predicted_vs_measured")
+    said = verdict(runs, serial.step_with_forward_s, overlapped.step_with_forward_s)
+    rep.line("  " + said)
+    rep.record("verdict", said)
     rep.record("predicted_overlap_s", overlapped.step_with_forward_s)
     rep.record("predicted_serial_s", serial.step_with_forward_s)
     rep.record("measured_s", measured)
+    rep.record("measured_runs_s", runs)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rep.note(f"limits: {args.world_size} ranks share this machine's {cores} cores, so gloo's threads and the backward "
              "compete for them (the model lets the two streams run side by side for free); the all-reduce was "
              "fitted with no compute running; DDP copies gradients into buckets and back; and other programs "
-             "on the machine add noise. A measured step above the overlap prediction is mostly contention.")
+             "on the machine add noise. Predictions use the medians of Parts 1 and 2.")
 
 
 def main() -> None:

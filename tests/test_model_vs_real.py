@@ -1,0 +1,57 @@
+"""lecture15/model_vs_real.py: the α-β fit refuses what describes no link, the verdict names a
+contradiction, and a --quick run reports every time with its spread."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import flat, load_script, run_script
+
+SCRIPT = "lecture15/model_vs_real.py"
+SIZES = [2**14, 2**16, 2**18, 2**20, 2**22]
+
+
+def test_fit_recovers_a_ring_link() -> None:
+    module = load_script(SCRIPT)
+    for k, alpha, beta in ((2, 50e-6, 1.5e9), (4, 0.0, 3e9), (3, 1e-3, 0.2e9)):
+        times = [2 * (k - 1) * (alpha + n / (k * beta)) for n in SIZES]
+        link, failed = module.fit_ring(k, SIZES, times)
+        assert not failed
+        assert link.alpha_s == pytest.approx(alpha, abs=1e-12) and link.beta_Bps == pytest.approx(beta, rel=1e-9)
+
+
+@pytest.mark.parametrize("sizes,times,what", [
+    ([1000, 2000], [1e-4, 1e-3], "α = -"),                             # negative intercept
+    ([1000, 2000], [1e-3, 5e-4], "did not grow with size"),            # negative slope
+    (SIZES, [0.5 + n * 1e-12 for n in SIZES], "α = "),                 # 0.25 s per ring step: absurd
+])
+def test_a_failed_fit_is_reported_not_used(sizes: list[int], times: list[float], what: str) -> None:
+    link, failed = load_script(SCRIPT).fit_ring(2, sizes, times)
+    assert link is None and failed.startswith("the fit failed") and what in failed
+
+
+def test_verdict_says_when_the_model_is_contradicted() -> None:
+    verdict = load_script(SCRIPT).verdict
+    assert "contradicts the model" in verdict([0.030, 0.031, 0.040], 0.020, 0.015)
+    assert "even the fastest repeat is" in verdict([0.030, 0.031, 0.040], 0.020, 0.015)
+    assert "the fastest repeat is not" in verdict([0.010, 0.031, 0.040], 0.020, 0.015)
+    assert "between" in verdict([0.018, 0.018, 0.019], 0.020, 0.015)
+    assert "pessimistic" in verdict([0.010, 0.012, 0.019], 0.020, 0.015)
+
+
+def test_quick_run_reports_spread_and_checks_the_buckets(tmp_path: Path) -> None:
+    out = flat(run_script(SCRIPT, "--quick", "--json", str(tmp_path / "r.json"), timeout=120).stdout)
+    data = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    claims = {c["ref"] or c["what"]: c for c in data["claims"]}
+    assert claims["HB-bucket-order"]["status"] == "agrees"        # torch's rebuilt buckets = our rule
+    assert "median (min–max)" in out and "measured DDP step, median (min–max) of 3" in out
+    runs = data["parts"]["Part 1"]["tables"]["allreduce"]["rows"]
+    assert all("(" in row[1] and "–" in row[1] for row in runs)   # every size: median (min–max)
+    for what in ("fitted α (per ring step)", "fitted β"):
+        assert claims[what]["status"] in ("ours only", "not measured")
+    if claims["fitted β"]["status"] == "ours only":
+        part3 = data["parts"]["Part 3"]
+        assert part3["measured_s"] == pytest.approx(sorted(part3["measured_runs_s"])[1])   # median of 3
+        assert any(w in part3["verdict"] for w in ("contradicts", "between", "pessimistic"))
