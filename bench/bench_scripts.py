@@ -1,8 +1,9 @@
 """Wall time of every script as a student runs it (default arguments), against the suite's targets,
 every model-only script again at the largest world size it should handle (--world-size 1024), and
-the time of lecture 15's full bucket-cap sweep (target 0.5 s).
+the time of lecture 15's full bucket-cap sweep (target 0.5 s), and the whole reproduction with its
+pages (`reproduce.py --quick`, target 60 s; --with-reproduce, timed once).
 
-    python bench/bench_scripts.py [--repeats 3] [--only lecture15]
+    python bench/bench_scripts.py [--repeats 3] [--only lecture15] [--with-reproduce]
 
 Targets on a 2-core laptop-class machine: a model-only script ≤ 1.5 s; a script with real
 processes ≤ 6 s (lecture 14) or ≤ 8 s (lecture 15's real-DDP scripts, CS336's; the bandwidth
@@ -32,6 +33,7 @@ from common.suite import Script, scripts
 MODEL_ONLY_TARGET_S = 1.5
 LARGEST_WORLD_SIZE = 1024  # model-only scripts with --world-size must meet their target here too
 SWEEP_TARGET_S = 0.5  # lecture 15 §3.2's whole bucket-cap sweep, timed inside 03_overlap.py
+REPRODUCE_TARGET_S = 60.0  # reproduce.py --quick, every script and the three pages
 REAL_TARGET_S = {"lecture14": 6.0, "lecture15": 8.0, "cs336": 8.0}
 # The bandwidth benchmark's default sweep is longer by design (up to 16 MiB, more iterations); its
 # target is for the --quick sweep, which is what it is timed with here.
@@ -58,6 +60,8 @@ def main() -> None:
     parser = make_parser(__doc__, figs=False)
     parser.add_argument("--repeats", type=positive_int, default=3, help="runs per script (median)")
     parser.add_argument("--only", default="", help="only scripts whose name contains this text")
+    parser.add_argument("--with-reproduce", action="store_true",
+                        help="also time reproduce.py --quick with its pages, once (about a minute)")
     args = parser.parse_args()
     quick_note = " (--quick: one run each)" if args.quick else ""
     print(f"Script wall times, median of {1 if args.quick else args.repeats} runs{quick_note}")
@@ -84,6 +88,14 @@ def main() -> None:
         sweep = statistics.median(sweep_seconds() for _ in range(1 if args.quick else args.repeats))
         print(f"\nlecture 15 bucket-cap sweep (every cap x 2 models x 2 links): {sweep:.3f} s, "
               f"target {SWEEP_TARGET_S} s: {'meets' if sweep <= SWEEP_TARGET_S else 'SLOWER'}")
+    if args.with_reproduce:
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "code" / "reproduce.py"),
+                                   "--quick", "--report", str(Path(tmp) / "report")], capture_output=True)
+            took = time.perf_counter() - start
+        verdict = "FAILED" if proc.returncode else ("meets" if took <= REPRODUCE_TARGET_S else "SLOWER")
+        print(f"\nreproduce.py --quick with its pages: {took:.1f} s, target {REPRODUCE_TARGET_S:.0f} s: {verdict}")
     print("MyDDP's step against PyTorch DDP's (target within 1.2x): python bench/bench_my_ddp.py")
 
 
