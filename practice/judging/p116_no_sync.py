@@ -15,7 +15,7 @@ import torch
 
 from judging.engine import Case, Fail, function, kind
 from judging.ranks import counting, run_ranks, solution_in_rank
-from lecture15.my_ddp_check import global_batch, handbook_model, shard, share_of_loss
+from lecture15.my_ddp_ranks import global_batch, handbook_model, shard, share_of_loss
 
 FUNCTIONS = ("MyDDP",)
 HIDDEN, CAP, BATCH = 32, 4096, 31     # several buckets; 31 samples: unequal shards on 2 and 3 ranks
