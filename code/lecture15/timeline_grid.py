@@ -85,14 +85,13 @@ def uniform_stack(layers: int, width: int = UNIFORM_WIDTH, tokens: int = UNIFORM
 def grid_models() -> list[GridModel]:
     """ResNet-50 and BERT-large as 03_overlap.py computes them, then the uniform stacks."""
     base = ComputeModel()
-    rate = f"backward = 2 × forward FLOPs at {base.flops_per_s / 1e12:g} TFLOP/s"
     bert = bert_large()
     bert_compute = calibrated_to(bert, NOTES_IMPLIED_BERT_BACKWARD_S)
-    models = [GridModel("ResNet-50", resnet50(batch=32), base, f"{rate} (03_overlap.py Parts 1–3)"),
+    models = [GridModel("ResNet-50", resnet50(batch=32), base, "FLOPs as they stand, as in 03_overlap.py Parts 1–3"),
               GridModel("BERT-large", bert, bert_compute,
-                        f"{rate}, scaled by {bert_compute.calibration:.4f} to the notes' implied "
-                        f"{NOTES_IMPLIED_BERT_BACKWARD_S * 1e3:g} ms backward (03_overlap.py Parts 2, 4)")]
-    models += [GridModel(f"uniform-{n}", uniform_stack(n), base, rate) for n in UNIFORM_LAYERS]
+                        f"compute scaled by {bert_compute.calibration:.4f} to the notes' implied "
+                        f"{NOTES_IMPLIED_BERT_BACKWARD_S * 1e3:g} ms backward, as in 03_overlap.py Parts 2 and 4")]
+    models += [GridModel(f"uniform-{n}", uniform_stack(n), base, "FLOPs as they stand") for n in UNIFORM_LAYERS]
     return models
 
 
