@@ -1,7 +1,8 @@
-"""report/timeline.html: the handbook's DDP timeline to play with (layers, bucket cap, α, β, K).
+"""report/timeline.html: the handbook's DDP timeline to play with (数据并行与 DDP, 通信与反向重叠; Lecture 15 §3).
 
     python code/report/timeline.py OUT_DIR      # writes OUT_DIR/timeline.html; reproduce.py calls write_timeline
 
+Sliders for the model (ResNet-50, BERT-large, a uniform stack of N layers), bucket cap, α, β and K.
 One self-contained page (data, script and style inline; it fetches nothing): sliders pick a point
 of lecture15.timeline_grid's precomputed grid and the page draws that point's two-stream timeline.
 The page computes no model: every time it shows was computed by lecture15.ddp_sim in Python.
