@@ -1,0 +1,72 @@
+"""report/timeline.html: the handbook's DDP timeline to play with (数据并行与 DDP, 通信与反向重叠; Lecture 15 §3).
+
+    python code/report/timeline.py OUT_DIR      # writes OUT_DIR/timeline.html; reproduce.py calls write_timeline
+
+Sliders for the model (ResNet-50, BERT-large, a uniform stack of N layers), bucket cap, α, β and K.
+One self-contained page (data, script and style inline; it fetches nothing): sliders pick a point
+of lecture15.timeline_grid's precomputed grid and the page draws that point's two-stream timeline.
+The page computes no model: every time it shows was computed by lecture15.ddp_sim in Python.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+import json
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from common.cli import run_main
+from common.output import atomic_path
+from lecture15 import timeline_grid
+from lecture15.ddp_sim import ComputeModel
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+PAGE_NAME = "timeline.html"
+SCRIPT_COMMAND = "python code/lecture15/03_overlap.py"
+
+
+def embedded_json(data: Any) -> str:
+    """JSON safe inside a <script> element: no '</script>' or '<!--' can end or bend it."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_timeline(grid: dict[str, Any] | None = None) -> str:
+    """The page's HTML for `grid` (default: timeline_grid.build_grid())."""
+    grid = grid if grid is not None else timeline_grid.build_grid()
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(("html", "html.j2")))
+    compute = ComputeModel()
+    return env.get_template("timeline.html.j2").render(
+        grid_json=embedded_json(grid), command=SCRIPT_COMMAND,
+        flops_tps=f"{compute.flops_per_s / 1e12:g}", backward_over_forward=f"{compute.backward_over_forward:g}",
+        uniform_width=timeline_grid.UNIFORM_WIDTH, uniform_tokens=timeline_grid.UNIFORM_TOKENS)
+
+
+def write_timeline(directory: Path) -> Path:
+    """Write `directory`/timeline.html (atomically) and return its path."""
+    path = Path(directory) / PAGE_NAME
+    html = render_timeline()
+    with atomic_path(str(path)) as tmp:
+        Path(tmp).write_text(html, encoding="utf-8")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, help="folder to write timeline.html into (created if missing)")
+    args = parser.parse_args()
+    path = write_timeline(args.out_dir)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    run_main(main)
