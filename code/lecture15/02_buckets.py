@@ -259,7 +259,8 @@ def part2_model_buckets(rep: Report, args) -> None:
                   why=f"PyTorch's real default: 25 MiB (26,214,400 B) with a 1 MiB first bucket gives {rows[i][6]}; "
                       f"an explicit bucket_cap_mb=25 gives {rows[i][7]}; the notes' count is the 25e6 B reading")
     rep.claim("ddp_sim's buckets equal torch's _compute_bucket_assignment_by_size (all readings)",
-              torch_agrees, True, kind=EXACT, setting=(), why="the same buckets, parameter by parameter")
+              torch_agrees, True, kind=EXACT, setting=(), ref="L15-2.2-rule",
+              why="the rule against torch's own function, parameter by parameter, for every reading")
     rep.note("Tiny = under 16 KiB: biases, BatchNorm and LayerNorm vectors. Most tensors are tiny but hold a\n"
              "sliver of the bytes: one all-reduce each would pay the per-message cost hundreds of times.\n"
              "Buckets are filled in reverse registration order; torch's function is called on meta tensors.")
