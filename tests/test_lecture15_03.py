@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from conftest import assert_usage_error, flat, run_script
 
-from lecture15.ddp_sim import ComputeModel
+from lecture15.ddp_sim import notes_resnet_compute
 from lecture15.models import resnet50
 
 SCRIPT = "lecture15/03_overlap.py"
@@ -43,11 +43,18 @@ def test_quick_run_prints_every_part_and_agrees_with_the_notes(tmp_path) -> None
     data = json.loads(out.read_text())
     claims = {c["what"]: c for c in data["claims"]}
     assert len(claims) >= 14
-    assert all(c["status"] == "agrees" for c in claims.values()), [c for c in claims.values() if c["status"] != "agrees"]
+    # Two figures differ (the notes' compute split and permutation are unknown; both say why); the best caps
+    # are grid optima, and --quick uses a coarser grid: "other setting".
+    differs = {w for w, c in claims.items() if c["status"] == "differs"}
+    assert differs == {"first comm starts, no first-bucket cap", "step, shuffled (seed 0)"}
+    assert all(claims[w]["why"] for w in differs)
+    others = {w for w, c in claims.items() if c["status"] == "other setting"}
+    assert others and all(w.startswith("best") for w in others)
+    assert all(c["status"] == "agrees" for w, c in claims.items() if w not in differs | others)
     assert claims["step with overlap"]["notes"] == 37.8
     # Part 1's "no overlap" row (cap read as 10^6 B) recomputed from PyTorch's buckets and the closed form.
     row = data["parts"]["Part 1"]["tables"]["steps"]["rows"][0]
-    expected = ComputeModel().backward_s(resnet50()) + sum(_ring_s(16, b, 10e-6, 10e9)
+    expected = notes_resnet_compute().backward_s(resnet50()) + sum(_ring_s(16, b, 10e-6, 10e9)
                                                            for b in _torch_bucket_bytes(25 * 10**6))
     assert float(row[4]) == pytest.approx(expected * 1e3, abs=0.006)
     # The sweep's last row but one (single bucket) equals no overlap with one bucket: step = backward + comm.
@@ -63,27 +70,28 @@ def test_default_run_draws_the_notes_charts() -> None:
     overlap = lines[[i for i, ln in enumerate(lines) if "overlap (DDP): step" in ln][0] + 2]
     comm = overlap.split("|")[1]
     assert comm.startswith("   0") and comm.endswith("3") and comm.count("3") >= 5   # the last bucket is exposed
-    assert "shuffled, seed 4" in text and "agrees" in text and "differs" not in text
+    assert "shuffled, seed 4" in text and "agrees" in text and text.count("; differs)") == 2
 
 
 def test_other_flags_change_the_numbers_and_drop_the_comparison(tmp_path) -> None:
     out = tmp_path / "o.json"
     proc = run_script(SCRIPT, "--world-size", "8", "--alpha-us", "2", "--beta-gbs", "100", "--bucket-cap-mb", "5",
                       "--quick", "--json", str(out))
-    assert "no comparison" in flat(proc.stdout)
+    assert "not at the notes' setting" in flat(proc.stdout)
     data = json.loads(out.read_text())
-    assert all(c["notes"] is None for c in data["claims"])
+    assert all(c["status"] in ("other setting", "agrees", "ours only") for c in data["claims"])
+    assert sum(c["status"] == "other setting" for c in data["claims"]) >= 12
     rows = data["parts"]["Part 1"]["tables"]["steps"]["rows"]
-    for row, cap in zip(rows, (5 * 2**20, 25 * 2**20)):  # --bucket-cap-mb 5 is MiB; then PyTorch's default
+    for row, cap in zip(rows[::2], (5 * 2**20, 25 * 2**20)):  # --bucket-cap-mb 5 is MiB; bucket_cap_mb=25  # --bucket-cap-mb 5 is MiB; then PyTorch's default
         buckets = _torch_bucket_bytes(cap)
         assert row[1] == len(buckets)
-        expected = ComputeModel().backward_s(resnet50()) + sum(_ring_s(8, b, 2e-6, 100e9) for b in buckets)
+        expected = notes_resnet_compute().backward_s(resnet50()) + sum(_ring_s(8, b, 2e-6, 100e9) for b in buckets)
         assert float(row[4]) == pytest.approx(expected * 1e3, abs=0.006)
         assert float(row[5]) <= float(row[4])       # overlap never slower
 
 
 def test_odd_values_still_run(tmp_path) -> None:
-    backward_ms = f"{ComputeModel().backward_s(resnet50()) * 1e3:.2f}"
+    backward_ms = f"{notes_resnet_compute().backward_s(resnet50()) * 1e3:.2f}"
     out = tmp_path / "o.json"
     for args in (["--world-size", "1"], ["--world-size", "3", "--bucket-cap-mb", "0"],
                  ["--bucket-cap-mb", "100000", "--alpha-us", "0", "--seed", "7"],
@@ -94,7 +102,7 @@ def test_odd_values_still_run(tmp_path) -> None:
         if args[:2] == ["--world-size", "1"]:          # nothing to reduce: every step is the backward
             assert all(r[3] == "0.00" and r[4] == r[5] == backward_ms for r in steps)
         elif args[-2:] == ["--bucket-cap-mb", "0"]:     # cap 0: a bucket per tensor (row 2: PyTorch's 25 MiB)
-            assert [r[1] for r in steps] == [161, 4]
+            assert [r[1] for r in steps] == [161, 5, 4]   # then bucket_cap_mb=None, =25
         elif "100000" in args:                          # one bucket: overlap hides nothing
             assert steps[0][1] == 1 and steps[0][4] == steps[0][5]
             assert "shuffled, seed 7" in [r[0] for r in parts["Part 4"]["tables"]["order"]["rows"]]

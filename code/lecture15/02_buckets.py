@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import launch, preload_for_ddp
+from common.launcher import capture_stderr, launch, preload_for_ddp
 from common.output import ASSUMPTION, EXACT, MEASURED, Report, bar, fmt_bytes, fmt_time, new_figure
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
@@ -62,35 +62,41 @@ def recording_hook(state: dict[str, Any], bucket: dist.GradBucket) -> torch.futu
     return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
 
+REBUILD_FLAGS = ({"find_unused_parameters": True}, {"static_graph": True})  # when is the rebuild?
+
+
 def bucket_worker(rank: int, world_size: int, caps_mib: list[float | None], iterations: int) -> list[dict]:
-    """Part 1: for each bucket_cap_mb, train `iterations` steps and return the buckets DDP formed."""
+    """Part 1: for each bucket_cap_mb, train `iterations` steps and return the buckets DDP formed;
+    then, at the default cap, the same for each of REBUILD_FLAGS over 4 iterations."""
     out = []
-    for cap in caps_mib:
+    runs = [(cap, {}, iterations) for cap in caps_mib] + [(None, flags, 4) for flags in REBUILD_FLAGS]
+    for cap, flags, iterations in runs:
         model = linear_stack()
         names = {p.data_ptr(): n for n, p in model.named_parameters()}
         ready: list[str] = []  # the order gradients land in iteration 1: what the rebuild uses
         handles = [p.register_post_accumulate_grad_hook(lambda p, n=n, ready=ready: ready.append(n))
                    for n, p in model.named_parameters()]
-        ddp = DDP(model, bucket_cap_mb=cap)
+        ddp = DDP(model, bucket_cap_mb=cap, **flags)
         state: dict[str, Any] = {"names": names, "log": [], "iteration": 0}
         ddp.register_comm_hook(state, recording_hook)
         x = torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(rank))
-        for it in range(1, iterations + 1):
-            state["iteration"] = it
-            ddp(x).pow(2).mean().backward()
-            if it == 1:
-                for h in handles:
-                    h.remove()
-        out.append({"cap": cap, "log": state["log"], "ready": ready})
+        with capture_stderr():   # find_unused_parameters=True warns that nothing was unused: expected here
+            for it in range(1, iterations + 1):
+                state["iteration"] = it
+                ddp(x).pow(2).mean().backward()
+                if it == 1:
+                    for h in handles:
+                        h.remove()
+        out.append({"cap": cap, "flags": flags, "log": state["log"], "ready": ready})
         del ddp, model
     return out
 
 
-def allreduce_worker(rank: int, world_size: int, elements: int, counts: list[int]) -> dict[int, float]:
-    """Part 3: seconds to all-reduce the same `elements` float32 cut into n tensors, for each n."""
+def allreduce_worker(rank: int, world_size: int, elements: int, counts: list[int]) -> dict[int, list[float]]:
+    """Part 3: seconds (every repeat) to all-reduce the same `elements` float32 cut into n tensors."""
     flat = torch.ones(elements)
     dist.all_reduce(flat[:PIECE_ELEMENTS])  # warm up the connection
-    times: dict[int, float] = {}
+    times: dict[int, list[float]] = {}
     for n in counts:
         pieces = flat.tensor_split(n)
         samples = []
@@ -100,7 +106,7 @@ def allreduce_worker(rank: int, world_size: int, elements: int, counts: list[int
             for piece in pieces:  # one blocking all-reduce per tensor: the naive per-gradient scheme
                 dist.all_reduce(piece)
             samples.append(time.perf_counter() - start)
-        times[n] = statistics.median(samples)
+        times[n] = samples
     return times
 
 
@@ -136,7 +142,7 @@ def part1_real_buckets(rep: Report, args) -> None:
     names = [n for n, _ in model.named_parameters()]
     param_bytes = [p.numel() * p.element_size() for p in model.parameters()]
     all_match = True
-    for run in runs[0]:
+    for run in runs[0][:len(caps)]:
         cap = run["cap"]
         cap_bytes = round((25 if cap is None else cap) * MiB)
         first_cap = DEFAULT_FIRST_BUCKET_BYTES if cap is None else cap_bytes  # explicit cap: first = cap
@@ -160,7 +166,7 @@ def part1_real_buckets(rep: Report, args) -> None:
                   rows, name=f"buckets_cap_{cap}")
         later = [(i, b, n) for it, i, b, n in run["log"] if it == 3]
         second = [(i, b, n) for it, i, b, n in run["log"] if it == 2]
-        every_rank = all(r[caps.index(cap)]["log"] == run["log"] for r in runs)
+        every_rank = all(r[caps.index(cap)]["log"] == run["log"] for r in runs)  # cap: unique per plain run
         # The claim below covers all of it: one bucket in iteration 1, as many as predicted in 2, and
         # iteration 3 and every other rank the same as iteration 2 here.
         all_match &= (sum(1 for r in run["log"] if r[0] == 1) == 1 and len(second) == len(by_rule)
@@ -169,18 +175,44 @@ def part1_real_buckets(rep: Report, args) -> None:
                                   "recorded": run["log"], "iteration3_same": later == second})
         rep.line(f"  predicted bytes (ddp_sim): {bucket_sizes(param_bytes, by_rule)}; "
                  f"iteration 3 same as 2: {later == second}; same on every rank: {every_rank}")
-    first_iteration = {sum(1 for r in run["log"] if r[0] == 1) for run in runs[0]}
-    rep.claim("buckets in iteration 1 (find_unused_parameters=False)", max(first_iteration), notes=1, kind=MEASURED)
-    rep.claim("recorded buckets (iteration >= 2) equal ddp_sim's prediction", all_match, notes=True, kind=EXACT)
+    first_iteration = {sum(1 for r in run["log"] if r[0] == 1) for run in runs[0][:len(caps)]}
+    rep.claim("buckets in iteration 1 (find_unused_parameters=False)", max(first_iteration), 1, kind=MEASURED,
+              setting=(), ref="L15-2.2-first-iteration-one-bucket",
+              why="DDP disables bucketing until it has seen the gradients' real order (find_unused=False)")
+    rep.claim("recorded buckets (iteration >= 2) equal ddp_sim's prediction", all_match, True, kind=EXACT,
+              setting=(), ref="L15-2.2-rule", why="reverse registration order, sealed once >= the cap, for "
+              "each cap above, on every rank, iteration 3 as iteration 2")
     first = next(r for r in runs[0][0]["log"] if r[0] == 2)
     rep.claim("bucket 0 starts with the last layer's bias and weight", " ".join(first[3][:2]),
-              notes=f"{LAYERS - 1}.bias {LAYERS - 1}.weight", kind=MEASURED)
+              f"{LAYERS - 1}.bias {LAYERS - 1}.weight", kind=MEASURED, setting=(), ref="L15-2.2-bucket0-last-layer",
+              why="the last layer's gradients are ready first in the backward")
+    # When the rebuild happens depends on the constructor's flags (torch 2.13's distributed.py and reducer).
+    counts = {}
+    for run in runs[0][len(caps):]:
+        key = ", ".join(f"{k}=True" for k in run["flags"])
+        counts[key] = [[[names.index(n) for n in bucket] for _, _, _, bucket in sorted(r for r in run["log"]
+                                                                                   if r[0] == it)]
+                       for it in range(1, 5)]
+    rows = [[key, " ".join(str(len(b)) for b in per_it)] for key, per_it in counts.items()]
+    rep.table(["bucket_cap_mb=None and", "buckets in iterations 1 2 3 4"], rows, name="rebuild")
+    unused, static = counts["find_unused_parameters=True"], counts["static_graph=True"]
+    # with find_unused the constructor fills buckets in registration order, then reverses the list
+    constructor = assign_buckets_in_order(param_bytes, list(range(len(names))), 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES)
+    never = all(per_it == constructor[::-1] for per_it in unused)
+    rep.claim("find_unused_parameters=True: the constructor's buckets, never rebuilt", never, True, kind=MEASURED,
+              setting=(), ref="L15-2.2-rebuild-conditions",
+              why=f"iterations 1–4: {rows[0][1]} buckets, each the constructor's (registration order, limits "
+                  "[1 MiB, 25 MiB], list reversed)")
+    rebuilt_later = len(static[0]) == len(static[1]) == 1 and static[2] == static[3] and len(static[2]) > 1
+    rep.claim("static_graph=True: one bucket in iterations 1 and 2, rebuilt from iteration 3", rebuilt_later, True,
+              kind=MEASURED, setting=(), ref="L15-2.2-rebuild-conditions",
+              why=f"buckets per iteration: {rows[1][1]}")
     rep.note(f"Model: {LAYERS} x Linear({WIDTH}, {WIDTH}), one layer = {param_bytes[0] + param_bytes[1]:,} B; "
              f"{args.world_size} ranks, {ITERATIONS} iterations.\n"
              "bucket_cap_mb is in MiB (x 1,048,576). Left at None, the cap is 25 MiB and the first bucket\n"
              "1 MiB; any explicit value (even 25) also sets the first bucket's cap to the same value.\n"
-             "Iteration 1 is one bucket (find_unused_parameters=False); before iteration 2 DDP rebuilds the\n"
-             "buckets in the order the gradients became ready ('= ready order'), which here is the reverse\n"
+             "Iteration 1 is one bucket (find_unused_parameters=False, the default); before iteration 2 DDP\n"
+             "rebuilds the buckets in the order the gradients became ready ('= ready order'), which here is the reverse\n"
              "registration order ddp_sim assumes ('= ddp_sim rule'). Iteration 1's bucket is compared as a set,\n"
              "the rebuilt ones parameter by parameter in order.")
 
@@ -214,15 +246,21 @@ def part2_model_buckets(rep: Report, args) -> None:
               rows, name="models")
     for label, text, _, _ in readings:
         rep.line(f"  {label:>7}: {text}")
-    rep.claim("ResNet-50 parameter tensors", rows[0][1], notes=161, kind=EXACT)
-    rep.claim("BERT-large parameter tensors", rows[1][1], notes=391, kind=EXACT)
+    for name, i, notes in (("ResNet-50", 0, 161), ("BERT-large", 1, 391)):
+        rep.claim(f"{name} parameter tensors", rows[i][1], notes, kind=EXACT, setting=(),
+                  ref=f"L15-2.2-{name.lower()}-tensors", why="counted from the shape list (torchvision / "
+                  "Hugging Face layout)")
     for name, i, notes in (("ResNet-50", 0, 4), ("BERT-large", 1, 48)):
-        rep.claim(f"{name} buckets at 25 MB = 25e6 B", rows[i][5], notes=notes, kind=ASSUMPTION)
-        rep.claim(f"{name} buckets with PyTorch's default cap", rows[i][6], notes=notes, kind=ASSUMPTION,
-                  why="PyTorch's 25 is MiB (26,214,400 B) and its first bucket is 1 MiB; the notes' count "
-                      "reads 25 MB as 25e6 B with no smaller first bucket")
+        ref = f"L15-2.2-{name.lower()}-buckets"
+        rep.claim(f"{name} buckets at 25 MB = 25e6 B", rows[i][5], notes, kind=ASSUMPTION, setting=(), ref=ref,
+                  why="the notes' '25 MB' read as 25e6 B for every bucket, the first too")
+        rep.claim(f"{name} buckets, bucket_cap_mb=None (25 MiB, first 1 MiB)", rows[i][6], notes,
+                  kind=ASSUMPTION, setting=(), ref=ref,
+                  why=f"PyTorch's real default: 25 MiB (26,214,400 B) with a 1 MiB first bucket gives {rows[i][6]}; "
+                      f"an explicit bucket_cap_mb=25 gives {rows[i][7]}; the notes' count is the 25e6 B reading")
     rep.claim("ddp_sim's buckets equal torch's _compute_bucket_assignment_by_size (all readings)",
-              torch_agrees, notes=True, kind=EXACT)
+              torch_agrees, True, kind=EXACT, setting=(), ref="L15-2.2-rule",
+              why="the rule against torch's own function, parameter by parameter, for every reading")
     rep.note("Tiny = under 16 KiB: biases, BatchNorm and LayerNorm vectors. Most tensors are tiny but hold a\n"
              "sliver of the bytes: one all-reduce each would pay the per-message cost hundreds of times.\n"
              "Buckets are filled in reverse registration order; torch's function is called on meta tensors.")
@@ -241,31 +279,46 @@ def sweep_counts(max_pieces: int) -> list[int]:
 def part3_small_tensors(rep: Report, args) -> None:
     elements = min(args.elements, 256 * 1024) if args.quick else args.elements
     counts = sweep_counts(elements // PIECE_ELEMENTS)
-    times = launch(allreduce_worker, 2, elements, counts, timeout_s=args.timeout_s)
+    results = launch(allreduce_worker, 2, elements, counts, timeout_s=args.timeout_s)
+    times = [{n: statistics.median(r[n]) for n in counts} for r in results]
     t = {n: max(r[n] for r in times) for n in counts}  # the slower rank finishes the collective
     rows = [[n, fmt_bytes(4 * elements / n), fmt_time(t[n]), t[n] / t[1], bar(t[n], max(t.values()), 30)]
             for n in counts]
     rep.table(["tensors", "each", "total time", "x one tensor", ""], rows, name="sweep")
     many = counts[-1]
     per_message = (t[many] - t[1]) / (many - 1)  # what each extra tensor adds, whatever its size
-    rep.claim(f"all-reduce {elements:,} float32 as {many} tensors of {elements // many:,}", t[many] * 1e3, notes=300,
-              unit="ms", kind=MEASURED, why="notes: 'more than 300 ms' for 4M floats as 4096 tensors, another machine")
-    rep.claim(f"all-reduce {elements:,} float32 as one tensor", t[1] * 1e3, notes=3, unit="ms", kind=MEASURED,
-              why="notes: 'under 3 ms'; here gloo goes over TCP loopback on 2 shared cores")
-    rep.claim(f"{many} small tensors more than 100x slower than one", t[many] / t[1] > 100, notes=True,
-              kind=MEASURED, why=f"{t[many] / t[1]:.0f}x here; the ratio grows with the number of tensors")
+    at = ("elements", "quick")   # the notes' 4,194,304 floats; --quick all-reduces fewer
+    spread = {n: f"{min(min(r[n]) for r in results) * 1e3:.1f}–{max(max(r[n]) for r in results) * 1e3:.1f} ms "
+                 f"({len(results[0][n])} repeats × 2 ranks)" for n in counts}
+    rep.line(f"  range: one tensor {spread[1]}; {many} tensors {spread[many]}")
+    rep.claim(f"all-reduce of {many} tensors of {elements // many:,} float32 takes more than 300 ms",
+              t[many] > 0.3, True, kind=MEASURED, setting=at, ref="L15-2.1-many-small-slow",
+              why=f"{t[many] * 1e3:.0f} ms here (the notes: 'over 300 ms' on their machine)")
+    rep.claim(f"all-reduce of {elements:,} float32 as one tensor takes under 3 ms", t[1] < 3e-3, True,
+              kind=MEASURED, setting=at, ref="L15-2.1-one-tensor-fast",
+              why=f"{t[1] * 1e3:.1f} ms here: gloo over TCP loopback on shared cores (the notes: under 3 ms)")
+    rep.claim(f"{many} small tensors more than 100x slower than one", t[many] / t[1] > 100, True,
+              kind=MEASURED, setting=at, ref="L15-2.1-ratio-100",
+              why=f"{t[many] / t[1]:.0f}x here; the ratio grows with the number of tensors")
     rep.note(f"2 gloo ranks (always, like the paper's figure), {elements:,} float32 ({fmt_bytes(4 * elements)}), cut into n equal tensors (smallest "
              f"{elements // many:,} elements), one blocking all-reduce each; the slower rank's time, median of up\n"
              f"to 5 repeats for small n. Each extra tensor adds about {fmt_time(per_message)} here whatever its size:\n"
              "a fixed cost per message, the shape of the paper's figure 2. Buckets pay it once per bucket.")
     if rep.figure_dir() is None:
         return  # matplotlib only when a figure was asked for
+    from matplotlib.ticker import FuncFormatter
+
     fig, ax = new_figure(figsize=(5, 3.5))
-    ax.loglog(counts, [t[n] for n in counts], "o-")
+    ax.loglog(counts, [t[n] * 1e3 for n in counts], "o-", label="median (slower rank)")
+    ax.fill_between(counts, [min(min(r[n]) for r in results) * 1e3 for n in counts],
+                    [max(max(r[n]) for r in results) * 1e3 for n in counts], alpha=0.25, label="range")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("number of tensors (same total floats)")
-    ax.set_ylabel("all-reduce time (s)")
-    ax.set_title(f"gloo, 2 ranks, {elements:,} float32")
-    rep.save_figure(fig, "02_small_tensors")
+    ax.set_ylabel("all-reduce time (ms)")
+    ax.set_title(f"gloo on this CPU, 2 ranks, {elements:,} float32 ({fmt_bytes(4 * elements)}) in total", fontsize=9)
+    ax.legend(fontsize=8)
+    rep.save_figure(fig, "small_tensors")
 
 
 def main() -> None:

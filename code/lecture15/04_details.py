@@ -211,12 +211,15 @@ def part1_no_sync(rep: Report, args) -> None:
               rows, name="no_sync")
     per_step = [results[0][mode]["counts"][0] for mode in MODES]
     expected = [micro, micro, 1]
-    rep.claim("all-reduces per step (sync, backward-only no_sync, forward no_sync)", " ".join(map(str, per_step)),
-              notes="4 4 1", kind=MEASURED, why=f"with {micro} micro-batches and one bucket: expected "
-                                                   f"{' '.join(map(str, expected))}")
+    rep.line(f"  all-reduces per step (sync, backward-only no_sync, forward no_sync): "
+             f"{' '.join(map(str, per_step))}; one bucket, {micro} micro-batches: expected {' '.join(map(str, expected))}")
+    rep.claim("only no_sync around the forward saves all-reduces", per_step == expected, True, kind=MEASURED,
+              setting=(), ref="L15-4.1-only-forward-saves",
+              why="no_sync() sets a flag DDP reads at the end of forward; a backward alone inside it still syncs")
     rep.claim("the three ways give the same parameters on every rank, equal to one process (float64, "
               "max diff < 1e-12)", all(r[2] for r in rows) and max(max(r[3], r[4]) for r in rows) < 1e-12,
-              notes=True, kind=MEASURED)
+              notes=True, kind=MEASURED, setting=(), ref="L15-4.1-same-result",
+              why="all-reduce is linear: averaging each micro-batch or only their sum gives one gradient")
     rep.note(f"{args.world_size} ranks, {micro} micro-batches of {MICRO_BATCH} samples per step, {steps} steps, "
              "loss / micro-batches, float64.\nno_sync() only sets a flag that DDP reads in forward: a forward "
              "outside it arms the gradient hooks, so the backward inside still synchronises.\n"
@@ -245,7 +248,8 @@ def part2_unused_parameters(rep: Report, args) -> None:
             rep.line(f"          parameters without a gradient (from the message): {', '.join(unused)}")
     rep.claim("the next forward raises 'Expected to have finished reduction ...' on every rank",
               all(r["error"] and "Expected to have finished reduction" in r["error"] for r in results),
-              notes=True, kind=MEASURED)
+              notes=True, kind=MEASURED, setting=(), ref="L15-4.2-error",
+              why="b's bucket never fills, so the reduction of that iteration is still pending at the next forward")
     rep.line("\nfind_unused_parameters=True, b used on rank 0 only, `never` used nowhere (first 3 entries of .weight.grad):")
     w = args.world_size
     rows = []
@@ -261,17 +265,28 @@ def part2_unused_parameters(rep: Report, args) -> None:
               name="unused")
     b_rows = [r for r in rows if r[0] == "b.weight"]
     rep.claim(f"b (used on rank 0 only) gets g0/{w} on every rank", all(r[5] for r in b_rows), notes=True,
-              kind=MEASURED)
+              kind=MEASURED, setting=(), ref="L15-4.2-partial-use",
+              why="ranks that did not use b contribute zeros to its all-reduce")
     rep.claim("`never` (unused everywhere) keeps grad None", all(r["ddp"]["never.weight"] is None for r in results),
-              notes=True, kind=MEASURED)
+              notes=True, kind=MEASURED, setting=(), ref="L15-4.2-grad-none",
+              why="the global usage bitmap says no rank used it, so DDP leaves .grad alone")
     t_off = statistics.median(t for r in results for t in r["time_default"])
     t_on = statistics.median(t for r in results for t in r["time_find_unused"])
-    rep.table(["find_unused_parameters", "median forward+backward"],
-              [["False", fmt_time(t_off)], ["True", fmt_time(t_on)]], name="cost")
+
+    def spread(key: str) -> str:
+        values = [t for r in results for t in r[key]]
+        return f"{fmt_time(min(values))} – {fmt_time(max(values))}"
+
+    rep.table(["find_unused_parameters", "median forward+backward", "range (all steps, all ranks)"],
+              [["False", fmt_time(t_off), spread("time_default")], ["True", fmt_time(t_on), spread("time_find_unused")]],
+              name="cost")
     rep.claim("extra time per iteration with find_unused_parameters=True (all parameters used)",
               (t_on - t_off) * 1e3, unit="ms", kind=MEASURED)
     rep.claim("find_unused_parameters=True is slower even when every parameter is used", t_on > t_off,
-              notes=True, kind=MEASURED, why="a small difference on a loaded 2-core machine: noise can flip it")
+              notes=True, kind=MEASURED, setting=("world_size", "layers", "timing_steps", "quick"),
+              ref="L15-4.2-find-unused-cost",
+              why=f"medians {fmt_time(t_on)} against {fmt_time(t_off)}: a small difference on a loaded 2-core "
+                  "machine, where noise can flip it (--quick times a smaller model)")
     rep.note(f"Timing model: {layers} x (Linear(16, 16), Tanh), batch 16, {steps} steps taken in turn with\n"
              "and without the option, medians over ranks. The option costs a walk over the autograd graph\n"
              "after every forward and one more all-reduce (of the 'used' bitmap); the gradients are the same.")
@@ -289,8 +304,10 @@ def part3_buffers(rep: Report, args) -> None:
               [[rank] + [show(res[k]) for k in keys] for rank, res in enumerate(results)], name="buffers")
     differ = not all(np.array_equal(r["after forward 1"], results[0]["after forward 1"]) for r in results[1:])
     replaced = all(np.array_equal(r["start of forward 2"], results[0]["after forward 1"]) for r in results)
-    rep.claim("running_mean differs between ranks after a forward", differ, notes=True, kind=MEASURED)
-    rep.claim("at the next forward every rank's running_mean is rank 0's", replaced, notes=True, kind=MEASURED)
+    rep.claim("running_mean differs between ranks after a forward", differ, notes=True, kind=MEASURED,
+              setting=(), ref="L15-4.3-buffers-differ", why="each rank updates BatchNorm with its own data")
+    rep.claim("at the next forward every rank's running_mean is rank 0's", replaced, notes=True, kind=MEASURED,
+              setting=(), ref="L15-4.3-rank0-wins", why="broadcast_buffers: rank 0's buffers at the start of forward")
     rep.note("Rank r's data is centred at 10 r, BatchNorm momentum 0.1. DDP broadcasts rank 0's buffers at\n"
              "the start of each forward (broadcast_buffers / forward_sync_buffers); in between they differ,\n"
              "and the statistics kept are rank 0's alone. SyncBatchNorm computes them across ranks.")

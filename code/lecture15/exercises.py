@@ -93,9 +93,10 @@ def part1(rep: Report) -> None:
     machine, local, world = rank_placement(7, machines=3, gpus_per_machine=4)
     first = [r for r in range(world) if rank_placement(r, 3, 4)[0] == machine]
     rep.line(f"  ranks {first[0]}–{first[-1]} live on machine {machine} (counting from 0)")
-    rep.claim("machine of global rank 7 (0-based)", machine, notes=1)
-    rep.claim("local rank of global rank 7", local, notes=3)
-    rep.claim("WORLD_SIZE", world, notes=12)
+    w = "ranks fill machine 0 first: machine = rank // 4, local = rank % 4, WORLD_SIZE = 3 × 4"
+    rep.claim("machine of global rank 7 (0-based)", machine, notes=1, setting=(), ref="L15-8-ex1", why=w)
+    rep.claim("local rank of global rank 7", local, notes=3, setting=(), ref="L15-8-ex1", why=w)
+    rep.claim("WORLD_SIZE", world, notes=12, setting=(), ref="L15-8-ex1", why=w)
 
 
 def part2(rep: Report) -> None:
@@ -125,7 +126,13 @@ def part3(rep: Report) -> None:
     buckets = exercise3_buckets()
     text = ", ".join("{" + ", ".join(f"p{i}" for i in b) + "}" for b in buckets)
     rep.line("  p0…p4 = 10, 2, 8, 20, 4 MB; cap 12 MB; filled in reverse order, sealed once >= cap")
-    rep.claim("buckets", text, notes="{p4, p3}, {p2, p1, p0}")
+    rep.claim("buckets", text, notes="{p4, p3}, {p2, p1, p0}", setting=(), ref="L15-8-ex3",
+              why="PyTorch 1.5's constructor rule, as the exercise asks: reverse order, sealed once >= 12 MB")
+    rep.note("that is the constructor's assignment (PyTorch 1.5, or today with find_unused_parameters=True, "
+             "where the buckets are never rebuilt). With the default find_unused_parameters=False today's DDP "
+             "runs iteration 1 as one bucket and rebuilds before iteration 2 in the order the gradients became "
+             "ready (static_graph=True: from iteration 3); the same buckets here, since p4 … p0 arrive in reverse "
+             "order. With bucket_cap_mb=None the first bucket would be capped at 1 MiB: p4 alone.")
 
 
 def part4(rep: Report) -> None:
@@ -143,9 +150,10 @@ def part4(rep: Report) -> None:
                  f"all-reduce {e.start_s * 1e3:.1f}–{e.end_s * 1e3:.1f} ms")
     for row in ascii_timeline(overlapped, width=50, full_scale_s=serial.step_s):
         rep.line("  " + row)
-    rep.claim("one step, overlapped", overlapped.step_s * 1e3, notes=7.5, unit="ms", rtol=1e-9)
-    rep.claim("no overlap, two buckets", serial.step_s * 1e3, notes=10.4, unit="ms", rtol=1e-9)
-    rep.claim("no overlap, one bucket", one.step_s * 1e3, notes=9.9, unit="ms", rtol=1e-9)
+    w = "the exercise's cost 0.5 ms + 0.1 ms/MB per bucket, buckets launched in index order"
+    rep.claim("one step, overlapped", overlapped.step_s * 1e3, 7.5, "ms", places=1, setting=(), ref="L15-8-ex4", why=w)
+    rep.claim("no overlap, two buckets", serial.step_s * 1e3, 10.4, "ms", places=1, setting=(), ref="L15-8-ex4", why=w)
+    rep.claim("no overlap, one bucket", one.step_s * 1e3, 9.9, "ms", places=1, setting=(), ref="L15-8-ex4", why=w)
 
 
 def part5(rep: Report) -> None:
@@ -161,8 +169,10 @@ def part5(rep: Report) -> None:
              f"cap 0 adds {(len(cap0.buckets) - 1) * per_bucket_latency * 1e3:.1f} ms of latency")
     rep.line(f"  step: cap 0, overlapped {cap0.step_s * 1e3:.1f} ms; one bucket, no overlap {serial.step_s * 1e3:.1f} ms")
     rep.claim("cap 0 is slower than one bucket without overlap", bool(cap0.step_s > serial.step_s), notes=True,
-              kind=ASSUMPTION, why="true when N_tensors·2(K−1)α exceeds what overlap hides")
-    rep.claim("ResNet-50 parameter tensors", len(model.params), notes=161)
+              kind=ASSUMPTION, setting=(), ref="L15-8-ex5", why="true when N_tensors·2(K−1)α exceeds what overlap "
+              "hides: here with §3's ResNet-50 at K = 16 (plain FLOP count)")
+    rep.claim("ResNet-50 parameter tensors", len(model.params), notes=161, setting=(), ref="L15-8-ex5",
+              why="one all-reduce per tensor at cap 0")
 
 
 def part6(rep: Report) -> None:
@@ -234,12 +244,14 @@ def part9(rep: Report) -> None:
 
 def part10(rep: Report) -> None:
     ratio = throughput_speedup(256, 50e-3, 100e-3)
-    rep.claim("throughput, 256 ranks against 1", ratio, notes=128, unit="×")
-    rep.claim("scaling efficiency", 100 * ratio / 256, notes=50, unit="%")
+    w = "256 × 32 samples / 100 ms against 32 / 50 ms; efficiency = throughput ratio / 256"
+    rep.claim("throughput, 256 ranks against 1", ratio, notes=128, unit="×", setting=(), ref="L15-8-ex10", why=w)
+    rep.claim("scaling efficiency", 100 * ratio / 256, notes=50, unit="%", setting=(), ref="L15-8-ex10", why=w)
 
 
 def part11(rep: Report) -> None:
-    rep.claim("average step, sync every 4", skip_sync_step_s(100e-3, 50e-3, 4) * 1e3, notes=62.5, unit="ms")
+    rep.claim("average step, sync every 4", skip_sync_step_s(100e-3, 50e-3, 4) * 1e3, notes=62.5, unit="ms",
+              setting=(), ref="L15-8-ex11", why="(3 × 50 + 100) / 4")
     rep.note("the update adds 4 gradients: divide the learning rate by 4 to keep each update's size — "
              "then it is large-batch training (4× the batch, 1/4 the updates); Part 7's check and "
              "05_scaling.py Part 3 show the equality.")
@@ -264,11 +276,13 @@ def part_handbook(rep: Report) -> None:
     sent = ring_allreduce_bytes_per_device(k, grads)
     t = ring_allreduce_time(k, grads, link)
     rep.line(f"  7B model, bf16 gradients 14 GB, K = {k}, {link.describe()}, backward {backward} s")
-    rep.claim("bytes each rank sends, 2(K−1)/K·N", sent / 1e9, notes=28, unit="GB", rtol=0.02,
-              why="the notes round 2(K−1)/K to 2")
-    rep.claim("ring all-reduce time", t, notes=0.56, unit="s", rtol=0.02, kind=EXACT,
-              why="the notes round 2(K−1)/K to 2 (28 GB / 50 GB/s)")
-    rep.claim("shorter than the backward (can be hidden, in principle)", bool(t < backward), notes=True)
+    rep.claim("bytes each rank sends, 2(K−1)/K·N", sent / 1e9, 28, "GB", places=0, setting=(), ref="HB-7b-bytes",
+              why="the handbook's 'about 2 × 14 = 28 GB' rounds 2(K−1)/K = 1.97 to 2; the exact figure rounds to it")
+    rep.claim("ring all-reduce time", t, 0.56, "s", EXACT, factor=1.02, setting=(), ref="HB-7b-time",
+              why=f"the handbook's 'about 0.56 s' is 28 GB / 50 GB/s; exactly 2(K−1)/K·N/β = {t:.3f} s "
+                  "(agrees within the stated factor 1.02, the 2(K−1)/K ≈ 2 rounding)")
+    rep.claim("shorter than the backward (can be hidden, in principle)", bool(t < backward), notes=True,
+              setting=(), ref="HB-7b-hidden", why=f"{t:.2f} s against the {backward} s backward")
     rep.line(f"  margin: the link may slow to {t / backward:.0%} of {link.beta_Bps / 1e9:g} GB/s before it no longer "
              "fits; and the last bucket is always exposed after the backward")
 
