@@ -229,17 +229,6 @@ def test_exercise8_idle_expert_probability_by_enumeration(exercises_run: tuple[s
 
 
 # ---- model_vs_real -------------------------------------------------------------------------------
-def test_fit_ring_recovers_alpha_and_beta() -> None:
-    module = load_script(MODEL_VS_REAL)
-    sizes = [2**14, 2**16, 2**18, 2**20, 2**22]
-    for k, alpha, beta in ((2, 50e-6, 1.5e9), (4, 0.0, 3e9), (3, 1e-3, 0.2e9)):
-        times = [2 * (k - 1) * (alpha + n / (k * beta)) for n in sizes]
-        link, note = module.fit_ring(k, sizes, times)
-        assert link.alpha_s == pytest.approx(alpha, abs=1e-12) and link.beta_Bps == pytest.approx(beta, rel=1e-9)
-    link, note = module.fit_ring(2, [1000, 2000], [1e-4, 1e-3])         # negative intercept -> α = 0
-    assert link.alpha_s == 0 and note
-
-
 def test_model_vs_real_quick_runs_real_ddp() -> None:
     out = run_script(MODEL_VS_REAL, "--quick", timeout=120).stdout
     assert "model's buckets equal the real DDP's: True" in out     # torch's rebuilt buckets = our rule
