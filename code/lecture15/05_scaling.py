@@ -245,7 +245,9 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
               rows, name="final_losses")
     rep.record("curves", {name: {str(n): c for n, c in by_n.items()} for name, by_n in curves.items()})
     rep.record("eval_every_micro_batches", eval_every)
-    _plot_curves(rep, curves, eval_every)
+    _plot_curves(rep, curves, eval_every, {"small lr": f"small lr = {args.lr_small:g}",
+                                           "large lr": f"large lr = {args.lr_large:g}",
+                                           "large lr / n": f"large lr / n = {args.lr_large:g} / n"})
 
     if len(intervals) == 1:
         return                              # n = 1 only: nothing to compare
@@ -280,7 +282,8 @@ def _loss_text(value: float, loss: QuadraticLoss) -> str:
     return "diverged" if not np.isfinite(value) or value > 10 * loss(np.zeros(CONV_DIM)) else f"{value:.5f}"
 
 
-def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_every: int) -> None:
+def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_every: int,
+                 titles: dict[str, str]) -> None:
     if rep.figure_dir() is None:
         return
     fig, axes = new_figure(1, len(curves), figsize=(4.2 * len(curves), 3.4), sharey=True)
@@ -295,7 +298,7 @@ def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_ev
                 ax.plot(steps[stop - 1], values[stop - 1], "x", color=line.get_color(), markersize=9)
         ax.set_yscale("log")
         ax.set_ylim(top=1e3)
-        ax.set_title(name, fontsize=9)
+        ax.set_title(titles.get(name, name), fontsize=9)
         ax.set_xlabel("micro-batches seen")
         ax.legend(fontsize=7)
     axes[0].set_ylabel("full-data loss (½ mean squared error)")
