@@ -17,7 +17,7 @@ import pytest
 from conftest import load_script, run_script
 
 from common.costmodel import Link
-from lecture15.ddp_sim import MB, ComputeModel, simulate_ddp
+from lecture15.ddp_sim import MB, notes_resnet_compute, simulate_ddp
 from lecture15.models import resnet50
 from lecture15.timeline_grid import (
     ALPHAS_US,
@@ -72,9 +72,12 @@ def spans(gaps: list[int], durations: list[int]) -> list[tuple[int, int]]:
 # ---- the grid ----------------------------------------------------------------------------------
 def test_default_is_03_overlaps_part1_setting(grid: dict) -> None:
     script = load_script("lecture15/03_overlap.py")
-    notes = script.NOTES
-    assert (DEFAULT["world_size"], DEFAULT["alpha_us"], DEFAULT["beta_gbs"], DEFAULT["cap_bytes"]) == (
-        notes["world_size"], notes["alpha_us"], notes["beta_gbs"], notes["bucket_cap_bytes"])
+    # 03's defaults are the notes' §3 setting: read them from its --help
+    shown = " ".join(run_script("lecture15/03_overlap.py", "--help").stdout.split())
+    for flag, value in (("--world-size", DEFAULT["world_size"]), ("--alpha-us", DEFAULT["alpha_us"]),
+                        ("--beta-gbs", DEFAULT["beta_gbs"])):
+        assert re.search(rf"{flag} \S+ .*?\(default: {value:g}\)", shown), flag
+    assert "default: the notes' 25 MB)" in shown and DEFAULT["cap_bytes"] == 25 * MB
     d = grid["default"]
     assert grid["models"][d["model"]]["name"] == "ResNet-50"
     assert (WORLD_SIZES[d["k"]], ALPHAS_US[d["alpha"]], BETAS_GBS[d["beta"]], CAPS[d["cap"]][1]) == (
@@ -88,8 +91,8 @@ def test_default_point_equals_simulate_ddp_and_03_overlaps_json(grid: dict, tmp_
     d = grid["default"]
     point = point_of(grid, d["model"], d["cap"], d["beta"], d["alpha"], d["k"])
     link = Link(10e-6, 10e9)
-    on = simulate_ddp(resnet50(batch=32), 16, link, 25 * MB, compute=ComputeModel())
-    off = simulate_ddp(resnet50(batch=32), 16, link, 25 * MB, overlap=False, compute=ComputeModel())
+    on = simulate_ddp(resnet50(batch=32), 16, link, 25 * MB, compute=notes_resnet_compute())
+    off = simulate_ddp(resnet50(batch=32), 16, link, 25 * MB, overlap=False, compute=notes_resnet_compute())
     assert (point["on"], point["off"], point["exposed"], point["comm"]) == (
         units(on.step_s), units(off.step_s), units(on.exposed_comm_s), units(on.comm_total_s))
     assert grid["models"][d["model"]]["caps"][d["cap"]]["buckets"] == len(on.buckets) == 4

@@ -8,8 +8,9 @@ bandwidth and watch the exposed communication. The page (code/report/timeline.py
 no model: it looks up the point its sliders select in this grid and draws it. Every timeline here
 comes from `ddp_sim.simulate_backward` with the buckets of `ddp_sim.assign_buckets` and the gradient
 ready times of `ddp_sim.gradient_ready_times`, as `simulate_ddp` builds them for
-lecture15/03_overlap.py; the compute models are 03_overlap's (ResNet-50 at 16 TFLOP/s; BERT-large
-scaled to the notes' implied backward, `calibrated_to(..., NOTES_IMPLIED_BERT_BACKWARD_S)`).
+lecture15/03_overlap.py; the compute models are 03_overlap's (ResNet-50 and BERT-large each scaled
+openly to one notes' step, `ddp_sim.notes_resnet_compute()` and `notes_bert_compute()`; the
+uniform stacks at the plain FLOP rate).
 
 Why it is fast (≈ 7,000 settings, two timelines each): the buckets and their ready times depend only
 on (model, cap), so they are computed once per pair; each (link, K) then runs `simulate_backward`
@@ -27,7 +28,7 @@ from typing import Any, Sequence
 from common.costmodel import Link, ring_allreduce_time
 from lecture15.ddp_sim import (
     MB,
-    NOTES_IMPLIED_BERT_BACKWARD_S,
+    NOTES_S3,
     ComputeModel,
     MiB,
     ModelSpec,
@@ -36,8 +37,9 @@ from lecture15.ddp_sim import (
     assign_buckets,
     bert_large,
     bucket_sizes,
-    calibrated_to,
     gradient_ready_times,
+    notes_bert_compute,
+    notes_resnet_compute,
     resnet50,
     simulate_backward,
 )
@@ -56,8 +58,10 @@ CAPS: tuple[tuple[str, int | None], ...] = (
 BETAS_GBS = (1.25, 3.125, 10.0, 25.0, 150.0, 400.0)   # 10 GbE, 25 GbE, lecture 15's, lecture 14's, NVLink-class, …
 ALPHAS_US = (1.0, 10.0, 50.0)                         # 10 = lecture 15's; 50 = 03 Part 2's TCP link
 WORLD_SIZES = (2, 8, 16, 64, 256)
-DEFAULT = {"model": "ResNet-50", "layers": 16, "cap_bytes": 25 * MB, "beta_gbs": 10.0, "alpha_us": 10.0,
-           "world_size": 16}
+# The page opens at lecture 15 §3's setting, 03_overlap.py Part 1's defaults.
+DEFAULT = {"model": "ResNet-50", "layers": 16, "cap_bytes": NOTES_S3["cap_bytes"],
+           "beta_gbs": NOTES_S3["beta_Bps"] / 1e9, "alpha_us": NOTES_S3["alpha_s"] * 1e6,
+           "world_size": NOTES_S3["world_size"]}
 
 
 @dataclass(frozen=True)
@@ -85,12 +89,13 @@ def uniform_stack(layers: int, width: int = UNIFORM_WIDTH, tokens: int = UNIFORM
 def grid_models() -> list[GridModel]:
     """ResNet-50 and BERT-large as 03_overlap.py computes them, then the uniform stacks."""
     base = ComputeModel()
-    bert = bert_large()
-    bert_compute = calibrated_to(bert, NOTES_IMPLIED_BERT_BACKWARD_S)
-    models = [GridModel("ResNet-50", resnet50(batch=32), base, "FLOPs as they stand, as in 03_overlap.py Parts 1–3"),
-              GridModel("BERT-large", bert, bert_compute,
-                        f"compute scaled by {bert_compute.calibration:.4f} to the notes' implied "
-                        f"{NOTES_IMPLIED_BERT_BACKWARD_S * 1e3:g} ms backward, as in 03_overlap.py Parts 2 and 4")]
+    resnet_compute, bert_compute = notes_resnet_compute(), notes_bert_compute()
+    models = [GridModel("ResNet-50", resnet50(batch=32), resnet_compute,
+                        f"compute scaled by {resnet_compute.calibration:.4f} to the notes' 37.75 ms step, "
+                        "as in 03_overlap.py"),
+              GridModel("BERT-large", bert_large(), bert_compute,
+                        f"compute scaled by {bert_compute.calibration:.4f} to the notes' 444.7 ms "
+                        "reversed-order step, as in 03_overlap.py")]
     models += [GridModel(f"uniform-{n}", uniform_stack(n), base, "FLOPs as they stand") for n in UNIFORM_LAYERS]
     return models
 
