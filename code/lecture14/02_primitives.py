@@ -176,10 +176,11 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
         rep.record(f"{name} matches simulator", agree)
     rs_ratio = len(results[0]["reduce-scatter"][1]) / n
     ag_ratio = len(results[0]["all-gather"][1]) / n
-    at_notes = w == 4 and n % w == 0
-    rep.claim("reduce-scatter output / input size (rank 0)", rs_ratio, 0.25 if at_notes else None, kind=EXACT,
-              rtol=0)
-    rep.claim("all-gather output / input size", ag_ratio, 4 if at_notes else None, kind=EXACT, rtol=0)
+    rep.claim("reduce-scatter output / input size (rank 0)", rs_ratio, 0.25, kind=EXACT,
+              setting=("world_size", "numbers"), ref="L14-2.2-output-sizes",
+              why=f"counted on the real ranks: {len(results[0]['reduce-scatter'][1])} of {n} numbers = 1/K")
+    rep.claim("all-gather output / input size", ag_ratio, 4, kind=EXACT, setting=("world_size",),
+              ref="L14-2.2-output-sizes", why=f"counted on the real ranks: K = {w} inputs of {n} numbers each")
     method = results[0]["reduce_scatter_method"]
     rep.note(f"reduce-scatter ran as {method}; with N not divisible by K, chunks follow np.array_split:\n"
              "the first N mod K ranks get one number more (torch.tensor_split cuts the same way)")
@@ -230,8 +231,13 @@ def part2_identities(rep: Report, args: argparse.Namespace) -> None:
              "and collectives.parameter_server (K workers + 1 server, the server's link carries K·N each way)")
     rep.line(f"  the server received {ps_sim.received[-1]:,} B and sent {ps_sim.sent[-1]:,} B in the simulated step "
              f"(K·N = {(w - 1) * n * 4:,} B each way); each worker {ps_sim.sent[0]:,} B each way")
+    refs = {IDENTITIES[0][0]: "L14-2.2-allreduce-identities", IDENTITIES[1][0]: "L14-2.2-allreduce-identities",
+            ps_label: "L14-2.2-ps-identity"}
     for label, ok in real_ok.items():
-        rep.claim(f"{label} (real ranks)", ok, True, kind=EXACT)
+        rep.claim(f"{label} (real ranks)", ok, True, kind=EXACT, setting=(), ref=refs[label],
+                  why=("real ranks' parameters equal numpy's update and the simulator's to float32 rounding "
+                       "(rtol 1e-6)") if label == ps_label else
+                  "integer data: the routes on real ranks are equal bit for bit, and equal the simulator")
 
 
 def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
@@ -243,7 +249,8 @@ def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["rank", "before", "sends to", "receives from", "after"], rows, name="shift")
     shifted = all(results[r]["after"] == results[(r - 1) % w]["before"] for r in range(w))
     rep.claim("shift right without deadlock: every rank holds its left neighbour's buffer", shifted, True,
-              kind=EXACT)
+              kind=EXACT, setting=(), ref="L14-2.3-shift-right",
+              why="send and receive posted together (batch_isend_irecv); buffers compared after the shift")
     sim = col.ring_allreduce(all_inputs(w, n))
     ring_ok = all(res["ring"] == res["all_reduce"] for res in results)
     sim_ok = all(np.array_equal(np.asarray(res["ring"], np.float32), s) for res, s in zip(results, sim.outputs))
