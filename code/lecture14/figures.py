@@ -18,14 +18,14 @@ from common.output import fmt_bytes, fmt_time, new_figure
 
 def _ticks(ax: Any, axis: str, fmt: Any) -> None:
     """Log-axis tick labels through `fmt` (a value -> text function); call after plotting. Minor
-    ticks are labelled too when the axis spans less than two decades (else they would crowd)."""
+    ticks are labelled too when the axis spans less than 20× (else they would crowd)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     target = ax.xaxis if axis == "x" else ax.yaxis
     low, high = sorted(ax.get_xlim() if axis == "x" else ax.get_ylim())
     target.set_major_locator(LogLocator(base=10))
     target.set_major_formatter(FuncFormatter(lambda v, _pos: fmt(v)))
-    narrow = low > 0 and high / low < 100
+    narrow = low > 0 and high / low < 20
     target.set_minor_formatter(FuncFormatter(lambda v, _pos: fmt(v)) if narrow else NullFormatter())
 
 
@@ -57,13 +57,14 @@ def alpha_beta_sizes(k: int, link: Link, sizes: Sequence[float],
     grid = np.geomspace(min(sizes), max(sizes), 400)
     for name, fn in ALLREDUCE_TIMES.items():
         ax.plot(grid, [fn(k, float(x), link) for x in grid], label=name)
-    for name, at in crossovers.items():
+    offsets = [(8, -26), (-78, 10)]  # side by side they would overlap: right-below, left-above
+    for (name, at), offset in zip(crossovers.items(), offsets * len(crossovers)):
         if at is None or not min(sizes) <= at <= max(sizes):
             continue
         t = ALLREDUCE_TIMES["ring"](k, at, link)
         ax.plot([at], [t], "kx")
         ax.axvline(at, color="grey", linestyle=":", linewidth=0.8)
-        ax.annotate(f"ring = {name}\n{fmt_bytes(at)}", (at, t), textcoords="offset points", xytext=(6, -24),
+        ax.annotate(f"ring = {name}\n{fmt_bytes(at)}", (at, t), textcoords="offset points", xytext=offset,
                     fontsize=8)
     ax.set(xscale="log", yscale="log", xlabel="message size N per device (bytes)", ylabel="all-reduce time")
     _ticks(ax, "x", fmt_bytes)
@@ -73,8 +74,8 @@ def alpha_beta_sizes(k: int, link: Link, sizes: Sequence[float],
     return fig
 
 
-def gloo_fit(sizes: Sequence[int], runs: dict[int, dict[str, Any]], repeats: int, launches: int) -> Any:
-    """04 Part 2: measured all-reduce times (median, and range over launches) with the fitted lines."""
+def gloo_fit(sizes: Sequence[int], runs: dict[int, dict[str, Any]], sweeps: int) -> Any:
+    """04 Part 2: measured all-reduce times (median and range over sweeps) with the median fitted line."""
     fig, ax = new_figure(figsize=(6.4, 4.2))
     grid = np.geomspace(sizes[0], sizes[-1], 100)
     for k, run in runs.items():
@@ -83,11 +84,14 @@ def gloo_fit(sizes: Sequence[int], runs: dict[int, dict[str, Any]], repeats: int
                            label=f"{k} processes: median, bar = range")
         if run.get("fit") is not None:
             a, b = run["fit"]
-            ax.plot(grid, a + b * grid, "-", color=bars.lines[0].get_color(), label=f"{k} processes: line a + b·N")
+            ax.plot(grid, a + b * grid, "-", color=bars.lines[0].get_color(), label=f"{k} processes: a + b·N, median of the fits")
     ax.set(xscale="log", yscale="log", xlabel="bytes per process", ylabel="all-reduce time")
-    _ticks(ax, "x", lambda v: fmt_bytes(v, binary=True))
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xticks(list(sizes), [fmt_bytes(n, binary=True) for n in sizes], fontsize=8)
+    ax.xaxis.set_minor_locator(NullLocator())
     _ticks(ax, "y", fmt_time)
-    ax.set_title(f"gloo all-reduce on this machine: {launches} launches × {repeats} timed calls per size",
+    ax.set_title(f"gloo all-reduce on this machine: median and range of {sweeps} sweeps per size",
                  fontsize=10)
     ax.legend(fontsize=8)
     return fig
