@@ -112,7 +112,7 @@ def speedup(ks: Sequence[int], by_size: dict[str, Sequence[float]], t1_s: float,
     return fig
 
 
-def async_curves(panels: Sequence[dict[str, Any]], workers: int, optimum: float, start: float) -> Any:
+def async_curves(panels: Sequence[dict[str, Any]], workers: int, optimum: float, start: float, setting: str) -> Any:
     """05 Part 5: loss against gradient computations, sync and async by staleness, one panel per lr.
 
     Each panel: {"lr": lr, "curves": {label: (computations, losses)}}; a curve whose last value is
@@ -132,6 +132,6 @@ def async_curves(panels: Sequence[dict[str, Any]], workers: int, optimum: float,
         _ticks(ax, "y", lambda v: f"{v:g}")
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("training loss (least squares)")
-    fig.suptitle(f"parameter server, {workers} workers: sync (averages {workers}) vs async with τ-old "
-                 "gradients; ✕ = diverged (loss beyond 1000× the start)", fontsize=9)
+    fig.suptitle(f"parameter server, {workers} workers, {setting}: sync (averages {workers}) vs async with "
+                 "τ-old gradients;\n✕ = diverged (drawn until the loss passes 1000× the start)", fontsize=9)
     return fig
