@@ -45,7 +45,7 @@ def test_ex1_compute_budget(claims: dict) -> None:
     flops = 6 * 70e9 * 2e12
     gpu_hours = flops / 350e12 / 3600
     assert ours(claims, 1, "6ND") == pytest.approx(8.4e23)
-    assert ours(claims, 1, "GPU-hours") == pytest.approx(gpu_hours)
+    assert ours(claims, 1, "GPU-hours (in units of 10^4, the notes' 万)") == pytest.approx(gpu_hours / 1e4)
     assert ours(claims, 1, "on 1024 GPUs: hours") == pytest.approx(gpu_hours / 1024)
     assert ours(claims, 1, "on 1024 GPUs: days") == pytest.approx(gpu_hours / 1024 / 24)
 
