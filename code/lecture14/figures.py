@@ -105,7 +105,10 @@ def speedup(ks: Sequence[int], by_size: dict[str, Sequence[float]], t1_s: float,
     ax.plot(ks, ks, "k:", label="ideal (K×)")
     ax.axhline(1, color="grey", linewidth=0.8)
     ax.set(xscale="log", yscale="log", xlabel="GPUs K", ylabel="speedup over one GPU (×)")
-    _ticks(ax, "x", lambda v: f"{v:g}")
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xticks(list(ks), [str(k) for k in ks])
+    ax.xaxis.set_minor_locator(NullLocator())
     _ticks(ax, "y", lambda v: f"{v:g}×")
     ax.set_title(f"speedup T1 / (T1/K + T_comm): T1 = {t1_s * 1e3:g} ms, ring, {_link_text(link)}", fontsize=9)
     ax.legend(fontsize=8)
@@ -133,5 +136,5 @@ def async_curves(panels: Sequence[dict[str, Any]], workers: int, optimum: float,
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("training loss (least squares)")
     fig.suptitle(f"parameter server, {workers} workers, {setting}: sync (averages {workers}) vs async with "
-                 "τ-old gradients;\n✕ = diverged (drawn until the loss passes 1000× the start)", fontsize=9)
+                 "τ-old gradients;\n✕ = diverged (drawn until the loss passes 1000× the start)", fontsize=9, y=1.04)
     return fig
