@@ -215,12 +215,12 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
     fit_rows = []
     for k, run in runs.items():
         fit_rows.append([k, f"{run['alpha'].used} of {run['alpha'].total}", gt.spread_text(run["alpha"], fmt_time),
-                         gt.spread_text(run["beta"], lambda v: f"{v / 1e9:.3g} GB/s"),
+                         gt.spread_text(run["beta"], lambda v: f"{v / 1e9:.3g}"),
                          gt.spread_text(run["ratio"], lambda v: f"{v:.2f}")])
         for f in run["fits"]:
             if f.failed:
                 rep.line(f"  {k} processes, a sweep's fit failed: {f.failed}")
-    rep.table(["processes", "fits ok", "α per round", "β", "t(16 KiB) / t(1 KiB)"], fit_rows, name="fit")
+    rep.table(["processes", "fits ok", "α per round", "β (GB/s)", "t(16 KiB) / t(1 KiB)"], fit_rows, name="fit")
     part2_claims(rep, runs)
     rep.note("the shape is the point: a fixed cost per call plus a cost per byte, on any interconnect")
     if rep.figure_dir():
