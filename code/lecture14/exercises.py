@@ -47,9 +47,9 @@ from lecture14.collectives import (
     ring_allreduce,
     symbolic_inputs,
 )
+from lecture14.replicas import replica_drift
 
 HOUR, DAY = 3600.0, 86400.0
-FEATURES = 16  # exercise 12's linear model: enough weights for reordered float32 sums to differ
 
 
 def main() -> None:
@@ -293,35 +293,6 @@ def ex11_speedup(rep: Report) -> None:
     rep.line(f"  however many GPUs: at most {limit:.2f}× — communication dominates")
 
 
-def _train_replicas(k: int, steps: int, init_seeds: list[int], skip_param: int | None = None,
-                    noise_seeds: list[int] | None = None, rank_order_sum: bool = False) -> float:
-    """Max parameter difference between K replicas of a linear model after `steps` of SGD.
-
-    Gradients are averaged with the simulated ring all-reduce, except parameter `skip_param`, which
-    each rank updates with its own gradient; `noise_seeds` adds per-rank noise; `rank_order_sum`
-    lets each rank add the K gradients in its own order (float32) instead of using one result.
-    """
-    data = np.random.default_rng(42)
-    xs = [data.normal(size=(16, FEATURES)).astype(np.float32) for _ in range(k)]
-    ys = [x @ data.normal(size=FEATURES).astype(np.float32) for x in xs]
-    ws = [np.random.default_rng(s).normal(size=FEATURES).astype(np.float32) for s in init_seeds]
-    noise = [np.random.default_rng(s) for s in noise_seeds] if noise_seeds else None
-    for _ in range(steps):
-        grads = [2 * x.T @ (x @ w - y) / len(y) for x, y, w in zip(xs, ys, ws)]
-        if rank_order_sum:
-            avg = [sum(grads[(r + j) % k] for j in range(k)) / k for r in range(k)]
-        else:
-            avg = [g / k for g in ring_allreduce(grads).outputs]
-        for r in range(k):
-            step = avg[r].copy()
-            if skip_param is not None:
-                step[skip_param] = grads[r][skip_param]
-            if noise:
-                step += np.float32(1e-3) * noise[r].normal(size=FEATURES).astype(np.float32)
-            ws[r] = ws[r] - np.float32(0.01) * step
-    return float(max(np.abs(w - ws[0]).max() for w in ws))
-
-
 def ex12_replicas_in_sync(rep: Report) -> None:
     rep.part(12, "exercise 12 — why no broadcast after all-reduce; how replicas drift apart")
     rep.note("explanation: same start, same averaged gradient, same deterministic update ⇒ the same\n"
@@ -332,7 +303,7 @@ def ex12_replicas_in_sync(rep: Report) -> None:
              ("parameter 2 left out of the all-reduce", dict(init_seeds=[0] * k, skip_param=2)),
              ("per-rank noise with different seeds", dict(init_seeds=[0] * k, noise_seeds=[7, 8, 9])),
              ("each rank sums the gradients in its own order", dict(init_seeds=[0] * k, rank_order_sum=True))]
-    diffs = [_train_replicas(k, steps, **kw) for _, kw in cases]
+    diffs = [replica_drift(k, steps, **kw) for _, kw in cases]
     rep.table(["case", "max |w_r - w_0| after 20 steps"], [[name, f"{d:.3g}"] for (name, _), d in zip(cases, diffs)],
               name="drift")
     rep.claim("replicas stay bitwise identical without a broadcast", diffs[0] == 0.0, True, kind=ASSUMPTION,
