@@ -4,6 +4,7 @@ autograd and torch.optim.SGD, explicit least-squares gradients, and real gloo ra
 from __future__ import annotations
 
 import copy
+import math
 import random
 
 import numpy as np
@@ -221,3 +222,24 @@ def test_delayed_gradient_stability_limit_against_characteristic_roots(tau: int)
 
     limit = dp.delayed_gd_stable_limit(tau)
     assert spectral_radius(0.99 * limit) < 1 < spectral_radius(1.01 * limit)
+
+
+def test_async_tau0_is_sequential_sgd_and_the_curve_ends_at_the_final_loss() -> None:
+    p = dp.make_least_squares(64, 5, computations=40, batch=4, seed=2)
+    assert dp.simulate_parameter_server(p, 4, 0.05, 0) == dp.sequential_sgd(p, 0.05)
+    for staleness in (None, 0, 3):
+        xs, ys = dp.parameter_server_curve(p, 4, 0.05, staleness)
+        assert ys[-1] == pytest.approx(dp.simulate_parameter_server(p, 4, 0.05, staleness), rel=1e-12)
+        assert xs[-1] == 40 and ys[0] == p.loss(np.zeros(5))
+    xs, ys = dp.parameter_server_curve(p, 4, 1e9, 0)  # overflows: ends at the update that did
+    assert math.isinf(ys[-1]) and xs[-1] < 40 and math.isinf(dp.simulate_parameter_server(p, 4, 1e9, 0))
+
+
+def test_the_sweep_reads_staleness_and_divergence_right() -> None:
+    from lecture14 import async_sgd
+
+    sw = async_sgd.Sweep([0.1, 1.0], [0, 1], [[2.0, 1.0, 1.5], [3.0, 9e9, 9e9]], start=5.0, optimum=1.0)
+    assert sw.staler_worse(0) and sw.converged(1.0) and not sw.converged(1.6)
+    assert sw.diverged(9e9) and not sw.diverged(5.0)
+    assert [sw.first_diverging_lr(c) for c in (0, 1, 2)] == [2, 1, 1]
+    assert not async_sgd.Sweep([0.1], [0, 1], [[2.0, 1.5, 1.0]], 5.0, 1.0).staler_worse(0)

@@ -27,6 +27,7 @@ def test_02_default_world_size(tmp_path: Path) -> None:
     found = claims(tmp_path / "o.json")
     assert len(found) >= 6 and all(c["status"] == "agrees" for c in found.values()), found
     assert found["reduce-scatter output / input size (rank 0)"]["ours"] == 0.25
+    assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(out)  # Part 4: the skipper
 
 
 def test_02_three_ranks_uneven_chunks() -> None:
@@ -72,7 +73,9 @@ def test_03_other_world_size_and_size() -> None:
     assert "K = 5, N = 1 MB" in out and "7 ticks = K - 2 + S = 7" in out
     # α = 5 µs, β = 25 GB/s, K = 5, N = 1 MB: (3 + S)(5 µs + 40 µs/S) is least at S = 4 among powers of two.
     assert "best power of two S = 4: 105 µs" in out
-    assert "(notes: 64" not in out  # claims away from the notes' parameters carry no notes value
+    # claims away from the notes' parameters are not compared, and say which flags moved them
+    assert "best S (power of two): 4 (notes: 64; exact formula; other setting)" in out
+    assert "--world-size 5 (notes' setting: None), --size 1000000 (notes' setting: 64000000)" in out
 
 
 def test_03_uneven_traffic_size_and_many_workers() -> None:

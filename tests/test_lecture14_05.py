@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import assert_usage_error, flat, run_script
+from conftest import assert_usage_error, run_script
 
 SCRIPT = "lecture14/05_data_parallel.py"
 
@@ -17,9 +17,10 @@ def _claims(path: Path) -> dict[str, dict]:
 
 def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> None:
     out = tmp_path / "05.json"
-    proc = run_script(SCRIPT, "--quick", "--json", str(out))
+    figs = tmp_path / "figs"
+    proc = run_script(SCRIPT, "--quick", "--json", str(out), "--save-figs", str(figs))
     text = proc.stdout
-    for part in range(1, 8):
+    for part in range(1, 7):
         assert f"== Part {part}:" in text
     assert "3 3 2 2" in text                                # Part 1: 10 samples on 4 ranks
     assert "union covers every index exactly once: True" in text
@@ -30,18 +31,17 @@ def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> N
     rows = part5["tables"]["final_loss"]["rows"]             # lr, lr·λ, sync, async τ = 0, 1, 3, 7
     assert all(float(v) < float(rows[0][2]) for v in rows[0][3:])  # smallest lr: async beats sync
     assert rows[-1][3] == "diverged" and rows[-1][2] != "diverged"  # largest lr: τ = 0 blows up, sync not
-    assert part5["observed"] == {"async_beats_sync_at_smallest_lr": True, "staler_better_at_smallest_lr": True,
-                                 "staler_diverges_at_no_larger_lr": True, "tau0_diverges_at_largest_lr": True,
-                                 "sync_diverges_at_largest_lr": False}
-    assert "at lr 1 τ = 0 diverges" in flat(text) and "averaging 8 mini-batches, survives" in flat(text)
-    assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(text)   # Part 7: the skipper named
     claims = _claims(out)
+    for name in ("async_sgd_loss", "speedup"):  # the figures exist and hold a real picture
+        png = figs / f"lecture14_05_{name}.png"
+        assert png.is_file() and png.stat().st_size > 20_000, png
     speedups = {what: c["ours"] for what, c in claims.items() if what.endswith("GPUs")}
     assert [round(v, 2) for v in speedups.values()] == [6.12, 2.09, 0.77]
     assert all(claims[w]["status"] == "agrees" for w in speedups)
     assert round(claims["HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2"]["ours"], 4) == 0.2143
     assert claims["replicas bit-identical after training"]["ours"] is True
-    diffs = [c["ours"] for w, c in claims.items() if "max |Δθ|" in w or "sum-then-divide" in w]
+    diffs = [c["ours"] for w, c in claims.items()
+             if ("max |Δθ|" in w or "sum-then-divide" in w) and not isinstance(c["ours"], bool)]
     assert diffs and all(0 <= d < 1e-12 for d in diffs)     # round-off only
     naive = claims["naive relative error, orthogonal per-sample grads (= weight-vector error)"]
     assert naive["ours"] == pytest.approx(100 * (1 / 24) ** 0.5, rel=1e-9)  # ‖Δw‖/‖w‖ for 3,3,2,2: 20.41 %
@@ -65,3 +65,36 @@ def test_other_world_size_and_link(tmp_path: Path) -> None:
 @pytest.mark.parametrize("flag, value", [("--world-size", "0"), ("--world-size", "1"), ("--beta-gbs", "-3")])
 def test_bad_flags_are_one_line_errors(flag: str, value: str) -> None:
     assert_usage_error(SCRIPT, flag, value)
+
+
+def test_async_sgd_claims_say_where_the_notes_hold(tmp_path: Path) -> None:
+    """§4.3 at the notes' setting: τ = 0 is sequential SGD, staleness hurts wherever τ = 0 converges,
+    large lr diverges; at the unconverged smallest lr staleness helps, and the claim says why."""
+    out = tmp_path / "05.json"
+    run_script(SCRIPT, "--quick", "--json", str(out))
+    found = {c["what"]: c for c in json.loads(out.read_text())["claims"] if c["ref"].startswith("L14-4.3")}
+    status = {w: c["status"] for w, c in found.items()}
+    assert status["async τ = 0 is sequential mini-batch SGD (same final loss, lr 0.01)"] == "agrees"
+    assert status["lr 0.01: async τ = 0 (8× the updates) ends below sync"] == "agrees"
+    assert status["staler ends worse at every lr where τ = 0 converges (within 1.5× the optimum)"] == "agrees"
+    assert status["with 4000 gradients, staler ends worse at lr 0.01"] == "agrees"
+    assert status["staler gradients diverge at a smaller or equal lr"] == "agrees"
+    assert status["at the largest lr, 1, every async column diverges"] == "agrees"
+    smallest = found["staler ends worse also at the smallest lr, 0.01"]
+    assert smallest["status"] == "differs" and not smallest["erratum"]
+    assert "no run has converged" in smallest["why"] and "slightly larger step" in smallest["why"]
+    grid = found["async τ = 0 ends below sync at every lr of the grid"]
+    assert grid["status"] == "differs" and "from lr 0.2 sync ends lower" in grid["why"]
+
+
+def test_a_changed_flag_makes_claims_other_setting(tmp_path: Path) -> None:
+    out = tmp_path / "05.json"
+    run_script(SCRIPT, "--quick", "--seed", "1", "--step-ms", "40", "--json", str(out))
+    found = _claims(out)
+    assert found["staler gradients diverge at a smaller or equal lr"]["status"] == "other setting"
+    assert "--seed 1 (notes' setting: 0)" in found["staler gradients diverge at a smaller or equal lr"]["decision"]
+    assert found["10 MB gradients on 8 GPUs"]["status"] == "other setting"
+    assert "--step-ms 40" in found["10 MB gradients on 8 GPUs"]["decision"]
+    # claims no flag can change are still compared
+    assert found["async τ = 0 is sequential mini-batch SGD (same final loss, lr 0.01)"]["status"] == "agrees"
+    assert found["HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2"]["status"] == "agrees"

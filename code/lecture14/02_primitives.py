@@ -7,7 +7,8 @@ CPU; NCCL where every rank has a GPU), the identities between them, and a point-
 Every rank starts with --numbers small integers (rank r: 10(r+1), 10(r+1)+1, ...), stored as
 float32: their sums are exact, so real ranks and the simulator in collectives.py must agree bit for
 bit. Ranks compute and return their buffers; this process prints them. The default run is already
-small (three launches of a few tiny collectives), so --quick changes nothing here.
+small (three launches of a few tiny collectives); --quick only halves Part 4's timeout (an extra:
+the notes' "most common deadlock", one rank skipping a collective).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import choose_backend, launch, rank_device
+from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device, under_torchrun
 from common.output import EXACT, Report
 from lecture14 import collectives as col
 from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_scatter_real, show, yes
@@ -35,6 +36,7 @@ from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_sc
 ROOT = 0  # the root of broadcast and reduce, and the parameter server
 LR = 0.5  # the parameter server's learning rate in Part 2 (any value works)
 SEED = 1234  # random data of Part 2: rank r uses seed SEED + r
+DEADLOCK_TIMEOUT_S = 1.0  # Part 4: a healthy collective here takes milliseconds (0.5 s with --quick)
 
 
 # ---- rank code: each returns plain lists; the parent prints ----------------------------------
@@ -128,6 +130,14 @@ def ring_allreduce_by_shifts(buf: torch.Tensor, rank: int, world_size: int) -> t
     return buf, sent
 
 
+def skip_collective_worker(rank: int, world_size: int) -> float:
+    """The bug: only rank 0 all-reduces (say, a metric it alone logs); the others go on to the end."""
+    value = torch.ones(1, device=rank_device())
+    if rank == 0:
+        torch.distributed.all_reduce(value)
+    return value.item()
+
+
 # ---- the parent: parts in the notes' order ---------------------------------------------------
 
 def main() -> None:
@@ -139,6 +149,7 @@ def main() -> None:
     part1_primitives(rep, args)   # every buffer before and after each of the five calls
     part2_identities(rep, args)   # all-reduce = reduce + broadcast = reduce-scatter + all-gather; PS
     part3_point_to_point(rep, args)  # everyone sends right, receives left; a ring built of shifts
+    part4_deadlock(rep, args)     # one rank skips a collective: a timeout, not a hang
     rep.finish()
 
 
@@ -176,10 +187,11 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
         rep.record(f"{name} matches simulator", agree)
     rs_ratio = len(results[0]["reduce-scatter"][1]) / n
     ag_ratio = len(results[0]["all-gather"][1]) / n
-    at_notes = w == 4 and n % w == 0
-    rep.claim("reduce-scatter output / input size (rank 0)", rs_ratio, 0.25 if at_notes else None, kind=EXACT,
-              rtol=0)
-    rep.claim("all-gather output / input size", ag_ratio, 4 if at_notes else None, kind=EXACT, rtol=0)
+    rep.claim("reduce-scatter output / input size (rank 0)", rs_ratio, 0.25, kind=EXACT,
+              setting=("world_size", "numbers"), ref="L14-2.2-output-sizes",
+              why=f"counted on the real ranks: {len(results[0]['reduce-scatter'][1])} of {n} numbers = 1/K")
+    rep.claim("all-gather output / input size", ag_ratio, 4, kind=EXACT, setting=("world_size",),
+              ref="L14-2.2-output-sizes", why=f"counted on the real ranks: K = {w} inputs of {n} numbers each")
     method = results[0]["reduce_scatter_method"]
     rep.note(f"reduce-scatter ran as {method}; with N not divisible by K, chunks follow np.array_split:\n"
              "the first N mod K ranks get one number more (torch.tensor_split cuts the same way)")
@@ -230,8 +242,13 @@ def part2_identities(rep: Report, args: argparse.Namespace) -> None:
              "and collectives.parameter_server (K workers + 1 server, the server's link carries K·N each way)")
     rep.line(f"  the server received {ps_sim.received[-1]:,} B and sent {ps_sim.sent[-1]:,} B in the simulated step "
              f"(K·N = {(w - 1) * n * 4:,} B each way); each worker {ps_sim.sent[0]:,} B each way")
+    refs = {IDENTITIES[0][0]: "L14-2.2-allreduce-identities", IDENTITIES[1][0]: "L14-2.2-allreduce-identities",
+            ps_label: "L14-2.2-ps-identity"}
     for label, ok in real_ok.items():
-        rep.claim(f"{label} (real ranks)", ok, True, kind=EXACT)
+        rep.claim(f"{label} (real ranks)", ok, True, kind=EXACT, setting=(), ref=refs[label],
+                  why=("real ranks' parameters equal numpy's update and the simulator's to float32 rounding "
+                       "(rtol 1e-6)") if label == ps_label else
+                  "integer data: the routes on real ranks are equal bit for bit, and equal the simulator")
 
 
 def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
@@ -243,7 +260,8 @@ def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["rank", "before", "sends to", "receives from", "after"], rows, name="shift")
     shifted = all(results[r]["after"] == results[(r - 1) % w]["before"] for r in range(w))
     rep.claim("shift right without deadlock: every rank holds its left neighbour's buffer", shifted, True,
-              kind=EXACT)
+              kind=EXACT, setting=(), ref="L14-2.3-shift-right",
+              why="send and receive posted together (batch_isend_irecv); buffers compared after the shift")
     sim = col.ring_allreduce(all_inputs(w, n))
     ring_ok = all(res["ring"] == res["all_reduce"] for res in results)
     sim_ok = all(np.array_equal(np.asarray(res["ring"], np.float32), s) for res, s in zip(results, sim.outputs))
@@ -255,6 +273,24 @@ def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
         ["equals collectives.ring_allreduce", yes(sim_ok)],
         ["bytes each rank sent = the simulator's count", f"{yes(bytes_ok)} ({show(sim.sent.tolist())} B)"],
     ], name="ring_by_shifts")
+
+
+def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
+    rep.part(4, "extra (§2.2, §6): the most common deadlock, one rank skips a collective")
+    if under_torchrun():
+        rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
+        return
+    timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
+    seconds, report = launch_expecting_failure(skip_collective_worker, args.world_size, backend="auto",
+                                               timeout_s=timeout)
+    if report is None:
+        rep.line("  no error: the collective completed (it should not have)")
+    else:
+        rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher "
+                 "reports:")
+        rep.line(f"    {report}")
+    rep.note("every rank must make the same collective calls in the same order; without a timeout "
+             "this run would wait for ever (NCCL's default timeout is minutes).")
 
 
 if __name__ == "__main__":

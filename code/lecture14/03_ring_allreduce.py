@@ -23,7 +23,6 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 import argparse
 import math
-from typing import Callable
 
 import numpy as np
 
@@ -34,17 +33,15 @@ from common.costmodel import (
     best_broadcast_segments,
     best_integer_segments,
     continuous_best_segments,
-    ring_allreduce_bytes_per_device,
     ring_broadcast_time,
     tree_depth,
 )
-from common.output import ASSUMPTION, EXACT, Report, bar, fmt_bytes, fmt_num, fmt_time, new_figure
+from common.output import ASSUMPTION, EXACT, Report, bar, fmt_bytes, fmt_num, fmt_time
 from lecture14 import collectives as col
+from lecture14 import figures, ring_views
 
 NOTES_K = {1: 4, 3: 8}  # the notes' device counts: 4 workers in Part 1, 8 devices in Part 3
-NOTES_SIZE, NOTES_ALPHA_US, NOTES_BETA_GBS = 64e6, 5.0, 25.0
-MAX_PRINTED_K = 8  # beyond this a round's table is too wide to read: only phase ends are printed
-MAX_COUNTED_K = 16  # beyond this even the phase ends (K columns of counts) are too wide: totals only
+NOTES_ALPHA_US, NOTES_BETA_GBS = 5.0, 25.0
 MAX_TICK_TABLE_K = 12  # Part 3's table has a column per link: 11 fit in 100 columns
 MAX_SIMULATED_MESSAGES = 2**19  # (K-1)·S messages per broadcast; more: closed form only
 FP_K, FP_SEED = 64, 0
@@ -72,18 +69,18 @@ def world_size(args: argparse.Namespace, part: int) -> int:
 
 def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
     k = world_size(args, 1)
-    symbolic = k <= MAX_PRINTED_K
+    symbolic = k <= ring_views.MAX_PRINTED_K
     rep.part(1, f"ring all-reduce on {k} workers, " + ("symbolically" if symbolic else "counted"))
     rep.note("worker r holds one element per chunk: <letter r>0 .. <letter r>{K-1}; rounds count i from 0:\n"
              "reduce-scatter round i: worker r sends chunk (r - i) mod K to r + 1, which adds it;\n"
              "all-gather round i: worker r sends chunk (r + 1 - i) mod K to r + 1, which overwrites.")
     if symbolic:
         res = col.ring_allreduce(col.symbolic_inputs(k), history=True)
-        show_rounds(rep, res, k, lambda buf: col.format_chunks(buf, res.bounds))
+        ring_views.show_rounds(rep, res, k, lambda buf: col.format_chunks(buf, res.bounds))
         total = col.Sym([(w, j) for w in range(k) for j in range(k)])
         done = all(sum(buf, col.Sym()) == total and all(len(v.terms) == k for v in buf) for buf in res.outputs)
     else:
-        res, done = many_workers(rep, k)
+        res, done = ring_views.many_workers(rep, k)
     rep.line(f"  {res.n_rounds} rounds = 2(K - 1); every worker ends with every chunk summed over all "
              f"{k} workers, each term once: {'yes' if done else 'NO'}")
     rep.record("rounds", res.n_rounds)
@@ -91,57 +88,11 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
         rs_end = next(r for r in reversed(res.rounds) if r.phase == "reduce-scatter").state
         w0 = "  ".join(col.format_chunks(rs_end[0], res.bounds))
         w1 = "  ".join(col.format_chunks(rs_end[1], res.bounds)[:3])
-        rep.claim("worker 0 after reduce-scatter", w0, "a0  a1+b1+c1+d1  a2+c2+d2  a3+d3", kind=EXACT)
-        rep.claim("worker 1 after reduce-scatter (first 3 chunks)", w1, "a0+b0  b1  a2+b2+c2+d2", kind=EXACT)
-
-
-def show_rounds(rep: Report, res: col.Result, k: int, cells: Callable[[np.ndarray], list]) -> None:
-    """Every round (symbolic, small K), or the end of each phase only (term counts, larger K)."""
-    every_round = k <= MAX_PRINTED_K
-    headers = ["worker"] + [f"chunk {c}" if every_round else str(c) for c in range(k)]
-
-    def show(state: list[np.ndarray], name: str) -> None:
-        rep.table(headers, [[str(r)] + cells(buf) for r, buf in enumerate(state)], name=name)
-
-    rep.line("  before:")
-    show(res.initial, "before")
-    for n, rnd in enumerate(res.rounds):
-        last_of_phase = n + 1 == len(res.rounds) or res.rounds[n + 1].phase != rnd.phase
-        if every_round:
-            moves = ", ".join(f"{t.src}→{t.dst}: chunk {t.chunk} ({col.format_chunks(t.payload, [slice(None)])[0]})"
-                              for t in rnd.transfers)
-            rep.line(f"  {rnd.phase} round i = {rnd.index}: {moves}")
-        elif last_of_phase:
-            rep.line(f"  after {rnd.phase} (round i = {rnd.index}, the last of {rnd.phase}):")
-        if every_round or last_of_phase:
-            show(rnd.state, f"{rnd.phase} {rnd.index}")
-
-
-def many_workers(rep: Report, k: int) -> tuple[col.Result, bool]:
-    """K > 8: symbols would fill the screen (a full sum has K terms), so numbers stand in for them."""
-    rep.note(f"K = {k} > {MAX_PRINTED_K}: the round-by-round view with symbols is shown for K <= {MAX_PRINTED_K} only;\n"
-             "'each term once' is checked with numbers: worker r's elements are random 64-bit integers,\n"
-             "and every output must equal np.sum of the inputs exactly (integer sums wrap alike in any\n"
-             "order); a missing or doubled term would change a sum (except with probability ~2^-64)")
-    values = np.random.default_rng(FP_SEED).integers(-2**63, 2**63 - 1, (k, k), dtype=np.int64)  # row = worker
-    res, want = col.ring_allreduce(list(values)), np.sum(values, axis=0)
-    done = all(np.array_equal(out, want) for out in res.outputs)
-    if k <= MAX_COUNTED_K:
-        rep.note(f"only the end of each phase is printed, and each cell shows how many workers'\n"
-                 f"elements the chunk sums ({k} = complete)")
-        counts = col.ring_allreduce([np.ones(k, dtype=np.int64)] * k, history=True)
-        show_rounds(rep, counts, k, lambda buf: buf.tolist())
-        return counts, done and all(np.all(out == k) for out in counts.outputs)
-    item = values.itemsize  # the integer run's counts: one 8-byte element per chunk, N = 8K bytes
-    rep.note(f"K > {MAX_COUNTED_K}: no tables of K columns; the totals counted in that run,\n"
-             f"one {item}-byte integer per chunk (N = {item}K B):")
-    rep.table(["quantity", "counted", "closed form", "formula"], [
-        ["rounds", res.n_rounds, 2 * (k - 1), "2(K - 1)"],
-        ["bytes each worker sends (fewest, most)", f"{res.sent.min():,}, {res.sent.max():,}",
-         f"{ring_allreduce_bytes_per_device(k, item * k):,.0f}", "2(K - 1)/K · N"],
-        ["largest message (B)", int(res.busiest_per_round.max()), item, "N/K"],
-    ], name="ring_counts")
-    return res, done
+        why = "the symbolic simulation's state after the last reduce-scatter round, K = 4"
+        rep.claim("worker 0 after reduce-scatter", w0, "a0  a1+b1+c1+d1  a2+c2+d2  a3+d3", kind=EXACT,
+                  setting=(), ref="L14-3.2-reduce-scatter-state", why=why)
+        rep.claim("worker 1 after reduce-scatter (first 3 chunks)", w1, "a0+b0  b1  a2+b2+c2+d2", kind=EXACT,
+                  setting=(), ref="L14-3.2-reduce-scatter-state", why=why)
 
 
 ALGORITHMS = {  # name in the table: (simulation, closed-form rounds)
@@ -191,8 +142,15 @@ def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
                  "still requires those rows' rounds and total bytes to equal the closed forms")
     rep.record("ring_bytes_over_n", ring_ratio)
     kmax = max(ks)
-    rep.claim(f"ring: bytes sent per device / N at K = {kmax}", ring_ratio[kmax], 2.0, kind=EXACT,
-              rtol=0.05, why="2(K-1)/K approaches 2 only for large K")
+    rep.claim("simulated rounds and bytes = the closed forms (where K divides N)", all_match, True, kind=EXACT,
+              setting=(), ref="L14-3.3-traffic-closed-forms",
+              why="ring 2(K-1) rounds, 2(K-1)/K·N each; tree 2·log2 K rounds, busiest log2 K·N; naive "
+                  "(K-1)·N and server K·N on the busiest: counted message by message, K = "
+              + ", ".join(map(str, ks)))
+    rep.claim(f"ring: bytes sent per device / N at K = {kmax}", ring_ratio[kmax], 2.0, kind=EXACT, factor=1.05,
+              setting=(), ref="L14-3.3-ring-about-2n",
+              why=f"2(K-1)/K = {2 * (kmax - 1) / kmax:.4f} at K = {kmax}, below 2 for every K; the notes' "
+                  "'about 2N' read as within a factor of 1.05")
     fp_order_difference(rep, elems)
 
 
@@ -223,7 +181,8 @@ def fp_order_difference(rep: Report, elems: int) -> None:
              "meaningful here (sums close to 0 make it arbitrarily large), so the measure is the max\n"
              "absolute difference")
     rep.claim(f"max |ring - np.sum|, float32, K = {FP_K}", float(diff.max()), 1e-5, kind=ASSUMPTION,
-              factor=3.0, why="the notes say 'about 1e-5' without the data; ours: N(0,1) values, "
+              factor=3.0, setting=("traffic_size",), ref="L14-3.3-fp-order-1e-5",
+              why="the notes say 'about 1e-5' without the data; ours: N(0,1) values, "
               f"{elems:,} per device; 'about' read as within a factor of 3 (half a decade)")
 
 
@@ -260,17 +219,24 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     else:
         rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
                  "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
-    at_notes = (k == NOTES_K[3] and n == NOTES_SIZE and args.alpha_us == NOTES_ALPHA_US
-                and args.beta_gbs == NOTES_BETA_GBS)
-    rep.claim("tick simulation = closed form", ticks_ok and time_ok, True if at_notes else None, kind=EXACT)
-    rep.claim("best S (power of two)", best_pow2, 64 if at_notes else None, kind=EXACT, rtol=0)
-    rep.claim("time at the best S", t_best * 1e3, 3.15 if at_notes else None, "ms", EXACT, rtol=0.005)
-    rep.claim("time unsplit (S = 1)", t_one * 1e3, 17.96 if at_notes else None, "ms", EXACT, rtol=0.001, digits=5,
-              why=f"(K-1)·N/β without α would be {(k - 1) * n / link.beta_Bps * 1e3:.2f} ms; the notes' "
-              "17.96 includes α" if at_notes else "")
-    if math.isfinite(s_cont):  # α = 0: no optimum, more segments always help (said above)
-        rep.claim("continuous optimum S*", s_cont, 55 if at_notes else None, kind=EXACT, rtol=0.02)
-    plot_segments(rep, k, n, link, sim_times, best_pow2)
+    notes = ("world_size", "size", "alpha_us", "beta_gbs")  # the notes' K = 8, 64 MB, 5 µs, 25 GB/s
+    rep.claim("tick simulation = closed form (ticks K-2+S, time (K-2+S)(α+N/(Sβ)))", ticks_ok and time_ok, True,
+              kind=EXACT, setting=(), ref="L14-3.1-tick-simulation",
+              why=f"every power of two S up to {2**top} simulated tick by tick at K = {k}")
+    far = 2**16
+    limit = ring_broadcast_time(k, n, Link(0.0, link.beta_Bps), far) / (n / link.beta_Bps)
+    rep.claim(f"without α, S = {far:,}: time / (N/β)", limit, 1.0, kind=EXACT, places=2, setting=("world_size",),
+              ref="L14-3.1-limit-n-over-b", why=f"(K-2+S)/S = {limit:.6f}: tends to 1 as S grows past K")
+    rep.claim("best S (power of two)", best_pow2, 64, kind=EXACT, setting=notes, ref="L14-3.1-best-s",
+              why="the power of two with the least (K-2+S)(α+N/(Sβ)), searched up to 2^20")
+    rep.claim("time at the best S", t_best * 1e3, 3.15, "ms", EXACT, places=2, setting=notes,
+              ref="L14-3.1-best-s", why=f"(K-2+S)(α+N/(Sβ)) = {k - 2 + best_pow2} × "
+              f"{fmt_time(link.alpha_s + n / best_pow2 / link.beta_Bps)}")
+    rep.claim("time unsplit (S = 1)", t_one * 1e3, 17.96, "ms", EXACT, places=2, setting=notes,
+              ref="L14-3.1-unsplit", why=f"(K-1)(α+N/β) = {k - 1} × {fmt_time(link.alpha_s + n / link.beta_Bps)}; "
+              f"without α it would be {(k - 1) * n / link.beta_Bps * 1e3:.2f} ms")
+    if rep.figure_dir():
+        rep.save_figure(figures.broadcast_segments(k, n, link, sim_times, best_pow2), "broadcast_segments")
 
 
 def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:
@@ -289,21 +255,6 @@ def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:
                  f"K <= {MAX_TICK_TABLE_K} only;\nS = {segments} segments moved for real, counted below")
     ok = all(np.array_equal(out, np.arange(segments)) for out in res.outputs)
     rep.line(f"  {res.n_rounds} ticks = K - 2 + S = {k - 2 + segments}; every device holds the data: {'yes' if ok else 'NO'}")
-
-
-def plot_segments(rep: Report, k: int, n: int, link: Link, sim_times: dict[int, float], best: int) -> None:
-    if rep.figure_dir() is None:
-        return
-    fig, ax = new_figure(figsize=(6, 4))
-    s_max = max(sim_times) if sim_times else best * 4
-    grid = np.unique(np.logspace(0, math.log10(s_max), 300).astype(int))
-    ax.plot(grid, [ring_broadcast_time(k, n, link, int(s)) * 1e3 for s in grid], label="(K-2+S)(α + N/(Sβ))")
-    ax.plot(list(sim_times), [t * 1e3 for t in sim_times.values()], "o", label="tick simulation")
-    ax.axvline(best, color="grey", linestyle=":", label=f"best power of two, S = {best}")
-    ax.set(xscale="log", yscale="log", xlabel="segments S", ylabel="broadcast time (ms)",
-           title=f"pipelined ring broadcast, K = {k}, N = {fmt_bytes(n)}")
-    ax.legend()
-    rep.save_figure(fig, "03_broadcast_segments")
 
 
 if __name__ == "__main__":

@@ -21,30 +21,25 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import argparse
 import math
 import os
-import statistics
-import time
 from typing import Callable
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import (
     ALLREDUCE_TIMES,
     ETHERNET,
     INFINIBAND,
-    NOTES_LINK,
     NVLINK,
     Link,
-    fit_line_relative,
     ring_allreduce_time,
-    ring_alpha_beta_from_line,
     ring_naive_crossover_bytes,
     ring_tree_crossover_bytes,
 )
 from common.launcher import launch
-from common.output import ASSUMPTION, EXACT, MEASURED, Report, fmt_bytes, fmt_time, new_figure
+from common.output import ASSUMPTION, EXACT, MEASURED, Report, fmt_bytes, fmt_time
+from lecture14 import figures
+from lecture14 import gloo_timing as gt
 
 NOTES_K = 8
 MODEL_SIZES = [10**e for e in range(3, 10)]  # 1 KB … 1 GB, MB = 1e6 B as in the notes
@@ -138,8 +133,6 @@ def main() -> None:
 def part1_model(rep: Report, args: argparse.Namespace) -> None:
     rep.part(1, "ring vs binary tree vs naive (all to rank 0) all-reduce in the α-β model")
     k, link = args.world_size, link_from_args(args)
-    at_notes = (k == NOTES_K and math.isclose(link.alpha_s, NOTES_LINK.alpha_s)
-                and math.isclose(link.beta_Bps, NOTES_LINK.beta_Bps))  # 5 × 1e-6 is not 5e-6 exactly
     rep.note(f"K = {k}, {link.describe()}; N = bytes per device (MB = 1e6 B)")
     rows, winners = [], {}
     for n in MODEL_SIZES:
@@ -147,25 +140,34 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
         winners[n] = winner(times)
         rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
     rep.table(["N", "ring", "tree", "naive", "fastest"], rows, name="times")
+    setting = ("world_size", "alpha_us", "beta_gbs")  # the notes' K = 8, 5 µs, 25 GB/s
     claimed = {1e3: "naive", 1e4: "naive", 1e5: "tree", 1e6: "ring", 1e8: "ring"}
     for n, notes in claimed.items():
-        rep.claim(f"fastest at {fmt_bytes(n)}", winners[int(n)], notes if at_notes else None, kind=EXACT)
+        times = allreduce_times(k, n, link)
+        rep.claim(f"fastest at {fmt_bytes(n)}", winners[int(n)], notes, kind=EXACT, setting=setting,
+                  ref="L14-3.4-fastest-by-size", why="the least of the three closed forms: "
+                  + ", ".join(f"{name} {fmt_time(t)}" for name, t in times.items()))
 
     ring = lambda n: ring_allreduce_time(k, n, link)  # noqa: E731 - small closures for the search
-    others = {"tree": (ring_tree_crossover_bytes(k, link), 235),
-              "naive": (ring_naive_crossover_bytes(k, link), 122)}
-    for name, (closed, notes_kb) in others.items():
+    others = {"tree": (ring_tree_crossover_bytes(k, link), 235, "L14-3.4-ring-tree-crossover"),
+              "naive": (ring_naive_crossover_bytes(k, link), 122, "L14-ex7-ring-naive-crossover")}
+    crossovers: dict[str, float | None] = {}
+    for name, (closed, notes_kb, ref) in others.items():
         other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
         searched = numeric_crossover(ring, other, *search_range(link))
+        crossovers[name] = closed
         if closed is None:
             assert searched is None, f"no closed-form crossover but the search found {searched}"
             rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs — "
                      f"{'the ring is never slower' if ring(1e6) <= other(1e6) else 'the ring is never faster'}")
+            rep.claim(f"ring = {name} crossover", None, notes_kb, "KB", EXACT, setting=setting, ref=ref,
+                      why=f"no size where the two are equal at K = {k} (see the line above)")
             continue
         # The closed form must land on the equal-time point the search finds.
         assert searched is not None and math.isclose(closed, searched, rel_tol=1e-6), (closed, searched)
         rep.claim(f"ring = {name} crossover, closed form (numeric search: {fmt_bytes(searched)})", closed / 1e3,
-                  notes_kb if at_notes else None, "KB", EXACT, rtol=0.01)
+                  notes_kb, "KB", EXACT, places=0, setting=setting, ref=ref,
+                  why="where the two closed forms are equal, solved for N (a bisection on the times agrees)")
     ranges = winner_ranges(k, link)
     if len(ranges) == 1:
         text = f"{ranges[0][1]} at every size"
@@ -173,91 +175,80 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
         text = " · ".join([f"{ranges[0][1]} below {fmt_bytes(ranges[1][0])}"] +
                           [f"{name} from {fmt_bytes(start)}" for start, name in ranges[1:]])
     rep.line(f"  fastest by size (numeric scan): {text}")
-    crossovers = [c for c, _ in others.values() if c is not None]
-    ring_from = f"from {fmt_bytes(max(crossovers))} up" if crossovers else "at every size"
-    rep.note(f"few rounds win small (latency-bound) messages; the ring is fastest {ring_from}\n"
+    found = [c for c in crossovers.values() if c is not None]
+    ring_from = max(found) if found else None
+    rep.note(f"few rounds win small (latency-bound) messages; the ring is fastest "
+             f"{f'from {fmt_bytes(ring_from)} up' if ring_from else 'at no size or every size'}\n"
              "(bandwidth-bound). NCCL likewise picks ring or tree by message size and device count.")
-
-
-def _time_allreduce(rank: int, world_size: int, sizes: list[int], warmup: int, repeats: int) -> dict:
-    """Rank code: per size, `repeats` timings of one all-reduce, each after a barrier."""
-    times, correct = [], []
-    for nbytes in sizes:
-        x = torch.empty(max(1, nbytes // 4), dtype=torch.float32)
-        x.fill_(rank + 1.0)
-        dist.all_reduce(x)  # checked once, and it doubles as the first warm-up call
-        correct.append(bool(torch.all(x == world_size * (world_size + 1) / 2)))
-        for _ in range(warmup):
-            dist.all_reduce(x)
-        per_size = []
-        for _ in range(repeats):
-            dist.barrier()  # start together, so one rank's late arrival is not counted as transfer
-            start = time.perf_counter()
-            dist.all_reduce(x)
-            per_size.append(time.perf_counter() - start)
-        times.append(per_size)
-    return {"times": times, "correct": correct}
+    rep.claim("the ring takes over at a few hundred KB (100 KB … 1 MB)",
+              ring_from is not None and 1e5 <= ring_from < 1e6, True, kind=EXACT, setting=setting,
+              ref="L14-5-crossover-hundreds-kb",
+              why=f"the larger crossover is at {fmt_bytes(ring_from) if ring_from else 'no size'}")
+    if rep.figure_dir():
+        rep.save_figure(figures.alpha_beta_sizes(k, link, [1e2, 1e9], crossovers), "allreduce_by_size")
 
 
 def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
     rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
     sizes = QUICK_SIZES if args.quick else REAL_SIZES
-    repeats, warmup = (min(3, args.repeats), 0) if args.quick else (args.repeats, 1)
-    cores = os.cpu_count() or 1
-    rep.note(f"float32 all-reduce, 1 checked + {warmup} warm-up + {repeats} timed calls per size; a call's time is the\n"
-             "slowest rank's, after a barrier; the median over repeats is shown. The fit minimises the\n"
-             f"relative error (a + b·N − t)/t. This machine has {cores} CPU cores: more processes than\n"
-             "cores take turns on them.")
-    medians: dict[int, list[float]] = {}
-    correct: dict[int, list[bool]] = {}
+    sweeps = min(3, args.repeats) if args.quick else args.repeats
+    rep.note(f"float32 all-reduce; per process count one launch: a checked call per size, one warm-up sweep,\n"
+             f"then {sweeps} sweeps timing one call of every size each. A call's time is the slowest rank's,\n"
+             "after a barrier. Each sweep is fitted with a line t = a + b·N (least relative error) and read\n"
+             "as a ring: α = a/2(K-1) per round, β = 2(K-1)/(K·b); shown: median [least … most] over the\n"
+             f"sweeps whose fit succeeded. This machine has {os.cpu_count() or 1} CPU cores: more processes "
+             "than cores take turns.")
+    runs: dict[int, dict] = {}
     for asked in REAL_PROCS:  # one launch per process count: start-up is paid once each
-        result = launch(_time_allreduce, asked, sizes, warmup, repeats, timeout_s=args.timeout_s)
+        result = launch(gt.time_allreduce_worker, asked, sizes, sweeps, timeout_s=args.timeout_s)
         k = len(result)  # under torchrun the group has torchrun's size, whatever was asked
-        if k in medians:
-            continue
-        correct[k] = [all(r["correct"][i] for r in result) for i in range(len(sizes))]
-        medians[k] = [statistics.median(max(r["times"][i][j] for r in result) for j in range(repeats))
-                      for i in range(len(sizes))]
-    procs = list(medians)
-    rep.table(["size"] + [f"{k} processes" for k in procs] + ["correct"],
-              [[fmt_bytes(n, binary=True)] + [fmt_time(medians[k][i]) for k in procs]
-               + ["yes" if all(correct[k][i] for k in procs) else "NO: wrong sum"]
+        if k not in runs:
+            runs[k] = gt.summarize_run(k, sizes, gt.slowest_rank(result),
+                                       [all(r["correct"][i] for r in result) for i in range(len(sizes))])
+            rep.record(f"sweeps_{k}", runs[k]["sweeps"])
+    rep.table(["size"] + [f"{k} processes: median [range]" for k in runs] + ["correct"],
+              [[fmt_bytes(n, binary=True)]
+               + [f"{fmt_time(r['median'][i])} [{fmt_time(r['low'][i])} … {fmt_time(r['high'][i])}]"
+                  for r in runs.values()]
+               + ["yes" if all(r["correct"][i] for r in runs.values()) else "NO: wrong sum"]
                for i, n in enumerate(sizes)], name="measured")
-    rows, fits = [], {}
-    for k in procs:
-        a, b = fit_line_relative(sizes, medians[k])
-        alpha, beta = ring_alpha_beta_from_line(k, a, b)
-        fits[k] = (a, b)
-        small = medians[k][sizes.index(16 * 2**10)] / medians[k][0] if 16 * 2**10 in sizes else float("nan")
-        physical = a > 0 and b > 0  # noise can tilt a line through a few points below zero
-        rows.append([k, fmt_time(a), f"{b * 1e9:.4g} ns/B", fmt_time(alpha) if physical else "- (fit < 0)",
-                     f"{beta / 1e9:.3g} GB/s" if physical else "- (fit < 0)", small])
-        rep.record(f"fit_{k}", {"intercept_s": a, "slope_s_per_byte": b, "alpha_s": alpha, "beta_Bps": beta})
-    rep.table(["processes", "a (intercept)", "b (slope)", "α per round = a/2(K-1)", "β = 2(K-1)/(K·b)",
-               "t(16 KiB)/t(1 KiB)"], rows, name="fit")
-    alpha4, beta4 = ring_alpha_beta_from_line(procs[-1], *fits[procs[-1]])
-    notes = procs[-1] == 4  # the notes fitted 4 processes
-    why = "measured on this machine (processes over the loopback, possibly more processes than cores)"
-    physical = alpha4 > 0 and beta4 > 0
-    if not physical:
-        why = ("the fitted line has a negative intercept or slope: the timings were too noisy for a line "
-               "(a loaded machine?); rerun, without --quick or with more --repeats")
-    rep.claim(f"{procs[-1]} processes: α per round", alpha4 * 1e6 if physical else None, 130 if notes else None,
-              "µs", MEASURED, rtol=0.5, why=why)
-    rep.claim(f"{procs[-1]} processes: effective bandwidth β", beta4 / 1e9 if physical else None,
-              4 if notes else None, "GB/s", MEASURED, rtol=0.5, why=why)
+    fit_rows = []
+    for k, run in runs.items():
+        fit_rows.append([k, f"{run['alpha'].used} of {run['alpha'].total}", gt.spread_text(run["alpha"], fmt_time),
+                         gt.spread_text(run["beta"], lambda v: f"{v / 1e9:.3g}"),
+                         gt.spread_text(run["ratio"], lambda v: f"{v:.2f}")])
+        for f in run["fits"]:
+            if f.failed:
+                rep.line(f"  {k} processes, a sweep's fit failed: {f.failed}")
+    rep.table(["processes", "fits ok", "α per round", "β (GB/s)", "t(16 KiB) / t(1 KiB)"], fit_rows, name="fit")
+    part2_claims(rep, runs)
     rep.note("the shape is the point: a fixed cost per call plus a cost per byte, on any interconnect")
     if rep.figure_dir():
-        fig, ax = new_figure(figsize=(6, 4))
-        grid = np.geomspace(sizes[0], sizes[-1], 100)
-        for k in procs:
-            (dots,) = ax.loglog(sizes, medians[k], "o", label=f"{k} processes (median)")
-            ax.loglog(grid, fits[k][0] + fits[k][1] * grid, "-", color=dots.get_color(), label=f"fit, K = {k}")
-        ax.set_xlabel("bytes per process")
-        ax.set_ylabel("all-reduce time (s)")
-        ax.set_title("gloo all-reduce on this machine")
-        ax.legend()
-        rep.save_figure(fig, "l14_04_gloo_allreduce")
+        rep.save_figure(figures.gloo_fit(sizes, runs, sweeps), "gloo_allreduce")
+
+
+def part2_claims(rep: Report, runs: dict[int, dict]) -> None:
+    """The notes' 4-process fit (about 130 µs, about 4 GB/s) and 1 KiB ≈ 16 KiB: claims, or 'not measured'."""
+    k = 4 if 4 in runs else max(runs)
+    run = runs[k]
+    machine = "measured here: processes over the loopback on a shared machine, the notes' on another"
+    for what, sp, scale, notes, unit in (("α per round", run["alpha"], 1e6, 130, "µs"),
+                                         ("effective bandwidth β", run["beta"], 1e-9, 4, "GB/s")):
+        if sp.measured:
+            why = (f"{machine}; median of {sp.used} sweeps' fits, range {sp.low * scale:.3g} … {sp.high * scale:.3g} "
+                   f"{unit}; the notes' 'about' read as within a factor of 2")
+        else:
+            why = (f"not measured: the fit failed in {sp.total - sp.used} of {sp.total} sweeps (a negative or "
+                   "absurd α or β): the timings were too noisy for a line; rerun on a quieter machine or with "
+                   "more --repeats")
+        rep.claim(f"{k} processes: {what}", sp.median * scale if sp.measured else None, notes if k == 4 else None,
+                  unit, MEASURED, factor=2, setting=("quick",), ref="L14-3.4-gloo-fit", why=why)
+    ratio = run["ratio"]
+    rep.claim("t(16 KiB) / t(1 KiB) below 2 (16× the bytes, almost the same time)",
+              bool(ratio.median < 2) if ratio.used else None, True, kind=MEASURED, setting=("quick",),
+              ref="L14-3.4-1k-16k-equally-slow",
+              why=(f"median ratio {ratio.median:.2f} over {ratio.used} sweeps ({ratio.low:.2f} … {ratio.high:.2f}), "
+                   f"{k} processes; 'almost equally slow' read as less than 2×") if ratio.used else "not timed")
 
 
 def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
@@ -274,13 +265,18 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
             for p in params]
     rep.table(["parameters P"] + [f"{link.name} ({link.beta_Bps / 1e9:g} GB/s)" for link in links], rows,
               name="share")
-    at_notes = (k, tokens, args.mfu, args.peak_tflops) == (NOTES_K, TOKENS_PER_GPU, MFU, PEAK_TFLOPS)
-    for link, notes in zip(links, (43, 82, 97)):
+    setting = ("world_size", "tokens_per_gpu", "mfu", "peak_tflops")
+    spreads = []
+    for link, notes, ref in zip(links, (43, 82, 97), ("L14-3.4-share-nvlink", "L14-3.4-share-infiniband",
+                                                       "L14-3.4-share-ethernet")):
         shares = [comm_share(k, p, link, tokens, flops_per_s) for p in params]
-        spread = max(shares) - min(shares)
-        assert spread < 1e-12, f"the share should not depend on P: spread {spread}"
-        rep.claim(f"{link.name}: all-reduce share of a step", 100 * shares[0], notes if at_notes else None, "%",
-                  ASSUMPTION, rtol=0.01, why="under the stated compute and gradient assumptions")
+        spreads.append(max(shares) - min(shares))
+        rep.claim(f"{link.name}: all-reduce share of a step", 100 * shares[0], notes, "%", ASSUMPTION, places=0,
+                  setting=setting, ref=ref, why=f"comm / (comm + compute) at {link.beta_Bps / 1e9:g} GB/s, with "
+                  f"the compute assumptions in the note above (MFU {args.mfu:g} of {args.peak_tflops:g} TFLOP/s)")
+    rep.claim("the share does not depend on the model size (α = 0)", max(spreads) < 1e-12, True, kind=EXACT,
+              setting=(), ref="L14-3.4-share-independent-of-p",
+              why=f"largest spread over P = 125M … 405B: {max(spreads):.1e} (both terms are proportional to P)")
     # The presets' 5 µs latency adds 2(K-1)·α per step: how much that moves the share for the smallest P.
     with_alpha = [comm_share(k, params[0], preset, tokens, flops_per_s) for preset in (NVLINK, INFINIBAND, ETHERNET)]
     without = [comm_share(k, params[0], link, tokens, flops_per_s) for link in links]

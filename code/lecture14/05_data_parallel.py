@@ -2,7 +2,7 @@
 
     python code/lecture14/05_data_parallel.py [--world-size 4] [--seed 0] [--ps-workers 8] [--quick]
 
-Parts 1–6 follow §4 of the notes; Part 7 (an extra) shows the §2.2 / §6 "most common deadlock".
+Parts 1–6 follow §4 of the notes (the §2.2 deadlock is 02_primitives.py Part 4).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import argparse
 import random
 
-import numpy as np
 import torch
 from torch import nn
 
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import data_parallel_speedup, ring_allreduce_time
-from common.launcher import launch, launch_expecting_failure, preload_for_ddp, rank_device, under_torchrun
-from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time, new_figure
+from common.launcher import launch, preload_for_ddp, rank_device
+from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time
+from lecture14 import async_sgd, figures
 from lecture14 import data_parallel as dp
 
 D_IN, HIDDEN = 8, 16        # the small float64 MLP regression of Parts 2 and 4
@@ -38,7 +38,6 @@ GRAD_COMPUTATIONS = 400     # Part 5: gradient computations per schedule
 PS_SAMPLES, PS_DIM, PS_BATCH = 256, 10, 8
 PS_LRS = [0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 1.0]
 GRAD_SIZES_MB = [10, 100, 400]           # Part 6
-DEADLOCK_TIMEOUT_S = 1.0    # Part 7: a healthy collective here takes milliseconds (0.5 s with --quick)
 
 
 # ---- rank code: each returns data; the parent prints --------------------------------------------
@@ -60,14 +59,6 @@ def hw5_worker(rank: int, world_size: int, model: nn.Module, x: torch.Tensor, y:
     return dp.flat_params(model).tolist()
 
 
-def skip_collective_worker(rank: int, world_size: int) -> float:
-    """The bug: only rank 0 all-reduces (say, a metric it alone logs); the others go on to the end."""
-    value = torch.ones(1, device=rank_device())
-    if rank == 0:
-        torch.distributed.all_reduce(value)
-    return value.item()
-
-
 # ---- the parts ----------------------------------------------------------------------------------
 def part1_partition(rep: Report, args: argparse.Namespace) -> None:
     rep.part(1, "partition_indices: the same split on every rank, without communication")
@@ -76,8 +67,8 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
     shards = launch(partition_worker, w, size, args.seed, backend="auto", timeout_s=args.timeout_s)
     rows = [[r, len(s), " ".join(map(str, s))] for r, s in enumerate(shards)]
     rep.table(["rank", "samples", "indices (its slice of the seeded shuffle)"], rows, name="real_ranks")
-    rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: "
-             f"{sorted(i for s in shards for i in s) == list(range(size))}")
+    covered = sorted(i for s in shards for i in s) == list(range(size))
+    rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: {covered}")
     rows = []
     for n in sorted({max(w - 1, 0), w, size, 1003}):
         parts = [dp.partition_indices(n, w, r, args.seed) for r in range(w)]  # W independent calls
@@ -88,7 +79,11 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
                      naive_kept, n - naive_kept])
     rep.table(["size", f"per-rank sizes (W = {w})", "each index once", "ranks with +1",
                "naive int(size/W) keeps", "naive drops"], rows, name="sizes")
-    rep.line(f"  global random state untouched by the shuffles: {random.getstate() == state_before}")
+    untouched = random.getstate() == state_before
+    rep.line(f"  global random state untouched by the shuffles: {untouched}")
+    rep.claim("each rank's slice, computed alone, covers the data once; global random state untouched",
+              covered and untouched, True, kind=EXACT, setting=(), ref="L14-4.1-partition-no-communication",
+              why=f"{w} real ranks each called partition_indices with seed {args.seed}, no communication")
     rep.note("rank r gets size // W samples, the first size % W ranks one more; slicing by the "
              "fraction 1/W instead drops the remainder.")
 
@@ -111,10 +106,14 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> None:
                "loss before last step"], rows, name="simulated")
     rep.line(f"  full batch: {SAMPLES} samples, MLP {D_IN}→{HIDDEN}→1 (tanh), float64, SGD lr {LR}, "
              f"{steps} steps; loss {losses[0]:.4g} → {losses[-1]:.4g}")
-    rep.claim("replicas bit-identical after training", all_identical, True)
-    rep.claim("largest max |Δθ| vs full batch over K = 2, 4, 8", max(diffs), 5.6e-17, kind=ASSUMPTION,
-              why="float64 round-off from a different summation order; its size depends on the data, "
-                  "the model and the steps (a few ulps of parameters of size ~0.5 here)")
+    rep.claim("replicas bit-identical after training", all_identical, True, setting=(),
+              ref="L14-4.2-replicas-identical", why="every replica of K = 2, 4, 8 compared bit for bit with replica 0")
+    rep.claim("largest max |Δθ| vs full batch over K = 2, 4, 8", max(diffs), 5.6e-17, kind=ASSUMPTION, places=18,
+              setting=("seed", "quick"), ref="L14-4.2-full-batch-gap",
+              why=f"float64 round-off from another summation order: ours {max(diffs):.2g}; its size depends on "
+                  f"the data, the model and the steps ({steps} here), so the notes' 5.6e-17 is their run's")
+    rep.claim("vs full batch: round-off only (max |Δθ| below 1e-14)", max(diffs) < 1e-14, True, kind=ASSUMPTION,
+              setting=(), ref="L14-4.2-full-batch-gap", why=f"{max(diffs):.2g}: a few float64 ulps of the parameters")
     # The real thing: HW5's functions on W real ranks, checked against the simulation.
     w = args.world_size
     xr, yr = dp.make_regression_data(PER_RANK_REAL * w, D_IN, args.seed)
@@ -132,10 +131,6 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["check", "result"], rows, name="real_ranks")
     rep.note("gloo may add the ranks' gradients in another order than the simulation's rank order, "
              "so real vs simulated can differ in the last bit; with W = 2 the sum a + b is commutative.")
-
-
-def _flat_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    return torch.cat([g.reshape(-1) for g in dp.shard_gradients(model, x, y, reduction)])
 
 
 def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
@@ -157,9 +152,9 @@ def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
               *dp.make_regression_data(n, D_IN, args.seed))]
     rows, rel = [], {}
     for name, model, x, y in cases:
-        full = _flat_grads(model, x, y)
-        means = [_flat_grads(model, x[s], y[s]) for s in shards]
-        sums = [_flat_grads(model, x[s], y[s], "sum") for s in shards]
+        full = dp.flat_grads(model, x, y)
+        means = [dp.flat_grads(model, x[s], y[s]) for s in shards]
+        sums = [dp.flat_grads(model, x[s], y[s], "sum") for s in shards]
         rel[name] = [((g - full).norm() / full.norm()).item() for g in (
             dp.combine_naive_mean(means, counts), dp.combine_weighted(means, counts),
             dp.combine_sum_then_divide(sums, counts))]
@@ -169,27 +164,26 @@ def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
     rep.note("each column is the relative error ‖g − g_full‖₂ / ‖g_full‖₂ over all parameters.")
     onehot_rel, mlp_rel = rel[cases[0][0]][0], rel[cases[1][0]]
     # The notes give 21 % to the unit: agreement means within half a unit (20.41 % would be "20 %").
+    rep.claim("shards of 10 samples on 4 ranks", " ".join(map(str, counts)), "3 3 2 2", kind=EXACT, setting=(),
+              ref="L14-4.2-unequal-shards", why="partition_indices: size // W each, the first size % W one more")
     rep.claim("naive relative error, orthogonal per-sample grads (= weight-vector error)", 100 * onehot_rel,
-              21, unit="%", kind=ASSUMPTION, atol=0.5, rtol=0,
-              why="21 % is one data set's value; this is the data-free one")
-    rep.claim("naive relative error, MLP data", 100 * mlp_rel[0], 21, unit="%", kind=ASSUMPTION, atol=0.5, rtol=0,
+              21, unit="%", kind=ASSUMPTION, places=0, setting=(), ref="L14-4.2-naive-error-21pct",
+              why=f"{100 * onehot_rel:.2f} % rounds to 20: the data-free value (orthogonal per-sample gradients "
+                  "of equal length); the notes' 21 % is one data set's, and the error depends on the data")
+    rep.claim("naive relative error, MLP data", 100 * mlp_rel[0], 21, unit="%", kind=ASSUMPTION, places=0,
+              setting=("seed",), ref="L14-4.2-naive-error-21pct",
               why="depends on the data: the error is Σ (w_naive − 1/N)·g_i, so it is smaller when the "
                   "per-sample gradients share a common direction; for uncorrelated, zero-mean ones of "
                   f"equal size its RMS is the weight-vector error {100 * weight_error:.2f} %")
     seeds = 10 if args.quick else 50
-    spread = sorted(_naive_error(s, shards, counts) for s in range(seeds))
+    spread = sorted(dp.naive_error(s, shards, counts, D_IN, HIDDEN) for s in range(seeds))
     rep.line(f"  naive error on the MLP data over {seeds} data seeds: min {100 * spread[0]:.1f} %, "
              f"median {100 * spread[seeds // 2]:.1f} %, max {100 * spread[-1]:.1f} %")
-    rep.claim("sum-then-divide relative error, MLP data", mlp_rel[2], 2.9e-16, kind=ASSUMPTION,
-              why="float64 round-off; the exact value depends on the data")
-
-
-def _naive_error(seed: int, shards: list[list[int]], counts: list[int]) -> float:
-    model = dp.make_mlp(D_IN, HIDDEN, seed)
-    x, y = dp.make_regression_data(UNEQUAL_SAMPLES, D_IN, seed)
-    full = _flat_grads(model, x, y)
-    naive = dp.combine_naive_mean([_flat_grads(model, x[s], y[s]) for s in shards], counts)
-    return ((naive - full).norm() / full.norm()).item()
+    rep.claim("sum-then-divide relative error, MLP data", mlp_rel[2], 2.9e-16, kind=ASSUMPTION, places=17,
+              setting=("seed",), ref="L14-4.2-fixed-error",
+              why=f"float64 round-off, ours {mlp_rel[2]:.2g}; the exact value depends on the data")
+    rep.claim("sum-then-divide: round-off only (below 1e-14)", mlp_rel[2] < 1e-14, True, kind=ASSUMPTION,
+              setting=(), ref="L14-4.2-fixed-error", why=f"{mlp_rel[2]:.2g} relative")
 
 
 def part4_accumulation(rep: Report, args: argparse.Namespace) -> None:
@@ -205,8 +199,9 @@ def part4_accumulation(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["comparison (same model, data and slices, " + f"{steps} steps)", "max |Δθ|"],
               [["accumulation vs simulated data parallel", to_dp],
                ["accumulation vs full batch", to_full]], name="accumulation")
-    rep.claim("accumulation vs data parallel, max |Δθ|", to_dp, 2.8e-17, kind=ASSUMPTION,
-              why=f"ours adds the micro-batch gradients in the simulated ranks' order and ÷{MICRO_BATCHES} "
+    rep.claim("accumulation vs data parallel, max |Δθ|", to_dp, 2.8e-17, kind=ASSUMPTION, places=18,
+              setting=("seed", "quick"), ref="L14-4.2-accumulation-gap",
+              why=f"ours {to_dp:.2g}: ours adds the micro-batch gradients in the simulated ranks' order and ÷{MICRO_BATCHES} "
                   "is exact in binary, so the two are bit-identical here; a non-zero gap needs another "
                   "summation order (e.g. gloo's) or a non-power-of-two count")
     rep.note("split a batch in space (ranks) or in time (micro-batches): same gradient. Combined, each "
@@ -218,49 +213,29 @@ def part5_async(rep: Report, args: argparse.Namespace) -> None:
     k = args.ps_workers
     rep.part(5, f"parameter server: synchronous vs asynchronous with stale gradients ({k} workers)")
     problem = dp.make_least_squares(PS_SAMPLES, PS_DIM, GRAD_COMPUTATIONS, PS_BATCH, args.seed)
-    start = problem.loss(np.zeros(PS_DIM))
     taus = sorted({t for t in (0, 1, (k - 1) // 2, k - 1) if t <= k - 1})
+    sw = async_sgd.run_sweep(problem, k, PS_LRS, taus)
     curvature = problem.largest_curvature()
-    rows, finals_by_lr = [], []
-    for lr in PS_LRS:
-        finals = [dp.simulate_parameter_server(problem, k, lr, None)]
-        finals += [dp.simulate_parameter_server(problem, k, lr, t) for t in taus]
-        finals_by_lr.append(finals)
-        rows.append([lr, lr * curvature, *[f"{v:.4g}" if v <= start else "diverged" for v in finals]])
+    rows = [[lr, lr * curvature, *[f"{v:.4g}" if not sw.diverged(v) else "diverged" for v in finals]]
+            for lr, finals in zip(PS_LRS, sw.finals)]
     rep.table(["lr", "lr·λmax", f"sync ({GRAD_COMPUTATIONS // k} updates)",
                *[f"async τ={t}" for t in taus]], rows, name="final_loss")
     limits = ", ".join(f"τ={t}: {dp.delayed_gd_stable_limit(t):.3g}" for t in taus)
     rep.line(f"  full-batch gradient descent with τ-old gradients is stable for lr·λmax below {limits}")
     rep.note(f"least squares L(w) = |Aw − b|²/2n, A: {PS_SAMPLES}×{PS_DIM} N(0,1), b = A·w* + 0.1·noise, "
-             f"w₀ = 0 (L = {start:.3g}, optimum {problem.optimum_loss():.3g}); gradient j uses the j-th of "
+             f"w₀ = 0 (L = {sw.start:.3g}, optimum {sw.optimum:.3g}), seed {args.seed}; gradient j uses the j-th of "
              f"{GRAD_COMPUTATIONS} fixed mini-batches of {PS_BATCH}, the same in every column.")
     rep.note(f"sync: each update averages {k} gradients at the current w. async τ: each gradient is one "
              f"update, computed at w as it was τ updates earlier (τ = {k - 1} ≈ K − 1 when all {k} workers "
              "are busy). 'diverged' = overflowed or ended above the starting loss.")
-    # What the table shows, read off the finals (another --seed or --ps-workers may change it).
-    sync_small, async_small = finals_by_lr[0][0], finals_by_lr[0][1:]
-    first_diverged = [next((i for i, f in enumerate(finals_by_lr) if f[c] > start), len(PS_LRS))
-                      for c in range(1 + len(taus))]  # per column: index of the first lr that diverges
-    seen = {"async_beats_sync_at_smallest_lr": all(v < sync_small for v in async_small),
-            "staler_better_at_smallest_lr": len(taus) > 1 and all(a > b for a, b in zip(async_small, async_small[1:])),
-            "staler_diverges_at_no_larger_lr": len(taus) > 1 and all(
-                a >= b for a, b in zip(first_diverged[1:], first_diverged[2:])),
-            "tau0_diverges_at_largest_lr": finals_by_lr[-1][1] > start,
-            "sync_diverges_at_largest_lr": finals_by_lr[-1][0] > start}
-    rep.record("observed", seen)
-    text = [f"at lr {PS_LRS[0]:g} async ({k}× the updates) "
-            + ("beats sync in every column" if seen["async_beats_sync_at_smallest_lr"] else "does not always beat sync")]
-    if seen["staler_better_at_smallest_lr"]:
-        text.append("there staler is a little better (an old gradient, from farther up the slope, acts like a "
-                    "larger step)")
-    if len(taus) > 1:
-        text.append("staler gradients blow up at a smaller or equal lr" if seen["staler_diverges_at_no_larger_lr"]
-                    else "a staler column is not always the first to blow up")
-    text.append(f"at lr {PS_LRS[-1]:g} τ = 0 " + ("diverges (one small mini-batch's curvature)"
-                                                if seen["tau0_diverges_at_largest_lr"] else "survives")
-                + f" and sync, averaging {k} mini-batches, "
-                + ("diverges" if seen["sync_diverges_at_largest_lr"] else "survives"))
-    rep.note("; ".join(text) + ".")
+    # The notes' four statements (§4.3), each claimed from this sweep (lecture14/async_sgd.py says how)
+    async_sgd.claim_findings(rep, sw, problem, k, args.seed, setting=("seed", "ps_workers"))
+    if rep.figure_dir():
+        panels = [{"lr": lr, "curves": {("sync" if t is None else f"async τ = {t}"):
+                                        dp.parameter_server_curve(problem, k, lr, t) for t in [None, *taus]}}
+                  for lr in (PS_LRS[0], 0.2)]
+        rep.save_figure(figures.async_curves(panels, k, sw.optimum, sw.start, f"seed {args.seed}, {GRAD_COMPUTATIONS} "
+                                            f"mini-batches of {PS_BATCH}"), "async_sgd_loss")
 
 
 def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
@@ -277,12 +252,20 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
                *[f"speedup {mb} MB" for mb in GRAD_SIZES_MB]], rows, name="speedup")
     rep.note("compute shrinks as 1/K while the ring's time tends to 2N/β: the speedup saturates "
              "(and even falls once the 2(K − 1)·α latency grows).")
-    why = "the notes' T1 = 20 ms, α = 5 µs, β = 25 GB/s; flags changed them"
-    for mb, k, notes in [(10, 8, 6.12), (100, 8, 2.09), (400, 2, 0.77)]:
-        ours = data_parallel_speedup(t1, k, ring_allreduce_time(k, mb * 1e6, link))
-        rep.claim(f"{mb} MB gradients on {k} GPUs", ours, notes, unit="×", kind=EXACT, rtol=0.005, why=why)
+    for mb, k, notes, ref in [(10, 8, 6.12, "L14-4.4-speedup-10mb"), (100, 8, 2.09, "L14-4.4-speedup-100mb"),
+                              (400, 2, 0.77, "L14-4.4-speedup-400mb")]:
+        comm = ring_allreduce_time(k, mb * 1e6, link)
+        ours = data_parallel_speedup(t1, k, comm)
+        rep.claim(f"{mb} MB gradients on {k} GPUs", ours, notes, unit="×", kind=EXACT, places=2,
+                  setting=("step_ms", "alpha_us", "beta_gbs"), ref=ref,
+                  why=f"T1 / (T1/K + T_comm) = {t1 * 1e3:g} ms / ({t1 / k * 1e3:.4g} + {comm * 1e3:.4g}) ms")
     fraction = 1 / 1.4 - 1 / 2  # T1/K + T_comm ≤ T1/1.4 with K = 2
-    rep.claim("HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2", fraction, 0.21, kind=EXACT)
+    rep.claim("HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2", fraction, 0.21, kind=EXACT, places=2, setting=(),
+              ref="L14-4.4-hw5-budget", why=f"1/1.4 − 1/2 = {fraction:.4f}")
+    big = [data_parallel_speedup(t1, kk, ring_allreduce_time(kk, 100e6, link)) for kk in (8, 64)]
+    rep.claim("the speedup saturates: 100 MB, K = 64 less than 1.2× K = 8", big[1] < 1.2 * big[0], True, kind=EXACT,
+              setting=("step_ms", "alpha_us", "beta_gbs"), ref="L14-4.4-saturates",
+              why=f"{big[0]:.3g}× at K = 8, {big[1]:.3g}× at K = 64: compute shrinks as 1/K, the ring tends to 2N/β")
     budget = fraction * t1
     # ring on 2 devices: 2(α + N/(2β)) ≤ budget  ⇒  N ≤ (budget − 2α)·β
     largest = max(0.0, (budget - 2 * link.alpha_s) * link.beta_Bps)
@@ -290,31 +273,8 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
              "on 2 GPUs")
     rep.record("largest_gradient_bytes_for_1.4x", largest)
     if rep.figure_dir():
-        fig, ax = new_figure(figsize=(5, 3.5))
-        for i, mb in enumerate(GRAD_SIZES_MB):
-            ax.plot(ks, [r[2 + len(GRAD_SIZES_MB) + i] for r in rows], marker="o", label=f"{mb} MB")
-        ax.plot(ks, ks, "k:", label="ideal")
-        ax.set(xscale="log", yscale="log", xlabel="GPUs K", ylabel="speedup", title="data-parallel speedup")
-        ax.legend()
-        rep.save_figure(fig, "05_speedup")
-
-
-def part7_deadlock(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(7, "extra (§2.2, §6): the most common deadlock, one rank skips a collective")
-    if under_torchrun():
-        rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
-        return
-    timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
-    seconds, report = launch_expecting_failure(skip_collective_worker, args.world_size, backend="auto",
-                                               timeout_s=timeout)
-    if report is None:
-        rep.line("  no error: the collective completed (it should not have)")
-    else:
-        rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher "
-                 "reports:")
-        rep.line(f"    {report}")
-    rep.note("every rank must make the same collective calls in the same order; without a timeout "
-             "this run would wait for ever (NCCL's default timeout is minutes).")
+        by_size = {f"{mb} MB": [r[2 + len(GRAD_SIZES_MB) + i] for r in rows] for i, mb in enumerate(GRAD_SIZES_MB)}
+        rep.save_figure(figures.speedup(ks, by_size, t1, link), "speedup")
 
 
 def main() -> None:
@@ -324,7 +284,7 @@ def main() -> None:
     parser.add_argument("--step-ms", type=positive_float, default=20.0, help="Part 6: single-GPU step time in ms")
     args = parser.parse_args()
     if args.world_size < 2:
-        raise UsageError(f"--world-size must be at least 2 (Part 7 needs a rank that skips), got {args.world_size}")
+        raise UsageError(f"--world-size must be at least 2 (data parallelism needs two ranks), got {args.world_size}")
     if args.ps_workers > GRAD_COMPUTATIONS:
         raise UsageError(f"--ps-workers must be at most {GRAD_COMPUTATIONS}, got {args.ps_workers}")
     rep = Report(__file__, "data parallelism (lecture 14 §4)", args)
@@ -334,7 +294,6 @@ def main() -> None:
     part4_accumulation(rep, args)   # micro-batches in time = ranks in space
     part5_async(rep, args)          # sync vs async parameter server, stale gradients, divergence
     part6_speedup(rep, args)        # T1 / (T1/K + T_comm) and HW5's 1.4× budget
-    part7_deadlock(rep, args)       # one rank skips a collective: a timeout, not a hang
     rep.finish()
 
 

@@ -311,3 +311,53 @@ def delayed_gd_stable_limit(staleness: int) -> float:
     if staleness < 0:
         raise ValueError(f"staleness must be >= 0, got {staleness}")
     return 2 * math.sin(math.pi / (2 * (2 * staleness + 1)))
+
+
+def parameter_server_curve(problem: LeastSquares, workers: int, lr: float,
+                           staleness: int | None) -> tuple[list[int], list[float]]:
+    """The loss after each update, against gradient computations so far: the run of
+    simulate_parameter_server, point by point (for the loss curves). A run that blows up ends with
+    an infinite loss at the update where it did."""
+    w = np.zeros(problem.a.shape[1])
+    xs, ys = [0], [problem.loss(w)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        if staleness is None:
+            steps = [(u, [u * workers + i for i in range(workers)]) for u in range(problem.computations // workers)]
+            for u, js in steps:
+                w = w - lr * sum(problem.grad(w, j) for j in js) / workers
+                xs.append((u + 1) * workers)
+                ys.append(problem.loss(w) if np.isfinite(w).all() else math.inf)
+                if not math.isfinite(ys[-1]):
+                    break
+            return xs, ys
+        history = [w]
+        for j in range(problem.computations):
+            w = history[-1] - lr * problem.grad(history[max(0, j - staleness)], j)
+            history.append(w)
+            xs.append(j + 1)
+            ys.append(problem.loss(w) if np.isfinite(w).all() else math.inf)
+            if not math.isfinite(ys[-1]):
+                break
+    return xs, ys
+
+
+def sequential_sgd(problem: LeastSquares, lr: float) -> float:
+    """Plain mini-batch SGD, one gradient per update in order: what async τ = 0 must be."""
+    w = np.zeros(problem.a.shape[1])
+    for j in range(problem.computations):
+        w = w - lr * (problem.batch_h[j] @ w - problem.batch_c[j])
+    return problem.loss(w)
+
+
+def flat_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    return torch.cat([g.reshape(-1) for g in shard_gradients(model, x, y, reduction)])
+
+
+def naive_error(seed: int, shards: list[list[int]], counts: list[int], d_in: int, hidden: int) -> float:
+    """Relative error of the naive mean of per-rank means on a seeded MLP regression of sum(counts)
+    samples (05_data_parallel.py Part 3's spread over data seeds)."""
+    model = make_mlp(d_in, hidden, seed)
+    x, y = make_regression_data(sum(counts), d_in, seed)
+    full = flat_grads(model, x, y)
+    naive = combine_naive_mean([flat_grads(model, x[s], y[s]) for s in shards], counts)
+    return ((naive - full).norm() / full.norm()).item()
