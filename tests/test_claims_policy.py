@@ -113,7 +113,8 @@ def test_a_claims_status_does_not_depend_on_quick(quick_reproduction: dict, full
     quick, full = statuses(quick_reproduction), statuses(full_reproduction)
     assert set(quick) == set(full)
     changed = [f"{k}: {full[k]} in a full run, {quick[k]} with --quick" for k in full
-               if quick[k] != full[k] and quick[k] != "other setting" and "other machine" not in (quick[k], full[k])]
+               if quick[k] != full[k] and quick[k] != "other setting"
+               and not {"other machine", "not measured"} & {quick[k], full[k]}]  # a timing, a fit: noise
     assert not changed, "\n".join(changed)
 
 

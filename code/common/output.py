@@ -263,13 +263,13 @@ class Report:
         """
         off = off_setting(self.args, setting) if self.args is not None else []
         rule, decision = "", ""
-        if ours is None:
+        if notes is not None and off:  # first: whatever this run measured, it is not the notes' setting
+            status, rule = "other setting", "not compared"
+            decision = "not at the notes' setting: " + ", ".join(off)
+        elif ours is None:
             status = "not measured"  # this run could not measure it (say why)
         elif notes is None:
             status = "ours only"
-        elif off:
-            status, rule = "other setting", "not compared"
-            decision = "not at the notes' setting: " + ", ".join(off)
         else:
             agreed, rule, decision = _decide(ours, notes, places, factor, rtol, atol)
             status = "agrees" if agreed else ("other machine" if kind == MEASURED else "differs")
