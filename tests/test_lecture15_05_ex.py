@@ -168,8 +168,6 @@ def test_exercise_claims_against_independent_numbers(exercises_run: tuple[str, d
     assert claims["throughput, 256 ranks against 1"]["ours"] == pytest.approx((256 * 32 / 0.100) / (32 / 0.050))
     assert claims["scaling efficiency"]["ours"] == pytest.approx(50.0)
     assert claims["average step, sync every 4"]["ours"] == pytest.approx((3 * 50 + 100) / 4)
-    assert claims["ring all-reduce time"]["ours"] == pytest.approx(2 * 63 / 64 * 14e9 / 50e9)
-    assert claims["bytes each rank sends, 2(K−1)/K·N"]["ours"] == pytest.approx(2 * 63 / 64 * 14)
     assert claims["ResNet-50 parameter tensors"]["ours"] == len(resnet50().params) == 161
     assert claims["cap 0 is slower than one bucket without overlap"]["ours"] is True
     assert all(c["status"] == "agrees" for c in data["claims"]), [c for c in data["claims"] if c["status"] != "agrees"]

@@ -295,6 +295,9 @@ def test_check_script_quick() -> None:
     assert all(s == "agrees" for ref, s in statuses.items() if ref not in ours_only), statuses
     assert {claims[ref]["ours"] for ref in ours_only if claims[ref]["unit"] != "×"} == {True}
     assert claims["HB-check-summary-line"]["ours"] == "2 个 rank，2 个梯度桶，每步在反向过程中发起 2 次 all-reduce"
+    # The handbook's 7B question, by hand: 2(K−1)/K of 14 GB per rank at 50 GB/s.
+    assert claims["HB-7b-ring-bytes"]["ours"] == pytest.approx(2 * 63 / 64 * 14)
+    assert claims["HB-7b-ring-time"]["ours"] == pytest.approx(2 * 63 / 64 * 14e9 / 50e9)
 
 
 def test_check_script_other_knobs() -> None:

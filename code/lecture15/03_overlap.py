@@ -55,6 +55,9 @@ QUICK_CAPS_MIB = [0, 1, 5, 25, 50, 100]
 SHUFFLE_SEEDS = 5     # Part 4: how many shuffled registrations to show
 
 
+READING_LABEL = {"--bucket-cap-mb": "flag", "bucket_cap_mb=None (default)": "None", "bucket_cap_mb=25": "=25"}
+
+
 def cap_text(nbytes: int) -> str:
     """A cap as a reader would write it: 25 MB when it is a whole number of 10^6 B, else MiB."""
     return f"{nbytes / MB:g} MB" if nbytes % MB == 0 else f"{nbytes / MiB:g} MiB"
@@ -97,13 +100,15 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
         on = simulate_ddp(model, k, link, cap, first, overlap=True, compute=compute)
         raw = simulate_ddp(model, k, link, cap, first, overlap=True, compute=flops)
         timelines[reading] = (off, on, raw)
-        shown = [f"{b / MB:.1f}" for b in on.bucket_bytes[:4]]  # a bucket per gradient: 161 of them
+        shown = [f"{b / MB:.0f}" for b in on.bucket_bytes[:4]]  # a bucket per gradient: 161 of them
         sizes = ", ".join(shown) + (", …" if len(on.bucket_bytes) > 4 else "")
-        label = f"{cap_text(cap)}" + (", first 1 MiB" if first else "")
-        rows.append([f"{label} ({reading})", len(on.buckets), sizes, ms(on.comm_total_s),
+        label = f"{cap_text(cap)}" + (" + 1 MiB first" if first else "")
+        rows.append([f"{label} ({READING_LABEL[reading]})", len(on.buckets), sizes, ms(on.comm_total_s),
                      ms(off.step_s), ms(on.step_s), f"{100 * (off.step_s / on.step_s - 1):.0f} %", ms(raw.step_s)])
     rep.table(["bucket cap", "buckets", "bucket sizes (MB)", "comm (ms)", "no overlap (ms)", "overlap (ms)",
                "faster by", "overlap, uncal. (ms)"], rows, name="steps")
+    rep.note("(flag) = --bucket-cap-mb; (None) = DDP's default, bucket_cap_mb=None: 25 MiB with a 1 MiB "
+             "first bucket; (=25) = an explicit bucket_cap_mb=25: 25 MiB, no separate first bucket")
     off, on, raw = timelines["--bucket-cap-mb"]
     rep.line(f"\n  no overlap: step {ms(off.step_s)} ms (cap {cap_text(args.bucket_cap_bytes)}; each chart spans its "
              "own step)")
