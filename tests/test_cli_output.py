@@ -75,6 +75,8 @@ def test_claim_rules_are_strict() -> None:
     with pytest.raises(ValueError):
         rep.claim("f", 1.0, 1.0, factor=0.5)
     assert not rep.claim("g", 2.0, 2.0, erratum=True).erratum           # agrees: no error in the notes here
+    with pytest.raises(TypeError):                                       # no tolerance to reach for
+        rep.claim("i", 3.16, 3.15, rtol=0.05)
     slip = rep.claim("h", 1.875, 1.92, "ms", places=2, erratum=True, why="MiB read as MB")
     assert slip.status == "differs" and slip.erratum
 

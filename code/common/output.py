@@ -154,8 +154,7 @@ def _rounds_to(ours: float, notes: float, places: int) -> bool:
     return _rounded(ours, places) == _rounded(notes, places)
 
 
-def _decide(ours: Any, notes: Any, places: int | None, factor: float | None,
-            rtol: float | None, atol: float) -> tuple[bool, str, str]:
+def _decide(ours: Any, notes: Any, places: int | None, factor: float | None) -> tuple[bool, str, str]:
     """(agreed, rule, decision) for one claim: see Report.claim."""
     if isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
         agreed = ours == notes
@@ -173,9 +172,6 @@ def _decide(ours: Any, notes: Any, places: int | None, factor: float | None,
         agreed = low <= ours <= high
         return agreed, f"within a factor of {factor:g}", (
             f"{fmt_num(ours)} is {'inside' if agreed else 'outside'} {fmt_num(low)} … {fmt_num(high)}")
-    if rtol is not None:
-        agreed = abs(ours - notes) <= max(rtol * abs(notes), atol)
-        return agreed, f"within rtol {rtol:g}" + (f", atol {atol:g}" if atol else ""), f"|{ours} − {notes}|"
     agreed = math.isclose(ours, notes, rel_tol=1e-9, abs_tol=1e-12)
     return agreed, "exact", f"{fmt_num(ours, 10)} {'=' if agreed else '≠'} {fmt_num(notes, 10)}"
 
@@ -241,8 +237,7 @@ class Report:
     # ---- claims ----------------------------------------------------------------------------
     def claim(self, what: str, ours: Any, notes: Any = None, unit: str = "", kind: str = EXACT,
               *, why: str = "", digits: int = 4, factor: float | None = None, places: int | None = None,
-              setting: Sequence[str] | None = None, ref: str = "", erratum: bool = False,
-              rtol: float | None = None, atol: float = 0.0) -> Claim:
+              setting: Sequence[str] | None = None, ref: str = "", erratum: bool = False) -> Claim:
         """Print our value with the notes' beside it, and record the pair with its status.
 
         How agreement is decided (recorded in --json as `rule`, with `decision` saying what it found):
@@ -251,8 +246,6 @@ class Report:
           factor=F   within notes/F … notes·F, only for the notes' "about 1e-5" values (F stated);
           neither    exact: equal numbers (to 1e-9 relative, for float arithmetic), equal strings
                      and booleans.
-        (rtol/atol: the old loose rule, kept only until every caller is converted; the policy test
-        fails any claim that agrees by it.)
         Status: 'agrees'; 'differs' (`why` says why: give a reason for every claim, it is recorded
         always; erratum=True says a "differs" is a slip in the notes, listed as such: recorded only
         when the claim does differ, so a loop over the notes' rows may pass it for every row); 'other machine' for a
@@ -271,7 +264,7 @@ class Report:
         elif notes is None:
             status = "ours only"
         else:
-            agreed, rule, decision = _decide(ours, notes, places, factor, rtol, atol)
+            agreed, rule, decision = _decide(ours, notes, places, factor)
             status = "agrees" if agreed else ("other machine" if kind == MEASURED else "differs")
         sep = " " if unit else ""
         shown_digits = max(digits, _digits_for_places(ours, places)) if places is not None else digits
