@@ -124,7 +124,8 @@ def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
     for name, sim in runs.items():
         rep.record(name, {"makespan_ms": ms(sim.makespan), "bubble_fraction": sim.bubble_fraction,
                           "peak_activations": sim.peak_activations})
-    plot_runs(rep, list(runs.values()), "06_schedules")
+    plot_runs(rep, list(runs.values()), "schedules",
+              f"S = {s} stages, M = {m} micro-batches, t_f = {ms(tf):g} ms, t_b = {ms(tb):g} ms, p2p = {ms(p2p):g} ms")
 
 
 def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
@@ -288,10 +289,12 @@ def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
              "No p2p time in this part")
     rep.claim("pace = the slowest stage's t_f + t_b", math.isclose(pace[f"stage {slow} × {f:g}"], (tf + tb) * f,
               rel_tol=1e-9), True, kind=EXACT, setting=())
-    plot_runs(rep, runs[:2], "06_unbalanced", [f"1F1B, {name}" for name in cases])
+    plot_runs(rep, runs[:2], "unbalanced", f"S = {s} stages, M = {m} micro-batches, t_f = {ms(tf):g} ms, "
+              f"t_b = {ms(tb):g} ms per balanced stage, no p2p", [f"1F1B, {name}" for name in cases])
 
 
-def plot_runs(rep: Report, runs: list[pp.PipelineRun], name: str, titles: list[str] | None = None) -> None:
+def plot_runs(rep: Report, runs: list[pp.PipelineRun], name: str, setting: str,
+              titles: list[str] | None = None) -> None:
     if rep.figure_dir() is None:
         return
     height = 1.2 + min(0.35 * runs[0].stages, 6.0)   # per schedule; many stages share the rows' height
@@ -299,6 +302,7 @@ def plot_runs(rep: Report, runs: list[pp.PipelineRun], name: str, titles: list[s
     for i, (ax, sim) in enumerate(zip(axes[:, 0], runs)):
         title = f"{titles[i]}: makespan {fmt_time(sim.makespan)}, bubble {100 * sim.bubble_fraction:.1f} %" if titles else ""
         pp.draw_gantt(ax, sim, title)
+    fig.suptitle(setting)
     fig.tight_layout()
     rep.save_figure(fig, name)
 
