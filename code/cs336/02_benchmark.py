@@ -322,8 +322,10 @@ def save_figure(rep: Report, m: dict) -> None:
         ax.legend(fontsize=7)
     for ax in axes[-1]:
         ax.set_xlabel("S (bytes, nccl-tests' total size)")
+    fig.suptitle(f"nccl-tests-style sweep on {m['backend']}, {m['n']} ranks on this machine: slowest rank per call, "
+                 "median of the iterations")
     fig.tight_layout()
-    rep.save_figure(fig, "cs336_02_busbw")
+    rep.save_figure(fig, "busbw")
 
 
 if __name__ == "__main__":
