@@ -101,3 +101,19 @@ def test_03_explicit_world_size_8_is_part_3s_notes_setting() -> None:
     assert "best S (power of two): 64 (notes: 64; exact formula; agrees)" in out
     assert "time unsplit (S = 1): 17.955 ms (notes: 17.96 ms; exact formula; agrees)" in out
     assert "worker 0 after reduce-scatter" not in out
+
+
+def test_03_mpi_indices_and_owner_chunk_claims_for_other_k(tmp_path: Path) -> None:
+    """The §3.2 statements hold for any K: claimed at K = 5 too; and the simulator's owner chunk is
+    (r + 1) mod K, not another one (an independent recount of the symbolic terms)."""
+    from lecture14 import collectives as col
+    out = tmp_path / "o.json"
+    run_script(S03, "--world-size", "5", "--quick", "--json", str(out))
+    found = {c["ref"]: c for c in claims(out).values() if c["ref"].startswith("L14-3.2-")}
+    assert found["L14-3.2-mpi-chunk-indices"]["status"] == "agrees"
+    assert found["L14-3.2-owner-chunk"]["status"] == "agrees"
+    res = col.ring_allreduce(col.symbolic_inputs(5), history=True)
+    rs_end = [r for r in res.rounds if r.phase == "reduce-scatter"][-1].state
+    for r in range(5):
+        full = [j for j in range(5) if len(rs_end[r][j].terms) == 5]
+        assert full == [(r + 1) % 5]

@@ -84,6 +84,18 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  {res.n_rounds} rounds = 2(K - 1); every worker ends with every chunk summed over all "
              f"{k} workers, each term once: {'yes' if done else 'NO'}")
     rep.record("rounds", res.n_rounds)
+    # The notes' MPI loops (slides 47–48): reduce-scatter round i sends chunk (r − i) mod K and receives
+    # (r − i − 1) mod K; all-gather round i sends (r − i + 1) mod K. Checked on every simulated message.
+    mpi = all(np.array_equal(rnd.dst, (rnd.src + 1) % k) and np.array_equal(
+        rnd.chunk, (rnd.src - rnd.index + (rnd.phase != "reduce-scatter")) % k) and (
+        rnd.phase != "reduce-scatter" or np.array_equal(rnd.chunk, (rnd.dst - rnd.index - 1) % k)) for rnd in res.rounds)
+    rep.claim("every message follows the notes' MPI chunk indices", mpi, True, kind=EXACT, setting=(),
+              ref="L14-3.2-mpi-chunk-indices", why=f"all {sum(len(r.src) for r in res.rounds)} messages, K = {k}")
+    if symbolic:
+        rs_end = next(r for r in reversed(res.rounds) if r.phase == "reduce-scatter").state
+        owner = all(rs_end[r][(r + 1) % k] == col.Sym([(w, (r + 1) % k) for w in range(k)]) for r in range(k))
+        rep.claim("after reduce-scatter, worker r's chunk (r + 1) mod K is the sum over all workers", owner, True,
+                  kind=EXACT, setting=(), ref="L14-3.2-owner-chunk", why=f"every worker's buffer, K = {k}")
     if k == NOTES_K[1]:
         rs_end = next(r for r in reversed(res.rounds) if r.phase == "reduce-scatter").state
         w0 = "  ".join(col.format_chunks(rs_end[0], res.bounds))
