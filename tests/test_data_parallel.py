@@ -243,3 +243,37 @@ def test_the_sweep_reads_staleness_and_divergence_right() -> None:
     assert sw.diverged(9e9) and not sw.diverged(5.0)
     assert [sw.first_diverging_lr(c) for c in (0, 1, 2)] == [2, 1, 1]
     assert not async_sgd.Sweep([0.1], [0, 1], [[2.0, 1.5, 1.0]], 5.0, 1.0).staler_worse(0)
+
+
+# ---- staleness of asynchronous updates (05 Part 5) ----------------------------------------------
+def _staleness_by_clock(workers: int, gradients: int, times: list[float]) -> list[int]:
+    """An independent reference: scan every worker for the next arrival (no heap), count versions."""
+    finish = list(times)
+    pulled, version, stale = [0] * workers, 0, []
+    while len(stale) < gradients:
+        w = min(range(workers), key=lambda i: (finish[i], i))
+        stale.append(version - pulled[w])
+        version += 1
+        pulled[w], finish[w] = version, finish[w] + times[w]
+    return stale
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 8])
+def test_equal_speed_workers_are_k_minus_1_late_in_steady_state(k: int) -> None:
+    from lecture14 import async_sgd
+    stale = async_sgd.gradient_staleness(k, 50)
+    assert stale == list(range(k)) + [k - 1] * (50 - k)  # the first K ramp up, then exactly K − 1
+    assert stale == _staleness_by_clock(k, 50, [1.0] * k)
+
+
+def test_uneven_workers_match_the_clock_reference_and_stay_near_k_minus_1() -> None:
+    from lecture14 import async_sgd
+    rng = random.Random(3)
+    times = [rng.uniform(0.5, 1.5) for _ in range(6)]
+    stale = async_sgd.gradient_staleness(6, 2000, times)
+    assert stale == _staleness_by_clock(6, 2000, times)
+    assert sum(stale[6:]) / len(stale[6:]) == pytest.approx(5, abs=0.05)
+    rows = async_sgd.staleness_rows([4, 8], 400, seed=0)
+    assert [r[:5] for r in rows] == [[4, 3, 3.0, 3, 3], [8, 7, 7.0, 7, 7]]
+    with pytest.raises(ValueError):
+        async_sgd.gradient_staleness(3, 10, [1.0, 2.0])

@@ -282,10 +282,29 @@ def test_a_fit_with_a_negative_intercept_is_not_measured(alpha_beta: ModuleType)
     run = gt.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
     assert not run["alpha"].measured and run["alpha"].used == 0
     rep = Report("04_alpha_beta.py", "test", None)
-    alpha_beta.part2_claims(rep, {4: run})
+    gt.claims(rep, {4: run}, alpha_beta.NOTES_GLOO_ALPHA_S)
     fitted = [c for c in rep.claims if c.ref == "L14-3.4-gloo-fit"]
     assert [c.status for c in fitted] == ["not measured", "not measured"]
     assert all(c.ours is None and "fit failed in 3 of 3 sweeps" in c.why for c in fitted)
+    loopback = [c for c in rep.claims if c.ref == "L14-3.4-loopback-100x"]
+    assert loopback[0].status == "not measured" and "fit failed" in loopback[0].why
+
+
+def test_loopback_latency_against_the_links_alpha(alpha_beta: ModuleType) -> None:
+    """A clean line whose ring α is 500 µs: 100× the 5 µs link α, two orders of magnitude. The
+    notes' own 130 µs over the same 5 µs is 26×: log10 = 1.41, which does not round to 2."""
+    from lecture14 import gloo_timing as gt
+
+    sizes = [2**10 * 4**i for i in range(8)]
+    times = [6 * 500e-6 + n / 1e9 for n in sizes]  # a = 2(K−1)·α with K = 4
+    run = gt.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
+    rep = Report("04_alpha_beta.py", "test", None)
+    gt.claims(rep, {4: run}, 130e-6)
+    measured, notes_own = [c for c in rep.claims if c.ref == "L14-3.4-loopback-100x"]
+    assert measured.ours == pytest.approx(100) and measured.status == "agrees"
+    assert measured.rule == "within a factor of 3.16228"
+    assert notes_own.ours == pytest.approx(26) and notes_own.status == "differs"
+    assert round(math.log10(notes_own.ours)) == 1  # an independent reading of 'orders of magnitude'
 
 
 def test_an_absurd_fit_is_refused() -> None:

@@ -28,6 +28,8 @@ def test_02_default_world_size(tmp_path: Path) -> None:
     assert len(found) >= 6 and all(c["status"] == "agrees" for c in found.values()), found
     assert found["reduce-scatter output / input size (rank 0)"]["ours"] == 0.25
     assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(out)  # Part 4: the skipper
+    hang = found["a collective one rank skips never completes: the run ends only at the timeout, in an error"]
+    assert hang["ref"] == "L14-2.2-skipped-collective-hangs" and hang["ours"] is True
 
 
 def test_02_three_ranks_uneven_chunks() -> None:
@@ -90,3 +92,28 @@ def test_03_bad_flags() -> None:
     for flag, value in (("--world-size", "0"), ("--world-size", "1"), ("--size", "0"),
                         ("--alpha-us", "-1"), ("--traffic-size", "lots")):
         assert_usage_error(S03, flag, value)
+
+
+def test_03_explicit_world_size_8_is_part_3s_notes_setting() -> None:
+    """--world-size 8 is the notes' K for Part 3 (the default None means 8 there): its claims still
+    compare; Part 1 (the notes' 4 workers) then prints no claims at all."""
+    out = flat(run_script(S03, "--world-size", "8", "--quick").stdout)
+    assert "best S (power of two): 64 (notes: 64; exact formula; agrees)" in out
+    assert "time unsplit (S = 1): 17.955 ms (notes: 17.96 ms; exact formula; agrees)" in out
+    assert "worker 0 after reduce-scatter" not in out
+
+
+def test_03_mpi_indices_and_owner_chunk_claims_for_other_k(tmp_path: Path) -> None:
+    """The §3.2 statements hold for any K: claimed at K = 5 too; and the simulator's owner chunk is
+    (r + 1) mod K, not another one (an independent recount of the symbolic terms)."""
+    from lecture14 import collectives as col
+    out = tmp_path / "o.json"
+    run_script(S03, "--world-size", "5", "--quick", "--json", str(out))
+    found = {c["ref"]: c for c in claims(out).values() if c["ref"].startswith("L14-3.2-")}
+    assert found["L14-3.2-mpi-chunk-indices"]["status"] == "agrees"
+    assert found["L14-3.2-owner-chunk"]["status"] == "agrees"
+    res = col.ring_allreduce(col.symbolic_inputs(5), history=True)
+    rs_end = [r for r in res.rounds if r.phase == "reduce-scatter"][-1].state
+    for r in range(5):
+        full = [j for j in range(5) if len(rs_end[r][j].terms) == 5]
+        assert full == [(r + 1) % 5]

@@ -98,3 +98,29 @@ def test_a_changed_flag_makes_claims_other_setting(tmp_path: Path) -> None:
     # claims no flag can change are still compared
     assert found["async τ = 0 is sequential mini-batch SGD (same final loss, lr 0.01)"]["status"] == "agrees"
     assert found["HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2"]["status"] == "agrees"
+
+
+def _gloo_avg_worker(rank: int, world_size: int) -> bool:
+    import torch
+    import torch.distributed as dist
+    try:
+        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.AVG)
+        return False
+    except (RuntimeError, ValueError):
+        return True
+
+
+def test_average_gradients_claims_from_real_ranks(tmp_path: Path) -> None:
+    """§4.1: 'gloo has no AVG' decided by this torch's gloo (tried here in a run of our own);
+    SUM then ÷ W and the grad-None skip agree; staleness K − 1 and 8× the updates at 8 workers."""
+    from common.launcher import launch
+    out = tmp_path / "05.json"
+    run_script(SCRIPT, "--quick", "--json", str(out))
+    claims = {c["ref"]: c for c in json.loads(out.read_text())["claims"] if c["ref"]}
+    rejects = launch(_gloo_avg_worker, 2, timeout_s=20)[0]
+    assert claims["L14-4.1-gloo-no-avg"]["ours"] is rejects
+    assert claims["L14-4.1-gloo-no-avg"]["status"] == ("agrees" if rejects else "differs")
+    for ref in ("L14-4.1-sum-then-divide", "L14-4.1-skip-none-grads", "L14-4.1-proportional-drops",
+                "L14-4.2-weighted-fix", "L14-4.3-8x-updates"):
+        assert claims[ref]["status"] == "agrees", ref
+    assert claims["L14-4.3-staleness-k-minus-1"]["ours"] == 7 and claims["L14-4.3-staleness-k-minus-1"]["notes"] == 7

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from conftest import assert_usage_error, run_script
 
-from lecture14 import exercises
+from lecture14 import shards
 from lecture14.replicas import replica_drift
 
 
@@ -85,7 +86,6 @@ def test_ex3_rounds_match_a_hand_simulation(claims: dict) -> None:
 
 
 def test_ex4_bytes_per_device() -> None:
-    import numpy as np
 
     from lecture14.collectives import ring_allreduce
     for k in (2, 4, 6):
@@ -127,16 +127,26 @@ def test_ex8_parameter_server(claims: dict) -> None:
 
 
 def test_ex9_weights(claims: dict) -> None:
-    assert exercises.sample_weights([334, 333, 333]) == pytest.approx([1 / 1002, 1 / 999, 1 / 999])
+    assert shards.sample_weights([334, 333, 333]) == pytest.approx([1 / 1002, 1 / 999, 1 / 999])
     assert ours(claims, 9, "largest deviation") == pytest.approx(100 * (1 - 1000 / 1002))
     assert ours(claims, 9, "10 samples on 4 ranks: weight ratio 2-sample / 3-sample") == pytest.approx(1.5)
     error = math.sqrt(6 * (1 / 12 - 0.1) ** 2 + 4 * (1 / 8 - 0.1) ** 2) / math.sqrt(10 * 0.01)
     assert ours(claims, 9, "gradient error, [3, 3, 2, 2], orthogonal per-sample gradients") == pytest.approx(100 * error)
+    assert shards.weight_vector_error([3, 3, 2, 2]) == pytest.approx(error)
+
+
+def test_ex9_correlated_errors_against_numpy_means() -> None:
+    # A plain numpy mean of means (no ring) against the module's ring-averaged one; the fix is round-off.
+    grads = np.random.default_rng(0).normal(size=(10, 5)) + 1.0
+    means = np.mean([part.mean(axis=0) for part in np.split(grads, [3, 6, 8])], axis=0)
+    naive, fixed = shards.correlated_errors([3, 3, 2, 2])
+    assert naive == pytest.approx(np.linalg.norm(means - grads.mean(axis=0)) / np.linalg.norm(grads.mean(axis=0)))
+    assert naive > 0.01 and fixed < 1e-14
 
 
 def test_ex10_effective_batch(claims: dict) -> None:
-    assert exercises.effective_batch(4, 32) == 128 and exercises.effective_batch(4, 32, 2) == 256
-    assert exercises.effective_batch(3, 5, 7) == 105
+    assert shards.effective_batch(4, 32) == 128 and shards.effective_batch(4, 32, 2) == 256
+    assert shards.effective_batch(3, 5, 7) == 105
     assert ours(claims, 10, "… and 2 accumulation steps") == 256
 
 

@@ -277,18 +277,18 @@ def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
 
 def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
     rep.part(4, "extra (§2.2, §6): the most common deadlock, one rank skips a collective")
+    what = "a collective one rank skips never completes: the run ends only at the timeout, in an error"
     if under_torchrun():
         rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
+        rep.claim(what, None, True, kind=EXACT, setting=(), ref="L14-2.2-skipped-collective-hangs", why="not run")
         return
     timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
     seconds, report = launch_expecting_failure(skip_collective_worker, args.world_size, backend="auto",
                                                timeout_s=timeout)
-    if report is None:
-        rep.line("  no error: the collective completed (it should not have)")
-    else:
-        rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher "
-                 "reports:")
-        rep.line(f"    {report}")
+    rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher reports:\n"
+             f"    {report}" if report else "  no error: the collective completed (it should not have)")
+    rep.claim(what, report is not None, True, kind=EXACT, setting=(), ref="L14-2.2-skipped-collective-hangs",
+              why=f"{args.world_size} real ranks, only rank 0 calls all_reduce: the launch {'failed' if report else 'completed'}")
     rep.note("every rank must make the same collective calls in the same order; without a timeout "
              "this run would wait for ever (NCCL's default timeout is minutes).")
 

@@ -37,7 +37,7 @@ from common.costmodel import (
     ring_tree_crossover_bytes,
 )
 from common.launcher import launch
-from common.output import ASSUMPTION, EXACT, MEASURED, Report, fmt_bytes, fmt_time
+from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time
 from lecture14 import figures
 from lecture14 import gloo_timing as gt
 
@@ -46,6 +46,7 @@ MODEL_SIZES = [10**e for e in range(3, 10)]  # 1 KB … 1 GB, MB = 1e6 B as in t
 REAL_PROCS = (2, 4)                           # the notes' two process counts
 REAL_SIZES = [2**10 * 4**i for i in range(8)]  # 1 KiB … 16 MiB by factors of 4
 QUICK_SIZES = [2**10, 2**14, 2**18, 2**20]      # 1 KiB, 16 KiB, 256 KiB, 1 MiB
+NOTES_GLOO_ALPHA_S = 130e-6                   # the notes' fitted gloo α, 4 processes (Part 2)
 PEAK_TFLOPS, MFU, TOKENS_PER_GPU = 989.0, 0.40, 2048  # the notes' compute assumptions (Part 3)
 GRAD_BYTES_PER_PARAM = 2                      # bf16 gradients
 
@@ -221,34 +222,10 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
             if f.failed:
                 rep.line(f"  {k} processes, a sweep's fit failed: {f.failed}")
     rep.table(["processes", "fits ok", "α per round", "β (GB/s)", "t(16 KiB) / t(1 KiB)"], fit_rows, name="fit")
-    part2_claims(rep, runs)
+    gt.claims(rep, runs, NOTES_GLOO_ALPHA_S)  # the notes' α, β, 1 KiB ≈ 16 KiB, loopback vs NVLink
     rep.note("the shape is the point: a fixed cost per call plus a cost per byte, on any interconnect")
     if rep.figure_dir():
         rep.save_figure(figures.gloo_fit(sizes, runs, sweeps), "gloo_allreduce")
-
-
-def part2_claims(rep: Report, runs: dict[int, dict]) -> None:
-    """The notes' 4-process fit (about 130 µs, about 4 GB/s) and 1 KiB ≈ 16 KiB: claims, or 'not measured'."""
-    k = 4 if 4 in runs else max(runs)
-    run = runs[k]
-    machine = "measured here: processes over the loopback on a shared machine, the notes' on another"
-    for what, sp, scale, notes, unit in (("α per round", run["alpha"], 1e6, 130, "µs"),
-                                         ("effective bandwidth β", run["beta"], 1e-9, 4, "GB/s")):
-        if sp.measured:
-            why = (f"{machine}; median of {sp.used} sweeps' fits, range {sp.low * scale:.3g} … {sp.high * scale:.3g} "
-                   f"{unit}; the notes' 'about' read as within a factor of 2")
-        else:
-            why = (f"not measured: the fit failed in {sp.total - sp.used} of {sp.total} sweeps (a negative or "
-                   "absurd α or β): the timings were too noisy for a line; rerun on a quieter machine or with "
-                   "more --repeats")
-        rep.claim(f"{k} processes: {what}", sp.median * scale if sp.measured else None, notes if k == 4 else None,
-                  unit, MEASURED, factor=2, setting=("quick",), ref="L14-3.4-gloo-fit", why=why)
-    ratio = run["ratio"]
-    rep.claim("t(16 KiB) / t(1 KiB) below 2 (16× the bytes, almost the same time)",
-              bool(ratio.median < 2) if ratio.used else None, True, kind=MEASURED, setting=("quick",),
-              ref="L14-3.4-1k-16k-equally-slow",
-              why=(f"median ratio {ratio.median:.2f} over {ratio.used} sweeps ({ratio.low:.2f} … {ratio.high:.2f}), "
-                   f"{k} processes; 'almost equally slow' read as less than 2×") if ratio.used else "not timed")
 
 
 def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:

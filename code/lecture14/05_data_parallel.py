@@ -25,7 +25,7 @@ from common.cli import UsageError, link_from_args, make_parser, positive_float, 
 from common.costmodel import data_parallel_speedup, ring_allreduce_time
 from common.launcher import launch, preload_for_ddp, rank_device
 from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time
-from lecture14 import async_sgd, figures
+from lecture14 import async_sgd, figures, hw5_checks
 from lecture14 import data_parallel as dp
 
 D_IN, HIDDEN = 8, 16        # the small float64 MLP regression of Parts 2 and 4
@@ -47,7 +47,7 @@ def partition_worker(rank: int, world_size: int, size: int, seed: int) -> list[i
 
 
 def hw5_worker(rank: int, world_size: int, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-               steps: int, seed: int) -> list[float]:
+               steps: int, seed: int) -> tuple[list[float], dict]:
     """HW5 as a student writes it: my shard, my optimizer, train_step with average_gradients."""
     shard = dp.partition_indices(len(x), world_size, rank, seed)
     device = rank_device()  # the CPU under gloo; this rank's GPU under NCCL
@@ -56,7 +56,7 @@ def hw5_worker(rank: int, world_size: int, model: nn.Module, x: torch.Tensor, y:
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for _ in range(steps):
         dp.train_step(model, optimizer, nn.functional.mse_loss, inputs, targets)
-    return dp.flat_params(model).tolist()
+    return dp.flat_params(model).tolist(), hw5_checks.average_checks(rank, device)
 
 
 # ---- the parts ----------------------------------------------------------------------------------
@@ -69,14 +69,14 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["rank", "samples", "indices (its slice of the seeded shuffle)"], rows, name="real_ranks")
     covered = sorted(i for s in shards for i in s) == list(range(size))
     rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: {covered}")
-    rows = []
+    rows, drops_remainder = [], True
     for n in sorted({max(w - 1, 0), w, size, 1003}):
         parts = [dp.partition_indices(n, w, r, args.seed) for r in range(w)]  # W independent calls
         sizes = [len(p) for p in parts]
         once = sorted(i for p in parts for i in p) == list(range(n))
         naive_kept = sum(dp.naive_proportional_sizes(n, w))
-        rows.append([n, " ".join(map(str, sizes)), "yes" if once else "NO", n % w,
-                     naive_kept, n - naive_kept])
+        drops_remainder &= n - naive_kept == n % w
+        rows.append([n, " ".join(map(str, sizes)), "yes" if once else "NO", n % w, naive_kept, n - naive_kept])
     rep.table(["size", f"per-rank sizes (W = {w})", "each index once", "ranks with +1",
                "naive int(size/W) keeps", "naive drops"], rows, name="sizes")
     untouched = random.getstate() == state_before
@@ -86,18 +86,21 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
               why=f"{w} real ranks each called partition_indices with seed {args.seed}, no communication")
     rep.note("rank r gets size // W samples, the first size % W ranks one more; slicing by the "
              "fraction 1/W instead drops the remainder.")
+    rep.claim("slicing by the fraction 1/W drops the size % W remainder (every size above)", drops_remainder,
+              True, kind=EXACT, setting=(), ref="L14-4.1-proportional-drops",
+              why=f"int(size · 1/W) per rank keeps W·(size // W); W = {w}, sizes as in the table")
 
 
-def part2_equivalence(rep: Report, args: argparse.Namespace) -> None:
+def part2_equivalence(rep: Report, args: argparse.Namespace) -> dict:
     rep.part(2, "K replicas = one big batch (mathematically), but not bit-identical")
     steps = 5 if args.quick else 20
     x, y = dp.make_regression_data(SAMPLES, D_IN, args.seed)
     model = dp.make_mlp(D_IN, HIDDEN, args.seed)
     reference, losses = dp.train_full_batch(model, x, y, steps, LR)
-    rows, diffs, all_identical = [], [], True
+    rows, diffs, all_identical, runs = [], [], True, {}
     for k in (2, 4, 8):
         shards = [dp.partition_indices(SAMPLES, k, r, args.seed) for r in range(k)]
-        run = dp.simulate_data_parallel(model, x, y, shards, steps, LR)
+        run = runs[k] = dp.simulate_data_parallel(model, x, y, shards, steps, LR)
         identical = all(torch.equal(dp.flat_params(run.replicas[0]), dp.flat_params(m)) for m in run.replicas)
         all_identical &= identical
         diffs.append(dp.max_abs_diff(run.replicas[0], reference))
@@ -118,8 +121,8 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> None:
     w = args.world_size
     xr, yr = dp.make_regression_data(PER_RANK_REAL * w, D_IN, args.seed)
     preload_for_ddp(w)  # the ranks' first optimizer imports torch._dynamo
-    params = [torch.tensor(p, dtype=torch.float64)
-              for p in launch(hw5_worker, w, model, xr, yr, steps, args.seed, backend="auto", timeout_s=args.timeout_s)]
+    results = launch(hw5_worker, w, model, xr, yr, steps, args.seed, backend="auto", timeout_s=args.timeout_s)
+    params = [torch.tensor(p, dtype=torch.float64) for p, _ in results]
     shards = [dp.partition_indices(len(xr), w, r, args.seed) for r in range(w)]
     simulated = dp.simulate_data_parallel(model, xr, yr, shards, steps, LR).replicas[0]
     full, _ = dp.train_full_batch(model, xr, yr, steps, LR)
@@ -131,6 +134,8 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["check", "result"], rows, name="real_ranks")
     rep.note("gloo may add the ranks' gradients in another order than the simulation's rank order, "
              "so real vs simulated can differ in the last bit; with W = 2 the sum a + b is commutative.")
+    hw5_checks.average_claims(rep, [c for _, c in results])  # §4.1: AVG on gloo, grad None
+    return {"model": model, "x": x, "y": y, "steps": steps, "full": reference, "runs": runs}
 
 
 def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
@@ -184,17 +189,16 @@ def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
               why=f"float64 round-off, ours {mlp_rel[2]:.2g}; the exact value depends on the data")
     rep.claim("sum-then-divide: round-off only (below 1e-14)", mlp_rel[2] < 1e-14, True, kind=ASSUMPTION,
               setting=(), ref="L14-4.2-fixed-error", why=f"{mlp_rel[2]:.2g} relative")
+    rep.claim("weighting each rank's mean by n_r / N: round-off only (below 1e-14)", mlp_rel[1] < 1e-14, True,
+              kind=ASSUMPTION, setting=(), ref="L14-4.2-weighted-fix", why=f"{mlp_rel[1]:.2g} relative, MLP data")
 
 
-def part4_accumulation(rep: Report, args: argparse.Namespace) -> None:
+def part4_accumulation(rep: Report, args: argparse.Namespace, part2: dict) -> None:
     rep.part(4, f"gradient accumulation: {MICRO_BATCHES} micro-batches on one rank vs {MICRO_BATCHES} ranks")
-    steps = 5 if args.quick else 20
-    x, y = dp.make_regression_data(SAMPLES, D_IN, args.seed)
-    model = dp.make_mlp(D_IN, HIDDEN, args.seed)
+    model, x, y, steps, full = (part2[key] for key in ("model", "x", "y", "steps", "full"))
     parts = [dp.partition_indices(SAMPLES, MICRO_BATCHES, r, args.seed) for r in range(MICRO_BATCHES)]
     accumulated = dp.train_grad_accumulation(model, x, y, parts, steps, LR)
-    parallel = dp.simulate_data_parallel(model, x, y, parts, steps, LR).replicas[0]
-    full, _ = dp.train_full_batch(model, x, y, steps, LR)
+    parallel = part2["runs"][MICRO_BATCHES].replicas[0]  # Part 2's K = 4 run: these slices, these steps
     to_dp, to_full = dp.max_abs_diff(accumulated, parallel), dp.max_abs_diff(accumulated, full)
     rep.table(["comparison (same model, data and slices, " + f"{steps} steps)", "max |Δθ|"],
               [["accumulation vs simulated data parallel", to_dp],
@@ -212,6 +216,7 @@ def part4_accumulation(rep: Report, args: argparse.Namespace) -> None:
 def part5_async(rep: Report, args: argparse.Namespace) -> None:
     k = args.ps_workers
     rep.part(5, f"parameter server: synchronous vs asynchronous with stale gradients ({k} workers)")
+    async_sgd.report_staleness(rep, k, GRAD_COMPUTATIONS, args.seed)  # how late: the τ of the columns below
     problem = dp.make_least_squares(PS_SAMPLES, PS_DIM, GRAD_COMPUTATIONS, PS_BATCH, args.seed)
     taus = sorted({t for t in (0, 1, (k - 1) // 2, k - 1) if t <= k - 1})
     sw = async_sgd.run_sweep(problem, k, PS_LRS, taus)
@@ -226,14 +231,12 @@ def part5_async(rep: Report, args: argparse.Namespace) -> None:
              f"w₀ = 0 (L = {sw.start:.3g}, optimum {sw.optimum:.3g}), seed {args.seed}; gradient j uses the j-th of "
              f"{GRAD_COMPUTATIONS} fixed mini-batches of {PS_BATCH}, the same in every column.")
     rep.note(f"sync: each update averages {k} gradients at the current w. async τ: each gradient is one "
-             f"update, computed at w as it was τ updates earlier (τ = {k - 1} ≈ K − 1 when all {k} workers "
-             "are busy). 'diverged' = overflowed or ended above the starting loss.")
-    # The notes' four statements (§4.3), each claimed from this sweep (lecture14/async_sgd.py says how)
+             f"update, computed at w as it was τ updates earlier (τ = {k - 1} = K − 1: "
+             "the table above). 'diverged' = overflowed or ended above the starting loss.")
+    # The notes' statements (§4.3), each claimed from this sweep (lecture14/async_sgd.py says how)
     async_sgd.claim_findings(rep, sw, problem, k, args.seed, setting=("seed", "ps_workers"))
     if rep.figure_dir():
-        panels = [{"lr": lr, "curves": {("sync" if t is None else f"async τ = {t}"):
-                                        dp.parameter_server_curve(problem, k, lr, t) for t in [None, *taus]}}
-                  for lr in (PS_LRS[0], 0.2)]
+        panels = async_sgd.curve_panels(problem, k, (PS_LRS[0], 0.2), taus)
         rep.save_figure(figures.async_curves(panels, k, sw.optimum, sw.start, f"seed {args.seed}, {GRAD_COMPUTATIONS} "
                                             f"mini-batches of {PS_BATCH}"), "async_sgd_loss")
 
@@ -243,11 +246,9 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
     link, t1 = link_from_args(args), args.step_ms * 1e-3
     rep.line(f"  T1 = {args.step_ms:g} ms, {link.describe()}, MB = 1e6 B")
     ks = sorted({1, 2, 4, 8, 16, 32, 64, args.world_size})
-    rows = []
-    for k in ks:
-        comm = [ring_allreduce_time(k, mb * 1e6, link) for mb in GRAD_SIZES_MB]
-        rows.append([k, fmt_time(t1 / k), *[fmt_time(c) for c in comm],
-                     *[data_parallel_speedup(t1, k, c) for c in comm]])
+    comms = {k: [ring_allreduce_time(k, mb * 1e6, link) for mb in GRAD_SIZES_MB] for k in ks}
+    rows = [[k, fmt_time(t1 / k), *map(fmt_time, comm), *[data_parallel_speedup(t1, k, c) for c in comm]]
+            for k, comm in comms.items()]
     rep.table(["K", "T1/K", *[f"T_comm {mb} MB" for mb in GRAD_SIZES_MB],
                *[f"speedup {mb} MB" for mb in GRAD_SIZES_MB]], rows, name="speedup")
     rep.note("compute shrinks as 1/K while the ring's time tends to 2N/β: the speedup saturates "
@@ -266,11 +267,9 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
     rep.claim("the speedup saturates: 100 MB, K = 64 less than 1.2× K = 8", big[1] < 1.2 * big[0], True, kind=EXACT,
               setting=("step_ms", "alpha_us", "beta_gbs"), ref="L14-4.4-saturates",
               why=f"{big[0]:.3g}× at K = 8, {big[1]:.3g}× at K = 64: compute shrinks as 1/K, the ring tends to 2N/β")
-    budget = fraction * t1
-    # ring on 2 devices: 2(α + N/(2β)) ≤ budget  ⇒  N ≤ (budget − 2α)·β
+    budget = fraction * t1  # ring on 2 devices: 2(α + N/(2β)) ≤ budget  ⇒  N ≤ (budget − 2α)·β
     largest = max(0.0, (budget - 2 * link.alpha_s) * link.beta_Bps)
-    rep.line(f"  T_comm ≤ {budget * 1e3:.3g} ms: on this link, gradients up to {fmt_bytes(largest)} "
-             "on 2 GPUs")
+    rep.line(f"  T_comm ≤ {budget * 1e3:.3g} ms: on this link, gradients up to {fmt_bytes(largest)} on 2 GPUs")
     rep.record("largest_gradient_bytes_for_1.4x", largest)
     if rep.figure_dir():
         by_size = {f"{mb} MB": [r[2 + len(GRAD_SIZES_MB) + i] for r in rows] for i, mb in enumerate(GRAD_SIZES_MB)}
@@ -289,9 +288,9 @@ def main() -> None:
         raise UsageError(f"--ps-workers must be at most {GRAD_COMPUTATIONS}, got {args.ps_workers}")
     rep = Report(__file__, "data parallelism (lecture 14 §4)", args)
     part1_partition(rep, args)      # HW5 1.1: seeded shuffle, size // W plus remainder, no communication
-    part2_equivalence(rep, args)    # K replicas vs one big batch; HW5 on real gloo ranks
+    part2 = part2_equivalence(rep, args)  # K replicas vs one big batch; HW5 on real gloo ranks
     part3_unequal_shards(rep, args) # 3,3,2,2: the mean of means is biased; weight or sum-then-divide
-    part4_accumulation(rep, args)   # micro-batches in time = ranks in space
+    part4_accumulation(rep, args, part2)  # micro-batches in time = ranks in space (Part 2's runs)
     part5_async(rep, args)          # sync vs async parameter server, stale gradients, divergence
     part6_speedup(rep, args)        # T1 / (T1/K + T_comm) and HW5's 1.4× budget
     rep.finish()

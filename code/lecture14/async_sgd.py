@@ -8,12 +8,15 @@ starting loss; it "converged" when it ended within CONVERGED × the optimum loss
 
 from __future__ import annotations
 
+import heapq
+import random
 from dataclasses import dataclass
 
 from common.output import ASSUMPTION, EXACT, Report
 from lecture14.data_parallel import (
     LeastSquares,
     make_least_squares,
+    parameter_server_curve,
     sequential_sgd,
     simulate_parameter_server,
 )
@@ -43,6 +46,69 @@ class Sweep:
     def first_diverging_lr(self, column: int) -> int:
         """Row of the smallest lr at which `column` diverges (len(lrs) if none)."""
         return next((i for i, f in enumerate(self.finals) if self.diverged(f[column])), len(self.lrs))
+
+
+def gradient_staleness(workers: int, gradients: int, compute_times: list[float] | None = None) -> list[int]:
+    """How many updates late each applied gradient is, asynchronous server with `workers` workers.
+
+    An event simulation: every worker pulls the parameters (their version = updates so far),
+    computes for its compute time, pushes; the server applies each gradient as it arrives (one
+    update) and the worker pulls again at once. All start together at time 0. compute_times=None:
+    equal-speed workers (ties go to the lower worker id, so they take turns round-robin); else
+    worker i's time per gradient is compute_times[i]. Returns, in the order applied, each
+    gradient's staleness: the server's version when it arrives minus the version it was computed on.
+    """
+    if workers < 1 or gradients < 0:
+        raise ValueError(f"need workers >= 1 and gradients >= 0, got {workers}, {gradients}")
+    times = compute_times or [1.0] * workers
+    if len(times) != workers or min(times) <= 0:
+        raise ValueError("compute_times needs one positive time per worker")
+    version, stale = 0, []
+    arrivals = [(times[i], i, 0) for i in range(workers)]  # (arrival time, worker, version pulled)
+    heapq.heapify(arrivals)
+    while len(stale) < gradients:
+        now, worker, pulled = heapq.heappop(arrivals)
+        stale.append(version - pulled)
+        version += 1  # the server applies it at once; the worker pulls the new version
+        heapq.heappush(arrivals, (now + times[worker], worker, version))
+    return stale
+
+
+def staleness_rows(ks: list[int], gradients: int, seed: int) -> list[list]:
+    """Per K: steady-state (after the first K gradients) mean, min and max staleness with
+    equal-speed workers, and the mean with random per-worker speeds (uniform 0.5 … 1.5 time units:
+    the slow ones deliver less often, yet the steady-state mean stays K − 1, one update per
+    gradient in flight elsewhere)."""
+    rows = []
+    for k in ks:
+        even = gradient_staleness(k, gradients)[k:]
+        rng = random.Random(seed)
+        uneven = gradient_staleness(k, gradients, [rng.uniform(0.5, 1.5) for _ in range(k)])[k:]
+        rows.append([k, k - 1, sum(even) / len(even), min(even), max(even), sum(uneven) / len(uneven)])
+    return rows
+
+
+def report_staleness(rep: Report, k: int, gradients: int, seed: int) -> None:
+    """The notes' 'a gradient arrives about K − 1 updates late': a table over K and the claim at K = k."""
+    rows = staleness_rows(sorted({1, 2, 4, 8, 16, k}), gradients, seed)
+    rep.line(f"  how late a gradient arrives: K workers push to an asynchronous server, {gradients} gradients, "
+             "counted after the first K (steady state)")
+    rep.table(["K", "K − 1", "equal speeds: mean", "equal: min", "equal: max", "random speeds: mean"], rows,
+              name="staleness")
+    mean = next(r[2] for r in rows if r[0] == k)
+    rep.claim(f"K = {k} equal-speed workers: mean staleness in steady state", mean, k - 1, "updates", EXACT,
+              setting=(), ref="L14-4.3-staleness-k-minus-1",
+              why=f"the notes' K − 1 at K = {k}: the workers take turns (round-robin), so each gradient arrives "
+                  f"after the other {k - 1} workers' updates, every one exactly K − 1 late once all are busy")
+    rep.note(f"random speeds: worker i takes a fixed time drawn from 0.5 … 1.5 (seed {seed}) per gradient; the "
+             "mean stays near K − 1: while one gradient is computed, the other workers' updates land.")
+
+
+def curve_panels(problem: LeastSquares, k: int, lrs: tuple[float, ...], taus: list[int]) -> list[dict]:
+    """The figure's panels: per lr, the loss curve of sync and of async at each τ."""
+    return [{"lr": lr, "curves": {("sync" if t is None else f"async τ = {t}"):
+                                  parameter_server_curve(problem, k, lr, t) for t in [None, *taus]}}
+            for lr in lrs]
 
 
 def run_sweep(problem: LeastSquares, workers: int, lrs: list[float], taus: list[int]) -> Sweep:
@@ -82,6 +148,10 @@ def claim_findings(rep: Report, sw: Sweep, problem: LeastSquares, k: int, seed: 
     rep.claim("async τ = 0 is sequential mini-batch SGD (same final loss, lr 0.01)", tau0 == sequential_sgd(
               problem, sw.lrs[0]), True, kind=EXACT, setting=(), ref="L14-4.3-tau0-sequential",
               why="the simulator with τ = 0 against a plain loop of one mini-batch gradient per update")
+    rep.claim(f"async τ = 0: updates per sync update ({problem.computations} gradients)",
+              problem.computations / (problem.computations // k), 8, "×", EXACT, setting=("ps_workers",),
+              ref="L14-4.3-8x-updates", why=f"one update per gradient against one per {k} gradients: "
+              f"{problem.computations} / {problem.computations // k}")
     first = sw.finals[0]
     rep.claim(f"lr {sw.lrs[0]:g}: async τ = 0 ({k}× the updates) ends below sync", first[1] < first[0], True,
               kind=ASSUMPTION, setting=setting, ref="L14-4.3-async-tau0-faster",

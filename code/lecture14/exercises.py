@@ -48,6 +48,7 @@ from lecture14.collectives import (
     symbolic_inputs,
 )
 from lecture14.replicas import replica_drift
+from lecture14.shards import correlated_errors, effective_batch, sample_weights, weight_vector_error
 
 HOUR, DAY = 3600.0, 86400.0
 
@@ -99,10 +100,6 @@ def ex2_buffer_sizes(rep: Report) -> None:
     rep.note(f"N not divisible by K: 10 numbers split as {[o.size for o in uneven.outputs]} (sizes differ by one)")
 
 
-def _state(buffer: np.ndarray) -> str:
-    return "[" + ", ".join(str(v) for v in buffer) + "]"
-
-
 def ex3_ring_k3(rep: Report) -> None:
     rep.part(3, "exercise 3 — ring all-reduce with K = 3, every round (simulated, symbolic)")
     res = ring_allreduce(symbolic_inputs(3), history=True)
@@ -115,7 +112,7 @@ def ex3_ring_k3(rep: Report) -> None:
     rep.table(["round", "device", "chunk 0", "chunk 1", "chunk 2", "sends (chunk contents)"], rows, name="rounds")
     first, second = res.rounds[0].state, res.rounds[1].state
     for dev, notes in enumerate(("[a0, a1, a2+c2]", "[a0+b0, b1, b2]", "[c0, b1+c1, c2]")):
-        rep.claim(f"after round 1, device {dev}", _state(first[dev]), notes, kind=EXACT, ref="L14-ex3-ring-k3",
+        rep.claim(f"after round 1, device {dev}", f"[{', '.join(map(str, first[dev]))}]", notes, kind=EXACT, ref="L14-ex3-ring-k3",
                   why="the symbolic simulator's state after reduce-scatter round 1")
     for dev, chunk, notes in ((0, 1, "a1+b1+c1"), (1, 2, "a2+b2+c2"), (2, 0, "a0+b0+c0")):
         rep.claim(f"after round 2, device {dev} chunk {chunk}", str(second[dev][chunk]), notes, kind=EXACT,
@@ -215,11 +212,6 @@ def ex8_parameter_server(rep: Report) -> None:
               ref="L14-ex8-parameter-server", why="3.75 GB / 25 GB/s (α neglected)")
 
 
-def sample_weights(counts: list[int]) -> list[float]:
-    """Weight of one sample of each rank when the ranks' mean gradients are averaged: 1/(K·n_r)."""
-    return [1.0 / (len(counts) * c) for c in counts]
-
-
 def ex9_unequal_shards(rep: Report) -> None:
     rep.part(9, "exercise 9 — averaging per-rank means with unequal shards")
     rows = []
@@ -245,27 +237,15 @@ def ex9_unequal_shards(rep: Report) -> None:
     # length it is the relative error of the weight vector itself (20.4 %); the notes' 21 % is script
     # 05's figure on one data set, so it agrees only if ours rounds to it (± 0.5), and it does not.
     for counts in ([334, 333, 333], [3, 3, 2, 2]):
-        naive = np.repeat(sample_weights(counts), counts)
-        rel = np.linalg.norm(naive - 1 / sum(counts)) / np.linalg.norm(np.full(sum(counts), 1 / sum(counts)))
+        rel = weight_vector_error(counts)
         rep.claim(f"gradient error, {counts}, orthogonal per-sample gradients", 100 * rel,
                   21 if len(counts) == 4 else None, "%", ASSUMPTION, places=0,
                   ref="L14-4.2-naive-error-21pct" if len(counts) == 4 else "",
                   why=f"{100 * rel:.2f} %: the error depends on the per-sample gradients; the notes' 21 % is one "
                   "data set's (05_data_parallel.py Part 3), ours the data-free one, orthogonal and of equal length")
-    rng = np.random.default_rng(0)
-    grads = rng.normal(size=(10, 5)) + 1.0  # random per-sample gradients, 3/3/2/2 on 4 ranks
-    shards = np.split(grads, [3, 6, 8])
-    mean_of_means = ring_allreduce([s.mean(axis=0) for s in shards]).outputs[0] / len(shards)
-    fixed = ring_allreduce([s.sum(axis=0) for s in shards]).outputs[0] / len(grads)
-    full = grads.mean(axis=0)
-    rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by "
-             f"{100 * np.linalg.norm(mean_of_means - full) / np.linalg.norm(full):.1f} %; the fix (sum, all-reduce, "
-             f"/ 10) off by {np.linalg.norm(fixed - full) / np.linalg.norm(full):.1e}")
-
-
-def effective_batch(ranks: int, per_rank: int, accumulation_steps: int = 1) -> int:
-    """Samples behind one optimizer step: data parallelism in space × accumulation in time."""
-    return ranks * per_rank * accumulation_steps
+    naive, fixed = correlated_errors([3, 3, 2, 2])  # random gradients with a common direction
+    rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by {100 * naive:.1f} %; the fix "
+             f"(sum, all-reduce, / 10) off by {fixed:.1e}")
 
 
 def ex10_effective_batch(rep: Report) -> None:
