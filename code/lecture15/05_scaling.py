@@ -20,12 +20,13 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 # isort: split
 
 import argparse
+import math
 
 import numpy as np
 
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import Link, ring_allreduce_time
-from common.output import ASSUMPTION, Report, bar, fmt_bytes
+from common.output import ASSUMPTION, EXACT, Report, bar, fmt_bytes
 from lecture15.ddp_sim import (
     MB,
     ComputeModel,
@@ -115,6 +116,10 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
     rep.line(f"  one all-reduce of ResNet-50's {resnet.nbytes / MB:.1f} MB from K = {rows[0][0]} to {rows[-1][0]}: the "
              f"2(K−1)α term grows {grow[0]:.0f}× (and is paid per bucket), the 2(K−1)/K·N/β term {grow[1]:.2f}× "
              "(it tends to 2N/β: the factor (K−1)/K is 1/2 at K = 2)")
+    linear = len(terms) == 2 and math.isclose(grow[0], rows[-1][0] - 1) and grow[1] < 2
+    rep.claim("the ring's latency term grows as K−1, its bandwidth term less than 2×", linear, True, kind=EXACT,
+              setting=SCALING, ref="L15-5-ring-terms",
+              why=f"2(K−1)α: ×{grow[0]:.0f} from K = {rows[0][0]} to {rows[-1][0]}; 2(K−1)/K·N/β: ×{grow[1]:.2f}")
     # Total throughput still grows with K, only less than K-fold.
     rows = []
     for name in ("ResNet-50", "BERT-large"):
@@ -122,6 +127,11 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
             rows.append([name, p.world_size, f"{p.step_s * 1e3:.1f}", f"{p.throughput_speedup:.1f}",
                          f"{p.efficiency:.0%}", bar(p.efficiency, 1.0, 30)])
     rep.table(["model", "K", "step (ms)", "throughput ×", "efficiency", ""], rows, name="throughput")
+    grows = all(a.throughput_speedup < b.throughput_speedup for ps in points.values() for a, b in zip(ps, ps[1:]))
+    rep.claim("total throughput still grows with K (both models)", grows, True, kind=ASSUMPTION,
+              setting=SCALING, ref="L15-5-throughput-grows",
+              why="throughput × at each K above rises: " + "; ".join(
+                  f"{n} " + ", ".join(f"{p.throughput_speedup:.1f}" for p in ps) for n, ps in points.items()))
     return steps
 
 

@@ -151,6 +151,12 @@ def handbook_caps(rep: Report, caps: list[float], results: dict[tuple[str, str],
               low <= bert_mb <= high, True, kind=ASSUMPTION, setting=grid, ref="HB-bucket-cap-large-models",
               why=f"the shortest modelled step on the grid is at {best_cap[('BERT-large', 'fast')]:g} MiB = "
                   f"{bert_mb:.1f} MB")
+    bigger = (best_cap[("BERT-large", "fast")] >= best_cap[("ResNet-50", "fast")]
+              and best_cap[("BERT-large", "slow")] >= best_cap[("ResNet-50", "slow")]
+              and all(best_cap[(n, "slow")] >= best_cap[(n, "fast")] for n in ("ResNet-50", "BERT-large")))
+    rep.claim("the larger model and the slower link prefer larger caps", bigger, True, kind=ASSUMPTION,
+              setting=grid + SLOW, ref="L15-3.2-larger-prefers-bigger",
+              why="best caps (MiB): " + ", ".join(f"{n} {ln} {best_cap[(n, ln)]:g}" for n, ln in columns))
     resnet, steps = best_cap[("ResNet-50", "fast")], [t.step_s for t in results[("ResNet-50", "fast")]]
     at25 = f"25 MiB costs {ms(steps[caps.index(25)])} ms against {ms(min(steps))} ms: " if 25 in caps else ""
     rep.claim("best cap, ResNet-50, fast link, near the default 25 MB", resnet * MiB / MB, 25, "MB", ASSUMPTION,
