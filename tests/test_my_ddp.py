@@ -291,6 +291,10 @@ def test_check_script_quick() -> None:
     # Every claim compares at the notes' setting with --quick: none depends on the timing's length.
     statuses = {ref: c["status"] for ref, c in claims.items()}
     assert statuses.pop("HB-default-bucket-25MB") == "differs" and claims["HB-default-bucket-25MB"]["erratum"]
+    # DistributedSampler pads when K does not divide N: the handbook's unconditional "no overlap" differs
+    assert statuses.pop("HB-sampler-disjoint") == "differs" and not claims["HB-sampler-disjoint"]["erratum"]
+    assert "K = 4, N = 10 repeats 2 samples" in claims["HB-sampler-disjoint"]["why"]
+    assert claims["HB-bf16-hook-halves"]["ours"] == 0.5 and claims["HB-bucket-view-no-copy"]["ours"] is True
     ours_only = {ref for ref, s in statuses.items() if s == "ours only"}
     assert all(s == "agrees" for ref, s in statuses.items() if ref not in ours_only), statuses
     assert {claims[ref]["ours"] for ref in ours_only if claims[ref]["unit"] != "×"} == {True}
@@ -319,3 +323,28 @@ def test_check_script_other_knobs() -> None:
 @pytest.mark.parametrize("flags", [("--world-size", "0"), ("--batch", "3")])
 def test_bad_flags(flags: tuple[str, str]) -> None:
     assert_usage_error("lecture15/my_ddp_check.py", *flags)
+
+
+def test_sampler_shares_against_the_padding_rule() -> None:
+    """torch's DistributedSampler, counted our way: K·ceil(N/K) indices, the N distinct ones all present
+    (drop_last=False), or K·floor(N/K) distinct ones (drop_last=True)."""
+    from lecture15.handbook_details import sampler_shares
+
+    for k, n in ((4, 10), (3, 60), (8, 17), (5, 5), (7, 3)):
+        shares = sampler_shares(k, n, drop_last=False)
+        assert sum(map(len, shares)) == k * -(-n // k) and set().union(*shares) == set(range(n))
+        if n >= k:
+            dropped = sampler_shares(k, n, drop_last=True)
+            taken = [i for s in dropped for i in s]
+            assert len(taken) == len(set(taken)) == k * (n // k)
+
+
+def test_counting_all_reduce_restores_and_counts() -> None:
+    import torch.distributed as dist
+
+    from lecture15.handbook_details import counting_all_reduce
+
+    original, record = dist.all_reduce, []
+    with counting_all_reduce(record):
+        assert dist.all_reduce is not original
+    assert dist.all_reduce is original and record == []

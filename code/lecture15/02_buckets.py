@@ -18,17 +18,22 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 # isort: split
 
 import statistics
-import time
-from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import capture_stderr, launch, preload_for_ddp
+from common.launcher import launch, preload_for_ddp
 from common.output import ASSUMPTION, EXACT, MEASURED, Report, bar, fmt_bytes, fmt_time, new_figure
+from lecture15.bucket_ranks import (  # noqa: F401  (tests use linear_stack and bucket_worker from here)
+    LAYERS,
+    PIECE_ELEMENTS,
+    REBUILD_FLAGS,
+    WIDTH,
+    allreduce_worker,
+    bucket_worker,
+    linear_stack,
+)
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
     MB,
@@ -40,74 +45,8 @@ from lecture15.ddp_sim import (
     resnet50,
 )
 
-LAYERS, WIDTH = 6, 512        # Part 1's model: one Linear(512, 512) is 1,050,624 bytes of fp32 gradient
 ITERATIONS = 3                # iteration 1 uses one bucket; DDP rebuilds before iteration 2
 TINY_BYTES = 16 * 1024        # Part 2: a "tiny" tensor has under 16 KiB (fewer than 4096 fp32 values)
-PIECE_ELEMENTS = 1024         # Part 3: the smallest pieces the floats are cut into (notes: 1K elements)
-
-
-def linear_stack() -> nn.Module:
-    """Six Linear(512, 512) in a row: names 0.weight, 0.bias, ..., 5.bias, as in the notes."""
-    torch.manual_seed(0)
-    return nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
-
-
-def recording_hook(state: dict[str, Any], bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Record the bucket, then do what DDP would: all-reduce and average. The parameter must be
-    called `bucket`, and with a hook DDP leaves the division by the world size to us."""
-    names = [state["names"][p.data_ptr()] for p in bucket.parameters()]
-    buf = bucket.buffer()
-    state["log"].append((state["iteration"], bucket.index(), buf.numel() * buf.element_size(), names))
-    buf.div_(dist.get_world_size())
-    return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
-
-
-REBUILD_FLAGS = ({"find_unused_parameters": True}, {"static_graph": True})  # when is the rebuild?
-
-
-def bucket_worker(rank: int, world_size: int, caps_mib: list[float | None], iterations: int) -> list[dict]:
-    """Part 1: for each bucket_cap_mb, train `iterations` steps and return the buckets DDP formed;
-    then, at the default cap, the same for each of REBUILD_FLAGS over 4 iterations."""
-    out = []
-    runs = [(cap, {}, iterations) for cap in caps_mib] + [(None, flags, 4) for flags in REBUILD_FLAGS]
-    for cap, flags, iterations in runs:
-        model = linear_stack()
-        names = {p.data_ptr(): n for n, p in model.named_parameters()}
-        ready: list[str] = []  # the order gradients land in iteration 1: what the rebuild uses
-        handles = [p.register_post_accumulate_grad_hook(lambda p, n=n, ready=ready: ready.append(n))
-                   for n, p in model.named_parameters()]
-        ddp = DDP(model, bucket_cap_mb=cap, **flags)
-        state: dict[str, Any] = {"names": names, "log": [], "iteration": 0}
-        ddp.register_comm_hook(state, recording_hook)
-        x = torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(rank))
-        with capture_stderr():   # find_unused_parameters=True warns that nothing was unused: expected here
-            for it in range(1, iterations + 1):
-                state["iteration"] = it
-                ddp(x).pow(2).mean().backward()
-                if it == 1:
-                    for h in handles:
-                        h.remove()
-        out.append({"cap": cap, "flags": flags, "log": state["log"], "ready": ready})
-        del ddp, model
-    return out
-
-
-def allreduce_worker(rank: int, world_size: int, elements: int, counts: list[int]) -> dict[int, list[float]]:
-    """Part 3: seconds (every repeat) to all-reduce the same `elements` float32 cut into n tensors."""
-    flat = torch.ones(elements)
-    dist.all_reduce(flat[:PIECE_ELEMENTS])  # warm up the connection
-    times: dict[int, list[float]] = {}
-    for n in counts:
-        pieces = flat.tensor_split(n)
-        samples = []
-        for _ in range(max(1, min(5, 256 // n))):  # repeat the cheap cases, take the median
-            dist.barrier()
-            start = time.perf_counter()
-            for piece in pieces:  # one blocking all-reduce per tensor: the naive per-gradient scheme
-                dist.all_reduce(piece)
-            samples.append(time.perf_counter() - start)
-        times[n] = samples
-    return times
 
 
 def describe(names: list[str], total: int) -> str:
@@ -250,6 +189,9 @@ def part2_model_buckets(rep: Report, args) -> None:
         rep.claim(f"{name} parameter tensors", rows[i][1], notes, kind=EXACT, setting=(),
                   ref=f"L15-2.2-{name.lower()}-tensors", why="counted from the shape list (torchvision / "
                   "Hugging Face layout)")
+    rep.claim("a model has hundreds of parameter tensors (handbook)", all(r[1] >= 100 for r in rows), True,
+              kind=EXACT, setting=(), ref="HB-hundreds-of-tensors",
+              why="'hundreds' read as >= 100: " + ", ".join(f"{r[0]} {r[1]}" for r in rows))
     for name, i, notes in (("ResNet-50", 0, 4), ("BERT-large", 1, 48)):
         ref = f"L15-2.2-{name.lower()}-buckets"
         rep.claim(f"{name} buckets at 25 MB = 25e6 B", rows[i][5], notes, kind=ASSUMPTION, setting=(), ref=ref,

@@ -20,24 +20,20 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 # isort: split
 
 import argparse
-import time
 
 from common.cli import link_from_args, make_parser, nonnegative_float, positive_float, run_main
-from common.costmodel import Link, ring_allreduce_time
-from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, new_figure
+from common.costmodel import Link
+from common.output import ASSUMPTION, EXACT, Report, fmt_bytes
 from lecture15.ddp_sim import (
     MB,
     NOTES_BERT_REVERSED_STEP_S,
     NOTES_RESNET_STEP_S,
     ComputeModel,
     MiB,
-    ModelSpec,
     Timeline,
     ascii_timeline,
     assign_buckets_in_order,
-    bert_large,
     gradient_ready_times,
-    notes_bert_compute,
     notes_resnet_compute,
     registration_order,
     resnet50,
@@ -45,13 +41,12 @@ from lecture15.ddp_sim import (
 )
 from lecture15.ddp_sim import gantt_figure as ddp_gantt
 
+# isort: split
+
+from lecture15.cap_sweep import LINK, SLOW_ALPHA_US, SLOW_BETA_GBS, bert_compute, ms, part2_bucket_cap
+
 # The notes' "25 MB" cap is 25 × 10^6 B (it gives their bucket counts; PyTorch's 25 MiB does not).
 EXPLICIT_25_MIB = 25 * MiB  # bucket_cap_mb=25 written out: every bucket, the first too, capped at 25 MiB
-# Part 2's slow link: 10 Gb/s Ethernet through TCP (gloo-like): 1.25 GB/s, 50 µs per message.
-SLOW_ALPHA_US, SLOW_BETA_GBS = 50.0, 1.25
-# Part 2's caps in MiB, as bucket_cap_mb; 0 = one bucket per gradient. A single bucket is added last.
-SWEEP_CAPS_MIB = [0, 0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 200, 500]
-QUICK_CAPS_MIB = [0, 1, 5, 25, 50, 100]
 SHUFFLE_SEEDS = 5     # Part 4: how many shuffled registrations to show
 
 
@@ -63,18 +58,6 @@ def cap_text(nbytes: int) -> str:
     return f"{nbytes / MB:g} MB" if nbytes % MB == 0 else f"{nbytes / MiB:g} MiB"
 
 
-LINK = ("world_size", "alpha_us", "beta_gbs")           # what every timeline claim depends on
-SLOW = ("slow_alpha_us", "slow_beta_gbs")              # Part 2's slow link
-
-
-def bert_compute() -> tuple[ModelSpec, ComputeModel, float]:
-    """BERT-large (batch 4 × 512 tokens), its compute calibrated to the notes' reversed-order step."""
-    bert = bert_large()
-    return bert, notes_bert_compute(), ComputeModel().backward_s(bert)
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f}"
 
 
 def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tuple[str, Timeline]]:
@@ -133,118 +116,6 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
               kind=EXACT, setting=(), ref="L15-3.1-last-bucket-exposed",
               why="the last bucket holds the first layers' gradients, ready only when the backward ends")
     return [("no overlap", off), ("overlap", on)]
-
-
-def sweep(models: list[tuple[str, ModelSpec, ComputeModel]], links: list[Link], caps_mib: list[float],
-          k: int) -> dict[tuple[str, str], list[Timeline]]:
-    """Every (model, link) at every cap, then one single bucket (cap = the whole model)."""
-    return {(name, link.name): [simulate_ddp(model, k, link, round(cap * MiB), compute=compute)
-                                for cap in caps_mib + [model.nbytes / MiB]]
-            for name, model, compute in models for link in links}
-
-
-def part2_bucket_cap(rep: Report, args: argparse.Namespace, link: Link) -> None:
-    """Step time against the bucket cap, ResNet-50 and BERT-large, fast and slow link."""
-    bert, bert_cc, _ = bert_compute()
-    models = [("ResNet-50", resnet50(batch=32), notes_resnet_compute()), ("BERT-large", bert, bert_cc)]
-    fast = Link(link.alpha_s, link.beta_Bps, "fast")
-    slow = Link(args.slow_alpha_us * 1e-6, args.slow_beta_gbs * 1e9, "slow")
-    gloo_like = " (10 Gb/s Ethernet through TCP, gloo-like)" if rep.at_notes_setting(SLOW) else ""
-    rep.note(f"fast = {fast.describe()}; slow = {slow.describe()}{gloo_like}; caps in MiB as bucket_cap_mb "
-             f"(explicit: no separate first bucket); K = {args.world_size}; compute calibrated as in Part 1")
-    caps = QUICK_CAPS_MIB if args.quick else SWEEP_CAPS_MIB
-    started = time.perf_counter()
-    results = sweep(models, [fast, slow], caps, args.world_size)
-    took = time.perf_counter() - started
-    columns = [(name, ln.name) for name, _, _ in models for ln in (fast, slow)]
-    best = {col: min(range(len(caps) + 1), key=lambda i, c=col: results[c][i].step_s) for col in columns}
-    labels = [f"{c:g}" for c in caps] + ["one bucket"]
-    rows = []
-    for i, label in enumerate(labels):
-        row: list[object] = [label, len(results[columns[0]][i].buckets), len(results[columns[2]][i].buckets)]
-        row += [ms(results[col][i].step_s) + (" ◀" if best[col] == i else "  ") for col in columns]
-        rows.append(row)
-    no_overlap = {(name, ln.name): simulate_ddp(m, args.world_size, ln, 25 * MiB, overlap=False, compute=cc).step_s
-                  for name, m, cc in models for ln in (fast, slow)}
-    rows.append(["no overlap, 25 MiB", "", ""] + [ms(no_overlap[col]) + "  " for col in columns])
-    rep.table(["cap (MiB)", "ResNet buckets", "BERT buckets"] + [f"{n} {ln} (ms)" for n, ln in columns],
-              rows, name="sweep")
-    rep.line(f"  ◀ = best cap; {len(results) * (len(caps) + 1)} simulations in {took * 1e3:.0f} ms")
-    if args.world_size == 1:
-        rep.note("K = 1: nothing to all-reduce, so every cap gives the same step; the 'best' cap below\n"
-                 "is only the first of equals")
-    rep.record("sweep_seconds", took)
-    specs = {name: m for name, m, _ in models}
-    # "one bucket" ran with the whole model as its cap: that cap (MiB), not inf, is its value
-    best_cap = {(n, ln): (caps + [specs[n].nbytes / MiB])[best[(n, ln)]] for n, ln in columns}
-    slower = {col: results[col][0].step_s > no_overlap[col] for col in columns}
-    rep.line("  cap 0 slower than no overlap? " + ", ".join(f"{n} {ln}: {'yes' if slower[(n, ln)] else 'no'}"
-                                                          for n, ln in columns))
-    rep.claim("cap 0 (a bucket per gradient) slower than no overlap, ResNet-50 fast link",
-              slower[("ResNet-50", "fast")], True, kind=ASSUMPTION, setting=LINK, ref="L15-3.2-cap0-slower",
-              why=f"cap 0: {ms(results[('ResNet-50', 'fast')][0].step_s)} ms against "
-                  f"{ms(no_overlap[('ResNet-50', 'fast')])} ms without overlap: 161 × 2(K−1)α of latency")
-    links = {ln.name: ln for ln in (fast, slow)}
-    for n, ln in (col for col in columns if not slower[col]):
-        tensors = len(specs[n].params)
-        latency = tensors * ring_allreduce_time(args.world_size, 0, links[ln])   # 2(K−1)α per all-reduce
-        rep.note(f"{n}, {ln} link: cap 0 still wins; the latency it adds ({tensors} × 2(K−1)α = {ms(latency)} ms) "
-                 "is less than what overlap hides")
-    single = [results[c][-1] for c in columns]
-    rep.claim("one bucket = no overlap at all",
-              all(abs(t.step_s - t.backward_s - t.comm_total_s) < 1e-12 for t in single), True, kind=EXACT,
-              setting=(), ref="L15-3.2-one-bucket", why="one bucket is ready only when the backward ends: "
-              "step = backward + its all-reduce, in every model and link")
-    at25 = caps.index(25) if 25 in caps else None
-    if at25 is not None:
-        paper = {("ResNet-50", "fast"): "38.0 % (NCCL)", ("ResNet-50", "slow"): "26.8 % (gloo)",
-                 ("BERT-large", "fast"): "35.2 % (NCCL)", ("BERT-large", "slow"): "21.5 % (gloo)"}
-        rep.table(["model", "link", "overlap gain at 25 MiB (model)", "notes: paper, 32 GPUs, measured"],
-                  [[n, ln, f"{100 * (no_overlap[(n, ln)] / results[(n, ln)][at25].step_s - 1):.1f} %",
-                    paper[(n, ln)]] for n, ln in columns], name="overlap_gain")
-        gain = {col: no_overlap[col] / results[col][at25].step_s for col in columns}
-        same_trend = all(gain[(n, "slow")] < gain[(n, "fast")] for n, _, _ in models)
-        rep.note(f"not a reproduction: no contention between the streams, no per-call overhead, K = {args.world_size} "
-                 "and made-up links" + ("; as in the paper, the slow link gains less (its communication "
-                                        "dominates the step, so there is less compute to hide it behind)"
-                                        if same_trend else ""))
-    rep.note("paper's measured best caps (notes): BERT with NCCL 50 MB; ResNet-50 with NCCL 10–25 MB; gloo 5 MB")
-    # The paper's "50 MB" is a bucket_cap_mb setting, so it is compared in bucket_cap_mb's unit (MiB).
-    grid = LINK + ("quick",)   # the best cap is the best on the grid, and --quick uses a coarser grid
-    rep.claim("best bucket_cap_mb, BERT-large, fast link", best_cap[("BERT-large", "fast")], 50, "MiB",
-              ASSUMPTION, places=0, setting=grid, ref="L15-3.2-bert-best-50",
-              why="the model's optimum on this grid of caps; the paper's 50 MB is measured with NCCL")
-    rep.claim("best cap, ResNet-50, fast link, below the paper's 10–25 MB",
-              best_cap[("ResNet-50", "fast")] < 10, True, kind=ASSUMPTION, setting=grid,
-              ref="L15-3.2-resnet-smaller", why=f"the model's best: {best_cap[('ResNet-50', 'fast')]:g} MiB; "
-              "α-β charges no per-call overhead, so small buckets cost less than in reality")
-    for name in ("ResNet-50", "BERT-large"):
-        rep.claim(f"best cap, {name}, slow link, above the paper's gloo 5 MB", best_cap[(name, "slow")] > 5,
-                  True, kind=ASSUMPTION, setting=grid + SLOW, ref="L15-3.2-gloo-model-prefers-large",
-                  why=f"the model's best: {best_cap[(name, 'slow')]:g} MiB; it has no bandwidth saturation, "
-                      "which the notes give as the reason")
-    rep.note("why the model and the paper differ: α-β charges a bucket only α per message, while a real call "
-             "also pays kernel launch and stream sync (so real small buckets cost more and the best cap "
-             "moves up); and it lets bandwidth grow without limit, while gloo (the notes: paper's Fig. 2) saturates near 2 MB, so a bigger "
-             "bucket there only delays the first all-reduce. No model replaces measuring.")
-    if args.save_figs:
-        from matplotlib.ticker import FuncFormatter
-
-        fig, ax = new_figure(figsize=(7, 4))
-        x = [c if c > 0 else 0.03 for c in caps]
-        for col in columns:
-            ax.plot(x, [results[col][i].step_s / no_overlap[col] for i in range(len(caps))], marker="o",
-                    label=f"{col[0]}, {col[1]} link")
-        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8, label="no overlap (25 MiB buckets)")
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: "0" if v < 0.05 else f"{v:g}"))
-        ax.set_xlabel("bucket_cap_mb (MiB; cap 0 = a bucket per gradient, drawn at the left edge)")
-        ax.set_ylabel("step / step without overlap (ratio)")
-        ax.set_title(f"bucket cap sweep, calibrated compute: K = {args.world_size}; fast α = {args.alpha_us:g} µs, "
-                     f"β = {args.beta_gbs:g} GB/s; slow α = {args.slow_alpha_us:g} µs, β = {args.slow_beta_gbs:g} GB/s",
-                     fontsize=8)
-        ax.legend(fontsize=8)
-        rep.save_figure(fig, "bucket_cap_sweep")
 
 
 def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> list[tuple[str, Timeline]]:

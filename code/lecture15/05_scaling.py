@@ -20,12 +20,13 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 # isort: split
 
 import argparse
+import math
 
 import numpy as np
 
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import Link, ring_allreduce_time
-from common.output import ASSUMPTION, Report, bar, fmt_bytes, new_figure
+from common.output import ASSUMPTION, EXACT, Report, bar, fmt_bytes
 from lecture15.ddp_sim import (
     MB,
     ComputeModel,
@@ -39,16 +40,24 @@ from lecture15.ddp_sim import (
     skip_sync_step_s,
     weak_scaling,
 )
+from lecture15.sync_every import (  # noqa: F401  (tests use them from here)
+    CONV_DATA_SEED,
+    CONV_DIM,
+    CONV_NOISE,
+    CONV_ORDER_SEED,
+    QuadraticLoss,
+    make_regression,
+    micro_batches,
+    plot_curves,
+    train_accumulating,
+    train_large_batch,
+)
 
 SCALING = ("world_size", "alpha_us", "beta_gbs", "bucket_cap_bytes")   # what Parts 1 and 2 depend on
 
 # Part 3's problem: a fixed linear-regression task. Feature scales from 0.5 to 2 give a Hessian with
 # eigenvalues from about 0.25 to 4, so plain SGD is stable for lr < 2/λ_max ≈ 0.5; the two learning
 # rates below sit well inside (small) and inside only until it is multiplied by n (large).
-CONV_DIM = 16             # features
-CONV_NOISE = 0.5          # label noise: the best reachable loss is about noise² / 2
-CONV_DATA_SEED = 0        # data and true weights
-CONV_ORDER_SEED = 1       # the order in which samples are cut into micro-batches
 
 
 # ---- Parts 1 and 2: the §3 timeline under weak scaling ------------------------------------------
@@ -107,6 +116,10 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
     rep.line(f"  one all-reduce of ResNet-50's {resnet.nbytes / MB:.1f} MB from K = {rows[0][0]} to {rows[-1][0]}: the "
              f"2(K−1)α term grows {grow[0]:.0f}× (and is paid per bucket), the 2(K−1)/K·N/β term {grow[1]:.2f}× "
              "(it tends to 2N/β: the factor (K−1)/K is 1/2 at K = 2)")
+    linear = len(terms) == 2 and math.isclose(grow[0], rows[-1][0] - 1) and grow[1] < 2
+    rep.claim("the ring's latency term grows as K−1, its bandwidth term less than 2×", linear, True, kind=EXACT,
+              setting=SCALING, ref="L15-5-ring-terms",
+              why=f"2(K−1)α: ×{grow[0]:.0f} from K = {rows[0][0]} to {rows[-1][0]}; 2(K−1)/K·N/β: ×{grow[1]:.2f}")
     # Total throughput still grows with K, only less than K-fold.
     rows = []
     for name in ("ResNet-50", "BERT-large"):
@@ -114,6 +127,11 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
             rows.append([name, p.world_size, f"{p.step_s * 1e3:.1f}", f"{p.throughput_speedup:.1f}",
                          f"{p.efficiency:.0%}", bar(p.efficiency, 1.0, 30)])
     rep.table(["model", "K", "step (ms)", "throughput ×", "efficiency", ""], rows, name="throughput")
+    grows = all(a.throughput_speedup < b.throughput_speedup for ps in points.values() for a, b in zip(ps, ps[1:]))
+    rep.claim("total throughput still grows with K (both models)", grows, True, kind=ASSUMPTION,
+              setting=SCALING, ref="L15-5-throughput-grows",
+              why="throughput × at each K above rises: " + "; ".join(
+                  f"{n} " + ", ".join(f"{p.throughput_speedup:.1f}" for p in ps) for n, ps in points.items()))
     return steps
 
 
@@ -140,77 +158,6 @@ def part2_skip_sync(rep: Report, args: argparse.Namespace, steps: dict[str, tupl
 
 
 # ---- Part 3: the model of accumulating n micro-batch gradients ---------------------------------
-
-def make_regression(n_samples: int, dim: int = CONV_DIM, seed: int = CONV_DATA_SEED) -> tuple[np.ndarray, np.ndarray]:
-    """Features with scales 0.5 … 2 (an ill-conditioned but easy problem) and noisy linear labels."""
-    rng = np.random.default_rng(seed)
-    scales = np.geomspace(0.5, 2.0, dim)
-    x = rng.standard_normal((n_samples, dim)) * scales
-    w_true = rng.standard_normal(dim)
-    y = x @ w_true + CONV_NOISE * rng.standard_normal(n_samples)
-    return x, y
-
-
-def micro_batches(x: np.ndarray, y: np.ndarray, count: int, size: int,
-                  seed: int = CONV_ORDER_SEED) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The same `count` micro-batches, in the same order, for every n: only the update points differ."""
-    order = np.random.default_rng(seed).permutation(len(y))[: count * size]
-    xs, ys = x[order], y[order]
-    return [(xs[i * size:(i + 1) * size], ys[i * size:(i + 1) * size]) for i in range(count)]
-
-
-class QuadraticLoss:
-    """L(w) = ½·mean((x·w − y)²) over the whole data set, kept as H, b, c so one loss costs 16² flops."""
-
-    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
-        n = len(y)
-        self.h, self.b, self.c = x.T @ x / n, x.T @ y / n, float(y @ y) / (2 * n)
-        self.w_opt = np.linalg.solve(self.h, self.b)
-
-    def __call__(self, w: np.ndarray) -> float:
-        return float(0.5 * w @ self.h @ w - self.b @ w + self.c)
-
-    def stability_lr(self) -> float:
-        """Gradient descent on this quadratic diverges once the step size exceeds 2/λ_max."""
-        return 2.0 / float(np.linalg.eigvalsh(self.h)[-1])
-
-
-def mean_gradient(w: np.ndarray, xb: np.ndarray, yb: np.ndarray) -> np.ndarray:
-    """∇ of ½·mean((x·w − y)²) over one micro-batch."""
-    return xb.T @ (xb @ w - yb) / len(yb)
-
-
-def train_accumulating(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, sync_every: int,
-                       loss: QuadraticLoss, eval_every: int = 1) -> tuple[np.ndarray, list[float]]:
-    """SGD that adds up `sync_every` micro-batch gradients before each update, as no_sync does.
-
-    The sum is not divided by n (DDP's no_sync accumulates into .grad): the update is lr·Σg, so the
-    step is n times a single micro-batch's. A trailing group shorter than n is applied as it is.
-    Returns the final weights and the full-data loss after every `eval_every` micro-batches.
-    """
-    w = np.zeros(loss.h.shape[0])
-    accumulated = np.zeros_like(w)
-    curve = [loss(w)]
-    for i, (xb, yb) in enumerate(batches, start=1):
-        accumulated += mean_gradient(w, xb, yb)
-        if i % sync_every == 0 or i == len(batches):
-            w = w - lr * accumulated
-            accumulated[:] = 0.0
-        if i % eval_every == 0:
-            curve.append(loss(w))
-    return w, curve
-
-
-def train_large_batch(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, group: int,
-                      loss: QuadraticLoss) -> np.ndarray:
-    """Plain large-batch SGD: the mean gradient over `group` micro-batches joined into one batch."""
-    w = np.zeros(loss.h.shape[0])
-    for start in range(0, len(batches), group):
-        chunk = batches[start:start + group]
-        xb = np.concatenate([b[0] for b in chunk])
-        yb = np.concatenate([b[1] for b in chunk])
-        w = w - lr * mean_gradient(w, xb, yb)
-    return w
 
 
 def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
@@ -245,7 +192,7 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
               rows, name="final_losses")
     rep.record("curves", {name: {str(n): c for n, c in by_n.items()} for name, by_n in curves.items()})
     rep.record("eval_every_micro_batches", eval_every)
-    _plot_curves(rep, curves, eval_every, {"small lr": f"small lr = {args.lr_small:g}",
+    plot_curves(rep, curves, eval_every, {"small lr": f"small lr = {args.lr_small:g}",
                                            "large lr": f"large lr = {args.lr_large:g}",
                                            "large lr / n": f"large lr / n = {args.lr_large:g} / n"})
 
@@ -280,31 +227,6 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
 
 def _loss_text(value: float, loss: QuadraticLoss) -> str:
     return "diverged" if not np.isfinite(value) or value > 10 * loss(np.zeros(CONV_DIM)) else f"{value:.5f}"
-
-
-def _plot_curves(rep: Report, curves: dict[str, dict[int, list[float]]], eval_every: int,
-                 titles: dict[str, str]) -> None:
-    if rep.figure_dir() is None:
-        return
-    fig, axes = new_figure(1, len(curves), figsize=(4.2 * len(curves), 3.4), sharey=True)
-    for ax, (name, by_n) in zip(axes, curves.items()):
-        for n, curve in by_n.items():
-            values = np.asarray(curve, dtype=float)
-            bad = ~np.isfinite(values) | (values > 1e3)      # diverged: drawn up to where it leaves the axis
-            stop = int(np.argmax(bad)) if bad.any() else len(values)
-            steps = np.arange(len(values)) * eval_every
-            line, = ax.plot(steps[:stop], values[:stop], label=f"n = {n}" + (" (diverged)" if bad.any() else ""))
-            if bad.any() and stop > 0:
-                ax.plot(steps[stop - 1], values[stop - 1], "x", color=line.get_color(), markersize=9)
-        ax.set_yscale("log")
-        ax.set_ylim(top=1e3)
-        ax.set_title(titles.get(name, name), fontsize=9)
-        ax.set_xlabel("micro-batches seen")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("full-data loss (½ mean squared error)")
-    fig.suptitle("synchronise every n micro-batches: least squares, 16 features; × = diverged (loss > 1e3)",
-                 fontsize=9)
-    rep.save_figure(fig, "convergence")
 
 
 def main() -> None:

@@ -5,7 +5,9 @@
 The handbook's ddp_check.py, extended: its buckets (Part 1), 3 steps equal to single-process
 training and to PyTorch DDP (Part 2), the no_sync exercise (Part 3), launch order when gradients
 arrive out of order (Part 4, lecture 15 §2.3), MyDDP's step time against PyTorch DDP's (Part 5),
-the handbook's 7B question on the α-β model (Part 6) and MyDDP's limits against DDP's (Part 7).
+the handbook's 7B question on the α-β model (Part 6), MyDDP's limits against DDP's (Part 7) and
+the handbook's practical details (Part 8: comm hooks, bucket views, scaling, DistributedSampler;
+Parts 6 and 8 live in lecture15/handbook_details.py).
 """
 
 from __future__ import annotations
@@ -19,23 +21,21 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 # isort: split
 
 import argparse
-import math
 import statistics
 from typing import Any
 
 import torch
 
 from common.cli import UsageError, make_parser, run_main
-from common.costmodel import Link, ring_allreduce_bytes_per_device, ring_allreduce_time
 from common.launcher import launch, preload_for_ddp
-from common.output import ASSUMPTION, EXACT, MEASURED, Report, fmt_bytes
-from lecture15.ddp_sim import MiB, assign_buckets, simulate_backward
+from common.output import EXACT, MEASURED, Report, fmt_bytes
+from lecture15.ddp_sim import MiB
+from lecture15.handbook_details import check_and_details_rank, part6_question, part8_details
 
 # handbook_model and timing_rank: bench/bench_my_ddp.py imports them from here
 from lecture15.my_ddp_ranks import (  # noqa: F401
     FORWARD_KINDS,
     NO_SYNC_PLACEMENTS,
-    check_rank,
     handbook_model,
     timing_rank,
 )
@@ -217,45 +217,6 @@ def part5_timing(rep: Report, args: argparse.Namespace, ranks: list[dict[str, An
     rep.record("steps_s", {"MyDDP": mine, "PyTorch DDP": official})
 
 
-# The handbook's question: a 7B model, bf16 gradients, 64 ranks, 50 GB/s per rank, 0.8 s backward.
-PARAMS_7B, RANKS_7B, LINK_7B, BACKWARD_7B_S = 7e9, 64, Link(0.0, 50e9, "50 GB/s, α = 0"), 0.8
-TENSORS_7B = 224   # assumed: 32 layers × 7 equal matrices (the handbook gives no shapes)
-
-
-def part6_question(rep: Report) -> None:
-    rep.part(6, "the handbook's question: can a 7B model's gradient sync hide behind its backward?")
-    grad_bytes = PARAMS_7B * 2
-    sent = ring_allreduce_bytes_per_device(RANKS_7B, grad_bytes)
-    comm_s = ring_allreduce_time(RANKS_7B, grad_bytes, LINK_7B)
-    rep.claim("bf16 gradients of 7e9 parameters", grad_bytes / 1e9, notes=14, unit="GB", places=0, setting=(),
-              ref="HB-7b-gradient-bytes", why="7e9 × 2 bytes")
-    why = "the handbook's 'about': within a factor 1.05 of 2(K−1)/K·N, which it rounds to 2N"
-    rep.claim("bytes each rank sends in the ring all-reduce", sent / 1e9, notes=28, unit="GB", factor=1.05,
-              setting=(), ref="HB-7b-ring-bytes", why=f"{why}: 2·63/64·14 GB")
-    rep.claim("that all-reduce at 50 GB/s (α = 0)", comm_s, notes=0.56, unit="s", factor=1.05, setting=(),
-              ref="HB-7b-ring-time", why=f"{why}: 27.56 GB / 50 GB/s")
-    rep.claim("shorter than the 0.8 s backward (hidden in principle)", comm_s < BACKWARD_7B_S, notes=True,
-              setting=(), ref="HB-7b-hidden", why=f"{comm_s:.3f} s < {BACKWARD_7B_S} s")
-    rep.line(f"  to hide it the link must deliver >= {comm_s / BACKWARD_7B_S:.0%} of its 50 GB/s: the "
-             "handbook's 'not much margin'")
-    # The timeline behind "only the last bucket is exposed", on ddp_sim with stated assumptions.
-    sizes = [int(grad_bytes / TENSORS_7B)] * TENSORS_7B
-    # Registration order: the first layer's tensor (index 0) is ready last, at the end of backward.
-    ready = [(TENSORS_7B - i) * BACKWARD_7B_S / TENSORS_7B for i in range(TENSORS_7B)]
-    buckets = assign_buckets(sizes, 25 * MiB, first_cap_bytes=MiB)
-    timeline = simulate_backward(ready, sizes, buckets, lambda n: ring_allreduce_time(RANKS_7B, n, LINK_7B))
-    last = timeline.comm_s[-1]
-    rep.line(f"  timeline ({TENSORS_7B} equal tensors ready at equal intervals, DDP's default buckets: "
-             f"{len(buckets)}): backward {timeline.backward_s:.3f} s, step {timeline.step_s:.4f} s, exposed "
-             f"{timeline.exposed_comm_s * 1e3:.2f} ms = the last bucket's all-reduce {last * 1e3:.2f} ms")
-    rep.claim("only the last bucket's all-reduce is exposed", math.isclose(timeline.exposed_comm_s, last),
-              notes=True, kind=ASSUMPTION, setting=(), ref="HB-last-bucket-exposed",
-              why="on ddp_sim's two-stream timeline: each bucket's all-reduce ends before the next is ready, "
-                  "so only the one launched at the end of backward runs past it")
-    rep.note(f"assumed for the timeline: {TENSORS_7B} equal tensors, their gradients ready at equal intervals "
-             "over the 0.8 s, α = 0, the link at 100 %")
-
-
 def part7_limits(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
     rep.part(7, "MyDDP's limits: buffers and sparse gradients, against PyTorch DDP")
     if len(ranks) < 2:
@@ -291,7 +252,7 @@ def main() -> None:
            "repeats": repeats, "warmup": 3 if args.quick else 10}
     # The ranks do every part's work in one launch (start-up paid once) and return plain data.
     preload_for_ddp(args.world_size)  # PyTorch DDP() imports torch._dynamo: see there
-    ranks = launch(check_rank, args.world_size, cfg, backend="auto", timeout_s=args.timeout_s)
+    ranks = launch(check_and_details_rank, args.world_size, cfg, backend="auto", timeout_s=args.timeout_s)
     part1_buckets(rep, args, ranks)     # our rule on the handbook's model: how many buckets
     part2_train(rep, args, ranks)       # ddp_check.py: MyDDP = one process = PyTorch DDP
     part3_no_sync(rep, args, ranks)     # the exercise: 2 half-batches under no_sync = 1 full batch
@@ -299,6 +260,7 @@ def main() -> None:
     part5_timing(rep, args, ranks, repeats)   # MyDDP's step against PyTorch DDP's, with its spread
     part6_question(rep)                 # the handbook's 7B question, on the α-β model
     part7_limits(rep, args, ranks)      # buffers and sparse gradients: what MyDDP does, and DDP
+    part8_details(rep, args, ranks)     # the handbook's details: comm hooks, bucket views, scaling, sampler
     rep.finish()
 
 
