@@ -19,7 +19,7 @@ from conftest import ROOT, load_script
 
 from common import cli
 from common.output import Report, fmt_num, write_json
-from common.suite import scripts
+from common.suite import Script, scripts
 
 REAL = "lecture14/02_primitives.py"     # starts ranks; default run a couple of seconds
 MODEL = "lecture15/03_overlap.py"       # model only, draws figures
@@ -208,7 +208,7 @@ def test_help_shows_the_description_every_default_and_figures_only_where_drawn(
         if action.option_strings and not (action.default is None or action.default is False
                                           or action.default == argparse.SUPPRESS):
             assert "default" in formatter._get_help_string(action), f"{name} {action.option_strings}"
-    draws = "save_figure(" in (ROOT / "code" / name).read_text(encoding="utf-8")
+    draws = Script(ROOT / "code" / name).draws
     offers = any("--save-figs" in a.option_strings for a in parser._actions)
     assert draws == offers, f"{name}: draws a figure: {draws}, offers --save-figs: {offers}"
 

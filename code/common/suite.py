@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +22,13 @@ class Script:
 
     @property
     def draws(self) -> bool:
-        """Offers --save-figs (it draws figures)."""
-        return "save_figure(" in self.path.read_text(encoding="utf-8")
+        """It draws figures (so it offers --save-figs): it calls Report.save_figure, itself or in a
+        module of the suite it imports (a part moved into a module keeps its figure)."""
+        text = self.path.read_text(encoding="utf-8")
+        modules = re.findall(rf"^from ({'|'.join(LECTURES)})\.(\w+) import", text, flags=re.M)
+        return any("save_figure(" in source for source in [text] + [
+            (CODE / package / f"{module}.py").read_text(encoding="utf-8") for package, module in modules
+            if (CODE / package / f"{module}.py").is_file()])
 
     @property
     def doc(self) -> str:
