@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from common import launcher
 from common.launcher import RankError, launch
 
 PROBE = Path(__file__).parent / "probes" / "launch_probe.py"
@@ -265,3 +266,22 @@ def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expe
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
     assert left == [], f"processes left behind: {left}"
+
+
+class _Gone:
+    """A child process that has already exited (what _blame sees after the grace period)."""
+
+    def is_alive(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("waiter_saw", ["failed: RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1234",
+                                        "failed: RuntimeError: Timed out waiting 2000ms for recv operation"])
+def test_the_skipper_is_blamed_even_when_its_own_teardown_fails_first(waiter_saw: str) -> None:
+    # Rank 1 returned from its work (it skipped a collective), timed out in its teardown barrier and
+    # exited; rank 0, left in the collective, then lost its peer or timed out. Blame rank 1.
+    collector = launcher._Collector([_Gone(), _Gone()], [None, None], 2.0)
+    collector.worker_done = {1}
+    collector.failures = {0: (waiter_saw, ""), 1: ("failed: RuntimeError: Timed out waiting 500ms for recv", "")}
+    error = collector._blame(set())
+    assert error.rank == 1 and error.message.startswith("finished its work while rank 0 waited")

@@ -246,7 +246,11 @@ class _Collector:
                 waiters = ", ".join(f"rank {r}" for r in sorted(self.failures))
                 return RankError(rank, f"stopped responding ({where}); {waiters} timed out after "
                                        f"{self.timeout_s:g} s waiting for it in a collective")
-        waiting = sorted(r for r, (cause, _) in self.failures.items() if _is_timeout(cause) and r not in self.worker_done)
+        # Who was left waiting: ranks still at work that timed out, or lost their peer (the
+        # skipper may time out first in its own teardown and exit), or sit silent in a collective.
+        waiting = sorted({r for r, (cause, _) in self.failures.items()
+                          if r not in self.worker_done and (_is_timeout(cause) or _is_echo(cause))}
+                         | {r for r in silent if r not in self.worker_done and self.where.get(r, (False,))[0]})
         skippers = sorted(self.worker_done & (set(self.failures) | set(self.results) | set(silent)))
         if waiting and skippers:
             # A rank whose work was done while others timed out inside it: it skipped a collective.
