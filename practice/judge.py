@@ -6,7 +6,7 @@
     python practice/judge.py --solution practice/reference   a folder laid out like practice/
 
 Every case prints PASS or FAIL; a failure says what was expected, what came back and a hint into
-the problem's README. Each case has --timeout-s seconds (a loop that never ends is stopped and
+the problem's README. Each case has --case-limit-s seconds (a loop that never ends is stopped and
 reported); cases that need ranks run on real gloo processes through common.launcher. Exit status:
 0 when every case of the chosen problems passes, 1 when some fail, 2 for a usage error.
 """
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(1, str(Path(__file__).resolve().parent))   # the judge's own package, judging/
 
-from common.cli import UsageError, make_parser, positive_float, run_main
+from common.cli import UsageError, make_parser, run_main
 from common.output import wrap, write_json
 from judging import PROBLEMS, Problem
 
@@ -103,23 +103,16 @@ def print_case(index: int, result: CaseResult) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__)
-    for action in parser._actions:   # the shared --quick and --json, in the judge's words
-        if action.dest == "quick":
-            action.help = "only the quick cases (every problem keeps most of its cases)"
-        elif action.dest == "json":
-            action.help = "write every case's verdict (expected, got, hint, seconds) as JSON to PATH"
+    parser = make_parser(__doc__, case_limit_s=DEFAULT_LIMIT_S, help_for={
+        "quick": "only the quick cases (every problem keeps most of its cases)",
+        "json": "write every case's verdict (expected, got, hint, seconds) as JSON to PATH"},
+        context={"case_limit_s": "a rank waits at most a quarter of it in one collective"})
     parser.add_argument("problems", nargs="*", metavar="PROBLEM",
                         help="problems to judge: 113, 113_ddp_buckets or ddp_buckets (default: all)")
     parser.add_argument("--solution", metavar="PATH", default=None,
                         help="a .py file with one problem's functions, or a folder laid out like practice/ "
                              "(<folder>/<problem>/solution.py) (default: practice/<problem>/solution.py)")
-    parser.add_argument("--timeout-s", type=positive_float, default=DEFAULT_LIMIT_S,
-                        metavar="S", help="each case's time limit; a rank waits at most a quarter of it in one "
-                                          f"collective (default {DEFAULT_LIMIT_S:g})")
     args = parser.parse_args()
-    if not 1.0 <= args.timeout_s <= 600.0:
-        raise UsageError(f"--timeout-s must be from 1 to 600 seconds, got {args.timeout_s:g}")
     problems = choose(args.problems)
     files = solution_files(problems, args.solution)
     # torch only now, after the usage checks (those answer at once): imported once here, every
@@ -127,17 +120,17 @@ def main() -> None:
     from judging import ranks
     from judging.engine import run_problem
 
-    ranks.RANK_TIMEOUT_S = max(1.0, args.timeout_s / 4)   # + the launcher's grace and where-query
+    ranks.RANK_TIMEOUT_S = max(1.0, args.case_limit_s / 4)   # + the launcher's grace and where-query
     began = time.perf_counter()
     print(f"practice judge: {len(problems)} problem{'s' if len(problems) != 1 else ''}, "
-          f"{args.timeout_s:g} s per case{' (--quick: the quick cases only)' if args.quick else ''}")
+          f"{args.case_limit_s:g} s per case{' (--quick: the quick cases only)' if args.quick else ''}")
     for problem in problems:   # what every rank would import on its own (torch.optim: ~1 s), once here
         getattr(problem.cases(), "prepare", lambda: None)()
     summary, records = [], []
     for problem in problems:
         cases = [c for c in problem.cases().CASES if c.quick or not args.quick]
         print(wrap(f"{problem.number} {problem.title}  [{shown_path(files[problem.number])}]", "    ", "\n"))
-        results, seconds = run_problem(problem.number, cases, files[problem.number], args.timeout_s)
+        results, seconds = run_problem(problem.number, cases, files[problem.number], args.case_limit_s)
         for index, result in enumerate(results, 1):
             print_case(index, result)
         passed = sum(r.passed for r in results)

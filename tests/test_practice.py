@@ -130,7 +130,7 @@ def test_a_student_solution_written_into_the_116_stub_passes(tmp_path: Path) -> 
 
 
 def test_misbehaving_code_is_a_failed_case_each(tmp_path: Path) -> None:
-    out, record = judge("113", "--solution", str(WRONG / "113_misbehaves.py"), "--timeout-s", "2",
+    out, record = judge("113", "--solution", str(WRONG / "113_misbehaves.py"), "--case-limit-s", "2",
                         expect_rc=1, tmp_path=tmp_path)
     cases = verdicts(record)
     by_name = {name: c for (_, name), c in cases.items()}
@@ -147,7 +147,7 @@ def test_misbehaving_code_is_a_failed_case_each(tmp_path: Path) -> None:
 
 
 def test_a_crashing_rank_and_a_hang_on_real_ranks(tmp_path: Path) -> None:
-    _, record = judge("115", "--solution", str(WRONG / "115_misbehaves.py"), "--timeout-s", "3", "--quick",
+    _, record = judge("115", "--solution", str(WRONG / "115_misbehaves.py"), "--case-limit-s", "3", "--quick",
                       expect_rc=1, tmp_path=tmp_path)
     by_name = {c["case"]: c for c in record["cases"]}
     crash = by_name["2 ranks, 8 numbers"]["message"]
@@ -173,14 +173,14 @@ def _cmdline(proc: Path) -> str:
 def test_a_file_that_does_not_load_fails_its_problem(tmp_path: Path, text: str, phrase: str) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("x = 1\n" + text)
-    _, record = judge("113", "--solution", str(bad), "--timeout-s", "2", expect_rc=1, tmp_path=tmp_path)
+    _, record = judge("113", "--solution", str(bad), "--case-limit-s", "2", expect_rc=1, tmp_path=tmp_path)
     messages = {c["message"] for c in record["cases"]}
     assert len(messages) == 1 and phrase in messages.pop()
 
 
 @pytest.mark.parametrize("args", [["999"], ["113", "--solution", "no/such/file.py"], ["--solution", "README.md", "113"],
                                   ["113", "114", "--solution", "practice/reference/113_ddp_buckets/solution.py"],
-                                  ["--timeout-s", "0"], ["--timeout-s", "1000"]])
+                                  ["--case-limit-s", "0"], ["--case-limit-s", "1000"]])
 def test_usage_errors(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, str(JUDGE), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

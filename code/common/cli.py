@@ -133,6 +133,9 @@ FLAGS: dict[str, Flag] = {
     "steps": Flag(positive_int, "training steps", "N"),
     "batch": Flag(positive_int, "global batch size (samples, all ranks together)", "N"),
     "repeats": Flag(positive_int, "timed repeats (medians are reported)", "N"),
+    # The practice judge's limit on one case (not --timeout-s: that is a rank's wait in a collective).
+    "case_limit_s": Flag(_ranged("seconds", 1.0, 600.0, low_open=False),
+                         "time limit of each case in seconds, 1 to 600", "S"),
     "timing_steps": Flag(positive_int, "timed steps (medians are reported)", "N"),
     "lr": Flag(_ranged("a learning rate", 0.0, 1e3), "learning rate", "LR"),
     "peak_tflops": Flag(_ranged("TFLOP/s", 1e-6, 1e9), "peak compute of one device in TFLOP/s", "TFLOPS"),
@@ -221,10 +224,12 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
-                context: dict[str, str] | None = None, **defaults: Any) -> OneLineParser:
+                context: dict[str, str] | None = None, help_for: dict[str, str] | None = None,
+                **defaults: Any) -> OneLineParser:
     """A parser with the shared flags named in `defaults` (each with its default), plus --quick and
     --json always, --save-figs with figs=True (scripts that draw), --timeout-s with real=True.
-    `context` adds where a flag is used to its help: context={"steps": "Part 2"}.
+    `context` adds where a flag is used to its help: context={"steps": "Part 2"}; `help_for`
+    words --quick or --json for a command that is no lecture script (help_for={"quick": ...}).
     """
     parser = OneLineParser(description=(doc or "").strip() or None, formatter_class=_HelpFormatter)
     parser.real = real
@@ -243,12 +248,13 @@ def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
                             default=None, metavar="S",
                             help=f"seconds a rank may wait in one collective before it fails, {low:g} to "
                                  f"{high:g} (default: {DEFAULT_TIMEOUT_S:g}, or what a part says)")
-    parser.add_argument("--quick", action="store_true",
-                        help="the same code with shorter runs where there are any (smoke tests)")
+    help_for = help_for or {}
+    parser.add_argument("--quick", action="store_true", help=help_for.get(
+        "quick", "the same code with shorter runs where there are any (smoke tests)"))
     if figs:
         parser.add_argument("--save-figs", metavar="DIR", default=None, help="write the figures (PNG) into DIR")
-    parser.add_argument("--json", metavar="PATH", default=None,
-                        help="write the parts' results and the claims as JSON to PATH")
+    parser.add_argument("--json", metavar="PATH", default=None, help=help_for.get(
+        "json", "write the parts' results and the claims as JSON to PATH"))
     return parser
 
 
