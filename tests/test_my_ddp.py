@@ -337,14 +337,3 @@ def test_sampler_shares_against_the_padding_rule() -> None:
             dropped = sampler_shares(k, n, drop_last=True)
             taken = [i for s in dropped for i in s]
             assert len(taken) == len(set(taken)) == k * (n // k)
-
-
-def test_counting_all_reduce_restores_and_counts() -> None:
-    import torch.distributed as dist
-
-    from lecture15.handbook_details import counting_all_reduce
-
-    original, record = dist.all_reduce, []
-    with counting_all_reduce(record):
-        assert dist.all_reduce is not original
-    assert dist.all_reduce is original and record == []

@@ -124,6 +124,12 @@ def test_more_wrong_solutions(tmp_path: Path) -> None:
     assert failed_cases(record, "116") == ["an exception inside no_sync leaves syncing on"]
 
 
+def test_a_ring_of_blocking_send_and_recv_passes(tmp_path: Path) -> None:
+    # torch's send calls isend inside: counted twice, the bytes would fail a correct ring.
+    _, record = judge("115", "--solution", str(WRONG / "115_blocking_send_recv.py"), expect_rc=0, tmp_path=tmp_path)
+    assert record["all_passed"]
+
+
 def test_a_student_solution_written_into_the_116_stub_passes(tmp_path: Path) -> None:
     _, record = judge("116", "--solution", str(WRONG / "116_handbook_style.py"), expect_rc=0, tmp_path=tmp_path)
     assert record["all_passed"]

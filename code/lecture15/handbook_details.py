@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,6 +25,7 @@ from common.costmodel import (
     ring_allreduce_time,
     zero_step_bytes_per_device,
 )
+from common.dist_count import counting
 from common.launcher import rank_device
 from common.output import ASSUMPTION, EXACT, Report, fmt_bytes
 from lecture15.ddp_sim import MiB, Timeline, assign_buckets, simulate_backward
@@ -48,23 +48,6 @@ def check_and_details_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[s
     return out
 
 
-@contextmanager
-def counting_all_reduce(record: list[tuple[str, int]]) -> Iterator[None]:
-    """Record (dtype, bytes) of every tensor given to dist.all_reduce while inside. The hooks call it
-    through the module (`dist.all_reduce`), so swapping the attribute sees each call; put back on exit."""
-    original = dist.all_reduce
-
-    def counted(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        record.append((str(tensor.dtype).removeprefix("torch."), tensor.numel() * tensor.element_size()))
-        return original(tensor, *args, **kwargs)
-
-    dist.all_reduce = counted
-    try:
-        yield
-    finally:
-        dist.all_reduce = original
-
-
 def _steps(model: torch.nn.Module, rank: int, world: int, cfg: dict[str, Any]) -> None:
     X, Y = (t.to(rank_device()) for t in global_batch(cfg["batch"]))
     x, y = X[shard(len(X), rank, world)], Y[shard(len(X), rank, world)]
@@ -81,9 +64,9 @@ def hooks_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     for name, hook in HOOKS.items():
         model = DistributedDataParallel(handbook_model().to(rank_device()), bucket_cap_mb=cfg["bucket_bytes"] / MiB)
         model.register_comm_hook(None, hook)
-        record: list[tuple[str, int]] = []
-        with counting_all_reduce(record):
+        with counting() as counts:  # the hooks call dist.all_reduce: every tensor handed to it is seen
             _steps(model, rank, world, cfg)
+        record = [(dtype, nbytes) for name, dtype, nbytes in counts.tensors if name == "all_reduce"]
         out[name] = {"dtypes": sorted({d for d, _ in record}), "bytes": sum(n for _, n in record),
                      "calls": len(record)}
         trained[name] = model

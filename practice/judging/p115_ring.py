@@ -14,8 +14,9 @@ import torch
 import torch.distributed as dist
 
 from common.costmodel import ring_allreduce_bytes_per_device
+from common.dist_count import counting
 from judging.engine import Case, Fail, function, show
-from judging.ranks import counting, run_ranks, solution_in_rank
+from judging.ranks import run_ranks, solution_in_rank
 
 FUNCTIONS = ("ring_allreduce",)
 HINT_RESULT = "README hint 2: in step s rank r sends chunk (r − s) mod K; reduce-scatter adds, all-gather copies"

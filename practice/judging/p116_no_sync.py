@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
+from common.dist_count import counting
 from judging.engine import Case, Fail, function, kind
-from judging.ranks import counting, run_ranks, solution_in_rank
+from judging.ranks import run_ranks, solution_in_rank
 from lecture15.my_ddp_ranks import global_batch, handbook_model, shard, share_of_loss
 
 FUNCTIONS = ("MyDDP",)

@@ -14,9 +14,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from common.dist_count import counting
 from cs336 import comm, mlp
 from judging.engine import Case, Fail, function, kind
-from judging.ranks import counting, run_ranks, solution_in_rank
+from judging.ranks import run_ranks, solution_in_rank
 
 FUNCTIONS = ("tp_backward",)
 TOL = 1e-12
