@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from conftest import ROOT
+from conftest import ROOT, assert_usage_error
 
 from common.suite import scripts
 from report.pages import errata_markdown
@@ -87,3 +87,10 @@ def test_the_readme_lists_every_error_in_the_notes(quick_reproduction: dict) -> 
     expected = errata_markdown(quick_reproduction["claims"]).strip()
     assert section == expected, ("README's errata section is out of step with the claims; regenerate it with\n"
                                  "python code/reproduce.py --quick --errata > /tmp/errata.md")
+
+
+def test_a_report_folder_that_cannot_be_written_is_a_usage_error(tmp_path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert_usage_error("reproduce.py", "--report", str(blocker), "--only", "01_scale")
+    assert_usage_error("reproduce.py", "--report", str(blocker / "inside"), "--only", "01_scale")
