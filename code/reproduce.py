@@ -33,8 +33,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from common.cli import check_output_dir, make_parser, run_main
-from common.output import wrap, write_json
+from common.cli import UsageError, make_parser, run_main
+from common.files import check_output_dir, make_output_dir, write_json
+from common.output import wrap
 from common.suite import Script, scripts
 
 
@@ -82,6 +83,8 @@ def main() -> None:
     if not args.no_report:
         check_output_dir(args.report, "--report")
     chosen = [s for s in scripts() if args.only in s.name]
+    if not chosen:
+        raise UsageError(f"--only {args.only!r} matches no script (names look like lecture15/02_buckets.py)")
     runs, claims, data = [], [], {}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +97,8 @@ def main() -> None:
             if run["rc"] == 0:
                 data[script.name] = json.loads(out.read_text(encoding="utf-8"))
                 claims += [(script.name, c) for c in data[script.name]["claims"]]
-        if not args.no_report:
+        pages = []
+        if not args.no_report and data:  # a run where every script failed does not replace a report
             pages = write_pages(Path(args.report), chosen, runs, data, figure_dir, start, args.quick)
     total = time.perf_counter() - start
     failures = [r["script"] for r in runs if r["rc"] != 0]
@@ -126,8 +130,10 @@ def main() -> None:
                        "      ", "  "))
     if args.json:
         write_json(args.json, {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
-    if not args.no_report:
+    if pages:
         print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
+    elif not args.no_report:
+        print(f"\nNo pages written: every script failed, so {args.report}/ keeps what it held", file=sys.stderr)
     if failures:
         print(f"\nFAILED: {', '.join(failures)}", file=sys.stderr)
         sys.exit(1)
@@ -138,7 +144,7 @@ def write_pages(directory: Path, chosen: list[Script], runs: list[dict[str, Any]
     """The timeline page (precomputed by lecture15.timeline_grid), then index.html and report.md."""
     print(f"[pages] {directory}/ (at {time.perf_counter() - start:4.0f} s)", flush=True)
     figure_dir.mkdir(exist_ok=True)
-    directory.mkdir(parents=True, exist_ok=True)
+    make_output_dir(str(directory))
     from report.pages import write_report
     from report.timeline import write_timeline
 

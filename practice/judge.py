@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 sys.path.insert(1, str(Path(__file__).resolve().parent))   # the judge's own package, judging/
 
 from common.cli import UsageError, make_parser, run_main
-from common.output import wrap, write_json
+from common.files import write_json
+from common.output import wrap
 from judging import PROBLEMS, Problem
 
 if TYPE_CHECKING:

@@ -247,11 +247,11 @@ def test_nothing_listens_beyond_loopback(gloo_env: str | None) -> None:
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("mode, expected", [
-    ("raise", r"^error: rank 1 failed: ValueError: deliberate failure"),
-    ("kill", r"^error: rank 1 was killed by SIGKILL"),
-    ("oom", r"^error: rank 1 ran out of memory"),
-    ("stall", r"^error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); rank 0 timed out"),
-    ("busy", r"^error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); rank 0 timed out"),
+    ("raise", r"^launch_probe\.py: error: rank 1 failed: ValueError: deliberate failure"),
+    ("kill", r"^launch_probe\.py: error: rank 1 was killed by SIGKILL"),
+    ("oom", r"^launch_probe\.py: error: rank 1 ran out of memory"),
+    ("stall", r"^launch_probe\.py: error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); rank 0 timed out"),
+    ("busy", r"^launch_probe\.py: error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); rank 0 timed out"),
 ])
 def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expected: str) -> None:
     tag = f"probe-{mode}-{os.getpid()}-{time.monotonic_ns()}"

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, load_script
 
-from common import cli
-from common.output import Report, fmt_num, write_json
+from common import cli, machine
+from common.files import write_json
+from common.output import Report, fmt_num
 from common.suite import Script, scripts
 
 REAL = "lecture14/02_primitives.py"     # starts ranks; default run a couple of seconds
@@ -51,7 +52,7 @@ def test_real_scripts_refuse_what_this_machine_cannot_run(env: dict, args: tuple
 
 
 def test_the_world_size_limit_says_why() -> None:
-    limit, why = cli.max_local_ranks()
+    limit, why = machine.max_local_ranks()
     assert 1 <= limit and why
     message = _usage_error_before_any_work(REAL, "--world-size", str(limit + 1))
     assert f"at most {limit}" in message and "torchrun" in message
@@ -64,7 +65,8 @@ def test_model_world_sizes_are_bounded() -> None:
 @pytest.mark.parametrize("flag, make, says", [
     ("--json", lambda d: d, "is a folder"),
     ("--json", lambda d: d / "file.txt" / "out.json", "is a file, not a folder"),
-    ("--json", lambda d: Path("/proc/nope/out.json"), "cannot write"),
+    ("--json", lambda d: Path("/proc/out.json"), "cannot write"),
+    ("--json", lambda d: Path("/proc/nope/out.json"), "no such folder"),
     ("--save-figs", lambda d: d / "file.txt", "is a file; give a folder"),
 ])
 def test_output_paths_are_checked_before_the_run(tmp_path: Path, flag: str, make, says: str) -> None:

@@ -17,21 +17,25 @@ import argparse
 import math
 import os
 import re
+import signal
 import sys
-import tempfile
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from common.costmodel import NOTES_LINK, Link
+from common.errors import RunFailure, UsageError
+from common.files import check_output_dir, check_output_file, divert_stdout
+from common.machine import check_backend, check_world_size
+from common.torchrun import quiet_unless_rank0, under_torchrun
+
+__all__ = ["FLAGS", "UsageError", "make_parser", "off_setting", "link_from_args", "run_main"]
 
 DEFAULT_TIMEOUT_S = 30.0  # a lecture script's collectives take milliseconds; 30 s means "stuck"
 TIMEOUT_RANGE_S = (1.0, 86_400.0)  # below 1 s a busy 2-core machine times out honest collectives
 MAX_BYTES = 10**15  # 1 PB: larger sizes only overflow the models into nonsense
 MAX_MODEL_WORLD = 4096  # devices in a model-only script: the notes reach 256; a ring all-reduce has
 # 2K(K−1) messages, so the round-by-round models need 2 GB at 4096
-RANKS_PER_CORE = 32  # local ranks beyond this spend their time waiting for each other
-MEMORY_PER_RANK = 256 * 2**20  # what a torch rank of these scripts can reach (import + small models)
 
 _UNITS = {
     "": 1, "b": 1,
@@ -39,10 +43,6 @@ _UNITS = {
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-
-
-class UsageError(ValueError):
-    """Bad input from the user: reported as one line on stderr, exit status 2."""
 
 
 # ---- value types ------------------------------------------------------------------------------
@@ -217,10 +217,11 @@ class OneLineParser(argparse.ArgumentParser):
                 raise UsageError(f"--world-size {parsed.world_size:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
         if self.real:
             check_backend(getattr(parsed, "world_size", 1), os.environ.get("COURSE_BACKEND") or "auto")
-        if getattr(parsed, "json", None):
+        if getattr(parsed, "json", None) is not None:
             check_output_file(parsed.json, "--json")
-        if getattr(parsed, "save_figs", None):
+        if getattr(parsed, "save_figs", None) is not None:
             check_output_dir(parsed.save_figs, "--save-figs")
+        divert_stdout(getattr(parsed, "json", None))
 
 
 def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
@@ -301,143 +302,28 @@ def link_from_args(args: argparse.Namespace, name: str = "") -> Link:
                 NOTES_LINK.beta_Bps if beta is None else beta * 1e9, name)
 
 
-# ---- what this machine can run ----------------------------------------------------------------
-
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _total_memory() -> int | None:
-    """The machine's memory (not what is free right now: the limit should not move between runs)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def max_local_ranks() -> tuple[int, str]:
-    """How many ranks this machine can run as local processes, and why that many.
-    COURSE_MAX_RANKS overrides it (for a machine you know holds more)."""
-    override = os.environ.get("COURSE_MAX_RANKS")
-    if override and override.isdigit() and int(override) > 0:
-        return int(override), "COURSE_MAX_RANKS"
-    limit, why = RANKS_PER_CORE * cores(), f"{RANKS_PER_CORE} ranks per core on {cores()} cores"
-    memory = _total_memory()
-    if memory is not None and memory // MEMORY_PER_RANK < limit:
-        limit = max(1, memory // MEMORY_PER_RANK)
-        why = f"{memory / 2**30:.1f} GiB of memory at {MEMORY_PER_RANK // 2**20} MiB per rank"
-    return limit, why
-
-
-def check_world_size(world_size: int) -> None:
-    """A world size this machine can run, or a UsageError that says the limit and why."""
-    if int(world_size) != world_size or world_size < 1:
-        raise UsageError(f"world size must be an integer >= 1, got {world_size}")
-    limit, why = max_local_ranks()
-    if world_size > limit:
-        raise UsageError(f"--world-size {world_size:,} is more ranks than this machine can run at once (at most "
-                         f"{limit}: {why}; gloo also connects every pair of ranks, so start-up grows as W²). "
-                         "Set COURSE_MAX_RANKS to raise the limit, or run across machines with torchrun")
-
-
-def check_backend(world_size: int, backend: str) -> str:
-    """A backend name this machine can run (gloo, nccl or auto), or a UsageError."""
-    if backend not in ("gloo", "nccl", "auto"):
-        raise UsageError(f"unknown backend {backend!r} (COURSE_BACKEND or backend=): use gloo, nccl or auto")
-    if backend == "nccl":
-        import torch  # only here: the rest of this module is pure Python
-
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        if gpus < local:
-            raise UsageError(f"backend nccl needs a GPU per rank: {local} ranks here, {gpus} GPUs "
-                             "(unset COURSE_BACKEND to use gloo on the CPU)")
-    return backend
-
-
-def loopback_interface() -> str:
-    """The loopback network interface's name ("lo" on Linux, "lo0" on macOS), for gloo."""
-    try:
-        for name in sorted(os.listdir("/sys/class/net")):
-            with open(f"/sys/class/net/{name}/flags", encoding="ascii") as fh:
-                if int(fh.read().strip(), 16) & 0x8:  # IFF_LOOPBACK
-                    return name
-    except (OSError, ValueError):
-        pass
-    return "lo0" if sys.platform == "darwin" else "lo"
-
-
-# ---- output paths -----------------------------------------------------------------------------
-
-def _writable_parent(path: str, flag: str) -> None:
-    """The nearest existing folder above `path` must be a folder we can write into."""
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
-    _try_writing_in(parent, flag, path)
-
-
-def _try_writing_in(folder: str, flag: str, path: str) -> None:
-    """Create and remove a file in `folder`: permissions, read-only file systems and /proc all
-    answer this honestly (os.access says yes to root everywhere)."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise UsageError(f"{flag} {path}: cannot write in {folder} ({err.strerror})") from None
-
-
-def check_output_file(path: str, flag: str) -> None:
-    if os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a folder; give a file name")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise UsageError(f"{flag} {path}: the file is not writable")
-    _writable_parent(path, flag)
-
-
-def check_output_dir(path: str, flag: str) -> None:
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a file; give a folder")
-    if os.path.isdir(path):
-        _try_writing_in(path, flag, path)
-    else:
-        _writable_parent(path, flag)
-
-
-# ---- torchrun and the end of a script ---------------------------------------------------------
-
-def under_torchrun() -> bool:
-    """True when torchrun (or another launcher) already made this process one rank of a group."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
-
-
-def quiet_unless_rank0() -> None:
-    """Under torchrun rank 0 plays the parent and prints; the other ranks compute silently."""
-    if under_torchrun() and os.environ.get("RANK") != "0" and sys.stdout is sys.__stdout__:
-        sys.stdout = open(os.devnull, "w")
-
+# ---- the end of a script ----------------------------------------------------------------------
 
 def run_main(main: Callable[[], object]) -> None:
-    """Run a script's main() so that it ends in one line, never a traceback:
-    bad input -> "error: …", exit 2; a failure at run time (a rank, a file) -> "error: …", exit 1
-    (COURSE_DEBUG=1 shows the traceback too); Ctrl-C -> "interrupted", 130; a closed pipe
-    (`| head`) -> quiet, 141, as a shell reports a reader that stopped early."""
+    """Run a script's main() so that it ends in one line, never a traceback, every line with the
+    same prefix as a usage error's ("02_buckets.py: error: …"):
+    bad input -> exit 2; a failure at run time (a rank, a file) -> exit 1 (COURSE_DEBUG=1 shows
+    the traceback too); Ctrl-C -> "interrupted", 130; SIGTERM -> "terminated", 143, after the
+    same clean-up as an error (no temporary file is left); a closed pipe (`| head`) -> quiet,
+    141, as a shell reports a reader that stopped early."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         main()
         sys.stdout.flush()
     except UsageError as err:
-        sys.stderr.write(f"error: {err}\n")
+        _error_line(str(err))
         sys.exit(2)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+    except _Terminated:
+        sys.stderr.write("terminated\n")
+        sys.exit(128 + signal.SIGTERM)
     except BrokenPipeError:
         # Python would complain again when it flushes stdout at exit: point stdout at nothing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -445,12 +331,28 @@ def run_main(main: Callable[[], object]) -> None:
     except Exception as err:  # noqa: BLE001 - the one place a run-time failure becomes one line
         if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
             sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
-        sys.stderr.write(f"error: {_one_line(err)}\n")
+        _error_line(_one_line(err))
         sys.exit(1)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the main thread is, so `finally` blocks clean up as for Ctrl-C."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def _error_line(text: str) -> None:
+    sys.stderr.write(f"{_prog()}: error: {text}\n")
+
+
+def _prog() -> str:
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
 
 
 def _one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    if type(err).__name__ == "RankError":
+    if isinstance(err, RunFailure):
         return text
     return f"{type(err).__name__}: {text}" if text else type(err).__name__

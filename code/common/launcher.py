@@ -44,21 +44,17 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from common.cli import (
-    DEFAULT_TIMEOUT_S,
-    UsageError,
-    check_backend,
-    check_world_size,
-    quiet_unless_rank0,
-    under_torchrun,
-)
+from common.cli import DEFAULT_TIMEOUT_S
+from common.errors import RunFailure, UsageError
+from common.machine import check_backend, check_world_size
 from common.rank_side import START_TIMEOUT_S, child_main, describe, setup_rank, short
+from common.torchrun import quiet_unless_rank0, under_torchrun
 
 _WHERE_WAIT_S = 1.0       # how long a silent rank has to say where it is before it counts as hung
 _GRACE_S = 0.5            # after a first failure, time for the others' reports to arrive
 
 
-class RankError(RuntimeError):
+class RankError(RunFailure):
     """A rank failed: `rank` is its number, `message` the cause, `details` its traceback."""
 
     def __init__(self, rank: int, message: str, details: str = "") -> None:

@@ -8,18 +8,17 @@ end; `--json PATH` then holds every table, recorded value and claim, machine-rea
 from __future__ import annotations
 
 import argparse
-import json
+import io
 import math
 import os
 import sys
-import tempfile
 import textwrap
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 from common.cli import off_setting
+from common.files import make_output_dir, write_bytes, write_json
 
 # How a number the notes quote relates to ours.
 EXACT = "exact formula"             # a closed form: must agree
@@ -304,11 +303,12 @@ class Report:
         directory = self.figure_dir()
         if directory is None:
             return
-        os.makedirs(directory, exist_ok=True)
+        make_output_dir(directory)
         path = os.path.join(directory, f"{self.figure_name(name)}.png")
         self.parts[self._part].setdefault("figures", []).append(os.path.basename(path))
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+        png = io.BytesIO()
+        fig.savefig(png, dpi=110, bbox_inches="tight", format="png")
+        write_bytes(path, png.getvalue())
         print(f"  figure written: {path}")
 
     def finish(self) -> dict[str, Any]:
@@ -319,51 +319,6 @@ class Report:
         if path:
             write_json(path, data)
         return data
-
-
-@contextmanager
-def atomic_path(path: str) -> Iterator[str]:
-    """A temporary name beside `path` to write to; it becomes `path` only when the block ends
-    without error, so a failed or interrupted run never leaves a half-written file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the result private, unlike a plain open()
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def write_json(path: str, data: Any) -> None:
-    """Strict JSON (no NaN or Infinity: those become the strings "nan", "inf", "-inf"), atomically."""
-    text = json.dumps(_strict(data), indent=1, ensure_ascii=False, allow_nan=False)
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-
-
-def _strict(value: Any) -> Any:
-    """What strict JSON can hold: containers walked, numpy/torch values unwrapped, non-finite
-    floats as strings, anything else as its str()."""
-    if isinstance(value, dict):
-        return {str(k): _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if hasattr(value, "tolist"):
-        return _strict(value.tolist())
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return _strict(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 def new_figure(*args: Any, **kwargs: Any) -> tuple[Any, Any]:

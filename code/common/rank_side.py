@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from common.cli import loopback_interface
+from common.loopback import loopback_interface
 
 START_TIMEOUT_S = 120.0  # rendezvous and gloo's full-mesh connect; collectives then get timeout_s
 
@@ -79,6 +79,7 @@ def child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any
     # What the parent owned at the fork is not ours to collect (its objects' threads did not
     # come along, so destructors that join them would hang): keep the collector off it.
     gc.freeze()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's "SIGTERM cleans up" is not ours: die at once
     _die_with_parent()
     lock = threading.Lock()
     try:

@@ -29,9 +29,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main, under_torchrun
+from common.cli import UsageError, make_parser, run_main
 from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device
 from common.output import EXACT, Report, fmt_num
+from common.torchrun import under_torchrun
 from cs336 import primitives as prim
 from cs336.primitives import ROOT
 from lecture14 import collectives as col

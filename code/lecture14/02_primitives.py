@@ -28,8 +28,9 @@ import torch
 import torch.distributed as dist
 
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device, under_torchrun
+from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device
 from common.output import EXACT, Report
+from common.torchrun import under_torchrun
 from lecture14 import collectives as col
 from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_scatter_real, show, yes
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from common.output import atomic_path, fmt_num
+from common.files import make_output_dir, write_bytes, write_text
+from common.output import fmt_num
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The order a reader wants: what needs attention first.
@@ -83,13 +84,12 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
     """Write index.html and report.md (and figures/) into `directory`; return the pages written.
     `data`: each script's --json by script name; `docs`: the first line of each script's
     docstring (the notes' section it reproduces); `timeline`: the timeline page's file name."""
-    directory.mkdir(parents=True, exist_ok=True)
+    make_output_dir(str(directory))
     figures = {p.name: p.read_bytes() for p in sorted(figure_dir.glob("*.png"))}
     if figures:
-        (directory / "figures").mkdir(exist_ok=True)
+        make_output_dir(str(directory / "figures"))
         for name, blob in figures.items():
-            with atomic_path(str(directory / "figures" / name)) as tmp:
-                Path(tmp).write_bytes(blob)
+            write_bytes(str(directory / "figures" / name), blob)
     sections = [_script_view(r, data.get(r["script"]), figures, docs.get(r["script"], "")) for r in runs]
     claims = [c for s in sections for p in s["parts"] for c in p["claims"]]
     counts = Counter(c["status"] for c in claims)
@@ -109,8 +109,7 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
     for template, name, escape in (("index.html.j2", "index.html", True), ("report.md.j2", "report.md", False)):
         text = _environment(escape).get_template(template).render(**context)
         path = directory / name
-        with atomic_path(str(path)) as tmp:
-            Path(tmp).write_text(text, encoding="utf-8")
+        write_text(str(path), text)
         written.append(path)
     return written
 

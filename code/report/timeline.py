@@ -18,14 +18,13 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 # isort: split
 
-import argparse
 import json
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from common.cli import run_main
-from common.output import atomic_path
+from common.cli import OneLineParser, run_main
+from common.files import check_output_dir, make_output_dir, write_text
 from lecture15 import timeline_grid
 from lecture15.ddp_sim import ComputeModel
 
@@ -52,19 +51,20 @@ def render_timeline(grid: dict[str, Any] | None = None) -> str:
 
 
 def write_timeline(directory: Path) -> Path:
-    """Write `directory`/timeline.html (atomically) and return its path."""
+    """Write `directory`/timeline.html (whole or not at all) and return its path."""
     path = Path(directory) / PAGE_NAME
     html = render_timeline()
-    with atomic_path(str(path)) as tmp:
-        Path(tmp).write_text(html, encoding="utf-8")
+    write_text(str(path), html)
     return path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=Path, help="folder to write timeline.html into (created if missing)")
+    parser = OneLineParser(description=__doc__)
+    parser.add_argument("out_dir", help="folder to write timeline.html into (created if its parent exists)")
     args = parser.parse_args()
-    path = write_timeline(args.out_dir)
+    check_output_dir(args.out_dir, "OUT_DIR")
+    make_output_dir(args.out_dir)
+    path = write_timeline(Path(args.out_dir))
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 

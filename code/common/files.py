@@ -1,0 +1,237 @@
+"""Every file the suite writes (--json, --save-figs, --report, the judge's --json), written one way.
+
+    check_output_file(path, "--json")      # before any work: a UsageError for a path we cannot use
+    write_json(path, data)                 # at the end: whole, or not at all
+
+What the path names decides how it is written, so an output never replaces what it points at:
+  "-" (or /dev/stdout, /dev/fd/N, /proc/self/fd/N): this process's own file descriptor, written
+      at its current position (a shell's `> out.txt` keeps everything printed before);
+      `divert_stdout` then sends the human-readable text to stderr, so stdout holds only the file;
+  a device, a FIFO, a socket: opened and written directly (a rename would replace the node: run as
+      root, `--json /dev/full` once turned the device into a regular file);
+  a symlink: the file it points at, by the same rules; the link stays a link;
+  a regular file, or a name not there yet: a temporary file in the same folder, renamed over it
+      once whole; an existing file keeps its mode and, where this user may keep it, its owner.
+A write that fails (a full disk, a FIFO whose reader left) raises RunFailure, one line naming the
+file (exit status 1); an interrupted run (an error, Ctrl-C, SIGTERM: run_main turns it into an
+exception) leaves no temporary file. Under torchrun only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+import sys
+import tempfile
+from typing import Any
+
+from common.errors import RunFailure, UsageError
+from common.torchrun import is_rank0
+
+_MAX_LINKS = 40  # as the kernel's limit on a chain of symlinks (ELOOP)
+_OWN_FD = re.compile(r"/proc/(?:self|(\d+))/fd/(\d+)")
+
+
+# ---- what a path names ------------------------------------------------------------------------
+
+def _resolve(path: str) -> tuple[str, Any]:
+    """("fd", N) for one of this process's descriptors, ("node", path) for something written in
+    place (a device, a FIFO, a socket, another process's descriptor), ("file", path) for a regular
+    file or a new name: the end of the path's chain of symlinks."""
+    if path == "-":
+        return "fd", 1
+    current = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        current = os.path.join(os.path.realpath(os.path.dirname(current)), os.path.basename(current))
+        own = _OWN_FD.fullmatch(current)
+        if own and own.group(1) in (None, str(os.getpid())):
+            return "fd", int(own.group(2))
+        if current.startswith("/proc/") and os.path.exists(current):
+            return "node", current  # a magic link of /proc: never renamed over
+        if not os.path.islink(current):
+            break
+        link = os.readlink(current)
+        current = link if os.path.isabs(link) else os.path.join(os.path.dirname(current), link)
+    else:
+        raise UsageError(f"{path}: too many levels of symbolic links")
+    try:
+        mode = os.stat(current).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "file", current  # a new name (check_output_file says when its folder is wrong)
+    return ("file" if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "node"), current
+
+
+def writes_to_stdout(path: str | None) -> bool:
+    """Whether `path` is this process's standard output ("-", /dev/stdout, …)."""
+    return bool(path) and _resolve(path) == ("fd", 1)
+
+
+def divert_stdout(*paths: str | None) -> None:
+    """When an output goes to standard output, the human-readable text goes to stderr instead."""
+    if any(writes_to_stdout(p) for p in paths):
+        sys.stdout.flush()
+        sys.stdout = sys.stderr
+
+
+# ---- checks before any work -------------------------------------------------------------------
+
+def _not_empty(path: str, flag: str, what: str) -> None:
+    if not path or not path.strip():
+        raise UsageError(f"{flag}: an empty path; give {what}")
+
+
+def check_output_file(path: str, flag: str) -> None:
+    """A file we can write at the end of the run: its folder exists and is writable (it is not
+    created: a typo in a folder name should not become a new tree), or it is a node we write to."""
+    _not_empty(path, flag, "a file name (or - for standard output)")
+    kind, target = _resolve(path)
+    if kind == "fd":
+        return
+    if os.path.isdir(target):
+        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+    if kind == "node" or os.path.exists(target):
+        if not os.access(target, os.W_OK):
+            raise UsageError(f"{flag} {path}: not writable")
+        if kind == "node":
+            return
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        what = "is a file, not a folder" if os.path.exists(folder) else "no such folder"
+        raise UsageError(f"{flag} {path}: {folder} {what}")
+    _try_writing_in(folder, flag, path)
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    """A folder to write files into: it exists and is writable, or its parent does (then it is
+    created, that one folder only)."""
+    _not_empty(path, flag, "a folder")
+    if path == "-":
+        raise UsageError(f"{flag} -: give a folder (standard output cannot hold files)")
+    target = os.path.realpath(path)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise UsageError(f"{flag} {path}: is a file; give a folder")
+    folder = target if os.path.isdir(target) else os.path.dirname(target)
+    if not os.path.isdir(folder):
+        what = "is a file, not a folder" if os.path.exists(folder) else "no such folder"
+        raise UsageError(f"{flag} {path}: {folder} {what}")
+    _try_writing_in(folder, flag, path)
+
+
+def _try_writing_in(folder: str, flag: str, path: str) -> None:
+    """Create and remove a file in `folder`: permissions, read-only file systems and /proc all
+    answer this honestly (os.access says yes to root everywhere)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot write in {folder} ({err.strerror})") from None
+
+
+def make_output_dir(path: str) -> None:
+    """The folder check_output_dir accepted, created if it is not there yet (one level)."""
+    if is_rank0() and not os.path.isdir(path):
+        os.mkdir(path)
+
+
+# ---- writing ----------------------------------------------------------------------------------
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write `data` to what `path` names (see the module's docstring); RunFailure naming the file
+    when it cannot be written."""
+    if not is_rank0():
+        return
+    kind, target = _resolve(path)
+    try:
+        if kind == "fd":
+            _write_fd(target, data)
+        elif kind == "node":
+            fd = os.open(target, os.O_WRONLY)
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+        else:
+            _replace_file(target, data)
+    except OSError as err:
+        raise RunFailure(f"writing {path} failed: {err.strerror or err}") from None
+
+
+def write_text(path: str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        if stream is not None:
+            stream.flush()  # what was printed before comes first
+    _write_all(fd, data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _replace_file(target: str, data: bytes) -> None:
+    """A temporary file beside `target`, renamed over it once whole, with the old file's mode
+    (and owner, where allowed); removed if anything goes wrong, interruptions included."""
+    folder = os.path.dirname(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
+    try:
+        try:
+            _take_over_mode(fd, target)
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _take_over_mode(fd: int, target: str) -> None:
+    """An existing file's mode and owner, or a new file's usual mode (mkstemp's 0600 would make
+    the result private, unlike a plain open())."""
+    try:
+        old = os.stat(target)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        return
+    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+    if old.st_uid != os.geteuid() or old.st_gid != os.getegid():
+        try:
+            os.fchown(fd, old.st_uid, old.st_gid)  # root may keep another user's file theirs
+        except PermissionError:
+            pass  # an ordinary user cannot give a file away: it becomes theirs, as with any editor
+
+
+def write_json(path: str, data: Any) -> None:
+    """Strict JSON (no NaN or Infinity: those become the strings "nan", "inf", "-inf")."""
+    text = json.dumps(_strict(data), indent=1, ensure_ascii=False, allow_nan=False)
+    write_text(path, text + "\n")
+
+
+def _strict(value: Any) -> Any:
+    """What strict JSON can hold: containers walked, numpy/torch values unwrapped, non-finite
+    floats as strings, anything else as its str()."""
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _strict(value.tolist())
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return _strict(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

@@ -1,0 +1,222 @@
+"""Outputs never replace what their path points at (common/files.py): a device node, a FIFO and a
+symlink stay what they were; a regular file is written whole, keeping its mode and owner; "-" is
+standard output; an empty path or a missing folder is a usage error; a failed or interrupted write
+leaves no file and no temporary file, and says which file failed.
+
+Every node here is made in a temporary folder (os.mknod, os.mkfifo): no test touches /dev.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from common import files
+from common.errors import RunFailure, UsageError
+
+MODEL = "lecture15/03_overlap.py"   # model only: a second or so, writes --json and draws figures
+NULL, FULL = (1, 3), (1, 7)          # the major/minor numbers of Linux's null and full devices
+
+
+def node(folder: Path, name: str, numbers: tuple[int, int]) -> Path:
+    """A character device like /dev/null or /dev/full, made in `folder` (needs root: else skip)."""
+    path = folder / name
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(*numbers))
+    except PermissionError:
+        pytest.skip("making a device node needs root (CI runs as root)")
+    return path
+
+
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "code" / MODEL), "--quick", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+def one_error_line(proc: subprocess.CompletedProcess, rc: int) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == rc and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") or p.name.endswith(".tmp"))
+
+
+# ---- device nodes and FIFOs are written to, never replaced ----------------------------------------
+
+def test_a_device_node_stays_a_device(tmp_path: Path) -> None:
+    null = node(tmp_path, "null", NULL)
+    proc = run("--json", str(null))
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(os.lstat(null).st_mode), "the device node was replaced by a file"
+    assert leftovers(tmp_path) == []
+
+
+def test_a_full_device_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    full = node(tmp_path, "full", FULL)
+    line = one_error_line(run("--json", str(full)), 1)
+    assert f"writing {full} failed: No space left on device" in line and line.startswith("03_overlap.py: error:")
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
+    assert leftovers(tmp_path) == []
+
+
+def test_the_guard_itself_keeps_the_node(tmp_path: Path) -> None:
+    """In-process: write_bytes on a node writes to it; with the node kind removed from _resolve
+    (the guard) the rename would have replaced it, which this test would see."""
+    null = node(tmp_path, "null", NULL)
+    assert files._resolve(str(null)) == ("node", str(null))
+    files.write_bytes(str(null), b"x" * 100_000)
+    assert stat.S_ISCHR(os.lstat(null).st_mode)
+
+
+def test_a_fifo_is_written_through_and_stays_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    proc = run("--json", str(fifo))
+    reader.join(30)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(received[0])["script"] == "03_overlap.py"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_fifo_whose_reader_leaves_is_one_line(tmp_path: Path) -> None:
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+
+    def read_one_byte_and_leave() -> None:
+        with open(fifo, "rb") as fh:
+            fh.read(1)
+
+    reader = threading.Thread(target=read_one_byte_and_leave)
+    reader.start()
+    with pytest.raises(RunFailure, match=f"writing {fifo} failed: Broken pipe"):
+        files.write_bytes(str(fifo), b"x" * (4 << 20))   # more than a pipe holds
+    reader.join(10)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# ---- symlinks, modes, owners ----------------------------------------------------------------------
+
+def test_a_symlink_is_written_through(tmp_path: Path) -> None:
+    target, link = tmp_path / "real.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target.name)
+    files.write_json(str(link), {"a": 1})
+    assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "made.json")
+    files.write_json(str(dangling), {"b": 2})
+    assert dangling.is_symlink() and json.loads((tmp_path / "made.json").read_text()) == {"b": 2}
+    assert leftovers(tmp_path) == []
+
+
+def test_an_existing_file_keeps_its_mode_and_owner(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    os.chmod(out, 0o600)
+    owner = os.geteuid()
+    if owner == 0:
+        os.chown(out, 65534, 65534)   # nobody's file stays nobody's when root writes it
+    proc = run("--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert out.stat().st_uid == (65534 if owner == 0 else owner)
+    assert json.loads(out.read_text())["script"] == "03_overlap.py"
+
+
+def test_a_new_file_gets_the_usual_mode(tmp_path: Path) -> None:
+    out = tmp_path / "new.json"
+    files.write_json(str(out), {})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+
+
+# ---- standard output, empty paths, missing folders ------------------------------------------------
+
+def test_dash_is_standard_output_and_the_text_moves_to_stderr() -> None:
+    proc = run("--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["script"] == "03_overlap.py"   # stdout holds the JSON only
+    assert "Part 1" in proc.stderr
+
+
+def test_own_descriptors_are_written_in_place() -> None:
+    assert files._resolve("-") == ("fd", 1)
+    assert files._resolve(f"/proc/{os.getpid()}/fd/2") == ("fd", 2)
+    assert files._resolve("/proc/self/fd/1") == ("fd", 1)
+
+
+@pytest.mark.parametrize("flag", ["--json", "--save-figs"])
+def test_an_empty_path_is_a_usage_error(flag: str) -> None:
+    proc = run(flag, "")
+    assert "an empty path" in one_error_line(proc, 2) and proc.stdout == ""
+
+
+def test_a_missing_folder_is_a_usage_error(tmp_path: Path) -> None:
+    proc = run("--json", str(tmp_path / "no" / "such" / "out.json"))
+    assert "no such folder" in one_error_line(proc, 2)
+    assert not (tmp_path / "no").exists()
+    proc = run("--save-figs", str(tmp_path / "no" / "figs"))
+    assert "no such folder" in one_error_line(proc, 2)
+    with pytest.raises(UsageError):
+        files.check_output_dir("-", "--save-figs")
+
+
+def test_figures_go_into_a_new_folder_and_through_a_symlinked_one(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "figs").symlink_to(real)
+    proc = run("--save-figs", str(tmp_path / "figs"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "figs").is_symlink() and list(real.glob("*.png"))
+    proc = run("--save-figs", str(tmp_path / "new"))
+    assert proc.returncode == 0 and list((tmp_path / "new").glob("*.png"))
+
+
+# ---- reproduce.py's pages ---------------------------------------------------------------------------
+
+def reproduce(*args: str, **kwargs: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "code" / "reproduce.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def test_reproduce_refuses_an_empty_report_path_and_a_run_of_nothing(tmp_path: Path) -> None:
+    assert "an empty path" in one_error_line(reproduce("--report", ""), 2)
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "index.html").write_text("a good report")
+    proc = reproduce("--only", "zzz", "--report", str(report))
+    assert "matches no script" in one_error_line(proc, 2)
+    assert (report / "index.html").read_text() == "a good report"
+
+
+def test_sigterm_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """SIGTERM in the middle of a reproduction: its temporary folder and any half-written page are
+    gone (the temporary folder lives in TMPDIR, here a folder of the test's own)."""
+    tmp, report = tmp_path / "tmp", tmp_path / "report"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / "reproduce.py"), "--quick", "--only", "lecture15/0",
+                             "--report", str(report)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, TMPDIR=str(tmp)))
+    assert proc.stdout.readline().startswith("[ 1/")   # the first script is running
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM and err.strip().splitlines()[-1] == "terminated", err
+    assert list(tmp.iterdir()) == []
+    assert not report.exists() or leftovers(report) == []
