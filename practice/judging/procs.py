@@ -1,0 +1,104 @@
+"""Process trees for the judge (Linux): who dies with whom, and how a whole tree is killed.
+
+A process that forks, `setsid`s a daemon or outlives its parent is still a descendant somewhere:
+orphans are handed to the nearest ancestor that declared itself a *child subreaper* (the judge and
+each case's keeper do), never to init. So "everything below me" is a walk of the parent links in
+/proc, and killing it is: stop every process found (a stopped process cannot fork any more), look
+again until nothing new appears, then SIGKILL them all and reap what was ours.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+PR_SET_PDEATHSIG = 1           # the kernel sends a signal when the parent dies
+PR_SET_CHILD_SUBREAPER = 36    # orphans below this process are re-parented to it, not to init
+
+
+def _prctl(option: int, value: int) -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+
+
+def become_subreaper() -> None:
+    """Orphans anywhere below this process become its children (so they can still be found)."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(sig: int, parent: int) -> None:
+    """The kernel sends `sig` to this process when `parent` (the one that forked it) dies; if it
+    died before this call, act as if the signal came now."""
+    _prctl(PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every live process (zombies left out: they are only waiting to be reaped)."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:       # gone meanwhile
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()   # the name may hold spaces and parentheses
+        if fields and fields[0] not in (b"Z", b"X"):
+            found[int(entry.name)] = int(fields[1])
+    return found
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root`."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap() -> None:
+    """Collect the exit status of every child of this process that has ended."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_tree(root: int | None = None, patience_s: float = 5.0) -> None:
+    """Kill every process below `root` (default: this one), forks and daemons included."""
+    root = os.getpid() if root is None else root
+    deadline = time.monotonic() + patience_s
+    while time.monotonic() < deadline:
+        stopped: set[int] = set()
+        while True:                      # freeze the tree first: a frozen process forks nothing
+            new = [p for p in descendants(root) if p not in stopped]
+            if not new:
+                break
+            _signal(new, signal.SIGSTOP)
+            stopped.update(new)
+        if not stopped:
+            return
+        _signal(sorted(stopped), signal.SIGKILL)
+        reap()
+        time.sleep(0.001)                # the kernel re-parents the orphans of what just died
