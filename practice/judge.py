@@ -26,7 +26,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 # isort: split
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(1, str(Path(__file__).resolve().parent))   # the judge's own package, judging/
 
@@ -148,7 +148,7 @@ def judge_problem(problem: Problem, path: Path, quick: bool, limit_s: float) -> 
     return run
 
 
-def main() -> None:
+def parse_args() -> Any:
     parser = make_parser(__doc__, case_limit_s=DEFAULT_LIMIT_S, help_for={
         "quick": "only the quick cases (every problem keeps most of its cases)",
         "json": "write every case's verdict (inputs, expected, got, hint, seconds) as JSON to PATH"},
@@ -160,7 +160,29 @@ def main() -> None:
                         help="a .py file with one problem's functions, one problem's folder (holding "
                              "solution.py), or a folder laid out like practice/ (<folder>/<problem>/solution.py) "
                              "(default: practice/<problem>/solution.py)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def report(runs: list[tuple[Problem, ProblemRun]], seconds: float, json_path: str | None) -> bool:
+    """The summary line, and the --json record; True when every case passed."""
+    counts = [(p, sum(r.passed for r in run.results), len(run.results), run) for p, run in runs]
+    solved = [p.number for p, passed, total, _ in counts if passed == total]
+    cases_passed, cases_total = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    print("\n" + wrap(f"summary: {len(solved)} of {len(runs)} problems solved"
+                      f"{' (' + ', '.join(solved) + ')' if solved else ''}; {cases_passed} of {cases_total} "
+                      f"cases passed; {secs(seconds)} "
+                      f"({', '.join(f'{p.number} {secs(run.seconds)}' for p, run in runs)})", "    ", ""))
+    if json_path:
+        write_json(json_path, {"problems": [{"number": p.number, "folder": p.folder, "passed": passed, "cases": total,
+                                             "seconds": run.seconds, "error": run.error}
+                                            for p, passed, total, run in counts],
+                               "cases": [r.as_dict() for _, run in runs for r in run.results],
+                               "all_passed": cases_passed == cases_total})
+    return cases_passed == cases_total
+
+
+def main() -> None:
+    args = parse_args()
     problems, files = solution_files(args.problems, args.solution)
     # torch only now, after the usage checks (those answer at once): imported once here, every
     # case's processes are then forked with it loaded.
@@ -176,22 +198,8 @@ def main() -> None:
           f"{args.case_limit_s:g} s per case{' (--quick: the quick cases only)' if args.quick else ''}")
     for problem in problems:   # what every rank would import on its own (torch.optim: ~1 s), once here
         getattr(problem.cases(), "prepare", lambda: None)()
-    summary, records = [], []
-    for problem in problems:
-        run = judge_problem(problem, files[problem.number], args.quick, args.case_limit_s)
-        summary.append((problem, sum(r.passed for r in run.results), len(run.results), run.seconds, run.error))
-        records += [r.as_dict() for r in run.results]
-    solved = [p.number for p, passed, total, _, _ in summary if passed == total]
-    cases_passed, cases_total = sum(s[1] for s in summary), sum(s[2] for s in summary)
-    print("\n" + wrap(f"summary: {len(solved)} of {len(problems)} problems solved"
-                      f"{' (' + ', '.join(solved) + ')' if solved else ''}; {cases_passed} of {cases_total} "
-                      f"cases passed; {secs(time.perf_counter() - began)} "
-                      f"({', '.join(f'{p.number} {secs(s)}' for p, _, _, s, _ in summary)})", "    ", ""))
-    if args.json:
-        write_json(args.json, {"problems": [{"number": p.number, "folder": p.folder, "passed": passed, "cases": total,
-                                             "seconds": s, "error": error} for p, passed, total, s, error in summary],
-                               "cases": records, "all_passed": cases_passed == cases_total})
-    if cases_passed != cases_total:
+    runs = [(p, judge_problem(p, files[p.number], args.quick, args.case_limit_s)) for p in problems]
+    if not report(runs, time.perf_counter() - began, args.json):
         sys.exit(1)
 
 
