@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 from test_practice import JUDGE, WRONG, by_name, failed, judge, layout, no_process_left
 
@@ -59,11 +60,13 @@ def _judge_until_started(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     return proc, env["JUDGE_TEST_MARK"]
 
 
-def test_sigterm_to_the_judge_takes_every_process_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_sigterm_or_ctrl_c_to_the_judge_takes_every_process_down(tmp_path: Path, sig: int, code: int,
+                                                                   word: str) -> None:
     proc, mark = _judge_until_started(tmp_path)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 143 and err.strip().endswith("terminated") and "Traceback" not in err
+    assert proc.returncode == code and err.strip().endswith(word) and "Traceback" not in err
     assert no_process_left(mark, patience_s=1.0) == []
 
 

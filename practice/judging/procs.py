@@ -36,6 +36,25 @@ def die_with_parent(sig: int, parent: int) -> None:
         os.kill(os.getpid(), sig)
 
 
+def _children(pid: int) -> list[int] | None:
+    """The live children of `pid` from /proc/<pid>/task/*/children ([] if it is gone; None where
+    the kernel has no such file)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            return None if task == str(pid) else found
+        except OSError:
+            continue
+    return found
+
+
 def _parents() -> dict[int, int]:
     """pid -> parent pid of every live process (zombies left out: they are only waiting to be reaped)."""
     found = {}
@@ -53,15 +72,30 @@ def _parents() -> dict[int, int]:
     return found
 
 
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] in (b"Z", b"X")
+
+
 def descendants(root: int) -> list[int]:
-    """Every live process below `root`."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in _parents().items():
-        children.setdefault(ppid, []).append(pid)
+    """Every live process below `root`: from each process's list of children where the kernel
+    keeps one (a walk of the tree only), else from every process's parent (a scan of /proc)."""
+    if _children(root) is None:
+        children: dict[int, list[int]] = {}
+        for pid, ppid in _parents().items():
+            children.setdefault(ppid, []).append(pid)
+        lookup = children.get
+    else:
+        lookup = _children
     found, todo = [], [root]
     while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
+        for child in lookup(todo.pop()) or []:
+            if not _is_zombie(child):
+                found.append(child)
             todo.append(child)
     return found
 
