@@ -77,7 +77,7 @@ def test_references_pass_every_case(tmp_path: Path) -> None:
 
 
 def test_stubs_fail_every_case_as_not_implemented(tmp_path: Path) -> None:
-    out, record = judge(expect_rc=1, tmp_path=tmp_path)
+    out, record = judge("--quick", expect_rc=1, tmp_path=tmp_path)
     assert {p["number"] for p in record["problems"]} == set(FOLDERS)
     assert all(p["passed"] == 0 and p["cases"] > 0 for p in record["problems"])
     for case in record["cases"]:
@@ -216,11 +216,9 @@ def test_wrong_solutions_fail_under_quick_through_the_judge(tmp_path: Path) -> N
     assert "inputs:   {'world_size': 4, 'numbers': 5, 'dtype': 'float64'}" in out
 
 
-def test_late_ranks_and_imported_names_pass_through_the_judge(tmp_path: Path) -> None:
-    # one rank 3 s late, in a collective (114) and in the ring (115), under the default case limit
-    root = layout(tmp_path, {"114": RIGHT / "114_late_rank.py", "115": RIGHT / "115_imported_isend.py",
-                             "116": RIGHT / "116_imported_all_reduce.py"})
-    _, record = judge("114", "115", "116", "--quick", "--solution", str(root), expect_rc=0, tmp_path=tmp_path)
+def test_a_rank_late_to_a_collective_passes_through_the_judge(tmp_path: Path) -> None:
+    # rank 1 starts its all-reduce 3 s after rank 0, under the default case limit of 10 s
+    _, record = judge("114", "--quick", "--solution", str(RIGHT / "114_late_rank.py"), expect_rc=0, tmp_path=tmp_path)
     seconds = {k: c["seconds"] for k, c in by_name(record).items()}
     assert seconds[("114", "average_gradients on 2 real ranks: the mean, grad None skipped")] > 3
 
