@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from judging.engine import Case
 
 LOADED = b"L"
-MAX_REPORT_BYTES = 64 << 20       # more than any case sends; a runaway report is cut and refused
+MAX_REPORT_BYTES = 64 << 20       # more than any case sends; a runaway report is cut, then unreadable
 
 
 class SolutionError(Exception):
@@ -108,8 +108,8 @@ def report(case: Case, solution: ModuleType, path: Path) -> dict[str, Any]:
     ranks.SOLUTION = solution                   # the ranks forked from here find it loaded
     try:
         return {"data": case.collect(solution, case.inputs)}
-    except Fail as verdict:
-        return {"fail": {"expected": verdict.expected, "got": verdict.got, "hint": verdict.hint}}
+    except Fail as fail:
+        return {"fail": {"expected": fail.expected, "got": fail.got, "hint": fail.hint}}
     except BaseException as err:  # noqa: BLE001 - the solution's failure is the case's verdict
         return {"error": describe_failure(err, path)}
 
@@ -156,6 +156,8 @@ def _relay(read_fd: int, pid: int, judge_fd: int) -> tuple[bytes, int]:
         ended, status = os.waitpid(pid, os.WNOHANG)   # a pidfd says so at once; without one, we poll
         if ended:
             break
+    if pidfd is not None:
+        os.close(pidfd)
     os.set_blocking(read_fd, False)
     try:                                  # what it wrote just before it ended
         while (chunk := os.read(read_fd, 1 << 16)) and len(report) < MAX_REPORT_BYTES:
@@ -189,7 +191,7 @@ def keeper_main(case: Case, path: Path, judge_pid: int, judge_fd: int, capture_f
         os.close(write_fd)
         report, exit_code = _relay(read_fd, pid, judge_fd)
         procs.kill_tree()          # before the judge hears of it: nothing of the case outlives its report
-        header = json.dumps({"exit_code": exit_code, "cut": len(report) >= MAX_REPORT_BYTES}).encode()
+        header = json.dumps({"exit_code": exit_code}).encode()
         _write_all(judge_fd, header + b"\n" + report)
     except BaseException as err:  # noqa: BLE001 - the keeper's own failure is reported, not raised
         try:
