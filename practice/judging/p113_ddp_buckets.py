@@ -144,11 +144,11 @@ def check_timeline(notes_step_s: float | None = None) -> Any:
 
 
 # ---- the cases ---------------------------------------------------------------------------------------------
-def buckets(name: str, calls: list[tuple], hint: str, notes: str = "", quick: bool = True) -> Case:
+def bucket_case(name: str, calls: list[tuple], hint: str, notes: str = "", quick: bool = True) -> Case:
     return Case(name, {"calls": [list(c) for c in calls]}, collect_buckets, check_buckets(hint, notes), hint, quick)
 
 
-def timeline(name: str, sizes: list[int], cap: int, ready_s: list[float], ring: dict[str, Any],
+def timeline_case(name: str, sizes: list[int], cap: int, ready_s: list[float], ring: dict[str, Any],
              notes_step_s: float | None = None, quick: bool = True) -> Case:
     inputs = {"param_bytes": sizes, "buckets": assign_buckets(sizes, cap), "ready_s": ready_s, **ring}
     return Case(name, inputs, collect_timeline, check_timeline(notes_step_s), HINT_TIMELINE, quick)
@@ -173,35 +173,35 @@ _RESNET_READY = gradient_ready_times(_RESNET, ComputeModel())
 _MIXED_READY = [1e-3, 2e-3, 8e-3, 1e-3, 6e-3, 2e-3]
 
 CASES = [
-    buckets("buckets: lecture 15 exercise 3, 10, 2, 8, 20, 4 MB, cap 12 MB (the notes: {p4, p3}, {p2, p1, p0})",
+    bucket_case("buckets: lecture 15 exercise 3, 10, 2, 8, 20, 4 MB, cap 12 MB (the notes: {p4, p3}, {p2, p1, p0})",
             [(EX3_SIZES, 12 * MB)], HINT_SEAL, "{p4, p3}, {p2, p1, p0}"),
-    buckets("buckets: a bucket that reaches the cap exactly is sealed", [([1, 3, 2, 2], 4)], HINT_SEAL + " (>=, not >)"),
-    buckets("buckets: cap 0 gives a bucket per parameter", [([8, 16, 4, 32, 8], 0)],
+    bucket_case("buckets: a bucket that reaches the cap exactly is sealed", [([1, 3, 2, 2], 4)], HINT_SEAL + " (>=, not >)"),
+    bucket_case("buckets: cap 0 gives a bucket per parameter", [([8, 16, 4, 32, 8], 0)],
             HINT_SEAL + ": with cap 0 every parameter seals"),
-    buckets("buckets: a cap above the total gives one bucket", [([8, 16, 4, 32, 8], 1000)], HINT_SEAL),
-    buckets("buckets: a parameter larger than the cap", [([3, 100, 3], 10)],
+    bucket_case("buckets: a cap above the total gives one bucket", [([8, 16, 4, 32, 8], 1000)], HINT_SEAL),
+    bucket_case("buckets: a parameter larger than the cap", [([3, 100, 3], 10)],
             HINT_SEAL + "; a large parameter joins the open bucket"),
-    buckets("buckets: ResNet-50, first bucket 1 MiB, then 25 MiB",
+    bucket_case("buckets: ResNet-50, first bucket 1 MiB, then 25 MiB",
             [(_RESNET_SIZES, 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES)], HINT_FIRST),
-    buckets("buckets: a first-bucket cap larger than the cap", [([4, 4, 4, 4, 4, 4], 4, 12)], HINT_FIRST),
-    buckets("buckets: a first-bucket cap of 0 is given: the first bucket seals after one parameter",
+    bucket_case("buckets: a first-bucket cap larger than the cap", [([4, 4, 4, 4, 4, 4], 4, 12)], HINT_FIRST),
+    bucket_case("buckets: a first-bucket cap of 0 is given: the first bucket seals after one parameter",
             [([4, 4, 4, 4], 8, 0)], HINT_FIRST),
-    buckets(f"buckets: 30 random size lists and caps (seed {RANDOM_SEED})", random_calls(), HINT_SEAL, quick=False),
+    bucket_case(f"buckets: 30 random size lists and caps (seed {RANDOM_SEED})", random_calls(), HINT_SEAL, quick=False),
     Case("all-reduce time: ring α-β cost for K = 16, 2, 3, 8",
          {"calls": [[25 * MiB, 16, 10e-6, 10e9], [10 * MB, 2, 0.25e-3, 10e9], [1000, 3, 5e-6, 25e9],
                     [0, 8, 5e-6, 25e9]]}, collect_time, check_time, HINT_RING),
     Case("all-reduce time: one rank sends nothing", {"calls": [[64 * MB, 1, 5e-6, 25e9]]}, collect_time, check_time,
          HINT_RING),
-    timeline("timeline: lecture 15 exercise 4, 0.5 ms + 0.1 ms/MB per all-reduce (the notes: step 7.5 ms)",
+    timeline_case("timeline: lecture 15 exercise 4, 0.5 ms + 0.1 ms/MB per all-reduce (the notes: step 7.5 ms)",
              EX3_SIZES, 12 * MB, EX4_READY_S, EX4_RING, 7.5e-3),
-    timeline("timeline: every gradient ready at once, no overlap possible", [4 * MB] * 4, 8 * MB, [3e-3] * 4,
+    timeline_case("timeline: every gradient ready at once, no overlap possible", [4 * MB] * 4, 8 * MB, [3e-3] * 4,
              EX4_RING),
-    timeline("timeline: bucket 1 ready before bucket 0 still waits", [4 * MB] * 4, 8 * MB,
+    timeline_case("timeline: bucket 1 ready before bucket 0 still waits", [4 * MB] * 4, 8 * MB,
              [1e-3, 1e-3, 3e-3, 3e-3], EX4_RING),
-    timeline("timeline: inside a bucket, gradients ready out of index order (the latest one counts)",
+    timeline_case("timeline: inside a bucket, gradients ready out of index order (the latest one counts)",
              [2 * MB] * 6, 6 * MB, _MIXED_READY, EX4_RING),
-    timeline("timeline: ResNet-50 in §3's setting, 16 ranks, 25 MB buckets (the notes: step 37.8 ms)",
+    timeline_case("timeline: ResNet-50 in §3's setting, 16 ranks, 25 MB buckets (the notes: step 37.8 ms)",
              _RESNET_SIZES, 25 * MB, _RESNET_READY, S3_RING, 37.8e-3),
-    timeline("timeline: ResNet-50 with cap 0 (161 all-reduces)", _RESNET_SIZES, 0, _RESNET_READY, S3_RING,
+    timeline_case("timeline: ResNet-50 with cap 0 (161 all-reduces)", _RESNET_SIZES, 0, _RESNET_READY, S3_RING,
              quick=False),
 ]
