@@ -1,10 +1,13 @@
-"""Process trees for the judge (Linux): who dies with whom, and how a whole tree is killed.
+"""Process trees for the judge: who dies with whom, and how a whole tree is killed.
 
 A process that forks, `setsid`s a daemon or outlives its parent is still a descendant somewhere:
-orphans are handed to the nearest ancestor that declared itself a *child subreaper* (the judge and
-each case's keeper do), never to init. So "everything below me" is a walk of the parent links in
-/proc, and killing it is: stop every process found (a stopped process cannot fork any more), look
-again until nothing new appears, then SIGKILL them all and reap what was ours.
+on Linux orphans are handed to the nearest ancestor that declared itself a *child subreaper* (the
+judge and each case's keeper do), never to init. So "everything below me" is a walk down the
+kernel's lists of children (/proc/<pid>/task/*/children; a scan of every process's parent where
+there are none), and killing it is: stop every process found (a stopped process cannot fork any
+more), look again until nothing new appears, then SIGKILL them all and reap what was ours.
+Elsewhere (macOS) there is no subreaper and no death signal: a tree is still found through `ps`
+and killed, but a daemon that escaped before it was found can survive the judge.
 """
 
 from __future__ import annotations
@@ -12,13 +15,20 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
+import sys
 import time
 
 PR_SET_PDEATHSIG = 1           # the kernel sends a signal when the parent dies
 PR_SET_CHILD_SUBREAPER = 36    # orphans below this process are re-parented to it, not to init
 
 
+LINUX = sys.platform.startswith("linux")
+
+
 def _prctl(option: int, value: int) -> None:
+    if not LINUX:    # elsewhere no subreaper and no death signal: trees are still walked and killed
+        return
     if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
 
@@ -39,6 +49,8 @@ def die_with_parent(sig: int, parent: int) -> None:
 def _children(pid: int) -> list[int] | None:
     """The live children of `pid` from /proc/<pid>/task/*/children ([] if it is gone; None where
     the kernel has no such file)."""
+    if not os.path.isdir("/proc/self/task"):
+        return None
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -57,6 +69,10 @@ def _children(pid: int) -> list[int] | None:
 
 def _parents() -> dict[int, int]:
     """pid -> parent pid of every live process (zombies left out: they are only waiting to be reaped)."""
+    if not os.path.isdir("/proc/self"):     # macOS: ask ps
+        lines = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat="], capture_output=True, text=True).stdout
+        return {int(f[0]): int(f[1]) for f in (ln.split() for ln in lines.splitlines())
+                if len(f) == 3 and not f[2].startswith("Z")}
     found = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -83,18 +99,18 @@ def _is_zombie(pid: int) -> bool:
 
 def descendants(root: int) -> list[int]:
     """Every live process below `root`: from each process's list of children where the kernel
-    keeps one (a walk of the tree only), else from every process's parent (a scan of /proc)."""
+    keeps one (a walk of the tree only), else from every process's parent (a scan)."""
     if _children(root) is None:
         children: dict[int, list[int]] = {}
-        for pid, ppid in _parents().items():
+        for pid, ppid in _parents().items():        # zombies already left out
             children.setdefault(ppid, []).append(pid)
-        lookup = children.get
+        lookup, live = children.get, lambda pid: True
     else:
-        lookup = _children
+        lookup, live = _children, lambda pid: not _is_zombie(pid)
     found, todo = [], [root]
     while todo:
         for child in lookup(todo.pop()) or []:
-            if not _is_zombie(child):
+            if live(child):
                 found.append(child)
             todo.append(child)
     return found
