@@ -3,12 +3,16 @@
     python practice/judge.py                          every problem: practice/<problem>/solution.py
     python practice/judge.py 113                      one problem (number, folder name or slug)
     python practice/judge.py 115 --solution ring.py   a file holds ONE problem's functions
+    python practice/judge.py --solution practice/reference/113_ddp_buckets   one problem's folder
     python practice/judge.py --solution practice/reference   a folder laid out like practice/
 
-Every case prints PASS or FAIL; a failure says what was expected, what came back and a hint into
-the problem's README. Each case has --case-limit-s seconds (a loop that never ends is stopped and
-reported); cases that need ranks run on real gloo processes through common.launcher. Exit status:
-0 when every case of the chosen problems passes, 1 when some fail, 2 for a usage error.
+Every case prints PASS or FAIL; a failure shows the case's inputs, what was expected, what came back
+and a hint into the problem's README. Your code runs in processes of its own, one tree per case,
+all killed when the case ends; the verdict is reached in the judge's process (judging/engine.py).
+Each case has --case-limit-s seconds (a loop that never ends is stopped and reported); on real gloo
+ranks a rank waits at most half of it in one collective, and the case gets 3 s more for the
+launcher to name a rank that stopped responding. Exit status: 0 when every case of the chosen
+problems passes, 1 when some fail, 2 for a usage error, 130 on Ctrl-C, 143 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 # isort: split
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(1, str(Path(__file__).resolve().parent))   # the judge's own package, judging/
 
@@ -32,17 +36,16 @@ from common.output import wrap
 from judging import PROBLEMS, Problem
 
 if TYPE_CHECKING:
-    from judging.engine import CaseResult
+    from judging.engine import CaseResult, ProblemRun
 
 PRACTICE = Path(__file__).resolve().parent
 DEFAULT_LIMIT_S = 10.0   # a case takes well under a second here; 10 s means "stuck"
 
 
 def choose(names: list[str]) -> list[Problem]:
-    """Problems by number ('113'), folder ('113_ddp_buckets', also as a path) or slug ('ddp_buckets')."""
-    if not names:
-        return list(PROBLEMS)
-    chosen = []
+    """Problems by number ('113'), folder ('113_ddp_buckets', also as a path) or slug ('ddp_buckets');
+    none named: an empty list (every problem, unless --solution says which)."""
+    chosen: list[Problem] = []
     for name in names:
         key = Path(name.rstrip("/")).name
         match = [p for p in PROBLEMS if key in (p.number, p.slug, p.folder)]
@@ -54,25 +57,49 @@ def choose(names: list[str]) -> list[Problem]:
     return chosen
 
 
-def solution_files(problems: list[Problem], given: str | None) -> dict[str, Path]:
-    """Which file each problem's cases load: practice/<folder>/solution.py unless --solution says."""
+def _problem_of_folder(folder: Path) -> Problem | None:
+    return next((p for p in PROBLEMS if p.folder == folder.name), None)
+
+
+def _one_file(problems: list[Problem], given: str, path: Path) -> dict[str, Path]:
+    """A single file (or one problem's folder): for the one problem named, or the folder's problem."""
+    owner = _problem_of_folder(path.parent)
+    if not problems and owner is not None:
+        problems = [owner]
+    if len(problems) != 1:
+        raise UsageError(f"--solution {given} holds one problem's functions: name the problem "
+                         f"(e.g. python practice/judge.py 113 --solution {given})")
+    return {problems[0].number: path}
+
+
+def solution_files(names: list[str], given: str | None) -> tuple[list[Problem], dict[str, Path]]:
+    """The problems to judge and the file each one's cases load: practice/<folder>/solution.py
+    unless --solution names a file, one problem's folder, or a folder laid out like practice/."""
+    problems = choose(names)
     if given is None:
-        return {p.number: PRACTICE / p.folder / "solution.py" for p in problems}
+        problems = problems or list(PROBLEMS)
+        return problems, {p.number: PRACTICE / p.folder / "solution.py" for p in problems}
     path = Path(given)
+    if path.is_dir() and (path / "solution.py").is_file():          # one problem's folder
+        owner = _problem_of_folder(path)
+        if problems and owner is not None and problems != [owner]:
+            raise UsageError(f"--solution {given} is problem {owner.number}'s folder, not "
+                             f"{', '.join(p.number for p in problems)}'s")
+        files = _one_file(problems, given, path / "solution.py")
+        return [p for p in PROBLEMS if p.number in files], files
     if path.is_dir():
+        problems = problems or list(PROBLEMS)
         files = {p.number: path / p.folder / "solution.py" for p in problems}
         missing = [str(f) for f in files.values() if not f.is_file()]
         if missing:
             raise UsageError(f"--solution {given}: a folder laid out like practice/ needs {missing[0]}")
-        return files
+        return problems, files
     if not path.is_file():
         raise UsageError(f"--solution {given}: no such file or folder")
     if path.suffix != ".py":
         raise UsageError(f"--solution {given}: not a .py file")
-    if len(problems) != 1:
-        raise UsageError(f"--solution {given} is one file, for one problem: name it "
-                         f"(e.g. python practice/judge.py 113 --solution {given})")
-    return {problems[0].number: path}
+    files = _one_file(problems, given, path)
+    return [p for p in PROBLEMS if p.number in files], files
 
 
 def secs(seconds: float) -> str:
@@ -89,13 +116,14 @@ def shown_path(path: Path) -> str:
 
 
 def print_case(index: int, result: CaseResult) -> None:
-    print(wrap(result.case, " " * 12, f"  {'PASS' if result.passed else 'FAIL'} {index:2d}  "))
-    if result.passed:
+    status = "PASS" if result.passed else "NOT RUN" if result.message.startswith("not run") else "FAIL"
+    print(wrap(result.case, " " * 12, f"  {status:<7} {index:2d} "))
+    if result.passed or status == "NOT RUN":
         return
     hint = "" if result.message.startswith("not implemented") else result.hint  # the message says it all
-    for label, text in (("", result.message), ("expected: ", result.expected), ("got:      ", result.got),
-                        ("hint:     ", hint)):
-        if text:
+    for label, text in (("", result.message), ("inputs:   ", result.inputs), ("expected: ", result.expected),
+                        ("got:      ", result.got), ("hint:     ", hint)):
+        if text and not (label == "inputs:   " and result.message.startswith("not implemented")):
             print(wrap(text, " " * (12 + len(label)), " " * 12 + label))
     if result.output:
         print(wrap("it printed (last lines):", " " * 12))
@@ -103,52 +131,76 @@ def print_case(index: int, result: CaseResult) -> None:
             print(" " * 14 + line[:86])
 
 
-def main() -> None:
+def judge_problem(problem: Problem, path: Path, quick: bool, limit_s: float) -> ProblemRun:
+    """One problem's cases, printed as they are judged; a file that does not load is said once."""
+    from judging.engine import run_problem
+
+    module = problem.cases()
+    cases = [c for c in module.CASES if c.quick or not quick]
+    print(wrap(f"{problem.number} {problem.title}  [{shown_path(path)}]", "    ", "\n"))
+    run = run_problem(problem.number, module, cases, path, limit_s)
+    if run.error:
+        print(wrap(run.error, " " * 12, "  could not load the file: "))
+        print(wrap(f"its {len(cases)} cases did not run (counted as failed)", " " * 12, " " * 12))
+    for index, result in enumerate(run.results, 1):
+        print_case(index, result)
+    passed = sum(r.passed for r in run.results)
+    print(f"  -> {problem.number}: {passed} of {len(run.results)} cases passed ({secs(run.seconds)})")
+    return run
+
+
+def parse_args() -> Any:
     parser = make_parser(__doc__, case_limit_s=DEFAULT_LIMIT_S, help_for={
         "quick": "only the quick cases (every problem keeps most of its cases)",
-        "json": "write every case's verdict (expected, got, hint, seconds) as JSON to PATH"},
-        context={"case_limit_s": "a rank waits at most a quarter of it in one collective"})
+        "json": "write every case's verdict (inputs, expected, got, hint, seconds) as JSON to PATH"},
+        context={"case_limit_s": "on real ranks a rank waits at most half of it in one collective, and "
+                                 "the case is stopped at the limit + 3 s, time to name a rank that hangs"})
     parser.add_argument("problems", nargs="*", metavar="PROBLEM",
                         help="problems to judge: 113, 113_ddp_buckets or ddp_buckets (default: all)")
     parser.add_argument("--solution", metavar="PATH", default=None,
-                        help="a .py file with one problem's functions, or a folder laid out like practice/ "
-                             "(<folder>/<problem>/solution.py) (default: practice/<problem>/solution.py)")
-    args = parser.parse_args()
-    problems = choose(args.problems)
-    files = solution_files(problems, args.solution)
-    # torch only now, after the usage checks (those answer at once): imported once here, every
-    # problem's process is then forked with it loaded.
-    from judging import ranks
-    from judging.engine import run_problem
+                        help="a .py file with one problem's functions, one problem's folder (holding "
+                             "solution.py), or a folder laid out like practice/ (<folder>/<problem>/solution.py) "
+                             "(default: practice/<problem>/solution.py)")
+    return parser.parse_args()
 
-    ranks.RANK_TIMEOUT_S = max(1.0, args.case_limit_s / 4)   # + the launcher's grace and where-query
+
+def report(runs: list[tuple[Problem, ProblemRun]], seconds: float, json_path: str | None) -> bool:
+    """The summary line, and the --json record; True when every case passed."""
+    counts = [(p, sum(r.passed for r in run.results), len(run.results), run) for p, run in runs]
+    solved = [p.number for p, passed, total, _ in counts if passed == total]
+    cases_passed, cases_total = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    print("\n" + wrap(f"summary: {len(solved)} of {len(runs)} problems solved"
+                      f"{' (' + ', '.join(solved) + ')' if solved else ''}; {cases_passed} of {cases_total} "
+                      f"cases passed; {secs(seconds)} "
+                      f"({', '.join(f'{p.number} {secs(run.seconds)}' for p, run in runs)})", "    ", ""))
+    if json_path:
+        write_json(json_path, {"problems": [{"number": p.number, "folder": p.folder, "passed": passed, "cases": total,
+                                             "seconds": run.seconds, "error": run.error}
+                                            for p, passed, total, run in counts],
+                               "cases": [r.as_dict() for _, run in runs for r in run.results],
+                               "all_passed": cases_passed == cases_total})
+    return cases_passed == cases_total
+
+
+def main() -> None:
+    args = parse_args()
+    problems, files = solution_files(args.problems, args.solution)
+    # torch only now, after the usage checks (those answer at once): imported once here, every
+    # case's processes are then forked with it loaded.
+    import torch
+
+    torch.set_num_threads(1)   # before any tensor op: a fork after an OpenMP team has run can hang
+    from judging import engine, ranks
+
+    engine.take_charge()
+    ranks.RANK_TIMEOUT_S = ranks.collective_wait_s(args.case_limit_s)
     began = time.perf_counter()
     print(f"practice judge: {len(problems)} problem{'s' if len(problems) != 1 else ''}, "
           f"{args.case_limit_s:g} s per case{' (--quick: the quick cases only)' if args.quick else ''}")
     for problem in problems:   # what every rank would import on its own (torch.optim: ~1 s), once here
         getattr(problem.cases(), "prepare", lambda: None)()
-    summary, records = [], []
-    for problem in problems:
-        cases = [c for c in problem.cases().CASES if c.quick or not args.quick]
-        print(wrap(f"{problem.number} {problem.title}  [{shown_path(files[problem.number])}]", "    ", "\n"))
-        results, seconds = run_problem(problem.number, cases, files[problem.number], args.case_limit_s)
-        for index, result in enumerate(results, 1):
-            print_case(index, result)
-        passed = sum(r.passed for r in results)
-        print(f"  -> {problem.number}: {passed} of {len(results)} cases passed ({secs(seconds)})")
-        summary.append((problem, passed, len(results), seconds))
-        records += [r.as_dict() for r in results]
-    solved = [p.number for p, passed, total, _ in summary if passed == total]
-    cases_passed, cases_total = sum(s[1] for s in summary), sum(s[2] for s in summary)
-    print("\n" + wrap(f"summary: {len(solved)} of {len(problems)} problems solved"
-                      f"{' (' + ', '.join(solved) + ')' if solved else ''}; {cases_passed} of {cases_total} "
-                      f"cases passed; {secs(time.perf_counter() - began)} "
-                      f"({', '.join(f'{p.number} {secs(s)}' for p, _, _, s in summary)})", "    ", ""))
-    if args.json:
-        write_json(args.json, {"problems": [{"number": p.number, "folder": p.folder, "passed": passed,
-                                             "cases": total, "seconds": s} for p, passed, total, s in summary],
-                               "cases": records, "all_passed": cases_passed == cases_total})
-    if cases_passed != cases_total:
+    runs = [(p, judge_problem(p, files[p.number], args.quick, args.case_limit_s)) for p in problems]
+    if not report(runs, time.perf_counter() - began, args.json):
         sys.exit(1)
 
 

@@ -1,56 +1,71 @@
-"""The judge's engine: run a problem's cases against a student's file, each case in a time limit.
+"""The judge's engine: run a problem's cases against a student's file, so that only the judge can
+say PASS, every case gets the same clock, and nothing the solution starts outlives its case.
 
-    results, seconds = run_problem(problem, solution_path, limit_s=10.0)
+    run = run_problem("113", module, cases, solution_path, limit_s=10.0)   # .results, .seconds, .error
 
-One child process per problem (forked from the judge, so torch is already imported) loads the
-student's file and runs the cases one after another, reporting each over a pipe. The parent holds
-the clock: a case that runs past its limit gets its child killed (with any ranks it started: the
-launcher's ranks die with their parent) and is reported "timed out"; a case whose code ends the
-process (sys.exit, os._exit, a crash) is reported as such; the remaining cases then run in a fresh
-child. Whatever happens, a case comes back as a `CaseResult`: never a traceback from the judge.
+**Cases split in two.** A case has plain, seeded `inputs` (shown when it fails), a `collect(solution,
+inputs)` that runs in the solution's process (it calls the student's functions, or launches ranks
+whose workers call them) and returns plain data, and a `check(inputs, data)` that runs here, in the
+judge's process, and raises `Fail(expected, got, hint)`. Whatever the solution patches in its own
+process (torch.allclose, the judge's modules, the counter) cannot reach a comparison. What it
+returns travels as JSON (judging.plain), never as a pickle, so nothing it sends can run code here.
 
-A case is a function `run(solution)` that calls the student's functions, compares with the
-suite's own models and raises `Fail(expected, got, hint)` when they differ.
+**One process tree per case** (judging.sandbox, judging.procs):
+
+    judge (subreaper) ── keeper (setsid, subreaper, SIGTERM when the judge dies) ── solution's process
+                                                               (SIGKILL when the keeper dies) ── ranks
+
+The keeper watches the solution's process end (its pid, not a pipe that a fork may keep open, so an
+exit code is reported as it was), relays its report, and kills everything left below it. Then the
+judge kills whatever is left below itself: on a pass, a failure or a timeout alike, no process of
+the case survives it. A solution that kills its parent kills the keeper, not the judge: its case
+fails ("killed the process that ran it") and the next case runs. If the judge is killed, the keeper
+gets SIGTERM from the kernel and takes its tree down; SIGTERM to the judge kills its trees and exits
+143, Ctrl-C exits 130. The judge itself never imports the student's file. What this costs: two
+forks of a process with torch loaded, and their exits, about 40-60 ms of a 2-core machine per case
+(problem 113's 17 pure-Python cases: about 1 s, where calling them in one process took 0.05 s).
+
+**Time.** A case has `limit_s` from its fork; one on ranks gets `ranks.RANK_GRACE_S` more, the time
+the launcher needs to name a rank that stopped responding (a rank waits at most
+`ranks.collective_wait_s(limit_s)` in one collective). Past that the judge kills the tree and says
+"timed out". Cases run one after another: two cores are shared with the ranks.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import io
-import multiprocessing as mp
+import json
 import os
-import re
+import select
+import signal
 import sys
 import tempfile
 import time
-import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
-from common.launcher import RankError
+from judging import plain, procs, ranks, sandbox
+from judging.messages import TEXT_WIDTH, choose_hint, cut, render_pair, show
+from judging.sandbox import Fail
+
+__all__ = ["Case", "CaseResult", "Fail", "ProblemRun", "hint_for", "run_problem", "take_charge", "verdict"]
 
 OUTPUT_LINES = 3    # lines of what a failed case printed that the report shows
-TEXT_WIDTH = 88     # expected / got values are cut to this many characters
-
-
-class Fail(Exception):
-    """A case's verdict: the solution returned something other than what the model says."""
-
-    def __init__(self, expected: Any, got: Any, hint: str | None = None) -> None:
-        super().__init__(f"expected {expected}, got {got}")
-        self.expected, self.got, self.hint = str(expected), str(got), hint
+DEFAULT_DEADLOCK_HINT = "every rank must call the same collectives in the same order; a loop must end"
 
 
 @dataclass(frozen=True)
 class Case:
-    """One check: `run(solution_module)` returns normally when the solution is right."""
+    """One check: collect(solution, inputs) in the solution's process, check(inputs, data) here."""
 
     name: str
-    run: Callable[[ModuleType], None]
+    inputs: dict[str, Any]
+    collect: Callable[[ModuleType, dict[str, Any]], Any]
+    check: Callable[[dict[str, Any], Any], None]
     hint: str                 # shown when the case fails (points to the README's hints)
     quick: bool = True        # --quick runs only these
+    ranks: bool = False       # runs on real ranks: the clock allows the launcher's report
 
 
 @dataclass
@@ -64,216 +79,166 @@ class CaseResult:
     got: str = ""
     hint: str = ""
     output: str = ""          # the last lines the solution printed, for a failed case
+    inputs: str = ""          # what the case handed the solution, for a failed case
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-class SolutionError(Exception):
-    """The student's file could not be loaded: one line saying why and where."""
+@dataclass
+class ProblemRun:
+    results: list[CaseResult] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""           # the file did not load: said once, its cases not run
 
 
-# ---- loading the student's file ------------------------------------------------------------------
-def load_solution(path: Path) -> ModuleType:
-    """Import the file at `path` as a fresh module; a failure is one SolutionError line."""
-    name = f"student_{path.parent.name}_{path.stem}".replace("-", "_")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise SolutionError(f"{path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module   # dataclasses and pickling look their module up by name
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as err:
-        raise SolutionError(f"{path.name} line {err.lineno}: SyntaxError: {err.msg}") from None
-    except BaseException as err:  # noqa: BLE001 - whatever the file does at import is its failure
-        if isinstance(err, KeyboardInterrupt):
-            raise
-        raise SolutionError(f"importing {path.name} failed: {error_line(err, path)}") from None
-    return module
+# ---- the judge's own process --------------------------------------------------------------------------
+def _on_term(signum: int, frame: Any) -> None:
+    procs.kill_tree()
+    sys.stderr.write("terminated\n")
+    os._exit(128 + signum)
 
 
-def function(solution: ModuleType, name: str) -> Callable[..., Any]:
-    """The student's function `name`, or a Fail that says it is missing."""
-    fn = getattr(solution, name, None)
-    if not callable(fn):
-        raise Fail(f"a function {name}(...) in the solution file", "no such function" if fn is None
-                   else f"{name} is a {type(fn).__name__}", f"define {name} with the signature in the README")
-    return fn
+def take_charge() -> None:
+    """Make this process the judge: orphans below it come back to it, SIGTERM takes its trees down."""
+    procs.become_subreaper()
+    signal.signal(signal.SIGTERM, _on_term)
 
 
-# ---- describing values and errors in one line -------------------------------------------------------
-def show(value: Any, width: int = TEXT_WIDTH) -> str:
-    """A value in one line, cut to `width` characters; floats to 6 significant digits."""
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.6g}"
-        if isinstance(v, (list, tuple)):
-            inner = ", ".join(fmt(x) for x in v)
-            return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k!r}: {fmt(x)}" for k, x in v.items()) + "}"
-        if hasattr(v, "shape") and hasattr(v, "dtype"):
-            return f"{type(v).__name__} of shape {tuple(v.shape)}, {v.dtype}"
-        return repr(v)
-    text = " ".join(fmt(value).split())
-    return text if len(text) <= width else text[:width - 1] + "…"
+def _read_until_eof(fd: int, load_deadline: float, deadline: float) -> tuple[bytes, bool]:
+    """Everything the keeper writes, until it closes the pipe (ended) or time is up: `load_deadline`
+    while the solution's file is not loaded yet, `deadline` once it is."""
+    data = bytearray()
+    while True:
+        left = (deadline if data.startswith(sandbox.LOADED) else load_deadline) - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return bytes(data), False
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return bytes(data), True
+        if len(data) <= sandbox.MAX_REPORT_BYTES:
+            data += chunk
 
 
-def kind(value: Any) -> str:
-    """What came back, for wrong-type messages: 'None', 'a str', 'a list of 3 items'."""
-    if value is None:
-        return "None"
-    if isinstance(value, (list, tuple)):
-        return f"a {type(value).__name__} of {len(value)} item{'' if len(value) == 1 else 's'}: {show(value, 60)}"
-    return f"a {type(value).__name__}: {show(value, 60)}"
-
-
-def error_line(err: BaseException, path: Path | None = None, details: str = "") -> str:
-    """'ValueError: bad (solution.py:12 in f)': the error and the student's line where it happened."""
-    text = " ".join(str(err).split())
-    where = ""
-    if path is not None:
-        frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == path.resolve()]
-        if frames:
-            where = f" ({path.name}:{frames[-1].lineno} in {frames[-1].name})"
-        elif details:
-            matches = re.findall(r'File "([^"]*)", line (\d+), in (\S+)', details)
-            mine = [m for m in matches if Path(m[0]).name == path.name]
-            if mine:
-                where = f" ({path.name}:{mine[-1][1]} in {mine[-1][2]})"
-        if isinstance(err, SyntaxError):
-            where = f" ({path.name}:{err.lineno})"
-    return f"{type(err).__name__}: {text}{where}" if text else f"{type(err).__name__}{where}"
-
-
-def describe_failure(err: BaseException, path: Path) -> str:
-    """A case's exception as the one line the report shows."""
-    if isinstance(err, NotImplementedError):
-        return f"not implemented: {' '.join(str(err).split()) or 'NotImplementedError'}"
-    if isinstance(err, RankError):
-        text = str(err)
-        if "NotImplementedError" in text:
-            text = re.sub(r"\s*\(then rank[^)]*failed too\)", "", text.split("NotImplementedError:", 1)[1])
-            return "not implemented: " + text.strip()
-        match = re.findall(r'File "([^"]*)", line (\d+), in (\S+)', err.details or "")
-        mine = [m for m in match if Path(m[0]).name == path.name]
-        return text + (f" ({path.name}:{mine[-1][1]} in {mine[-1][2]})" if mine else "")
-    if isinstance(err, SystemExit):
-        return f"the solution called sys.exit({err.code!r}): a function must return, not end the process"
-    return f"the solution raised {error_line(err, path)}"
-
-
-# ---- the child: one problem's cases --------------------------------------------------------------
-def _child_main(cases: list[Case], solution_path: Path, start: int, conn: Any) -> None:
-    """Load the solution, run cases[start:], report ("start", i), ("result", i, ...) per case."""
-    import torch
-
-    torch.set_num_threads(1)  # ranks are forked from here: no OpenMP team before the fork
-    capture = tempfile.TemporaryFile()
-    os.dup2(capture.fileno(), 1)   # what the solution (and its ranks) print goes to a file, not
-    os.dup2(capture.fileno(), 2)   # between the judge's lines; failed cases show its last lines
-    sys.stdout = sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(1), "wb"), write_through=True)
-    try:
+def _run_tree(case: Case, path: Path, limit_s: float, capture: IO[bytes]) -> tuple[bytes, bool]:
+    """Fork the case's keeper, read what it says; afterwards nothing below the judge is left."""
+    read_fd, write_fd = os.pipe()
+    judge = os.getpid()
+    pid = os.fork()
+    if pid == 0:
         try:
-            solution = load_solution(solution_path)
-        except SolutionError as err:
-            conn.send(("import_error", str(err)))
-            return
-        for index in range(start, len(cases)):
-            case = cases[index]
-            conn.send(("start", index))
+            os.close(read_fd)
+            sandbox.keeper_main(case, path, judge, write_fd, capture.fileno())
+        finally:
+            os._exit(70)
+    os.close(write_fd)
+    began = time.monotonic()
+    try:
+        return _read_until_eof(read_fd, began + limit_s,
+                               began + limit_s + (ranks.RANK_GRACE_S if case.ranks else 0.0))
+    finally:
+        os.close(read_fd)
+        procs.kill_tree()   # the keeper's tree, and whatever was re-parented to us
+
+
+# ---- turning what came back into a verdict -------------------------------------------------------------
+def _exit_words(code: int) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        return f"the solution's process was killed by {name}"
+    return (f"the solution ended its process with exit code {code} before reporting "
+            "(os._exit, sys.exit in a forked process, or a crash)")
+
+
+def verdict(case: Case, report: dict[str, Any]) -> dict[str, Any]:
+    """{"passed": True} or the failure's fields, from the solution's report (as plain.loads gives
+    it); only the case's `check`, run here, can pass a case."""
+    if "data" in report:
+        try:
+            case.check(case.inputs, report["data"])
+        except Fail as fail:
+            expected, got = render_pair(fail.expected, fail.got)
+            return {"expected": expected, "got": got, "hint": fail.hint or case.hint,
+                    "inputs": None if fail.inputs is None else cut(show(fail.inputs))}
+        except Exception as err:  # noqa: BLE001 - data no check foresaw is a failure, never a pass
+            return {"message": f"what came back is not what the case expects ({type(err).__name__}: "
+                               f"{cut(str(err), 60)})"}
+        return {"passed": True}
+    if "fail" in report:          # a missing function, said by the solution's process
+        said = report["fail"]
+        expected, got = render_pair(str(said.get("expected")), str(said.get("got")))
+        return {"expected": expected, "got": got, "hint": str(said.get("hint") or case.hint)}
+    if "error" in report:
+        return {"message": str(report["error"])}
+    return {"message": "the solution's process sent an unreadable report"}
+
+
+def _outcome(case: Case, stream: bytes, ended: bool, limit_s: float) -> dict[str, Any]:
+    """What the keeper's stream says about the case: a verdict's fields, or why there is none."""
+    loaded = stream.startswith(sandbox.LOADED)
+    stream = stream[1:] if loaded else stream
+    if not ended:
+        grace = f" (+ {ranks.RANK_GRACE_S:g} s for the ranks' report)" if case.ranks else ""
+        return {"message": f"timed out after {limit_s:g} s{grace}, stopped by the judge: a loop that never "
+                           "ends, or ranks waiting for each other?", "loaded": loaded}
+    header, _, report = stream.partition(b"\n")
+    try:
+        head = json.loads(header.decode()) if header else None
+    except ValueError:
+        head = None
+    if not isinstance(head, dict):
+        return {"message": "the solution killed the process that ran it (the judge's keeper, its parent): "
+                           "a case must only return", "loaded": True}
+    if "keeper_error" in head:
+        return {"message": f"the judge failed to run the case: {head['keeper_error']}"}
+    if not report:
+        return {"message": _exit_words(int(head.get("exit_code", 0)))}
+    try:
+        parsed = plain.loads(report)
+    except plain.Unreadable as err:
+        return {"message": f"the solution's process sent an unreadable report ({err})"}
+    if isinstance(parsed, dict) and "import_error" in parsed:
+        return {"import_error": str(parsed["import_error"])}
+    return verdict(case, parsed if isinstance(parsed, dict) else {})
+
+
+def hint_for(module: ModuleType, case: Case, message: str) -> str:
+    """The hint for a failure that has a message: the problem's deadlock hint, one keyed by the
+    error's words, or the case's own."""
+    return choose_hint(message, case.hint, getattr(module, "HINT_DEADLOCK", DEFAULT_DEADLOCK_HINT),
+                       getattr(module, "ERROR_HINTS", []))
+
+
+def _printed(capture: IO[bytes]) -> str:
+    capture.seek(0)
+    lines = [ln for ln in capture.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    return "\n".join(ln[:TEXT_WIDTH] for ln in lines[-OUTPUT_LINES:])
+
+
+def run_problem(problem: str, module: ModuleType, cases: list[Case], solution_path: Path,
+                limit_s: float) -> ProblemRun:
+    """Every case of one problem against the file at `solution_path`, one after another."""
+    run, began = ProblemRun(), time.perf_counter()
+    with tempfile.TemporaryFile() as capture:
+        for index, case in enumerate(cases):
             capture.seek(0)
             capture.truncate()
-            began = time.perf_counter()
-            outcome: dict[str, Any] = {"passed": True}
-            try:
-                case.run(solution)
-            except Fail as verdict:
-                outcome = {"passed": False, "expected": verdict.expected, "got": verdict.got,
-                           "hint": verdict.hint or case.hint}
-            except KeyboardInterrupt:
-                raise
-            except BaseException as err:  # noqa: BLE001 - the solution's failure is the case's verdict
-                outcome = {"passed": False, "message": describe_failure(err, solution_path), "hint": case.hint}
-            outcome["seconds"] = time.perf_counter() - began
-            if not outcome["passed"]:
-                sys.stdout.flush()
-                capture.seek(0)
-                lines = [ln for ln in capture.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-                outcome["output"] = "\n".join(ln[:TEXT_WIDTH] for ln in lines[-OUTPUT_LINES:])
-            conn.send(("result", index, outcome))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        conn.close()
-        os._exit(0)   # no atexit handlers of the solution, no flushing of its buffers
-
-
-def run_problem(problem: str, cases: list[Case], solution_path: Path, limit_s: float) -> tuple[list[CaseResult], float]:
-    """Every case of one problem against the file at `solution_path`; (results, wall seconds)."""
-    began = time.perf_counter()
-    results: list[CaseResult] = []
-
-    def failed(index: int, message: str, seconds: float = 0.0) -> None:
-        results.append(CaseResult(problem, cases[index].name, False, seconds, message=message, hint=cases[index].hint))
-
-    ctx = mp.get_context("fork")
-    start = 0
-    while start < len(cases):
-        receiver, sender = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=_child_main, args=(cases, solution_path, start, sender), daemon=False)
-        child.start()
-        sender.close()
-        current, case_began = None, time.perf_counter()
-        try:
-            while True:
-                left = limit_s - (time.perf_counter() - case_began)
-                if not receiver.poll(max(0.0, left)):
-                    what = cases[current].name if current is not None else None
-                    message = (f"timed out after {limit_s:g} s (stopped by the judge): an endless loop, or a "
-                               "rank waiting for a message nobody sends?") if what else \
-                        f"importing {solution_path.name} took more than {limit_s:g} s"
-                    if current is None:   # the import hung: every remaining case fails
-                        for i in range(start, len(cases)):
-                            failed(i, message)
-                        start = len(cases)
-                    else:
-                        failed(current, message, limit_s)
-                        start = current + 1
-                    break
-                try:
-                    message = receiver.recv()
-                except (EOFError, OSError):   # the child is gone without a word
-                    child.join(1.0)
-                    code = child.exitcode
-                    if current is None:
-                        for i in range(start, len(cases)):
-                            failed(i, f"loading {solution_path.name} ended the process (exit code {code})")
-                        start = len(cases)
-                    else:
-                        failed(current, f"the solution ended the process (exit code {code}: sys.exit in a "
-                                        "forked rank, os._exit, or a crash)", time.perf_counter() - case_began)
-                        start = current + 1
-                    break
-                if message[0] == "import_error":
-                    for i in range(start, len(cases)):
-                        failed(i, message[1])
-                    start = len(cases)
-                    break
-                if message[0] == "start":
-                    current, case_began = message[1], time.perf_counter()
-                elif message[0] == "result":
-                    outcome = message[2]
-                    results.append(CaseResult(problem, cases[message[1]].name, **outcome))
-                    current = None
-                    start = message[1] + 1
-                    case_began = time.perf_counter()
-                    if start == len(cases):
-                        break
-        finally:
-            if child.is_alive():
-                child.kill()
-            child.join(2.0)
-            receiver.close()
-    return results, time.perf_counter() - began
+            case_began = time.perf_counter()
+            outcome = _outcome(case, *_run_tree(case, solution_path, limit_s, capture), limit_s)
+            if "import_error" in outcome or outcome.get("loaded") is False:
+                run.error = outcome.get("import_error") or f"importing {solution_path.name} took more than {limit_s:g} s"
+                run.results += [CaseResult(problem, c.name, False, 0.0, message="not run: the file did not load",
+                                           hint="") for c in cases[index:]]
+                break
+            seconds = time.perf_counter() - case_began
+            if outcome.get("passed"):
+                run.results.append(CaseResult(problem, case.name, True, seconds))
+                continue
+            message = outcome.get("message", "")
+            hint = outcome.get("hint") or hint_for(module, case, message)
+            run.results.append(CaseResult(
+                problem, case.name, False, seconds, message=message, expected=outcome.get("expected", ""),
+                got=outcome.get("got", ""), hint=hint, output=_printed(capture),
+                inputs=outcome.get("inputs") or cut(show(case.inputs))))
+    run.seconds = time.perf_counter() - began
+    return run

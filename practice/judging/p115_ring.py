@@ -1,8 +1,9 @@
 """Problem 115's cases: a ring all-reduce written with send/recv, on real gloo ranks.
 
-Each rank's torch.distributed calls are counted (judging.ranks.counting): the bytes it sends, to
-whom, and any collective it calls. The result is compared with dist.all_reduce on a copy of the
-same data (called before counting starts), and the bytes with costmodel's 2(K − 1)N/K per rank.
+Each rank's torch.distributed traffic is counted below the names (judging.ranks.counted): the
+bytes it sends, to whom, and any collective it calls, however the calls are spelled. The judge
+compares the result with the sum it computes itself from every rank's data, and the bytes with
+costmodel's 2(K − 1)N/K per rank.
 """
 
 from __future__ import annotations
@@ -11,17 +12,22 @@ from types import ModuleType
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from common.costmodel import ring_allreduce_bytes_per_device
-from common.dist_count import counting
-from judging.engine import Case, Fail, function, show
-from judging.ranks import run_ranks, solution_in_rank
+from judging.engine import Case, Fail
+from judging.messages import kind, show
+from judging.ranks import check_seen, counted, run_ranks, solution_in_rank
+from judging.sandbox import function
 
 FUNCTIONS = ("ring_allreduce",)
 HINT_RESULT = "README hint 2: in step s rank r sends chunk (r − s) mod K; reduce-scatter adds, all-gather copies"
 HINT_P2P = "README hint 1: only send/recv (or isend/irecv, batch_isend_irecv), no collective"
 HINT_BYTES = "README hint 3: 2(K − 1) messages per rank, each ONE chunk (about N/K elements)"
+HINT_DEADLOCK = ("README hint 1: a send waits for its receive on gloo, whatever the size: post both at once "
+                 "(batch_isend_irecv) or alternate by parity")
+HINT_CHUNKS = "README hint 2: tensor.tensor_split(K) always gives K chunks; tensor.chunk(K) may give fewer (N = 5, K = 4: 3)"
+ERROR_HINTS = [("IndexError", HINT_CHUNKS)]
+DATA_ONLY = ("barrier",)     # a collective that moves no data: allowed beside the ring
 
 
 def rank_data(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -29,58 +35,72 @@ def rank_data(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
     return (torch.arange(n, dtype=torch.float64) * (rank + 1) + 100 * rank).to(dtype)
 
 
-def ring_worker(rank: int, world: int, path: str, n: int, dtype: torch.dtype) -> dict[str, Any]:
-    solution = solution_in_rank(path)
-    expected = rank_data(rank, n, dtype)
-    dist.all_reduce(expected)                 # the reference, before counting starts
-    tensor = rank_data(rank, n, dtype)
-    ring = function(solution, "ring_allreduce")
-    with counting() as counts:
-        returned = ring(tensor)
-    return {"result": tensor, "expected": expected, "returned": returned, "sent": counts.sent_bytes,
-            "sends": counts.sends, "to": sorted(d for d in counts.destinations if d is not None),
-            "collectives": dict(counts.collectives)}
+def ring_worker(rank: int, world: int, n: int, dtype_name: str) -> dict[str, Any]:
+    tensor = rank_data(rank, n, getattr(torch, dtype_name))
+    ring = function(solution_in_rank(), "ring_allreduce")
+    returned, seen = counted(ring, tensor)
+    return {"result": tensor, "returned": returned, "traffic": seen}
 
 
-def _check(world: int, n: int, dtype: torch.dtype = torch.float64) -> Any:
-    def run(solution: ModuleType) -> None:
-        results = run_ranks(ring_worker, world, solution.__file__, n, dtype)
-        elem = torch.tensor([], dtype=dtype).element_size()
-        for rank, res in enumerate(results):
-            if res["collectives"]:
-                used = ", ".join(f"dist.{name} ×{count}" for name, count in res["collectives"].items())
-                raise Fail("send/recv only", f"rank {rank} called {used}", HINT_P2P)
-        for rank, res in enumerate(results):
-            if not torch.equal(res["result"], res["expected"]):
-                returned = res["returned"]
-                if isinstance(returned, torch.Tensor) and torch.equal(returned, res["expected"]):
-                    raise Fail("the sum in the tensor passed in (in place, like dist.all_reduce)",
-                               "the sum returned, the tensor itself not changed", HINT_RESULT)
-                raise Fail(f"rank {rank}: {show(res['expected'].tolist(), 60)} (dist.all_reduce)",
-                           show(res["result"].tolist(), 60), HINT_RESULT)
-        right = [[(r + 1) % world] for r in range(world)]
-        left = [[(r - 1) % world] for r in range(world)]
-        to = [res["to"] for res in results]
-        if world > 1 and to not in (right, left):
-            raise Fail("every rank sends to one neighbour only (all to the right, or all to the left)",
-                       "destinations " + "; ".join(f"rank {r} → {d}" for r, d in enumerate(to)), HINT_BYTES)
-        per_rank = ring_allreduce_bytes_per_device(world, n * elem)     # 2(K − 1)N/K, N in bytes
-        sent = [res["sent"] for res in results]
-        chunk_slack = 2 * (world - 1) * elem   # chunks differ from N/K by less than one element each
-        if sum(sent) != round(world * per_rank) or any(abs(s - per_rank) >= max(chunk_slack, 1) and world > 1
-                                                       for s in sent):
-            raise Fail(f"about 2(K − 1)N/K = {per_rank:,.0f} B per rank, {world * per_rank:,.0f} B in all",
-                       "sent " + ", ".join(f"{s:,}" for s in sent) + " B", HINT_BYTES)
-    return run
+def collect(solution: ModuleType, inputs: dict[str, Any]) -> list[Any]:
+    return run_ranks(ring_worker, inputs["world_size"], inputs["numbers"], inputs["dtype"])
+
+
+def _check_traffic(data: list[Any]) -> None:
+    check_seen(data, "traffic")
+    for rank, res in enumerate(data):
+        used = {n: c for n, c in res["traffic"]["collectives"].items() if n not in DATA_ONLY}
+        if used:
+            calls = ", ".join(f"{name} ×{count}" for name, count in used.items())
+            raise Fail("send/recv only", f"rank {rank} called {calls}", HINT_P2P)
+
+
+def _check_sum(data: list[Any], expected: torch.Tensor) -> None:
+    for rank, res in enumerate(data):
+        result = res["result"]
+        if isinstance(result, torch.Tensor) and result.dtype == expected.dtype and torch.equal(result, expected):
+            continue
+        returned = res["returned"]
+        if isinstance(returned, torch.Tensor) and returned.shape == expected.shape and torch.equal(
+                returned.to(expected.dtype), expected):
+            raise Fail("the sum in the tensor passed in (in place, like dist.all_reduce)",
+                       "the sum returned, the tensor itself not changed", HINT_RESULT)
+        got = show(result.tolist()) if isinstance(result, torch.Tensor) else kind(result)
+        raise Fail(f"rank {rank}, the sum over the ranks: {show(expected.tolist())}", f"rank {rank}: {got}",
+                   HINT_RESULT)
+
+
+def check(inputs: dict[str, Any], data: list[Any]) -> None:
+    world, n, dtype = inputs["world_size"], inputs["numbers"], getattr(torch, inputs["dtype"])
+    _check_traffic(data)
+    _check_sum(data, sum(rank_data(r, n, dtype) for r in range(world)))
+    to = [res["traffic"]["destinations"] for res in data]
+    right, left = [[(r + 1) % world] for r in range(world)], [[(r - 1) % world] for r in range(world)]
+    if world > 1 and to not in (right, left):
+        raise Fail("every rank sends to one neighbour only (all to the right, or all to the left)",
+                   "destinations " + "; ".join(f"rank {r} → {d}" for r, d in enumerate(to)), HINT_BYTES)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    per_rank = ring_allreduce_bytes_per_device(world, n * elem)     # 2(K − 1)N/K, N in bytes
+    sent = [res["traffic"]["sent_bytes"] for res in data]
+    chunk_slack = 2 * (world - 1) * elem   # chunks differ from N/K by less than one element each
+    if sum(sent) != round(world * per_rank) or any(abs(s - per_rank) >= max(chunk_slack, 1) and world > 1
+                                                   for s in sent):
+        raise Fail(f"about 2(K − 1)N/K = {per_rank:,.0f} B per rank, {world * per_rank:,.0f} B in all",
+                   "sent " + ", ".join(f"{s:,}" for s in sent) + " B", HINT_BYTES)
+
+
+def ring(name: str, world: int, n: int, dtype: str = "float64", quick: bool = True) -> Case:
+    return Case(name, {"world_size": world, "numbers": n, "dtype": dtype}, collect, check, HINT_RESULT, quick,
+                ranks=True)
 
 
 CASES = [
-    Case("2 ranks, 8 numbers", _check(2, 8), HINT_RESULT),
-    Case("3 ranks, 12 numbers (K divides N)", _check(3, 12), HINT_RESULT),
-    Case("4 ranks, 16 numbers", _check(4, 16), HINT_RESULT),
-    Case("3 ranks, 10 numbers (chunks 4, 3, 3)", _check(3, 10), HINT_RESULT),
-    Case("4 ranks, 10 numbers (chunks 3, 3, 2, 2)", _check(4, 10), HINT_RESULT),
-    Case("4 ranks, 5 numbers (chunks 2, 1, 1, 1)", _check(4, 5), HINT_RESULT, quick=False),
-    Case("3 ranks, 1,000 float32 numbers", _check(3, 1000, torch.float32), HINT_RESULT, quick=False),
-    Case("1 rank: nothing to send, the tensor unchanged", _check(1, 6), HINT_RESULT),
+    ring("2 ranks, 8 numbers", 2, 8),
+    ring("3 ranks, 12 numbers (K divides N)", 3, 12),
+    ring("4 ranks, 16 numbers", 4, 16),
+    ring("3 ranks, 10 numbers (chunks 4, 3, 3)", 3, 10),
+    ring("4 ranks, 10 numbers (chunks 3, 3, 2, 2)", 4, 10),
+    ring("4 ranks, 5 numbers (chunks 2, 1, 1, 1; tensor.chunk(4) gives 3)", 4, 5),
+    ring("3 ranks, 1,000 float32 numbers", 3, 1000, "float32", quick=False),
+    ring("1 rank: nothing to send, the tensor unchanged", 1, 6),
 ]

@@ -2,8 +2,9 @@
 
 The judge drives the student's MyDDP the way the exercise says: the first micro-batches forward and
 backward inside `with ddp.no_sync():`, the last one outside, then `ddp.finish_gradient_sync()`.
-It counts every torch.distributed call made inside the block (none allowed) and after it (the
-all-reduces must come back), and compares the gradients with one process on the whole batch.
+Every rank's torch.distributed traffic is counted below the names, inside the block (none allowed)
+and after it (the all-reduces must come back); the gradients are compared, here in the judge, with
+one process on the whole batch.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import Any
 
 import torch
 
-from common.dist_count import counting
-from judging.engine import Case, Fail, function, kind
-from judging.ranks import run_ranks, solution_in_rank
+from common import dist_count
+from judging.engine import Case, Fail
+from judging.messages import kind
+from judging.ranks import check_seen, run_ranks, solution_in_rank, traffic
+from judging.sandbox import function
 from lecture15.my_ddp_ranks import global_batch, handbook_model, shard, share_of_loss
 
 FUNCTIONS = ("MyDDP",)
@@ -24,127 +27,127 @@ TOL = 1e-12                           # float64: only the summation order differ
 HINT_NO_COMM = "README hint 1: check the flag at the top of _on_grad_ready and return before any all_reduce"
 HINT_SYNC = "README hint 2: set the flag back when the block ends (try/finally), so the next backward syncs"
 HINT_GRADS = "README hint 3: the .grad sums of every micro-batch are what the synced backward all-reduces"
+HINT_DEADLOCK = ("README hint 1: every rank must skip the same all-reduces: the flag is read at the same "
+                 "point on every rank")
+
+
+def prepare() -> None:
+    """Import what a rank's MyDDP needs once, in the judge, before any fork."""
+    import lecture15.my_ddp  # noqa: F401
 
 
 def _model() -> torch.nn.Module:
     return handbook_model(HIDDEN).double()
 
 
-def one_process_grads(samples: slice | None = None) -> list[torch.Tensor]:
-    """The mean cross-entropy's gradients over the whole batch (or `samples` of it), one process."""
+def one_process_grads() -> list[torch.Tensor]:
+    """The mean cross-entropy's gradients over the whole batch, one process."""
     x, y = global_batch(BATCH)
-    x = x.double()
-    if samples is not None:
-        x, y = x[samples], y[samples]
     model = _model()
-    torch.nn.functional.cross_entropy(model(x), y).backward()
+    torch.nn.functional.cross_entropy(model(x.double()), y).backward()
     return [p.grad.clone() for p in model.parameters()]
 
 
-def accumulate_worker(rank: int, world: int, path: str, micro: int, scenario: str) -> dict[str, Any]:
-    solution = solution_in_rank(path)
+def _grads(ddp: torch.nn.Module) -> list[Any]:
+    return [None if p.grad is None else p.grad.clone() for p in ddp.parameters()]
+
+
+def _raises_inside(ddp: Any, x: torch.Tensor, y: torch.Tensor, world: int) -> dict[str, Any]:
+    """An exception inside no_sync, then a plain synced step."""
+    try:
+        with ddp.no_sync():
+            raise KeyError("the judge's exception inside no_sync")
+    except KeyError:
+        pass
+    with dist_count.counting() as after:
+        share_of_loss(ddp, x, y, BATCH, world).backward()
+        ddp.finish_gradient_sync()
+        intact = dist_count.installed()
+    return {"inside": None, "after": traffic(after, intact), "grads": _grads(ddp)}
+
+
+def accumulate_worker(rank: int, world: int, micro: int, scenario: str) -> dict[str, Any]:
     X, Y = global_batch(BATCH)
     X = X.double()
     mine = shard(BATCH, rank, world)
-    x, y = X[mine], Y[mine]
-    ddp = function(solution, "MyDDP")(_model(), bucket_bytes=CAP)
+    ddp = function(solution_in_rank(), "MyDDP")(_model(), bucket_bytes=CAP)
+    if scenario == "raises":
+        return _raises_inside(ddp, X[mine], Y[mine], world)
+    pieces = [slice(s.start + mine.start, s.stop + mine.start)
+              for s in (shard(mine.stop - mine.start, m, micro) for m in range(micro))]
     out: dict[str, Any] = {}
-    if scenario == "raises":      # an exception inside no_sync, then a plain synced step
-        try:
-            with ddp.no_sync():
-                raise KeyError("the judge's exception inside no_sync")
-        except KeyError:
-            pass
-        with counting() as after:
-            share_of_loss(ddp, x, y, BATCH, world).backward()
-            ddp.finish_gradient_sync()
-        return {"inside": {}, "after": dict(after.collectives), "grads": [p.grad.clone() for p in ddp.parameters()]}
-    pieces = [slice(s.start + mine.start, s.stop + mine.start) for s in (shard(len(x), m, micro) for m in range(micro))]
-    rounds = 2 if scenario == "twice" else 1
-    for r in range(rounds):
+    for _ in range(2 if scenario == "twice" else 1):
         for p in ddp.parameters():
             p.grad = None
-        with counting() as inside:
+        with dist_count.counting() as inside:
             with ddp.no_sync():
                 for piece in pieces[:-1]:
                     share_of_loss(ddp, X[piece], Y[piece], BATCH, world).backward()
-        with counting() as after:
+            inside_intact = dist_count.installed()
+        with dist_count.counting() as after:
             share_of_loss(ddp, X[pieces[-1]], Y[pieces[-1]], BATCH, world).backward()
             ddp.finish_gradient_sync()
-        out = {"inside": dict(inside.collectives), "after": dict(after.collectives),
-               "grads": [None if p.grad is None else p.grad.clone() for p in ddp.parameters()], "round": r}
+            after_intact = dist_count.installed()
+        out = {"inside": traffic(inside, inside_intact), "after": traffic(after, after_intact), "grads": _grads(ddp)}
     return out
 
 
-def _run(solution: ModuleType, world: int, micro: int, scenario: str = "once") -> list[dict[str, Any]]:
-    return run_ranks(accumulate_worker, world, solution.__file__, micro, scenario)
+def collect(solution: ModuleType, inputs: dict[str, Any]) -> list[Any]:
+    return run_ranks(accumulate_worker, inputs["world_size"], inputs["micro_batches"], inputs["scenario"])
 
 
-def _check_quiet(results: list[dict[str, Any]]) -> None:
-    for rank, res in enumerate(results):
-        if res["inside"]:
-            used = ", ".join(f"dist.{name} ×{count}" for name, count in res["inside"].items())
-            raise Fail("no communication inside no_sync (forward and backward)", f"rank {rank} called {used}",
-                       HINT_NO_COMM)
+def _check_quiet(data: list[Any]) -> None:
+    for rank, res in enumerate(data):
+        if res["inside"] and (res["inside"]["collectives"] or res["inside"]["sends"]):
+            used = ", ".join(f"{name} ×{count}" for name, count in res["inside"]["collectives"].items())
+            raise Fail("no communication inside no_sync (forward and backward)",
+                       f"rank {rank} called {used or 'send'}", HINT_NO_COMM)
 
 
-def _check_synced(results: list[dict[str, Any]]) -> None:
-    for rank, res in enumerate(results):
-        if not res["after"].get("all_reduce"):
-            raise Fail("all-reduces in the first backward after no_sync", f"rank {rank} called none",
-                       HINT_SYNC)
+def _check_synced(data: list[Any]) -> None:
+    for rank, res in enumerate(data):
+        if not res["after"]["collectives"].get("all_reduce"):
+            raise Fail("all-reduces in the first backward after no_sync", f"rank {rank} called none", HINT_SYNC)
 
 
-def _check_grads(results: list[dict[str, Any]], expected: list[torch.Tensor], what: str) -> None:
-    for rank, res in enumerate(results):
+def _check_grads(data: list[Any], what: str) -> None:
+    expected = one_process_grads()
+    for rank, res in enumerate(data):
         grads = res["grads"]
-        if any(not isinstance(g, torch.Tensor) for g in grads):
+        if len(grads) != len(expected) or any(not isinstance(g, torch.Tensor) or g.shape != e.shape
+                                              for g, e in zip(grads, expected)):
             raise Fail("a gradient in every parameter's .grad", kind(grads), HINT_GRADS)
         diff = max((g - e).abs().max().item() for g, e in zip(grads, expected))
-        if diff > TOL:
+        if not diff <= TOL:
             raise Fail(f"rank {rank}'s gradients = {what}", f"max |difference| {diff:.3g}", HINT_GRADS)
 
 
-def quiet_inside(solution: ModuleType) -> None:
-    _check_quiet(_run(solution, 2, 2))
+def checker(*parts: str, what: str = f"one process on all {BATCH} samples") -> Any:
+    def check(inputs: dict[str, Any], data: list[Any]) -> None:
+        check_seen(data, "inside", "after")
+        if "quiet" in parts:
+            _check_quiet(data)
+        if "synced" in parts:
+            _check_synced(data)
+        if "grads" in parts:
+            _check_grads(data, what)
+    return check
 
 
-def syncs_after(solution: ModuleType) -> None:
-    results = _run(solution, 2, 2)
-    _check_quiet(results)
-    _check_synced(results)
-
-
-def two_ranks(solution: ModuleType) -> None:
-    results = _run(solution, 2, 2)
-    _check_quiet(results)
-    _check_grads(results, one_process_grads(), f"one process on all {BATCH} samples")
-
-
-def three_ranks(solution: ModuleType) -> None:
-    results = _run(solution, 3, 3)
-    _check_quiet(results)
-    _check_grads(results, one_process_grads(), f"one process on all {BATCH} samples")
-
-
-def two_rounds(solution: ModuleType) -> None:
-    results = _run(solution, 2, 2, "twice")
-    _check_quiet(results)
-    _check_synced(results)
-    _check_grads(results, one_process_grads(), "one process, in the second accumulation round too")
-
-
-def exception_inside(solution: ModuleType) -> None:
-    results = _run(solution, 2, 1, "raises")
-    _check_synced(results)
-    _check_grads(results, one_process_grads(), "one process (syncing is back on after the exception)")
+def case(name: str, world: int, micro: int, check: Any, hint: str, scenario: str = "once", quick: bool = True) -> Case:
+    return Case(name, {"world_size": world, "micro_batches": micro, "scenario": scenario}, collect, check, hint,
+                quick, ranks=True)
 
 
 CASES = [
-    Case("2 ranks, 2 micro-batches: no collective inside no_sync", quiet_inside, HINT_NO_COMM),
-    Case("2 ranks: the backward after no_sync all-reduces", syncs_after, HINT_SYNC),
-    Case("2 ranks, 2 micro-batches: gradients = one process on the whole batch", two_ranks, HINT_GRADS),
-    Case("3 ranks, 3 micro-batches, shards 10, 10, 11: = one process", three_ranks, HINT_GRADS),
-    Case("2 ranks, two accumulation rounds in a row", two_rounds, HINT_SYNC, quick=False),
-    Case("an exception inside no_sync leaves syncing on", exception_inside, HINT_SYNC),
+    case("2 ranks, 2 micro-batches: no collective inside no_sync", 2, 2, checker("quiet"), HINT_NO_COMM),
+    case("2 ranks: the backward after no_sync all-reduces", 2, 2, checker("quiet", "synced"), HINT_SYNC),
+    case("2 ranks, 2 micro-batches: gradients = one process on the whole batch", 2, 2, checker("quiet", "grads"),
+         HINT_GRADS),
+    case("3 ranks, 3 micro-batches, shards 10, 10, 11: = one process", 3, 3, checker("quiet", "grads"), HINT_GRADS),
+    case("2 ranks, two accumulation rounds in a row", 2, 2,
+         checker("quiet", "synced", "grads", what="one process, in the second accumulation round too"),
+         HINT_SYNC, "twice", quick=False),
+    case("an exception inside no_sync leaves syncing on", 2, 1,
+         checker("synced", "grads", what="one process (syncing is back on after the exception)"), HINT_SYNC, "raises"),
 ]

@@ -1,5 +1,5 @@
-"""Problem 113 done badly in every way the judge must survive (tests/test_practice.py): a loop that
-never ends, sys.exit, os._exit, a wrong return type, an exception; the ring time is right."""
+"""Problem 113 done badly in every way the judge must survive (tests/test_practice_processes.py): a
+loop that never ends, sys.exit, os._exit, a wrong return type, an exception; the ring time is right."""
 
 from __future__ import annotations
 

@@ -1,0 +1,202 @@
+"""The two processes below the judge for one case: the keeper, and the solution's process under it.
+
+    judge ── keeper (own session, subreaper, dies with the judge) ── solution's process ── ranks …
+
+The keeper forks the solution's process, relays what it reports, and when it has ended (exit,
+crash, os._exit) kills everything left below it: forks, daemons, ranks. Only the keeper talks to
+the judge: the solution's process gets a pipe to the keeper and nothing of the judge's, so its forks
+cannot hold the judge waiting, and `os.kill(os.getppid(), …)` hits the keeper, never the judge.
+
+Keeper -> judge, one pipe: b"L" as soon as the solution's file is loaded, then one line of JSON
+{"exit_code": …} (negative: killed by that signal), then the bytes the solution's process reported
+(plain.dumps of {"data": …}, {"fail": …}, {"error": …} or {"import_error": …}).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import select
+import signal
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
+
+from judging import plain, procs
+from judging.messages import describe_failure, error_line, kind
+
+if TYPE_CHECKING:
+    from judging.engine import Case
+
+LOADED = b"L"
+MAX_REPORT_BYTES = 64 << 20       # more than any case sends; a runaway report is cut, then unreadable
+
+
+class SolutionError(Exception):
+    """The student's file could not be loaded: one line saying why and where."""
+
+
+class Fail(Exception):
+    """A case's verdict: what the suite's model expected, what came back, and a hint. Raised by a
+    case's `check` in the judge's process (and by `function` when the file lacks a function)."""
+
+    def __init__(self, expected: Any, got: Any, hint: str | None = None, inputs: Any = None) -> None:
+        super().__init__(f"expected {expected}, got {got}")
+        self.expected, self.got, self.hint, self.inputs = expected, got, hint, inputs
+
+
+# ---- in the solution's process ----------------------------------------------------------------------
+def load_solution(path: Path) -> ModuleType:
+    """Import the file at `path` as a fresh module; a failure is one SolutionError line."""
+    source = path.read_bytes()
+    if b"\0" in source:   # Python's own message has no line number ("line None")
+        line = source[:source.index(b"\0")].count(b"\n") + 1
+        raise SolutionError(f"{path.name} line {line}: the file contains a null byte (\\0); "
+                            "save it as plain UTF-8 text")
+    name = f"student_{path.parent.name}_{path.stem}".replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SolutionError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module   # dataclasses and pickling look their module up by name
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as err:
+        where = f" line {err.lineno}" if err.lineno else ""
+        raise SolutionError(f"{path.name}{where}: SyntaxError: {err.msg}") from None
+    except BaseException as err:  # noqa: BLE001 - whatever the file does at import is its failure
+        raise SolutionError(f"importing {path.name} failed: {error_line(err, path)}") from None
+    return module
+
+
+def function(solution: ModuleType, name: str) -> Callable[..., Any]:
+    """The student's function `name`, or a Fail that says it is missing."""
+    fn = getattr(solution, name, None)
+    if not callable(fn):
+        raise Fail(f"a function {name}(...) in the solution file", "no such function" if fn is None
+                   else f"{name} is {kind(fn)}", f"define {name} with the signature in the README")
+    return fn
+
+
+def call(solution: ModuleType, name: str, *args: Any) -> dict[str, Any]:
+    """Call the student's `name`(*args); what it returned, and the arguments as they are afterwards
+    (the judge compares those with what it sent: a function must not change its caller's lists)."""
+    returned = function(solution, name)(*args)
+    return {"returned": returned, "args": list(args)}
+
+
+def _redirect_output(capture_fd: int) -> None:
+    """What the solution (and its ranks) print goes to the case's file, not between the judge's lines."""
+    os.dup2(capture_fd, 1)
+    os.dup2(capture_fd, 2)
+    sys.stdout = sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(1), "wb"), write_through=True)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def report(case: Case, solution: ModuleType, path: Path) -> dict[str, Any]:
+    """Run the case's collect on the loaded solution: {"data": …}, or why there is none."""
+    from judging import ranks
+
+    ranks.SOLUTION = solution                   # the ranks forked from here find it loaded
+    try:
+        return {"data": case.collect(solution, case.inputs)}
+    except Fail as fail:
+        return {"fail": {"expected": fail.expected, "got": fail.got, "hint": fail.hint}}
+    except BaseException as err:  # noqa: BLE001 - the solution's failure is the case's verdict
+        return {"error": describe_failure(err, path)}
+
+
+def _solution_main(case: Case, path: Path, report_fd: int) -> None:
+    """Load the student's file, run the case's collect, report (the caller exits)."""
+    try:
+        solution = load_solution(path)
+    except SolutionError as err:
+        _write_all(report_fd, plain.dumps({"import_error": str(err)}))
+        return
+    _write_all(report_fd, LOADED)
+    try:
+        data = plain.dumps(report(case, solution, path))
+    except Exception as err:  # noqa: BLE001 - a value no encoder expected
+        data = plain.dumps({"error": f"what came back could not be sent to the judge ({type(err).__name__})"})
+    sys.stdout.flush()
+    _write_all(report_fd, data)
+
+
+# ---- the keeper ------------------------------------------------------------------------------------------
+def _on_term(signum: int, frame: Any) -> None:
+    """The judge died or stops the case: take the whole tree down with us."""
+    procs.kill_tree()
+    os._exit(128 + signum)
+
+
+def _relay(read_fd: int, pid: int, judge_fd: int) -> tuple[bytes, int]:
+    """Read the solution's report until the process has ended (its exit, not the pipe's end: a fork
+    may hold the pipe open); pass LOADED on at once. Returns (report, exit code)."""
+    report, watch = bytearray(), [read_fd]
+    pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    while True:
+        ready, _, _ = select.select(watch + ([pidfd] if pidfd is not None else []), [], [], 0.05)
+        if read_fd in ready:
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                watch = []
+            elif len(report) < MAX_REPORT_BYTES:
+                if not report and chunk.startswith(LOADED):
+                    os.write(judge_fd, LOADED)
+                    chunk = chunk[1:]
+                report += chunk
+        ended, status = os.waitpid(pid, os.WNOHANG)   # a pidfd says so at once; without one, we poll
+        if ended:
+            break
+    if pidfd is not None:
+        os.close(pidfd)
+    os.set_blocking(read_fd, False)
+    try:                                  # what it wrote just before it ended
+        while (chunk := os.read(read_fd, 1 << 16)) and len(report) < MAX_REPORT_BYTES:
+            report += chunk
+    except BlockingIOError:
+        pass
+    return bytes(report), os.waitstatus_to_exitcode(status)
+
+
+def keeper_main(case: Case, path: Path, judge_pid: int, judge_fd: int, capture_fd: int) -> None:
+    """Run one case below this process and report it to the judge (never returns)."""
+    try:
+        signal.signal(signal.SIGTERM, _on_term)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the judge's to handle
+        os.setsid()                       # its own session: a terminal's signals reach the judge only
+        procs.become_subreaper()          # orphans below (daemons) come back to us, not to init
+        procs.die_with_parent(signal.SIGTERM, judge_pid)
+        _redirect_output(capture_fd)
+        read_fd, write_fd = os.pipe()
+        keeper = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(read_fd)
+                os.close(judge_fd)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                procs.die_with_parent(signal.SIGKILL, keeper)
+                _solution_main(case, path, write_fd)
+            finally:
+                os._exit(0)   # no atexit handlers of the solution, no flushing of its buffers
+        os.close(write_fd)
+        report, exit_code = _relay(read_fd, pid, judge_fd)
+        procs.kill_tree()          # before the judge hears of it: nothing of the case outlives its report
+        header = json.dumps({"exit_code": exit_code}).encode()
+        _write_all(judge_fd, header + b"\n" + report)
+    except BaseException as err:  # noqa: BLE001 - the keeper's own failure is reported, not raised
+        try:
+            _write_all(judge_fd, json.dumps({"keeper_error": f"{type(err).__name__}: {err}"}).encode() + b"\n")
+        except OSError:
+            pass
+    finally:
+        os._exit(0)

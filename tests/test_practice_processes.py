@@ -1,0 +1,143 @@
+"""practice/judge.py and processes: a solution that forks, starts a daemon, kills its parent, exits
+with a code, loops, hangs a rank, hides its traffic or patches the judge's comparisons fails its
+case (or passes, when it answered right) and leaves no process behind; the judge killed by SIGTERM
+or SIGKILL leaves none either. Every judge run here carries a marker in its environment, inherited
+by whatever it and the solution start; afterwards no live process may carry it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from test_practice import JUDGE, WRONG, by_name, failed, judge, layout, no_process_left
+
+HOSTILE = ROOT / "tests" / "practice_hostile"
+
+
+def marker() -> dict[str, str]:
+    return {"JUDGE_TEST_MARK": f"judge-test-{uuid.uuid4().hex}"}
+
+
+def test_a_hostile_solution_fails_only_its_cases_and_leaves_nothing(tmp_path: Path) -> None:
+    env = marker()
+    out, record = judge("113", "--solution", str(HOSTILE / "113_hostile.py"), expect_rc=1, tmp_path=tmp_path, env=env)
+    cases = {name: c for (_, name), c in by_name(record).items()}
+    assert cases["buckets: lecture 15 exercise 3, 10, 2, 8, 20, 4 MB, cap 12 MB (the notes: {p4, p3}, "
+                 "{p2, p1, p0})"]["passed"]                                      # forked a sleeper: still right
+    assert cases["buckets: a bucket that reaches the cap exactly is sealed"]["passed"]   # started a daemon
+    killer = cases["buckets: cap 0 gives a bucket per parameter"]
+    assert killer["message"].startswith("the solution killed the process that ran it")
+    exited = cases["buckets: a cap above the total gives one bucket"]["message"]
+    assert "exit code 3" in exited and "timed out" not in exited    # its fork kept the pipe open: no matter
+    patched = cases["buckets: a parameter larger than the cap"]
+    assert (patched["expected"], patched["got"]) == ("[[2, 1], [0]]", "[[0]]")   # torch.allclose & co. patched
+    assert not cases["buckets: ResNet-50, first bucket 1 MiB, then 25 MiB"]["passed"]   # the judge's modules patched
+    assert all(c["passed"] for name, c in cases.items() if name.startswith(("timeline:", "all-reduce")))
+    assert "summary: 0 of 1 problems solved" in out
+    assert no_process_left(env["JUDGE_TEST_MARK"]) == []
+
+
+def _judge_until_started(tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """Start the judge on a solution that forks a sleeper and spins; return once it spins."""
+    env = marker()
+    started = tmp_path / "started"
+    proc = subprocess.Popen([sys.executable, str(JUDGE), "113", "--solution", str(HOSTILE / "113_loops.py")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, JUDGE_TEST_STARTED=str(started), **env))
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert started.exists(), proc.communicate()
+    return proc, env["JUDGE_TEST_MARK"]
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_sigterm_or_ctrl_c_to_the_judge_takes_every_process_down(tmp_path: Path, sig: int, code: int,
+                                                                   word: str) -> None:
+    proc, mark = _judge_until_started(tmp_path)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code and err.strip().endswith(word) and "Traceback" not in err
+    assert no_process_left(mark, patience_s=1.0) == []
+
+
+def test_sigkill_of_the_judge_takes_every_process_down(tmp_path: Path) -> None:
+    proc, mark = _judge_until_started(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert no_process_left(mark) == []       # the keeper hears of it from the kernel and kills its tree
+
+
+def test_misbehaving_code_is_a_failed_case_each(tmp_path: Path) -> None:
+    env = marker()
+    out, record = judge("113", "--quick", "--solution", str(WRONG / "113_misbehaves.py"), "--case-limit-s", "2",
+                        expect_rc=1, tmp_path=tmp_path, env=env)
+    cases = {name: c for (_, name), c in by_name(record).items()}
+    loop = cases["buckets: a bucket that reaches the cap exactly is sealed"]
+    assert loop["message"].startswith("timed out after 2 s") and "a loop that never ends?" in loop["hint"]
+    assert "sys.exit(3)" in cases["buckets: cap 0 gives a bucket per parameter"]["message"]
+    assert "exit code 4" in cases["buckets: a cap above the total gives one bucket"]["message"]
+    wrong_type = cases["buckets: a parameter larger than the cap"]
+    assert wrong_type["got"] == "a str: 'one bucket, I think'" and "debug:" in wrong_type["output"]
+    crash = cases["buckets: a first-bucket cap larger than the cap"]["message"]
+    assert "ZeroDivisionError" in crash and "(113_misbehaves.py:21 in assign_buckets)" in crash
+    assert cases["all-reduce time: one rank sends nothing"]["passed"]          # the runs after the kills
+    assert "not implemented" not in out and "debug:" in out
+    assert no_process_left(env["JUDGE_TEST_MARK"]) == []
+
+
+def test_a_crash_a_deadlock_and_a_hung_rank_on_real_ranks(tmp_path: Path) -> None:
+    env = marker()
+    _, record = judge("115", "--solution", str(WRONG / "115_misbehaves.py"), "--case-limit-s", "2", "--quick",
+                      expect_rc=1, tmp_path=tmp_path, env=env)
+    cases = failed(record, "115")
+    crash = cases["2 ranks, 8 numbers"]["message"]
+    assert crash.startswith("rank 1 failed: ZeroDivisionError: rank 1's bug") and "115_misbehaves.py:15" in crash
+    deadlock = cases["3 ranks, 12 numbers (K divides N)"]
+    assert deadlock["message"].startswith("timed out after 2 s (+ 3 s for the ranks' report)")
+    hung = cases["4 ranks, 16 numbers"]
+    assert hung["message"].startswith("rank 2 stopped responding (at ring_allreduce (115_misbehaves.py:20))")
+    assert deadlock["hint"] == hung["hint"] and "a send waits for its receive on gloo" in hung["hint"]
+    assert cases["3 ranks, 10 numbers (chunks 4, 3, 3)"]["message"].startswith("not implemented")
+    assert no_process_left(env["JUDGE_TEST_MARK"]) == []
+
+
+def test_traffic_hidden_from_the_counter_fails(tmp_path: Path) -> None:
+    _, record = judge("115", "--quick", "--solution", str(HOSTILE / "115_hostile_counter.py"), expect_rc=1,
+                      tmp_path=tmp_path)
+    cases = failed(record, "115")
+    assert set(cases) == {c["case"] for c in record["cases"]} - {"1 rank: nothing to send, the tensor unchanged"}
+    for name in ("2 ranks, 8 numbers", "4 ranks, 16 numbers", "4 ranks, 10 numbers (chunks 3, 3, 2, 2)"):
+        assert cases[name]["got"] == "rank 0: the counter was not in place when its code returned", name
+    for name in ("3 ranks, 12 numbers (K divides N)", "3 ranks, 10 numbers (chunks 4, 3, 3)"):
+        assert "1 operation(s) on a process group that the counter did not see" in cases[name]["got"], name
+
+
+def test_files_that_do_not_load_are_said_once(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    sources = {"113": b"x = 1\ndef assign_buckets(:\n", "114": b"import no_such_module_here\n",
+               "115": b"x = 1\ny = 2\0\n", "116": b"while True:\n    pass\n"}
+    for number, text in sources.items():
+        (bad / f"{number}.py").write_bytes(text)
+    root = layout(tmp_path, {number: bad / f"{number}.py" for number in sources})
+    env = marker()
+    out, record = judge("113", "114", "115", "116", "--quick", "--case-limit-s", "2", "--solution", str(root),
+                        expect_rc=1, tmp_path=tmp_path, env=env)
+    errors = {p["number"]: p["error"] for p in record["problems"]}
+    assert errors["113"] == "solution.py line 2: SyntaxError: invalid syntax"
+    assert "ModuleNotFoundError: No module named 'no_such_module_here'" in errors["114"]
+    assert errors["115"].startswith("solution.py line 2: the file contains a null byte") and "None" not in errors["115"]
+    assert errors["116"] == "importing solution.py took more than 2 s"
+    assert all(c["message"] == "not run: the file did not load" for c in record["cases"])
+    assert out.count("could not load the file") == 4 and out.count("SyntaxError") == 1
+    assert no_process_left(env["JUDGE_TEST_MARK"]) == []
