@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import assert_usage_error, flat, run_script
+from conftest import assert_usage_error, flat, load_script, run_script
+from rank_faults import assert_named_at_once
 
 S02, S03 = "lecture14/02_primitives.py", "lecture14/03_ring_allreduce.py"
 
@@ -30,6 +31,14 @@ def test_02_default_world_size(tmp_path: Path) -> None:
     assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(out)  # Part 4: the skipper
     hang = found["a collective one rank skips never completes: the run ends only at the timeout, in an error"]
     assert hang["ref"] == "L14-2.2-skipped-collective-hangs" and hang["ours"] is True
+
+
+@pytest.mark.parametrize("call", ["reduce_scatter", "all_gather", "broadcast"])
+@pytest.mark.parametrize("error", [ValueError, RuntimeError])
+def test_02_an_error_in_a_rank_is_that_ranks(call: str, error: type) -> None:
+    """rank_ops.reduce_scatter_real once caught a RuntimeError and fell back to an all-reduce, so
+    a failing rank called a collective the others did not, and they waited for it."""
+    assert_named_at_once(4, 2, call, 1, error, load_script(S02).primitives_worker, 4)
 
 
 def test_02_three_ranks_uneven_chunks() -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device
 from common.output import EXACT, Report, fmt_num
@@ -104,6 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2 for collectives between ranks (Part 5 needs one that skips)")
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "the seven collectives: on real ranks, their shapes and volumes, two identities", args)
     real = part1_primitives(rep, args)   # every rank's buffer before and after each of the seven
     part2_table(rep, args, real)         # the notes' table: shapes, per-rank volume by formula, count

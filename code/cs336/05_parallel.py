@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from common import costmodel as cm
+from common.capabilities import ask_gloo, gloo_lacks
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch
 from common.output import EXACT, Report, fmt_bytes
@@ -52,11 +53,11 @@ def data_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, 
         if step == 0:                                   # the sketch's op=AVG, on copies (not counted)
             avg = [w.grad.clone() for w in ws]
             for g in avg:
-                try:
-                    dist.all_reduce(g, op=dist.ReduceOp.AVG)
-                except (RuntimeError, ValueError):   # a gloo without AVG: what AVG means
+                if gloo_lacks("avg"):                   # an older gloo: what AVG means
                     dist.all_reduce(g)
                     g.div_(k)
+                else:
+                    dist.all_reduce(g, op=dist.ReduceOp.AVG)
             res.update(output=out.detach(), loss=loss.item(), avg_grads=avg)
         for w in ws:                                    # the sketch: one all-reduce per W
             w.grad.mul_(len(mine))                      # weight my mean by my slice's size,
@@ -336,6 +337,7 @@ def main() -> None:
     k = args.world_size
     if args.quick:
         args.steps = min(args.steps, 2)
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)", args)
     params, x = mlp.make_params(args.layers, args.width, args.seed), mlp.make_batch(args.batch, args.width, args.seed)
     rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "

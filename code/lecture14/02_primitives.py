@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device
 from common.output import EXACT, Report
@@ -146,6 +147,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2 for collectives between ranks")
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "the five primitives, their identities, point-to-point", args)
     part1_primitives(rep, args)   # every buffer before and after each of the five calls
     part2_identities(rep, args)   # all-reduce = reduce + broadcast = reduce-scatter + all-gather; PS

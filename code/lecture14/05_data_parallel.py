@@ -21,6 +21,7 @@ import random
 import torch
 from torch import nn
 
+from common.capabilities import ask_gloo
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import data_parallel_speedup, ring_allreduce_time
 from common.launcher import launch, preload_for_ddp, rank_device
@@ -286,6 +287,7 @@ def main() -> None:
         raise UsageError(f"--world-size must be at least 2 (data parallelism needs two ranks), got {args.world_size}")
     if args.ps_workers > GRAD_COMPUTATIONS:
         raise UsageError(f"--ps-workers must be at most {GRAD_COMPUTATIONS}, got {args.ps_workers}")
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "data parallelism (lecture 14 §4)", args)
     part1_partition(rep, args)      # HW5 1.1: seeded shuffle, size // W plus remainder, no communication
     part2 = part2_equivalence(rep, args)  # K replicas vs one big batch; HW5 on real gloo ranks
