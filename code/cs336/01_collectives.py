@@ -31,8 +31,9 @@ import torch.distributed as dist
 
 from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device
+from common.launcher import choose_backend, launch, rank_device
 from common.output import EXACT, Report, fmt_num
+from common.staged import skipped_collective
 from common.torchrun import under_torchrun
 from cs336 import primitives as prim
 from cs336.primitives import ROOT
@@ -315,7 +316,11 @@ def part5_skip(rep: Report, args: argparse.Namespace) -> None:
         return
     timeout = args.timeout_s or (SKIP_TIMEOUT_S / 2 if args.quick else SKIP_TIMEOUT_S)
     last = args.world_size - 1
-    seconds, report = launch_expecting_failure(skip_worker, args.world_size, backend="auto", timeout_s=timeout)
+    # Only the staged report counts (rank `last` named for finishing while the others waited until
+    # the timeout): a rank killed, stopped or failing during this part is a failure of the run, exit 1.
+    seconds, report = skipped_collective(skip_worker, args.world_size, backend="auto", timeout_s=timeout,
+                                         skippers=[last], waiters=range(last),
+                                         staged=f"Part 5 staged a skipped collective (rank {last} skips one)")
     waited = report is not None
     rep.line(f"  rank {last} skips the second all_reduce; after {seconds:.2f} s "
              f"(timeout {timeout:g} s) the launcher reports:")

@@ -29,8 +29,9 @@ import torch.distributed as dist
 
 from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device
+from common.launcher import choose_backend, launch, rank_device
 from common.output import EXACT, Report
+from common.staged import skipped_collective
 from common.torchrun import under_torchrun
 from lecture14 import collectives as col
 from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_scatter_real, show, yes
@@ -286,8 +287,11 @@ def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
         rep.claim(what, None, True, kind=EXACT, setting=(), ref="L14-2.2-skipped-collective-hangs", why="not run")
         return
     timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
-    seconds, report = launch_expecting_failure(skip_collective_worker, args.world_size, backend="auto",
-                                               timeout_s=timeout)
+    # The report must be the staged one (ranks 1.. named for finishing while rank 0 waited until the
+    # timeout): a rank killed, stopped or failing during this part is a failure of the run, exit 1.
+    seconds, report = skipped_collective(skip_collective_worker, args.world_size, backend="auto", timeout_s=timeout,
+                                         skippers=range(1, args.world_size), waiters=[ROOT],
+                                         staged="Part 4 staged a skipped collective (only rank 0 calls all_reduce)")
     rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher reports:\n"
              f"    {report}" if report else "  no error: the collective completed (it should not have)")
     rep.claim(what, report is not None, True, kind=EXACT, setting=(), ref="L14-2.2-skipped-collective-hangs",
