@@ -330,13 +330,12 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3, seed=0,
-                         real=True, context={"width": "d of every layer", "micro_batches": "the pipeline's M",
-                                             "steps": "optimizer steps; --quick: 2", "seed": "weights and data"})
+                         real=True, quick={"steps": 2},
+                         context={"width": "d of every layer", "micro_batches": "the pipeline's M",
+                                  "steps": "optimizer steps", "seed": "weights and data"})
     args = parser.parse_args()
     check_args(args)
     k = args.world_size
-    if args.quick:
-        args.steps = min(args.steps, 2)
     ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)", args)
     params, x = mlp.make_params(args.layers, args.width, args.seed), mlp.make_batch(args.batch, args.width, args.seed)

@@ -115,7 +115,8 @@ def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: floa
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7, peak_tflops=PEAK_TFLOPS,
-                         real=True, figs=True, context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
+                         real=True, figs=True, quick={"repeats": 3},
+                         context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
     parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
                         help="Part 3: tokens per GPU per step")
     parser.add_argument("--mfu", type=positive_float, default=MFU, help="Part 3: fraction of peak")
@@ -192,7 +193,7 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
 def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
     rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
     sizes = QUICK_SIZES if args.quick else REAL_SIZES
-    sweeps = min(3, args.repeats) if args.quick else args.repeats
+    sweeps = args.repeats
     rep.note(f"float32 all-reduce; per process count one launch: a checked call per size, one warm-up sweep,\n"
              f"then {sweeps} sweeps timing one call of every size each. A call's time is the slowest rank's,\n"
              "after a barrier. Each sweep is fitted with a line t = a + b·N (least relative error) and read\n"

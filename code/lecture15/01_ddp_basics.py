@@ -177,8 +177,6 @@ def part2_broadcast_and_training(rep: Report, args) -> None:
 
 def part3_cpu_timing(rep: Report, args) -> None:
     width, batch, steps = args.timing_width, args.timing_batch, args.timing_steps
-    if args.quick:
-        width, batch, steps = 128, max(64, args.world_size), 5
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the single-process baseline gets one thread, like each rank
     try:
@@ -223,6 +221,7 @@ def part3_cpu_timing(rep: Report, args) -> None:
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=4, steps=10, batch=64, lr=0.1, timing_steps=15, real=True,
+                         quick={"timing_width": 128, "timing_batch": lambda a: max(64, a.world_size), "timing_steps": 5},
                          context={"steps": "Part 2", "batch": "Part 2", "lr": "Part 2's SGD", "timing_steps": "Part 3"})
     parser.add_argument("--timing-width", type=positive_int, default=512, help="Part 3's layer width")
     parser.add_argument("--timing-batch", type=positive_int, default=128, help="Part 3's global batch")

@@ -39,7 +39,7 @@ from lecture15.details_ranks import (  # noqa: F401  (tests use them from here)
 
 
 def part1_no_sync(rep: Report, args) -> None:
-    steps, micro = min(args.steps, 2) if args.quick else args.steps, args.micro_batches
+    steps, micro = args.steps, args.micro_batches
     results = launch(no_sync_worker, args.world_size, steps, micro, timeout_s=args.timeout_s)
     reference = reference_accumulation(steps, micro, args.world_size)
     rows = []
@@ -77,7 +77,7 @@ def show(values: np.ndarray | None) -> str:
 
 
 def part2_unused_parameters(rep: Report, args) -> None:
-    layers, steps = (4, 5) if args.quick else (args.layers, args.timing_steps)
+    layers, steps = args.layers, args.timing_steps
     results = launch(unused_worker, args.world_size, layers, steps, timeout_s=args.timeout_s)
     rep.line("find_unused_parameters=False, branch b unused, then the next forward, on each rank:")
     names = [n for n, _ in Branchy().named_parameters()]
@@ -156,6 +156,7 @@ def part3_buffers(rep: Report, args) -> None:
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=2, steps=3, micro_batches=4, layers=64, timing_steps=30, real=True,
+                         quick={"steps": 2, "layers": 4, "timing_steps": 5},
                          context={"steps": "Part 1's optimiser steps", "micro_batches": "Part 1",
                                   "layers": "Part 2's timing model", "timing_steps": "Part 2"})
     args = parser.parse_args()

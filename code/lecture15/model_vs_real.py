@@ -263,16 +263,15 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
 
 
 def main() -> None:
+    # --quick: smaller layers, a cap that still gives one layer per bucket, sizes up to 4 MiB
     parser = make_parser(__doc__, world_size=2, layers=8, width=1024, bucket_cap_mb=4.0, repeats=7, real=True,
+                         quick={"layers": 4, "width": 512, "repeats": 3, "bucket_cap_mb": 1.0},
                          context={"layers": "Linear layers", "bucket_cap_mb": "the default: one layer per bucket"})
     parser.add_argument("--rank-batch", type=positive_int, default=64, help="samples per rank")
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
-    sizes = ALLREDUCE_BYTES
-    if args.quick:   # smaller layers, a cap that still gives one layer per bucket, sizes up to 4 MiB
-        args.layers, args.width, args.repeats = min(args.layers, 4), min(args.width, 512), min(args.repeats, 3)
-        args.bucket_cap_bytes, sizes = min(args.bucket_cap_bytes, MiB), ALLREDUCE_BYTES[:-1]
+    sizes = ALLREDUCE_BYTES[:-1] if args.quick else ALLREDUCE_BYTES
     rep = Report(__file__, "the §3 timeline model against a real DDP step on this machine", args)
     from common.launcher import launch, preload_for_ddp  # torch loads only once the flags are good
     preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there

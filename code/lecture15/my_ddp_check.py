@@ -239,14 +239,14 @@ def part7_limits(rep: Report, args: argparse.Namespace, ranks: list[dict[str, An
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=2, bucket_cap_mb="64KiB", batch=32, steps=3, repeats=50, real=True,
+                         quick={"repeats": 10},  # only Part 5's timing shortens
                          context={"bucket_cap_mb": "MyDDP's and DDP's; default: the handbook's 64 KiB",
-                                  "steps": "SGD steps compared", "repeats": "timed steps per wrapper, Part 5 "
-                                  "(--quick: at most 10)"})
+                                  "steps": "SGD steps compared", "repeats": "timed steps per wrapper, Part 5"})
     args = parser.parse_args()
     if args.batch < 2 * args.world_size:
         raise UsageError(f"--batch {args.batch} is too small for {args.world_size} ranks: each rank "
                          "needs 2 samples (Part 3 splits its share into two micro-batches)")
-    repeats = min(args.repeats, 10) if args.quick else args.repeats   # only Part 5's timing shortens
+    repeats = args.repeats
     rep = Report(__file__, "from-scratch DDP (handbook) on real ranks", args)
     cfg = {"batch": args.batch, "steps": args.steps, "bucket_bytes": args.bucket_cap_bytes,
            "repeats": repeats, "warmup": 3 if args.quick else 10}
