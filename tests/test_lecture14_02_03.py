@@ -116,7 +116,8 @@ def test_03_uneven_traffic_size_and_many_workers() -> None:
 
 def test_03_bad_flags() -> None:
     for flag, value in (("--world-size", "0"), ("--world-size", "1"), ("--size", "0"),
-                        ("--alpha-us", "-1"), ("--traffic-size", "lots")):
+                        ("--alpha-us", "-1"), ("--traffic-size", "lots"),
+                        ("--traffic-size", "999999999"), ("--traffic-size", "3MiB")):  # 64 devices hold it
         assert_usage_error(S03, flag, value)
 
 

@@ -83,9 +83,10 @@ def numeric_crossover(f: Callable[[float], float], g: Callable[[float], float],
 
 
 def search_range(link: Link) -> tuple[float, float]:
-    """Crossovers sit at a multiple of α·β bytes (about 1/K up to about K/log2 K of it)."""
+    """Crossovers sit at a multiple of α·β bytes (about 1/K up to about K/log2 K of it); no message
+    is smaller than a byte, so the search starts there at the lowest."""
     scale = max(link.alpha_s * link.beta_Bps, 1.0)
-    return scale * 1e-9, scale * 1e9
+    return max(scale * 1e-9, 1.0), scale * 1e9
 
 
 def winner_ranges(k: int, link: Link) -> list[tuple[float, str]]:
@@ -157,10 +158,12 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     for name, (closed, notes_kb, ref) in others.items():
         other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
         searched = numeric_crossover(ring, other, *search_range(link))
-        crossovers[name] = closed
-        if closed is None:
-            assert searched is None, f"no closed-form crossover but the search found {searched}"
-            rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs — "
+        below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
+        crossovers[name] = None if below_a_byte else closed
+        if closed is None or below_a_byte:
+            assert below_a_byte or searched is None, f"no closed-form crossover but the search found {searched}"
+            where = f" (the formulas meet at {closed:.2g} B, below one byte)" if below_a_byte else ""
+            rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs{where} — "
                      f"{'the ring is never slower' if ring(1e6) <= other(1e6) else 'the ring is never faster'}")
             rep.claim(f"ring = {name} crossover", None, notes_kb, "KB", EXACT, setting=setting, ref=ref,
                       why=f"no size where the two are equal at K = {k} (see the line above)")
