@@ -23,6 +23,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from common.budget import Cost, check_cost
 from common.costmodel import NOTES_LINK, Link
 from common.errors import RunFailure, UsageError, clip_values
 from common.files import check_output_dir, check_output_file, divert_stdout
@@ -176,6 +177,7 @@ class OneLineParser(argparse.ArgumentParser):
     checks that need the whole command line (machine limits, output paths) run before any work."""
 
     real = False  # set by make_parser: this script starts processes
+    cost: Cost | None = None  # set by make_parser: what a run costs here (common.budget)
     quick: dict[str, Any] = {}  # set by make_parser: dest -> its default under --quick
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -186,8 +188,8 @@ class OneLineParser(argparse.ArgumentParser):
         defaults = argparse.Namespace(**{a.dest: a.default for a in self._actions})
         for action in self._quick_actions():  # a callable's value shown as it is with the other defaults
             value = self.quick[action.dest]
-            value = self._typed(action, value(defaults) if callable(value) else value)
-            action.quick_shown = _shown_default(action.dest, value)
+            value = value(defaults) if callable(value) else value
+            action.quick_shown = value if isinstance(value, str) else _shown_default(action.dest, self._typed(action, value))
         return super().format_help()
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
@@ -232,11 +234,12 @@ class OneLineParser(argparse.ArgumentParser):
             return action.type(str(value))
         return value
 
-    def _setting_defaults(self) -> dict[str, tuple[str, Any]]:
-        """dest -> (flag, default value as the flag's type gives it): the notes' setting."""
+    def _setting_defaults(self, also: frozenset[str] = frozenset()) -> dict[str, tuple[str, Any]]:
+        """dest -> (flag, default value as the flag's type gives it): the notes' setting (and the
+        flags named in `also`, though no setting)."""
         found = {}
         for action in self._actions:
-            if not action.option_strings or action.dest in NOT_A_SETTING | {"help"}:
+            if not action.option_strings or action.dest in (NOT_A_SETTING - also) | {"help"}:
                 continue
             default = action.default
             if isinstance(default, str) and callable(action.type):
@@ -252,13 +255,19 @@ class OneLineParser(argparse.ArgumentParser):
             if os.environ.get("RANK", "0") == "0":
                 print(f"(under torchrun: --world-size is torchrun's {torchrun_world}, not {parsed.world_size})")
             parsed.world_size = torchrun_world
-        if getattr(parsed, "world_size", None) is not None:
-            if self.real:
-                check_world_size(parsed.world_size)
-            elif parsed.world_size > MAX_MODEL_WORLD:
-                raise UsageError(f"--world-size {parsed.world_size:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
+        # The ranks a real run starts: --world-size, unless the script starts others (its
+        # --world-size is then a model's K, bounded like a model script's).
+        ranks = self.cost.ranks(parsed) if self.cost and self.cost.ranks else getattr(parsed, "world_size", None)
+        if self.real and ranks is not None:
+            check_world_size(ranks)
+        if getattr(parsed, "world_size", None) is not None and (not self.real or ranks != parsed.world_size) \
+                and parsed.world_size > MAX_MODEL_WORLD:
+            raise UsageError(f"--world-size {parsed.world_size:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
         if self.real:
-            check_backend(getattr(parsed, "world_size", 1), os.environ.get("COURSE_BACKEND") or "auto")
+            check_backend(ranks or 1, os.environ.get("COURSE_BACKEND") or "auto")
+        if self.cost and not under_torchrun():  # under torchrun the ranks run elsewhere
+            waits = frozenset({"timeout_s"} if self.cost.waits_s else ())  # a staged wait is the timeout's
+            check_cost(self.cost, parsed, self._setting_defaults(also=waits))
         if getattr(parsed, "json", None) is not None:
             check_output_file(parsed.json, "--json")
         if getattr(parsed, "save_figs", None) is not None:
@@ -268,7 +277,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
                 context: dict[str, str] | None = None, help_for: dict[str, str] | None = None,
-                quick: dict[str, Any] | None = None, **defaults: Any) -> OneLineParser:
+                quick: dict[str, Any] | None = None, cost: Cost | None = None, **defaults: Any) -> OneLineParser:
     """A parser with the shared flags named in `defaults` (each with its default), plus --quick and
     --json always, --save-figs with figs=True (scripts that draw), --timeout-s with real=True.
     `context` adds where a flag is used to its help: context={"steps": "Part 2"}; `help_for`
@@ -276,9 +285,10 @@ def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
     `quick` gives flags' defaults under --quick, by flag name (quick={"steps": 2}; a callable
     gets the other flags: quick={"timing_batch": lambda a: max(64, a.world_size)}); a flag given
     on the command line keeps its value. Flags added later with add_argument may be named too.
+    `cost` (real scripts) is what a run costs here: checked before any work (common.budget).
     """
     parser = OneLineParser(description=(doc or "").strip() or None, formatter_class=_HelpFormatter)
-    parser.real = real
+    parser.real, parser.cost = real, cost
     parser.quick = {(FLAGS[k].dest if k in FLAGS and FLAGS[k].dest else k): v for k, v in (quick or {}).items()}
     for name, default in defaults.items():
         if name not in FLAGS:

@@ -17,7 +17,7 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _total_memory() -> int | None:
+def total_memory() -> int | None:
     """The machine's memory (not what is free right now: the limit should not move between runs)."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
@@ -36,7 +36,7 @@ def max_local_ranks() -> tuple[int, str]:
     if override:
         return positive_env_int("COURSE_MAX_RANKS", "a number of ranks"), "COURSE_MAX_RANKS"
     limit, why = RANKS_PER_CORE * cores(), f"{RANKS_PER_CORE} ranks per core on {cores()} cores"
-    memory = _total_memory()
+    memory = total_memory()
     if memory is not None and memory // MEMORY_PER_RANK < limit:
         limit = max(1, memory // MEMORY_PER_RANK)
         why = f"{memory / 2**30:.1f} GiB of memory at {MEMORY_PER_RANK // 2**20} MiB per rank"

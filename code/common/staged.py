@@ -19,6 +19,11 @@ from typing import Any, Callable, Iterable
 from common.errors import RunFailure
 from common.launcher import RankError, launch_expecting_failure
 
+# The most ranks a staged skip runs on. The lesson needs a few; with many more on 2 cores, ranks
+# that finished their work may not all report back before the launcher, after the timeout, asks who
+# is where, and it then names a busy one as hung (64 ranks here: now and then).
+MAX_RANKS = 16
+
 # The launcher's words for a rank that skipped a collective (common.launcher._Collector._blame).
 _SKIPPED = re.compile(r"^finished its work(?: \(so did (?P<also>[^)]*)\))? while (?P<waiting>.+?) waited ")
 

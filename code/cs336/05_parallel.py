@@ -28,14 +28,26 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from common import costmodel as cm
+from common.budget import Cost, Term
 from common.capabilities import ask_gloo, gloo_lacks
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch
 from common.output import EXACT, Report, fmt_bytes
 from cs336 import comm, ledger, mlp
 
-MAX_PARAMS = 2**24      # 128 MiB of float64 per copy; every rank holds at least one
 ELEM = 8                # float64: one process and the ranks differ only in summation order
+MAX_PARAMS = 2**24      # 128 MiB of float64 per copy; every rank holds at least one
+# CPU time here (bench/bench_costs.py: 15 runs, W = 2 … 24, fitted within 6 %). The W³ term is every
+# collective's 2(W − 1) ring rounds, each waiting for W processes to take turns on 2 cores: 4 s at W = 8,
+# L = 8, but 2 h at W = 64, L = 64. Memory: each process's copies of the model, its Adam state and
+# the activations of every layer (float64), for W ranks and the parent's two reference runs.
+COST = Cost([Term("1", 6.0, lambda a: 1), Term("W²", 0.04, lambda a: a.world_size**2),
+             Term("W·L·steps", 0.012, lambda a: a.world_size * a.layers * a.steps),
+             Term("W³·L·steps", 0.00027, lambda a: a.world_size**3 * a.layers * a.steps),
+             Term("W·L·steps·(d/100)²", 0.003, lambda a: a.world_size * a.layers * a.steps * (a.width / 100) ** 2),
+             Term("L·steps·B·(d/1000)²", 0.013, lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2),
+             Term("M·W·steps", 0.0065, lambda a: a.micro_batches * a.world_size * a.steps)],
+            memory=lambda a: ELEM * (a.world_size + 2) * 4 * a.layers * a.width * (a.batch + a.width))
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which the reference uses
 
 
@@ -330,7 +342,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3, seed=0,
-                         real=True, quick={"steps": 2},
+                         real=True, quick={"steps": 2}, cost=COST,
                          context={"width": "d of every layer", "micro_batches": "the pipeline's M",
                                   "steps": "optimizer steps", "seed": "weights and data"})
     args = parser.parse_args()

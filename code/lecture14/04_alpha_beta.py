@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from common.budget import Cost, Term
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import (
     ALLREDUCE_TIMES,
@@ -49,6 +50,11 @@ QUICK_SIZES = [2**10, 2**14, 2**18, 2**20]      # 1 KiB, 16 KiB, 256 KiB, 1 MiB
 NOTES_GLOO_ALPHA_S = 130e-6                   # the notes' fitted gloo α, 4 processes (Part 2)
 PEAK_TFLOPS, MFU, TOKENS_PER_GPU = 989.0, 0.40, 2048  # the notes' compute assumptions (Part 3)
 GRAD_BYTES_PER_PARAM = 2                      # bf16 gradients
+# The ranks Part 2 starts are REAL_PROCS, whatever --world-size (the model's K, up to 4,096 devices)
+# says. CPU time here (bench/bench_costs.py): start-up and the models, then about 0.25 s per sweep of
+# the sizes on 2 and 4 ranks.
+COST = Cost([Term("1", 2.7, lambda a: 1), Term("repeats", 0.25, lambda a: a.repeats)],
+            ranks=lambda a: max(REAL_PROCS))
 
 
 def allreduce_times(k: int, nbytes: float, link: Link) -> dict[str, float]:
@@ -116,7 +122,7 @@ def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: floa
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7, peak_tflops=PEAK_TFLOPS,
-                         real=True, figs=True, quick={"repeats": 3},
+                         real=True, figs=True, quick={"repeats": 3}, cost=COST,
                          context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
     parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
                         help="Part 3: tokens per GPU per step")
