@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from test_runtime import _parser_of
 
-from common import budget
+from common import budget, cli
 from common.budget import Cost, Term
 from common.errors import UsageError
 from common.suite import scripts
@@ -93,3 +93,35 @@ def test_a_models_world_size_is_not_the_ranks_a_script_starts() -> None:
                            "--mfu", "2"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--mfu is a fraction of peak" in proc.stderr  # past the parser's checks
     assert "4,096" in _refused("lecture14/04_alpha_beta.py", "--world-size", "5000")
+
+
+# Integer flags of real scripts that do not make a run longer or larger (each says why): every
+# other one must raise the script's COST.
+NOT_SIZES = {"seed": "picks data, not its amount", "tokens_per_gpu": "Part 3's model only",
+             "ps_workers": "bounded by the script (400)", "bucket_cap_bytes": "how gradients are grouped",
+             "min_bytes": "the sweep's start: fewer sizes, not more", "size": "bytes counted, not allocated"}
+
+
+def _defaults_of(parser) -> argparse.Namespace:
+    namespace = argparse.Namespace(**{a.dest: cli._NOT_GIVEN for a in parser._quick_actions()})
+    args = argparse.ArgumentParser.parse_args(parser, [], namespace)
+    parser._fill_defaults(args)
+    return args
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_every_size_flag_is_in_the_cost_and_a_billion_is_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--numbers, --batch and the like at 999999999 failed only after the ranks started."""
+    parser = _parser_of(name, monkeypatch)
+    base, cost = _defaults_of(parser), parser.cost
+    sized = [a for a in parser._actions if a.option_strings and a.type in (
+        cli.positive_int, cli.nonnegative_int, cli.size_bytes, cli.bucket_cap) and a.dest not in ("world_size",)]
+    defaults = parser._setting_defaults(also=frozenset({"timeout_s"}))
+    for action in sized:
+        big = argparse.Namespace(**{**vars(base), action.dest: 999_999_999})
+        if action.dest in NOT_SIZES:
+            continue
+        moves = cost.cpu_s(big) > cost.cpu_s(base) or (cost.memory and cost.memory(big) > cost.memory(base))
+        assert moves, f"{name} {action.option_strings[0]} changes no term of COST: how does it scale the run?"
+        with pytest.raises(UsageError):
+            budget.check_cost(cost, big, defaults)
