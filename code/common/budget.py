@@ -91,8 +91,9 @@ def check_cost(cost: Cost, args: argparse.Namespace, defaults: dict[str, tuple[s
     seconds, limit = wall_s(cost, args), budget_s()
     if seconds > limit:
         raise UsageError(f"{_setting(args, defaults)}: about {_duration(seconds)} on this machine's {cores()} "
-                         f"core{'s' if cores() > 1 else ''} (CPU time ≈ {cost.growth(args)}, measured{_waits(cost, args)}); the limit "
-                         f"is {_duration(limit)}{_at_most(args, defaults, lambda a: wall_s(cost, a) <= limit, ': ')}"
+                         f"core{'s' if cores() > 1 else ''} (CPU time ≈ {cost.growth(args)}, measured"
+                         f"{_waits(cost, args)}); the limit is {_duration(limit)}"
+                         f"{_at_most(args, defaults, lambda a: wall_s(cost, a) <= limit, ': ')}"
                          " (COURSE_MAX_MINUTES changes the limit)")
 
 

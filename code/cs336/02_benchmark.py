@@ -70,12 +70,13 @@ def calls(args: argparse.Namespace) -> int:
 
 # CPU time here (bench/bench_costs.py, W = 2 … 32): start-up, then every call of every rank: a fixed
 # cost and a cost per byte, both growing with the W ranks that share 2 cores. Memory: each rank's
-# buffers for the largest size (all-gather's output is W of them) and the 64 MiB copy buffers.
+# buffers for the largest S (input, output, the expected result, a copy: S each at most) and the
+# memory-copy test's two 64 MiB buffers.
 COST = Cost([Term("1", 2.6, lambda a: 1), Term("W²", 0.042, lambda a: a.world_size**2),
              Term("W·calls", 0.0011, lambda a: a.world_size * calls(a)),
              Term("W·calls·S/MiB", 0.0033,
                   lambda a: a.world_size * calls(a) * sum(sweep(a)) / max(1, len(sweep(a))) / 2**20)],
-            memory=lambda a: a.world_size * ((a.world_size + 3) * a.max_bytes + 2 * COPY_BYTES))
+            memory=lambda a: a.world_size * (4 * a.max_bytes + 2 * COPY_BYTES))
 
 
 # ---- rank code ---------------------------------------------------------------------------------
