@@ -42,6 +42,27 @@ def test_parser_defaults() -> None:
     assert args.world_size == 7 and args.size == 262_144 and args.quick is False
 
 
+def test_quick_scales_defaults_only() -> None:
+    parser = make_parser("x", steps=3, bucket_cap_mb=4.0, world_size=4,
+                         quick={"steps": 2, "bucket_cap_mb": 1.0, "world_size": lambda a: 10 * a.steps})
+    for argv, want in [([], (3, 4 * 2**20, 4)), (["--quick"], (2, 2**20, 20)),
+                       (["--quick", "--steps", "7"], (7, 2**20, 70)),          # given: kept
+                       (["--quick", "--bucket-cap-mb", "3", "--world-size", "5"], (2, 3 * 2**20, 5))]:
+        args = parser.parse_args(argv)
+        assert (args.steps, args.bucket_cap_bytes, args.world_size) == want, argv
+    assert "(default: 3; --quick: 2)" in flat(parser.format_help())
+    with pytest.raises(KeyError):
+        make_parser("x", steps=3, quick={"stpes": 2}).parse_args([])
+
+
+def test_a_long_value_is_quoted_cut_with_its_length() -> None:
+    code = "from common.cli import make_parser; make_parser('x', world_size=4, size='1MB').parse_args()"
+    for argv in (["--world-size", "9" * 100_000], ["--size", "x" * 100_000], ["y" * 100_000]):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=code_env())
+        assert proc.returncode == 2 and len(proc.stderr) < 300, proc.stderr[:500]
+        assert "…" in proc.stderr and "(100,000 characters)" in proc.stderr
+
+
 def test_claims_status_and_json(tmp_path, capsys) -> None:
     args = make_parser("x").parse_args(["--json", str(tmp_path / "out.json")])
     rep = Report("demo.py", "demo", args)

@@ -5,12 +5,14 @@ as a student would, its claims read from --json."""
 from __future__ import annotations
 
 import json
+import signal
 from functools import reduce as fold
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import assert_usage_error, flat, load_script, run_script
+from rank_faults import signal_a_rank_during
 
 from common import costmodel as cm
 from common.launcher import launch
@@ -159,6 +161,19 @@ def test_quick_run_claims(tmp_path: Path) -> None:
     assert claims["a rank that skips a collective leaves the others waiting"]["ours"] is True
     assert len(claims) >= 20
     assert set(data["parts"]) >= {"Part 1", "Part 2", "Part 3", "Part 4", "Part 5"}
+
+
+@pytest.mark.parametrize("rank, sig, says", [
+    (3, signal.SIGKILL, "rank 3 was killed by SIGKILL"),     # the rank that skips, killed
+    (1, signal.SIGSTOP, "rank 1 stopped responding"),        # a rank that waits, stopped
+])
+def test_a_rank_killed_or_stopped_in_part_5_is_a_failure(rank: int, sig: int, says: str) -> None:
+    """Part 5 stages a skipped collective: another fault during it fails the run, named."""
+    proc = signal_a_rank_during(SCRIPT, 5, rank, sig, "--quick", "--timeout-s", "15",
+                                after_s=3.0 if sig == signal.SIGSTOP else 0.0)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "error: Part 5 staged a skipped collective" in lines[0] and says in lines[0]
 
 
 def test_bad_flags() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import assert_usage_error, load_script, run_script
+from rank_faults import assert_named_at_once
 from torch import nn
 
 from common import costmodel as cm
@@ -216,3 +217,28 @@ def test_sizes_no_strategy_can_split_are_refused(changes: dict) -> None:
 
 def test_bad_sizes_are_one_line_errors_before_any_launch() -> None:
     assert_usage_error(SCRIPT, "--world-size", "5", "--layers", "4")  # 5 stages, 4 layers
+
+
+# ---- a failure in any rank, in any part, is that rank's: named at once, never swallowed --------------
+
+# (where, call, nth) on 3 ranks with LAYERS = 5, STEPS = 2: DP calls all_reduce 5 times with op=AVG
+# then 5 × 2 for the sketch; TP all-gathers 5 and reduce-scatters 4 per step; ZeRO-1 comes after them.
+FAULTS = [("DP, the op=AVG copies", "all_reduce", 1), ("DP, the sketch's all-reduce", "all_reduce", 7),
+          ("TP forward, comm.all_gather_columns", "all_gather", 2),
+          ("TP backward, comm.reduce_scatter_columns", "reduce_scatter", 1),
+          ("PP, comm.send", "send", 1), ("PP, comm.recv", "recv", 1),
+          ("ZeRO-1, comm.reduce_scatter_columns", "reduce_scatter", 4 * STEPS + 1),
+          ("ZeRO-2, comm.all_gather_columns", "all_gather", 5 * STEPS + STEPS + 1)]
+
+
+@pytest.mark.parametrize("where, call, nth", FAULTS, ids=[f[0] for f in FAULTS])
+@pytest.mark.parametrize("error", [ValueError, RuntimeError])
+def test_an_error_in_a_rank_names_that_rank_at_once(where: str, call: str, nth: int, error: type, refs) -> None:
+    """The fault each part's call raises, in one rank: the launcher must name that rank and its
+    error within seconds (a fallback that swallowed it would leave the others waiting until the
+    timeout, and blame one of them). refs: torch._dynamo imported before the fork, as the script does."""
+    k = 3
+    fault_rank = {"send": 0, "recv": 2}.get(call, nth % k)  # send: not the last stage; recv: not the first
+    params, x = mlp.make_params(LAYERS, WIDTH, SEED), mlp.make_batch(BATCH, WIDTH, SEED)
+    assert_named_at_once(k, fault_rank, call, nth, error, load_script(SCRIPT).strategies_worker,
+                         params, x, STEPS, MICRO)

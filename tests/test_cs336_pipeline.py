@@ -252,6 +252,7 @@ def test_script_large_and_tiny() -> None:
     ["--stages", "0"], ["--micro-batches", "-1"], ["--stages", "129"], ["--stages", "64", "--micro-batches", "1025"],
     ["--virtual-stages", "1"], ["--slow-factor", "0.5"], ["--tf-ms", "0"], ["--tb-ms", "nan"], ["--p2p-ms", "-1"],
     ["--stages", "four"],
+    ["--virtual-stages", "257"], ["--virtual-stages", "999999999"],  # S·M·v passes, built in memory
 ])
 def test_usage_errors(args: list[str]) -> None:
     assert_usage_error(SCRIPT, *args)

@@ -239,6 +239,18 @@ def test_04_part1_says_when_no_crossover(alpha_beta: ModuleType, capsys: pytest.
     assert ("ring at every size" in out) == (k == 2 or alpha_us == 0)
 
 
+@pytest.mark.parametrize("alpha_us", [1e-300, 1e-9])
+def test_04_a_crossover_below_one_byte_is_none(alpha_beta: ModuleType, capsys: pytest.CaptureFixture,
+                                               alpha_us: float) -> None:
+    """A tiny α puts the crossovers below one byte, where no message is (1e-300 µs once ended in an
+    AssertionError: the numeric search did not look there)."""
+    args = argparse.Namespace(world_size=8, alpha_us=alpha_us, beta_gbs=25.0, quick=True, json=None, save_figs=None)
+    alpha_beta.part1_model(Report("04_alpha_beta.py", "test", args), args)
+    out = flat(capsys.readouterr().out)
+    assert "ring vs tree: no crossover at K = 8" in out and "below one byte" in out
+    assert "fastest by size (numeric scan): ring at every size" in out
+
+
 def _model_args(**changes: float) -> argparse.Namespace:
     args = dict(world_size=8, alpha_us=5.0, beta_gbs=25.0, tokens_per_gpu=2048, mfu=0.40, peak_tflops=989.0,
                 quick=True, json=None, save_figs=None)

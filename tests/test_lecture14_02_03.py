@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 
 import pytest
-from conftest import assert_usage_error, flat, run_script
+from conftest import assert_usage_error, flat, load_script, run_script
+from rank_faults import assert_named_at_once, signal_a_rank_during
 
 S02, S03 = "lecture14/02_primitives.py", "lecture14/03_ring_allreduce.py"
 
@@ -30,6 +32,30 @@ def test_02_default_world_size(tmp_path: Path) -> None:
     assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(out)  # Part 4: the skipper
     hang = found["a collective one rank skips never completes: the run ends only at the timeout, in an error"]
     assert hang["ref"] == "L14-2.2-skipped-collective-hangs" and hang["ours"] is True
+
+
+@pytest.mark.parametrize("call", ["reduce_scatter", "all_gather", "broadcast"])
+@pytest.mark.parametrize("error", [ValueError, RuntimeError])
+def test_02_an_error_in_a_rank_is_that_ranks(call: str, error: type) -> None:
+    """rank_ops.reduce_scatter_real once caught a RuntimeError and fell back to an all-reduce, so
+    a failing rank called a collective the others did not, and they waited for it."""
+    assert_named_at_once(4, 2, call, 1, error, load_script(S02).primitives_worker, 4)
+
+
+@pytest.mark.parametrize("rank, sig, says", [
+    (2, signal.SIGKILL, "rank 2 was killed by SIGKILL"),     # a rank that skips, killed
+    (0, signal.SIGKILL, "rank 0 was killed by SIGKILL"),     # the rank that waits, killed
+    (2, signal.SIGSTOP, "rank 2 stopped responding"),        # a rank that skips, stopped
+])
+def test_02_a_rank_killed_or_stopped_in_part_4_is_a_failure(rank: int, sig: int, says: str) -> None:
+    """Part 4 stages a skipped collective; another fault during it is not the lesson's result (it
+    once printed the fault as the finding and its claim as agreeing, and exited 0)."""
+    proc = signal_a_rank_during(S02, 4, rank, sig, "--quick", "--timeout-s", "15",
+                                after_s=3.0 if sig == signal.SIGSTOP else 0.0)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("02_primitives.py: error: Part 4 staged a skipped collective") and says in lines[0]
+    assert "agrees" not in proc.stdout.split("== Part 4:")[1]
 
 
 def test_02_three_ranks_uneven_chunks() -> None:
@@ -90,7 +116,8 @@ def test_03_uneven_traffic_size_and_many_workers() -> None:
 
 def test_03_bad_flags() -> None:
     for flag, value in (("--world-size", "0"), ("--world-size", "1"), ("--size", "0"),
-                        ("--alpha-us", "-1"), ("--traffic-size", "lots")):
+                        ("--alpha-us", "-1"), ("--traffic-size", "lots"),
+                        ("--traffic-size", "999999999"), ("--traffic-size", "3MiB")):  # 64 devices hold it
         assert_usage_error(S03, flag, value)
 
 
@@ -117,3 +144,24 @@ def test_03_mpi_indices_and_owner_chunk_claims_for_other_k(tmp_path: Path) -> No
     for r in range(5):
         full = [j for j in range(5) if len(rs_end[r][j].terms) == 5]
         assert full == [(r + 1) % 5]
+
+
+def test_the_staged_report_is_read_back_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """common.staged accepts only the skip it staged: the right ranks blamed and waiting, after
+    the timeout; any other report is the run's failure (exit 1), with the report in its line."""
+    from common import staged
+    from common.errors import RunFailure
+    from common.launcher import RankError
+
+    skip = RankError(1, "finished its work (so did rank 2, rank 3) while rank 0 waited 1 s in a collective: …")
+    for seconds, report, ok in [(1.2, skip, True), (0.3, skip, False),
+                                (1.2, RankError(2, "was killed by SIGKILL"), False),
+                                (1.2, RankError(3, "finished its work while rank 0, rank 1 waited 1 s …"), False)]:
+        monkeypatch.setattr(staged, "launch_expecting_failure", lambda *a, **k: (seconds, report))  # noqa: B023
+        run = lambda: staged.skipped_collective(None, 4, skippers=[1, 2, 3], waiters=[0], timeout_s=1.0,  # noqa: E731
+                                                staged="Part 4 staged a skip")
+        if ok:
+            assert run() == (seconds, report)
+        else:
+            with pytest.raises(RunFailure, match=f"Part 4 staged a skip, but .*{re.escape(str(report))}"):
+                run()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_usage_error, run_script
+from rank_faults import assert_named_at_once
 
 SCRIPT = "lecture14/05_data_parallel.py"
 
@@ -108,6 +109,20 @@ def _gloo_avg_worker(rank: int, world_size: int) -> bool:
         return False
     except (RuntimeError, ValueError):
         return True
+
+
+def _average_checks_worker(rank: int, world_size: int) -> dict:
+    import torch
+
+    from lecture14 import hw5_checks
+    return hw5_checks.average_checks(rank, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("nth", [1, 2])  # the AVG all-reduce (or, without AVG, average_gradients'), then the next
+def test_an_error_in_the_average_checks_is_that_ranks(nth: int) -> None:
+    """hw5_checks once caught any RuntimeError or ValueError of its AVG all-reduce as "gloo has no
+    AVG": a rank that really failed there was reported as a lesson, and the others waited."""
+    assert_named_at_once(3, 1, "all_reduce", nth, RuntimeError, _average_checks_worker)
 
 
 def test_average_gradients_claims_from_real_ranks(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -151,6 +152,15 @@ def test_lr_over_n_equals_large_batch_even_when_both_diverge(tmp_path: Path) -> 
     assert rows[0][5] == rows[0][6] == "diverged"          # n = 1 at lr 5 already diverges
 
 
+def test_odd_but_valid_values_work_without_warnings(tmp_path: Path) -> None:
+    """α = 0 has no latency term (it printed 'grows nan×'); a learning rate of 1e9 overflows float64
+    (ten numpy warnings): the runs diverge, are shown as such, and the lr/n check says it cannot compare."""
+    proc = run_script(SCRIPT_05, "--alpha-us", "0", "--lr-large", "999999999", "--quick")
+    assert proc.stderr == "" and not re.search(r"\bnan|\binf", proc.stdout)
+    assert "the 2(K−1)α term is zero at α = 0 (no latency term)" in flat(proc.stdout)
+    assert "both diverge past float64's range" in flat(proc.stdout)
+
+
 # ---- exercises against independent computations --------------------------------------------------
 def test_exercise_claims_against_independent_numbers(exercises_run: tuple[str, dict]) -> None:
     out, data = exercises_run
@@ -259,6 +269,8 @@ def test_exercises_quick_smoke() -> None:
     (SCRIPT_05, ("--sync-every", "600")),
     (SCRIPT_05, ("--alpha-us", "-1")),
     (SCRIPT_05, ("--bucket-cap-mb", "-1")),
+    (SCRIPT_05, ("--micro-batches", "999999999")),                  # Part 3 trains over each one
+    (SCRIPT_05, ("--micro-batch-size", "999999999")),               # and holds every sample
     (EXERCISES, ("--bogus",)),
     (MODEL_VS_REAL, ("--world-size", "1")),
     (MODEL_VS_REAL, ("--bucket-cap-mb", "12XB")),

@@ -4,6 +4,7 @@ written whole, a closed pipe and Ctrl-C ending quietly, one meaning per flag, re
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -42,6 +43,11 @@ def _usage_error_before_any_work(relpath: str, *args: str, env: dict[str, str] |
     ({}, ("--timeout-s", "1e9"), "--timeout-s"),
     ({}, ("--world-size", "1000"), "at most"),
     ({"COURSE_MAX_RANKS": "2"}, ("--world-size", "3"), "COURSE_MAX_RANKS"),
+    # garbage in the override is refused, naming the variable (it was ignored: the machine's limit held)
+    ({"COURSE_MAX_RANKS": "abc"}, (), "COURSE_MAX_RANKS='abc' is not a number of ranks"),
+    ({"COURSE_MAX_RANKS": "0"}, (), "COURSE_MAX_RANKS='0'"),
+    ({"COURSE_MAX_RANKS": "-1"}, (), "COURSE_MAX_RANKS='-1'"),
+    ({"COURSE_MAX_RANKS": "1e3"}, (), "COURSE_MAX_RANKS='1e3'"),
 ])
 def test_real_scripts_refuse_what_this_machine_cannot_run(env: dict, args: tuple, says: str) -> None:
     if env.get("COURSE_BACKEND") == "nccl":
@@ -213,6 +219,43 @@ def test_help_shows_the_description_every_default_and_figures_only_where_drawn(
     draws = Script(ROOT / "code" / name).draws
     offers = any("--save-figs" in a.option_strings for a in parser._actions)
     assert draws == offers, f"{name}: draws a figure: {draws}, offers --save-figs: {offers}"
+
+
+def _quick_overrides(source: str, dests: set[str]) -> list[str]:
+    """Where --quick picks a flag's value after parsing: `min(args.steps, 2) if args.quick else
+    args.steps`, or `if args.quick:` replacing args.x, or a local read from args.x."""
+    def flags_in(node: ast.AST) -> set[str]:
+        return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in dests
+                and isinstance(n.value, ast.Name) and n.value.id == "args"}
+
+    def reads_quick(node: ast.AST) -> bool:
+        return "quick" in {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+    found = []
+    for func in [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)]:
+        from_flags = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and flags_in(n.value)
+                      for t in ast.walk(n.targets[0]) if isinstance(t, ast.Name)}
+        for node in ast.walk(func):
+            if isinstance(node, ast.IfExp) and reads_quick(node.test) and flags_in(node):
+                found.append(ast.unparse(node))
+            if isinstance(node, ast.If) and reads_quick(node.test):
+                for assign in [n for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Assign)]:
+                    targets = list(ast.walk(assign.targets[0]))
+                    if flags_in(assign.targets[0]) or {t.id for t in targets if isinstance(t, ast.Name)} & from_flags:
+                        found.append(ast.unparse(assign))
+    return found
+
+
+def test_quick_never_overrides_a_flag_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--quick scales defaults only (make_parser's quick=): no script picks a flag's value by
+    args.quick after parsing (`--steps 7 --quick` once ran 2 steps)."""
+    old = "steps = min(args.steps, 2) if args.quick else args.steps\nif args.quick:\n    width = 128"
+    assert len(_quick_overrides(f"def f(args):\n    width = args.width\n    {old.replace(chr(10), chr(10) + '    ')}",
+                                {"steps", "width"})) == 2                      # the rule finds both forms
+    for name in SCRIPTS:
+        dests = {a.dest for a in _parser_of(name, monkeypatch)._actions} - {"quick", "help"}
+        found = _quick_overrides((ROOT / "code" / name).read_text(encoding="utf-8"), dests)
+        assert not found, f"{name}: --quick overrides a flag after parsing: {found}"
 
 
 # ---- every script as the instructor runs it -----------------------------------------------------

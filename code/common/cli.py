@@ -23,8 +23,9 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from common.budget import Cost, check_cost
 from common.costmodel import NOTES_LINK, Link
-from common.errors import RunFailure, UsageError
+from common.errors import RunFailure, UsageError, clip_values
 from common.files import check_output_dir, check_output_file, divert_stdout
 from common.machine import check_backend, check_world_size
 from common.torchrun import quiet_unless_rank0, under_torchrun
@@ -152,7 +153,7 @@ FLAGS: dict[str, Flag] = {
 # ---- the parser -------------------------------------------------------------------------------
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The whole docstring as description, and every default shown."""
+    """The whole docstring as description, and every default shown (with --quick's, if it has one)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -161,7 +162,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
                 or not action.option_strings:
             return text
         shown = _shown_default(action.dest, default)
-        return f"{text} (default: {shown})"
+        quick = getattr(action, "quick_shown", None)
+        return f"{text} (default: {shown}{f'; --quick: {quick}' if quick else ''})"
 
 
 def _shown_default(dest: str, default: Any) -> str:
@@ -175,13 +177,29 @@ class OneLineParser(argparse.ArgumentParser):
     checks that need the whole command line (machine limits, output paths) run before any work."""
 
     real = False  # set by make_parser: this script starts processes
+    cost: Cost | None = None  # set by make_parser: what a run costs here (common.budget)
+    quick: dict[str, Any] = {}  # set by make_parser: dest -> its default under --quick
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.stderr.write(f"{self.prog}: error: {clip_values(message)}\n")
         sys.exit(2)
 
-    def parse_args(self, *args: Any, **kwargs: Any) -> argparse.Namespace:  # type: ignore[override]
-        parsed = super().parse_args(*args, **kwargs)
+    def format_help(self) -> str:
+        defaults = argparse.Namespace(**{a.dest: a.default for a in self._actions})
+        for action in self._quick_actions():  # a callable's value shown as it is with the other defaults
+            value = self.quick[action.dest]
+            value = value(defaults) if callable(value) else value
+            action.quick_shown = value if isinstance(value, str) else _shown_default(action.dest, self._typed(action, value))
+        return super().format_help()
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        # A flag --quick scales starts unset: what is still unset after parsing was not given, and
+        # only those take --quick's value. An explicit flag always wins (--steps 7 --quick runs 7).
+        namespace = namespace or argparse.Namespace()
+        for action in self._quick_actions():
+            setattr(namespace, action.dest, _NOT_GIVEN)
+        parsed = super().parse_args(args, namespace)
+        self._fill_defaults(parsed)
         quiet_unless_rank0()  # from the first line a script prints (its title, before any launch)
         try:
             self._check(parsed)
@@ -190,11 +208,38 @@ class OneLineParser(argparse.ArgumentParser):
         parsed._notes_setting = self._setting_defaults()
         return parsed
 
-    def _setting_defaults(self) -> dict[str, tuple[str, Any]]:
-        """dest -> (flag, default value as the flag's type gives it): the notes' setting."""
+    def _quick_actions(self) -> list[argparse.Action]:
+        unknown = set(self.quick) - {a.dest for a in self._actions}
+        if unknown:
+            raise KeyError(f"quick= names no flag of this parser: {', '.join(sorted(unknown))}")
+        return [a for a in self._actions if a.dest in self.quick]
+
+    def _fill_defaults(self, parsed: argparse.Namespace) -> None:
+        """Flags not given: --quick's value under --quick (callables last: they may read the
+        others), else the default."""
+        unset = [a for a in self._quick_actions() if getattr(parsed, a.dest) is _NOT_GIVEN]
+        for action in sorted(unset, key=lambda a: callable(self.quick[a.dest])):
+            if parsed.quick:
+                value = self.quick[action.dest]
+                value = self._typed(action, value(parsed) if callable(value) else value)
+            else:  # as argparse gives a default: a string through the flag's type
+                value = action.default
+                value = action.type(value) if isinstance(value, str) and callable(action.type) else value
+            setattr(parsed, action.dest, value)
+
+    @staticmethod
+    def _typed(action: argparse.Action, value: Any) -> Any:
+        """A --quick value as make_parser takes a default: "4MiB", or 1.0 (MiB) for a bucket cap."""
+        if isinstance(value, str) or action.type in (size_bytes, bucket_cap):
+            return action.type(str(value))
+        return value
+
+    def _setting_defaults(self, also: frozenset[str] = frozenset()) -> dict[str, tuple[str, Any]]:
+        """dest -> (flag, default value as the flag's type gives it): the notes' setting (and the
+        flags named in `also`, though no setting)."""
         found = {}
         for action in self._actions:
-            if not action.option_strings or action.dest in NOT_A_SETTING | {"help"}:
+            if not action.option_strings or action.dest in (NOT_A_SETTING - also) | {"help"}:
                 continue
             default = action.default
             if isinstance(default, str) and callable(action.type):
@@ -210,13 +255,19 @@ class OneLineParser(argparse.ArgumentParser):
             if os.environ.get("RANK", "0") == "0":
                 print(f"(under torchrun: --world-size is torchrun's {torchrun_world}, not {parsed.world_size})")
             parsed.world_size = torchrun_world
-        if getattr(parsed, "world_size", None) is not None:
-            if self.real:
-                check_world_size(parsed.world_size)
-            elif parsed.world_size > MAX_MODEL_WORLD:
-                raise UsageError(f"--world-size {parsed.world_size:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
+        # The ranks a real run starts: --world-size, unless the script starts others (its
+        # --world-size is then a model's K, bounded like a model script's).
+        ranks = self.cost.ranks(parsed) if self.cost and self.cost.ranks else getattr(parsed, "world_size", None)
+        if self.real and ranks is not None:
+            check_world_size(ranks)
+        if getattr(parsed, "world_size", None) is not None and (not self.real or ranks != parsed.world_size) \
+                and parsed.world_size > MAX_MODEL_WORLD:
+            raise UsageError(f"--world-size {parsed.world_size:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
         if self.real:
-            check_backend(getattr(parsed, "world_size", 1), os.environ.get("COURSE_BACKEND") or "auto")
+            check_backend(ranks or 1, os.environ.get("COURSE_BACKEND") or "auto")
+        if self.cost and not under_torchrun():  # under torchrun the ranks run elsewhere
+            waits = frozenset({"timeout_s"} if self.cost.waits_s else ())  # a staged wait is the timeout's
+            check_cost(self.cost, parsed, self._setting_defaults(also=waits))
         if getattr(parsed, "json", None) is not None:
             check_output_file(parsed.json, "--json")
         if getattr(parsed, "save_figs", None) is not None:
@@ -226,14 +277,19 @@ class OneLineParser(argparse.ArgumentParser):
 
 def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
                 context: dict[str, str] | None = None, help_for: dict[str, str] | None = None,
-                **defaults: Any) -> OneLineParser:
+                quick: dict[str, Any] | None = None, cost: Cost | None = None, **defaults: Any) -> OneLineParser:
     """A parser with the shared flags named in `defaults` (each with its default), plus --quick and
     --json always, --save-figs with figs=True (scripts that draw), --timeout-s with real=True.
     `context` adds where a flag is used to its help: context={"steps": "Part 2"}; `help_for`
     words --quick or --json for a command that is no lecture script (help_for={"quick": ...}).
+    `quick` gives flags' defaults under --quick, by flag name (quick={"steps": 2}; a callable
+    gets the other flags: quick={"timing_batch": lambda a: max(64, a.world_size)}); a flag given
+    on the command line keeps its value. Flags added later with add_argument may be named too.
+    `cost` (real scripts) is what a run costs here: checked before any work (common.budget).
     """
     parser = OneLineParser(description=(doc or "").strip() or None, formatter_class=_HelpFormatter)
-    parser.real = real
+    parser.real, parser.cost = real, cost
+    parser.quick = {(FLAGS[k].dest if k in FLAGS and FLAGS[k].dest else k): v for k, v in (quick or {}).items()}
     for name, default in defaults.items():
         if name not in FLAGS:
             raise KeyError(f"{name} is not a shared flag: add it to common.cli.FLAGS or add_argument it")
@@ -258,6 +314,8 @@ def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
         "json", "write the parts' results and the claims as JSON to PATH"))
     return parser
 
+
+_NOT_GIVEN = object()  # a --quick-scaled flag's value until parsing shows it was not given
 
 # Flags that change how a run is shown or bounded, not what it computes. --quick shortens runs:
 # a claim names "quick" in its setting when --quick changes what it compares.
@@ -316,7 +374,7 @@ def run_main(main: Callable[[], object]) -> None:
         main()
         sys.stdout.flush()
     except UsageError as err:
-        _error_line(str(err))
+        _error_line(clip_values(str(err)))
         sys.exit(2)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

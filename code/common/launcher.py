@@ -111,15 +111,15 @@ def capture_stderr() -> Iterator[list[str]]:
 
 
 def launch_expecting_failure(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: float,
-                              **kwargs: Any) -> tuple[float, str | None]:
+                              **kwargs: Any) -> tuple[float, RankError | None]:
     """For scripts that show a failure on purpose (a skipped collective): run it, and return the
-    seconds until the launcher gave up and its one-line report (None if, wrongly, it succeeded)."""
+    seconds until the launcher gave up and its report (None if, wrongly, it succeeded)."""
     start = time.perf_counter()
     try:
         launch(worker, world_size, *args, timeout_s=timeout_s, **kwargs)
         report = None
     except RankError as err:
-        report = str(err)
+        report = err
     return time.perf_counter() - start, report
 
 

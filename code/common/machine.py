@@ -17,7 +17,7 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _total_memory() -> int | None:
+def total_memory() -> int | None:
     """The machine's memory (not what is free right now: the limit should not move between runs)."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
@@ -32,15 +32,25 @@ def _total_memory() -> int | None:
 def max_local_ranks() -> tuple[int, str]:
     """How many ranks this machine can run as local processes, and why that many.
     COURSE_MAX_RANKS overrides it (for a machine you know holds more)."""
-    override = os.environ.get("COURSE_MAX_RANKS")
-    if override and override.isdigit() and int(override) > 0:
-        return int(override), "COURSE_MAX_RANKS"
+    override = os.environ.get("COURSE_MAX_RANKS", "").strip()
+    if override:
+        return positive_env_int("COURSE_MAX_RANKS", "a number of ranks"), "COURSE_MAX_RANKS"
     limit, why = RANKS_PER_CORE * cores(), f"{RANKS_PER_CORE} ranks per core on {cores()} cores"
-    memory = _total_memory()
+    memory = total_memory()
     if memory is not None and memory // MEMORY_PER_RANK < limit:
         limit = max(1, memory // MEMORY_PER_RANK)
         why = f"{memory / 2**30:.1f} GiB of memory at {MEMORY_PER_RANK // 2**20} MiB per rank"
     return limit, why
+
+
+def positive_env_int(name: str, what: str) -> int:
+    """An environment variable that must hold a whole number >= 1 ("8"; not "abc", "0", "-1",
+    "1e3"): garbage is a usage error naming the variable, never quietly ignored."""
+    text = os.environ.get(name, "").strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 9:
+        raise UsageError(f"{name}={text!r} is not {what}: give a whole number from 1 to 999,999,999, "
+                         "or unset it")
+    return int(text)
 
 
 def check_world_size(world_size: int) -> None:

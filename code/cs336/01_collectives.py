@@ -29,8 +29,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from common import staged
+from common.budget import Cost, Term
+from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device
+from common.launcher import choose_backend, launch, rank_device
 from common.output import EXACT, Report, fmt_num
 from common.torchrun import under_torchrun
 from cs336 import primitives as prim
@@ -41,6 +44,13 @@ from lecture14.rank_ops import all_inputs, piece_sizes, reduce_scatter_real, sho
 
 RANDOM_NUMBERS = 10_000   # random float32 numbers per rank (Parts 3 and 4): enough to see rounding
 SKIP_TIMEOUT_S = 1.0      # Part 5: a healthy collective here takes milliseconds (0.5 s with --quick)
+# CPU time here (bench/bench_costs.py, W = 2 … 64): two launches, gloo connecting every pair of
+# ranks, every number turned into Python floats; --size only counts bytes (no buffer of that size).
+# Part 5 waits for its timeout. Memory: 2W + 14 buffers of N per rank as Python floats (32 B each).
+COST = Cost([Term("1", 3.5, lambda a: 1), Term("W²", 0.015, lambda a: a.world_size**2),
+             Term("W·N", 7e-6, lambda a: a.world_size * a.numbers)],
+            memory=lambda a: 32 * a.world_size * (2 * a.world_size + 14) * a.numbers,
+            waits_s=lambda a: 2 * (a.timeout_s or SKIP_TIMEOUT_S) + 1)
 OPS = {"SUM": (dist.ReduceOp.SUM, np.add), "MIN": (dist.ReduceOp.MIN, np.minimum),
        "MAX": (dist.ReduceOp.MAX, np.maximum), "PRODUCT": (dist.ReduceOp.PRODUCT, np.multiply)}
 
@@ -97,13 +107,14 @@ def skip_worker(rank: int, world_size: int) -> float:
 # ---- the parent: parts in the notes' order ---------------------------------------------------
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, size="1001B", seed=0, numbers=5, real=True,
+    parser = make_parser(__doc__, world_size=4, size="1001B", seed=0, numbers=5, real=True, cost=COST,
                          context={"size": "Parts 2 and 3: the buffer cut into p chunks; default p does "
                                           "not divide it", "seed": "random float32 data, Parts 3 and 4",
                                   "numbers": "Part 1; 4 ranks do not divide the default"})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2 for collectives between ranks (Part 5 needs one that skips)")
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "the seven collectives: on real ranks, their shapes and volumes, two identities", args)
     real = part1_primitives(rep, args)   # every rank's buffer before and after each of the seven
     part2_table(rep, args, real)         # the notes' table: shapes, per-rank volume by formula, count
@@ -312,8 +323,15 @@ def part5_skip(rep: Report, args: argparse.Namespace) -> None:
         rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
         return
     timeout = args.timeout_s or (SKIP_TIMEOUT_S / 2 if args.quick else SKIP_TIMEOUT_S)
-    last = args.world_size - 1
-    seconds, report = launch_expecting_failure(skip_worker, args.world_size, backend="auto", timeout_s=timeout)
+    w = min(args.world_size, staged.MAX_RANKS)
+    if w < args.world_size:
+        rep.line(f"  on {w} of the {args.world_size} ranks (a few show it; see common/staged.py)")
+    last = w - 1
+    # Only the staged report counts (rank `last` named for finishing while the others waited until
+    # the timeout): a rank killed, stopped or failing during this part is a failure of the run, exit 1.
+    seconds, report = staged.skipped_collective(
+        skip_worker, w, backend="auto", timeout_s=timeout, skippers=[last], waiters=range(last),
+        staged=f"Part 5 staged a skipped collective (rank {last} skips one)")
     waited = report is not None
     rep.line(f"  rank {last} skips the second all_reduce; after {seconds:.2f} s "
              f"(timeout {timeout:g} s) the launcher reports:")

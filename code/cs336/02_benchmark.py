@@ -27,11 +27,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from common.budget import Cost, Term
 from common.cli import (
     UsageError,
     make_parser,
     nonnegative_int,
-    parse_size,
     positive_float,
     positive_int,
     run_main,
@@ -45,8 +45,7 @@ from cs336.busbw import COLLECTIVES, Buffers
 
 ROOT = 0                    # broadcast's source rank
 COPY_BYTES = 64 * 2**20     # memory-copy buffer: far larger than the caches
-DEFAULTS = {"min_bytes": "1KiB", "max_bytes": "16MiB", "step_factor": 4.0, "warmup": 1, "iters": 8}
-QUICK = {"min_bytes": "1KiB", "max_bytes": "4MiB", "step_factor": 4.0, "warmup": 1, "iters": 5}
+QUICK = {"max_bytes": "4MiB", "iters": 5}  # --quick's defaults: a shorter sweep, fewer timed calls
 WHAT_S = {"all-reduce": "every rank's buffer", "broadcast": "the root's buffer",
           "reduce-scatter": "one rank's input, n chunks of S/n (its output)",
           "all-gather": "one rank's output, n chunks of S/n (its input)"}
@@ -54,6 +53,30 @@ SLIPS = ("reduce-scatter", "all-gather")  # where S is n chunks and a chunk is e
 # torch 2.13 renamed the tensor forms; older releases only have the old names.
 REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def sweep(args: argparse.Namespace) -> list[int]:
+    """The sizes the flags ask for (none when they ask for no valid sweep: main says why)."""
+    try:
+        return bw.size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
+    except ValueError:
+        return []
+
+
+def calls(args: argparse.Namespace) -> int:
+    """Collective calls per rank: each of the four, at every size, checked, warmed up and timed."""
+    return 4 * (1 + args.warmup + args.iters) * len(sweep(args))
+
+
+# CPU time here (bench/bench_costs.py, W = 2 … 32): start-up, then every call of every rank: a fixed
+# cost and a cost per byte, both growing with the W ranks that share 2 cores. Memory: each rank's
+# buffers for the largest S (input, output, the expected result, a copy: S each at most) and the
+# memory-copy test's two 64 MiB buffers.
+COST = Cost([Term("1", 2.6, lambda a: 1), Term("W²", 0.042, lambda a: a.world_size**2),
+             Term("W·calls", 0.0011, lambda a: a.world_size * calls(a)),
+             Term("W·calls·S/MiB", 0.0033,
+                  lambda a: a.world_size * calls(a) * sum(sweep(a)) / max(1, len(sweep(a))) / 2**20)],
+            memory=lambda a: a.world_size * (4 * a.max_bytes + 2 * COPY_BYTES))
 
 
 # ---- rank code ---------------------------------------------------------------------------------
@@ -140,16 +163,13 @@ def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iter
 # ---- the parent --------------------------------------------------------------------------------
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True, figs=True)
-    parser.add_argument("--min-bytes", type=size_bytes, default=None, help="smallest size S (default 1KiB)")
-    parser.add_argument("--max-bytes", type=size_bytes, default=None, help="largest size S (default 16MiB, --quick 4MiB)")
-    parser.add_argument("--step-factor", type=positive_float, default=None, help="size ratio, > 1 (default 4)")
-    parser.add_argument("--warmup", type=nonnegative_int, default=None, help="untimed calls per size (default 1)")
-    parser.add_argument("--iters", type=positive_int, default=None, help="timed calls per size (default 8, --quick 5)")
+    parser = make_parser(__doc__, world_size=4, real=True, figs=True, quick=QUICK, cost=COST)
+    parser.add_argument("--min-bytes", type=size_bytes, default="1KiB", help="smallest size S")
+    parser.add_argument("--max-bytes", type=size_bytes, default="16MiB", help="largest size S")
+    parser.add_argument("--step-factor", type=positive_float, default=4.0, help="size ratio, > 1")
+    parser.add_argument("--warmup", type=nonnegative_int, default=1, help="untimed calls per size")
+    parser.add_argument("--iters", type=positive_int, default=8, help="timed calls per size")
     args = parser.parse_args()
-    for key, value in (QUICK if args.quick else DEFAULTS).items():
-        if getattr(args, key) is None:
-            setattr(args, key, parse_size(value) if key.endswith("bytes") else value)
     try:
         args.sizes = bw.size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
     except ValueError as err:

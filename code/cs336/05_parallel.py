@@ -28,13 +28,26 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from common import costmodel as cm
+from common.budget import Cost, Term
+from common.capabilities import ask_gloo, gloo_lacks
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch
 from common.output import EXACT, Report, fmt_bytes
 from cs336 import comm, ledger, mlp
 
-MAX_PARAMS = 2**24      # 128 MiB of float64 per copy; every rank holds at least one
 ELEM = 8                # float64: one process and the ranks differ only in summation order
+MAX_PARAMS = 2**24      # 128 MiB of float64 per copy; every rank holds at least one
+# CPU time here (bench/bench_costs.py: 15 runs, W = 2 … 24, fitted within 6 %). The W³ term is every
+# collective's 2(W − 1) ring rounds, each waiting for W processes to take turns on 2 cores: 4 s at W = 8,
+# L = 8, but 2 h at W = 64, L = 64. Memory: each process's copies of the model, its Adam state and
+# the activations of every layer (float64), for W ranks and the parent's two reference runs.
+COST = Cost([Term("1", 6.0, lambda a: 1), Term("W²", 0.04, lambda a: a.world_size**2),
+             Term("W·L·steps", 0.012, lambda a: a.world_size * a.layers * a.steps),
+             Term("W³·L·steps", 0.00027, lambda a: a.world_size**3 * a.layers * a.steps),
+             Term("W·L·steps·(d/100)²", 0.003, lambda a: a.world_size * a.layers * a.steps * (a.width / 100) ** 2),
+             Term("L·steps·B·(d/1000)²", 0.013, lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2),
+             Term("M·W·steps", 0.0065, lambda a: a.micro_batches * a.world_size * a.steps)],
+            memory=lambda a: ELEM * (a.world_size + 2) * 4 * a.layers * a.width * (a.batch + a.width))
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which the reference uses
 
 
@@ -52,11 +65,11 @@ def data_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, 
         if step == 0:                                   # the sketch's op=AVG, on copies (not counted)
             avg = [w.grad.clone() for w in ws]
             for g in avg:
-                try:
-                    dist.all_reduce(g, op=dist.ReduceOp.AVG)
-                except (RuntimeError, ValueError):   # a gloo without AVG: what AVG means
+                if gloo_lacks("avg"):                   # an older gloo: what AVG means
                     dist.all_reduce(g)
                     g.div_(k)
+                else:
+                    dist.all_reduce(g, op=dist.ReduceOp.AVG)
             res.update(output=out.detach(), loss=loss.item(), avg_grads=avg)
         for w in ws:                                    # the sketch: one all-reduce per W
             w.grad.mul_(len(mine))                      # weight my mean by my slice's size,
@@ -329,13 +342,13 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3, seed=0,
-                         real=True, context={"width": "d of every layer", "micro_batches": "the pipeline's M",
-                                             "steps": "optimizer steps; --quick: 2", "seed": "weights and data"})
+                         real=True, quick={"steps": 2}, cost=COST,
+                         context={"width": "d of every layer", "micro_batches": "the pipeline's M",
+                                  "steps": "optimizer steps", "seed": "weights and data"})
     args = parser.parse_args()
     check_args(args)
     k = args.world_size
-    if args.quick:
-        args.steps = min(args.steps, 2)
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)", args)
     params, x = mlp.make_params(args.layers, args.width, args.seed), mlp.make_batch(args.batch, args.width, args.seed)
     rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "

@@ -39,6 +39,7 @@ BUBBLE_TABLE = {(4, 4): (30, 120, 20, 0), (4, 8): (30, 240, 11, 0), (4, 16): (30
 NOTES_MIN_M = {4: 19, 8: 44}            # "M >= 19(S-1)/3: S = 4 needs 19, S = 8 needs 44"
 COMPARE = [(4, 4), (4, 8), (4, 16), (8, 8), (8, 32)]       # Part 4's (S, M)
 INTERLEAVED = [(4, 8), (4, 16), (8, 16), (8, 32)]          # M a multiple of S, as Megatron needs
+MOST_INTERLEAVED = max(s * m for s, m in INTERLEAVED)      # S·M of the largest: S·M·v passes
 MAX_PASSES = 2**16                       # S·M: keeps every part within about a second
 MAX_STAGES = 128                         # Part 5 simulates S and S + 1 micro-batches
 TOL = 1e-12
@@ -65,6 +66,11 @@ def main() -> None:
                          f"got {args.stages * args.micro_batches:,}")
     if args.virtual_stages < 2:
         raise UsageError("--virtual-stages must be >= 2 (v = 1 is plain 1F1B)")
+    # Part 4 simulates S·M·v passes for each interleaved (S, M): it builds them all in memory.
+    if MOST_INTERLEAVED * args.virtual_stages > MAX_PASSES:
+        raise UsageError(f"--virtual-stages {args.virtual_stages:,}: Part 4 would simulate "
+                         f"{MOST_INTERLEAVED * args.virtual_stages:,} passes (S = 8, M = 32); at most "
+                         f"{MAX_PASSES // MOST_INTERLEAVED:,} virtual stages (a quick model, {MAX_PASSES:,} passes)")
     if args.slow_factor < 1:
         raise UsageError("--slow-factor must be >= 1 (it makes one stage slower)")
     rep = Report(__file__, "pipeline parallelism: schedules, bubbles, activations", args)

@@ -3,7 +3,9 @@ each recorded in the rank's `CommLog` (calls, and the bytes the rank sends) befo
 
 A collective's bytes are what a ring sends for the call's real size (`costmodel.ring_bytes_sent`,
 nccl-tests' bus factor); a send's are its tensor's bytes. gloo picks its own schedule by size, so
-the ring figure is the model's count of the real calls, not a packet capture.
+the ring figure is the model's count of the real calls, not a packet capture. Whether gloo has
+reduce_scatter is asked once (common.capabilities), never found out by catching a failed call:
+that would swallow a real failure of this rank or a peer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from common.capabilities import gloo_lacks
 from common.costmodel import ring_bytes_sent
 
 
@@ -58,15 +61,14 @@ def all_gather_columns(piece: torch.Tensor, widths: list[int], log: CommLog) -> 
 def reduce_scatter_columns(partial: torch.Tensor, widths: list[int], log: CommLog) -> torch.Tensor:
     """Sum a (rows, d) tensor over the ranks; rank r gets only its widths[r] columns of the sum."""
     chunks = [c.contiguous() for c in partial.split(widths, dim=-1)]
-    out = torch.empty_like(chunks[dist.get_rank()])
-    try:
-        dist.reduce_scatter(out, chunks)  # gloo on CPU, unequal chunks too (torch 2.13)
-        log.add("reduce_scatter", partial.numel() * partial.element_size())
-        return out
-    except RuntimeError:  # an older gloo without it: the whole sum, twice the bytes, logged as such
+    if gloo_lacks("reduce_scatter"):  # an older gloo: the whole sum, twice the bytes, logged as such
         whole = partial.contiguous().clone()
         all_reduce_sum(whole, log)
         return whole.split(widths, dim=-1)[dist.get_rank()].contiguous()
+    out = torch.empty_like(chunks[dist.get_rank()])
+    log.add("reduce_scatter", partial.numel() * partial.element_size())
+    dist.reduce_scatter(out, chunks)  # gloo on CPU, unequal chunks too (torch 2.13)
+    return out
 
 
 def send(t: torch.Tensor, dst: int, log: CommLog) -> None:

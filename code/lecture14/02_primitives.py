@@ -27,8 +27,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from common import staged
+from common.budget import Cost, Term
+from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import choose_backend, launch, launch_expecting_failure, rank_device
+from common.launcher import choose_backend, launch, rank_device
 from common.output import EXACT, Report
 from common.torchrun import under_torchrun
 from lecture14 import collectives as col
@@ -38,6 +41,14 @@ ROOT = 0  # the root of broadcast and reduce, and the parameter server
 LR = 0.5  # the parameter server's learning rate in Part 2 (any value works)
 SEED = 1234  # random data of Part 2: rank r uses seed SEED + r
 DEADLOCK_TIMEOUT_S = 1.0  # Part 4: a healthy collective here takes milliseconds (0.5 s with --quick)
+# CPU time here (bench/bench_costs.py, W = 2 … 64): four launches, gloo connecting every pair of
+# ranks, and every number turned into Python floats and printed from. Part 4 waits for its timeout
+# (then the launcher asks who is where). Memory: each rank returns its buffers as lists of Python
+# floats (32 B a number), W + 12 buffers of N, and the parent holds every rank's.
+COST = Cost([Term("1", 3.5, lambda a: 1), Term("W²", 0.015, lambda a: a.world_size**2),
+             Term("W·N", 7e-6, lambda a: a.world_size * a.numbers)],
+            memory=lambda a: 32 * a.world_size * (a.world_size + 12) * a.numbers,
+            waits_s=lambda a: 2 * (a.timeout_s or DEADLOCK_TIMEOUT_S) + 1)
 
 
 # ---- rank code: each returns plain lists; the parent prints ----------------------------------
@@ -142,10 +153,11 @@ def skip_collective_worker(rank: int, world_size: int) -> float:
 # ---- the parent: parts in the notes' order ---------------------------------------------------
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, numbers=4, real=True, context={"numbers": "as in the notes"})
+    parser = make_parser(__doc__, world_size=4, numbers=4, real=True, cost=COST, context={"numbers": "as in the notes"})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2 for collectives between ranks")
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "the five primitives, their identities, point-to-point", args)
     part1_primitives(rep, args)   # every buffer before and after each of the five calls
     part2_identities(rep, args)   # all-reduce = reduce + broadcast = reduce-scatter + all-gather; PS
@@ -284,12 +296,18 @@ def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
         rep.claim(what, None, True, kind=EXACT, setting=(), ref="L14-2.2-skipped-collective-hangs", why="not run")
         return
     timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
-    seconds, report = launch_expecting_failure(skip_collective_worker, args.world_size, backend="auto",
-                                               timeout_s=timeout)
+    w = min(args.world_size, staged.MAX_RANKS)
+    if w < args.world_size:
+        rep.line(f"  on {w} of the {args.world_size} ranks (a few show it; see common/staged.py)")
+    # The report must be the staged one (ranks 1.. named for finishing while rank 0 waited until the
+    # timeout): a rank killed, stopped or failing during this part is a failure of the run, exit 1.
+    seconds, report = staged.skipped_collective(
+        skip_collective_worker, w, backend="auto", timeout_s=timeout, skippers=range(1, w), waiters=[ROOT],
+        staged="Part 4 staged a skipped collective (only rank 0 calls all_reduce)")
     rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher reports:\n"
              f"    {report}" if report else "  no error: the collective completed (it should not have)")
     rep.claim(what, report is not None, True, kind=EXACT, setting=(), ref="L14-2.2-skipped-collective-hangs",
-              why=f"{args.world_size} real ranks, only rank 0 calls all_reduce: the launch {'failed' if report else 'completed'}")
+              why=f"{w} real ranks, only rank 0 calls all_reduce: the launch {'failed' if report else 'completed'}")
     rep.note("every rank must make the same collective calls in the same order; without a timeout "
              "this run would wait for ever (NCCL's default timeout is minutes).")
 

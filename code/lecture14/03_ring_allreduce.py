@@ -44,6 +44,9 @@ NOTES_K = {1: 4, 3: 8}  # the notes' device counts: 4 workers in Part 1, 8 devic
 NOTES_ALPHA_US, NOTES_BETA_GBS = 5.0, 25.0
 MAX_TICK_TABLE_K = 12  # Part 3's table has a column per link: 11 fit in 100 columns
 MAX_SIMULATED_MESSAGES = 2**19  # (K-1)·S messages per broadcast; more: closed form only
+# Part 2 simulates up to 64 devices holding N bytes each, message by message, four algorithms: about
+# 400 B of memory and 2 µs of CPU per byte of N here (1 MiB: 0.45 GB, 2.5 s). 2 MiB stays under a GB.
+MAX_TRAFFIC_BYTES = 2 * 2**20
 FP_K, FP_SEED = 64, 0
 
 
@@ -56,6 +59,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.world_size is not None and args.world_size < 2:
         raise UsageError("--world-size must be >= 2 (Part 3 broadcasts from one device to the others)")
+    if args.traffic_size > MAX_TRAFFIC_BYTES:
+        raise UsageError(f"--traffic-size {args.traffic_size:,} B: Part 2 simulates 64 devices holding that much "
+                         f"each (about 400 B of memory per byte here); at most {MAX_TRAFFIC_BYTES // 2**20} MiB")
     rep = Report(__file__, "ring all-reduce, its traffic, pipelined ring broadcast", args)
     part1_symbolic_ring(rep, args)     # every round of the ring, in the notes' a0+b0 notation
     part2_traffic(rep, args)           # bytes and rounds measured from the simulation; float32 order

@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from common.budget import Cost, Term
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import (
     ALLREDUCE_TIMES,
@@ -49,6 +50,11 @@ QUICK_SIZES = [2**10, 2**14, 2**18, 2**20]      # 1 KiB, 16 KiB, 256 KiB, 1 MiB
 NOTES_GLOO_ALPHA_S = 130e-6                   # the notes' fitted gloo α, 4 processes (Part 2)
 PEAK_TFLOPS, MFU, TOKENS_PER_GPU = 989.0, 0.40, 2048  # the notes' compute assumptions (Part 3)
 GRAD_BYTES_PER_PARAM = 2                      # bf16 gradients
+# The ranks Part 2 starts are REAL_PROCS, whatever --world-size (the model's K, up to 4,096 devices)
+# says. CPU time here (bench/bench_costs.py): start-up and the models, then about 0.25 s per sweep of
+# the sizes on 2 and 4 ranks.
+COST = Cost([Term("1", 2.7, lambda a: 1), Term("repeats", 0.25, lambda a: a.repeats)],
+            ranks=lambda a: max(REAL_PROCS))
 
 
 def allreduce_times(k: int, nbytes: float, link: Link) -> dict[str, float]:
@@ -83,9 +89,10 @@ def numeric_crossover(f: Callable[[float], float], g: Callable[[float], float],
 
 
 def search_range(link: Link) -> tuple[float, float]:
-    """Crossovers sit at a multiple of α·β bytes (about 1/K up to about K/log2 K of it)."""
+    """Crossovers sit at a multiple of α·β bytes (about 1/K up to about K/log2 K of it); no message
+    is smaller than a byte, so the search starts there at the lowest."""
     scale = max(link.alpha_s * link.beta_Bps, 1.0)
-    return scale * 1e-9, scale * 1e9
+    return max(scale * 1e-9, 1.0), scale * 1e9
 
 
 def winner_ranges(k: int, link: Link) -> list[tuple[float, str]]:
@@ -115,7 +122,8 @@ def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: floa
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7, peak_tflops=PEAK_TFLOPS,
-                         real=True, figs=True, context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
+                         real=True, figs=True, quick={"repeats": 3}, cost=COST,
+                         context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
     parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
                         help="Part 3: tokens per GPU per step")
     parser.add_argument("--mfu", type=positive_float, default=MFU, help="Part 3: fraction of peak")
@@ -156,10 +164,12 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     for name, (closed, notes_kb, ref) in others.items():
         other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
         searched = numeric_crossover(ring, other, *search_range(link))
-        crossovers[name] = closed
-        if closed is None:
-            assert searched is None, f"no closed-form crossover but the search found {searched}"
-            rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs — "
+        below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
+        crossovers[name] = None if below_a_byte else closed
+        if closed is None or below_a_byte:
+            assert below_a_byte or searched is None, f"no closed-form crossover but the search found {searched}"
+            where = f" (the formulas meet at {closed:.2g} B, below one byte)" if below_a_byte else ""
+            rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs{where} — "
                      f"{'the ring is never slower' if ring(1e6) <= other(1e6) else 'the ring is never faster'}")
             rep.claim(f"ring = {name} crossover", None, notes_kb, "KB", EXACT, setting=setting, ref=ref,
                       why=f"no size where the two are equal at K = {k} (see the line above)")
@@ -192,7 +202,7 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
 def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
     rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
     sizes = QUICK_SIZES if args.quick else REAL_SIZES
-    sweeps = min(3, args.repeats) if args.quick else args.repeats
+    sweeps = args.repeats
     rep.note(f"float32 all-reduce; per process count one launch: a checked call per size, one warm-up sweep,\n"
              f"then {sweeps} sweeps timing one call of every size each. A call's time is the slowest rank's,\n"
              "after a barrier. Each sweep is fitted with a line t = a + b·N (least relative error) and read\n"

@@ -21,6 +21,8 @@ import random
 import torch
 from torch import nn
 
+from common.budget import Cost, Term
+from common.capabilities import ask_gloo
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import data_parallel_speedup, ring_allreduce_time
 from common.launcher import launch, preload_for_ddp, rank_device
@@ -41,6 +43,12 @@ GRAD_SIZES_MB = [10, 100, 400]           # Part 6
 
 
 # ---- rank code: each returns data; the parent prints --------------------------------------------
+# CPU time here (bench/bench_costs.py, W = 2 … 32): the one-process parts, then one launch of HW5's
+# training; W ranks take turns on 2 cores. No flag allocates by size (--ps-workers is bounded below).
+COST = Cost([Term("1", 7.0, lambda a: 1), Term("W", 0.19, lambda a: a.world_size),
+             Term("W²", 0.015, lambda a: a.world_size**2)])
+
+
 def partition_worker(rank: int, world_size: int, size: int, seed: int) -> list[int]:
     """No communication: every rank derives the whole permutation and keeps its own slice."""
     return dp.partition_indices(size, world_size, rank, seed)
@@ -277,7 +285,7 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, alpha_us=5.0, beta_gbs=25.0, seed=0, real=True, figs=True,
+    parser = make_parser(__doc__, world_size=4, alpha_us=5.0, beta_gbs=25.0, seed=0, real=True, figs=True, cost=COST,
                          context={"seed": "data, model and partition"})
     parser.add_argument("--ps-workers", type=positive_int, default=8, help="Part 5 workers")
     parser.add_argument("--step-ms", type=positive_float, default=20.0, help="Part 6: single-GPU step time in ms")
@@ -286,6 +294,7 @@ def main() -> None:
         raise UsageError(f"--world-size must be at least 2 (data parallelism needs two ranks), got {args.world_size}")
     if args.ps_workers > GRAD_COMPUTATIONS:
         raise UsageError(f"--ps-workers must be at most {GRAD_COMPUTATIONS}, got {args.ps_workers}")
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
     rep = Report(__file__, "data parallelism (lecture 14 §4)", args)
     part1_partition(rep, args)      # HW5 1.1: seeded shuffle, size // W plus remainder, no communication
     part2 = part2_equivalence(rep, args)  # K replicas vs one big batch; HW5 on real gloo ranks

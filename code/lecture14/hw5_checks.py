@@ -10,22 +10,25 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from common.capabilities import gloo_lacks
 from common.output import EXACT, Report
 from lecture14 import data_parallel as dp
 
 
 def average_checks(rank: int, device: torch.device) -> dict:
-    """On one rank, inside a running process group. AVG is tried in a gloo group (a new one when
-    the default group is NCCL, which has AVG); its error is caught here, so the launcher never sees
-    a failure. Then a two-layer model whose second layer takes no part in the forward (grad None)
-    goes through average_gradients."""
-    group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
-    t = torch.full((3,), float(rank + 1))
-    try:
+    """On one rank, inside a running process group. Whether gloo has AVG was asked once, before
+    the ranks started (common.capabilities); where it has, AVG runs in a gloo group (a new one when
+    the default group is NCCL, which has AVG) and every rank's result is returned; where it has
+    not, the error gloo gives is. No error of a real collective is caught here: a failure in any
+    rank reaches the launcher. Then a two-layer model whose second layer takes no part in the
+    forward (grad None) goes through average_gradients."""
+    error = gloo_lacks("avg") or ""  # older gloo: "Cannot use ReduceOp.AVG with Gloo"
+    avg = None
+    if not error:
+        group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        t = torch.full((3,), float(rank + 1))
         dist.all_reduce(t, op=dist.ReduceOp.AVG, group=group)
-        avg, error = t.tolist(), ""
-    except (RuntimeError, ValueError) as e:  # older gloo: "Cannot use ReduceOp.AVG with Gloo"
-        avg, error = None, str(e).splitlines()[0] if str(e) else type(e).__name__
+        avg = t.tolist()
     model = nn.ModuleDict({"used": nn.Linear(3, 1), "unused": nn.Linear(3, 1)}).double().to(device)
     x = torch.tensor([[rank + 1.0, 2.0 * rank, 1.0]], dtype=torch.float64, device=device)
     model["used"](x).sum().backward()  # integer-valued gradients (x and 1): exact in any sum order

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from common.capabilities import gloo_lacks
+
 SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"
 
 
@@ -48,14 +50,14 @@ def piece_sizes(n: int, world_size: int) -> list[int]:
 def reduce_scatter_real(x: torch.Tensor, world_size: int) -> tuple[torch.Tensor, str]:
     """Rank r gets chunk r of the sum (torch.tensor_split = np.array_split boundaries)."""
     chunks = list(x.tensor_split(world_size))
-    out = torch.empty_like(chunks[dist.get_rank()])
-    try:
-        dist.reduce_scatter(out, chunks)  # gloo has it on CPU in torch 2.13, chunks of unequal size too
-        return out, f"dist.reduce_scatter ({dist.get_backend()})"
-    except RuntimeError:  # older gloo builds: the same result from an all-reduce, N·2(K-1)/K per device more
+    if dist.get_backend() == "gloo" and gloo_lacks("reduce_scatter"):
+        # older gloo builds: the same result from an all-reduce, N·2(K-1)/K per device more
         total = x.clone()
         dist.all_reduce(total)
         return total.tensor_split(world_size)[dist.get_rank()].clone(), "all_reduce + own slice (gloo lacks reduce_scatter)"
+    out = torch.empty_like(chunks[dist.get_rank()])
+    dist.reduce_scatter(out, chunks)  # gloo has it on CPU in torch 2.13, chunks of unequal size too
+    return out, f"dist.reduce_scatter ({dist.get_backend()})"
 
 
 def all_gather_real(piece: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, positive_int, run_main
 from common.launcher import launch, preload_for_ddp
 from common.output import ASSUMPTION, MEASURED, Report, fmt_time
@@ -35,6 +36,19 @@ from lecture14.data_parallel import flat_params  # all parameters as one vector,
 
 IN_FEATURES, HIDDEN = 16, 32  # Part 2's MLP: 16 -> 32 -> 1; PyTorch's default init, bound 1/sqrt(fan_in)
 DATA_SEED = 1234              # the same data on every rank; each rank takes its own shard
+
+
+# CPU time here (bench/bench_costs.py, W = 2 … 32): start-up and Part 2's DDP training, then Part 3's
+# timed steps of 3 Linear(w, w) (each rank's gradients all-reduced over W ranks on 2 cores). Memory:
+# Part 3's model (float32) about four times in every process (weights, gradients, DDP's buckets,
+# the optimizer), its batch, and Part 2's whole batch of 16 float64 features in every process.
+COST = Cost([Term("1", 5.7, lambda a: 1), Term("W²", 0.02, lambda a: a.world_size**2),
+             Term("W·steps", 0.012, lambda a: a.world_size * a.steps),
+             Term("timing-steps·W·(w/512)²", 0.0066, lambda a: a.timing_steps * a.world_size * (a.timing_width / 512) ** 2),
+             Term("timing-steps·(B/128)·(w/512)²", 0.057,
+                  lambda a: a.timing_steps * a.timing_batch / 128 * (a.timing_width / 512) ** 2)],
+            memory=lambda a: (a.world_size + 1) * (4 * 12 * a.timing_width**2 + 16 * a.timing_batch * a.timing_width
+                                                   + 2 * 8 * 16 * a.batch))
 
 
 def small_mlp(seed: int, dtype: torch.dtype = torch.float64) -> nn.Module:
@@ -177,8 +191,6 @@ def part2_broadcast_and_training(rep: Report, args) -> None:
 
 def part3_cpu_timing(rep: Report, args) -> None:
     width, batch, steps = args.timing_width, args.timing_batch, args.timing_steps
-    if args.quick:
-        width, batch, steps = 128, max(64, args.world_size), 5
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the single-process baseline gets one thread, like each rank
     try:
@@ -222,7 +234,8 @@ def part3_cpu_timing(rep: Report, args) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, steps=10, batch=64, lr=0.1, timing_steps=15, real=True,
+    parser = make_parser(__doc__, world_size=4, steps=10, batch=64, lr=0.1, timing_steps=15, real=True, cost=COST,
+                         quick={"timing_width": 128, "timing_batch": lambda a: max(64, a.world_size), "timing_steps": 5},
                          context={"steps": "Part 2", "batch": "Part 2", "lr": "Part 2's SGD", "timing_steps": "Part 3"})
     parser.add_argument("--timing-width", type=positive_int, default=512, help="Part 3's layer width")
     parser.add_argument("--timing-batch", type=positive_int, default=128, help="Part 3's global batch")

@@ -22,6 +22,7 @@ import statistics
 import torch
 import torch.distributed as dist
 
+from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, positive_int, run_main
 from common.launcher import launch, preload_for_ddp
 from common.output import ASSUMPTION, EXACT, MEASURED, Report, bar, fmt_bytes, fmt_time, new_figure
@@ -47,6 +48,14 @@ from lecture15.ddp_sim import (
 
 ITERATIONS = 3                # iteration 1 uses one bucket; DDP rebuilds before iteration 2
 TINY_BYTES = 16 * 1024        # Part 2: a "tiny" tensor has under 16 KiB (fewer than 4096 fp32 values)
+
+
+# CPU time here (bench/bench_costs.py, W = 2 … 32): start-up and Part 1's DDP on W ranks; Part 3
+# all-reduces --elements floats on 2 ranks, cut into ever more pieces (each piece costs a message).
+# Memory: Part 3's floats (4 B) a few times over on each of its 2 ranks and in the parent.
+COST = Cost([Term("1", 8.1, lambda a: 1), Term("W²", 0.024, lambda a: a.world_size**2),
+             Term("elements/10⁶", 2.1, lambda a: a.elements / 1e6)],
+            memory=lambda a: 4 * a.elements * 12)
 
 
 def describe(names: list[str], total: int) -> str:
@@ -219,7 +228,7 @@ def sweep_counts(max_pieces: int) -> list[int]:
 
 
 def part3_small_tensors(rep: Report, args) -> None:
-    elements = min(args.elements, 256 * 1024) if args.quick else args.elements
+    elements = args.elements
     counts = sweep_counts(elements // PIECE_ELEMENTS)
     results = launch(allreduce_worker, 2, elements, counts, timeout_s=args.timeout_s)
     times = [{n: statistics.median(r[n]) for n in counts} for r in results]
@@ -264,7 +273,8 @@ def part3_small_tensors(rep: Report, args) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, bucket_cap_mb=2.0, real=True, figs=True,
+    parser = make_parser(__doc__, world_size=2, bucket_cap_mb=2.0, real=True, figs=True, cost=COST,
+                         quick={"elements": 256 * 1024},  # --quick all-reduces fewer floats in Part 3
                          context={"bucket_cap_mb": "Part 1; the default gives 3 buckets"})
     parser.add_argument("--elements", type=positive_int, default=4 * 1024 * 1024,
                         help="Part 3's float32 count (default: 4,194,304 = 4096 x 1024)")

@@ -20,6 +20,7 @@ import statistics
 
 import numpy as np
 
+from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch, preload_for_ddp
 from common.output import MEASURED, Report, fmt_time
@@ -37,9 +38,17 @@ from lecture15.details_ranks import (  # noqa: F401  (tests use them from here)
     unused_worker,
 )
 
+# CPU time here (bench/bench_costs.py, W = 2 … 32): start-up, Part 1's steps of M micro-batches,
+# Part 2's timed steps of an L-layer MLP (16 wide) in two DDPs, on W ranks sharing 2 cores. Memory:
+# Part 2's two models, about 1 KiB a layer four times over, in every rank.
+COST = Cost([Term("1", 8.8, lambda a: 1), Term("W²", 0.032, lambda a: a.world_size**2),
+             Term("W·steps·M", 0.027, lambda a: a.world_size * a.steps * a.micro_batches),
+             Term("timing-steps·L·W", 0.00043, lambda a: a.timing_steps * a.layers * a.world_size)],
+            memory=lambda a: (a.world_size + 1) * 8 * 1100 * a.layers)
+
 
 def part1_no_sync(rep: Report, args) -> None:
-    steps, micro = min(args.steps, 2) if args.quick else args.steps, args.micro_batches
+    steps, micro = args.steps, args.micro_batches
     results = launch(no_sync_worker, args.world_size, steps, micro, timeout_s=args.timeout_s)
     reference = reference_accumulation(steps, micro, args.world_size)
     rows = []
@@ -77,7 +86,7 @@ def show(values: np.ndarray | None) -> str:
 
 
 def part2_unused_parameters(rep: Report, args) -> None:
-    layers, steps = (4, 5) if args.quick else (args.layers, args.timing_steps)
+    layers, steps = args.layers, args.timing_steps
     results = launch(unused_worker, args.world_size, layers, steps, timeout_s=args.timeout_s)
     rep.line("find_unused_parameters=False, branch b unused, then the next forward, on each rank:")
     names = [n for n, _ in Branchy().named_parameters()]
@@ -155,7 +164,8 @@ def part3_buffers(rep: Report, args) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, steps=3, micro_batches=4, layers=64, timing_steps=30, real=True,
+    parser = make_parser(__doc__, world_size=2, steps=3, micro_batches=4, layers=64, timing_steps=30, real=True, cost=COST,
+                         quick={"steps": 2, "layers": 4, "timing_steps": 5},
                          context={"steps": "Part 1's optimiser steps", "micro_batches": "Part 1",
                                   "layers": "Part 2's timing model", "timing_steps": "Part 2"})
     args = parser.parse_args()

@@ -111,15 +111,17 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
         bandwidth = ring_allreduce_time(k, resnet.nbytes, link) - latency
         rows.append([k, f"{latency * 1e3:.3f}", f"{bandwidth * 1e3:.2f}"])
         terms.append((latency, bandwidth))
-    grow = [terms[-1][i] / terms[0][i] if terms[0][i] else float("nan") for i in (0, 1)]
+    grow = [terms[-1][i] / terms[0][i] if terms[0][i] else None for i in (0, 1)]  # None: no such term (α = 0)
     rep.table(["K", "latency term (ms)", "bandwidth term (ms)"], rows, name="ring_terms")
+    latency_grows = f"grows {grow[0]:.0f}× (and is paid per bucket)" if grow[0] else "is zero at α = 0 (no latency term)"
     rep.line(f"  one all-reduce of ResNet-50's {resnet.nbytes / MB:.1f} MB from K = {rows[0][0]} to {rows[-1][0]}: the "
-             f"2(K−1)α term grows {grow[0]:.0f}× (and is paid per bucket), the 2(K−1)/K·N/β term {grow[1]:.2f}× "
+             f"2(K−1)α term {latency_grows}, the 2(K−1)/K·N/β term {grow[1]:.2f}× "
              "(it tends to 2N/β: the factor (K−1)/K is 1/2 at K = 2)")
-    linear = len(terms) == 2 and math.isclose(grow[0], rows[-1][0] - 1) and grow[1] < 2
+    linear = len(terms) == 2 and grow[0] is not None and math.isclose(grow[0], rows[-1][0] - 1) and grow[1] < 2
     rep.claim("the ring's latency term grows as K−1, its bandwidth term less than 2×", linear, True, kind=EXACT,
               setting=SCALING, ref="L15-5-ring-terms",
-              why=f"2(K−1)α: ×{grow[0]:.0f} from K = {rows[0][0]} to {rows[-1][0]}; 2(K−1)/K·N/β: ×{grow[1]:.2f}")
+              why=f"2(K−1)α: {f'×{grow[0]:.0f}' if grow[0] else 'zero (α = 0)'} from K = {rows[0][0]} to "
+                  f"{rows[-1][0]}; 2(K−1)/K·N/β: ×{grow[1]:.2f}")
     # Total throughput still grows with K, only less than K-fold.
     rows = []
     for name in ("ResNet-50", "BERT-large"):
@@ -212,8 +214,11 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
                   "worse only when it crosses that limit")
     w_acc, _ = train_accumulating(batches, args.lr_large / intervals[-1], intervals[-1], loss, count)
     w_big = train_large_batch(batches, args.lr_large, intervals[-1], loss)
+    if not (np.all(np.isfinite(w_acc)) and np.all(np.isfinite(w_big))):
+        _both_overflowed(rep, args, intervals[-1])
+        return
     gap = float(np.max(np.abs(w_acc - w_big)))
-    same = bool(gap <= 1e-9 * max(1.0, float(np.max(np.abs(w_big)))))     # rounding, relative to |w|; NaN fails
+    same = bool(gap <= 1e-9 * max(1.0, float(np.max(np.abs(w_big)))))     # rounding, relative to |w|
     rep.line(f"  lr/n with n = {intervals[-1]} against large-batch SGD (mean gradient of {intervals[-1]}×{size} "
              f"samples, lr {args.lr_large:g}): max |Δw| = {gap:.1e}"
              + (" (the same training, up to rounding)" if same else ""))
@@ -223,6 +228,32 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
     rep.note("with lr/n a larger n averages out more gradient noise but makes n times fewer updates; "
              "which wins depends on how far from converged the run is. Skipping synchronisation is the old "
              "question of batch size and learning rate: the summed gradient is n times larger.")
+
+
+def _both_overflowed(rep: Report, args: argparse.Namespace, n: int) -> None:
+    """lr/n against large-batch SGD when the weights left float64: there is nothing to compare."""
+    rep.line(f"  lr/n with n = {n} against large-batch SGD (lr {args.lr_large:g}): both diverge past float64's "
+             "range, so their weights cannot be compared")
+    rep.claim("lr/n: accumulation is large-batch training with 1/n the updates", None, notes=True, setting=(),
+              ref="L15-5-lr-over-n", why=f"not compared: at lr {args.lr_large:g} the weights overflow float64")
+    rep.note("with lr/n a larger n averages out more gradient noise but makes n times fewer updates; "
+             "which wins depends on how far from converged the run is.")
+
+
+# Part 3 holds every sample (16 float64 features: 128 B each) and trains over every micro-batch for
+# each n and each learning rate: 32,768 micro-batches take about 5 s of CPU here, 2^21 samples 256 MiB.
+MAX_MICRO_BATCHES, MAX_SAMPLES = 2**15, 2**21
+
+
+def check_part3_size(args: argparse.Namespace) -> None:
+    """Part 3's data fits in memory and its training in seconds, or a usage error that says so."""
+    if args.micro_batches > MAX_MICRO_BATCHES:
+        raise UsageError(f"--micro-batches {args.micro_batches:,}: Part 3 trains over every micro-batch for each n "
+                         f"and learning rate (about 0.15 ms of CPU each here); at most {MAX_MICRO_BATCHES:,}")
+    samples = args.micro_batches * args.micro_batch_size
+    if samples > MAX_SAMPLES:
+        raise UsageError(f"--micro-batches × --micro-batch-size = {samples:,} samples: Part 3 holds them all "
+                         f"({samples * 128 / 2**30:,.1f} GiB of float64 features); at most {MAX_SAMPLES:,}")
 
 
 def _loss_text(value: float, loss: QuadraticLoss) -> str:
@@ -240,6 +271,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.sync_every > args.micro_batches:
         raise UsageError(f"--sync-every {args.sync_every} exceeds --micro-batches {args.micro_batches}")
+    check_part3_size(args)
     rep = Report(__file__, "scaling to hundreds of ranks (lecture 15 §5)", args)
     link = link_from_args(args, "the notes' fast interconnect")
     # Part 1: weak scaling, per-iteration slowdown and total throughput against K

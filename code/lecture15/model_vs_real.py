@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, positive_int, run_main
 from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
 from common.output import MEASURED, Report, fmt_bytes
@@ -39,6 +40,18 @@ ALLREDUCE_BYTES = [2**14, 2**16, 2**18, 2**20, 2**22, 2**24]   # 16 KiB … 16 M
 WARMUP = 2   # DDP rebuilds its buckets after iteration 1; allocator and gloo buffers settle too
 # Beyond these the fitted link is not a gloo ring on one machine: the fit failed, it is not shown.
 ALPHA_LIMITS_S, BETA_LIMITS_BPS = (0.0, 10e-3), (1e6, 1e12)
+
+
+# CPU time here (bench/bench_costs.py, W = 2 … 32): start-up, the all-reduce sweep and the timed DDP
+# steps of L Linear(w, w) layers, repeated; W ranks on 2 cores. Memory: the model (float32) about
+# four times over in every process, each rank's activations, and the sweep's 16 MiB buffers.
+COST = Cost([Term("1", 6.3, lambda a: 1), Term("W²", 0.1, lambda a: a.world_size**2),
+             Term("W·repeats", 0.056, lambda a: a.world_size * a.repeats),
+             Term("W·repeats·L·(w/1024)²", 0.026, lambda a: a.world_size * a.repeats * a.layers * (a.width / 1024) ** 2),
+             Term("repeats·L·(w/1024)·(B/64)", 0.031,
+                  lambda a: a.repeats * a.layers * a.width / 1024 * a.rank_batch / 64)],
+            memory=lambda a: (a.world_size + 1) * (16 * a.layers * a.width**2 + 12 * a.rank_batch * a.width * a.layers
+                                                   + 4 * 2**24))
 
 
 def make_mlp(layers: int, width: int) -> Any:
@@ -263,16 +276,15 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, layers=8, width=1024, bucket_cap_mb=4.0, repeats=7, real=True,
+    # --quick: smaller layers, a cap that still gives one layer per bucket, sizes up to 4 MiB
+    parser = make_parser(__doc__, world_size=2, layers=8, width=1024, bucket_cap_mb=4.0, repeats=7, real=True, cost=COST,
+                         quick={"layers": 4, "width": 512, "repeats": 3, "bucket_cap_mb": 1.0},
                          context={"layers": "Linear layers", "bucket_cap_mb": "the default: one layer per bucket"})
     parser.add_argument("--rank-batch", type=positive_int, default=64, help="samples per rank")
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
-    sizes = ALLREDUCE_BYTES
-    if args.quick:   # smaller layers, a cap that still gives one layer per bucket, sizes up to 4 MiB
-        args.layers, args.width, args.repeats = min(args.layers, 4), min(args.width, 512), min(args.repeats, 3)
-        args.bucket_cap_bytes, sizes = min(args.bucket_cap_bytes, MiB), ALLREDUCE_BYTES[:-1]
+    sizes = ALLREDUCE_BYTES[:-1] if args.quick else ALLREDUCE_BYTES
     rep = Report(__file__, "the §3 timeline model against a real DDP step on this machine", args)
     from common.launcher import launch, preload_for_ddp  # torch loads only once the flags are good
     preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch, preload_for_ddp
 from common.output import EXACT, MEASURED, Report, fmt_bytes
@@ -44,6 +45,15 @@ MATCH_TOL = 1e-6                # the handbook's "equal" in float32
 HANDBOOK_LINE = "{} 个 rank，{} 个梯度桶，每步在反向过程中发起 {} 次 all-reduce"   # its print format
 TARGET_RATIO = 1.2              # MyDDP's step may be at most this much slower than PyTorch DDP's
 
+
+
+# CPU time here (bench/bench_costs.py, W = 2 … 32): start-up, then every part in one launch: the
+# handbook's model trained and timed under MyDDP and PyTorch DDP on W ranks sharing 2 cores. Memory:
+# the global batch (64 float32 features) a few times in every process.
+COST = Cost([Term("1", 7.8, lambda a: 1), Term("W²", 0.1, lambda a: a.world_size**2),
+             Term("W·repeats", 0.0093, lambda a: a.world_size * a.repeats),
+             Term("W·steps", 0.043, lambda a: a.world_size * a.steps), Term("B", 0.0049, lambda a: a.batch)],
+            memory=lambda a: (a.world_size + 1) * 4 * 64 * 4 * a.batch)
 
 
 def plural(count: int, noun: str) -> str:
@@ -238,15 +248,15 @@ def part7_limits(rep: Report, args: argparse.Namespace, ranks: list[dict[str, An
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=2, bucket_cap_mb="64KiB", batch=32, steps=3, repeats=50, real=True,
+    parser = make_parser(__doc__, world_size=2, bucket_cap_mb="64KiB", batch=32, steps=3, repeats=50, real=True, cost=COST,
+                         quick={"repeats": 10},  # only Part 5's timing shortens
                          context={"bucket_cap_mb": "MyDDP's and DDP's; default: the handbook's 64 KiB",
-                                  "steps": "SGD steps compared", "repeats": "timed steps per wrapper, Part 5 "
-                                  "(--quick: at most 10)"})
+                                  "steps": "SGD steps compared", "repeats": "timed steps per wrapper, Part 5"})
     args = parser.parse_args()
     if args.batch < 2 * args.world_size:
         raise UsageError(f"--batch {args.batch} is too small for {args.world_size} ranks: each rank "
                          "needs 2 samples (Part 3 splits its share into two micro-batches)")
-    repeats = min(args.repeats, 10) if args.quick else args.repeats   # only Part 5's timing shortens
+    repeats = args.repeats
     rep = Report(__file__, "from-scratch DDP (handbook) on real ranks", args)
     cfg = {"batch": args.batch, "steps": args.steps, "bucket_bytes": args.bucket_cap_bytes,
            "repeats": repeats, "warmup": 3 if args.quick else 10}

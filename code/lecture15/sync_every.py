@@ -14,6 +14,9 @@ CONV_DIM = 16             # features
 CONV_NOISE = 0.5          # label noise: the best reachable loss is about noise² / 2
 CONV_DATA_SEED = 0        # data and true weights
 CONV_ORDER_SEED = 1       # the order in which samples are cut into micro-batches
+# A step size far above 2/λ_max overflows float64 within a few updates: that run has diverged, its
+# loss is inf from there on, and numpy is told not to warn about the overflow it was asked for.
+_DIVERGING = np.errstate(over="ignore", invalid="ignore")
 
 
 def make_regression(n_samples: int, dim: int = CONV_DIM, seed: int = CONV_DATA_SEED) -> tuple[np.ndarray, np.ndarray]:
@@ -42,8 +45,10 @@ class QuadraticLoss:
         self.h, self.b, self.c = x.T @ x / n, x.T @ y / n, float(y @ y) / (2 * n)
         self.w_opt = np.linalg.solve(self.h, self.b)
 
+    @_DIVERGING
     def __call__(self, w: np.ndarray) -> float:
-        return float(0.5 * w @ self.h @ w - self.b @ w + self.c)
+        value = float(0.5 * w @ self.h @ w - self.b @ w + self.c)
+        return value if np.isfinite(value) else float("inf")  # overflowed (inf − inf is nan): diverged
 
     def stability_lr(self) -> float:
         """Gradient descent on this quadratic diverges once the step size exceeds 2/λ_max."""
@@ -55,6 +60,7 @@ def mean_gradient(w: np.ndarray, xb: np.ndarray, yb: np.ndarray) -> np.ndarray:
     return xb.T @ (xb @ w - yb) / len(yb)
 
 
+@_DIVERGING
 def train_accumulating(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, sync_every: int,
                        loss: QuadraticLoss, eval_every: int = 1) -> tuple[np.ndarray, list[float]]:
     """SGD that adds up `sync_every` micro-batch gradients before each update, as no_sync does.
@@ -76,6 +82,7 @@ def train_accumulating(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, 
     return w, curve
 
 
+@_DIVERGING
 def train_large_batch(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, group: int,
                       loss: QuadraticLoss) -> np.ndarray:
     """Plain large-batch SGD: the mean gradient over `group` micro-batches joined into one batch."""

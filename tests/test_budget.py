@@ -1,0 +1,127 @@
+"""Limits by cost (common/budget.py): every real script states what a run costs here, and a run
+that would not finish in minutes, or would not fit in memory, is refused before any work with one
+line that says the estimate, what it grows with and the largest setting that fits."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from test_runtime import _parser_of
+
+from common import budget, cli
+from common.budget import Cost, Term
+from common.errors import UsageError
+from common.suite import scripts
+
+REAL = [s.name for s in scripts() if s.real]
+
+
+def _refused(relpath: str, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, **(env or {})))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", (proc.stdout[-500:], proc.stderr)
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_every_real_script_states_its_cost(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cost = _parser_of(name, monkeypatch).cost
+    assert isinstance(cost, Cost) and cost.terms, f"{name}: make_parser(..., cost=COST) missing"
+
+
+def test_the_issues_run_is_refused_with_its_estimate_and_the_limit() -> None:
+    """--world-size 64 --layers 64 --batch 64 was accepted and did not finish in 600 s."""
+    line = _refused("cs336/05_parallel.py", "--world-size", "64", "--layers", "64", "--batch", "64")
+    assert line.startswith("05_parallel.py: error: --world-size 64 with --layers 64 --batch 64: about ")
+    assert "W³·L·steps" in line and "the limit is 5 min: at most --world-size " in line
+    assert "COURSE_MAX_MINUTES" in line
+
+
+def test_an_allocation_sized_flag_is_refused_before_the_ranks_start() -> None:
+    line = _refused("cs336/05_parallel.py", "--batch", "999999999")
+    assert "--batch 999,999,999: about" in line and "of memory" in line and "at most --batch" in line
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1e3"])
+def test_garbage_in_the_minutes_is_a_usage_error(value: str) -> None:
+    assert f"COURSE_MAX_MINUTES='{value}'" in _refused("cs336/05_parallel.py", env={"COURSE_MAX_MINUTES": value})
+
+
+def _toy() -> Cost:
+    return Cost([Term("1", 2.0, lambda a: 1), Term("W²·L", 0.01, lambda a: a.world_size**2 * a.layers)],
+                memory=lambda a: 1e6 * a.layers)
+
+
+def _defaults() -> dict[str, tuple[str, object]]:
+    return {"world_size": ("--world-size", 4), "layers": ("--layers", 8)}
+
+
+def test_the_largest_setting_offered_fits_and_one_more_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(budget, "cores", lambda: 2)
+    monkeypatch.delenv("COURSE_MAX_MINUTES", raising=False)
+    args = argparse.Namespace(world_size=40, layers=50)
+    with pytest.raises(UsageError) as err:
+        budget.check_cost(_toy(), args, _defaults())
+    text = str(err.value)
+    w, layers = (int(v) for v in re.search(r"at most --world-size (\d+) at these sizes, or --layers (\d+)", text).groups())
+    fits = lambda **k: budget.wall_s(_toy(), argparse.Namespace(**{**vars(args), **k})) <= 300  # noqa: E731
+    assert fits(world_size=w) and not fits(world_size=w + 1)
+    assert fits(layers=layers) and not fits(layers=layers + 1)
+    assert "0.01 s × W²·L" in text and text.startswith("--world-size 40 with --layers 50: about ")
+    monkeypatch.setenv("COURSE_MAX_MINUTES", "1000")        # a longer budget admits it
+    budget.check_cost(_toy(), args, _defaults())
+
+
+def test_memory_beyond_the_machines_share_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(budget, "total_memory", lambda: 16 * 2**30)
+    with pytest.raises(UsageError, match=r"--layers 20,000: about 18.6 GiB of memory, more than 50% of this "
+                                         r"machine's 16.0 GiB, estimated; at most --layers 8,589"):
+        budget.check_cost(_toy(), argparse.Namespace(world_size=4, layers=20_000), _defaults())
+
+
+def test_a_models_world_size_is_not_the_ranks_a_script_starts() -> None:
+    """04_alpha_beta's --world-size is Part 1's and 3's K; Part 2 always starts 2 and 4 ranks: K = 256
+    (the notes reach it) passes the machine's rank limit, K = 5,000 the models' bound does not."""
+    proc = subprocess.run([sys.executable, str(ROOT / "code/lecture14/04_alpha_beta.py"), "--world-size", "256",
+                           "--mfu", "2"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--mfu is a fraction of peak" in proc.stderr  # past the parser's checks
+    assert "4,096" in _refused("lecture14/04_alpha_beta.py", "--world-size", "5000")
+
+
+# Integer flags of real scripts that do not make a run longer or larger (each says why): every
+# other one must raise the script's COST.
+NOT_SIZES = {"seed": "picks data, not its amount", "tokens_per_gpu": "Part 3's model only",
+             "ps_workers": "bounded by the script (400)", "bucket_cap_bytes": "how gradients are grouped",
+             "min_bytes": "the sweep's start: fewer sizes, not more", "size": "bytes counted, not allocated"}
+
+
+def _defaults_of(parser) -> argparse.Namespace:
+    namespace = argparse.Namespace(**{a.dest: cli._NOT_GIVEN for a in parser._quick_actions()})
+    args = argparse.ArgumentParser.parse_args(parser, [], namespace)
+    parser._fill_defaults(args)
+    return args
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_every_size_flag_is_in_the_cost_and_a_billion_is_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--numbers, --batch and the like at 999999999 failed only after the ranks started."""
+    parser = _parser_of(name, monkeypatch)
+    base, cost = _defaults_of(parser), parser.cost
+    sized = [a for a in parser._actions if a.option_strings and a.type in (
+        cli.positive_int, cli.nonnegative_int, cli.size_bytes, cli.bucket_cap) and a.dest not in ("world_size",)]
+    defaults = parser._setting_defaults(also=frozenset({"timeout_s"}))
+    for action in sized:
+        big = argparse.Namespace(**{**vars(base), action.dest: 999_999_999})
+        if action.dest in NOT_SIZES:
+            continue
+        moves = cost.cpu_s(big) > cost.cpu_s(base) or (cost.memory and cost.memory(big) > cost.memory(base))
+        assert moves, f"{name} {action.option_strings[0]} changes no term of COST: how does it scale the run?"
+        with pytest.raises(UsageError):
+            budget.check_cost(cost, big, defaults)
