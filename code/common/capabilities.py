@@ -21,6 +21,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from common.loopback import loopback_interface
+
 OPS = ("avg", "reduce_scatter")
 
 
@@ -40,8 +42,12 @@ def ask_gloo() -> None:
 
 @functools.cache
 def _probe() -> dict[str, str | None]:
-    """Ask a one-rank gloo group (in-process store, no socket) for each operation, once."""
-    group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=10))
+    """Ask a one-rank gloo group (in-process store) for each operation, once. Its device is made on
+    the loopback interface: gloo's default device listens on whatever the host name resolves to."""
+    options = dist.ProcessGroupGloo._Options()
+    options._timeout = timedelta(seconds=10)
+    options._devices = [dist.ProcessGroupGloo.create_device(interface=loopback_interface())]
+    group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, options)
     answers = {"avg": _try(_avg, group), "reduce_scatter": _try(_reduce_scatter, group)}
     del group  # joins gloo's threads now: a later fork must not copy them half-alive
     return answers
