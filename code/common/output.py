@@ -9,179 +9,18 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import os
 import sys
-import textwrap
-from dataclasses import asdict, dataclass
-from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Iterable, Sequence
+from dataclasses import asdict
+from typing import Any, Sequence
 
+from common import checker
+from common.checker import ASSUMPTION, CALIBRATION, EXACT, MEASURED, OBSERVED, Claim  # noqa: F401 (scripts' names)
 from common.cli import off_setting
+from common.errors import RunFailure
 from common.files import make_output_dir, write_bytes, write_json
-
-# How a number the notes quote relates to ours.
-EXACT = "exact formula"             # a closed form: must agree
-ASSUMPTION = "stated assumption"    # agrees only under an assumption the output states
-MEASURED = "measured here"          # a timing or count on this machine; the notes' came from another
-
-PAGE_WIDTH = 100  # every line of prose fits a terminal of this many columns
-
-
-def wrap(text: str, indent: str = "", first: str | None = None, width: int = PAGE_WIDTH,
-         reflow: bool = True) -> str:
-    """`text` wrapped at spaces to `width` columns: `first` before the first line (default
-    `indent`), `indent` before the others. Never breaks a word or a number. With `reflow` runs of
-    whitespace (line breaks too) become one space; without, spacing inside a line is kept."""
-    text = " ".join(text.split()) if reflow else text.strip()
-    return textwrap.fill(text, width, initial_indent=indent if first is None else first,
-                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
-
-
-def fmt_num(value: Any, digits: int = 4) -> str:
-    """Compact number: 4 significant digits, thousands separators for big integers."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, int) and abs(value) >= 10**15:
-        return f"{value:.{max(digits - 1, 1)}e}"  # never a 300-digit cell
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15
-                                  and abs(value) >= 1000):
-        return f"{int(value):,}"
-    if isinstance(value, float):
-        if value == 0 or not math.isfinite(value):
-            return f"{value:g}"
-        if 1e-3 <= abs(value) < 1e6:
-            return f"{value:.{digits}g}"
-        return f"{value:.{max(digits - 1, 1)}e}"
-    return str(value)
-
-
-def fmt_time(seconds: float) -> str:
-    """Seconds with a readable unit: 3.15 ms, 17.5 µs, 1.2 s."""
-    s = abs(seconds)
-    if s >= 1:
-        return f"{seconds:.3g} s"
-    if s >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    if s >= 1e-6 or s == 0:
-        return f"{seconds * 1e6:.3g} µs"
-    return f"{seconds * 1e9:.3g} ns"
-
-
-def fmt_bytes(nbytes: float, binary: bool = False) -> str:
-    """Bytes with a unit: powers of 1000 (KB, MB) or, with binary=True, of 1024 (KiB, MiB)."""
-    base, units = (1024, ["B", "KiB", "MiB", "GiB", "TiB"]) if binary else (1000, ["B", "KB", "MB", "GB", "TB"])
-    value, unit = float(nbytes), units[0]
-    for unit in units:
-        if abs(value) < base or unit == units[-1]:
-            break
-        value /= base
-    return f"{value:.4g} {unit}"
-
-
-def bar(value: float, full_scale: float, width: int = 40, char: str = "█") -> str:
-    """An ASCII bar: `width` characters stand for `full_scale`."""
-    if full_scale <= 0 or not math.isfinite(value):
-        return ""
-    return char * max(0, min(width, round(width * value / full_scale)))
-
-
-def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: int | None = None) -> str:
-    """Rows under headers, columns aligned; numbers right-aligned and formatted by fmt_num.
-
-    When the table would be wider than `width` (the page, 100 columns), long headers wrap onto
-    several lines at their spaces, so a column is only as wide as its widest cell or header word.
-    """
-    width = PAGE_WIDTH if width is None else width
-    rows = [list(row) for row in rows]
-    cells = [[c if isinstance(c, str) else fmt_num(c) for c in row] for row in rows]
-    numeric = [bool(rows) and all(not isinstance(row[i], str) for row in rows) for i in range(len(headers))]
-    data_w = [max([0] + [len(r[i]) for r in cells]) for i in range(len(headers))]
-    widths = [max(len(h), w) for h, w in zip(headers, data_w)]
-    head_lines = [[h] for h in headers]
-    if 2 + sum(widths) + 2 * (len(widths) - 1) > width:
-        widths = [max(w, max((len(word) for word in h.split()), default=0)) for h, w in zip(headers, data_w)]
-        head_lines = [textwrap.wrap(h, w) or [""] for h, w in zip(headers, widths)]
-    depth = max(len(h) for h in head_lines)
-
-    def line(values: Sequence[str], align: bool = True) -> str:
-        out = [v.rjust(w) if num and align else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
-        return "  " + "  ".join(out).rstrip()
-
-    heads = [line([h[i - depth + len(h)] if i >= depth - len(h) else "" for h in head_lines])
-             for i in range(depth)]
-    sep = "  " + "  ".join("-" * w for w in widths)
-    return "\n".join(heads + [sep] + [line(r) for r in cells])
-
-
-def _paragraphs(text: str) -> list[str]:
-    paragraphs: list[list[str]] = [[]]
-    for raw in text.strip().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("- "):
-            paragraphs.append([])
-        if line:
-            paragraphs[-1].append(line)
-    return [" ".join(p) for p in paragraphs if p]
-
-
-@dataclass
-class Claim:
-    """A number the notes quote, beside ours."""
-
-    part: str
-    what: str
-    ours: Any
-    notes: Any
-    unit: str
-    kind: str
-    status: str
-    why: str
-    rule: str = ""      # how agreement was decided: "rounds to 1 decimal place", "within a factor of 3", "exact"
-    decision: str = ""  # what the rule found: "53.08 rounds to 53.1; the notes print 53.3"
-    ref: str = ""       # the inventory entry it checks (inventory/*.md)
-    erratum: bool = False  # the notes are wrong here; `why` gives the correct value and the reason
-
-
-def _rounded(value: float, places: int) -> Decimal:
-    """`value` rounded half away from zero to `places` decimals (no binary-float surprises)."""
-    return Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)
-
-
-def _rounds_to(ours: float, notes: float, places: int) -> bool:
-    """Ours, rounded half away from zero to `places` decimals, is the notes' figure."""
-    return _rounded(ours, places) == _rounded(notes, places)
-
-
-def _decide(ours: Any, notes: Any, places: int | None, factor: float | None) -> tuple[bool, str, str]:
-    """(agreed, rule, decision) for one claim: see Report.claim."""
-    if isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
-        agreed = ours == notes
-        return agreed, "equal", f"{ours!r} {'is' if agreed else 'is not'} {notes!r}"
-    ours, notes = float(ours), float(notes)
-    if places is not None:
-        agreed = _rounds_to(ours, notes, places)
-        unit = f"{places} decimal place{'s' if places != 1 else ''}"
-        return agreed, f"rounds to {unit}", (f"{fmt_num(ours, 10)} rounds to {_rounded(ours, places)} at {unit}; "
-                                             f"the notes print {fmt_num(notes, 10)}")
-    if factor is not None:
-        if not factor >= 1:
-            raise ValueError(f"factor must be at least 1, got {factor}")
-        low, high = sorted((notes / factor, notes * factor))
-        agreed = low <= ours <= high
-        return agreed, f"within a factor of {factor:g}", (
-            f"{fmt_num(ours)} is {'inside' if agreed else 'outside'} {fmt_num(low)} … {fmt_num(high)}")
-    agreed = math.isclose(ours, notes, rel_tol=1e-9, abs_tol=1e-12)
-    return agreed, "exact", f"{fmt_num(ours, 10)} {'=' if agreed else '≠'} {fmt_num(notes, 10)}"
-
-
-def _digits_for_places(value: Any, places: int) -> int:
-    """Significant digits that show `value` to `places` decimals (so a reader can see the rounding)."""
-    try:
-        magnitude = math.floor(math.log10(abs(float(value)))) + 1 if float(value) else 1
-    except (TypeError, ValueError, OverflowError):
-        return 4
-    return max(1, min(15, magnitude + places + 1))
+from common.text import PAGE_WIDTH, bar, format_table, paragraphs, wrap  # noqa: F401 (the scripts' names)
+from common.units import fmt_bytes, fmt_num, fmt_time  # noqa: F401 (the scripts' names for them)
 
 
 class Report:
@@ -195,13 +34,20 @@ class Report:
         self.claims: list[Claim] = []
         self._part = "intro"
         self.parts[self._part] = {"title": title}
+        self.rows = checker.rows_for(f"{self.lecture}/{self.script}")
+        self._values: dict[str, Any] = {}     # every named value recorded so far (the rows' reasons use them)
+        self._fresh: list[str] = []           # names recorded since the last comparison table
+        self._words: set[str] = set()        # the verdict words printed, explained once at the end
+        self.failures: list[str] = []         # self-checks that failed: the run ends in exit status 1
         print(wrap(f"{self.script}: {title}", "    ", ""))
         if args is not None and getattr(args, "quick", False):
             print("(--quick: the same code, with shorter runs where a part has any to shorten)")
 
     # ---- structure -------------------------------------------------------------------------
     def part(self, number: int | str, title: str) -> None:
-        """A header carrying the notes' part number, e.g. 'Part 3: pipelined broadcast'."""
+        """A header carrying the notes' part number, e.g. 'Part 3: pipelined broadcast'. The part
+        before it ends with its comparison with the notes."""
+        self.compare_with_notes()
         self._part = f"Part {number}"
         self.parts[self._part] = {"title": title}
         print("\n" + wrap(f"== {self._part}: {title}", "   ", ""))
@@ -220,7 +66,7 @@ class Report:
         """An assumption or an explanation, marked so it stands out from the results. Reflowed to
         the page: a single line break is a space; a blank line, or a line starting "- ", starts a
         new paragraph."""
-        for i, chunk in enumerate(_paragraphs(text)):
+        for i, chunk in enumerate(paragraphs(text)):
             print(wrap(chunk, "        ", "  note: " if i == 0 else "        "))
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], name: str | None = None) -> None:
@@ -233,7 +79,57 @@ class Report:
         """Keep a value for --json without printing it."""
         self.parts[self._part][key] = value
 
-    # ---- claims ----------------------------------------------------------------------------
+    # ---- our values, the notes' rows, self-checks ------------------------------------------------
+    def value(self, name: str, value: Any) -> Any:
+        """Record a named value: what the notes' rows (checker) compare with, and their reasons
+        name. Recorded in --json under the part's "values". Returns the value."""
+        if name in self._values:
+            raise ValueError(f"{self.script}: the value {name!r} is recorded twice")
+        self._values[name] = value
+        self._fresh.append(name)
+        self.parts[self._part].setdefault("values", {})[name] = value
+        return value
+
+    def values(self, **named: Any) -> None:
+        for name, value in named.items():
+            self.value(name, value)
+
+    def notes_text(self, row_id: str) -> str:
+        """A row's notes' value with its unit, read from the notes' table, for a script's own table
+        that shows it beside ours (the script never types a notes' value)."""
+        row = checker.row(row_id)
+        return f"{fmt_num(row.notes_shown)} {row.unit}".strip()
+
+    def compare_with_notes(self) -> None:
+        """Decide the rows whose values were recorded since the last call, and print them as one
+        compact table (called by part() and finish(); a part may call it to place the table)."""
+        fresh, self._fresh = set(self._fresh), []
+        rows = [r for r in self.rows if r.value in fresh]
+        if not rows:
+            return
+        claims = [checker.decide(r, self._part, self._values, self._off(r)) for r in rows]
+        self.claims += claims
+        for text in checker.comparison_lines(claims):
+            print(text)
+        self._words |= {checker.verdict(c) for c in claims}
+
+    def _off(self, row: checker.Row) -> list[str]:
+        if self.args is None:
+            return []
+        return off_setting(self.args, checker.setting_dests(row, getattr(self.args, "_notes_setting", {})))
+
+    def check_close(self, what: str, gap: float, tolerance: float) -> bool:
+        """A self-check: `gap` (e.g. the largest |difference| from one process) within `tolerance`.
+        Printed either way; a gap beyond it ends the run in exit status 1 with one line naming
+        `what` and the gap (after the output, before --json is written)."""
+        ok = gap <= tolerance  # a NaN gap fails
+        print(f"  check: {what}: max |difference| {gap:.3g} {'≤' if ok else '>'} {tolerance:g}: "
+              f"{'ok' if ok else 'FAILED'}")
+        if not ok:
+            self.failures.append(f"{what}: max |difference| {gap:.3g}, above the tolerance {tolerance:g}")
+        return ok
+
+    # ---- claims (the form before the notes' tables; leaving as scripts move to rows) ----------
     def claim(self, what: str, ours: Any, notes: Any = None, unit: str = "", kind: str = EXACT,
               *, why: str = "", digits: int = 4, factor: float | None = None, places: int | None = None,
               setting: Sequence[str] | None = None, ref: str = "", erratum: bool = False) -> Claim:
@@ -263,10 +159,10 @@ class Report:
         elif notes is None:
             status = "ours only"
         else:
-            agreed, rule, decision = _decide(ours, notes, places, factor)
+            agreed, rule, decision = checker.compare(ours, notes, places, factor)
             status = "agrees" if agreed else ("other machine" if kind == MEASURED else "differs")
         sep = " " if unit else ""
-        shown_digits = max(digits, _digits_for_places(ours, places)) if places is not None else digits
+        shown_digits = checker.shown_digits(ours, digits, places)
         shown = "not measured" if ours is None else f"{fmt_num(ours, shown_digits)}{sep}{unit}"
         text = f"{what}: {shown}"
         if notes is not None:
@@ -312,7 +208,24 @@ class Report:
         print(f"  figure written: {path}")
 
     def finish(self) -> dict[str, Any]:
-        """Write --json PATH if asked; returns what it wrote."""
+        """Compare the last part with the notes; fail (exit status 1) if a self-check failed;
+        write --json PATH if asked; returns what it wrote. A row whose value this run never
+        recorded is printed as such ("not recorded": a test fails on it)."""
+        self.compare_with_notes()
+        missing = [r for r in self.rows if r.value not in self._values]
+        for row in missing:
+            self.claims.append(Claim(self._part, row.what, None, row.notes, row.unit, row.basis, "not recorded",
+                                     f"{self.script} recorded no value {row.value!r}", ref=row.id))
+        if missing:
+            print(wrap("not recorded (rows of the notes this run has no value for): "
+                       + ", ".join(r.id for r in missing), "    ", "  "))
+        if self._words:
+            print()
+            for text in checker.legend_lines(self._words):
+                print(text)
+        if self.failures:
+            more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
+            raise RunFailure(self.failures[0] + more)
         data = {"script": self.script, "argv": sys.argv[1:], "parts": self.parts,
                 "claims": [asdict(c) for c in self.claims]}
         path = getattr(self.args, "json", None) if self.args is not None else None

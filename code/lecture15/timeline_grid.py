@@ -27,10 +27,10 @@ from typing import Any, Sequence
 
 from common.costmodel import Link, ring_allreduce_time
 from lecture15.ddp_sim import (
+    BERT_TARGET,
     MB,
-    NOTES_BERT_REVERSED_STEP_S,
-    NOTES_RESNET_STEP_S,
     NOTES_S3,
+    RESNET_TARGET,
     ComputeModel,
     MiB,
     ModelSpec,
@@ -39,6 +39,7 @@ from lecture15.ddp_sim import (
     assign_buckets,
     bert_large,
     bucket_sizes,
+    calibration_target_s,
     gradient_ready_times,
     notes_bert_compute,
     notes_resnet_compute,
@@ -94,10 +95,10 @@ def grid_models() -> list[GridModel]:
     resnet_compute, bert_compute = notes_resnet_compute(), notes_bert_compute()
     models = [GridModel("ResNet-50", resnet50(batch=32), resnet_compute,
                         f"compute scaled by {resnet_compute.calibration:.4f} to the notes' "
-                        f"{NOTES_RESNET_STEP_S * 1e3:g} ms step, as in 03_overlap.py"),
+                        f"{calibration_target_s(RESNET_TARGET) * 1e3:g} ms step, as in 03_overlap.py"),
               GridModel("BERT-large", bert_large(), bert_compute,
                         f"compute scaled by {bert_compute.calibration:.4f} to the notes' "
-                        f"{NOTES_BERT_REVERSED_STEP_S * 1e3:g} ms reversed-order step, as in 03_overlap.py")]
+                        f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms reversed-order step, as in 03_overlap.py")]
     models += [GridModel(f"uniform-{n}", uniform_stack(n), base, "FLOPs as they stand") for n in UNIFORM_LAYERS]
     return models
 
