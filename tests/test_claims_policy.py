@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # also when run as a script
+from common import checker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 INVENTORY = ROOT / "inventory"
@@ -53,6 +57,11 @@ def _meets_policy(claim: dict) -> bool:
         return math.isclose(float(ours), float(notes), rel_tol=1e-9, abs_tol=1e-12)
     if match := re.fullmatch(r"rounds to (\d+) decimal places?", rule):
         return _rounded(ours, int(match[1])) == _rounded(notes, int(match[1]))
+    if match := re.fullmatch(r"(below|above) ([0-9.e+-]+)", rule):
+        limit = float(match[2])
+        return float(ours) < limit if match[1] == "below" else float(ours) > limit
+    if match := re.fullmatch(r"between ([0-9.e+-]+) and ([0-9.e+-]+)", rule):
+        return float(match[1]) <= float(ours) <= float(match[2])
     if match := re.fullmatch(r"within a factor of ([0-9.e+]+)", rule):
         factor = float(match[1])
         low, high = sorted((notes / factor, notes * factor))
@@ -66,6 +75,9 @@ def test_the_policy_refuses_loose_agreement() -> None:
     assert not _meets_policy({"ours": 3.16, "notes": 3.15, "rule": "within rtol 0.05"})
     assert not _meets_policy({"ours": 1.96875, "notes": 2.0, "rule": "exact"})
     assert _meets_policy({"ours": 2.5e-5, "notes": 1e-5, "rule": "within a factor of 3"})
+    assert _meets_policy({"ours": 0.26, "notes": "< 10", "rule": "below 10"})
+    assert not _meets_policy({"ours": 10, "notes": "< 10", "rule": "below 10"})
+    assert not _meets_policy({"ours": 201, "notes": "50–200", "rule": "between 50 and 200"})
 
 
 def test_every_agreement_meets_the_policy(quick_reproduction: dict) -> None:
@@ -88,12 +100,14 @@ def test_the_inventory_and_the_claims_name_each_other(quick_reproduction: dict) 
     rows = inventory()
     assert set(DOCUMENTS) <= {p.name for p in INVENTORY.glob("*.md")}
     claims = quick_reproduction["claims"]
-    unknown = [f"{c['script']}: {c['what']} -> {c['ref']}" for c in claims if c["ref"] and c["ref"] not in rows]
+    tables = {row.id for row in checker.all_rows()}   # the notes' tables replace inventory/ script by script
+    unknown = [f"{c['script']}: {c['what']} -> {c['ref']}" for c in claims
+               if c["ref"] and c["ref"] not in rows and c["ref"] not in tables]
     assert not unknown, "claims naming no inventory entry:\n" + "\n".join(unknown)
     unnamed = [f"{c['script']}: {c['what']}" for c in claims
                if c["script"].startswith(CHECKED_LECTURES) and c["notes"] is not None and not c["ref"]]
     assert not unnamed, "claims of lectures 14 and 15 that name no inventory entry:\n" + "\n".join(unnamed)
-    checked = {(c["ref"], c["script"]) for c in claims}
+    checked = {(re.sub(r"\.\d+$", "", c["ref"]), c["script"]) for c in claims}
     missing = [f"{i} ({row['script']}): {row['statement']}" for i, row in rows.items()
                if (i, row["script"]) not in checked]
     assert not missing, "inventory entries no claim checks:\n" + "\n".join(missing)
@@ -123,7 +137,6 @@ if __name__ == "__main__":
     # (RUN.json from `python3 code/reproduce.py --quick --only lecture14 --json RUN.json`) lists what
     # the tests above would find for those scripts and that document.
     import json
-    import sys
 
     data = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     docs = sys.argv[2:] or list(DOCUMENTS)
@@ -134,9 +147,10 @@ if __name__ == "__main__":
                  if c["status"] in COMPARED and c["script"].startswith(CHECKED_LECTURES) and not c["why"].strip()]
     problems += [f"no inventory entry named: {c['script']}: {c['what']}" for c in data["claims"]
                  if c["script"].startswith(CHECKED_LECTURES) and c["notes"] is not None and not c["ref"]]
+    known = set(inventory()) | {row.id for row in checker.all_rows()}
     problems += [f"names an unknown entry {c['ref']}: {c['script']}: {c['what']}" for c in data["claims"]
-                 if c["ref"] and c["ref"] not in inventory()]
-    checked = {(c["ref"], c["script"]) for c in data["claims"]}
+                 if c["ref"] and c["ref"] not in known]
+    checked = {(re.sub(r"\.\d+$", "", c["ref"]), c["script"]) for c in data["claims"]}
     problems += [f"no claim checks {i} ({r['script']})" for i, r in rows.items() if (i, r["script"]) not in checked]
     print("\n".join(problems) or "no problems found")
     sys.exit(1 if problems else 0)
