@@ -220,3 +220,84 @@ def test_sigterm_leaves_no_temporary_file(tmp_path: Path) -> None:
     assert proc.returncode == 128 + signal.SIGTERM and err.strip().splitlines()[-1] == "terminated", err
     assert list(tmp.iterdir()) == []
     assert not report.exists() or leftovers(report) == []
+
+
+# ---- what an independent review found (each case failed before its fix) -----------------------------
+
+def test_dotdot_after_a_symlinked_folder_goes_where_the_shell_would(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "real" / "inner").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "inner")
+    monkeypatch.chdir(tmp_path)
+    files.write_json("link/../out.json", {"a": 1})        # the shell: real/inner/.. = real
+    assert (tmp_path / "real" / "out.json").is_file() and not (tmp_path / "out.json").exists()
+
+
+def test_a_symlink_to_a_folder_not_made_yet(tmp_path: Path) -> None:
+    (tmp_path / "figs").symlink_to(tmp_path / "made-later")
+    files.check_output_dir(str(tmp_path / "figs"), "--save-figs")
+    files.make_output_dir(str(tmp_path / "figs"))
+    assert (tmp_path / "made-later").is_dir() and (tmp_path / "figs").is_symlink()
+
+
+def test_a_fifo_nobody_reads_fails_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(files, "_FIFO_WAIT_S", 0.3)
+    with pytest.raises(RunFailure, match="nothing read it within 0.3 s"):
+        files.write_bytes(str(fifo), b"{}")
+
+
+def test_sockets_closed_descriptors_and_trailing_slashes_are_refused(tmp_path: Path) -> None:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "s"))
+    with pytest.raises(UsageError, match="is a socket"):
+        files.check_output_file(str(tmp_path / "s"), "--json")
+    sock.close()
+    free = os.open(os.devnull, os.O_RDONLY)
+    os.close(free)   # a descriptor number that is not open now
+    with pytest.raises(UsageError, match=f"descriptor {free} is not open"):
+        files.check_output_file(f"/proc/self/fd/{free}", "--json")
+    with pytest.raises(UsageError, match="ends with /"):
+        files.check_output_file(str(tmp_path / "new") + "/", "--json")
+
+
+def test_a_proc_link_to_a_regular_file_is_truncated(tmp_path: Path) -> None:
+    """Another process's descriptor (/proc/<pid>/fd/N) is opened as the shell's `>` would: a
+    regular file behind it loses its old bytes. Our own (/proc/self/fd/N, /proc/thread-self/fd/N,
+    /dev/fd/N, -) is written at its position instead, as `>&N` would."""
+    target = tmp_path / "t.txt"
+    target.write_text("0123456789ABCDEF")
+    with open(target, "r+") as held:
+        other = subprocess.Popen(["sleep", "30"], stdout=held)
+    try:
+        files.write_bytes(f"/proc/{other.pid}/fd/1", b"xy")
+    finally:
+        other.kill()
+        other.wait()
+    assert target.read_text() == "xy"
+    assert files._resolve("/proc/thread-self/fd/2") == ("fd", 2)
+
+
+def test_hard_links_and_setuid_bits_are_kept(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text("old")
+    os.link(a, b)
+    files.write_json(str(a), {"new": 1})
+    assert json.loads(b.read_text()) == {"new": 1} and os.stat(a).st_ino == os.stat(b).st_ino
+    c = tmp_path / "c.json"
+    c.write_text("old")
+    os.chmod(c, 0o4750)
+    files.write_json(str(c), {})
+    assert stat.S_IMODE(c.stat().st_mode) == 0o4750
+
+
+def test_dash_on_a_silent_rank_stays_silent_and_a_closed_pipe_is_141(monkeypatch) -> None:
+    proc = run("--json", "-", env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                   "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "test"})
+    assert proc.stdout == "" and "Part 1" not in proc.stderr
+    script = ROOT / "code" / MODEL
+    closed = subprocess.run(["bash", "-c", f"{sys.executable} {script} --quick --json - | true; "
+                             "exit ${PIPESTATUS[0]}"], capture_output=True, text=True, timeout=120)
+    assert closed.returncode == 141 and "error" not in closed.stderr.splitlines()[-1], closed.stderr[-300:]

@@ -7,11 +7,13 @@ What the path names decides how it is written, so an output never replaces what 
   "-" (or /dev/stdout, /dev/fd/N, /proc/self/fd/N): this process's own file descriptor, written
       at its current position (a shell's `> out.txt` keeps everything printed before);
       `divert_stdout` then sends the human-readable text to stderr, so stdout holds only the file;
-  a device, a FIFO, a socket: opened and written directly (a rename would replace the node: run as
-      root, `--json /dev/full` once turned the device into a regular file);
+  a device or a FIFO: opened and written directly (a rename would replace the node: run as root,
+      `--json /dev/full` once turned the device into a regular file); a FIFO waits at most 30 s
+      for its reader; a socket is refused;
   a symlink: the file it points at, by the same rules; the link stays a link;
   a regular file, or a name not there yet: a temporary file in the same folder, renamed over it
-      once whole; an existing file keeps its mode and, where this user may keep it, its owner.
+      once whole; an existing file keeps its mode and, where this user may keep it, its owner; a
+      file with several names (hard links) is written in place, so every name sees the new text.
 A write that fails (a full disk, a FIFO whose reader left) raises RunFailure, one line naming the
 file (exit status 1); an interrupted run (an error, Ctrl-C, SIGTERM: run_main turns it into an
 exception) leaves no temporary file. Under torchrun only rank 0 writes.
@@ -19,6 +21,7 @@ exception) leaves no temporary file. Under torchrun only rank 0 writes.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -26,24 +29,26 @@ import re
 import stat
 import sys
 import tempfile
+import time
 from typing import Any
 
 from common.errors import RunFailure, UsageError
 from common.torchrun import is_rank0
 
 _MAX_LINKS = 40  # as the kernel's limit on a chain of symlinks (ELOOP)
-_OWN_FD = re.compile(r"/proc/(?:self|(\d+))/fd/(\d+)")
+_OWN_FD = re.compile(r"/proc/(?:self|(\d+)(?:/task/\d+)?)/fd/(\d+)")   # also /proc/thread-self/fd/N
+_FIFO_WAIT_S = 30.0  # how long a FIFO may wait for its reader at the end of a run
 
 
 # ---- what a path names ------------------------------------------------------------------------
 
 def _resolve(path: str) -> tuple[str, Any]:
     """("fd", N) for one of this process's descriptors, ("node", path) for something written in
-    place (a device, a FIFO, a socket, another process's descriptor), ("file", path) for a regular
+    place (a device, a FIFO, another process's descriptor), ("file", path) for a regular
     file or a new name: the end of the path's chain of symlinks."""
     if path == "-":
         return "fd", 1
-    current = os.path.abspath(path)
+    current = os.path.join(os.getcwd(), path)  # not abspath: "link/../x" must go where the shell's would
     for _ in range(_MAX_LINKS):
         current = os.path.join(os.path.realpath(os.path.dirname(current)), os.path.basename(current))
         own = _OWN_FD.fullmatch(current)
@@ -70,8 +75,9 @@ def writes_to_stdout(path: str | None) -> bool:
 
 
 def divert_stdout(*paths: str | None) -> None:
-    """When an output goes to standard output, the human-readable text goes to stderr instead."""
-    if any(writes_to_stdout(p) for p in paths):
+    """When an output goes to standard output, the human-readable text goes to stderr instead
+    (on the rank that prints: under torchrun the others stay silent)."""
+    if is_rank0() and any(writes_to_stdout(p) for p in paths):
         sys.stdout.flush()
         sys.stdout = sys.stderr
 
@@ -87,9 +93,17 @@ def check_output_file(path: str, flag: str) -> None:
     """A file we can write at the end of the run: its folder exists and is writable (it is not
     created: a typo in a folder name should not become a new tree), or it is a node we write to."""
     _not_empty(path, flag, "a file name (or - for standard output)")
+    if path.endswith(os.sep):
+        raise UsageError(f"{flag} {path}: ends with {os.sep}; give a file name")
     kind, target = _resolve(path)
     if kind == "fd":
+        try:
+            os.fstat(target)
+        except OSError:
+            raise UsageError(f"{flag} {path}: file descriptor {target} is not open") from None
         return
+    if kind == "node" and stat.S_ISSOCK(os.stat(target).st_mode):
+        raise UsageError(f"{flag} {path}: is a socket; give a file, a FIFO or a device")
     if os.path.isdir(target):
         raise UsageError(f"{flag} {path}: is a folder; give a file name")
     if kind == "node" or os.path.exists(target):
@@ -125,8 +139,10 @@ def _try_writing_in(folder: str, flag: str, path: str) -> None:
     answer this honestly (os.access says yes to root everywhere)."""
     try:
         fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.close(fd)
+        finally:
+            os.unlink(probe)   # even when a signal lands in between
     except OSError as err:
         raise UsageError(f"{flag} {path}: cannot write in {folder} ({err.strerror})") from None
 
@@ -134,7 +150,7 @@ def _try_writing_in(folder: str, flag: str, path: str) -> None:
 def make_output_dir(path: str) -> None:
     """The folder check_output_dir accepted, created if it is not there yet (one level)."""
     if is_rank0() and not os.path.isdir(path):
-        os.mkdir(path)
+        os.mkdir(os.path.realpath(path))  # through a symlink to a folder not made yet
 
 
 # ---- writing ----------------------------------------------------------------------------------
@@ -149,19 +165,61 @@ def write_bytes(path: str, data: bytes) -> None:
         if kind == "fd":
             _write_fd(target, data)
         elif kind == "node":
-            fd = os.open(target, os.O_WRONLY)
-            try:
-                _write_all(fd, data)
-            finally:
-                os.close(fd)
+            _write_node(path, target, data)
+        elif _hard_linked(target):
+            _write_in_place(target, data)
         else:
             _replace_file(target, data)
+    except BrokenPipeError:
+        if kind == "fd" and target == 1:
+            raise  # stdout's reader left (| head): run_main ends quietly, 141, as for any output
+        raise RunFailure(f"writing {path} failed: Broken pipe") from None
     except OSError as err:
         raise RunFailure(f"writing {path} failed: {err.strerror or err}") from None
 
 
 def write_text(path: str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
+
+
+def _write_node(path: str, target: str, data: bytes) -> None:
+    """A device or a FIFO, opened as it is (no temporary file, no rename). A FIFO waits for its
+    reader a while, then fails with one line instead of waiting for ever."""
+    deadline = time.monotonic() + _FIFO_WAIT_S
+    while True:
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as err:
+            if err.errno == errno.ENXIO and time.monotonic() < deadline:   # a FIFO nobody reads yet
+                time.sleep(0.1)
+                continue
+            why = f"nothing read it within {_FIFO_WAIT_S:g} s" if err.errno == errno.ENXIO else err.strerror
+            raise RunFailure(f"writing {path} failed: {why}") from None
+    try:
+        os.set_blocking(fd, True)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.ftruncate(fd, 0)  # a /proc link that led to a regular file: its old bytes go
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _hard_linked(target: str) -> bool:
+    try:
+        return os.stat(target).st_nlink > 1
+    except FileNotFoundError:
+        return False
+
+
+def _write_in_place(target: str, data: bytes) -> None:
+    """A file with several names (hard links): written through, so every name sees the new text
+    (a rename would give this name a new file and leave the others the old one). Not atomic."""
+    fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _write_fd(fd: int, data: bytes) -> None:
@@ -201,16 +259,28 @@ def _take_over_mode(fd: int, target: str) -> None:
     try:
         old = os.stat(target)
     except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        os.fchmod(fd, 0o666 & ~_umask())
         return
-    os.fchmod(fd, stat.S_IMODE(old.st_mode))
     if old.st_uid != os.geteuid() or old.st_gid != os.getegid():
         try:
             os.fchown(fd, old.st_uid, old.st_gid)  # root may keep another user's file theirs
         except PermissionError:
             pass  # an ordinary user cannot give a file away: it becomes theirs, as with any editor
+    os.fchmod(fd, stat.S_IMODE(old.st_mode))  # after fchown, which clears set-user-ID
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def write_json(path: str, data: Any) -> None:
