@@ -1,0 +1,253 @@
+"""A rank that torchrun started: what `common.launcher.launch` does when torchrun owns the processes.
+
+torchrun starts the W processes (on one node or several) and hosts the rendezvous store; this
+process is one rank. The first launch joins torchrun's group (gloo on the loopback interface when
+torchrun's address is a loopback one: nothing then listens beyond it); each launch runs the
+worker on this rank, on its own copy of the arguments (as a forked or spawned rank has), and
+gathers the results to every rank; the group is torn down when the process exits.
+
+A failure is named as a standalone run names it, in one line that rank 0 alone prints:
+  - every rank has a helper thread that writes, several times a second, a heartbeat (a counter)
+    and where its main thread is to torchrun's store, through a connection of its own;
+  - a rank that fails (its own error, a collective that timed out, a peer that vanished) writes
+    its error there; rank 0's helper then decides who is to blame: a rank's own error first, else
+    a rank whose heartbeat stopped (stopped by a signal, or its machine gone), else a rank at work
+    outside torch.distributed while the others timed out waiting for it;
+  - the other ranks wait for that verdict (a few seconds at most) before they exit, quietly:
+    torchrun stops every rank as soon as one exits, and by then rank 0 must have printed. If rank
+    0 itself is the one that stopped, the lowest failing rank gives the verdict instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import gc
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch.distributed as dist
+
+from common.loopback import is_loopback_host, loopback_interface
+from common.rank_side import RankError, describe, is_echo, is_timeout, setup_rank, short, where_main_thread
+from common.torchrun import speak
+
+_BEAT_S = 0.1          # how often a rank's helper writes its heartbeat and whereabouts
+_STALE_S = 1.0         # a heartbeat unchanged this long: that rank's process is not running
+_VERDICT_WAIT_S = 5.0  # how long a failed rank waits for rank 0's verdict before it decides itself
+_STORE_WAIT_S = 2.0    # one store operation of the helper: torchrun's store may be gone
+
+_state: _Rank | None = None
+
+
+def launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple, kwargs: dict,
+                       timeout_s: float, threads: int, choose_backend: Callable[[int], str]) -> list[Any]:
+    """Run the worker on this rank of torchrun's group; every rank gets every rank's result."""
+    global _state
+    if _state is None:
+        _state = _Rank(timeout_s)
+        _state.join(choose_backend, threads)
+    rank, world = _state.rank, _state.world
+    if world != world_size:
+        print(f"(torchrun gives {world} ranks; this part asked for {world_size} and runs on {world})")
+    _state.phase = "working"
+    try:
+        args, kwargs = copy.deepcopy((args, kwargs))  # this rank's own copy, as a forked rank has
+        result = worker(rank, world, *args, **kwargs)
+    except BaseException as err:  # noqa: BLE001 - the verdict is rank 0's to give
+        _state.fail(describe(err), traceback.format_exc())
+    _state.phase = "gathering results"
+    gc.collect()
+    gathered: list[Any] = [None] * world
+    try:
+        dist.all_gather_object(gathered, result)
+    except BaseException as err:  # noqa: BLE001
+        _state.fail(describe(err), traceback.format_exc())
+    _state.phase = "between parts"
+    return gathered
+
+
+class _Rank:
+    """This process's rank under torchrun: its helper thread and its share of naming a failure."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        self.timeout_s = timeout_s
+        self.phase = "joining the group"
+        self.prefix = f"course/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/" \
+                      f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self.store: Any = None           # the helper's own connection to torchrun's store
+        self.connected = threading.Event()
+        self.verdict_lock = threading.Lock()
+        self.verdict: RankError | None = None
+        self.failing = False             # the main thread has failed and waits for the verdict
+        self.claimed = False             # rank 0's main thread or helper is printing the verdict
+        threading.Thread(target=self._helper, daemon=True, name="course-heartbeat").start()
+
+    def join(self, choose_backend: Callable[[int], str], threads: int) -> None:
+        backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", self.world)))
+        if backend == "gloo" and is_loopback_host(os.environ["MASTER_ADDR"]):
+            # Every rank is on this machine: gloo's sockets need not listen beyond it.
+            os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
+        # torchrun's own LOCAL_RANK picks the GPU; across nodes it is not the global rank.
+        setup_rank(int(os.environ.get("LOCAL_RANK", self.rank)), backend, threads)
+        try:
+            dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))
+        except BaseException as err:  # noqa: BLE001
+            self.fail(describe(err), traceback.format_exc())
+        atexit.register(self.teardown)  # a group left alive aborts the process at exit
+
+    def teardown(self) -> None:
+        """At exit: every rank leaves the group together; a rank that does not is named."""
+        if self.failing:
+            _exit_with(None)  # the line is printed; a broken group must not be left politely
+        if not dist.is_initialized():
+            return
+        self.phase = "leaving the group"
+        try:
+            gc.collect()
+            dist.barrier()
+            dist.destroy_process_group()
+        except BaseException as err:  # noqa: BLE001 - too late to raise: print the line and go
+            try:
+                self.fail(describe(err), traceback.format_exc())
+            except RankError as verdict:
+                _exit_with(verdict)
+
+    # ---- a failure ----------------------------------------------------------------------------
+
+    def fail(self, cause: str, details: str) -> None:
+        """This rank failed: publish why, wait for the verdict, raise it (printed by one rank only)."""
+        self.failing = True
+        self._publish(f"error/{self.rank}", (cause, details))
+        if self.rank == 0:
+            verdict = self._decide()
+            if not self._claim():
+                time.sleep(3600)  # the helper thread has claimed the printing and ends the process
+            raise verdict
+        self.connected.wait(_STORE_WAIT_S)
+        deadline = time.monotonic() + _VERDICT_WAIT_S
+        while self.store is not None and time.monotonic() < deadline:
+            found = self._read("verdict")
+            if found is not None:
+                time.sleep(0.5)  # rank 0 prints it now; torchrun stops every rank once one exits
+                raise RankError(*found)
+            time.sleep(_BEAT_S)
+        # No verdict: rank 0 has stopped or is gone. The lowest failed rank decides and prints.
+        failed = [r for r in range(self.world) if self._read(f"error/{r}") is not None]
+        if not failed or self.rank == min(failed):
+            speak()
+        raise self._decide()
+
+    def _decide(self) -> RankError:
+        """The one verdict of this run (decided once, here, and published for the other ranks)."""
+        with self.verdict_lock:
+            if self.verdict is None:
+                self.verdict = _Diagnosis(self).verdict()
+                self._publish("verdict", (self.verdict.rank, self.verdict.message, self.verdict.details))
+            return self.verdict
+
+    def _claim(self) -> bool:
+        """Whether the caller is the one to print the verdict (rank 0's main thread or helper)."""
+        with self.verdict_lock:
+            first, self.claimed = not self.claimed, True
+            return first
+
+    # ---- the helper thread --------------------------------------------------------------------
+
+    def _helper(self) -> None:
+        """Heartbeat and whereabouts; on rank 0, a verdict as soon as any rank has failed."""
+        try:
+            self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                       timeout=timedelta(seconds=max(_STORE_WAIT_S, self.timeout_s)))
+        except Exception:  # noqa: BLE001 - no store: failures are then each rank's own
+            return
+        self.connected.set()
+        count = 0
+        while True:
+            count += 1
+            in_collective, location = where_main_thread()
+            if not self._publish(f"beat/{self.rank}", (count, self.phase, in_collective, location)):
+                return
+            if self.rank == 0 and not self.failing and self._any_failed():
+                self._decide()
+                time.sleep(0.5)  # the main thread prints it, unless it is stuck in a collective
+                if self._claim():
+                    _exit_with(self.verdict)
+                return
+            time.sleep(_BEAT_S)
+
+    def _any_failed(self) -> bool:
+        return bool(self.store.check([f"{self.prefix}error/{r}" for r in range(self.world)]))
+
+    def _publish(self, key: str, value: Any) -> bool:
+        try:
+            self.store.set(self.prefix + key, pickle.dumps(value))
+            return True
+        except Exception:  # noqa: BLE001 - the store is gone: torchrun is ending the run
+            return False
+
+    def _read(self, key: str) -> Any:
+        try:
+            if self.store is not None and self.store.check([self.prefix + key]):
+                return pickle.loads(self.store.get(self.prefix + key))
+        except Exception:  # noqa: BLE001
+            pass
+        return None
+
+
+class _Diagnosis:
+    """Who is to blame, from what the ranks wrote to the store."""
+
+    def __init__(self, state: _Rank) -> None:
+        self.state = state
+        self.errors = self._all("error")
+        self.beats = self._all("beat")
+
+    def _all(self, kind: str) -> dict[int, Any]:
+        found = {r: self.state._read(f"{kind}/{r}") for r in range(self.state.world)}
+        return {r: v for r, v in found.items() if v is not None}
+
+    def verdict(self) -> RankError:
+        own = [r for r, (cause, _) in sorted(self.errors.items()) if not (is_timeout(cause) or is_echo(cause))]
+        if own:  # a rank's own error: the others' timeouts and lost peers are its echoes
+            cause, details = self.errors[own[0]]
+            return RankError(own[0], short(cause), details)
+        time.sleep(_STALE_S)  # who is still beating?
+        before, self.beats = self.beats, self._all("beat")
+        self.errors = self._all("error") or self.errors
+        waiters = ", ".join(f"rank {r}" for r in sorted(self.errors)) or "the others"
+        waited = f"{waiters} timed out after {self.state.timeout_s:g} s waiting for it"
+        for rank in range(self.state.world):
+            if rank == self.state.rank:
+                continue  # this process is running: its own helper is what is busy deciding
+            if rank not in self.beats or self.beats[rank][0] == before.get(rank, (None,))[0]:
+                return RankError(rank, f"stopped responding (no heartbeat for {_STALE_S:g} s: stopped, "
+                                       f"or its machine is gone); {waited}")
+        for rank, (_, phase, in_collective, location) in sorted(self.beats.items()):
+            if rank not in self.errors and not in_collective:
+                return RankError(rank, f"stopped responding (at {location}, {phase}); {waited}")
+        rank = min(self.errors) if self.errors else self.state.rank
+        cause, details = self.errors.get(rank, ("failed: unknown error", ""))
+        return RankError(rank, f"{short(cause)} (timeout {self.state.timeout_s:g} s)", details)
+
+
+def _exit_with(verdict: RankError | None) -> None:
+    """End the process now, from the helper thread or at exit, as run_main would end it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+            pass
+    if verdict is not None:
+        if os.environ.get("COURSE_DEBUG"):
+            sys.stderr.write(verdict.details)
+        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {verdict}\n")  # as run_main writes it
+        sys.stderr.flush()
+    os._exit(1)
