@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from common import launcher
+from common import parent_side
 from common.launcher import RankError, launch
 
 PROBE = Path(__file__).parent / "probes" / "launch_probe.py"
@@ -328,7 +328,7 @@ class _Gone:
 def test_the_skipper_is_blamed_even_when_its_own_teardown_fails_first(waiter_saw: str) -> None:
     # Rank 1 returned from its work (it skipped a collective), timed out in its teardown barrier and
     # exited; rank 0, left in the collective, then lost its peer or timed out. Blame rank 1.
-    collector = launcher._Collector([_Gone(), _Gone()], [None, None], 2.0)
+    collector = parent_side.Collector([_Gone(), _Gone()], [None, None], 2.0)
     collector.worker_done = {1}
     collector.failures = {0: (waiter_saw, ""), 1: ("failed: RuntimeError: Timed out waiting 500ms for recv", "")}
     error = collector._blame(set())

@@ -25,12 +25,16 @@ import copy
 import gc
 import os
 import pickle
+import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch.distributed as dist
 
@@ -83,12 +87,21 @@ class _Rank:
         self.prefix = f"course/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/" \
                       f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self.store: Any = None           # the helper's own connection to torchrun's store
-        self.connected = threading.Event()
+        self.connected = threading.Event()  # the first heartbeat is in the store
         self.verdict_lock = threading.Lock()
         self.verdict: RankError | None = None
         self.failing = False             # the main thread has failed and waits for the verdict
         self.claimed = False             # rank 0's main thread or helper is printing the verdict
-        threading.Thread(target=self._helper, daemon=True, name="course-heartbeat").start()
+        self.stopping = threading.Event()
+        self.helper = threading.Thread(target=self._helper, daemon=True, name="course-heartbeat")
+        self.helper.start()
+        atexit.register(self._stop_helper)  # runs after teardown (atexit is last in, first out)
+
+    def _stop_helper(self) -> None:
+        """The helper must not be inside a store call while the interpreter frees the store: a
+        daemon thread left in C++ at exit aborted a rank here (SIGABRT, "terminate called")."""
+        self.stopping.set()
+        self.helper.join(_STORE_WAIT_S)
 
     def join(self, choose_backend: Callable[[int], str], threads: int) -> None:
         backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", self.world)))
@@ -97,10 +110,13 @@ class _Rank:
             os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
         # torchrun's own LOCAL_RANK picks the GPU; across nodes it is not the global rank.
         setup_rank(int(os.environ.get("LOCAL_RANK", self.rank)), backend, threads)
+        self.connected.wait(_STORE_WAIT_S)  # beating before joining: a rank that never joins is named
         try:
-            dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))
+            with _folded_stderr() as folded:  # a peer that never comes: torch's socket warnings
+                dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))
         except BaseException as err:  # noqa: BLE001
-            self.fail(describe(err), traceback.format_exc())
+            self.fail(describe(err), traceback.format_exc() + folded.text)
+        sys.stderr.write(folded.text)  # joined: what torch had to say, it may say
         atexit.register(self.teardown)  # a group left alive aborts the process at exit
 
     def teardown(self) -> None:
@@ -114,18 +130,34 @@ class _Rank:
             gc.collect()
             dist.barrier()
             dist.destroy_process_group()
+            self._publish(f"left/{self.rank}", True)
+            if self.rank == 0:  # torchrun waits for every rank to exit, without a deadline: we have one
+                self._wait_for("left", self.timeout_s)
         except BaseException as err:  # noqa: BLE001 - too late to raise: print the line and go
             try:
                 self.fail(describe(err), traceback.format_exc())
             except RankError as verdict:
                 _exit_with(verdict)
 
+    def _wait_for(self, kind: str, timeout_s: float) -> None:
+        """Until every rank has published `kind` (polled: torch's own wait prints socket warnings)."""
+        keys = [f"{self.prefix}{kind}/{r}" for r in range(self.world)]
+        deadline = time.monotonic() + timeout_s
+        while self.store is not None and not self.store.check(keys):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout_s:g} s waiting for every rank to leave the group")
+            time.sleep(_BEAT_S)
+
     # ---- a failure ----------------------------------------------------------------------------
 
     def fail(self, cause: str, details: str) -> None:
         """This rank failed: publish why, wait for the verdict, raise it (printed by one rank only)."""
         self.failing = True
-        self._publish(f"error/{self.rank}", (cause, details))
+        if self._publish(f"error/{self.rank}", (cause, details)):
+            try:
+                self.store.add(f"{self.prefix}failed", 1)  # what rank 0's helper watches
+            except Exception:  # noqa: BLE001 - the store is gone: torchrun is ending the run
+                pass
         if self.rank == 0:
             verdict = self._decide()
             if not self._claim():
@@ -168,23 +200,24 @@ class _Rank:
                                        timeout=timedelta(seconds=max(_STORE_WAIT_S, self.timeout_s)))
         except Exception:  # noqa: BLE001 - no store: failures are then each rank's own
             return
-        self.connected.set()
         count = 0
-        while True:
+        while not self.stopping.is_set():
             count += 1
             in_collective, location = where_main_thread()
-            if not self._publish(f"beat/{self.rank}", (count, self.phase, in_collective, location)):
+            beat = (count, self.phase, in_collective, location, socket.gethostname(), os.getpid())
+            if not self._publish(f"beat/{self.rank}", beat):
                 return
+            self.connected.set()
             if self.rank == 0 and not self.failing and self._any_failed():
                 self._decide()
                 time.sleep(0.5)  # the main thread prints it, unless it is stuck in a collective
                 if self._claim():
                     _exit_with(self.verdict)
                 return
-            time.sleep(_BEAT_S)
+            self.stopping.wait(_BEAT_S)
 
     def _any_failed(self) -> bool:
-        return bool(self.store.check([f"{self.prefix}error/{r}" for r in range(self.world)]))
+        return self.store.add(f"{self.prefix}failed", 0) > 0
 
     def _publish(self, key: str, value: Any) -> bool:
         try:
@@ -214,28 +247,75 @@ class _Diagnosis:
         found = {r: self.state._read(f"{kind}/{r}") for r in range(self.state.world)}
         return {r: v for r, v in found.items() if v is not None}
 
-    def verdict(self) -> RankError:
+    def _own_error(self) -> RankError | None:
+        """A rank's own error (not a timeout, not a lost peer: those are its echoes)."""
         own = [r for r, (cause, _) in sorted(self.errors.items()) if not (is_timeout(cause) or is_echo(cause))]
-        if own:  # a rank's own error: the others' timeouts and lost peers are its echoes
-            cause, details = self.errors[own[0]]
-            return RankError(own[0], short(cause), details)
+        if not own:
+            return None
+        cause, details = self.errors[own[0]]
+        return RankError(own[0], short(cause), details)
+
+    def verdict(self) -> RankError:
+        if (own := self._own_error()) is not None:
+            return own
         time.sleep(_STALE_S)  # who is still beating?
         before, self.beats = self.beats, self._all("beat")
         self.errors = self._all("error") or self.errors
+        if (own := self._own_error()) is not None:
+            return own
         waiters = ", ".join(f"rank {r}" for r in sorted(self.errors)) or "the others"
         waited = f"{waiters} timed out after {self.state.timeout_s:g} s waiting for it"
+        left = self._all("left")  # ranks that left the group (and stopped beating) at exit
         for rank in range(self.state.world):
-            if rank == self.state.rank:
+            if rank == self.state.rank or rank in left:
                 continue  # this process is running: its own helper is what is busy deciding
             if rank not in self.beats or self.beats[rank][0] == before.get(rank, (None,))[0]:
-                return RankError(rank, f"stopped responding (no heartbeat for {_STALE_S:g} s: stopped, "
-                                       f"or its machine is gone); {waited}")
-        for rank, (_, phase, in_collective, location) in sorted(self.beats.items()):
+                why = "it is stopped: SIGSTOP or Ctrl-Z?" if _kill_if_stopped_here(*self.beats.get(
+                    rank, (None,) * 6)[4:]) else f"no heartbeat for {_STALE_S:g} s: stopped, or its machine is gone"
+                return RankError(rank, f"stopped responding ({why}); {waited}")
+        for rank, (_, phase, in_collective, location, _, _) in sorted(self.beats.items()):
             if rank not in self.errors and not in_collective:
                 return RankError(rank, f"stopped responding (at {location}, {phase}); {waited}")
         rank = min(self.errors) if self.errors else self.state.rank
         cause, details = self.errors.get(rank, ("failed: unknown error", ""))
         return RankError(rank, f"{short(cause)} (timeout {self.state.timeout_s:g} s)", details)
+
+
+def _kill_if_stopped_here(host: str | None, pid: int | None) -> bool:
+    """A rank named as stopped, on this machine: end it (and say it was stopped). torchrun would
+    send it SIGTERM, which a stopped process does not take, and wait 30 s before its SIGKILL."""
+    if host != socket.gethostname() or pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] != "T":
+                return False
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except (OSError, IndexError):
+        return False
+
+
+class _Folded:
+    text = ""
+
+
+@contextmanager
+def _folded_stderr() -> Iterator[_Folded]:
+    """File descriptor 2 kept in a file while the block runs; its text in `.text` after."""
+    folded = _Folded()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield folded
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            folded.text = tmp.read().decode("utf-8", "replace")
 
 
 def _exit_with(verdict: RankError | None) -> None:
