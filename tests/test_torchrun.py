@@ -75,6 +75,39 @@ def test_leftover_rank_variables_are_a_usage_error_not_a_torchrun_run() -> None:
     assert "RANK=0, WORLD_SIZE=1, MASTER_ADDR=0.0.0.0, MASTER_PORT=29500 set, but torchrun did not start" in lines[0]
 
 
+@pytest.mark.parametrize("env, torchrun, refused", [
+    ({}, False, False),
+    ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, False, False),  # an address alone: ignored
+    ({"LOCAL_RANK": "0"}, False, True),
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, False, True),
+    ({"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, True, False),
+])
+def test_only_torchrun_makes_a_process_a_rank(monkeypatch: pytest.MonkeyPatch, env: dict, torchrun: bool,
+                                              refused: bool) -> None:
+    from common import torchrun as tr
+    from common.errors import UsageError
+
+    for name in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert tr.under_torchrun() is torchrun
+    assert tr.is_rank0() is (not torchrun)  # RANK 1 under torchrun writes nothing
+    if refused:
+        with pytest.raises(UsageError, match="torchrun did not start this process"):
+            tr.check_environment()
+    else:
+        tr.check_environment()
+
+
+def test_loopback_hosts() -> None:
+    from common.loopback import is_loopback_host
+
+    assert is_loopback_host("localhost") and is_loopback_host("127.0.0.1") and is_loopback_host("127.3.4.5")
+    assert not is_loopback_host("0.0.0.0") and not is_loopback_host("192.0.2.1")
+    assert not is_loopback_host("no-such-host.invalid")
+
+
 def test_an_address_alone_is_ignored_and_the_run_stays_on_loopback() -> None:
     from test_launcher import _children, _is_loopback, _listeners
 
@@ -153,7 +186,8 @@ def test_a_stopped_rank_under_torchrun_is_named_by_rank_0(mode: str) -> None:
     assert run.proc.returncode != 0
     assert len(errors) == 1, run.lines
     named_at, line = errors[0]
-    assert line.startswith("launch_probe.py: error: rank 1 stopped responding (it is stopped"), line
+    phase = {"stop-start": "joining the group", "stop": "working", "stop-end": "leaving the group"}[mode]
+    assert line.startswith(f"launch_probe.py: error: rank 1 stopped responding while {phase} (it is stopped"), line
     assert named_at - stopped_at < 2 * timeout_s, f"named {named_at - stopped_at:.1f} s after the stop"
 
 

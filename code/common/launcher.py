@@ -136,7 +136,12 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
         return launch_in_torchrun(worker, world_size, args, kwargs, timeout_s, threads,
                                   lambda local: choose_backend(local, backend))
     check_world_size(world_size)
-    backend = choose_backend(world_size, backend)
+    return _run_children(worker, world_size, args, kwargs, timeout_s, threads, choose_backend(world_size, backend))
+
+
+def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, timeout_s: float,
+                  threads: int, backend: str) -> list[Any]:
+    """A standalone run: W child processes, the rendezvous store here, the parent's deadlines."""
     # fork starts a rank in milliseconds, but only with one thread per rank: a child that asks
     # OpenMP for a team after the parent has used one hangs (GNU libgomp is not fork-safe), and
     # CUDA cannot be used in a forked child. Anything else pays spawn's re-import of torch.

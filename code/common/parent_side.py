@@ -49,8 +49,14 @@ class Collector:
         while pending and (grace_until is None or time.monotonic() < grace_until):
             self._poll(pending, 0.1 if self.failures else 0.25)
             if self.failures:
-                # The others' reports say who failed first; ranks still silent are asked after.
-                grace_until = grace_until or time.monotonic() + _GRACE_S
+                # The others' reports say who failed first. After a timeout, ranks that began waiting
+                # a little later get the time to time out too, so that the silent ones are the hung
+                # ones (many ranks on a loaded machine answer "where" slowly); a stopped rank is
+                # known at once, so when only stopped ranks are left there is nothing to wait for.
+                timed_out = any(is_timeout(cause) for cause, _ in self.failures.values())
+                grace_until = grace_until or time.monotonic() + (min(5.0, self.timeout_s) if timed_out else _GRACE_S)
+                if all(is_stopped(self.children[r].pid) for r in pending):
+                    break
             elif pending:
                 stall = self._watch(pending)
                 if stall is not None:
@@ -187,17 +193,20 @@ class Collector:
         return RankError(rank, text, details)
 
     def _find_hung(self, silent: list[int]) -> tuple[int, str] | None:
-        """Ask each silent rank where its main thread is. The one the others wait for is a rank that
-        does not answer (stopped, or holding the interpreter), else one outside torch.distributed."""
+        """Ask each silent rank where its main thread is. The one the others wait for is a stopped
+        rank, else one at work outside torch.distributed, else one that does not answer (it holds
+        the interpreter; last, because on a loaded machine a waiting rank may just answer late)."""
         self._ask(silent)
         silent = [r for r in silent if r not in self.failures and r not in self.results]
         for rank in silent:
-            if rank not in self.where:
+            if is_stopped(self.children[rank].pid):
                 return rank, self._silence(rank)
         for rank in silent:
-            in_collective, location = self.where[rank]
-            if not in_collective:
-                return rank, f"at {location}"
+            if rank in self.where and not self.where[rank][0]:
+                return rank, f"at {self.where[rank][1]}"
+        for rank in silent:
+            if rank not in self.where:
+                return rank, self._silence(rank)
         return None
 
 

@@ -60,20 +60,16 @@ def launch_in_torchrun(worker: Callable[..., Any], world_size: int, args: tuple,
     rank, world = _state.rank, _state.world
     if world != world_size:
         print(f"(torchrun gives {world} ranks; this part asked for {world_size} and runs on {world})")
-    _state.phase = "working"
-    try:
+    _state.enter("working")
+    with _state.failures():
         args, kwargs = copy.deepcopy((args, kwargs))  # this rank's own copy, as a forked rank has
         result = worker(rank, world, *args, **kwargs)
-    except BaseException as err:  # noqa: BLE001 - the verdict is rank 0's to give
-        _state.fail(describe(err), traceback.format_exc())
-    _state.phase = "gathering results"
+    _state.enter("gathering the results")
     gc.collect()
     gathered: list[Any] = [None] * world
-    try:
+    with _state.failures():
         dist.all_gather_object(gathered, result)
-    except BaseException as err:  # noqa: BLE001
-        _state.fail(describe(err), traceback.format_exc())
-    _state.phase = "between parts"
+    _state.enter("waiting for the next part")
     return gathered
 
 
@@ -91,16 +87,28 @@ class _Rank:
         self.verdict_lock = threading.Lock()
         self.verdict: RankError | None = None
         self.failing = False             # the main thread has failed and waits for the verdict
+        self.exit_status = 1
         self.claimed = False             # rank 0's main thread or helper is printing the verdict
         self.stopping = threading.Event()
+        self.wake, self.published = threading.Event(), threading.Event()  # a new phase, and it is in the store
         self.helper = threading.Thread(target=self._helper, daemon=True, name="course-heartbeat")
         self.helper.start()
         atexit.register(self._stop_helper)  # runs after teardown (atexit is last in, first out)
+
+    def enter(self, phase: str) -> None:
+        """This rank is now `phase`: in the store before it goes on, so a rank that stops right
+        after is reported in the phase it stopped in."""
+        self.phase = phase
+        if self.helper.is_alive() and self.connected.is_set():
+            self.published.clear()
+            self.wake.set()
+            self.published.wait(_BEAT_S * 5)
 
     def _stop_helper(self) -> None:
         """The helper must not be inside a store call while the interpreter frees the store: a
         daemon thread left in C++ at exit aborted a rank here (SIGABRT, "terminate called")."""
         self.stopping.set()
+        self.wake.set()
         self.helper.join(_STORE_WAIT_S)
 
     def join(self, choose_backend: Callable[[int], str], threads: int) -> None:
@@ -111,21 +119,31 @@ class _Rank:
         # torchrun's own LOCAL_RANK picks the GPU; across nodes it is not the global rank.
         setup_rank(int(os.environ.get("LOCAL_RANK", self.rank)), backend, threads)
         self.connected.wait(_STORE_WAIT_S)  # beating before joining: a rank that never joins is named
-        try:
-            with _folded_stderr() as folded:  # a peer that never comes: torch's socket warnings
-                dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))
-        except BaseException as err:  # noqa: BLE001
-            self.fail(describe(err), traceback.format_exc() + folded.text)
+        with self.failures(), _folded_stderr() as folded:  # a peer that never comes: socket warnings
+            dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))
         sys.stderr.write(folded.text)  # joined: what torch had to say, it may say
         atexit.register(self.teardown)  # a group left alive aborts the process at exit
+
+    @contextmanager
+    def failures(self) -> Iterator[None]:
+        """An error in the block becomes the verdict (raised); Ctrl-C or SIGTERM, which torchrun
+        sends every rank, just ends this one, with run_main's exit status."""
+        try:
+            yield
+        except Exception as err:  # noqa: BLE001 - the verdict is rank 0's to give
+            self.fail(describe(err), traceback.format_exc())
+        except BaseException as err:
+            self.failing = True
+            self.exit_status = 130 if isinstance(err, KeyboardInterrupt) else 128 + signal.SIGTERM
+            raise
 
     def teardown(self) -> None:
         """At exit: every rank leaves the group together; a rank that does not is named."""
         if self.failing:
-            _exit_with(None)  # the line is printed; a broken group must not be left politely
+            _exit_with(None, self.exit_status)  # the line is printed; a broken group is not left politely
         if not dist.is_initialized():
             return
-        self.phase = "leaving the group"
+        self.enter("leaving the group")
         try:
             gc.collect()
             dist.barrier()
@@ -204,17 +222,20 @@ class _Rank:
         while not self.stopping.is_set():
             count += 1
             in_collective, location = where_main_thread()
+            self.wake.clear()
             beat = (count, self.phase, in_collective, location, socket.gethostname(), os.getpid())
             if not self._publish(f"beat/{self.rank}", beat):
                 return
             self.connected.set()
+            if not self.wake.is_set():
+                self.published.set()
             if self.rank == 0 and not self.failing and self._any_failed():
                 self._decide()
                 time.sleep(0.5)  # the main thread prints it, unless it is stuck in a collective
                 if self._claim():
                     _exit_with(self.verdict)
                 return
-            self.stopping.wait(_BEAT_S)
+            self.wake.wait(_BEAT_S)
 
     def _any_failed(self) -> bool:
         return self.store.add(f"{self.prefix}failed", 0) > 0
@@ -270,12 +291,13 @@ class _Diagnosis:
             if rank == self.state.rank or rank in left:
                 continue  # this process is running: its own helper is what is busy deciding
             if rank not in self.beats or self.beats[rank][0] == before.get(rank, (None,))[0]:
-                why = "it is stopped: SIGSTOP or Ctrl-Z?" if _kill_if_stopped_here(*self.beats.get(
-                    rank, (None,) * 6)[4:]) else f"no heartbeat for {_STALE_S:g} s: stopped, or its machine is gone"
-                return RankError(rank, f"stopped responding ({why}); {waited}")
+                _, phase, _, _, host, pid = self.beats.get(rank, (None, "starting", None, None, None, None))
+                why = "it is stopped: SIGSTOP or Ctrl-Z?" if _kill_if_stopped_here(host, pid) else \
+                    f"no heartbeat for {_STALE_S:g} s: stopped, or its machine is gone"
+                return RankError(rank, f"stopped responding while {phase} ({why}); {waited}")
         for rank, (_, phase, in_collective, location, _, _) in sorted(self.beats.items()):
             if rank not in self.errors and not in_collective:
-                return RankError(rank, f"stopped responding (at {location}, {phase}); {waited}")
+                return RankError(rank, f"stopped responding while {phase} (at {location}); {waited}")
         rank = min(self.errors) if self.errors else self.state.rank
         cause, details = self.errors.get(rank, ("failed: unknown error", ""))
         return RankError(rank, f"{short(cause)} (timeout {self.state.timeout_s:g} s)", details)
@@ -318,7 +340,7 @@ def _folded_stderr() -> Iterator[_Folded]:
             folded.text = tmp.read().decode("utf-8", "replace")
 
 
-def _exit_with(verdict: RankError | None) -> None:
+def _exit_with(verdict: RankError | None, status: int = 1) -> None:
     """End the process now, from the helper thread or at exit, as run_main would end it."""
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -330,4 +352,4 @@ def _exit_with(verdict: RankError | None) -> None:
             sys.stderr.write(verdict.details)
         sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {verdict}\n")  # as run_main writes it
         sys.stderr.flush()
-    os._exit(1)
+    os._exit(status)
