@@ -102,33 +102,36 @@ class Collector:
         """The parent's deadlines, for a stall no rank reports (see the class docstring)."""
         now = time.monotonic()
         unjoined = sorted(pending - self.joined - self.worker_done)
-        if unjoined:
-            if now >= self.began + self.start_s:
-                return self._stalled(unjoined, f"did not join the group within {self.start_s:g} s")
-            if now >= self.next_look:  # the others have waited timeout_s: a stopped rank is named now
-                self.next_look = now + 1.0
-                # A spawned rank cannot answer while it imports torch: silence counts once it has
-                # started, and twice in a row (a loaded machine may be slow to answer once).
-                silent = {r for r in self._ask(unjoined) if r not in self.where}
-                named = [r for r in sorted(silent) if is_stopped(self.children[r].pid)
-                         or (r in self.started and r in self.silent_before)]
-                self.silent_before = silent
-                if named and not self.failures:
-                    return self._stalled(named, f"did not join the group within {now - self.began:.0f} s")
-        elif self.first_result:
-            if now >= self.first_result[0] + self.timeout_s:
-                return self._stalled(sorted(pending), f"did not finish within {self.timeout_s:g} s after "
-                                                      f"rank {self.first_result[1]} did")
-        elif now >= self.next_look:  # every rank silent: no timeout will ever fire
-            self.next_look = now + self.timeout_s
+        if unjoined and now >= self.began + self.start_s:
+            return self._stalled(unjoined, f"did not join the group within {self.start_s:g} s")
+        if unjoined and now >= self.next_look:  # the others have waited timeout_s: a stopped rank is named now
+            self.next_look = now + 1.0
+            # A spawned rank cannot answer while it imports torch: silence counts once it has
+            # started, and twice in a row (a loaded machine may be slow to answer once).
+            silent = {r for r in self._ask(unjoined) if r not in self.where}
+            named = [r for r in sorted(silent) if is_stopped(self.children[r].pid)
+                     or (r in self.started and r in self.silent_before)]
+            self.silent_before = silent
+            if named:
+                return self._stalled(named, f"did not join the group within {now - self.began:.0f} s")
+        elif not unjoined and self.first_result and now >= self.first_result[0] + self.timeout_s:
+            return self._stalled(sorted(pending), f"did not finish within {self.timeout_s:g} s after "
+                                                  f"rank {self.first_result[1]} did")
+        elif not unjoined and not self.first_result and now >= self.next_look:
+            self.next_look = now + self.timeout_s  # every rank silent: no timeout will ever fire
             silent = [r for r in self._ask(sorted(pending)) if r not in self.where]
-            if silent and len(silent) == len(pending) and not self.failures:
+            if silent and len(silent) == len(pending):
                 return self._stalled(silent, "stopped responding, and so did every other rank")
         return None
 
-    def _stalled(self, ranks: list[int], what: str) -> RankError:
-        """The error for the first of `ranks` that stalled: silent ones first (asked just before)."""
-        rank = sorted(ranks, key=lambda r: (r in self.where, r))[0]
+    def _stalled(self, ranks: list[int], what: str) -> RankError | None:
+        """The error for the rank most likely to be stuck among `ranks`, asked where they are first;
+        None when a rank reported a failure meanwhile (the failures then say who is to blame)."""
+        self._ask(ranks)
+        ranks = [r for r in ranks if r in self.pending]
+        if self.failures or not ranks:
+            return None
+        rank = min(ranks, key=lambda r: (self._stuck_order(r), r))
         if is_stopped(self.children[rank].pid) or (rank in self.started and rank not in self.where):
             why = self._silence(rank)
         elif rank not in self.started:
@@ -137,6 +140,16 @@ class Collector:
             in_collective, location = self.where[rank]
             why = f"it is {'in torch.distributed, ' if in_collective else ''}at {location}"
         return RankError(rank, f"{what} ({why})")
+
+    def _stuck_order(self, rank: int) -> int:
+        """0 stopped, 1 silent, 2 at work outside torch.distributed, 3 not started, 4 waiting in it."""
+        if is_stopped(self.children[rank].pid):
+            return 0
+        if rank not in self.started:
+            return 3
+        if rank not in self.where:
+            return 1
+        return 4 if self.where[rank][0] else 2
 
     def _silence(self, rank: int) -> str:
         if is_stopped(self.children[rank].pid):
