@@ -25,7 +25,8 @@ What the ranks write to stderr (torch's C++ socket warnings while they wait) is 
 terminal unless the run succeeds. Ctrl-C and any error take every child down with the parent;
 the kernel kills the children if the parent itself is killed (no orphans). Inside a rank,
 `capture_stderr()` keeps what torch's C++ side prints so the worker can return it beside the
-part it belongs to. What a child does between the fork and its exit is in `common.rank_side`.
+part it belongs to. What a child does between the fork and its exit is in `common.rank_side`,
+what the parent watches meanwhile in `common.parent_side`.
 """
 
 from __future__ import annotations
