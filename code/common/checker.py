@@ -330,22 +330,34 @@ def legend_lines(words: set[str]) -> list[str]:
     return wrap("verdicts: " + text, "    ", "  ").splitlines() if text else []
 
 
+VALUE_COLUMN = 22  # a value wider than this (a buffer's contents, a sentence) gets lines of its own
+
+
 def comparison_lines(claims: Sequence[Claim]) -> list[str]:
     """"vs the notes": statement, ours, notes, verdict, one row each; then the reasons of what did
-    not simply agree (the notes' slips first; a reason shared by several rows printed once)."""
+    not simply agree (the notes' slips first; a reason shared by several rows printed once). A
+    value too wide for its column is printed under its row instead, so no line passes the page."""
     rows = []
     for c in claims:
         row = _row_of(c)
-        digits = shown_digits(c.ours, row.digits if row else 4, row.places if row else None)
-        rows.append((c.what, _shown(c.ours, c.unit, digits), _shown(c.notes, c.unit, digits), verdict(c)))
-    widths = [max(len(r[i]) for r in rows + [("", "ours", "notes", "verdict")]) for i in (1, 2, 3)]
+        digits, places = (row.digits, row.places) if row else (4, None)
+        rows.append((c.what, _shown(c.ours, c.unit, shown_digits(c.ours, digits, places)),
+                     _shown(c.notes, c.unit, shown_digits(c.notes, digits, places)), verdict(c)))
+    fits = [max(len(r[1]), len(r[2])) <= VALUE_COLUMN for r in rows]
+    table = [r for r, ok in zip(rows, fits) if ok] + [("", "ours", "notes", "verdict")]
+    widths = [max(len(r[i]) for r in table) for i in (1, 2, 3)]
     what_width = max(24, PAGE_WIDTH - 4 - sum(widths) - 6)
     lines = ["  vs the notes" + " " * (what_width - 12) + "  " + "ours".rjust(widths[0]) + "  "
              + "notes".rjust(widths[1]) + "  verdict"]
-    for what, ours, notes, word in rows:
+    for (what, ours, notes, word), ok in zip(rows, fits):
         wrapped = wrap(what, "", width=what_width).splitlines() or [""]
-        lines.append(f"  {wrapped[0].ljust(what_width)}  {ours.rjust(widths[0])}  {notes.rjust(widths[1])}  {word}")
+        if ok:
+            lines.append(f"  {wrapped[0].ljust(what_width)}  {ours.rjust(widths[0])}  {notes.rjust(widths[1])}  {word}")
+        else:
+            lines.append(f"  {wrapped[0].ljust(what_width)}  {' ' * (widths[0] + widths[1] + 2)}  {word}")
         lines += [f"    {more}" for more in wrapped[1:]]
+        if not ok:
+            lines += [wrap(ours, "           ", "      ours: "), wrap(notes, "           ", "     notes: ")]
     return lines + _reasons(claims)
 
 
