@@ -304,10 +304,10 @@ def test_a_fit_with_a_negative_intercept_is_not_measured(alpha_beta: ModuleType)
     run = num.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
     assert not run["alpha"].measured and run["alpha"].used == 0
     claims = _fit_claims(alpha_beta, run)
-    fitted = [claims["L14-3.4-gloo-fit-alpha"], claims["L14-3.4-gloo-fit-beta"]]
+    fitted = [claims["L14-3.4-gloo-fit"], claims["L14-3.4-gloo-fit-beta"]]
     assert [c.status for c in fitted] == ["not measured", "not measured"]
     assert all(c.ours is None and "0 of 3 sweeps' fits succeeded" in c.why for c in fitted)
-    loopback = claims["L14-3.4-loopback-100x-measured"]
+    loopback = claims["L14-3.4-loopback-100x"]
     assert loopback.status == "not measured" and "0 of 3 sweeps' fits succeeded" in loopback.why
 
 
@@ -320,7 +320,7 @@ def test_loopback_latency_against_the_links_alpha(alpha_beta: ModuleType) -> Non
     times = [6 * 500e-6 + n / 1e9 for n in sizes]  # a = 2(K−1)·α with K = 4
     run = num.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
     claims = _fit_claims(alpha_beta, run)
-    measured, notes_own = claims["L14-3.4-loopback-100x-measured"], claims["L14-3.4-loopback-100x-notes"]
+    measured, notes_own = claims["L14-3.4-loopback-100x"], claims["L14-3.4-loopback-100x-notes"]
     assert measured.ours == pytest.approx(100) and measured.status == "agrees"
     assert measured.rule == "within a factor of 3.16228"
     assert notes_own.ours == pytest.approx(26) and notes_own.status == "differs"

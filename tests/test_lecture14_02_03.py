@@ -31,7 +31,7 @@ def test_02_default_world_size(tmp_path: Path) -> None:
     found = claims(tmp_path / "o.json")
     assert len(found) >= 6 and all(c["status"] == "agrees" for c in found.values()), found
     assert all(c["kind"] == "observed on real ranks" for c in found.values())  # seen on real ranks, no formula
-    assert found["L14-2.2-output-sizes-reduce-scatter"]["ours"] == 0.25
+    assert found["L14-2.2-output-sizes"]["ours"] == 0.25
     assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(out)  # Part 4: the skipper
     hang = found["L14-2.2-skipped-collective-hangs"]
     assert hang["ours"] is True and "the launch failed after" in hang["why"]
@@ -116,7 +116,7 @@ def test_03_other_world_size_and_size(tmp_path: Path) -> None:
     assert "vs the notes: recomputed at their setting, K = 8, N = 64 MB, α = 5 µs, β = 25 GB/s" in out
     found = claims(tmp_path / "o.json")
     assert found["L14-3.1-best-s"]["ours"] == 64 and found["L14-3.1-best-s"]["status"] == "agrees"
-    assert found["L14-3.2-reduce-scatter-state-worker0"]["status"] == "agrees"
+    assert found["L14-3.2-reduce-scatter-state"]["status"] == "agrees"
     fp = found["L14-3.3-fp-order-1e-5"]
     assert fp["status"] == "other setting" and "--traffic-size 65536 (notes' setting: 262144)" in fp["decision"]
     assert re.search(r"^  max \|ring - np.sum\|, float32, K = 64 .* other setting$", raw, re.M)
@@ -147,7 +147,7 @@ def test_03_explicit_world_size_8_is_part_3s_notes_setting(tmp_path: Path) -> No
     found = claims(tmp_path / "o.json")
     assert all(c["status"] == "agrees" for c in found.values()), found
     assert found["L14-3.1-best-s"]["ours"] == 64 and found["L14-3.1-unsplit"]["ours"] == pytest.approx(17.955)
-    assert found["L14-3.2-reduce-scatter-state-worker0"]["ours"] == "a0  a1+b1+c1+d1  a2+c2+d2  a3+d3"
+    assert found["L14-3.2-reduce-scatter-state"]["ours"] == "a0  a1+b1+c1+d1  a2+c2+d2  a3+d3"
 
 
 def test_03_mpi_indices_and_owner_chunk_claims_for_other_k(tmp_path: Path) -> None:

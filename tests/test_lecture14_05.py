@@ -48,7 +48,7 @@ def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> N
     assert claims["L14-4.2-replicas-identical"]["ours"] is True
     diffs = [claims[ref]["ours"] for ref in ("L14-4.2-full-batch-gap", "L14-4.2-accumulation-gap", "L14-4.2-fixed-error")]
     assert all(0 <= d < 1e-12 for d in diffs)     # round-off only
-    naive = claims["L14-4.2-naive-error-21pct-orthogonal"]
+    naive = claims["L14-4.2-naive-error-21pct"]
     assert naive["ours"] == pytest.approx(100 * (1 / 24) ** 0.5, rel=1e-9)  # ‖Δw‖/‖w‖ for 3,3,2,2: 20.41 %
     assert naive["status"] == "differs"                     # 20.41 % is not the notes' 21 % to the unit
 

@@ -49,7 +49,7 @@ MODEL_SIZES = [10**e for e in range(3, 10)]  # 1 KB … 1 GB, MB = 1e6 B as in t
 REAL_PROCS = (2, 4)                           # the notes' two process counts
 REAL_SIZES = [2**10 * 4**i for i in range(8)]  # 1 KiB … 16 MiB by factors of 4
 QUICK_SIZES = [2**10, 2**14, 2**18, 2**20]      # 1 KiB, 16 KiB, 256 KiB, 1 MiB
-GLOO_ALPHA_ROW = "L14-3.4-gloo-fit-alpha"      # the notes' fitted gloo α, 4 processes (Part 2)
+GLOO_ALPHA_ROW = "L14-3.4-gloo-fit"      # the notes' fitted gloo α, 4 processes (Part 2)
 PEAK_TFLOPS, MFU, TOKENS_PER_GPU = 989.0, 0.40, 2048  # the notes' compute assumptions (Part 3)
 GRAD_BYTES_PER_PARAM = 2                      # bf16 gradients
 # The ranks Part 2 starts are REAL_PROCS, whatever --world-size (the model's K, up to 4,096 devices)

@@ -234,7 +234,14 @@ def part4_accumulation(rep: Report, args: argparse.Namespace, part2: dict) -> No
 def part5_async(rep: Report, args: argparse.Namespace) -> None:
     k = args.ps_workers
     rep.part(5, f"parameter server: synchronous vs asynchronous with stale gradients ({k} workers)")
-    staleness(rep, k, args.seed)  # how late a gradient arrives: the τ of the columns below
+    # How late a gradient lands on an asynchronous server (the notes: K − 1): the τ of the columns below.
+    rows = async_sgd.staleness_rows(sorted({1, 2, 4, 8, 16, k}), GRAD_COMPUTATIONS, args.seed)
+    rep.line(f"  how late a gradient arrives: K workers push to an asynchronous server, {GRAD_COMPUTATIONS} "
+             f"gradients, counted after the first K; random speeds: each worker's time per gradient drawn "
+             f"from 0.5 … 1.5 (seed {args.seed})")
+    rep.table(["K", "K − 1", "equal speeds: mean", "equal: min", "equal: max", "random speeds: mean"], rows,
+              name="staleness")
+    rep.value("staleness_at_8", next(r[2] for r in rows if r[0] == 8))
     problem = dp.make_least_squares(PS_SAMPLES, PS_DIM, GRAD_COMPUTATIONS, PS_BATCH, args.seed)
     taus = sorted({t for t in (0, 1, (k - 1) // 2, k - 1) if t <= k - 1})
     sw = async_sgd.run_sweep(problem, k, PS_LRS, taus)
@@ -255,17 +262,6 @@ def part5_async(rep: Report, args: argparse.Namespace) -> None:
         panels = async_sgd.curve_panels(problem, k, (PS_LRS[0], 0.2), taus)
         rep.save_figure(figures.async_curves(panels, k, sw.optimum, sw.start, f"seed {args.seed}, {GRAD_COMPUTATIONS} "
                                             f"mini-batches of {PS_BATCH}"), "async_sgd_loss")
-
-
-def staleness(rep: Report, k: int, seed: int) -> None:
-    """How many updates late a gradient lands on an asynchronous server, over K (the notes: K − 1)."""
-    rows = async_sgd.staleness_rows(sorted({1, 2, 4, 8, 16, k}), GRAD_COMPUTATIONS, seed)
-    rep.line(f"  how late a gradient arrives: K workers push to an asynchronous server, {GRAD_COMPUTATIONS} "
-             f"gradients, counted after the first K; random speeds: each worker's time per gradient drawn "
-             f"from 0.5 … 1.5 (seed {seed})")
-    rep.table(["K", "K − 1", "equal speeds: mean", "equal: min", "equal: max", "random speeds: mean"], rows,
-              name="staleness")
-    rep.value("staleness_at_8", next(r[2] for r in rows if r[0] == 8))
 
 
 def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
