@@ -123,7 +123,8 @@ def main() -> None:
 def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
     rep.part(1, "6ND: FLOPs of two real training runs and the fraction of peak")
     peak = args.peak_tflops * 1e12
-    rep.note(f"peak = {args.peak_tflops:g} TFLOP/s per GPU (dense BF16, the same for H100 and H800);\n"
+    what_peak = " (dense BF16, the same for H100 and H800)" if rep.at_notes_setting(("peak_tflops",)) else ""
+    rep.note(f"peak = {args.peak_tflops:g} TFLOP/s per GPU{what_peak};\n"
              "N = parameters each token passes through (DeepSeek-V3 is MoE: 37B of 671B active)")
     rows = []
     for run in RUNS:
