@@ -349,6 +349,16 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
     return lines + _reasons(claims)
 
 
+def summary_lines(claims: Sequence[Claim]) -> list[str]:
+    """For rows a script's own table already shows beside the notes' figures (Report.notes_text):
+    one line counting the verdicts instead of the rows again, then the reasons as comparison_lines."""
+    counts: dict[str, int] = {}
+    for c in claims:
+        counts[verdict(c)] = counts.get(verdict(c), 0) + 1
+    text = ", ".join(f"{n} {word}" for word, n in counts.items())
+    return [wrap(f"vs the notes (their figures in the table above): {text}", "    ", "  ")] + _reasons(claims)
+
+
 def _reasons(claims: Sequence[Claim]) -> list[str]:
     """The reasons below the table: slips first, then differs and the rest; each text once."""
     shown = [c for c in claims if c.status not in ("agrees", "calibration target")]  # calibration: the part's note
