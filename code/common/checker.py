@@ -187,9 +187,14 @@ def all_rows() -> list[Row]:
     return rows
 
 
+@lru_cache(maxsize=None)
+def _rows_by_id() -> dict[str, Row]:
+    return {r.id: r for r in all_rows()}  # the tables are loaded once (load_table), so this index holds
+
+
 def row(row_id: str) -> Row:
     """The row with this id (KeyError naming it when there is none)."""
-    found = next((r for r in all_rows() if r.id == row_id), None)
+    found = _rows_by_id().get(row_id)
     if found is None:
         raise KeyError(f"no row {row_id} in the notes' tables")
     return found
