@@ -187,9 +187,14 @@ def all_rows() -> list[Row]:
     return rows
 
 
+@lru_cache(maxsize=None)
+def _rows_by_id() -> dict[str, Row]:
+    return {r.id: r for r in all_rows()}  # the tables are loaded once (load_table), so this index holds
+
+
 def row(row_id: str) -> Row:
     """The row with this id (KeyError naming it when there is none)."""
-    found = next((r for r in all_rows() if r.id == row_id), None)
+    found = _rows_by_id().get(row_id)
     if found is None:
         raise KeyError(f"no row {row_id} in the notes' tables")
     return found
@@ -359,6 +364,16 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
         if not ok:
             lines += [wrap(ours, "           ", "      ours: "), wrap(notes, "           ", "     notes: ")]
     return lines + _reasons(claims)
+
+
+def summary_lines(claims: Sequence[Claim]) -> list[str]:
+    """For rows a script's own table already shows beside the notes' figures (Report.notes_text):
+    one line counting the verdicts instead of the rows again, then the reasons as comparison_lines."""
+    counts: dict[str, int] = {}
+    for c in claims:
+        counts[verdict(c)] = counts.get(verdict(c), 0) + 1
+    text = ", ".join(f"{n} {word}" for word, n in counts.items())
+    return [wrap(f"vs the notes (their figures in the table above): {text}", "    ", "  ")] + _reasons(claims)
 
 
 def _reasons(claims: Sequence[Claim]) -> list[str]:

@@ -100,16 +100,18 @@ class Report:
         row = checker.row(row_id)
         return f"{fmt_num(row.notes_shown)} {row.unit}".strip()
 
-    def compare_with_notes(self) -> None:
+    def compare_with_notes(self, in_table: bool = False) -> None:
         """Decide the rows whose values were recorded since the last call, and print them as one
-        compact table (called by part() and finish(); a part may call it to place the table)."""
+        compact table (called by part() and finish(); a part may call it to place the table).
+        in_table=True: the part's own table already shows the notes' figures beside ours
+        (notes_text), so one line counts the verdicts and only the reasons follow."""
         fresh, self._fresh = set(self._fresh), []
         rows = [r for r in self.rows if r.value in fresh]
         if not rows:
             return
         claims = [checker.decide(r, self._part, self._values, self._off(r)) for r in rows]
         self.claims += claims
-        for text in checker.comparison_lines(claims):
+        for text in (checker.summary_lines if in_table else checker.comparison_lines)(claims):
             print(text)
         self._words |= {checker.verdict(c) for c in claims}
 
