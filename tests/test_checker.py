@@ -70,6 +70,15 @@ def test_bounds_and_calibration_and_measured() -> None:
     assert not decide(_row(slip=True), "P", {"x": 53.3}, []).erratum   # a slip that agrees is none
 
 
+def test_same_as_compares_two_values_of_ours() -> None:
+    row = _row(notes=None, places=None, same_as="scratch", basis=checker.OBSERVED)
+    assert decide(row, "P", {"x": 1024, "scratch": 1024}, []).status == "agrees"
+    claim = decide(row, "P", {"x": 1024, "scratch": 2048}, [])
+    assert claim.status == "differs" and claim.notes == 2048
+    with pytest.raises(ValueError, match="same_as"):
+        checker._check_row(_row(same_as="scratch"), "test")   # a notes' figure too
+
+
 def test_a_changed_flag_voids_only_the_rows_that_depend_on_it() -> None:
     defaults = {"world_size": ("--world-size", 16), "seed": ("--seed", 0)}
     args = argparse.Namespace(world_size=8, seed=0, quick=False, _notes_setting=defaults)

@@ -18,6 +18,8 @@ The notes are data, one TOML table per document, beside the scripts that check i
                                         # (for a bound the notes give: below = 10, above = 5, between = [50, 200])
     depends = ["--world-size", "--alpha-us", "--beta-gbs", "--bucket-cap-mb"]  # flags that void it ([]: none)
     slip = false                        # true: the notes are wrong here, ours is the correct value
+    # same_as = "scratch_bytes"         # a check of our own (PyTorch's engine against ours): compare
+                                        # with another recorded value instead of a notes' figure
     why = "uncalibrated: {uncal_ms:.2f} ms"   # the reason, a template over recorded values
 
 A row that cannot be checked has `unchecked = "why"` instead of script/value/notes. A script only
@@ -30,7 +32,7 @@ reproduce.py, the report pages, the README's errata and the tests all read what 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from pathlib import Path
@@ -90,11 +92,17 @@ class Row:
     below: float | None = None          # the notes bound ours: ours < below
     above: float | None = None          # ours > above
     between: tuple[float, float] | None = None  # low <= ours <= high
+    same_as: str = ""                   # a check of our own: ours against another recorded value
+    depends: tuple[str, ...] = ()
+    slip: bool = False
+    why: str = ""
+    digits: int = 4
+    unchecked: str = ""
 
     @property
     def compares(self) -> bool:
-        """The notes give a figure or a bound to compare ours with."""
-        return self.notes is not None or self.bound is not None
+        """The notes give a figure or a bound to compare ours with (or the row names our other value)."""
+        return self.notes is not None or self.bound is not None or bool(self.same_as)
 
     @property
     def bound(self) -> tuple[str, Any] | None:
@@ -112,11 +120,6 @@ class Row:
         if name == "between":
             return f"{limit[0]:g}–{limit[1]:g}"
         return f"{'<' if name == 'below' else '>'} {limit:g}"
-    depends: tuple[str, ...] = ()
-    slip: bool = False
-    why: str = ""
-    digits: int = 4
-    unchecked: str = ""
 
 
 @dataclass
@@ -171,6 +174,8 @@ def _check_row(row: Row, relpath: str) -> None:
     rules = [n for n in ("places", "factor", "below", "above", "between") if getattr(row, n) is not None]
     if len(rules) > 1:
         raise ValueError(f"{where}: one rule at most, not {', '.join(rules)}")
+    if row.same_as and (row.notes is not None or row.bound is not None):
+        raise ValueError(f"{where}: same_as compares two values of ours: no notes' figure or bound with it")
     if row.bound is not None and row.notes is not None:
         raise ValueError(f"{where}: a bound is the notes' value: give below/above/between or notes, not both")
     if row.between is not None and not (len(row.between) == 2 and row.between[0] <= row.between[1]):
@@ -251,6 +256,8 @@ def decide(row: Row, part: str, values: dict[str, Any], off: Sequence[str]) -> C
     setting in the flags the row depends on (empty: at the notes' setting)."""
     ours = values.get(row.value)
     why = reason(row, values)
+    if row.same_as:  # both sides ours: the other is what the row compares with (and shows as "notes")
+        row = replace(row, notes=values.get(row.same_as))
     status, rule, decision = _status(row, ours, off)
     erratum = row.slip and status == "differs"
     return Claim(part, row.what, ours, row.notes_shown, row.unit, row.basis, status, why, rule, decision, row.id,
