@@ -50,7 +50,7 @@ def test_editing_a_rows_notes_value_makes_it_differ() -> None:
         if row.unchecked or row.basis in (checker.MEASURED, checker.CALIBRATION) or row.bound:
             continue
         edited = dataclasses.replace(row, notes=(not row.notes) if isinstance(row.notes, bool)
-                                     else f"{row.notes}?" if isinstance(row.notes, str) else row.notes * 3 + 1)
+                                     else f"{row.notes}?" if isinstance(row.notes, str) else row.notes * 1000 + 1)
         agreeing = row.notes if isinstance(row.notes, (bool, str)) else row.notes
         values = _AnyValue({row.value: agreeing})
         assert decide(row, "Part 1", values, []).status in ("agrees", "differs"), row.id
