@@ -47,7 +47,9 @@ from common.text import PAGE_WIDTH, wrap
 from common.units import fmt_num
 
 CODE = Path(__file__).resolve().parents[1]
-TABLES = ("lecture14/notes.toml", "lecture15/notes.toml", "lecture15/handbook.toml", "cs336/notes.toml")
+TABLES = ("lecture14/notes.toml", "lecture15/notes.toml", "lecture15/handbook.toml", "cs336/notes.toml",
+          # checks of our own, not statements of the notes: PyTorch's engines beside ours
+          "lecture14/engines.toml", "lecture15/engines.toml", "cs336/engines.toml")
 
 # What our value is, against the notes' (a row's `basis`), and the verdict word each gives.
 EXACT = "exact formula"             # a closed form: must agree
