@@ -6,7 +6,10 @@ checked against a single process, ddp_sim's bucket rule, or a gradient computed 
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo  # noqa: F401 - DDP() needs it; imported before the ranks fork, as the scripts do
-from conftest import assert_usage_error, flat, load_script, run_script
+from conftest import assert_usage_error, code_env, flat, load_script, run_script
 from torch import nn
 
 from common.launcher import launch
@@ -133,18 +136,53 @@ def test_buffers_replaced_by_rank0(details: ModuleType) -> None:
 
 
 # ---- smoke runs and bad flags ----------------------------------------------------------------
-def test_smoke_01() -> None:
-    out = run_script("lecture15/01_ddp_basics.py", "--quick").stdout
+def _claims(relpath: str, tmp_path: Path, *args: str) -> tuple[str, dict[str, dict]]:
+    """A run's output (line wrapping undone) and its decided rows by id (--json)."""
+    out = run_script(relpath, *args, "--json", str(tmp_path / "run.json")).stdout
+    data = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
+    return flat(out), {c["ref"]: c for c in data["claims"]}
+
+
+def test_smoke_01(tmp_path: Path) -> None:
+    out, claims = _claims("lecture15/01_ddp_basics.py", tmp_path, "--quick")
     assert "== Part 3" in out
-    assert "all ranks bit-identical after DDP(): True" in out
-    assert "all ranks bit-identical after 10 steps: True" in out
+    for ref in ("L15-1.4-identical-after-wrap", "L15-1.4-identical-after-training"):
+        assert claims[ref]["ours"] is True and claims[ref]["status"] == "agrees"
+        assert claims[ref]["kind"] == "observed on real ranks"
 
 
-def test_smoke_01_world_size_3() -> None:
-    out = flat(run_script("lecture15/01_ddp_basics.py", "--quick", "--world-size", "3", "--batch", "10").stdout)
-    assert "sizes [4, 3, 3]" in out
-    diff = float(re.search(r"single-process full-batch training: (\S+)", out).group(1))
-    assert diff < 1e-12
+def test_smoke_01_world_size_3(tmp_path: Path) -> None:
+    out, claims = _claims("lecture15/01_ddp_basics.py", tmp_path, "--quick", "--world-size", "3", "--batch", "10")
+    assert "shards of [4, 3, 3]" in out
+    assert claims["L15-1.4-vs-single-process"]["ours"] < 1e-12
+    assert re.search(r"check: DDP on 3 ranks, 10 steps = one process, whole batch: max \|difference\| \S+ ≤ "
+                     r"1e-12: ok", out)
+
+
+# A broken DDP training must end the run, not print as a result: the shard's loss as a local mean
+# (the mistake shard_loss's docstring warns about) weights 10 samples on shards of 4, 3, 3 unequally.
+BROKEN_SHARD_LOSS = """
+import sys
+sys.path.insert(0, {tests!r})
+from conftest import load_script
+from common.cli import run_main
+basics = load_script("lecture15/01_ddp_basics.py")
+basics.shard_loss = lambda out, y, world_size, n: ((out - y) ** 2).mean()
+sys.argv = ["01_ddp_basics.py", "--quick", "--world-size", "3", "--batch", "10"]
+run_main(basics.main)
+"""
+
+
+def test_ddp_unequal_to_one_process_fails_the_run_in_one_line() -> None:
+    proc = subprocess.run([sys.executable, "-c", BROKEN_SHARD_LOSS.format(tests=str(Path(__file__).parent))],
+                          capture_output=True, text=True, timeout=180, env=code_env())
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.fullmatch(r"01_ddp_basics\.py: error: DDP on 3 ranks, 10 steps = one process, whole batch: "
+                        r"max \|difference\| (\S+), above the tolerance 1e-12", lines[0]), lines[0]
+    assert float(lines[0].split("difference| ")[1].split(",")[0]) > 1e-6
+    assert "FAILED" in proc.stdout
 
 
 def test_smoke_02() -> None:
