@@ -45,7 +45,7 @@ from lecture15.ddp_sim import (
     simulate_ddp,
 )
 from lecture15.ddp_sim import gantt_figure as ddp_gantt
-from lecture15.overlap_figures import sweep_figure
+from lecture15.figures import sweep_figure
 
 # The notes' "25 MB" cap is 25 × 10^6 B (it gives their bucket counts; PyTorch's 25 MiB does not).
 EXPLICIT_25_MIB = 25 * MiB  # bucket_cap_mb=25 written out: every bucket, the first too, capped at 25 MiB
