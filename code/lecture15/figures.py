@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from common.output import fmt_bytes, new_figure
 from lecture15.ddp_sim import Timeline
 
@@ -49,4 +51,28 @@ def sweep_figure(args: argparse.Namespace, caps: list[float], results: dict[tupl
                  f"β = {args.slow_beta_gbs:g} GB/s",
                  fontsize=8)
     ax.legend(fontsize=8)
+    return fig
+
+
+def convergence_figure(curves: dict[str, dict[int, list[float]]], eval_every: int,
+                       titles: dict[str, str]) -> object:
+    """05 Part 3: the full-data loss against micro-batches seen, one panel per learning rate."""
+    fig, axes = new_figure(1, len(curves), figsize=(4.2 * len(curves), 3.4), sharey=True)
+    for ax, (name, by_n) in zip(axes, curves.items()):
+        for n, curve in by_n.items():
+            values = np.asarray(curve, dtype=float)
+            bad = ~np.isfinite(values) | (values > 1e3)      # diverged: drawn up to where it leaves the axis
+            stop = int(np.argmax(bad)) if bad.any() else len(values)
+            steps = np.arange(len(values)) * eval_every
+            line, = ax.plot(steps[:stop], values[:stop], label=f"n = {n}" + (" (diverged)" * bool(bad.any())))
+            if bad.any() and stop > 0:
+                ax.plot(steps[stop - 1], values[stop - 1], "x", color=line.get_color(), markersize=9)
+        ax.set_yscale("log")
+        ax.set_ylim(top=1e3)
+        ax.set_title(titles.get(name, name), fontsize=9)
+        ax.set_xlabel("micro-batches seen")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("full-data loss (½ mean squared error)")
+    fig.suptitle("synchronise every n micro-batches: least squares, 16 features; × = diverged (loss > 1e3)",
+                 fontsize=9)
     return fig
