@@ -239,7 +239,7 @@ def test_exercise8_idle_expert_probability_by_enumeration(exercises_run: tuple[s
 # ---- model_vs_real -------------------------------------------------------------------------------
 def test_model_vs_real_quick_runs_real_ddp() -> None:
     out = run_script(MODEL_VS_REAL, "--quick", timeout=120).stdout
-    assert re.search(r"the rule's buckets = the real DDP's +True +True +agrees", out)   # torch's rebuilt = ours
+    assert re.search(r"the rule's buckets = the real DDP's +True +True +agrees", out)   # rebuilt = ours
     assert "measured DDP step" in out and "fit: fitted gloo ring" in out
     assert "0.weight" in out and "limits:" in out
 
