@@ -172,8 +172,8 @@ def part2_broadcast_and_training(rep: Report, args) -> None:
                      bool(np.array_equal(res["after_wrap"], results[0]["after_wrap"])),
                      bool(np.array_equal(res["trained"], results[0]["trained"])),
                      float(np.abs(res["trained"] - reference).max())])
-    rep.table(["rank", "max |p - p_rank0| before DDP", "identical after DDP()",
-               f"identical after {args.steps} steps", "max |p - single process|"], rows, name="ranks")
+    rep.table(["rank", "max |p − p_rank0| before", "same after DDP()", f"same after {args.steps} steps",
+               "max |p − 1 process|"], rows, name="ranks")
     gap = max(r[4] for r in rows)
     rep.check_close(f"DDP on {args.world_size} ranks, {args.steps} steps = one process, whole batch", gap,
                     SAME_TRAINING_TOL)
@@ -206,7 +206,7 @@ def part3_cpu_timing(rep: Report, args) -> None:
         return f"{fmt_time(min(times))} – {fmt_time(max(times))}"
 
     w = args.world_size
-    rep.table(["setting", "median step", "range (all steps, all ranks)", "speed-up vs 1 process"],
+    rep.table(["setting", "median step", "range, all steps and ranks", "speed-up"],
               [["1 process, whole batch", fmt_time(single), spread(single_times), 1.0],
                [f"{w} processes, 1/{w} batch each, no communication",
                 fmt_time(local), spread([t for r in results for t in r["local"]]), single / local],

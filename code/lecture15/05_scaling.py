@@ -121,10 +121,13 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
              "stragglers, congestion, slower links between machines and per-call overheads are not in an "
              "α-β ring with perfect overlap")
     ring_terms(rep, ks, link)
-    rows = [[name, p.world_size, f"{p.step_s * 1e3:.1f}", f"{p.throughput_speedup:.1f}",
-             f"{p.efficiency:.0%}", bar(p.efficiency, 1.0, 30)]
-            for name in ("ResNet-50", "BERT-large") for p in points[name]]
-    rep.table(["model", "K", "step (ms)", "throughput ×", "efficiency", ""], rows, name="throughput")
+    rows = []
+    for resnet, bert in zip(points["ResNet-50"], points["BERT-large"]):   # one row per K
+        cells = [cell for p in (resnet, bert)
+                 for cell in (f"{p.step_s * 1e3:.1f}", f"{p.throughput_speedup:.1f}", f"{p.efficiency:.0%}")]
+        rows.append([resnet.world_size, *cells, bar(bert.efficiency, 1.0, 20)])
+    rep.table(["K", "ResNet-50 step (ms)", "throughput ×", "efficiency", "BERT-large step (ms)",
+               "throughput ×", "efficiency", "BERT-large efficiency"], rows, name="throughput")
     rep.values(resnet_slowdown=steps["ResNet-50"][1] / steps["ResNet-50"][0],
                bert_slowdown=steps["BERT-large"][1] / steps["BERT-large"][0],
                bert_uncal_slowdown=steps["BERT-large, uncal."][1] / steps["BERT-large, uncal."][0],

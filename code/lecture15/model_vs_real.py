@@ -186,9 +186,7 @@ def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any
     rep.line(f"  fit: {link.describe() if link else failed}; to the medians of t = 2(K−1)α + "
              f"2(K−1)/K·n/β, K = {args.world_size}, least squares in relative error "
              f"({len(result['allreduce_runs'][0])} repeats per size, slowest rank)")
-    rep.values(fitted_alpha_us=link.alpha_s * 1e6 if link else None,
-               fitted_beta_gbs=link.beta_Bps / 1e9 if link else None)
-    if link:
+    if link:   # our figures, which the notes give none of: recorded, not compared
         rep.record("alpha_s", link.alpha_s)
         rep.record("beta_Bps", link.beta_Bps)
     return link
@@ -229,10 +227,10 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     cap = args.bucket_cap_bytes
     buckets = assign_buckets(sizes, cap, first_cap_bytes=cap)
     real = result["real_buckets"]
-    rep.line(f"  buckets by DDP's rule (gradient-ready order, sealed at >= the cap), cap {cap / MiB:g} MiB: "
+    rep.line(f"  buckets by DDP's rule (gradient-ready order, sealed at >= the cap {cap / MiB:g} MiB): "
              f"{buckets}")
-    rep.line(f"  buckets the real DDP used after its rebuild: {real} "
-             f"(the same on every rank: {result['same_buckets_on_every_rank']})")
+    rep.line(f"  the real DDP's after its rebuild: {'the same' if real == buckets else real} (the same on "
+             f"every rank: {result['same_buckets_on_every_rank']})")
     rep.value("rule_equals_real_buckets", buckets == real)
     measured, runs = result["ddp_step_s"], result["ddp_step_runs"]
     if link is None:
