@@ -1,5 +1,4 @@
-"""Handbook "数据并行与 DDP" and lecture 15 §2.3, §4.3: where MyDDP (lecture15/my_ddp.py) follows PyTorch DDP's
-rules, side by side on real ranks.
+"""Handbook "数据并行与 DDP", lecture 15 §2.3 and §4.3: MyDDP held to PyTorch DDP's rules on real ranks.
 
     python code/lecture15/my_ddp_vs_ddp.py [--world-size 2]
 
