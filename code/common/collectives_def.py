@@ -25,6 +25,12 @@ parameter server's list has K + 1 entries, the server last.
 Time: every round of these algorithms loads the busiest link alike, so the α-β time is rounds ×
 (α + round_bytes / β): what lecture14.collectives measures round by round, written once here.
 Exact where K (and S) divide N; the simulator counts uneven pieces byte by byte.
+
+Where the rest lives: the real calls whose pieces differ in size, with gloo's workarounds, are in
+common.collectives_real (torch, ranks only); a call's counted form, the bytes a rank is charged for
+torch's `torch_name` of size N, is `Collective.ring_bytes` (costmodel.ring_bytes_sent, which
+cs336.comm.CommLog and common.dist_count's names use). Adding a collective or an algorithm: its
+entry here, its schedule in lecture14/collectives.py (import fails until it has one), its tests.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 
-Positions = Callable[[int, Fraction], list[Fraction]]  # (K, N) -> bytes by position, exact
+# (K, N) -> bytes by position; generic in N's type: floats to use, Fractions for exact totals
+Positions = Callable[[int, Any], list[Any]]
 
 
 def check_size(k: int, nbytes: float) -> None:
@@ -69,23 +76,23 @@ def _tree_down_sends(k: int, v: int) -> int:
 
 # ---- what each position sends, by algorithm (N as in the module doc) -----------------------------
 
-def _ring_all_reduce(k: int, n: Fraction) -> list[Fraction]:
+def _ring_all_reduce(k: int, n: Any) -> list[Any]:
     return [2 * (k - 1) * n / k] * k           # reduce-scatter then all-gather, N/K a round
 
 
-def _ring_one_phase(k: int, n: Fraction) -> list[Fraction]:
+def _ring_one_phase(k: int, n: Any) -> list[Any]:
     return [(k - 1) * n / k] * k               # reduce-scatter or all-gather: all pieces but one
 
 
-def _tree_up(k: int, n: Fraction) -> list[Fraction]:
+def _tree_up(k: int, n: Any) -> list[Any]:
     return [0] + [n] * (k - 1)        # every non-root sends its partial sum once
 
 
-def _tree_down(k: int, n: Fraction) -> list[Fraction]:
+def _tree_down(k: int, n: Any) -> list[Any]:
     return [_tree_down_sends(k, v) * n for v in range(k)]
 
 
-def _tree_all_reduce(k: int, n: Fraction) -> list[Fraction]:
+def _tree_all_reduce(k: int, n: Any) -> list[Any]:
     return [a + b for a, b in zip(_tree_up(k, n), _tree_down(k, n))]
 
 
@@ -125,22 +132,19 @@ class Algorithm:
     simulated: bool = True                          # lecture14.collectives has its schedule
     segmented: bool = False                         # cut into S segments that follow each other
 
-    def _exact(self, k: int, nbytes: float) -> list[Fraction]:
-        # In fractions, then rounded once: a total is then the exact sum (2(K-1)·N for every
-        # all-reduce), not K rounded shares added up.
-        check_size(k, nbytes)
-        return ALGORITHM_BYTES[self.name](int(k), Fraction(nbytes))
-
     def bytes_sent(self, k: int, nbytes: float) -> list[float]:
         """Bytes each device sends, by ring position (module doc); it receives as much in all."""
-        return [float(b) for b in self._exact(k, nbytes)]
+        check_size(k, nbytes)
+        return [float(b) for b in ALGORITHM_BYTES[self.name](int(k), nbytes)]
 
     def busiest_bytes(self, k: int, nbytes: float) -> float:
-        return float(max(self._exact(k, nbytes)))
+        return max(self.bytes_sent(k, nbytes))
 
     def total_bytes(self, k: int, nbytes: float) -> float:
-        """Bytes all devices send together (and receive)."""
-        return float(sum(self._exact(k, nbytes)))
+        """Bytes all devices send together (and receive). Added up in fractions and rounded once:
+        exactly 2(K-1)·N for every all-reduce, not K rounded shares added up."""
+        check_size(k, nbytes)
+        return float(sum(ALGORITHM_BYTES[self.name](int(k), Fraction(nbytes))))
 
     def rounds(self, k: int, segments: int = 1) -> int:
         check_size(k, 0)
@@ -153,11 +157,14 @@ class Algorithm:
 
     def time(self, k: int, nbytes: float, link: Any, segments: int = 1) -> float:
         """α-β seconds on `link` (alpha_s, beta_Bps): rounds × (α + round_bytes / β)."""
+        # The lambdas directly, checked once: DDP sweeps call this for every bucket.
         check_size(k, nbytes)
-        rounds = self.rounds(k, segments)
+        check_segments(segments)
+        k, s = int(k), int(segments) if self.segmented else 1
+        rounds = self.rounds_of(k, s)
         if rounds == 0:
             return 0.0
-        return rounds * (link.alpha_s + self.round_bytes(k, nbytes, segments) / link.beta_Bps)
+        return rounds * (link.alpha_s + self.round_bytes_of(k, nbytes, s) / link.beta_Bps)
 
 
 def _ring(k: int, s: int) -> int:
