@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from conftest import ROOT, run_script
 
-from common.output import MEASURED
+from common.checker import MEASURED
 from common.suite import scripts
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(300)]

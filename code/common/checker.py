@@ -232,6 +232,8 @@ def compare(ours: Any, notes: Any, places: int | None, factor: float | None) -> 
         return agreed, f"rounds to {unit}", (f"{fmt_num(ours, 10)} rounds to {rounded(ours, places)} at {unit}; "
                                              f"the notes print {fmt_num(notes, 10)}")
     if factor is not None:
+        if not factor >= 1:
+            raise ValueError(f"factor must be at least 1, got {factor}")
         low, high = sorted((notes / factor, notes * factor))
         agreed = low <= ours <= high
         return agreed, f"within a factor of {factor:g}", (
@@ -402,4 +404,8 @@ def _reasons(claims: Sequence[Claim]) -> list[str]:
 
 
 def _row_of(claim: Claim) -> Row | None:
-    return row(claim.ref) if claim.ref else None
+    """The claim's row, for its digits (None for a row that is in no table: a test's own)."""
+    try:
+        return row(claim.ref) if claim.ref else None
+    except KeyError:
+        return None
