@@ -10,7 +10,8 @@ at M = S. Part 1 compares each with one process (loss, gradients, parameters aft
 steps): a gap beyond round-off ends the run in exit 1. Part 2 prints the order in which each rank
 really ran its forward and backward passes, recorded from the stage module's forward and a hook on
 its output's gradient, beside the order cs336/pipeline.py simulates (06_pipeline.py's schedules),
-and says where they differ and why. Part 3 counts the activations each stage held against the
+and says where they differ and why (a rank off the order predicted for it ends the run in
+exit 1 too). Part 3 counts the activations each stage held against the
 simulator's peak; Part 4 the messages each rank sent against the formula that 05_parallel.py's
 hand-written GPipe (its Part 3) meets.
 """

@@ -6,11 +6,14 @@
 The notes' deep MLP (cs336/mlp.py) trained with Adam on --world-size ranks (gloo, CPU, float64),
 three ways: ZeroRedundancyOptimizer(Adam) under DDP (ZeRO-1), FSDP2's fully_shard on every layer
 and then the root (ZeRO-3), and the same with reshard_after_forward=False (ZeRO-2's traffic).
-Part 1 compares each with Adam in one process after every step (exit 1 beyond round-off). Part 2
-weighs each rank's parameters, gradients and Adam state from its local shards against
-cs336/ledger.py's ZeRO table (04_memory.py) at the same parameter count and world size, and
-05_parallel.py's hand-written ZeRO; Part 3 counts the collectives of a step (common.dist_count)
-against costmodel.zero_step_collectives, the notes' ZeRO communication.
+Part 1 compares each with Adam in one process after every step. Part 2 weighs each rank's
+parameters, gradients and Adam state from its local shards against the engine's own split
+(ZeroRedundancyOptimizer: whole parameters, greedily; FSDP2: dim 0 cut like torch.chunk) and
+against cs336/ledger.py's ZeRO table (04_memory.py) at the same parameter count and world size:
+equal over all ranks, uneven per rank, and why. Part 3 counts the collectives of a step
+(common.dist_count, FSDP2's included) against costmodel.zero_step_collectives, the notes' ZeRO
+communication. A gap from one process, a byte off the split or a collective off the formula ends
+the run in exit 1, in one line naming the engine.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from common.dist_count import counting
 from common.launcher import launch
 from common.output import Report, fmt_bytes
 from cs336 import ledger, mlp
-from cs336.engine_probes import local_elements
+from cs336.engine_probes import calls_text, collectives_by_kind, local_elements
 
 ELEM = 8                # float64: parameters and gradients 8 B an element, Adam's m and v 16 B
 CHECK_TOL = 1e-9        # round-off is ~1e-16; a lost reduction or a stale shard is far above
@@ -214,18 +217,6 @@ def part2_note(rep: Report, args: argparse.Namespace) -> None:
              f"{fmt_bytes(ledger.optimizer_state_bytes(n, k, 2 * ELEM))} of m + v on every rank")
 
 
-def counted(calls: list[tuple[str, int]], k: int) -> dict[str, tuple[int, int]]:
-    """Per collective: (calls, bytes of the whole buffer), all-gather's counted as its output."""
-    found: dict[str, tuple[int, int]] = {}
-    for name, nbytes in calls:
-        kind = {"all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter",
-                "all_reduce": "all-reduce"}.get(name, name)
-        whole = nbytes * k if kind == "all-gather" else nbytes
-        c, b = found.get(kind, (0, 0))
-        found[kind] = (c + 1, b + whole)
-    return found
-
-
 def formula(stage: str, param_bytes: float, layers: int, per_unit: bool) -> dict[str, tuple[int, float]]:
     """zero_step_collectives per kind; per_unit: FSDP2 communicates a unit (a layer) at a time."""
     out: dict[str, tuple[int, float]] = {}
@@ -234,10 +225,6 @@ def formula(stage: str, param_bytes: float, layers: int, per_unit: bool) -> dict
         n, b = out.get(c.kind, (0, 0))
         out[c.kind] = (n + calls, b + c.calls * c.nbytes)
     return out
-
-
-def calls_text(calls: dict[str, tuple[int, float]]) -> str:
-    return "; ".join(f"{kind}: {c} calls, {b:,.0f} B" for kind, (c, b) in sorted(calls.items()))
 
 
 def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
@@ -250,7 +237,7 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
              "FSDP2-no-reshard": formula("ZeRO-2", padded, L, True)}
     rows = []
     for engine, want in cases.items():
-        got = [counted(r[engine]["calls"], k) for r in ranks]
+        got = [collectives_by_kind(r[engine]["calls"], k) for r in ranks]
         same = all(g == got[0] for g in got)
         for kind in sorted(set(got[0]) | set(want)):
             (c, b), (fc, fb) = got[0].get(kind, (0, 0)), want.get(kind, (0, 0))

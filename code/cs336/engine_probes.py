@@ -7,6 +7,7 @@ form the simulators and the ledger use; these probes read it off the running obj
                   most micro-batches its stages kept for backward (PipelineStage.fwd_cache)
     listed_order  what a schedule's own listing (pipeline_order) says a rank will run
     local_elements  elements of a rank's own part of tensors (FSDP2's DTensor shards or plain ones)
+    collectives_by_kind  common.dist_count's calls of a step, as calls and bytes per collective
 
 The lesson (which schedule, which sharding, what is compared) stays in the scripts.
 """
@@ -94,3 +95,20 @@ def local(t: torch.Tensor) -> torch.Tensor:
 def local_elements(tensors: Iterable[torch.Tensor | None]) -> int:
     """Elements this rank holds of `tensors` (None, e.g. a missing gradient, holds nothing)."""
     return sum(local(t).numel() for t in tensors if t is not None)
+
+
+def collectives_by_kind(calls: list[tuple[str, int]], k: int) -> dict[str, tuple[int, int]]:
+    """Per collective: (calls, bytes of the whole buffer), all-gather's counted as its output."""
+    found: dict[str, tuple[int, int]] = {}
+    for name, nbytes in calls:
+        kind = {"all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter",
+                "all_reduce": "all-reduce"}.get(name, name)
+        whole = nbytes * k if kind == "all-gather" else nbytes
+        c, b = found.get(kind, (0, 0))
+        found[kind] = (c + 1, b + whole)
+    return found
+
+
+def calls_text(calls: dict[str, tuple[int, float]]) -> str:
+    """What the checker compares, counted or by formula, e.g. 'all-gather: 12 calls, 1,647,360 B; …'."""
+    return "; ".join(f"{kind}: {c} calls, {b:,.0f} B" for kind, (c, b) in sorted(calls.items()))
