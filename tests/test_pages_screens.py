@@ -124,7 +124,7 @@ def test_the_index_fits_every_width(screens, width: int) -> None:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_contents_are_at_hand_at_every_width(screens, width: int) -> None:
-    page, _ = screens("index", width, fresh=True)
+    page, _ = screens("index", width)
     page.evaluate("window.scrollTo(0, document.body.scrollHeight / 2)")
     if width < 1100:                     # a bar at the top opens the contents over the text
         assert page.locator("#toc").is_hidden()
@@ -142,7 +142,6 @@ def test_the_contents_are_at_hand_at_every_width(screens, width: int) -> None:
     page.wait_for_function(f"Math.abs(document.getElementById('{target}').getBoundingClientRect().top) < 120")
     if width < 1100:
         assert page.locator("#toc").is_hidden()
-    page.context.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -209,20 +208,23 @@ def test_the_legend_explains_every_status_word(screens, reproduction: dict) -> N
     page, _ = screens("index", 768)
     words = page.eval_on_selector_all("#legend dt", "ds => ds.map(d => d.textContent)")
     shown = {c["status"] for c in reproduction["claims"]}
-    assert shown <= set(words) and "error in the notes" in words
+    assert shown <= set(words) and "differs: an error in the notes" in words
     assert all(STATUS_MEANING[s] for s in shown)
+    kinds = page.eval_on_selector_all("#kinds dt", "ds => ds.map(d => d.textContent)")
+    assert {c["kind"] for c in reproduction["claims"]} <= set(kinds)
+    assert all(page.eval_on_selector_all("#legend dd, #kinds dd", "ds => ds.map(d => d.textContent.trim())"))
 
 
 # ---- moving through the report ---------------------------------------------------------------------
 def test_errata_link_to_their_claims_and_differs_holds_the_rest(screens, reproduction: dict) -> None:
     page, _ = screens("index", 1366)
-    links = page.eval_on_selector_all("#errata ~ .box:first-of-type a", "as => as.map(a => a.getAttribute('href'))")
+    links = page.eval_on_selector_all("#errata-table a", "as => as.map(a => a.getAttribute('href'))")
     errata = [c for c in reproduction["claims"] if c["erratum"]]
     assert len(links) == len(errata) > 0
     for href in links:
         row = page.locator(f"tr.claim[id='{href[1:]}']")
         assert row.count() == 1 and row.get_attribute("data-erratum") == "yes"
-    differs = page.eval_on_selector("#differs + .box table", "t => t.tBodies[0].rows.length")
+    differs = page.eval_on_selector("#differs-table table", "t => t.tBodies[0].rows.length")
     assert differs == sum(c["status"] == "differs" and not c["erratum"] for c in reproduction["claims"])
     ids = page.eval_on_selector_all("section.part[id], tr.claim[id]", "es => es.map(e => e.id)")
     assert len(ids) == len(set(ids)) and page.locator("tr.claim:not([id])").count() == 0
@@ -260,7 +262,7 @@ def set_control(page, element_id: str, value: str) -> None:
 
 
 def test_the_timeline_keeps_its_setting_in_the_url(screens) -> None:
-    page, errors = screens("timeline", 768, fresh=True)
+    page, errors = screens("timeline", 768)
     set_control(page, "model", "BERT-large")
     page.click("button.preset[data-cap='25+1']")
     set_control(page, "beta", "4")
@@ -271,9 +273,7 @@ def test_the_timeline_keeps_its_setting_in_the_url(screens) -> None:
     again, _ = screens("timeline", 768, fresh=True, fragment="#" + url.split("#", 1)[1])
     for element_id in ("model", "cap", "beta", "alpha", "k", "layers"):
         assert again.input_value(f"#{element_id}") == page.input_value(f"#{element_id}"), element_id
-    assert again.locator("#step-on").text_content() == step
-    again.reload()
-    assert again.locator("#step-on").text_content() == step         # a reload keeps it
+    assert again.locator("#step-on").text_content() == step     # the link (a reload too) keeps the setting
     again.click("#reset")
     assert "ResNet-50" in again.locator("#setting").text_content() and "model=ResNet-50" in again.url
     assert again.locator("#step-on-notes").text_content().startswith("the notes:")   # beside the defaults
@@ -282,12 +282,11 @@ def test_the_timeline_keeps_its_setting_in_the_url(screens) -> None:
     command = again.locator("#command").text_content()
     assert "--bucket-cap-mb 25MB" in command and "--world-size 16" in command
     assert errors == []
-    page.context.close()
     again.context.close()
 
 
 def test_a_bucket_tells_its_parameters_and_its_all_reduce(screens) -> None:
-    page, _ = screens("timeline", 390, fresh=True)
+    page, _ = screens("timeline", 390)
     bucket = page.locator('#chart g.comm[data-which="on"] rect').nth(1)
     bucket.click()                                           # a tap (click) or a keyboard focus
     text = " ".join(page.locator("#bucket-panel").inner_text().split())
@@ -305,4 +304,30 @@ def test_a_bucket_tells_its_parameters_and_its_all_reduce(screens) -> None:
     assert "end of the step" in page.locator("#legend").inner_text()
     page.locator("#curve .cap-point").nth(0).click()
     assert page.input_value("#cap") == "0"
-    page.context.close()
+
+
+# ---- what --json carries for the pages --------------------------------------------------------------
+def test_json_carries_each_parts_prose_and_the_figures_captions(tmp_path: Path) -> None:
+    """Report keeps its prose and figure captions beside "parts" (which stays as it was: the tests
+    that compare runs walk it, and prose may quote a timing)."""
+    import argparse
+
+    from common.output import Report, new_figure
+
+    args = argparse.Namespace(json=str(tmp_path / "out.json"), save_figs=str(tmp_path / "figs"), quick=False)
+    rep = Report("lecture15/example.py", "an example", args)
+    rep.part(2, "an answer in words")
+    rep.note("same seed is not enough:\nthe draws differ.\n\n- a second paragraph")
+    rep.line("  a printed line")
+    rep.check_close("two sums", 0.0, 1e-6)
+    fig, ax = new_figure()
+    ax.set_title("step against the bucket cap")
+    rep.save_figure(fig, "curve")
+    data = rep.finish()
+    assert data["prose"]["Part 2"] == [
+        {"kind": "note", "text": "same seed is not enough: the draws differ.\n\n- a second paragraph"},
+        {"kind": "line", "text": "  a printed line"},
+        {"kind": "check", "text": "check: two sums: max |difference| 0 ≤ 1e-06: ok"}]
+    assert data["captions"] == {"lecture15_example_curve.png": "step against the bucket cap"}
+    assert set(data["parts"]["Part 2"]) == {"title", "figures"}          # no prose among the values
+    assert json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["prose"] == data["prose"]

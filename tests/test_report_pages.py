@@ -20,7 +20,7 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
     assert errors == []
     # Every script has its section, every part with a table or a claim its header.
     for run in quick_reproduction["runs"]:
-        anchor = run["script"].replace("/", "-").replace(".", "-")
+        anchor = run["script"].replace("/", "-").replace(".", "-")   # report.pages.anchor
         assert page.locator(f"section#{anchor} h2").inner_text() == run["script"]
     # Every figure the scripts wrote is on the page, embedded, and decodes to a real image.
     written = sorted(p.name for p in (pages / "figures").glob("*.png"))
@@ -28,8 +28,8 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
         if script.draws:
             prefix = f"{script.path.parent.name}_{script.path.stem.split('_')[0]}_"
             assert any(name.startswith(prefix) for name in written), f"{script.name}: no figure in the report"
-    shown = page.eval_on_selector_all("figure img", "imgs => imgs.map(i => [i.alt, i.complete && i.naturalWidth])")
-    assert sorted(alt for alt, _ in shown) == written
+    shown = page.eval_on_selector_all("figure img", "imgs => imgs.map(i => [i.dataset.name, i.complete && i.naturalWidth])")
+    assert sorted(name for name, _ in shown) == written
     assert all(width > 100 for _, width in shown)
     assert all(src.startswith("data:image/png;base64,")
                for src in page.eval_on_selector_all("img", "imgs => imgs.map(i => i.getAttribute('src'))"))

@@ -28,6 +28,7 @@ from lecture15.timeline_grid import (
     WORLD_SIZES,
     grid_models,
     point_index,
+    show_setting,
     time_text,
 )
 from report.timeline import write_timeline
@@ -142,6 +143,16 @@ def test_grid_equals_the_full_simulation(grid: dict) -> None:
                     events = timeline.comm_events()
                     assert [s for s, _ in drawn] == [units(e.start_s) for e in events], where
                     assert all(abs(e - units(ev.end_s)) <= 1 for (_, e), ev in zip(drawn, events)), where
+
+
+def test_times_are_printed_once_rounded_in_units_that_scale(capsys) -> None:
+    assert [time_text(t) for t in (12.10703, 0.03775, 0.0004567, 1.0)] == ["12.11 s", "37.75 ms", "0.457 ms",
+                                                                          "1.00 s"]
+    # the page's command line for a setting prints what the page shows for it (the full simulation)
+    grid_default = DEFAULT
+    show_setting("ResNet-50", [c[1:] for c in CAPS].index((grid_default["cap_bytes"], None)), 10, 10, 16)
+    out = capsys.readouterr().out
+    assert "4 buckets; step 37.75 ms with overlap, 53.28 ms without; exposed 4.83 ms" in out
 
 
 def test_page_is_small_and_quick_to_write(page_file: tuple[Path, float]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from common import checker
 from common.files import make_output_dir, write_bytes, write_text
 from common.output import fmt_num
 
@@ -35,7 +36,15 @@ STATUS_MEANING = {
     "not recorded": "the script recorded no value for this row of the notes (a test fails on it)",
     "calibration target": "the model was fitted to this figure, so agreeing checks nothing",
     "ours only": "the notes give no figure; ours is shown for the record",
-    "erratum": "an error in the notes: ours is right and the reason says why (a \"differs\" marked so)",
+    "erratum": "a \"differs\" where the notes are wrong: ours is right, and the reason says why",
+}
+# What each kind of claim (a row's basis) means.
+KIND_MEANING = {
+    checker.EXACT: "a closed form: ours must agree",
+    checker.ASSUMPTION: "agrees under an assumption the script states",
+    checker.MEASURED: "timed on this machine; the notes' figure came from theirs",
+    checker.OBSERVED: "seen happen on real processes here (an equality, a deadlock)",
+    checker.CALIBRATION: "the model was fitted to the notes' figure",
 }
 
 
@@ -160,6 +169,7 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         failed=[r["script"] for r in runs if r["rc"] != 0],
         filters=_filters(counts, sum(1 for c in claims if c.get("erratum"))),
         meanings=[(s, STATUS_MEANING.get(s, "")) for s in _ordered(counts)] + [("erratum", STATUS_MEANING["erratum"])],
+        kinds=[(k, KIND_MEANING.get(k, "")) for k in sorted({c["kind"] for c in claims}, key=_kind_order)],
         timeline=timeline)
     written = []
     for template, name, escape in (("index.html.j2", "index.html", True), ("report.md.j2", "report.md", False)):
@@ -168,6 +178,10 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         write_text(str(path), text)
         written.append(path)
     return written
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    return (list(KIND_MEANING).index(kind) if kind in KIND_MEANING else len(KIND_MEANING), kind)
 
 
 def _ordered(counts: Counter[str]) -> list[str]:
