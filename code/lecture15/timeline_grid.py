@@ -143,7 +143,8 @@ def cap_buckets(model: GridModel, cap_bytes: int | None,
                 first_cap_bytes: int | None = None) -> tuple[list[list[int]], list[float]]:
     """DDP's buckets (registration = model order) and when each is ready, as simulate_ddp has them."""
     param_bytes = model.spec.param_bytes()
-    buckets = assign_buckets(param_bytes, model.spec.nbytes if cap_bytes is None else cap_bytes, first_cap_bytes)
+    cap = model.spec.nbytes if cap_bytes is None else cap_bytes
+    buckets = assign_buckets(param_bytes, cap, first_cap_bytes)
     ready = gradient_ready_times(model.spec, model.compute)
     return buckets, [max(ready[i] for i in bucket) for bucket in buckets]
 
@@ -160,7 +161,8 @@ def _point(on: Timeline, off: Timeline) -> dict[str, Any]:
             "go": _gaps(off, durations), "t": texts + [f"{100 * (off.step_s / on.step_s - 1):.0f}"]}
 
 
-def cap_timelines(model: GridModel, cap_bytes: int | None, first_cap_bytes: int | None = None) -> dict[str, Any]:
+def cap_timelines(model: GridModel, cap_bytes: int | None,
+                  first_cap_bytes: int | None = None) -> dict[str, Any]:
     """Every (β, α, K) timeline of one model and cap, with and without overlap."""
     buckets, ready_b = cap_buckets(model, cap_bytes, first_cap_bytes)
     sizes = bucket_sizes(model.spec.param_bytes(), buckets)
@@ -171,8 +173,9 @@ def cap_timelines(model: GridModel, cap_bytes: int | None, first_cap_bytes: int 
             link = Link(alpha * 1e-6, beta * 1e9)
             for k in WORLD_SIZES:
                 cost = {n: ring_allreduce_time(k, n, link) for n in set(sizes)}
-                points.append(_point(simulate_backward(ready_b, sizes, alone, cost.__getitem__, overlap=True),
-                                     simulate_backward(ready_b, sizes, alone, cost.__getitem__, overlap=False)))
+                on, off = (simulate_backward(ready_b, sizes, alone, cost.__getitem__, overlap=overlap)
+                           for overlap in (True, False))
+                points.append(_point(on, off))
     # A bucket holds consecutive parameters (filled in reverse order): its lowest index and count.
     return {"buckets": len(buckets), "bytes": sizes, "ready": [to_units(t) for t in ready_b],
             "low": [min(b) for b in buckets], "tensors": [len(b) for b in buckets], "points": points}

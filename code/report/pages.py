@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import platform
+import re
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,8 +23,8 @@ from common.output import fmt_num
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The order a reader wants: what needs attention first.
-STATUS_ORDER = ("differs", "other machine", "other setting", "not measured", "not recorded", "calibration target",
-                "agrees", "ours only")
+STATUS_ORDER = ("differs", "other machine", "other setting", "not measured", "not recorded",
+                "calibration target", "agrees", "ours only")
 # What each status word on the pages means (the legend; a test checks every status shown has one).
 STATUS_MEANING = {
     "agrees": "ours, rounded to the digits the notes print, is the notes' figure (for the notes' \"about\" "
@@ -90,16 +91,25 @@ def _claim_view(claim: dict[str, Any], script: str, claim_id: str) -> dict[str, 
                 label="differs: an error in the notes" if claim.get("erratum") else claim["status"])
 
 
+# A printed line with a bar's characters, or framed in | … |, is a drawing (a bar, a timeline): it
+# keeps its columns and scrolls in its own box on a narrow screen instead of wrapping.
+DRAWING = re.compile(r"[█▏▎▍▌▋▊▉░▒▓│─]|\|[^|]{8,}\|\s*$")
+
+
 def _prose(items: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """A part's prose as blocks: each note its paragraphs; consecutive printed lines one block."""
+    """A part's prose as blocks: each note its paragraphs; consecutive printed lines one block
+    ("lines", wrapped on the page, or "drawing", kept as printed)."""
     blocks: list[dict[str, Any]] = []
     for item in items:
         if item["kind"] == "note":
             blocks.append(dict(kind="note", paragraphs=item["text"].split("\n\n")))
-        elif blocks and blocks[-1]["kind"] == "lines":
-            blocks[-1]["text"] += "\n" + item["text"]
-        else:
-            blocks.append(dict(kind="lines", text=item["text"]))
+            continue
+        for line in item["text"].split("\n"):
+            kind = "drawing" if DRAWING.search(line) else "lines"
+            if blocks and blocks[-1]["kind"] == kind:
+                blocks[-1]["text"] += "\n" + line
+            else:
+                blocks.append(dict(kind=kind, text=line))
     return blocks
 
 
@@ -114,9 +124,11 @@ def _part_view(script: str, key: str, part: dict[str, Any], data: dict[str, Any]
                claims: list[dict[str, Any]]) -> dict[str, Any]:
     title = part.get("title", "")
     named = part.get("tables", {})
-    tables = [dict(name=name, caption=_caption(name, title, len(named)), **table) for name, table in named.items()]
+    tables = [dict(name=name, caption=_caption(name, title, len(named)), **table)
+              for name, table in named.items()]
     captions = data.get("captions", {})
-    shown = [dict(name=name, caption=captions.get(name) or name, data=base64.b64encode(figures[name]).decode("ascii"))
+    shown = [dict(name=name, caption=captions.get(name) or name,
+                  data=base64.b64encode(figures[name]).decode("ascii"))
              for name in part.get("figures", []) if name in figures]
     return dict(key=key, title=title, id=anchor(script, key), tables=tables, figures=shown, claims=claims,
                 prose=_prose(data.get("prose", {}).get(key, [])),
@@ -168,11 +180,13 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         errata=[c for c in claims if c.get("erratum")],
         failed=[r["script"] for r in runs if r["rc"] != 0],
         filters=_filters(counts, sum(1 for c in claims if c.get("erratum"))),
-        meanings=[(s, STATUS_MEANING.get(s, "")) for s in _ordered(counts)] + [("erratum", STATUS_MEANING["erratum"])],
+        meanings=[(s, STATUS_MEANING.get(s, "")) for s in _ordered(counts)]
+        + [("erratum", STATUS_MEANING["erratum"])],
         kinds=[(k, KIND_MEANING.get(k, "")) for k in sorted({c["kind"] for c in claims}, key=_kind_order)],
         timeline=timeline)
     written = []
-    for template, name, escape in (("index.html.j2", "index.html", True), ("report.md.j2", "report.md", False)):
+    for template, name, escape in (("index.html.j2", "index.html", True),
+                                   ("report.md.j2", "report.md", False)):
         text = _environment(escape).get_template(template).render(**context)
         path = directory / name
         write_text(str(path), text)
@@ -191,8 +205,9 @@ def _ordered(counts: Counter[str]) -> list[str]:
 
 def _filters(counts: Counter[str], errata: int) -> list[tuple[str, str, int]]:
     """The claim filters: (key, label, claims it shows): every claim, the notes' errors, each status."""
-    return ([("all", "every claim", sum(counts.values()))] + ([("erratum", "errors in the notes", errata)] if errata
-            else []) + [(s, s, counts[s]) for s in _ordered(counts)])
+    notes = [("erratum", "errors in the notes", errata)] if errata else []
+    each = [(s, s, counts[s]) for s in _ordered(counts)]
+    return [("all", "every claim", sum(counts.values()))] + notes + each
 
 
 ERRATA_INTRO = """Slips the suite finds in the notes: each row is a claim marked as an error in the notes,

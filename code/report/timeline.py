@@ -70,7 +70,8 @@ def render_timeline(grid: dict[str, Any] | None = None) -> str:
     compute = ComputeModel()
     return env.get_template("timeline.html.j2").render(
         grid_json=embedded_json(grid), command=SCRIPT_COMMAND, sliders=SLIDERS, cards=CARDS,
-        flops_tps=f"{compute.flops_per_s / 1e12:g}", backward_over_forward=f"{compute.backward_over_forward:g}",
+        flops_tps=f"{compute.flops_per_s / 1e12:g}",
+        backward_over_forward=f"{compute.backward_over_forward:g}",
         uniform_width=timeline_grid.UNIFORM_WIDTH, uniform_tokens=timeline_grid.UNIFORM_TOKENS)
 
 

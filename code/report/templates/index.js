@@ -39,7 +39,8 @@ function applyFilter(key) {
   });
   document.getElementById("filter-empty").hidden = any;
   const label = document.querySelector(`#filters button[data-filter="${key}"]`);
-  document.getElementById("bar-filter").textContent = key === "all" ? "" : "showing: " + label.firstChild.textContent.trim();
+  const shown = key === "all" ? "" : "showing: " + label.firstChild.textContent.trim();
+  document.getElementById("bar-filter").textContent = shown;
 }
 document.querySelectorAll("#filters button").forEach((button) => {
   button.addEventListener("click", () => applyFilter(button.dataset.filter));

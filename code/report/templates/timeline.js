@@ -24,11 +24,12 @@ const SHOW = {
   k: (v) => "K = " + v,
 };
 const SPOKEN = {
-  layers: (v) => v + " layers", cap: (v) => "bucket cap " + v.replace("MiB", "mebibytes").replace("MB", "megabytes"),
+  layers: (v) => v + " layers",
+  cap: (v) => "bucket cap " + v.replace("MiB", "mebibytes").replace("MB", "megabytes"),
   beta: (v) => v + " gigabytes per second", alpha: (v) => v + " microseconds", k: (v) => v + " ranks",
 };
 // The URL names values, not slider positions: a link stays readable and survives a longer axis.
-const URL_VALUE = {layers: (v) => String(v), cap: (v, i) => capKey(i), beta: String, alpha: String, k: String};
+const URL_VALUE = {layers: String, cap: (v, i) => capKey(i), beta: String, alpha: String, k: String};
 function capKey(i) {
   const flag = AX.cap_flags[i];
   return flag === null ? "one" : flag + (AX.first_cap_flags[i] ? "+" + AX.first_cap_flags[i] : "");
@@ -64,8 +65,9 @@ function initControls() {
   const d = GRID.default;
   for (const [id, values] of Object.entries(SLIDERS)) {
     $(id).max = values.length - 1;
-    $(id + "-hint").textContent = id === "layers" ? "opens at " + SHOW[id](values[d[id]]) + " (the notes have no such stack)"
-                                                  : "the notes: " + SHOW[id](values[d[id]]);
+    const shown = SHOW[id](values[d[id]]);
+    $(id + "-hint").textContent = id === "layers" ? `opens at ${shown} (the notes have no such stack)`
+                                                  : "the notes: " + shown;
   }
   $("model-hint").textContent = "the notes: " + GRID.models[d.model].name;
   setState(stateFromUrl());
@@ -138,7 +140,8 @@ function timeAxis(svg, W, left, right, top, axisY, end) {
   for (let t = 0; t <= endShown + 1e-9; t += step) {
     const xx = x(t * scale * UNITS_PER_MS);
     el("line", {x1: xx, x2: xx, y1: top - 4, y2: axisY, stroke: "#e4e4e4"}, svg);
-    el("text", {x: xx, y: axisY + 17, "text-anchor": "middle", "font-size": 13}, svg, Number(t.toFixed(6)).toString());
+    el("text", {x: xx, y: axisY + 17, "text-anchor": "middle", "font-size": 13}, svg,
+       Number(t.toFixed(6)).toString());
   }
   el("line", {x1: left, x2: W - right, y1: axisY, y2: axisY, stroke: "#333"}, svg);
   el("text", {x: (left + W - right) / 2, y: axisY + 35, "text-anchor": "middle", "font-size": 14}, svg,
@@ -156,12 +159,14 @@ function draw(v) {
   const {model, cap, point} = v, svg = $("chart");
   svg.replaceChildren();
   const W = chartWidth(svg), narrow = W < 600;
-  const left = narrow ? 78 : 130, right = narrow ? 12 : 30, top = 48, rowH = narrow ? 26 : 30, gap = 6, panelGap = 46;
+  const left = narrow ? 78 : 130, right = narrow ? 12 : 30, rowH = narrow ? 26 : 30;
+  const top = 48, gap = 6, panelGap = 46;
   const end = Math.max(point.on, point.off, model.backward);
   const panels = [["DDP: overlap", point.g, point.on, "on"], ["no overlap", point.go, point.off, "off"]];
   const height = top + panels.length * (2 * rowH + gap) + (panels.length - 1) * panelGap + 56;
   svg.setAttribute("viewBox", `0 0 ${W} ${height}`);
-  el("text", {x: W / 2, y: 20, "text-anchor": "middle", "font-size": narrow ? 14 : 17, "font-weight": 600}, svg,
+  el("text", {x: W / 2, y: 20, "text-anchor": "middle", "font-size": narrow ? 14 : 17, "font-weight": 600},
+     svg,
      narrow ? model.name : `${model.name}: step ${point.t[0]} with overlap, ${point.t[1]} without`);
   const x = timeAxis(svg, W, left, right, top, height - 40, end);
   hatch(svg);
@@ -169,7 +174,8 @@ function draw(v) {
     const y0 = top + p * (2 * rowH + gap + panelGap), yComm = y0 + rowH + gap;
     el("text", {x: 4, y: y0 - 8, "font-size": 14, "font-weight": 600}, svg, name);
     el("text", {x: left - 6, y: y0 + rowH / 2 + 5, "text-anchor": "end", "font-size": 13}, svg, "backward");
-    el("text", {x: left - 6, y: yComm + rowH / 2 + 5, "text-anchor": "end", "font-size": 13}, svg, "all-reduce");
+    el("text", {x: left - 6, y: yComm + rowH / 2 + 5, "text-anchor": "end", "font-size": 13}, svg,
+       "all-reduce");
     let from = 0;                          // backward, tinted by the bucket its gradients fill
     cap.ready.forEach((ready, b) => {
       if (ready > from) {
@@ -178,26 +184,29 @@ function draw(v) {
         from = ready;
       }
     });
-    el("rect", {x: x(0), y: y0, width: x(model.backward) - x(0), height: rowH, fill: "none", stroke: "#4a4a4a"}, svg);
+    el("rect", {x: x(0), y: y0, width: x(model.backward) - x(0), height: rowH, fill: "none",
+                stroke: "#4a4a4a"}, svg);
     if (stepUnits > model.backward) {      // exposed communication: after the backward, until the step ends
-      el("rect", {x: x(model.backward), y: yComm - 3, width: x(stepUnits) - x(model.backward), height: rowH + 6,
-                  fill: "url(#hatch)", class: "exposed"}, svg);
+      el("rect", {x: x(model.backward), y: yComm - 3, width: x(stepUnits) - x(model.backward),
+                  height: rowH + 6, fill: "url(#hatch)", class: "exposed"}, svg);
     }
     const comm = el("g", {class: "comm", "data-which": which}, svg);
     spans(gaps, point.d).forEach(([s, e], b) => {
-      const r = el("rect", {x: x(s), y: yComm, width: Math.max(x(e) - x(s), 0.8), height: rowH, class: "bucket",
-                            fill: COLOURS[b % COLOURS.length], stroke: "#fff", "stroke-width": 0.5,
+      const r = el("rect", {x: x(s), y: yComm, width: Math.max(x(e) - x(s), 0.8), height: rowH,
+                            class: "bucket", fill: COLOURS[b % COLOURS.length], stroke: "#fff",
+                            "stroke-width": 0.5,
                             tabindex: which === "on" && b === picked.bucket ? 0 : -1, role: "button",
                             "data-bucket": b, "data-which": which,
-                            "aria-label": `bucket ${b}, ${bytesText(cap.bytes[b])}, all-reduce ${exactMs(s)} to ${exactMs(e)}`},
+                            "aria-label": `bucket ${b}, ${bytesText(cap.bytes[b])}, ` +
+                                          `all-reduce ${exactMs(s)} to ${exactMs(e)}`},
                      comm);
       r.addEventListener("click", () => pick(b, which, true));
       r.addEventListener("focus", () => pick(b, which, false));
       r.addEventListener("mouseenter", () => pick(b, which, false));
       r.addEventListener("keydown", (ev) => stepBucket(ev, b, which, cap.buckets));
     });
-    el("line", {x1: x(model.backward), x2: x(model.backward), y1: y0 - 4, y2: yComm + rowH + 4, stroke: "#555",
-                "stroke-dasharray": "4 3"}, svg);
+    el("line", {x1: x(model.backward), x2: x(model.backward), y1: y0 - 4, y2: yComm + rowH + 4,
+                stroke: "#555", "stroke-dasharray": "4 3"}, svg);
     const xs = x(stepUnits);
     el("line", {x1: xs, x2: xs, y1: y0 - 4, y2: yComm + rowH + 4, stroke: "#c0392b", "stroke-width": 2}, svg);
     const label = el("text", {x: Math.min(xs, W - right), y: y0 - 8, "text-anchor": "end", "font-size": 14,
@@ -223,7 +232,8 @@ function pick(b, which, fromClick) {
   if (fromClick) focusBucket();
 }
 function focusBucket() {
-  const r = document.querySelector(`#chart rect.bucket[data-which="${picked.which}"][data-bucket="${picked.bucket}"]`);
+  const r = document.querySelector(
+    `#chart rect.bucket[data-which="${picked.which}"][data-bucket="${picked.bucket}"]`);
   if (r && document.activeElement !== r) r.focus();
 }
 function stepBucket(ev, b, which, n) {
@@ -242,14 +252,21 @@ function markPicked() {
 function panel(v) {
   const {model, cap, point, s} = v, b = Math.min(picked.bucket, cap.buckets - 1);
   const [start, end] = spans(picked.which === "on" ? point.g : point.go, point.d)[b];
-  const latency = GRID.latency[s.alpha][s.k], names = model.params.slice(cap.low[b], cap.low[b] + cap.tensors[b]);
+  const latency = GRID.latency[s.alpha][s.k];
+  const names = model.params.slice(cap.low[b], cap.low[b] + cap.tensors[b]);
   const shown = names.length > 12 ? names.slice(0, 6).concat(["…"], names.slice(-6)) : names;
   const box = $("bucket-panel");
   box.style.borderLeftColor = COLOURS[b % COLOURS.length];
   box.innerHTML = "";
-  const line = (text, cls) => { const p = document.createElement("p"); p.textContent = text; if (cls) p.className = cls; box.appendChild(p); };
+  const line = (text, cls) => {
+    const p = document.createElement("p");
+    p.textContent = text;
+    if (cls) p.className = cls;
+    box.appendChild(p);
+  };
   line(`Bucket ${b} of ${cap.buckets} (${picked.which === "on" ? "with overlap" : "without overlap"}): ` +
-       `${cap.tensors[b]} tensors, ${cap.bytes[b].toLocaleString("en")} bytes (${bytesText(cap.bytes[b])}); ` +
+       `${cap.tensors[b]} tensors, ${cap.bytes[b].toLocaleString("en")} bytes ` +
+       `(${bytesText(cap.bytes[b])}); ` +
        `its last gradient is ready at ${exactMs(cap.ready[b])}.`);
   line(`All-reduce from ${exactMs(start)} to ${exactMs(end)}: ${exactMs(point.d[b])} = latency 2(K−1)α ` +
        `${exactMs(latency)} + bandwidth 2(K−1)n/(Kβ) ${exactMs(point.d[b] - latency)}.`);
@@ -267,11 +284,13 @@ function curve(v) {
   const hi = Math.max(...steps.flat()), seconds = hi / UNITS_PER_MS >= 1000, scale = seconds ? 1000 : 1;
   const tick = niceStep(hi / UNITS_PER_MS / scale, 4);
   const top_ = Math.ceil(hi / UNITS_PER_MS / scale / tick) * tick;
-  const x = (i) => left + (W - left - right) * (i + 0.5) / n, y = (u) => top + (H - top - bottom) * (1 - u / UNITS_PER_MS / scale / top_);
+  const x = (i) => left + (W - left - right) * (i + 0.5) / n;
+  const y = (u) => top + (H - top - bottom) * (1 - u / UNITS_PER_MS / scale / top_);
   for (let t = 0; t <= top_ + 1e-9; t += tick) {
     const yy = top + (H - top - bottom) * (1 - t / top_);
     el("line", {x1: left, x2: W - right, y1: yy, y2: yy, stroke: "#e4e4e4"}, svg);
-    el("text", {x: left - 6, y: yy + 4, "text-anchor": "end", "font-size": 12}, svg, Number(t.toFixed(6)).toString());
+    el("text", {x: left - 6, y: yy + 4, "text-anchor": "end", "font-size": 12}, svg,
+       Number(t.toFixed(6)).toString());
   }
   el("text", {x: 12, y: (H - bottom + top) / 2, "font-size": 12, "text-anchor": "middle",
               transform: `rotate(-90 12 ${(H - bottom + top) / 2})`}, svg, `step (${seconds ? "s" : "ms"})`);
@@ -280,23 +299,26 @@ function curve(v) {
                     "stroke-width": 2, "stroke-dasharray": dash}, svg);
   }
   steps.forEach((p, i) => {
+    const texts = model.caps[i].points[pointIndex(s)].t;
     const g = el("g", {class: "cap-point", tabindex: 0, role: "button",
-                       "aria-label": `cap ${AX.caps[i]}: step ${model.caps[i].points[pointIndex(s)].t[0]} with overlap`}, svg);
+                       "aria-label": `cap ${AX.caps[i]}: step ${texts[0]} with overlap`}, svg);
     el("circle", {cx: x(i), cy: y(p[0]), r: i === s.cap ? 6 : 3.5, fill: i === s.cap ? "#c0392b" : "#fff",
                   stroke: "#c0392b", "stroke-width": 2}, g);
-    el("title", {}, g, `${AX.caps[i]}: ${model.caps[i].points[pointIndex(s)].t[0]} with overlap, ` +
-                       `${model.caps[i].points[pointIndex(s)].t[1]} without`);
+    el("title", {}, g, `${AX.caps[i]}: ${texts[0]} with overlap, ${texts[1]} without`);
     const choose = () => { $("cap").value = i; update(); };
     g.addEventListener("click", choose);
-    g.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); choose(); } });
+    g.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); choose(); }
+    });
     el("text", {x: x(i), y: H - bottom + 14, "font-size": 11, "text-anchor": "end",
-                transform: `rotate(-40 ${x(i)} ${H - bottom + 14})`}, svg, capKey(i) === "one" ? "one" : AX.cap_flags[i] +
-       (AX.first_cap_flags[i] ? "+1st" : ""));
+                transform: `rotate(-40 ${x(i)} ${H - bottom + 14})`}, svg,
+       capKey(i) === "one" ? "one" : AX.cap_flags[i] + (AX.first_cap_flags[i] ? "+1st" : ""));
   });
   svg.setAttribute("aria-label", `step with overlap (red) and without (grey, dashed) for each bucket cap, ` +
-                   `${model.name}, K = ${AX.world_size[s.k]}, α = ${AX.alpha_us[s.alpha]} µs, β = ${AX.beta_gbs[s.beta]} GB/s`);
-  $("curve-title").textContent = `Step against the bucket cap (MiB; 25MB the notes'): ${model.name}, this link and K; ` +
-                                 "tap a point to choose its cap";
+                   `${model.name}, K = ${AX.world_size[s.k]}, α = ${AX.alpha_us[s.alpha]} µs, ` +
+                   `β = ${AX.beta_gbs[s.beta]} GB/s`);
+  $("curve-title").textContent = "Step against the bucket cap (MiB; 25MB the notes'): " +
+                                 `${model.name}, this link and K; tap a point to choose its cap`;
 }
 function legend(cap) {
   const box = $("legend");
@@ -308,24 +330,30 @@ function legend(cap) {
     box.appendChild(span);
   };
   const shown = Math.min(cap.buckets, COLOURS.length);
-  for (let b = 0; b < shown; b++) item("sw", `background:${COLOURS[b]}`, `bucket ${b}: ${bytesText(cap.bytes[b])}`);
+  for (let b = 0; b < shown; b++) {
+    item("sw", `background:${COLOURS[b]}`, `bucket ${b}: ${bytesText(cap.bytes[b])}`);
+  }
   if (cap.buckets > shown) item("sw", "background:repeating-linear-gradient(90deg," + COLOURS.join(",") + ")",
                                 `… ${cap.buckets} buckets in all (colours repeat every ${COLOURS.length})`);
-  item("sw", "background:repeating-linear-gradient(45deg,#c0392b 0 2px,#c0392b22 2px 5px)", "exposed communication");
+  item("sw", "background:repeating-linear-gradient(45deg,#c0392b 0 2px,#c0392b22 2px 5px)",
+       "exposed communication");
   item("ln", "border-top:2px solid #c0392b", "end of the step (the red line and its time)");
   item("ln", "border-top:2px dashed #555", "end of backward; backward tinted by the bucket it fills");
 }
 function command(v) {
-  const {model, s} = v, i = s.cap, flags = [`--world-size ${AX.world_size[s.k]}`, `--alpha-us ${AX.alpha_us[s.alpha]}`,
-    `--beta-gbs ${AX.beta_gbs[s.beta]}`];
+  const {model, s} = v, i = s.cap;
+  const [k, alpha, beta] = [AX.world_size[s.k], AX.alpha_us[s.alpha], AX.beta_gbs[s.beta]];
+  const flags = `--world-size ${k} --alpha-us ${alpha} --beta-gbs ${beta}`;
   const lines = [`PYTHONPATH=code python -c "from lecture15.timeline_grid import show_setting; ` +
-                 `show_setting('${model.key}', ${i}, ${AX.beta_gbs[s.beta]}, ${AX.alpha_us[s.alpha]}, ${AX.world_size[s.k]})"`];
-  let part = "It runs the full per-parameter ddp_sim.simulate_ddp for this setting and prints the steps and the exposed time.";
+                 `show_setting('${model.key}', ${i}, ${beta}, ${alpha}, ${k})"`];
+  let part = "It runs the full per-parameter ddp_sim.simulate_ddp for this setting and prints the steps " +
+             "and the exposed time.";
   if (model.key === "ResNet-50" && AX.cap_flags[i] !== null) {
     const cap = `--bucket-cap-mb ${AX.cap_flags[i]}`, first = AX.first_cap_flags[i];
-    lines.push(`python code/lecture15/03_overlap.py ${flags.join(" ")} ${cap}` + (first ? ` --first-bucket-cap-mb ${first}` : ""));
-    part += first ? " The script's Part 3 draws this step (first bucket capped), with the notes' figures beside it."
-                  : " The script's Part 1 draws this step, with the notes' figures beside it.";
+    lines.push(`python code/lecture15/03_overlap.py ${flags} ${cap}` +
+               (first ? ` --first-bucket-cap-mb ${first}` : ""));
+    const which = first ? "3 draws this step (first bucket capped)" : "1 draws this step";
+    part += ` The script's Part ${which}, with the notes' figures beside it.`;
   }
   $("command").textContent = lines.join("\n");
   $("command-part").textContent = part;
@@ -361,7 +389,11 @@ function render(v) {
   $("buckets").textContent = cap.buckets;
   const notes = atNotesSetting(s);
   document.querySelectorAll(".card .from-notes").forEach((n) => { n.textContent = ""; });
-  if (notes) for (const row of GRID.notes) $(row.card + "-notes").textContent = `the notes: ${row.text} (${row.section})`;
+  if (notes) {
+    for (const row of GRID.notes) {
+      $(row.card + "-notes").textContent = `the notes: ${row.text} (${row.section})`;
+    }
+  }
   $("compute-note").textContent = `${model.name}: ${model.compute}; ${model.description}`;
   if (picked.bucket >= cap.buckets) picked.bucket = 0;
   draw(v);
