@@ -248,6 +248,7 @@ def test_every_filter_shows_its_claims_and_hides_what_is_empty(screens, reproduc
                 t.querySelector("tr.claim") && !t.querySelector("tr.claim:not(.filtered)")).length,
             emptyParts: [...document.querySelectorAll("section.part")].filter(p => !p.closest(".filtered") &&
                 !p.querySelector("tr.claim:not(.filtered)")).length,
+            listed: [...document.querySelectorAll("ol.scripts li")].filter(seen).map(li => li.dataset.script),
             emptyScripts: [...document.querySelectorAll("section.script")].filter(s =>
                 !s.classList.contains("filtered") && !s.querySelector("tr.claim:not(.filtered)")).length};
         }""")
@@ -255,6 +256,8 @@ def test_every_filter_shows_its_claims_and_hides_what_is_empty(screens, reproduc
         assert state["emptyTables"] == 0, key
         if key != "all":
             assert state["emptyParts"] == 0 and state["emptyScripts"] == 0, key
+        shown = page.eval_on_selector_all("section.script:not(.filtered)", "ss => ss.map(s => s.id)")
+        assert state["listed"] == shown, key           # the list of scripts names only those left
     assert errors == []
 
 

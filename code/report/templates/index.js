@@ -34,12 +34,13 @@ function applyFilter(key) {
     });
     scriptShown = scriptShown || key === "all";
     script.classList.toggle("filtered", !scriptShown);
-    document.querySelector(`#toc li[data-script="${script.id}"]`).classList.toggle("hidden", !scriptShown);
+    document.querySelectorAll(`li[data-script="${script.id}"]`).forEach((li) => li.classList.toggle("hidden",
+                                                                                                 !scriptShown));
     any = any || scriptShown;
   });
   document.getElementById("filter-empty").hidden = any;
   const label = document.querySelector(`#filters button[data-filter="${key}"]`);
-  const shown = key === "all" ? "" : "showing: " + label.firstChild.textContent.trim();
+  const shown = key === "all" ? "" : "only: " + label.firstChild.textContent.trim();
   document.getElementById("bar-filter").textContent = shown;
 }
 document.querySelectorAll("#filters button").forEach((button) => {
