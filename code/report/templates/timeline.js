@@ -355,7 +355,12 @@ function command(v) {
     const which = first ? "3 draws this step (first bucket capped)" : "1 draws this step";
     part += ` The script's Part ${which}, with the notes' figures beside it.`;
   }
-  $("command").textContent = lines.join("\n");
+  // Each flag with its value stays on one line (a phone would otherwise break "--world-" from "size").
+  const flag = (text) => Object.assign(document.createElement("span"), {textContent: text});
+  $("command").replaceChildren(...lines.flatMap((line, n) => {
+    const [head, ...rest] = line.split(" --");
+    return [...(n ? ["\n"] : []), head, ...rest.flatMap((word) => [" ", flag("--" + word)])];
+  }));
   $("command-part").textContent = part;
 }
 
