@@ -8,10 +8,40 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import pytest
 from conftest import ROOT, assert_usage_error
 
 from common.suite import scripts
 from report.pages import errata_markdown
+
+
+@pytest.fixture
+def open_page(browser, tmp_path_factory):
+    """conftest's open_page, for a page too tall for one picture: index.html is some 100,000 px, and a
+    full-page screenshot of it times out on a busy machine. The screenshot here is its first screen
+    (tests/test_pages_screens.py keeps screens of several places at three widths)."""
+    from pathlib import Path
+
+    pages = []
+
+    def opener(path: Path):
+        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+        page.goto(Path(path).resolve().as_uri())
+        page.wait_for_load_state("load")
+        pages.append((page, path))
+        return page, errors
+
+    yield opener
+    shots = tmp_path_factory.mktemp("screenshots")
+    for page, path in pages:
+        page.screenshot(path=str(shots / f"{Path(path).stem}.png"))
+        print(f"screenshot: {shots / Path(path).stem}.png")
+        page.context.close()
 
 
 def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dict, open_page) -> None:
