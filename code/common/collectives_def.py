@@ -240,6 +240,11 @@ class Collective:
         """N for a call whose piece S is `piece_bytes`."""
         return piece_bytes if self.whole else piece_bytes * k
 
+    def nbytes_of_input(self, k: int, input_bytes: float) -> float:
+        """N for a call whose input tensors on a rank hold `input_bytes` (what common.dist_count
+        records): an all-gather's input is one rank's piece, N/K; every other input is all of N."""
+        return input_bytes * k if self.name == "all-gather" else input_bytes
+
     def ring_bytes(self, k: int, nbytes: float) -> float:
         """Bytes the busiest rank sends in the ring algorithm, N the call's size (the counted form)."""
         return algorithm(self.ring).busiest_bytes(k, nbytes)
@@ -255,6 +260,9 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("all-reduce", "all_reduce", False, True, "ring all-reduce"),
 )}
 BY_TORCH_NAME: dict[str, Collective] = {c.torch_name: c for c in COLLECTIVES.values()}
+# torch's tensor-in, tensor-out spellings of the same two collectives (common.dist_count names them)
+BY_TORCH_NAME.update({"all_gather_into_tensor": COLLECTIVES["all-gather"],
+                      "reduce_scatter_tensor": COLLECTIVES["reduce-scatter"]})
 
 
 def collective(name: str) -> Collective:
