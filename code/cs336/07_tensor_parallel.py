@@ -212,7 +212,9 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
                        ("DTensor, gather at input", "p1_at_input", logs["at input"], n, [scatter] * k),
                        ("DTensor, gather at output", "p1_at_output", logs["at output"], n, [reduce] * k)])
     a = b * d * ELEM
-    ratio = ranks[0]["at output"]["log"].sent["all_reduce"] / ranks[0]["hand"]["log"].sent["reduce_scatter"]
+    # a backward call of each DTensor plan (the same L-1 calls; "at input" sends what 05 sends)
+    first = ranks[0]
+    ratio = first["at output"]["log"].sent["all_reduce"] / first["at input"]["log"].sent["reduce_scatter"]
     rep.values(p1_backward_ratio=ratio, p1_backward_ratio_formula=cm.ring_bytes_sent("all_reduce", k, a)
                / cm.ring_bytes_sent("reduce_scatter", k, a))
     rep.note(f"formula: cm.tp_step_traffic, 05's (gather at output: its backward calls priced as "
