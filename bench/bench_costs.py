@@ -66,6 +66,8 @@ GRIDS: dict[str, list[list[str]]] = {
                              ["--world-size", "16", "--layers", "64", "--batch", "64"], ["--layers", "64"],
                              ["--batch", "512"], ["--width", "512"], ["--steps", "12"], ["--micro-batches", "32"],
                              ["--world-size", "24", "--layers", "24"], ["--quick"], ["--quick", "--world-size", "8"]],
+    "cs336/07_tensor_parallel.py": [[], ["--quick"], ["--world-size", "8"], ["--world-size", "8", "--tp", "4"],
+                                    ["--layers", "24"], ["--steps", "9"], ["--width", "512"], ["--batch", "512"]],
 }
 
 

@@ -122,7 +122,8 @@ module.HAND.tp_input_gradient = local_term_only
 def test_a_broken_side_ends_the_run_in_one_line(tmp_path: Path, patch: str, first: str, also: str) -> None:
     code = ROOT / "code"
     wrapper = tmp_path / "broken.py"
-    wrapper.write_text(BROKEN.format(code=str(code), script=str(code / SCRIPT), patch=patch), encoding="utf-8")
+    text = BROKEN.format(code=str(code), script=str(code / SCRIPT), patch=patch)
+    wrapper.write_text(text, encoding="utf-8")
     proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
@@ -140,6 +141,7 @@ def test_a_broken_side_ends_the_run_in_one_line(tmp_path: Path, patch: str, firs
     ({"width": 10}, "--width 10 must be a multiple of --world-size 4"), ({"batch": 1}, "--batch 1 < 2"),
 ])
 def test_sizes_the_parts_cannot_split_are_refused(changes: dict, says: str) -> None:
-    args = argparse.Namespace(**({"world_size": 4, "tp": 2, "layers": 8, "width": 128, "batch": 32} | changes))
+    base = {"world_size": 4, "tp": 2, "layers": 8, "width": 128, "batch": 32}
+    args = argparse.Namespace(**(base | changes))
     with pytest.raises(UsageError, match=says.replace("|", r"\|")):
         load_script(SCRIPT).check_args(args)

@@ -46,7 +46,10 @@ from cs336 import dtensor_tp as dt
 ELEM = 8                # float64
 CHECK_TOL = 1e-9        # as 05_parallel.py: float64 round-off is near 1e-16; beyond this is a bug
 MAX_PARAMS = 2**22      # 32 MiB of float64 per copy
-COST = Cost([Term("1", 6.0, lambda a: 1)],
+COST = Cost([Term("1", 6.0, lambda a: 1), Term("W", 1.0, lambda a: a.world_size),
+             Term("W·L·steps", 0.01, lambda a: a.world_size * a.layers * a.steps),
+             Term("L·steps·B·(d/1000)²", 0.02,
+                  lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2)],
             memory=lambda a: ELEM * (a.world_size + 2) * 8 * a.layers * a.width * (a.batch + a.width))
 
 
