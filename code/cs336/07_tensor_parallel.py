@@ -46,9 +46,12 @@ from cs336 import dtensor_tp as dt
 ELEM = 8                # float64
 CHECK_TOL = 1e-9        # as 05_parallel.py: float64 round-off is near 1e-16; beyond this is a bug
 MAX_PARAMS = 2**22      # 32 MiB of float64 per copy
-COST = Cost([Term("1", 6.0, lambda a: 1), Term("W", 1.0, lambda a: a.world_size),
-             Term("W·L·steps", 0.01, lambda a: a.world_size * a.layers * a.steps),
-             Term("L·steps·B·(d/1000)²", 0.02,
+# CPU seconds, all processes (bench/bench_costs.py, fitted on 8 runs here; within 0.91-1.06 of each)
+COST = Cost([Term("1", 1.6, lambda a: 1), Term("W", 1.4, lambda a: a.world_size),
+             Term("W·L·steps", 0.049, lambda a: a.world_size * a.layers * a.steps),
+             Term("W·L·steps·(d/100)²", 0.0035,
+                  lambda a: a.world_size * a.layers * a.steps * (a.width / 100) ** 2),
+             Term("L·steps·B·(d/1000)²", 0.0073,
                   lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2)],
             memory=lambda a: ELEM * (a.world_size + 2) * 8 * a.layers * a.width * (a.batch + a.width))
 
@@ -156,9 +159,6 @@ def engines_worker(rank: int, world_size: int, params: list[torch.Tensor], x: to
 
 # ---- the parent: compare with one process and with each other, count, print ------------------------
 QUANTITIES = ["output, step 1", "loss, step 1", "gradient of every W, step 1", "every W after the SGD steps"]
-HEADERS = ["side", "all-gather", "reduce-scatter", "all-reduce", "bytes/step", "formula", "bytes",
-           "= all ranks"]
-Case = tuple[str, str, list[comm.CommLog], int, list[tuple[int, float]]]
 
 
 def side_gaps(runs: list[dict], ref: mlp.Reference) -> list[float]:
@@ -167,20 +167,6 @@ def side_gaps(runs: list[dict], ref: mlp.Reference) -> list[float]:
             max(abs(r["loss"] - ref.loss) for r in runs),
             mlp.max_abs_diff(dt.joined([r["grads"] for r in runs]), ref.grads),
             mlp.max_abs_diff(dt.joined([r["params"] for r in runs]), ref.params_after[-1])]
-
-
-def counted_rows(rep: Report, cases: list[Case]) -> None:
-    """The traffic table: (label, value name, each rank's log, steps, each rank's formula) a row; the
-    calls and bytes of the rank farthest from its formula recorded as <name>_calls, _bytes, _formula_…"""
-    rows = []
-    for label, name, logs, steps, formulas in cases:
-        row, worst = dt.traffic_row(label, logs, steps, formulas)
-        rows.append(row[:4] + [fmt_bytes(row[4]), row[5], fmt_bytes(row[6]), row[7]])
-        calls, sent = logs[worst].per_step(steps, dt.OPS)
-        formula_calls, formula_bytes = formulas[worst]
-        rep.values(**{f"{name}_calls": calls, f"{name}_bytes": sent, f"{name}_formula_calls": formula_calls,
-                      f"{name}_formula_bytes": formula_bytes})
-    rep.table(HEADERS, rows, name="traffic")
 
 
 def dtensor_vs_hand(sides: dict[str, list[dict]]) -> float:
@@ -211,7 +197,7 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
     scatter, reduce = cm.tp_step_traffic(k, L, d, b, ELEM), dt.colwise_traffic(k, L, d, b, ELEM, "all_reduce")
     logs = {s: [r["log"] for r in runs] for s, runs in sides.items()}
     n = args.steps
-    counted_rows(rep, [("by hand (05 Part 2)", "p1_hand", logs["hand"], n, [scatter] * k),
+    dt.traffic_table(rep, [("by hand (05 Part 2)", "p1_hand", logs["hand"], n, [scatter] * k),
                        ("DTensor, gather at input", "p1_at_input", logs["at input"], n, [scatter] * k),
                        ("DTensor, gather at output", "p1_at_output", logs["at output"], n, [reduce] * k)])
     a = b * d * ELEM
@@ -257,7 +243,7 @@ def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
     rep.value("p2_megatron_gap", max(found))
     one = [dt.megatron_traffic(k, blocks, b, d, ELEM)] * k
     grad_runs = [r["input grad"] for r in ranks]
-    counted_rows(rep, [
+    dt.traffic_table(rep, [
         ("a step, x is data", "p2_step", [r["Megatron"]["log"] for r in ranks], args.steps,
          [dt.megatron_traffic(k, 2 * blocks - 1, b, d, ELEM)] * k),
         ("x needs dL/dx: forward", "p2_forward", [r["forward"] for r in grad_runs], 1, one),
@@ -292,7 +278,7 @@ def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref:
     rep.check_close(f"DP × TP ({dp} × {tp} mesh) against one process", max(found), CHECK_TOL)
     rep.value("p3_mesh_gap", max(found))
     local = sum(p.numel() for p, _ in runs[0]["params"])
-    counted_rows(rep, [
+    dt.traffic_table(rep, [
         ("tp: activations", "p3_tp", [r["tp_log"] for r in runs], args.steps,
          [dt.megatron_traffic(tp, L - 1, r["rows"], d, ELEM) for r in runs]),
         ("dp: gradient shards", "p3_dp", [r["dp_log"] for r in runs], args.steps,

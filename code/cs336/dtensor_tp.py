@@ -31,6 +31,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from common import costmodel as cm
+from common.output import Report, fmt_bytes
 from cs336 import comm
 
 Pieces = list[tuple[torch.Tensor, int]]  # a rank's piece of each W, and the dim of W it was cut along
@@ -159,3 +160,22 @@ def traffic_row(name: str, logs: list[comm.CommLog], steps: int,
     per_op = [int(n) if n == int(n) else n for n in per_op]
     row = [name, *per_op, counted[worst][1], formulas[worst][0], formulas[worst][1], "yes" if equal else "NO"]
     return row, worst
+
+
+HEADERS = ["side", "all-gather", "reduce-scatter", "all-reduce", "bytes/step", "formula", "bytes",
+           "= all ranks"]
+Case = tuple[str, str, list[comm.CommLog], int, list[tuple[int, float]]]
+
+
+def traffic_table(rep: Report, cases: list[Case]) -> None:
+    """The traffic table: (label, value name, each rank's log, steps, each rank's formula) a row; the
+    calls and bytes of the rank farthest from its formula recorded as <name>_calls, _bytes, _formula_…"""
+    rows = []
+    for label, name, logs, steps, formulas in cases:
+        row, worst = traffic_row(label, logs, steps, formulas)
+        rows.append(row[:4] + [fmt_bytes(row[4]), row[5], fmt_bytes(row[6]), row[7]])
+        calls, sent = logs[worst].per_step(steps, OPS)
+        formula_calls, formula_bytes = formulas[worst]
+        rep.values(**{f"{name}_calls": calls, f"{name}_bytes": sent, f"{name}_formula_calls": formula_calls,
+                      f"{name}_formula_bytes": formula_bytes})
+    rep.table(HEADERS, rows, name="traffic")
