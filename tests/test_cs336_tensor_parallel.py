@@ -39,8 +39,8 @@ def test_quick_run_agrees_row_by_row_and_byte_for_byte(tmp_path: Path) -> None:
     # By hand, k = 4, L = 8, A = B·d·e = 32·128·8 = 32768 B: a ring all-gather or reduce-scatter sends
     # 3/4·A, an all-reduce 3/2·A. 05: 8 gathers + 7 reduce-scatters; DTensor at output: 7 all-reduces.
     traffic = {r[0]: r for r in data["parts"]["Part 1"]["tables"]["traffic"]["rows"]}
-    assert traffic["DTensor, gather at input"][1:4] == [8, 7, 0]
-    assert traffic["DTensor, gather at output"][1:4] == [8, 0, 7]
+    assert traffic["DTensor, at input"][1:4] == [8, 7, 0]
+    assert traffic["DTensor, at output"][1:4] == [8, 0, 7]
     values = {k: v for part in data["parts"].values() for k, v in part.get("values", {}).items()}
     assert values["p1_hand_bytes"] == values["p1_at_input_bytes"] == 15 * 24576
     assert values["p1_at_output_bytes"] == 8 * 24576 + 7 * 49152
@@ -116,7 +116,7 @@ module.HAND.tp_input_gradient = local_term_only
 
 
 @pytest.mark.parametrize("patch, first, also", [
-    (TANH_GELU, "DTensor TP gathered at each layer's input against one process", "DP × TP (2 × 2 mesh)"),
+    (TANH_GELU, "DTensor TP (gather at input) against one process", "DP × TP (2 × 2 mesh)"),
     (LOST_REDUCE, "TP by hand (05 Part 2) against one process", "DTensor TP against TP by hand (05 Part 2)"),
 ], ids=["pytorch-side", "hand-written-side"])
 def test_a_broken_side_ends_the_run_in_one_line(tmp_path: Path, patch: str, first: str, also: str) -> None:

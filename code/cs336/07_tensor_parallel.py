@@ -188,8 +188,8 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
               [[q, *(g[i] for g in found.values())] for i, q in enumerate(QUANTITIES)], name="vs_one_process")
     vs_hand = dtensor_vs_hand(sides)
     for s, what in [("hand", "TP by hand (05 Part 2)"),
-                    ("at input", "DTensor TP gathered at each layer's input"),
-                    ("at output", "DTensor TP gathered at each layer's output")]:
+                    ("at input", "DTensor TP (gather at input)"),
+                    ("at output", "DTensor TP (gather at output)")]:
         rep.check_close(f"{what} against one process", max(found[s]), CHECK_TOL)
     rep.check_close("DTensor TP against TP by hand (05 Part 2)", vs_hand, CHECK_TOL)
     rep.values(p1_hand_gap=max(found["hand"]), p1_at_input_gap=max(found["at input"]),
@@ -198,8 +198,8 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
     logs = {s: [r["log"] for r in runs] for s, runs in sides.items()}
     n = args.steps
     dt.traffic_table(rep, [("by hand (05 Part 2)", "p1_hand", logs["hand"], n, [scatter] * k),
-                       ("DTensor, gather at input", "p1_at_input", logs["at input"], n, [scatter] * k),
-                       ("DTensor, gather at output", "p1_at_output", logs["at output"], n, [reduce] * k)])
+                       ("DTensor, at input", "p1_at_input", logs["at input"], n, [scatter] * k),
+                       ("DTensor, at output", "p1_at_output", logs["at output"], n, [reduce] * k)])
     a = b * d * ELEM
     # a backward call of each DTensor plan (the same L-1 calls; "at input" sends what 05 sends)
     first = ranks[0]
@@ -246,7 +246,7 @@ def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
     dt.traffic_table(rep, [
         ("a step, x is data", "p2_step", [r["Megatron"]["log"] for r in ranks], args.steps,
          [dt.megatron_traffic(k, 2 * blocks - 1, b, d, ELEM)] * k),
-        ("x needs dL/dx: forward", "p2_forward", [r["forward"] for r in grad_runs], 1, one),
+        ("dL/dx too: forward", "p2_forward", [r["forward"] for r in grad_runs], 1, one),
         ("… and backward", "p2_backward", [r["backward"] for r in grad_runs], 1, one)])
     a = b * d * ELEM
     both = max(r["forward"].per_step(1, dt.OPS)[1] + r["backward"].per_step(1, dt.OPS)[1] for r in grad_runs)
