@@ -248,6 +248,34 @@ def test_plain_data_round_trips_and_runs_no_code() -> None:
         plain.loads(b'{"$": "tensor", "dtype": "float32", "shape": [3], "values": [1.0]}')
 
 
+
+@pytest.mark.parametrize("data", [
+    b"[" * 20000 + b"]" * 20000,                                                       # RecursionError
+    b'{"$": "tensor", "dtype": "float64", "shape": [-1, -2], "values": [1.0, 2.0]}',   # torch refuses the shape
+    b'{"$": "tensor", "dtype": "float64", "shape": [0, -1], "values": []}',
+    b'{"$": "tensor", "dtype": "qint8", "shape": [2], "values": [1, 2]}',              # a dtype no report has
+    b'{"$": "tensor", "dtype": "complex64", "shape": [1], "values": [1.0]}',
+], ids=["deep", "negative-shape", "empty-shape", "qint8", "complex"])
+def test_plain_refuses_whatever_json_or_torch_would_raise_on(data: bytes) -> None:
+    with pytest.raises(plain.Unreadable):
+        plain.loads(data)
+
+
+@pytest.mark.parametrize("header", [b'{"exit_code": "x"}', b'{"exit_code": true}', b'{"exit_code": 1e400}',
+                                    b'{"exit_code": 99999999999999999999}', b'{"exit_code": 0, "more": 1}',
+                                    b'{"keeper_error": 3}', b"[" * 20000, b'{"exit_code": 0}' + b" " * 2000, b"\xff"],
+                         ids=["str", "bool", "float", "huge", "extra-key", "error-not-str", "deep", "long", "bytes"])
+def test_a_forged_keeper_header_is_no_header(header: bytes) -> None:
+    case = PROBLEMS[0].cases().CASES[0]
+    outcome = engine._outcome(case, sandbox.LOADED + header + b"\n" + plain.dumps({"data": []}), True, 10.0)
+    assert outcome["message"].startswith("the solution killed the process that ran it"), outcome
+
+
+def test_a_failure_that_is_not_a_dict_is_unreadable() -> None:
+    case = PROBLEMS[0].cases().CASES[0]
+    assert engine.verdict(case, {"fail": "x"}) == {"message": "the solution's process sent an unreadable report"}
+    assert engine.verdict(case, {"fail": ["expected", "got"]})["message"].endswith("unreadable report")
+
 # ---- the command line --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args", [["999"], ["113", "--solution", "no/such/file.py"], ["--solution", "README.md", "113"],
                                   ["113", "114", "--solution", "practice/reference/113_ddp_buckets/solution.py"],
