@@ -31,6 +31,7 @@ from judging.sandbox import load_solution  # noqa: E402
 
 JUDGE = ROOT / "practice" / "judge.py"
 WRONG, RIGHT = ROOT / "tests" / "practice_wrong", ROOT / "tests" / "practice_right"
+HOSTILE = ROOT / "tests" / "practice_hostile"
 FOLDERS = {p.number: p.folder for p in PROBLEMS}
 NUMBERED = {p.number: p for p in PROBLEMS}
 
@@ -194,6 +195,17 @@ def test_correct_spellings_pass(number: str, fixture: str, cases: tuple[str, ...
             if fixture in ("114_late_rank.py", "115_imported_isend.py") and case.inputs["world_size"] == 2:
                 assert time.perf_counter() - began > 3          # the late rank did come late
 
+
+
+@pytest.mark.parametrize("number, fixture, words", [
+    ("116", "116_edits_the_counter.py", "'s group ran "),     # clears the records of what ran in no_sync
+    ("115", "115_edits_the_counter.py", "'s group ran "),     # deletes one all_reduce among its sends
+])
+def test_one_line_that_edits_the_counters_records_fails(number: str, fixture: str, words: str) -> None:
+    for case in NUMBERED[number].cases().CASES:
+        if case.quick and case.inputs["world_size"] > 1 and case.inputs.get("scenario") != "raises":
+            outcome = judged(number, case.name, HOSTILE / fixture)
+            assert not outcome.get("passed") and words in outcome.get("got", ""), (case.name, outcome)
 
 def test_wrong_solutions_fail_under_quick_through_the_judge(tmp_path: Path) -> None:
     root = layout(tmp_path, {"113": WRONG / "113_first_cap_zero_unset.py", "114": WRONG / "114_loss_swapped.py",

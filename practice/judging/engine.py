@@ -7,8 +7,10 @@ say PASS, every case gets the same clock, and nothing the solution starts outliv
 inputs)` that runs in the solution's process (it calls the student's functions, or launches ranks
 whose workers call them) and returns plain data, and a `check(inputs, data)` that runs here, in the
 judge's process, and raises `Fail(expected, got, hint)`. Whatever the solution patches in its own
-process (torch.allclose, the judge's modules, the counter) cannot reach a comparison. What it
-returns travels as JSON (judging.plain), never as a pickle, so nothing it sends can run code here.
+process (torch.allclose, the judge's modules) cannot reach a comparison; the data `collect` returns
+can be edited there, so rank cases also read the process groups' own operation counts, not only the
+counter's records (judging.ranks). What comes back travels as JSON (judging.plain), never as a
+pickle, so nothing it sends can run code here, and no report, however malformed, ends the run.
 
 **One process tree per case** (judging.sandbox, judging.procs):
 
