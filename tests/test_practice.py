@@ -288,6 +288,18 @@ def test_a_failure_that_is_not_a_dict_is_unreadable() -> None:
     assert engine.verdict(case, {"fail": "x"}) == {"message": "the solution's process sent an unreadable report"}
     assert engine.verdict(case, {"fail": ["expected", "got"]})["message"].endswith("unreadable report")
 
+
+def test_the_judge_reads_only_the_end_of_what_a_case_printed(tmp_path: Path) -> None:
+    import tracemalloc
+
+    with open(tmp_path / "printed", "w+b") as capture:
+        capture.write(b"x" * 80 + b"\n" + b"debug line\n" * (1 << 20) + b"one\ntwo\nthree\n")
+        tracemalloc.start()
+        shown = engine._printed(capture)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert shown == "one\ntwo\nthree" and peak < 1 << 20, peak          # 11 MiB printed, < 1 MiB read
+
 # ---- the command line --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args", [["999"], ["113", "--solution", "no/such/file.py"], ["--solution", "README.md", "113"],
                                   ["113", "114", "--solution", "practice/reference/113_ddp_buckets/solution.py"],

@@ -72,6 +72,18 @@ def test_a_header_forged_in_the_keepers_pipe_fails_its_case(tmp_path: Path) -> N
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
 
 
+
+def test_a_case_that_prints_too_much_fails_at_the_limit(tmp_path: Path) -> None:
+    env = marker()
+    _, record = judge("113", "--quick", "--solution", str(HOSTILE / "113_prints_too_much.py"), expect_rc=1,
+                      tmp_path=tmp_path, env=env)
+    cases = {name.split(",")[0]: c for (_, name), c in by_name(record).items()}
+    for name in ("buckets: lecture 15 exercise 3", "all-reduce time: ring α-β cost for K = 16"):
+        assert cases[name]["message"].startswith("the solution printed 16 MiB, the most a case may print"), name
+        assert cases[name]["seconds"] < 8, cases[name]                  # stopped by the limit, not the clock
+    assert cases["buckets: a bucket that reaches the cap exactly is sealed"]["passed"]
+    assert no_process_left(env["JUDGE_TEST_MARK"]) == []
+
 GUARD_DRIVER = """
 import sys, types
 sys.path[:0] = ["practice", "code"]

@@ -54,6 +54,7 @@ from judging.sandbox import Fail
 __all__ = ["Case", "CaseResult", "Fail", "ProblemRun", "hint_for", "run_problem", "take_charge", "verdict"]
 
 OUTPUT_LINES = 3    # lines of what a failed case printed that the report shows
+OUTPUT_TAIL_BYTES = 64 << 10    # the judge reads only this much of the end of what a case printed
 MAX_HEADER_BYTES = 1024     # the keeper's header is a few dozen bytes
 MESSAGE_CHARS, HINT_CHARS = 2000, 300   # what the solution's process says is cut to this
 DEFAULT_DEADLOCK_HINT = "every rank must call the same collectives in the same order; a loop must end"
@@ -226,9 +227,24 @@ def hint_for(module: ModuleType, case: Case, message: str) -> str:
 
 
 def _printed(capture: IO[bytes]) -> str:
-    capture.seek(0)
-    lines = [ln for ln in capture.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    """The last lines the case printed (from its last 64 KiB: what it printed may be 16 MiB)."""
+    size = os.fstat(capture.fileno()).st_size
+    capture.seek(max(0, size - OUTPUT_TAIL_BYTES))
+    tail = capture.read(OUTPUT_TAIL_BYTES)
+    lines = [ln for ln in tail.decode("utf-8", "replace").splitlines() if ln.strip()]
     return "\n".join(ln[:TEXT_WIDTH] for ln in lines[-OUTPUT_LINES:])
+
+
+def _printed_too_much(outcome: dict[str, Any], capture: IO[bytes]) -> dict[str, Any]:
+    """The outcome, unless the case printed up to the limit: then that is why it failed (its
+    prints failed past it, or made it slow; a right answer beside them does not count)."""
+    if os.fstat(capture.fileno()).st_size < sandbox.OUTPUT_LIMIT_BYTES:
+        return outcome
+    words = (f"printed {sandbox.OUTPUT_LIMIT_BYTES >> 20} MiB, the most a case may print (a print past it "
+             "fails with OSError: File too large)")
+    if "import_error" in outcome or outcome.get("loaded") is False:
+        return {"import_error": f"importing the file {words}"}
+    return {"message": f"the solution {words}: print less, and never in an endless loop"}
 
 
 def _result(problem: str, module: ModuleType, case: Case, outcome: dict[str, Any], seconds: float,
@@ -260,6 +276,7 @@ def run_problem(problem: str, module: ModuleType, cases: list[Case], solution_pa
             case_began = time.perf_counter()
             try:
                 outcome = _outcome(case, *_run_tree(case, solution_path, limit_s, capture), limit_s)
+                outcome = _printed_too_much(outcome, capture)
                 if "import_error" in outcome or outcome.get("loaded") is False:
                     run.error = (outcome.get("import_error")
                                  or f"importing {solution_path.name} took more than {limit_s:g} s")

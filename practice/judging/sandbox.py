@@ -14,10 +14,12 @@ Keeper -> judge, one pipe: b"L" as soon as the solution's file is loaded, then o
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
 import os
+import resource
 import select
 import signal
 import sys
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 LOADED = b"L"
 MAX_REPORT_BYTES = 64 << 20       # more than any case sends; a runaway report is cut, then unreadable
+OUTPUT_LIMIT_BYTES = 16 << 20     # what a case may print (its file, and any other file it writes)
 
 
 class SolutionError(Exception):
@@ -89,7 +92,11 @@ def call(solution: ModuleType, name: str, *args: Any) -> dict[str, Any]:
 
 
 def _redirect_output(capture_fd: int) -> None:
-    """What the solution (and its ranks) print goes to the case's file, not between the judge's lines."""
+    """What the solution (and its ranks) print goes to the case's file, not between the judge's lines.
+    The file is a regular one so that the kernel's file size limit can bound it: a print loop fills
+    16 MiB, then every write fails (EFBIG; Python ignores SIGXFSZ), instead of filling the disk.
+    Soft and hard limit alike, so the solution cannot raise it (short of being root)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
     os.dup2(capture_fd, 1)
     os.dup2(capture_fd, 2)
     sys.stdout = sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(1), "wb"), write_through=True)
@@ -126,7 +133,8 @@ def _solution_main(case: Case, path: Path, report_fd: int) -> None:
         data = plain.dumps(report(case, solution, path))
     except Exception as err:  # noqa: BLE001 - a value no encoder expected
         data = plain.dumps({"error": f"what came back could not be sent to the judge ({type(err).__name__})"})
-    sys.stdout.flush()
+    with contextlib.suppress(OSError):     # past the output limit the last print cannot be written
+        sys.stdout.flush()
     _write_all(report_fd, data)
 
 
