@@ -312,6 +312,32 @@ def test_usage_errors(args: list[str]) -> None:
     assert proc.stdout == ""
 
 
+
+def usage_error(*args: str) -> str:
+    """The judge's one line for a command line it refuses (exit 2, nothing on stdout)."""
+    proc = subprocess.run([sys.executable, str(JUDGE), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc
+    return proc.stderr.strip()
+
+
+REF_115 = "practice/reference/115_ring_allreduce"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["113", "114", "--solution", str(WRONG / "113_misbehaves.py")], "name one problem, not 2 (113, 114)"),
+    (["113", "--solution", ""], "--solution is empty"),
+    (["113", "--solution", f"{REF_115}/solution.py"], "is a file in problem 115's folder, so it is judged as 115"),
+    (["113", "--solution", REF_115], "is problem 115's folder, so it is judged as 115 only: name 115"),
+    (["113", "114", "--solution", "practice/reference/113_ddp_buckets/solution.py"], "not 113 and 114"),
+])
+def test_usage_errors_say_what_is_wrong(args: list[str], words: str) -> None:
+    assert words in usage_error(*args)
+
+
+def test_a_fifo_as_solution_is_named_as_one(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "ring.py")                        # a FIFO made here, never opened
+    assert "a FIFO (named pipe), not a file" in usage_error("115", "--solution", str(tmp_path / "ring.py"))
+
 def _judge_module() -> Any:
     spec = importlib.util.spec_from_file_location("practice_judge_cli", JUDGE)
     module = importlib.util.module_from_spec(spec)
