@@ -300,6 +300,14 @@ def test_the_judge_reads_only_the_end_of_what_a_case_printed(tmp_path: Path) -> 
         tracemalloc.stop()
     assert shown == "one\ntwo\nthree" and peak < 1 << 20, peak          # 11 MiB printed, < 1 MiB read
 
+
+def test_the_judge_keeps_one_copy_of_its_helpers() -> None:
+    """The loop that writes a whole buffer is common.files'; the handler that takes a process tree
+    down on SIGTERM is procs.kill_tree_on, for the judge and the keeper alike."""
+    sources = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "practice").rglob("*.py")}
+    assert not [name for name, text in sources.items() if "def _write_all" in text or "def _on_term" in text]
+    assert sandbox._write_all.__module__ == "common.files"
+
 # ---- the command line --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args", [["999"], ["113", "--solution", "no/such/file.py"], ["--solution", "README.md", "113"],
                                   ["113", "114", "--solution", "practice/reference/113_ddp_buckets/solution.py"],

@@ -39,7 +39,6 @@ import json
 import os
 import select
 import signal
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -98,16 +97,10 @@ class ProblemRun:
 
 
 # ---- the judge's own process --------------------------------------------------------------------------
-def _on_term(signum: int, frame: Any) -> None:
-    procs.kill_tree()
-    sys.stderr.write("terminated\n")
-    os._exit(128 + signum)
-
-
 def take_charge() -> None:
     """Make this process the judge: orphans below it come back to it, SIGTERM takes its trees down."""
     procs.become_subreaper()
-    signal.signal(signal.SIGTERM, _on_term)
+    procs.kill_tree_on(signal.SIGTERM, "terminated")
 
 
 def _read_until_eof(fd: int, load_deadline: float, deadline: float) -> tuple[bytes, bool]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from common.files import _write_all  # the one loop that writes all of a buffer to a descriptor
 from judging import plain, procs
 from judging.messages import describe_failure, error_line, kind
 
@@ -102,12 +103,6 @@ def _redirect_output(capture_fd: int) -> None:
     sys.stdout = sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(1), "wb"), write_through=True)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def report(case: Case, solution: ModuleType, path: Path) -> dict[str, Any]:
     """Run the case's collect on the loaded solution: {"data": …}, or why there is none."""
     from judging import ranks
@@ -139,12 +134,6 @@ def _solution_main(case: Case, path: Path, report_fd: int) -> None:
 
 
 # ---- the keeper ------------------------------------------------------------------------------------------
-def _on_term(signum: int, frame: Any) -> None:
-    """The judge died or stops the case: take the whole tree down with us."""
-    procs.kill_tree()
-    os._exit(128 + signum)
-
-
 def _relay(read_fd: int, pid: int, judge_fd: int) -> tuple[bytes, int]:
     """Read the solution's report until the process has ended (its exit, not the pipe's end: a fork
     may hold the pipe open); pass LOADED on at once. Returns (report, exit code)."""
@@ -178,7 +167,7 @@ def _relay(read_fd: int, pid: int, judge_fd: int) -> tuple[bytes, int]:
 def keeper_main(case: Case, path: Path, judge_pid: int, judge_fd: int, capture_fd: int) -> None:
     """Run one case below this process and report it to the judge (never returns)."""
     try:
-        signal.signal(signal.SIGTERM, _on_term)
+        procs.kill_tree_on(signal.SIGTERM)    # the judge died or stops the case: the tree goes with us
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the judge's to handle
         os.setsid()                       # its own session: a terminal's signals reach the judge only
         procs.become_subreaper()          # orphans below (daemons) come back to us, not to init
