@@ -50,7 +50,7 @@ def test_editing_a_rows_notes_value_makes_it_differ() -> None:
         if row.unchecked or row.basis in (checker.MEASURED, checker.CALIBRATION) or row.bound:
             continue
         edited = dataclasses.replace(row, notes=(not row.notes) if isinstance(row.notes, bool)
-                                     else f"{row.notes}?" if isinstance(row.notes, str) else row.notes * 3 + 1)
+                                     else f"{row.notes}?" if isinstance(row.notes, str) else row.notes * 1000 + 1)
         agreeing = row.notes if isinstance(row.notes, (bool, str)) else row.notes
         values = _AnyValue({row.value: agreeing})
         assert decide(row, "Part 1", values, []).status in ("agrees", "differs"), row.id
@@ -68,6 +68,15 @@ def test_bounds_and_calibration_and_measured() -> None:
     slip = decide(_row(slip=True, why="the notes write {x:.1f}"), "P", {"x": 60.0}, [])
     assert slip.erratum and slip.status == "differs" and slip.why == "the notes write 60.0"
     assert not decide(_row(slip=True), "P", {"x": 53.3}, []).erratum   # a slip that agrees is none
+
+
+def test_same_as_compares_two_values_of_ours() -> None:
+    row = _row(notes=None, places=None, same_as="scratch", basis=checker.OBSERVED)
+    assert decide(row, "P", {"x": 1024, "scratch": 1024}, []).status == "agrees"
+    claim = decide(row, "P", {"x": 1024, "scratch": 2048}, [])
+    assert claim.status == "differs" and claim.notes == 2048
+    with pytest.raises(ValueError, match="same_as"):
+        checker._check_row(_row(same_as="scratch"), "test")   # a notes' figure too
 
 
 def test_a_changed_flag_voids_only_the_rows_that_depend_on_it() -> None:

@@ -1,8 +1,8 @@
-"""The claims policy, checked on every claim of a whole reproduction (see common.output.Report.claim):
-"agrees" only by rounding to the notes' digits, by a stated factor for an "about" value, or
-exactly; a reason recorded for every comparison; a claim's status the same with and without
---quick (or "other setting"); and the inventory of the notes' statements (inventory/*.md) in
-step with the claims that check them."""
+"""The claims policy, checked on every claim of a whole reproduction (decided by common.checker):
+"agrees" only by rounding to the notes' digits, by a stated factor for an "about" value, within a
+bound the notes give, or exactly; a reason recorded for every comparison; a claim's status the
+same with and without --quick (or "other setting"); and the notes' tables (code/*/notes.toml) in
+step with what the scripts record: every claim names a row, every checked row is decided."""
 
 from __future__ import annotations
 
@@ -18,30 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # also wh
 from common import checker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-INVENTORY = ROOT / "inventory"
-DOCUMENTS = {"lecture14.md": "L14-", "lecture15.md": "L15-", "handbook.md": "HB-"}
-CHECKED_LECTURES = ("lecture14/", "lecture15/")  # their compared claims must name an inventory entry
 COMPARED = ("agrees", "differs", "other machine", "other setting")
-
-
-def inventory() -> dict[str, dict[str, str]]:
-    """id -> row, from the tables of inventory/*.md."""
-    rows: dict[str, dict[str, str]] = {}
-    for name, prefix in DOCUMENTS.items():
-        if not (INVENTORY / name).exists():
-            continue  # test_the_inventory_and_the_claims_name_each_other requires all three
-        for line in (INVENTORY / name).read_text(encoding="utf-8").splitlines():
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if not line.startswith("|") or not cells[0].startswith(prefix):
-                continue
-            assert len(cells) == 5, f"{name}: a row needs id, section, statement, value, script: {line}"
-            entry_id, section, statement, value, script = cells
-            assert entry_id not in rows, f"{entry_id} appears twice"
-            assert section and statement and value, f"{entry_id}: an empty cell"
-            assert (ROOT / "code" / script).is_file(), f"{entry_id}: no script {script}"
-            rows[entry_id] = {"document": name, "section": section, "statement": statement,
-                              "value": value, "script": script}
-    return rows
 
 
 def _rounded(value: float, places: int) -> Decimal:
@@ -90,27 +67,33 @@ def test_every_comparison_records_its_rule_and_reason(quick_reproduction: dict) 
     for claim in quick_reproduction["claims"]:
         if claim["status"] in COMPARED:
             assert claim["rule"] and claim["decision"], claim
-            if claim["script"].startswith(CHECKED_LECTURES) or claim["status"] != "agrees":
+            if claim["script"].startswith(("lecture14/", "lecture15/")) or claim["status"] != "agrees":
                 assert claim["why"].strip(), f"{claim['script']}: {claim['what']}: no reason given"
         if claim["erratum"]:
             assert claim["status"] == "differs" and claim["why"], claim
 
 
-def test_the_inventory_and_the_claims_name_each_other(quick_reproduction: dict) -> None:
-    rows = inventory()
-    assert set(DOCUMENTS) <= {p.name for p in INVENTORY.glob("*.md")}
-    claims = quick_reproduction["claims"]
-    tables = {row.id for row in checker.all_rows()}   # the notes' tables replace inventory/ script by script
-    unknown = [f"{c['script']}: {c['what']} -> {c['ref']}" for c in claims
-               if c["ref"] and c["ref"] not in rows and c["ref"] not in tables]
-    assert not unknown, "claims naming no inventory entry:\n" + "\n".join(unknown)
-    unnamed = [f"{c['script']}: {c['what']}" for c in claims
-               if c["script"].startswith(CHECKED_LECTURES) and c["notes"] is not None and not c["ref"]]
-    assert not unnamed, "claims of lectures 14 and 15 that name no inventory entry:\n" + "\n".join(unnamed)
-    checked = {(re.sub(r"\.\d+$", "", c["ref"]), c["script"]) for c in claims}
-    missing = [f"{i} ({row['script']}): {row['statement']}" for i, row in rows.items()
-               if (i, row["script"]) not in checked]
-    assert not missing, "inventory entries no claim checks:\n" + "\n".join(missing)
+def table_problems(claims: list[dict], scripts: set[str]) -> list[str]:
+    """What keeps the tables and a reproduction's claims from naming each other: a claim that names
+    no row, a row a script never recorded a value for, a checked row of a script that ran that no
+    claim decided (a row that no script decides)."""
+    rows = {row.id: row for row in checker.all_rows()}
+    problems = [f"names no row of the notes' tables: {c['script']}: {c['what']} ({c['ref']!r})"
+                for c in claims if c["ref"] not in rows]
+    problems += [f"not recorded: {c['ref']} ({c['script']}): {c['why']}" for c in claims
+                 if c["status"] == "not recorded"]
+    decided = {c["ref"] for c in claims}
+    problems += [f"no script decides {row.id} ({row.script}): {row.statement}" for row in rows.values()
+                 if not row.unchecked and row.script in scripts and row.id not in decided]
+    problems += [f"{row.id}: no script {row.script}" for row in rows.values()
+                 if not row.unchecked and not (ROOT / "code" / row.script).is_file()]
+    return problems
+
+
+def test_the_tables_and_the_claims_name_each_other(quick_reproduction: dict) -> None:
+    ran = {run["script"] for run in quick_reproduction["runs"]}
+    problems = table_problems(quick_reproduction["claims"], ran)
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.timeout(600)
@@ -133,24 +116,16 @@ def test_a_claims_status_does_not_depend_on_quick(quick_reproduction: dict, full
 
 
 if __name__ == "__main__":
-    # For work on one lecture: python3 tests/test_claims_policy.py RUN.json lecture14.md
-    # (RUN.json from `python3 code/reproduce.py --quick --only lecture14 --json RUN.json`) lists what
-    # the tests above would find for those scripts and that document.
+    # For work on one lecture: python3 tests/test_claims_policy.py RUN.json (RUN.json from
+    # `python3 code/reproduce.py --quick --only lecture14 --json RUN.json`) lists what the tests
+    # above would find for the scripts that run covers.
     import json
 
     data = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
-    docs = sys.argv[2:] or list(DOCUMENTS)
-    rows = {i: r for i, r in inventory().items() if r["document"] in docs} if docs else {}
     problems = [f"agrees by no strict rule: {c['script']}: {c['what']} ({c['rule']})"
                 for c in data["claims"] if c["status"] == "agrees" and not _meets_policy(c)]
     problems += [f"no reason: {c['script']}: {c['what']}" for c in data["claims"]
-                 if c["status"] in COMPARED and c["script"].startswith(CHECKED_LECTURES) and not c["why"].strip()]
-    problems += [f"no inventory entry named: {c['script']}: {c['what']}" for c in data["claims"]
-                 if c["script"].startswith(CHECKED_LECTURES) and c["notes"] is not None and not c["ref"]]
-    known = set(inventory()) | {row.id for row in checker.all_rows()}
-    problems += [f"names an unknown entry {c['ref']}: {c['script']}: {c['what']}" for c in data["claims"]
-                 if c["ref"] and c["ref"] not in known]
-    checked = {(re.sub(r"\.\d+$", "", c["ref"]), c["script"]) for c in data["claims"]}
-    problems += [f"no claim checks {i} ({r['script']})" for i, r in rows.items() if (i, r["script"]) not in checked]
+                 if c["status"] in COMPARED and c["status"] != "agrees" and not c["why"].strip()]
+    problems += table_problems(data["claims"], {run["script"] for run in data["runs"]})
     print("\n".join(problems) or "no problems found")
     sys.exit(1 if problems else 0)

@@ -9,8 +9,10 @@ import sys
 import pytest
 from conftest import code_env, flat
 
+from common import checker
+from common.checker import ASSUMPTION, MEASURED, Row
 from common.cli import UsageError, make_parser, parse_size
-from common.output import ASSUMPTION, EXACT, MEASURED, Report, fmt_bytes, format_table
+from common.output import Report, fmt_bytes, format_table
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -63,63 +65,79 @@ def test_a_long_value_is_quoted_cut_with_its_length() -> None:
         assert "…" in proc.stderr and "(100,000 characters)" in proc.stderr
 
 
-def test_claims_status_and_json(tmp_path, capsys) -> None:
-    args = make_parser("x").parse_args(["--json", str(tmp_path / "out.json")])
+def _report_with(tmp_path, rows: list[Row], *argv: str, parser=None) -> Report:
+    """A Report whose script has `rows` (the checker's rows, given here instead of a notes' table)."""
+    args = (parser or make_parser("x")).parse_args(["--json", str(tmp_path / "out.json"), *argv])
     rep = Report("demo.py", "demo", args)
+    rep.rows = rows
+    return rep
+
+
+def _row(id: str, **fields) -> Row:
+    base = dict(document="demo", section="§0", statement=id, script="demo/demo.py", value=id, what=id)
+    return Row(id=id, **{**base, **fields})
+
+
+def test_claims_status_and_json(tmp_path, capsys) -> None:
+    rows = [_row("same", notes=3.15, unit="ms", places=2), _row("off", notes=37, basis=ASSUMPTION, why="MB vs MiB"),
+            _row("here", notes=130.0, unit="µs", basis=MEASURED), _row("flag", notes=True),
+            _row("about", notes=1e-5, factor=3), _row("too_small", notes=1e-5, factor=3),
+            _row("measured_flag", notes=True, basis=MEASURED)]
+    rep = _report_with(tmp_path, rows)
     rep.part(1, "numbers")
-    assert rep.claim("same", 3.151, 3.15, "ms", EXACT, places=2).status == "agrees"
-    assert rep.claim("off", 48, 37, "", ASSUMPTION, why="MB vs MiB").status == "differs"
-    assert rep.claim("here", 9.0, 130.0, "µs", MEASURED).status == "other machine"
-    assert rep.claim("flag", True, True).status == "agrees"
-    assert rep.claim("about", 2.9e-5, 1e-5, factor=3).status == "agrees"
-    assert rep.claim("too small", 0.0, 1e-5, factor=3).status == "differs"  # rtol=1 would accept 0
-    assert rep.claim("measured flag", False, True, kind=MEASURED).status == "other machine"
+    rep.values(same=3.151, off=48, here=9.0, flag=True, about=2.9e-5, too_small=0.0, measured_flag=False)
     rep.table(["a", "b"], [[1, "x"], [22, "yy"]])
     rep.finish()
     data = json.loads((tmp_path / "out.json").read_text())
     assert [c["status"] for c in data["claims"]] == ["agrees", "differs", "other machine", "agrees", "agrees",
-                                                      "differs", "other machine"]
+                                                      "differs", "other machine"]   # rtol=1 would accept 0
     assert data["parts"]["Part 1"]["tables"]["table1"]["rows"] == [[1, "x"], [22, "yy"]]
     out = capsys.readouterr().out
-    assert "why: MB vs MiB" in out and "== Part 1: numbers" in out
+    assert "why: off: MB vs MiB" in out and "== Part 1: numbers" in out
     assert [c["rule"] for c in data["claims"]][:3] == ["rounds to 2 decimal places", "exact", "exact"]
     assert data["claims"][0]["decision"] == "3.151 rounds to 3.15 at 2 decimal places; the notes print 3.15"
 
 
 def test_claim_rules_are_strict() -> None:
-    rep = Report("demo.py", "demo", make_parser("x").parse_args([]))
-    assert rep.claim("a", 3.16, 3.15, places=2).status == "differs"     # no tolerance beyond rounding
-    assert rep.claim("b", 3.145, 3.15, places=2).status == "agrees"     # half away from zero, in decimal
-    assert rep.claim("c", 1.96875, 2.0).status == "differs"             # exact unless told otherwise
-    assert rep.claim("d", 0.1 + 0.2, 0.3).status == "agrees"            # ... up to float arithmetic
-    assert rep.claim("e", 31, 10, factor=3).status == "differs"
+    def status(ours, notes, **fields) -> str:
+        return checker.decide(_row("x", notes=notes, **fields), "P", {"x": ours}, []).status
+
+    assert status(3.16, 3.15, places=2) == "differs"      # no tolerance beyond rounding
+    assert status(3.145, 3.15, places=2) == "agrees"      # half away from zero, in decimal
+    assert status(1.96875, 2.0) == "differs"              # exact unless told otherwise
+    assert status(0.1 + 0.2, 0.3) == "agrees"             # ... up to float arithmetic
+    assert status(31, 10, factor=3) == "differs"
     with pytest.raises(ValueError):
-        rep.claim("f", 1.0, 1.0, factor=0.5)
-    assert not rep.claim("g", 2.0, 2.0, erratum=True).erratum           # agrees: no error in the notes here
-    with pytest.raises(TypeError):                                       # no tolerance to reach for
-        rep.claim("i", 3.16, 3.15, rtol=0.05)
-    slip = rep.claim("h", 1.875, 1.92, "ms", places=2, erratum=True, why="MiB read as MB")
+        checker.compare(1.0, 1.0, None, 0.5)
+    assert not checker.decide(_row("x", notes=2.0, slip=True), "P", {"x": 2.0}, []).erratum   # agrees: no slip
+    with pytest.raises(TypeError):                        # no tolerance to reach for
+        _row("x", notes=3.15, rtol=0.05)
+    slip = checker.decide(_row("x", notes=1.92, unit="ms", places=2, slip=True, why="MiB read as MB"), "P",
+                          {"x": 1.875}, [])
     assert slip.status == "differs" and slip.erratum
 
 
-def test_claims_off_the_notes_setting_are_not_compared(capsys) -> None:
+def test_claims_off_the_notes_setting_are_not_compared(tmp_path, capsys) -> None:
     parser = make_parser("x", alpha_us=10.0, bucket_cap_mb=25)
     parser.add_argument("--step-ms", type=float, default=2.0)
-    at = Report("demo.py", "demo", parser.parse_args(["--quick"]))
-    assert at.claim("t", 5.0, 5.0, places=0).status == "agrees"          # --quick is no setting by default ...
-    assert at.claim("t", 5.0, 5.0, places=0, setting=("quick",)).status == "other setting"  # ... unless named
+    every = ("--alpha-us", "--bucket-cap-mb", "--step-ms")
+    at = _report_with(tmp_path, [], "--quick", parser=parser)
+    assert not at._off(_row("t", notes=5.0, depends=every))                 # --quick is no setting ...
+    assert at._off(_row("t", notes=5.0, depends=("--quick",)))             # ... unless a row names it
     assert at.at_notes_setting() and not at.at_notes_setting(("quick",))
-    off = Report("demo.py", "demo", parser.parse_args(["--step-ms", "3", "--bucket-cap-mb", "1"]))
-    claim = off.claim("t", 5.0, 5.0, places=0)
-    assert claim.status == "other setting" and claim.rule == "not compared"
-    assert "--step-ms 3 (notes' setting: 2)" in claim.decision
-    assert "--bucket-cap-mb 1 MiB (notes' setting: 25 MiB)" in claim.decision
-    assert off.claim("t", 5.0, 5.0, places=0, setting=("alpha_us",)).status == "agrees"
-    assert off.claim("t", 5.0, 5.0, places=0, setting=()).status == "agrees"
+    rows = [_row("t", notes=5.0, places=0, depends=every), _row("a", notes=5.0, depends=("--alpha-us",)),
+            _row("n", notes=5.0, depends=())]
+    off = _report_with(tmp_path, rows, "--step-ms", "3", "--bucket-cap-mb", "1", parser=parser)
+    off.values(t=5.0, a=5.0, n=5.0)
+    claims = {c["ref"]: c for c in off.finish()["claims"]}
+    assert claims["t"]["status"] == "other setting" and claims["t"]["rule"] == "not compared"
+    assert "--step-ms 3 (notes' setting: 2)" in claims["t"]["decision"]
+    assert "--bucket-cap-mb 1 MiB (notes' setting: 25 MiB)" in claims["t"]["decision"]
+    assert claims["a"]["status"] == "agrees" and claims["n"]["status"] == "agrees"
     out = flat(capsys.readouterr().out)
-    assert "why: not at the notes' setting:" in out and "--step-ms 3" in out
+    assert "why: t: not at the notes' setting:" in out and "--step-ms 3" in out
     with pytest.raises(KeyError):
-        off.claim("t", 5.0, 5.0, setting=("no_such_flag",))
+        off._off(_row("t", notes=5.0, depends=("--no-such-flag",)))
 
 
 def test_figure_names_carry_lecture_and_script(tmp_path) -> None:

@@ -139,6 +139,10 @@ def test_quick_run_on_four_ranks(tmp_path: Path) -> None:
     claims = {c["what"]: c for c in data["claims"]}
     assert claims["every collective and size correct (column ok)"]["status"] == "agrees"
     assert "startup term 6α" not in claims  # the notes' worked example is 03_costs.py's, counted once
+    # the lecture code's reduce-scatter figure, from one rank's output bytes: busbw / n, a row of its own
+    lecture = claims["the lecture code's reduce-scatter GB/s ÷ busbw"]
+    assert lecture["ours"] == pytest.approx(0.25) and lecture["status"] == "ours only" and "1024³" in lecture["why"]
+    assert claims["all-reduce of 1 KiB mostly startup (share > 1/2)"]["rule"] == "above 0.5"
     assert part1["copy_Bps"] > 1e8 and part1["link_Bps"] > 0
     assert (tmp_path / "cs336_02_busbw.png").stat().st_size > 10_000
     assert "slip GB/s" in proc.stdout and "NO" not in proc.stdout

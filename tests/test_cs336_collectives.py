@@ -52,8 +52,10 @@ def test_seven_primitives_equal_numpy(ranks: tuple[int, list[dict]]) -> None:
         else:
             assert got["gather"][1] is None
         for name in res["seven"]:
-            if name != "scatter" or r == 0:
+            if name not in ("broadcast", "scatter") or r == 0:   # those two take the root's data only
                 assert np.array_equal(got[name][0], xs[r]), name  # what the rank put in
+            else:
+                assert got[name][0] is None, name
 
 
 def test_split_ops_and_chains_equal_numpy(ranks: tuple[int, list[dict]]) -> None:
@@ -98,16 +100,16 @@ def test_volumes_against_the_closed_forms(p: int, n: int) -> None:
 
 
 def test_notes_entries_that_differ_at_p4() -> None:
-    p = prim.CLAIM_P
-    vols = prim.volumes(p, prim.CLAIM_N)
+    p = prim.NOTES_P
+    vols = prim.volumes(p, prim.NOTES_N)
     differs = set()
     for name, v in vols.items():
-        who = prim.NOTES_TABLE[name][3]
+        who = prim.WHOSE_SENDS[name]
         ours = v.sent[prim.ROOT] if who == "root" else v.busiest
         if ours != v.notes:
             differs.add(name)
     assert differs == {"scatter", "gather"}
-    assert vols["scatter"].sent[0] == vols["gather"].busiest == 3 * prim.CLAIM_N / p
+    assert vols["scatter"].sent[0] == vols["gather"].busiest == 3 * prim.NOTES_N / p
     # straight to / from the root: gather's S per rank holds, scatter's root still sends (p-1)·S
     assert cm.direct_primitive_bytes_sent("gather", p, 10) == [0, 10, 10, 10]
     assert cm.direct_primitive_bytes_sent("scatter", p, 10) == [30, 0, 0, 0]
@@ -137,6 +139,10 @@ def test_shapes_helpers() -> None:
     assert prim.lengths_text([[5, 2], [None, 1], [None, 1], [None, 1]]) == "rank 0: 5 → 2 1 1 1"
     assert prim.lengths_text([[5, 20], [5, 20]]) == "5 each → 20 each"
     assert prim.chain_order(4, 1) == [1, 2, 3, 0] and prim.chain_order(4, -1) == [3, 2, 1, 0]
+    # the notes' words from element counts: uneven pieces still read S, a wrong result drops its rank
+    assert prim.shape_text([5, None, None, None], [2, 1, 1, 1], [True] * 4) == "rank 0: p·S → each: S"
+    assert prim.shape_text([5] * 4, [5] * 4, [True, False, False, False]) == "each: S → rank 0: S"
+    assert prim.shape_text([5] * 3, [15] * 3, [True, False, True]) == "each: S → ranks 0 2: p·S"
 
 
 def test_quick_run_claims(tmp_path: Path) -> None:
@@ -144,7 +150,9 @@ def test_quick_run_claims(tmp_path: Path) -> None:
     assert all(len(line) <= 100 for line in out.splitlines())
     assert "NO" not in out.split()
     text = flat(out)
-    assert "real ranks = lecture14/collectives.py for all seven: yes" in text
+    shapes = [c for c in json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))["claims"]
+              if c["what"].endswith(": in → out")]
+    assert len(shapes) == 7 and all(c["status"] == "agrees" for c in shapes)  # = the simulator and the table
     assert "100 104 108 112 116" in text  # the all-reduce of 10..14, 20..24, 30..34, 40..44
     assert "rank 0: 5 → 2 1 1 1" in text  # scatter of 5 numbers on 4 ranks
     assert "rank 3 finished its work while rank 0, rank 1, rank 2 waited" in flat(text) and "rank 3 skips" in text
@@ -174,6 +182,15 @@ def test_a_rank_killed_or_stopped_in_part_5_is_a_failure(rank: int, sig: int, sa
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "error: Part 5 staged a skipped collective" in lines[0] and says in lines[0]
+
+
+def test_other_world_size_keeps_the_p4_slips(tmp_path: Path) -> None:
+    """The notes' volume column is computed at their p = 4 whatever --world-size: its slips stay found."""
+    run_script(SCRIPT, "--world-size", "3", "--quick", "--json", str(tmp_path / "o.json"))
+    claims = {c["what"]: c for c in json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))["claims"]}
+    for what in ("scatter: S (root sends), the root sends", "gather: S (each sends), busiest rank sends"):
+        assert claims[what]["status"] == "differs" and claims[what]["erratum"] and claims[what]["ours"] == 3
+    assert all(c["status"] != "other setting" for c in claims.values())
 
 
 def test_bad_flags() -> None:

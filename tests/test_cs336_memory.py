@@ -110,6 +110,10 @@ def test_gpus_to_hold_against_a_scan(params: float, stage: str) -> None:
 # ---- the script ----------------------------------------------------------------------------------
 
 EXPECTED_04 = {
+    "ledger: fp16 parameter": "agrees",
+    "ledger: fp16 gradient": "agrees",
+    "ledger: fp32 master weight": "agrees",
+    "ledger: Adam m + v": "agrees",
     "bytes per parameter": "agrees",
     "200M × 16 B": "differs",
     "Llama 2 13B fp16 parameters": "agrees",
@@ -118,6 +122,7 @@ EXPECTED_04 = {
     "Llama 2 13B Adam m + v": "agrees",
     "Llama 2 13B training state": "agrees",
     "13B's state fits one 80 GB card": "agrees",
+    "16P = the ledger, DDP": "agrees",
     "4P + 12P/p = the ledger, ZeRO-1 sharded": "agrees",
     "2P + 14P/p = the ledger, ZeRO-2 sharded": "agrees",
     "16P/p = the ledger, ZeRO-3 sharded": "agrees",
@@ -127,6 +132,7 @@ EXPECTED_04 = {
     "ZeRO-1 communicates": "differs",
     "ZeRO-2 communicates": "agrees",
     "ZeRO-3 communicates": "differs",
+    "ZeRO-2 saves memory for DDP's bytes; ZeRO-3 costs 1.5× (13B, 4 cards)": "agrees",
     "GPUs = TP × PP × DP": "agrees",
 }
 
@@ -139,9 +145,11 @@ def test_04_claims_at_the_notes_settings(tmp_path: Path) -> None:
     out = run_script(S04, "--quick", "--json", str(tmp_path / "o.json")).stdout
     found = claims(tmp_path / "o.json")
     assert {w: c["status"] for w, c in found.items()} == EXPECTED_04
-    assert all(c["why"] for c in found.values() if c["status"] == "differs")
+    assert all(c["why"] and c["erratum"] for c in found.values() if c["status"] == "differs")
     assert found["200M × 16 B"]["ours"] == pytest.approx(3.2e9 / 2**30)
     assert found["ZeRO-3 communicates"]["ours"] == "AG + AG + RS"
+    # ZeRO-1's "AG" is decided a slip, with why it is no reading of the column's "extra"
+    assert found["ZeRO-1 communicates"]["ours"] == "RS + AG" and "extra" in found["ZeRO-1 communicates"]["why"]
     tables = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))["parts"]
     traffic = {r[0]: r for r in tables["Part 3"]["tables"]["megatron_traffic"]["rows"]}
     assert traffic["TP"][3] == 4 * 12 * 96  # 4 all-reduces × 12 layers a stage × 96 micro-batches
@@ -155,7 +163,8 @@ def test_04_other_model_and_uneven_parameters(tmp_path: Path) -> None:
     run_script(S04, "--params", "1001", "--world-size", "3", "--json", str(tmp_path / "o.json"))
     data = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))
     found = {c["what"]: c for c in data["claims"]}
-    assert found["ZeRO-1: Adam m + v per card"]["notes"] is None
+    assert found["ZeRO-1: Adam m + v per card"]["status"] == "other setting"   # the notes' 13B on 4 cards only
+    assert found["ZeRO-1 communicates"]["status"] == "differs"                 # no flag changes that one
     rows = {r[0]: r for r in data["parts"]["Part 2"]["tables"]["zero_memory"]["rows"]}
     # 1001 parameters on 3 ranks: the busiest holds 334 of the sharded elements.
     assert rows["ZeRO-3"][4] == f"{16 * 334 / 1000:.4g} KB"
@@ -166,7 +175,7 @@ def test_04_megatron_other_split(tmp_path: Path) -> None:
     out = run_script(S04, "--tp", "16", "--pp", "1", "--dp", "2", "--global-batch", "8",
                      "--json", str(tmp_path / "o.json")).stdout
     assert "crosses nodes" in out
-    assert claims(tmp_path / "o.json")["GPUs = TP × PP × DP"]["notes"] is None
+    assert claims(tmp_path / "o.json")["GPUs = TP × PP × DP"]["status"] == "other setting"
 
 
 @pytest.mark.parametrize("args", [("--params", "0"), ("--params", "abc"), ("--params", "13X"),

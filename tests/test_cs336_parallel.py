@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,13 +194,53 @@ def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path) -> None:
     for part in ("Part 1", "Part 2", "Part 3", "Part 4"):
         assert 0 <= data["parts"][part]["max_diff"] < TOL
     assert data["parts"]["Part 5"]["counted_equals_formula"] is True
-    assert all(row[6] == "yes" for row in data["parts"]["Part 5"]["tables"]["traffic"]["rows"])
+    traffic = data["parts"]["Part 5"]["tables"]["traffic"]
+    assert all(row[traffic["headers"].index("= all ranks")] == "yes" for row in traffic["rows"])
     claims = {c["what"]: (c["ours"], c["status"]) for c in data["claims"]}
     # The notes' own figures are checked once, in 03_costs.py and 04_memory.py; here the runs' own.
     assert all(s == "agrees" for _, s in claims.values()) and claims
-    assert claims["each rank holds only its 1/p shard of Adam's m and v (measured = the ledger's)"][0] is True
+    assert claims["each rank holds only its 1/p shard of Adam's m and v"][0] is True
+    assert proc.stdout.count("check: ") == 4 and "FAILED" not in proc.stdout  # DP, TP, PP, ZeRO
     rows = {r[0]: r for r in data["parts"]["Part 4"]["tables"]["state_bytes"]["rows"]}
     assert all(r[2] == 2 * 8 * 8 * 128 * 128 // 4 for r in rows.values())       # m + v: 16P/p at float64
+
+
+# The TP backward with its reduce lost: each rank keeps its own term of dL/dx = Σ_r dz_r · W_rᵀ.
+BROKEN_TP = """
+import sys
+sys.path.insert(0, {code!r})
+sys.argv = ["05_parallel.py", "--quick", "--world-size", "2", "--layers", "4", "--width", "16", "--batch", "8"]
+import importlib.util
+spec = importlib.util.spec_from_file_location("parallel", {script!r})
+module = importlib.util.module_from_spec(spec)
+sys.modules["parallel"] = module
+spec.loader.exec_module(module)
+import torch.distributed as dist
+
+
+def local_term_only(dz, w_local, widths, log):
+    start = sum(widths[:dist.get_rank()])
+    return (dz @ w_local.T)[:, start:start + widths[dist.get_rank()]].contiguous()
+
+
+module.tp_input_gradient = local_term_only   # forked ranks inherit it
+from common.cli import run_main
+run_main(module.main)
+"""
+
+
+def test_a_lost_tp_reduce_ends_the_run_naming_tp(tmp_path: Path) -> None:
+    """A run that differs from one process must fail on its own: exit 1, one line naming TP and its gap."""
+    code = Path(__file__).resolve().parents[1] / "code"
+    wrapper = tmp_path / "broken_tp.py"
+    wrapper.write_text(BROKEN_TP.format(code=str(code), script=str(code / SCRIPT)), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("05_parallel.py: error: TP against one process: max |difference| "), lines[0]
+    assert "above the tolerance 1e-09" in lines[0]
+    assert "check: TP against one process" in proc.stdout and "FAILED" in proc.stdout
+    assert "check: DP against one process" in proc.stdout and proc.stdout.count("FAILED") == 1
 
 
 def _args(**changes: int) -> argparse.Namespace:

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from common import launcher
+from common import parent_side
 from common.launcher import RankError, launch
 
 PROBE = Path(__file__).parent / "probes" / "launch_probe.py"
@@ -268,6 +268,54 @@ def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expe
     assert left == [], f"processes left behind: {left}"
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("mode, expected", [
+    ("stop-start", r"^launch_probe\.py: error: rank 1 did not join the group within \d+ s \((it is stopped|no answer)"),
+    ("stop", r"^launch_probe\.py: error: rank 1 stopped responding \((it is stopped|no answer).*\); "
+             r"rank 0, rank 2, rank 3 timed out after 4 s"),
+    ("stop-end", r"^launch_probe\.py: error: rank 1 did not finish within 4 s after rank [023] did "
+                 r"\((it is stopped|no answer)"),
+])
+def test_a_stopped_rank_is_named_within_twice_the_timeout(mode: str, expected: str) -> None:
+    # SIGSTOP before rank 1 joins the group, in its work while the others wait in an all-reduce, and
+    # after it left the group once the others delivered their results: every wait has a deadline.
+    timeout_s = 4
+    tag = f"probe-{mode}-{os.getpid()}-{time.monotonic_ns()}"
+    proc = _probe(mode, "4", str(timeout_s), tag)
+    assert proc.stdout.readline().strip() == "started"
+    stopped_at = _when_a_child_stops(proc.pid)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - stopped_at
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, err  # torch's socket warnings folded away
+    assert re.search(expected, lines[0]), lines[0]
+    assert took < 2 * timeout_s, f"named after {took:.1f} s"
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split() == []
+
+
+def _when_a_child_stops(pid: int, within_s: float = 30) -> float:
+    """The moment (time.monotonic) one of pid's children is seen stopped (state T in /proc)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        for child in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split():
+            try:
+                with open(f"/proc/{child}/stat") as fh:
+                    if fh.read().rsplit(")", 1)[1].split()[0] == "T":
+                        return time.monotonic()
+            except (OSError, IndexError):
+                pass
+        time.sleep(0.02)
+    raise AssertionError("no rank stopped")
+
+
+def test_a_slow_start_is_not_a_stall() -> None:
+    # Spawned ranks (two threads each) import torch before they can answer: longer than the 1 s
+    # timeout here, but they are starting, not stuck, so the start-up allowance covers them.
+    assert launch(threads, 2, threads=2, timeout_s=1) == [2, 2]
+
+
 class _Gone:
     """A child process that has already exited (what _blame sees after the grace period)."""
 
@@ -280,7 +328,7 @@ class _Gone:
 def test_the_skipper_is_blamed_even_when_its_own_teardown_fails_first(waiter_saw: str) -> None:
     # Rank 1 returned from its work (it skipped a collective), timed out in its teardown barrier and
     # exited; rank 0, left in the collective, then lost its peer or timed out. Blame rank 1.
-    collector = launcher._Collector([_Gone(), _Gone()], [None, None], 2.0)
+    collector = parent_side.Collector([_Gone(), _Gone()], [None, None], 2.0)
     collector.worker_done = {1}
     collector.failures = {0: (waiter_saw, ""), 1: ("failed: RuntimeError: Timed out waiting 500ms for recv", "")}
     error = collector._blame(set())

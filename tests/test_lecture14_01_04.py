@@ -23,6 +23,7 @@ from common.costmodel import (
     tree_allreduce_time,
 )
 from common.output import Report
+from lecture14 import alpha_beta_numerics as num
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +113,9 @@ def test_crossovers_equal_times_and_sign_change(k: int, link: Link) -> None:
 
 
 @pytest.mark.parametrize("k,link", CASES[::3])
-def test_numeric_search_finds_the_closed_form(alpha_beta: ModuleType, k: int, link: Link) -> None:
-    found = alpha_beta.numeric_crossover(lambda n: ring_allreduce_time(k, n, link),
-                                         lambda n: tree_allreduce_time(k, n, link), *alpha_beta.search_range(link))
+def test_numeric_search_finds_the_closed_form(k: int, link: Link) -> None:
+    found = num.numeric_crossover(lambda n: ring_allreduce_time(k, n, link),
+                                  lambda n: tree_allreduce_time(k, n, link), *num.search_range(link))
     assert found == pytest.approx(ring_tree_crossover_bytes(k, link), rel=1e-9)
 
 
@@ -126,16 +127,16 @@ def test_notes_crossovers_by_hand() -> None:
 
 
 @pytest.mark.parametrize("k", [2, 3])
-def test_no_crossover_when_the_ring_never_loses_to_the_tree(alpha_beta: ModuleType, k: int) -> None:
+def test_no_crossover_when_the_ring_never_loses_to_the_tree(k: int) -> None:
     link = Link(5e-6, 25e9)
     assert ring_tree_crossover_bytes(k, link) is None
-    assert alpha_beta.numeric_crossover(lambda n: ring_allreduce_time(k, n, link),
-                                        lambda n: tree_allreduce_time(k, n, link), *alpha_beta.search_range(link)) is None
+    assert num.numeric_crossover(lambda n: ring_allreduce_time(k, n, link),
+                                 lambda n: tree_allreduce_time(k, n, link), *num.search_range(link)) is None
 
 
-def test_winner_ranges_match_a_brute_force_scan(alpha_beta: ModuleType) -> None:
+def test_winner_ranges_match_a_brute_force_scan() -> None:
     link = Link(5e-6, 25e9)
-    ranges = alpha_beta.winner_ranges(8, link)
+    ranges = num.winner_ranges(8, link)
     assert [name for _, name in ranges] == ["naive", "tree", "ring"]
     assert ranges[1][0] == pytest.approx(link.alpha_s * link.beta_Bps / 2, rel=1e-6)  # 6(α+N/β) = 2(α+7N/β)
     assert ranges[2][0] == pytest.approx(ring_tree_crossover_bytes(8, link), rel=1e-6)
@@ -260,9 +261,10 @@ def _model_args(**changes: float) -> argparse.Namespace:
 def test_04_model_parts_agree_with_the_notes_at_their_defaults(alpha_beta: ModuleType,
                                                                capsys: pytest.CaptureFixture) -> None:
     args = _model_args()
-    rep = Report("04_alpha_beta.py", "test", args)
+    rep = Report(alpha_beta.__file__, "test", args)  # the script's path: its rows of the notes' table
     alpha_beta.part1_model(rep, args)
     alpha_beta.part3_share_of_step(rep, args)
+    rep.compare_with_notes()
     assert len(rep.claims) == 12 and all(c.status == "agrees" for c in rep.claims), rep.claims
     shares = [c.ours for c in rep.claims if c.ref.startswith("L14-3.4-share-") and c.unit == "%"]
     assert [round(s, 1) for s in shares] == [42.9, 81.8, 97.3]
@@ -279,50 +281,65 @@ def test_04_part3_says_when_latency_matters(alpha_beta: ModuleType, capsys: pyte
     assert "latency is not negligible at this K" in flat(capsys.readouterr().out)
 
 
+def _fit_claims(alpha_beta: ModuleType, run: dict) -> dict[str, list]:
+    """Part 2's rows decided from one 4-process run's fits, by id."""
+    rep = Report(alpha_beta.__file__, "test", None)
+    alpha_beta.record_fit(rep, {4: run})
+    rep.compare_with_notes()
+    return {c.ref: c for c in rep.claims}
+
+
 def test_a_fit_with_a_negative_intercept_is_not_measured(alpha_beta: ModuleType) -> None:
     """Times on an exact line t = −100 µs + 1 ns/B: the fit finds the negative intercept, calls it
-    failed, and the claims say 'not measured' with the reason instead of a number."""
-    from lecture14 import gloo_timing as gt
+    failed, and the rows say 'not measured' with the reason instead of a number."""
+    from lecture14 import alpha_beta_numerics as num
 
     sizes = [2**10 * 4**i for i in range(8)]
     sizes = [s for s in sizes if s >= 2**20]  # 1, 4, 16 MiB: all times positive on that line
     times = [-1e-4 + 1e-9 * n for n in sizes]
-    fit = gt.fit_ring(4, sizes, times)
+    fit = num.fit_ring(4, sizes, times)
     assert fit.intercept_s == pytest.approx(-1e-4, rel=1e-6) and "negative intercept" in fit.failed
-    good = gt.fit_ring(4, sizes, [1e-4 + 1e-9 * n for n in sizes])
+    good = num.fit_ring(4, sizes, [1e-4 + 1e-9 * n for n in sizes])
     assert not good.failed and good.alpha_s == pytest.approx(1e-4 / 6) and good.beta_Bps == pytest.approx(6 / 4e-9)
-    run = gt.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
+    run = num.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
     assert not run["alpha"].measured and run["alpha"].used == 0
-    rep = Report("04_alpha_beta.py", "test", None)
-    gt.claims(rep, {4: run}, alpha_beta.NOTES_GLOO_ALPHA_S)
-    fitted = [c for c in rep.claims if c.ref == "L14-3.4-gloo-fit"]
+    claims = _fit_claims(alpha_beta, run)
+    fitted = [claims["L14-3.4-gloo-fit"], claims["L14-3.4-gloo-fit-beta"]]
     assert [c.status for c in fitted] == ["not measured", "not measured"]
-    assert all(c.ours is None and "fit failed in 3 of 3 sweeps" in c.why for c in fitted)
-    loopback = [c for c in rep.claims if c.ref == "L14-3.4-loopback-100x"]
-    assert loopback[0].status == "not measured" and "fit failed" in loopback[0].why
+    assert all(c.ours is None and "0 of 3 sweeps' fits succeeded" in c.why for c in fitted)
+    loopback = claims["L14-3.4-loopback-100x"]
+    assert loopback.status == "not measured" and "0 of 3 sweeps' fits succeeded" in loopback.why
 
 
 def test_loopback_latency_against_the_links_alpha(alpha_beta: ModuleType) -> None:
     """A clean line whose ring α is 500 µs: 100× the 5 µs link α, two orders of magnitude. The
     notes' own 130 µs over the same 5 µs is 26×: log10 = 1.41, which does not round to 2."""
-    from lecture14 import gloo_timing as gt
+    from lecture14 import alpha_beta_numerics as num
 
     sizes = [2**10 * 4**i for i in range(8)]
     times = [6 * 500e-6 + n / 1e9 for n in sizes]  # a = 2(K−1)·α with K = 4
-    run = gt.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
-    rep = Report("04_alpha_beta.py", "test", None)
-    gt.claims(rep, {4: run}, 130e-6)
-    measured, notes_own = [c for c in rep.claims if c.ref == "L14-3.4-loopback-100x"]
+    run = num.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
+    claims = _fit_claims(alpha_beta, run)
+    measured, notes_own = claims["L14-3.4-loopback-100x"], claims["L14-3.4-loopback-100x-notes"]
     assert measured.ours == pytest.approx(100) and measured.status == "agrees"
     assert measured.rule == "within a factor of 3.16228"
     assert notes_own.ours == pytest.approx(26) and notes_own.status == "differs"
     assert round(math.log10(notes_own.ours)) == 1  # an independent reading of 'orders of magnitude'
+    assert alpha_beta.notes_gloo_alpha_s() == pytest.approx(130e-6)  # read from the notes' table
 
 
 def test_an_absurd_fit_is_refused() -> None:
-    from lecture14 import gloo_timing as gt
+    from lecture14 import alpha_beta_numerics as num
 
     sizes = [2**20, 2**22, 2**24]
-    assert "β" in gt.fit_ring(2, sizes, [1.0 + 1e-16 * n for n in sizes]).failed or \
-        "α" in gt.fit_ring(2, sizes, [1.0 + 1e-16 * n for n in sizes]).failed
-    assert "negative slope" in gt.fit_ring(2, sizes, [3e-3 - 1e-11 * n for n in sizes]).failed
+    assert "β" in num.fit_ring(2, sizes, [1.0 + 1e-16 * n for n in sizes]).failed or \
+        "α" in num.fit_ring(2, sizes, [1.0 + 1e-16 * n for n in sizes]).failed
+    assert "negative slope" in num.fit_ring(2, sizes, [3e-3 - 1e-11 * n for n in sizes]).failed
+
+
+def test_04_part3_prose_follows_alpha(alpha_beta: ModuleType, capsys: pytest.CaptureFixture) -> None:
+    """--alpha-us 2 once still printed "with α = 5 µs" in Part 3: the line names this run's α."""
+    args = _model_args(alpha_us=2.0)
+    alpha_beta.part3_share_of_step(Report(alpha_beta.__file__, "test", args), args)
+    out = flat(capsys.readouterr().out)
+    assert "with α = 2 µs the share" in out and "α = 5 µs" not in out

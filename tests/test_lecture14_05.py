@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import assert_usage_error, run_script
+from conftest import ROOT, assert_usage_error, code_env, flat, load_script, run_script
 from rank_faults import assert_named_at_once
 
 SCRIPT = "lecture14/05_data_parallel.py"
 
 
 def _claims(path: Path) -> dict[str, dict]:
-    return {c["what"]: c for c in json.loads(path.read_text())["claims"]}
+    """The run's decided rows of the notes' table, by id."""
+    return {c["ref"]: c for c in json.loads(path.read_text())["claims"]}
 
 
 def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> None:
@@ -24,9 +28,10 @@ def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> N
     for part in range(1, 7):
         assert f"== Part {part}:" in text
     assert "3 3 2 2" in text                                # Part 1: 10 samples on 4 ranks
-    assert "union covers every index exactly once: True" in text
-    assert "global random state untouched by the shuffles: True" in text
-    assert "real ranks bit-identical to each other  True" in text
+    assert "union covers every index exactly once: True" in flat(text)
+    assert "global random state untouched by the shuffles: True" in flat(text)
+    assert "check: HW5 on 4 ranks, ranks 1–3 vs rank 0: max |difference| 0 ≤ 0: ok" in text  # bit-identical
+    assert "FAILED" not in text
     assert "diverged" in text                               # Part 5
     part5 = json.loads(out.read_text())["parts"]["Part 5"]
     rows = part5["tables"]["final_loss"]["rows"]             # lr, lr·λ, sync, async τ = 0, 1, 3, 7
@@ -36,15 +41,14 @@ def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> N
     for name in ("async_sgd_loss", "speedup"):  # the figures exist and hold a real picture
         png = figs / f"lecture14_05_{name}.png"
         assert png.is_file() and png.stat().st_size > 20_000, png
-    speedups = {what: c["ours"] for what, c in claims.items() if what.endswith("GPUs")}
+    speedups = {ref: c["ours"] for ref, c in claims.items() if ref.startswith("L14-4.4-speedup-")}
     assert [round(v, 2) for v in speedups.values()] == [6.12, 2.09, 0.77]
-    assert all(claims[w]["status"] == "agrees" for w in speedups)
-    assert round(claims["HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2"]["ours"], 4) == 0.2143
-    assert claims["replicas bit-identical after training"]["ours"] is True
-    diffs = [c["ours"] for w, c in claims.items()
-             if ("max |Δθ|" in w or "sum-then-divide" in w) and not isinstance(c["ours"], bool)]
-    assert diffs and all(0 <= d < 1e-12 for d in diffs)     # round-off only
-    naive = claims["naive relative error, orthogonal per-sample grads (= weight-vector error)"]
+    assert all(claims[ref]["status"] == "agrees" for ref in speedups)
+    assert round(claims["L14-4.4-hw5-budget"]["ours"], 4) == 0.2143
+    assert claims["L14-4.2-replicas-identical"]["ours"] is True
+    diffs = [claims[ref]["ours"] for ref in ("L14-4.2-full-batch-gap", "L14-4.2-accumulation-gap", "L14-4.2-fixed-error")]
+    assert all(0 <= d < 1e-12 for d in diffs)     # round-off only
+    naive = claims["L14-4.2-naive-error-21pct"]
     assert naive["ours"] == pytest.approx(100 * (1 / 24) ** 0.5, rel=1e-9)  # ‖Δw‖/‖w‖ for 3,3,2,2: 20.41 %
     assert naive["status"] == "differs"                     # 20.41 % is not the notes' 21 % to the unit
 
@@ -56,10 +60,9 @@ def test_other_world_size_and_link(tmp_path: Path) -> None:
     assert "3 real ranks, size 10" in proc.stdout
     assert "4 4 2" not in proc.stdout and "4 3 3" in proc.stdout  # 10 on 3 ranks: 4, 3, 3
     assert "async τ=2" in proc.stdout                           # τ = K − 1 with 3 workers
-    data = json.loads(out.read_text())
-    assert data["parts"]["Part 2"]["tables"]["real_ranks"]["rows"][0][1] == "True"
+    assert "check: HW5 on 3 ranks, ranks 1–2 vs rank 0: max |difference| 0 ≤ 0: ok" in proc.stdout
     # α = 0: ring time is 2(K−1)/K · N/β, so 10 MB on 8 GPUs gives 20 / (2.5 + 0.7) ms
-    ours = _claims(out)["10 MB gradients on 8 GPUs"]["ours"]
+    ours = _claims(out)["L14-4.4-speedup-10mb"]["ours"]
     assert ours == pytest.approx(20 / (2.5 + 2 * 7 / 8 * 10e6 / 25e9 * 1e3), rel=1e-12)
 
 
@@ -73,18 +76,14 @@ def test_async_sgd_claims_say_where_the_notes_hold(tmp_path: Path) -> None:
     large lr diverges; at the unconverged smallest lr staleness helps, and the claim says why."""
     out = tmp_path / "05.json"
     run_script(SCRIPT, "--quick", "--json", str(out))
-    found = {c["what"]: c for c in json.loads(out.read_text())["claims"] if c["ref"].startswith("L14-4.3")}
-    status = {w: c["status"] for w, c in found.items()}
-    assert status["async τ = 0 is sequential mini-batch SGD (same final loss, lr 0.01)"] == "agrees"
-    assert status["lr 0.01: async τ = 0 (8× the updates) ends below sync"] == "agrees"
-    assert status["staler ends worse at every lr where τ = 0 converges (within 1.5× the optimum)"] == "agrees"
-    assert status["with 4000 gradients, staler ends worse at lr 0.01"] == "agrees"
-    assert status["staler gradients diverge at a smaller or equal lr"] == "agrees"
-    assert status["at the largest lr, 1, every async column diverges"] == "agrees"
-    smallest = found["staler ends worse also at the smallest lr, 0.01"]
+    found = _claims(out)
+    for ref in ("L14-4.3-tau0-sequential", "L14-4.3-async-tau0-faster", "L14-4.3-staleness-worse",
+                "L14-4.3-staleness-worse-longer-run", "L14-4.3-diverges-large-lr", "L14-4.3-diverges-large-lr-all-async"):
+        assert found[ref]["status"] == "agrees", ref
+    smallest = found["L14-4.3-staleness-worse-smallest-lr"]
     assert smallest["status"] == "differs" and not smallest["erratum"]
     assert "no run has converged" in smallest["why"] and "slightly larger step" in smallest["why"]
-    grid = found["async τ = 0 ends below sync at every lr of the grid"]
+    grid = found["L14-4.3-async-tau0-faster-every-lr"]
     assert grid["status"] == "differs" and "from lr 0.2 sync ends lower" in grid["why"]
 
 
@@ -92,13 +91,13 @@ def test_a_changed_flag_makes_claims_other_setting(tmp_path: Path) -> None:
     out = tmp_path / "05.json"
     run_script(SCRIPT, "--quick", "--seed", "1", "--step-ms", "40", "--json", str(out))
     found = _claims(out)
-    assert found["staler gradients diverge at a smaller or equal lr"]["status"] == "other setting"
-    assert "--seed 1 (notes' setting: 0)" in found["staler gradients diverge at a smaller or equal lr"]["decision"]
-    assert found["10 MB gradients on 8 GPUs"]["status"] == "other setting"
-    assert "--step-ms 40" in found["10 MB gradients on 8 GPUs"]["decision"]
-    # claims no flag can change are still compared
-    assert found["async τ = 0 is sequential mini-batch SGD (same final loss, lr 0.01)"]["status"] == "agrees"
-    assert found["HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2"]["status"] == "agrees"
+    assert found["L14-4.3-diverges-large-lr"]["status"] == "other setting"
+    assert "--seed 1 (notes' setting: 0)" in found["L14-4.3-diverges-large-lr"]["decision"]
+    assert found["L14-4.4-speedup-10mb"]["status"] == "other setting"
+    assert "--step-ms 40" in found["L14-4.4-speedup-10mb"]["decision"]
+    # rows no flag can change are still compared
+    assert found["L14-4.3-tau0-sequential"]["status"] == "agrees"
+    assert found["L14-4.4-hw5-budget"]["status"] == "agrees"
 
 
 def _gloo_avg_worker(rank: int, world_size: int) -> bool:
@@ -114,13 +113,12 @@ def _gloo_avg_worker(rank: int, world_size: int) -> bool:
 def _average_checks_worker(rank: int, world_size: int) -> dict:
     import torch
 
-    from lecture14 import hw5_checks
-    return hw5_checks.average_checks(rank, torch.device("cpu"))
+    return load_script(SCRIPT).average_checks(rank, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("nth", [1, 2])  # the AVG all-reduce (or, without AVG, average_gradients'), then the next
 def test_an_error_in_the_average_checks_is_that_ranks(nth: int) -> None:
-    """hw5_checks once caught any RuntimeError or ValueError of its AVG all-reduce as "gloo has no
+    """average_checks (then in hw5_checks.py) once caught any RuntimeError or ValueError of its AVG all-reduce as "gloo has no
     AVG": a rank that really failed there was reported as a lesson, and the others waited."""
     assert_named_at_once(3, 1, "all_reduce", nth, RuntimeError, _average_checks_worker)
 
@@ -131,11 +129,45 @@ def test_average_gradients_claims_from_real_ranks(tmp_path: Path) -> None:
     from common.launcher import launch
     out = tmp_path / "05.json"
     run_script(SCRIPT, "--quick", "--json", str(out))
-    claims = {c["ref"]: c for c in json.loads(out.read_text())["claims"] if c["ref"]}
+    claims = _claims(out)
     rejects = launch(_gloo_avg_worker, 2, timeout_s=20)[0]
     assert claims["L14-4.1-gloo-no-avg"]["ours"] is rejects
     assert claims["L14-4.1-gloo-no-avg"]["status"] == ("agrees" if rejects else "differs")
     for ref in ("L14-4.1-sum-then-divide", "L14-4.1-skip-none-grads", "L14-4.1-proportional-drops",
                 "L14-4.2-weighted-fix", "L14-4.3-8x-updates"):
         assert claims[ref]["status"] == "agrees", ref
+    assert claims["L14-4.1-gloo-no-avg"]["kind"] == claims["L14-4.1-sum-then-divide"]["kind"] == "observed on real ranks"
     assert claims["L14-4.3-staleness-k-minus-1"]["ours"] == 7 and claims["L14-4.3-staleness-k-minus-1"]["notes"] == 7
+
+
+# Average without dividing by W (the bug HW5's average_gradients guards against), installed before
+# the script runs: forked ranks inherit it.
+_BROKEN_AVERAGE = """
+import runpy, sys
+from lecture14 import data_parallel as dp
+
+def average_without_divide(model):
+    for param in model.parameters():
+        if param.grad is not None:
+            dp.dist.all_reduce(param.grad)
+
+dp.average_gradients = average_without_divide
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_real_ranks_that_differ_from_one_process_fail_the_run() -> None:
+    """A data-parallel run whose ranks sum gradients but never divide by W trains differently from
+    one process: the run prints its results, then exits 1 with one line naming the comparison and
+    the gap (the claims of such a run once all read 'agrees')."""
+    proc = subprocess.run([sys.executable, "-c", _BROKEN_AVERAGE, str(ROOT / "code" / SCRIPT), "--quick",
+                           "--world-size", "2"], cwd=ROOT, env=code_env(PYTHONUNBUFFERED="1"),
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-2000:]
+    match = re.fullmatch(r"05_data_parallel\.py: error: HW5 on 2 ranks vs one process, simulated ranks: "
+                         r"max \|difference\| (\S+), above the tolerance 1e-12 \(and \d+ more\)", lines[0])
+    assert match and float(match[1]) > 1e-6, lines[0]
+    assert "check: HW5 on 2 ranks vs one process, full batch" in proc.stdout and "FAILED" in proc.stdout
+    assert "== Part 6:" in proc.stdout  # the whole output first, then the failure

@@ -6,7 +6,10 @@ checked against a single process, ddp_sim's bucket rule, or a gradient computed 
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo  # noqa: F401 - DDP() needs it; imported before the ranks fork, as the scripts do
-from conftest import assert_usage_error, flat, load_script, run_script
+from conftest import assert_usage_error, code_env, flat, load_script, run_script
 from torch import nn
 
 from common.launcher import launch
@@ -133,38 +136,81 @@ def test_buffers_replaced_by_rank0(details: ModuleType) -> None:
 
 
 # ---- smoke runs and bad flags ----------------------------------------------------------------
-def test_smoke_01() -> None:
-    out = run_script("lecture15/01_ddp_basics.py", "--quick").stdout
+def _claims(relpath: str, tmp_path: Path, *args: str) -> tuple[str, dict[str, dict]]:
+    """A run's output (line wrapping undone) and its decided rows by id (--json)."""
+    out = run_script(relpath, *args, "--json", str(tmp_path / "run.json")).stdout
+    data = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
+    return flat(out), {c["ref"]: c for c in data["claims"]}
+
+
+def test_smoke_01(tmp_path: Path) -> None:
+    out, claims = _claims("lecture15/01_ddp_basics.py", tmp_path, "--quick")
     assert "== Part 3" in out
-    assert "all ranks bit-identical after DDP(): True" in out
-    assert "all ranks bit-identical after 10 steps: True" in out
+    for ref in ("L15-1.4-identical-after-wrap", "L15-1.4-identical-after-training"):
+        assert claims[ref]["ours"] is True and claims[ref]["status"] == "agrees"
+        assert claims[ref]["kind"] == "observed on real ranks"
 
 
-def test_smoke_01_world_size_3() -> None:
-    out = flat(run_script("lecture15/01_ddp_basics.py", "--quick", "--world-size", "3", "--batch", "10").stdout)
-    assert "sizes [4, 3, 3]" in out
-    diff = float(re.search(r"single-process full-batch training: (\S+)", out).group(1))
-    assert diff < 1e-12
+def test_smoke_01_world_size_3(tmp_path: Path) -> None:
+    out, claims = _claims("lecture15/01_ddp_basics.py", tmp_path, "--quick", "--world-size", "3",
+                          "--batch", "10")
+    assert "shards of [4, 3, 3]" in out
+    assert claims["L15-1.4-vs-single-process"]["ours"] < 1e-12
+    assert re.search(r"check: DDP on 3 ranks, 10 steps = one process, whole batch: max \|difference\| \S+ ≤ "
+                     r"1e-12: ok", out)
 
 
-def test_smoke_02() -> None:
-    out = run_script("lecture15/02_buckets.py", "--quick").stdout
-    assert "recorded buckets (iteration >= 2) equal ddp_sim's prediction: True" in out
-    assert "buckets in iteration 1 (find_unused_parameters=False): 1 " in out
+# A broken DDP training must end the run, not print as a result: the shard's loss as a local mean
+# (the mistake shard_loss's docstring warns about) weights 10 samples on shards of 4, 3, 3 unequally.
+BROKEN_SHARD_LOSS = """
+import sys
+sys.path.insert(0, {tests!r})
+from conftest import load_script
+from common.cli import run_main
+basics = load_script("lecture15/01_ddp_basics.py")
+basics.shard_loss = lambda out, y, world_size, n: ((out - y) ** 2).mean()
+sys.argv = ["01_ddp_basics.py", "--quick", "--world-size", "3", "--batch", "10"]
+run_main(basics.main)
+"""
+
+
+def test_ddp_unequal_to_one_process_fails_the_run_in_one_line() -> None:
+    proc = subprocess.run([sys.executable, "-c", BROKEN_SHARD_LOSS.format(tests=str(Path(__file__).parent))],
+                          capture_output=True, text=True, timeout=180, env=code_env())
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.fullmatch(r"01_ddp_basics\.py: error: DDP on 3 ranks, 10 steps = one process, whole batch: "
+                        r"max \|difference\| (\S+), above the tolerance 1e-12", lines[0]), lines[0]
+    assert float(lines[0].split("difference| ")[1].split(",")[0]) > 1e-6
+    assert "FAILED" in proc.stdout
+
+
+def test_smoke_02(tmp_path: Path) -> None:
+    out, claims = _claims("lecture15/02_buckets.py", tmp_path, "--quick")
+    assert claims["L15-2.2-rule"]["ours"] is True and claims["L15-2.2-rule"]["status"] == "agrees"
+    assert claims["L15-2.2-first-iteration-one-bucket"]["ours"] == 1
+    assert claims["L15-2.2-first-iteration-one-bucket"]["kind"] == "observed on real ranks"
     assert re.search(r"ResNet-50\s+161\s+25,557,032\s+107\s+\S+\s+4\s+5\s+4", out)
     assert re.search(r"BERT-large\s+391\s+335,141,888\s+\d+\s+\S+\s+48\s+38\s+37", out)
-    assert "(all readings): True" in out
-    assert "256 tensors of 1,024 float32" in out
+    assert claims["L15-2.2-rule-torch-function"]["ours"] is True      # all three readings
+    data = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
+    assert data["parts"]["Part 3"]["tables"]["sweep"]["rows"][-1][0] == 256   # tensors of 1,024 float32
+    # --quick all-reduces fewer floats: the notes' bounds on Part 3's timings are not compared
+    timings = ("L15-2.1-many-small-slow", "L15-2.1-ratio-100")
+    assert {claims[r]["status"] for r in timings} == {"other setting"}
 
 
-def test_smoke_04() -> None:
-    out = flat(run_script("lecture15/04_details.py", "--quick").stdout)
-    assert "all-reduces per step (sync, backward-only no_sync, forward no_sync): 4 4 1" in out
-    assert "gets g0/2 on every rank: True" in out
-    assert "at the next forward every rank's running_mean is rank 0's: True" in out
-    assert "equal to one process (float64, max diff < 1e-12): True" in out
-    assert "keeps grad None: True" in out and "the next forward raises" in out
-    assert "agrees" in out.split("the next forward raises", 1)[1].split(")")[0]
+def test_smoke_04(tmp_path: Path) -> None:
+    out, claims = _claims("lecture15/04_details.py", tmp_path, "--quick")
+    assert "no_sync, forward no_sync): 4 4 1" in claims["L15-4.1-only-forward-saves"]["why"]
+    assert re.search(r"check: no_sync accumulation on 2 ranks = one process: "
+                     r"max \|difference\| \S+ ≤ 1e-12: ok", out)
+    for ref in ("L15-4.1-only-forward-saves", "L15-4.1-same-result", "L15-4.2-error", "L15-4.2-partial-use",
+                "L15-4.2-grad-none", "L15-4.3-buffers-differ", "L15-4.3-rank0-wins"):
+        assert claims[ref]["ours"] is True and claims[ref]["status"] == "agrees", claims[ref]
+        assert claims[ref]["kind"] == "observed on real ranks"
+    assert "ranks 0, 1: Expected to have finished reduction" in out
 
 
 @pytest.mark.parametrize("relpath, args", [

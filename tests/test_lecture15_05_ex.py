@@ -47,7 +47,7 @@ def _run_json(relpath: str, tmp_path: Path, *args: str) -> tuple[str, dict]:
 
 
 def _claims(data: dict) -> dict[str, dict]:
-    return {c["what"]: c for c in data["claims"]}
+    return {c["ref"]: c for c in data["claims"]}
 
 
 # ---- 05 Parts 1 and 2: the scaling model -------------------------------------------------------
@@ -88,18 +88,18 @@ def test_weak_scaling_matches_an_independent_event_loop_and_is_monotone(scaling:
 def test_skip_sync_gain_by_hand_and_script_output(tmp_path: Path) -> None:
     out, data = _run_json(SCRIPT_05, tmp_path)
     claims = _claims(data)
-    for name, what in (("ResNet-50", "ResNet-50, sync every 8, 256 ranks"),
-                       ("BERT-large", "BERT-large, sync every 8, 256 ranks")):
+    for name, what in (("ResNet-50", "L15-5-resnet-skip-sync"), ("BERT-large", "L15-5-bert-skip-sync")):
         points = data["parts"]["Part 1"][f"weak_scaling_{name}"]
         local, synced = points[0]["step_s"], points[-1]["step_s"]
         by_hand = synced / ((7 * local + synced) / 8) - 1          # ((n−1)·local + synced)/n
         assert claims[what]["ours"] == pytest.approx(100 * by_hand, rel=1e-12)
-    assert claims["ResNet-50 slowdown at 256 ranks"]["status"] == "agrees"
-    assert claims["ResNet-50, sync every 8, 256 ranks"]["status"] == "agrees"
-    assert claims["BERT-large slowdown at 256 ranks"]["status"] == "agrees"   # calibrated, uncalibrated in why
-    assert "plain FLOP count" in claims["BERT-large slowdown at 256 ranks"]["why"]
+    assert claims["L15-5-resnet-slowdown"]["status"] == "agrees"
+    assert claims["L15-5-resnet-skip-sync"]["status"] == "agrees"
+    assert claims["L15-5-bert-slowdown"]["status"] == "agrees"   # calibrated, uncalibrated in why
+    assert "plain FLOP count" in claims["L15-5-bert-slowdown"]["why"]
     out = flat(out)
-    assert "+17%" in out and "+95%" in out and "about 2× slower" in out and "+38 %" in out
+    # the paper's measured figures, read from the notes' table and shown beside the model's
+    assert "+17%" in out and "+95%" in out and "ResNet-50 with NCCL 2 ×" in out and "+38 %" in out
 
 
 # ---- 05 Part 3: the convergence model ------------------------------------------------------------
@@ -146,7 +146,7 @@ def test_convergence_part_output(tmp_path: Path) -> None:
 def test_lr_over_n_equals_large_batch_even_when_both_diverge(tmp_path: Path) -> None:
     # lr 5 is ten times the stability limit: |w| grows huge and rounding with it; the check is relative.
     _, data = _run_json(SCRIPT_05, tmp_path, "--lr-large", "5", "--sync-every", "64")
-    claim = _claims(data)["lr/n: accumulation is large-batch training with 1/n the updates"]
+    claim = _claims(data)["L15-5-lr-over-n"]
     assert claim["ours"] is True and claim["status"] == "agrees"
     rows = data["parts"]["Part 3"]["tables"]["final_losses"]["rows"]
     assert rows[0][5] == rows[0][6] == "diverged"          # n = 1 at lr 5 already diverges
@@ -166,20 +166,20 @@ def test_exercise_claims_against_independent_numbers(exercises_run: tuple[str, d
     out, data = exercises_run
     claims = _claims(data)
     layout = [(m, g) for m in range(3) for g in range(4)]             # ranks fill machine 0 first
-    assert claims["machine of global rank 7 (0-based)"]["ours"] == layout[7][0] == 1
-    assert claims["local rank of global rank 7"]["ours"] == layout[7][1] == 3
-    assert claims["WORLD_SIZE"]["ours"] == len(layout)
+    assert claims["L15-8-ex1"]["ours"] == layout[7][0] == 1                 # the machine
+    assert claims["L15-8-ex1-local-rank"]["ours"] == layout[7][1] == 3
+    assert claims["L15-8-ex1-world-size"]["ours"] == len(layout)
     # exercise 4 by hand: bucket 0 = {p4, p3} ready at 2 ms, 24 MB; bucket 1 = {p2, p1, p0} at 5 ms, 20 MB
     cost = [0.5 + 0.1 * 24, 0.5 + 0.1 * 20]
     end0 = 2 + cost[0]
-    assert claims["one step, overlapped"]["ours"] == pytest.approx(max(end0, 5) + cost[1])
-    assert claims["no overlap, two buckets"]["ours"] == pytest.approx(5 + sum(cost))
-    assert claims["no overlap, one bucket"]["ours"] == pytest.approx(5 + 0.5 + 0.1 * 44)
-    assert claims["throughput, 256 ranks against 1"]["ours"] == pytest.approx((256 * 32 / 0.100) / (32 / 0.050))
-    assert claims["scaling efficiency"]["ours"] == pytest.approx(50.0)
-    assert claims["average step, sync every 4"]["ours"] == pytest.approx((3 * 50 + 100) / 4)
-    assert claims["ResNet-50 parameter tensors"]["ours"] == len(resnet50().params) == 161
-    assert claims["cap 0 is slower than one bucket without overlap"]["ours"] is True
+    assert claims["L15-8-ex4"]["ours"] == pytest.approx(max(end0, 5) + cost[1])       # overlapped
+    assert claims["L15-8-ex4-no-overlap"]["ours"] == pytest.approx(5 + sum(cost))
+    assert claims["L15-8-ex4-one-bucket"]["ours"] == pytest.approx(5 + 0.5 + 0.1 * 44)
+    assert claims["L15-8-ex10"]["ours"] == pytest.approx((256 * 32 / 0.100) / (32 / 0.050))   # throughput
+    assert claims["L15-8-ex10-efficiency"]["ours"] == pytest.approx(50.0)
+    assert claims["L15-8-ex11"]["ours"] == pytest.approx((3 * 50 + 100) / 4)
+    assert claims["L15-8-ex5-tensors"]["ours"] == len(resnet50().params) == 161
+    assert claims["L15-8-ex5"]["ours"] is True                                # cap 0 loses to one bucket
     assert all(c["status"] == "agrees" for c in data["claims"]), [c for c in data["claims"] if c["status"] != "agrees"]
     assert f"latency alone {161 * 2 * 15 * 10e-3:.1f} ms" in out           # 161 × 2(K−1)α
     assert [f"Part {i}" for i in range(1, 13)] == [p for p in data["parts"] if p != "intro"]
@@ -239,7 +239,7 @@ def test_exercise8_idle_expert_probability_by_enumeration(exercises_run: tuple[s
 # ---- model_vs_real -------------------------------------------------------------------------------
 def test_model_vs_real_quick_runs_real_ddp() -> None:
     out = run_script(MODEL_VS_REAL, "--quick", timeout=120).stdout
-    assert "model's buckets equal the real DDP's: True" in out     # torch's rebuilt buckets = our rule
+    assert re.search(r"the rule's buckets = the real DDP's +True +True +agrees", out)   # rebuilt = ours
     assert "measured DDP step" in out and "fit: fitted gloo ring" in out
     assert "0.weight" in out and "limits:" in out
 
@@ -260,7 +260,7 @@ def test_scaling_other_knobs(tmp_path: Path) -> None:
 def test_exercises_quick_smoke() -> None:
     out = run_script(EXERCISES, "--quick").stdout
     assert "{p4, p3}, {p2, p1, p0}" in out and "differs" not in out
-    assert "WRONG (different buckets added together)" in out
+    assert "buckets [1, 0]: WRONG" in out        # the naive launch rule adds different buckets
 
 
 @pytest.mark.parametrize("relpath,args", [

@@ -8,28 +8,25 @@ batch, torch's own DistributedDataParallel, and torch's bucket assignment functi
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import assert_usage_error, flat, run_script
+from conftest import assert_usage_error, flat, load_script, run_script
 from torch.nn.parallel import DistributedDataParallel
 
 from common.launcher import RankError, launch
+from lecture15.handbook_model import global_batch, handbook_model, shard, share_of_loss
 from lecture15.my_ddp import MyDDP
-from lecture15.my_ddp_ranks import (
-    FORWARD_KINDS,
-    RankOrderedBranches,
-    ReversedStack,
-    buffer_sync_rank,
-    global_batch,
-    handbook_model,
-    no_sync_placement_rank,
-    shard,
-    share_of_loss,
-)
+
+# The staged models and the rank functions that hold MyDDP to DDP's rules live in their script.
+VS_DDP = load_script("lecture15/my_ddp_vs_ddp.py")
+FORWARD_KINDS, RankOrderedBranches, ReversedStack = (VS_DDP.FORWARD_KINDS, VS_DDP.RankOrderedBranches,
+                                                     VS_DDP.ReversedStack)
+buffer_sync_rank, no_sync_placement_rank = VS_DDP.buffer_sync_rank, VS_DDP.no_sync_placement_rank
 
 BATCH, STEPS, CAP = 31, 4, 64 * 1024     # 31: shards are unequal on 2 and 3 ranks
 TOL64 = 1e-12                             # float64: only summation order differs
@@ -271,34 +268,54 @@ def test_sparse_gradients_are_refused_by_name() -> None:
     assert r["sparse_hook"] == "MyDDP does not support sparse gradients: parameter 'table' got one"
 
 
-def _claims(*flags: str) -> tuple[str, dict[str, dict]]:
+def _claims(*flags: str, script: str = "lecture15/my_ddp_check.py") -> tuple[str, dict[str, dict]]:
     import json
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        out = run_script("lecture15/my_ddp_check.py", "--quick", *flags, "--json", f"{tmp}/c.json").stdout
+        out = run_script(script, "--quick", *flags, "--json", f"{tmp}/c.json").stdout
         data = json.loads(open(f"{tmp}/c.json", encoding="utf-8").read())
-    claims = data["claims"]
-    return flat(out), {c["ref"] or c["what"]: c for c in claims}
+    return flat(out), {c["ref"]: c for c in data["claims"]}
 
 
 def test_check_script_quick() -> None:
     out, claims = _claims()
-    assert "2 ranks, 2 gradient buckets, 2 all-reduces launched during each backward" in out
-    assert "launch order [0, 1, 2, 3]" in out and "ready order [3, 2, 1, 0]" in out
-    assert "r0: [0, 1] | r1: [0, 1]" in out and "r0: [0, 1] | r1: [1, 0]" in out
+    for what in ("MyDDP = one process, whole batch", "PyTorch DDP = one process", "MyDDP = PyTorch DDP",
+                 "MyDDP, no_sync accumulation = one full batch"):
+        assert re.search(rf"check: {re.escape(what)}[^:]*: max \|difference\| \S+ ≤ 1e-06: ok", out), what
     assert "MyDDP step / PyTorch DDP step" in out and "per-repeat ratios" in out
-    # Every claim compares at the notes' setting with --quick: none depends on the timing's length.
+    # Every row compares at the notes' setting with --quick: none depends on the timing's length.
     statuses = {ref: c["status"] for ref, c in claims.items()}
     assert statuses.pop("HB-default-bucket-25MB") == "differs" and claims["HB-default-bucket-25MB"]["erratum"]
-    # DistributedSampler pads when K does not divide N: the handbook's unconditional "no overlap" differs
-    assert statuses.pop("HB-sampler-disjoint") == "differs" and not claims["HB-sampler-disjoint"]["erratum"]
-    assert "K = 4, N = 10 repeats 2 samples" in claims["HB-sampler-disjoint"]["why"]
-    assert claims["HB-bf16-hook-halves"]["ours"] == 0.5 and claims["HB-bucket-view-no-copy"]["ours"] is True
-    ours_only = {ref for ref, s in statuses.items() if s == "ours only"}
-    assert all(s == "agrees" for ref, s in statuses.items() if ref not in ours_only), statuses
-    assert {claims[ref]["ours"] for ref in ours_only if claims[ref]["unit"] != "×"} == {True}
+    assert statuses.pop("HB-myddp-step-ratio") == "ours only" and claims["HB-myddp-step-ratio"]["unit"] == "×"
+    assert all(s == "agrees" for s in statuses.values()), statuses
     assert claims["HB-check-summary-line"]["ours"] == "2 个 rank，2 个梯度桶，每步在反向过程中发起 2 次 all-reduce"
+    for ref in ("HB-ddp-equals-single-process", "HB-no-sync-equals-full-batch", "HB-no-sync-ddp-skips"):
+        assert claims[ref]["kind"] == "observed on real ranks"
+
+
+def test_vs_ddp_script_quick() -> None:
+    """Launch order, no_sync's placement and buffers against PyTorch DDP: self-checks, no rows."""
+    out, claims = _claims(script="lecture15/my_ddp_vs_ddp.py")
+    assert "launch order [0, 1, 2, 3]" in out and "ready order [3, 2, 1, 0]" in out
+    assert "r0: [0, 1] | r1: [0, 1]" in out and "r0: [0, 1] | r1: [1, 0]" in out
+    assert re.search(r"check: MyDDP's no_sync acts where PyTorch DDP's does \(placements that differ\): "
+                     r"max \|difference\| 0 ≤ 0: ok", out)
+    assert re.search(r"check: MyDDP broadcasts buffers before the forwards DDP does [^:]*: "
+                     r"max \|difference\| 0 ≤ 0: ok", out)
+    assert "sparse gradients: MyDDP does not support sparse gradients: parameter '0.weight'" in out
+    assert claims == {}
+
+
+def test_details_script_quick() -> None:
+    out, claims = _claims(script="lecture15/handbook_details.py")
+    statuses = {ref: c["status"] for ref, c in claims.items()}
+    # DistributedSampler pads when K does not divide N: the handbook's unconditional "no overlap" differs
+    any_n = claims["HB-sampler-disjoint-any-n"]
+    assert statuses.pop("HB-sampler-disjoint-any-n") == "differs" and not any_n["erratum"]
+    assert "K = 4, N = 10 repeats 2 samples" in any_n["why"]
+    assert all(s == "agrees" for s in statuses.values()), statuses
+    assert claims["HB-bf16-hook-halves"]["ours"] == 0.5 and claims["HB-bucket-view-no-copy"]["ours"] is True
     # The handbook's 7B question, by hand: 2(K−1)/K of 14 GB per rank at 50 GB/s.
     assert claims["HB-7b-ring-bytes"]["ours"] == pytest.approx(2 * 63 / 64 * 14)
     assert claims["HB-7b-ring-time"]["ours"] == pytest.approx(2 * 63 / 64 * 14e9 / 50e9)
@@ -307,7 +324,7 @@ def test_check_script_quick() -> None:
 def test_check_script_other_knobs() -> None:
     out, claims = _claims("--world-size", "3", "--batch", "31", "--bucket-cap-mb", "1", "--steps", "2",
                           "--repeats", "3")
-    assert "3 ranks, 1 gradient bucket, 1 all-reduce launched" in out
+    assert claims["HB-check-summary-line"]["ours"] == "3 个 rank，1 个梯度桶，每步在反向过程中发起 1 次 all-reduce"
     assert "unequal shards" in out
     # What depends on the cap or the world size is not compared with the handbook's 2 ranks at 64 KiB ...
     for ref in ("HB-check-buckets", "HB-check-summary-line", "HB-buckets-fewer-messages"):
@@ -320,15 +337,18 @@ def test_check_script_other_knobs() -> None:
 
 
 # argparse's own checks (--world-size 0) and ours (a batch too small to split): one line, exit 2.
-@pytest.mark.parametrize("flags", [("--world-size", "0"), ("--batch", "3")])
-def test_bad_flags(flags: tuple[str, str]) -> None:
-    assert_usage_error("lecture15/my_ddp_check.py", *flags)
+@pytest.mark.parametrize("script, flags", [("lecture15/my_ddp_check.py", ("--world-size", "0")),
+                                           ("lecture15/my_ddp_check.py", ("--batch", "3")),
+                                           ("lecture15/my_ddp_vs_ddp.py", ("--world-size", "1")),
+                                           ("lecture15/handbook_details.py", ("--steps", "0"))])
+def test_bad_flags(script: str, flags: tuple[str, str]) -> None:
+    assert_usage_error(script, *flags)
 
 
 def test_sampler_shares_against_the_padding_rule() -> None:
     """torch's DistributedSampler, counted our way: K·ceil(N/K) indices, the N distinct ones all present
     (drop_last=False), or K·floor(N/K) distinct ones (drop_last=True)."""
-    from lecture15.handbook_details import sampler_shares
+    sampler_shares = load_script("lecture15/handbook_details.py").sampler_shares
 
     for k, n in ((4, 10), (3, 60), (8, 17), (5, 5), (7, 3)):
         shares = sampler_shares(k, n, drop_last=False)

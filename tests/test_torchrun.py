@@ -1,13 +1,21 @@
 """Real-process scripts under torchrun: torchrun owns the processes, its world size wins, and only
-rank 0 prints."""
+rank 0 prints; torchrun is told from leftover variables; a failed or stopped rank is named by rank 0
+(the tests that start torchrun for that are marked `torchrun`: slow)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
+import pytest
 from conftest import ROOT
+
+PROBE = ROOT / "tests" / "probes" / "launch_probe.py"
 
 
 def torchrun(script: str, nproc: int, *args: str) -> subprocess.CompletedProcess:
@@ -52,3 +60,165 @@ def test_two_nodes_keep_torchruns_local_rank() -> None:
     rows = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^\s+2\s+(\d)\s+(\d)\s", table, re.M)}
     assert rows == {0: 0, 1: 0}  # WORLD_SIZE 2; RANK -> LOCAL_RANK
     assert outs[1][0] == ""  # rank 1 prints nothing
+
+
+# ---- what only torchrun sets, and the failures rank 0 names -----------------------------------
+
+def test_leftover_rank_variables_are_a_usage_error_not_a_torchrun_run() -> None:
+    # What anything can leave behind (no TORCHELASTIC_RUN_ID): before, this ran one rank silently
+    # and listened on *:29500. Now it is refused before any work, naming what is set.
+    env = dict(os.environ, MASTER_ADDR="0.0.0.0", RANK="0", WORLD_SIZE="1", MASTER_PORT="29500")
+    proc = subprocess.run([sys.executable, str(ROOT / "code" / "lecture15" / "01_ddp_basics.py")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", proc.stderr
+    assert "RANK=0, WORLD_SIZE=1, MASTER_ADDR=0.0.0.0, MASTER_PORT=29500 set, but torchrun did not start" in lines[0]
+
+
+@pytest.mark.parametrize("env, torchrun, refused", [
+    ({}, False, False),
+    ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, False, False),  # an address alone: ignored
+    ({"LOCAL_RANK": "0"}, False, True),
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, False, True),
+    ({"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, True, False),
+])
+def test_only_torchrun_makes_a_process_a_rank(monkeypatch: pytest.MonkeyPatch, env: dict, torchrun: bool,
+                                              refused: bool) -> None:
+    from common import torchrun as tr
+    from common.errors import UsageError
+
+    for name in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert tr.under_torchrun() is torchrun
+    assert tr.is_rank0() is (not torchrun)  # RANK 1 under torchrun writes nothing
+    if refused:
+        with pytest.raises(UsageError, match="torchrun did not start this process"):
+            tr.check_environment()
+    else:
+        tr.check_environment()
+
+
+def test_loopback_hosts() -> None:
+    from common.loopback import is_loopback_host
+
+    assert is_loopback_host("localhost") and is_loopback_host("127.0.0.1") and is_loopback_host("127.3.4.5")
+    assert not is_loopback_host("0.0.0.0") and not is_loopback_host("192.0.2.1")
+    assert not is_loopback_host("no-such-host.invalid")
+
+
+def test_an_address_alone_is_ignored_and_the_run_stays_on_loopback() -> None:
+    from test_launcher import _children, _is_loopback, _listeners
+
+    env = dict(os.environ, MASTER_ADDR="0.0.0.0", MASTER_PORT="29500")
+    proc = subprocess.Popen([sys.executable, str(PROBE), "sleep", "3"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        children = _children(proc.pid, 3)
+        time.sleep(1.0)
+        listening = _listeners([proc.pid] + children)
+        assert len(listening) >= 4 and all(_is_loopback(a) for a in listening), listening
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        out = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout
+        kids = [int(p) for p in out.split()]
+        found += kids
+        todo += kids
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+class _Torchrun:
+    """The probe under torchrun, its stderr read line by line as it comes (with the time)."""
+
+    def __init__(self, *args: str, nproc: int = 3) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                      f"--nproc-per-node={nproc}", str(PROBE), *args], cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait_for_a_stopped_rank(self, within_s: float = 90) -> float:
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if any(_state(p) == "T" for p in _descendants(self.proc.pid)):
+                return time.monotonic()
+            time.sleep(0.05)
+        raise AssertionError("no rank stopped")
+
+    def errors(self) -> list[tuple[float, str]]:
+        self.proc.wait(timeout=120)
+        self.reader.join(10)
+        return [(t, line) for t, line in self.lines if "error:" in line]
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("mode", ["stop-start", "stop", "stop-end"])
+def test_a_stopped_rank_under_torchrun_is_named_by_rank_0(mode: str) -> None:
+    # SIGSTOP before rank 1 joins, in its work, and after it left the group: the live ranks'
+    # timeouts end in one line, printed by rank 0 only, naming rank 1, within twice the timeout.
+    timeout_s = 4
+    run = _Torchrun(mode, "3", str(timeout_s))
+    stopped_at = run.wait_for_a_stopped_rank()
+    errors = run.errors()
+    assert run.proc.returncode != 0
+    assert len(errors) == 1, run.lines
+    named_at, line = errors[0]
+    phase = {"stop-start": "joining the group", "stop": "working", "stop-end": "leaving the group"}[mode]
+    assert line.startswith(f"launch_probe.py: error: rank 1 stopped responding while {phase} (it is stopped"), line
+    assert named_at - stopped_at < 2 * timeout_s, f"named {named_at - stopped_at:.1f} s after the stop"
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(240)
+def test_an_error_in_rank_k_under_torchrun_names_rank_k() -> None:
+    run = _Torchrun("raise", "3", "60")
+    started = time.monotonic()
+    errors = run.errors()
+    assert [line for _, line in errors] == ["launch_probe.py: error: rank 1 failed: ValueError: deliberate failure"]
+    # rank 0 waits in an all-reduce with a 60 s timeout: its helper names rank 1 long before
+    assert errors[0][0] - started < 45
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_torchrun_ranks_listen_on_loopback_only() -> None:
+    # torchrun --standalone rendezvouses on localhost: the ranks' own sockets (gloo's) stay there.
+    # (torchrun's agent is not ours: its store listens on every interface.)
+    from test_launcher import _is_loopback, _listeners
+
+    run = _Torchrun("sleep", "2", nproc=2)
+    try:
+        deadline = time.monotonic() + 90
+        ranks: list[int] = []
+        while time.monotonic() < deadline and len(_listeners(ranks)) < 2:
+            time.sleep(0.5)
+            ranks = [p for p in _descendants(run.proc.pid) if "launch_probe" in Path(f"/proc/{p}/cmdline").read_text()]
+        listening = _listeners(ranks)
+        assert len(listening) >= 2 and all(_is_loopback(a) for a in listening), listening
+    finally:
+        run.proc.send_signal(signal.SIGINT)
+        run.proc.wait(timeout=60)

@@ -18,6 +18,8 @@ The notes are data, one TOML table per document, beside the scripts that check i
                                         # (for a bound the notes give: below = 10, above = 5, between = [50, 200])
     depends = ["--world-size", "--alpha-us", "--beta-gbs", "--bucket-cap-mb"]  # flags that void it ([]: none)
     slip = false                        # true: the notes are wrong here, ours is the correct value
+    # same_as = "scratch_bytes"         # a check of our own (PyTorch's engine against ours): compare
+                                        # with another recorded value instead of a notes' figure
     why = "uncalibrated: {uncal_ms:.2f} ms"   # the reason, a template over recorded values
 
 A row that cannot be checked has `unchecked = "why"` instead of script/value/notes. A script only
@@ -30,7 +32,7 @@ reproduce.py, the report pages, the README's errata and the tests all read what 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from pathlib import Path
@@ -45,7 +47,9 @@ from common.text import PAGE_WIDTH, wrap
 from common.units import fmt_num
 
 CODE = Path(__file__).resolve().parents[1]
-TABLES = ("lecture14/notes.toml", "lecture15/notes.toml", "lecture15/handbook.toml", "cs336/notes.toml")
+TABLES = ("lecture14/notes.toml", "lecture15/notes.toml", "lecture15/handbook.toml", "cs336/notes.toml",
+          # checks of our own, not statements of the notes: PyTorch's engines beside ours
+          "lecture14/engines.toml", "lecture15/engines.toml", "cs336/engines.toml")
 
 # What our value is, against the notes' (a row's `basis`), and the verdict word each gives.
 EXACT = "exact formula"             # a closed form: must agree
@@ -90,11 +94,17 @@ class Row:
     below: float | None = None          # the notes bound ours: ours < below
     above: float | None = None          # ours > above
     between: tuple[float, float] | None = None  # low <= ours <= high
+    same_as: str = ""                   # a check of our own: ours against another recorded value
+    depends: tuple[str, ...] = ()
+    slip: bool = False
+    why: str = ""
+    digits: int = 4
+    unchecked: str = ""
 
     @property
     def compares(self) -> bool:
-        """The notes give a figure or a bound to compare ours with."""
-        return self.notes is not None or self.bound is not None
+        """The notes give a figure or a bound to compare ours with (or the row names our other value)."""
+        return self.notes is not None or self.bound is not None or bool(self.same_as)
 
     @property
     def bound(self) -> tuple[str, Any] | None:
@@ -112,11 +122,6 @@ class Row:
         if name == "between":
             return f"{limit[0]:g}–{limit[1]:g}"
         return f"{'<' if name == 'below' else '>'} {limit:g}"
-    depends: tuple[str, ...] = ()
-    slip: bool = False
-    why: str = ""
-    digits: int = 4
-    unchecked: str = ""
 
 
 @dataclass
@@ -171,6 +176,8 @@ def _check_row(row: Row, relpath: str) -> None:
     rules = [n for n in ("places", "factor", "below", "above", "between") if getattr(row, n) is not None]
     if len(rules) > 1:
         raise ValueError(f"{where}: one rule at most, not {', '.join(rules)}")
+    if row.same_as and (row.notes is not None or row.bound is not None):
+        raise ValueError(f"{where}: same_as compares two values of ours: no notes' figure or bound with it")
     if row.bound is not None and row.notes is not None:
         raise ValueError(f"{where}: a bound is the notes' value: give below/above/between or notes, not both")
     if row.between is not None and not (len(row.between) == 2 and row.between[0] <= row.between[1]):
@@ -187,9 +194,14 @@ def all_rows() -> list[Row]:
     return rows
 
 
+@lru_cache(maxsize=None)
+def _rows_by_id() -> dict[str, Row]:
+    return {r.id: r for r in all_rows()}  # the tables are loaded once (load_table), so this index holds
+
+
 def row(row_id: str) -> Row:
     """The row with this id (KeyError naming it when there is none)."""
-    found = next((r for r in all_rows() if r.id == row_id), None)
+    found = _rows_by_id().get(row_id)
     if found is None:
         raise KeyError(f"no row {row_id} in the notes' tables")
     return found
@@ -220,6 +232,8 @@ def compare(ours: Any, notes: Any, places: int | None, factor: float | None) -> 
         return agreed, f"rounds to {unit}", (f"{fmt_num(ours, 10)} rounds to {rounded(ours, places)} at {unit}; "
                                              f"the notes print {fmt_num(notes, 10)}")
     if factor is not None:
+        if not factor >= 1:
+            raise ValueError(f"factor must be at least 1, got {factor}")
         low, high = sorted((notes / factor, notes * factor))
         agreed = low <= ours <= high
         return agreed, f"within a factor of {factor:g}", (
@@ -246,6 +260,8 @@ def decide(row: Row, part: str, values: dict[str, Any], off: Sequence[str]) -> C
     setting in the flags the row depends on (empty: at the notes' setting)."""
     ours = values.get(row.value)
     why = reason(row, values)
+    if row.same_as:  # both sides ours: the other is what the row compares with (and shows as "notes")
+        row = replace(row, notes=values.get(row.same_as))
     status, rule, decision = _status(row, ours, off)
     erratum = row.slip and status == "differs"
     return Claim(part, row.what, ours, row.notes_shown, row.unit, row.basis, status, why, rule, decision, row.id,
@@ -330,23 +346,45 @@ def legend_lines(words: set[str]) -> list[str]:
     return wrap("verdicts: " + text, "    ", "  ").splitlines() if text else []
 
 
+VALUE_COLUMN = 22  # a value wider than this (a buffer's contents, a sentence) gets lines of its own
+
+
 def comparison_lines(claims: Sequence[Claim]) -> list[str]:
     """"vs the notes": statement, ours, notes, verdict, one row each; then the reasons of what did
-    not simply agree (the notes' slips first; a reason shared by several rows printed once)."""
+    not simply agree (the notes' slips first; a reason shared by several rows printed once). A
+    value too wide for its column is printed under its row instead, so no line passes the page."""
     rows = []
     for c in claims:
         row = _row_of(c)
-        digits = shown_digits(c.ours, row.digits if row else 4, row.places if row else None)
-        rows.append((c.what, _shown(c.ours, c.unit, digits), _shown(c.notes, c.unit, digits), verdict(c)))
-    widths = [max(len(r[i]) for r in rows + [("", "ours", "notes", "verdict")]) for i in (1, 2, 3)]
+        digits, places = (row.digits, row.places) if row else (4, None)
+        rows.append((c.what, _shown(c.ours, c.unit, shown_digits(c.ours, digits, places)),
+                     _shown(c.notes, c.unit, shown_digits(c.notes, digits, places)), verdict(c)))
+    fits = [max(len(r[1]), len(r[2])) <= VALUE_COLUMN for r in rows]
+    table = [r for r, ok in zip(rows, fits) if ok] + [("", "ours", "notes", "verdict")]
+    widths = [max(len(r[i]) for r in table) for i in (1, 2, 3)]
     what_width = max(24, PAGE_WIDTH - 4 - sum(widths) - 6)
     lines = ["  vs the notes" + " " * (what_width - 12) + "  " + "ours".rjust(widths[0]) + "  "
              + "notes".rjust(widths[1]) + "  verdict"]
-    for what, ours, notes, word in rows:
+    for (what, ours, notes, word), ok in zip(rows, fits):
         wrapped = wrap(what, "", width=what_width).splitlines() or [""]
-        lines.append(f"  {wrapped[0].ljust(what_width)}  {ours.rjust(widths[0])}  {notes.rjust(widths[1])}  {word}")
+        if ok:
+            lines.append(f"  {wrapped[0].ljust(what_width)}  {ours.rjust(widths[0])}  {notes.rjust(widths[1])}  {word}")
+        else:
+            lines.append(f"  {wrapped[0].ljust(what_width)}  {' ' * (widths[0] + widths[1] + 2)}  {word}")
         lines += [f"    {more}" for more in wrapped[1:]]
+        if not ok:
+            lines += [wrap(ours, "           ", "      ours: "), wrap(notes, "           ", "     notes: ")]
     return lines + _reasons(claims)
+
+
+def summary_lines(claims: Sequence[Claim]) -> list[str]:
+    """For rows a script's own table already shows beside the notes' figures (Report.notes_text):
+    one line counting the verdicts instead of the rows again, then the reasons as comparison_lines."""
+    counts: dict[str, int] = {}
+    for c in claims:
+        counts[verdict(c)] = counts.get(verdict(c), 0) + 1
+    text = ", ".join(f"{n} {word}" for word, n in counts.items())
+    return [wrap(f"vs the notes (their figures in the table above): {text}", "    ", "  ")] + _reasons(claims)
 
 
 def _reasons(claims: Sequence[Claim]) -> list[str]:
@@ -366,4 +404,8 @@ def _reasons(claims: Sequence[Claim]) -> list[str]:
 
 
 def _row_of(claim: Claim) -> Row | None:
-    return row(claim.ref) if claim.ref else None
+    """The claim's row, for its digits (None for a row that is in no table: a test's own)."""
+    try:
+        return row(claim.ref) if claim.ref else None
+    except KeyError:
+        return None

@@ -28,7 +28,7 @@ from common.costmodel import NOTES_LINK, Link
 from common.errors import RunFailure, UsageError, clip_values
 from common.files import check_output_dir, check_output_file, divert_stdout
 from common.machine import check_backend, check_world_size
-from common.torchrun import quiet_unless_rank0, under_torchrun
+from common.torchrun import check_environment, quiet_unless_rank0, under_torchrun
 
 __all__ = ["FLAGS", "UsageError", "make_parser", "off_setting", "link_from_args", "run_main"]
 
@@ -248,6 +248,8 @@ class OneLineParser(argparse.ArgumentParser):
         return found
 
     def _check(self, parsed: argparse.Namespace) -> None:
+        if self.real:
+            check_environment()  # RANK, WORLD_SIZE… set without torchrun: a usage error, not a run
         # Under torchrun the world size is torchrun's: it replaces --world-size, so every part
         # computes with the number of ranks that really run.
         torchrun_world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else None

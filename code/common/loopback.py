@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import sys
 
 
@@ -16,3 +18,13 @@ def loopback_interface() -> str:
     except (OSError, ValueError):
         pass
     return "lo0" if sys.platform == "darwin" else "lo"
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether every address `host` names is a loopback one ("localhost", 127.0.0.1, ::1): then
+    every rank that rendezvouses there runs on this machine. A name that does not resolve is not."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any, Sequence
 
 from common import checker
-from common.checker import ASSUMPTION, CALIBRATION, EXACT, MEASURED, OBSERVED, Claim  # noqa: F401 (scripts' names)
+from common.checker import Claim
 from common.cli import off_setting
 from common.errors import RunFailure
 from common.files import make_output_dir, write_bytes, write_json
@@ -100,16 +100,18 @@ class Report:
         row = checker.row(row_id)
         return f"{fmt_num(row.notes_shown)} {row.unit}".strip()
 
-    def compare_with_notes(self) -> None:
+    def compare_with_notes(self, in_table: bool = False) -> None:
         """Decide the rows whose values were recorded since the last call, and print them as one
-        compact table (called by part() and finish(); a part may call it to place the table)."""
+        compact table (called by part() and finish(); a part may call it to place the table).
+        in_table=True: the part's own table already shows the notes' figures beside ours
+        (notes_text), so one line counts the verdicts and only the reasons follow."""
         fresh, self._fresh = set(self._fresh), []
         rows = [r for r in self.rows if r.value in fresh]
         if not rows:
             return
         claims = [checker.decide(r, self._part, self._values, self._off(r)) for r in rows]
         self.claims += claims
-        for text in checker.comparison_lines(claims):
+        for text in (checker.summary_lines if in_table else checker.comparison_lines)(claims):
             print(text)
         self._words |= {checker.verdict(c) for c in claims}
 
@@ -129,58 +131,9 @@ class Report:
             self.failures.append(f"{what}: max |difference| {gap:.3g}, above the tolerance {tolerance:g}")
         return ok
 
-    # ---- claims (the form before the notes' tables; leaving as scripts move to rows) ----------
-    def claim(self, what: str, ours: Any, notes: Any = None, unit: str = "", kind: str = EXACT,
-              *, why: str = "", digits: int = 4, factor: float | None = None, places: int | None = None,
-              setting: Sequence[str] | None = None, ref: str = "", erratum: bool = False) -> Claim:
-        """Print our value with the notes' beside it, and record the pair with its status.
-
-        How agreement is decided (recorded in --json as `rule`, with `decision` saying what it found):
-          places=P   ours rounded to P decimal places is the notes' figure (the notes print 87 ms:
-                     places=0; 1.92 ms: places=2). Use it for every figure the notes print.
-          factor=F   within notes/F … notes·F, only for the notes' "about 1e-5" values (F stated);
-          neither    exact: equal numbers (to 1e-9 relative, for float arithmetic), equal strings
-                     and booleans.
-        Status: 'agrees'; 'differs' (`why` says why: give a reason for every claim, it is recorded
-        always; erratum=True says a "differs" is a slip in the notes, listed as such: recorded only
-        when the claim does differ, so a loop over the notes' rows may pass it for every row); 'other machine' for a
-        MEASURED claim that does not agree; 'other setting' when a flag in `setting` moved this
-        run off the notes' setting (None: every flag that is not presentation, see
-        cli.off_setting; () for a claim no flag changes); with ours=None 'not measured'.
-        `ref` names the inventory entry (inventory/*.md) the claim checks.
-        """
-        off = off_setting(self.args, setting) if self.args is not None else []
-        rule, decision = "", ""
-        if notes is not None and off:  # first: whatever this run measured, it is not the notes' setting
-            status, rule = "other setting", "not compared"
-            decision = "not at the notes' setting: " + ", ".join(off)
-        elif ours is None:
-            status = "not measured"  # this run could not measure it (say why)
-        elif notes is None:
-            status = "ours only"
-        else:
-            agreed, rule, decision = checker.compare(ours, notes, places, factor)
-            status = "agrees" if agreed else ("other machine" if kind == MEASURED else "differs")
-        sep = " " if unit else ""
-        shown_digits = checker.shown_digits(ours, digits, places)
-        shown = "not measured" if ours is None else f"{fmt_num(ours, shown_digits)}{sep}{unit}"
-        text = f"{what}: {shown}"
-        if notes is not None:
-            label = "differs: the notes' error" if erratum and status == "differs" else status
-            text += f"   (notes: {fmt_num(notes, shown_digits)}{sep}{unit}; {kind}; {label})"
-        print(wrap(text, "      ", "  ", reflow=False))
-        if status == "other setting":
-            print(wrap(decision, "         ", "    why: "))
-        elif why and status != "agrees":
-            print(wrap(why, "         ", "    why: "))
-        claim = Claim(self._part, what, ours, notes, unit, kind, status, why, rule, decision, ref,
-                      erratum and status == "differs")
-        self.claims.append(claim)
-        return claim
-
     def at_notes_setting(self, setting: Sequence[str] | None = None) -> bool:
-        """Whether this run is at the notes' setting in the flags `setting` (None: all of them), the
-        same test claim() applies: for text that names the notes' values, or a part that compares."""
+        """Whether this run is at the notes' setting in the flags `setting` (dests; None: all of
+        them), the test the rows' `depends` get: for text that names the notes' setting."""
         return not off_setting(self.args, setting) if self.args is not None else True
 
     # ---- figures and the end ---------------------------------------------------------------

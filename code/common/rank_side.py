@@ -1,10 +1,14 @@
 """A rank's side of `common.launcher.launch`: what each child process does between the fork and
-its exit. It joins the group (start-up timeout long enough for many ranks, then the user's
-timeout for collectives), runs the worker, and reports back over its pipe: "done" when the
-worker returns (so the parent can tell a rank that skipped a collective from the ranks waiting in
-it), then the result, or the error in one line. A helper thread answers the parent's "where are
-you?" with the main thread's innermost frame outside torch, so a hung rank can be named. The
-kernel kills the rank if the parent dies (no orphans).
+its exit. It joins the group (within the start-up time the parent gives it, then the user's
+timeout for collectives), runs the worker, and reports each phase over its pipe: "started" (it
+can answer questions), "joined" (the group is formed), "done" (the worker returned: the parent
+can tell a rank that skipped a collective from the ranks waiting in it), then the result, or the
+error in one line. A helper thread answers the parent's "where are you?" with the main thread's
+innermost frame outside torch, so a hung rank can be named. What the rank writes to file
+descriptor 2 (torch's C++ socket warnings while it waits for a peer, six lines for one stopped
+rank) goes to a file and comes back with the result or the error, so the parent prints one line
+(COURSE_DEBUG=1 leaves it on the terminal). The kernel kills the rank if the parent dies (no
+orphans).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pickle
 import re
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 from datetime import timedelta
@@ -23,9 +28,18 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from common.errors import RunFailure
 from common.loopback import loopback_interface
 
-START_TIMEOUT_S = 120.0  # rendezvous and gloo's full-mesh connect; collectives then get timeout_s
+_KEPT_STDERR = 64 * 1024  # the end of what a rank wrote to fd 2 is what matters; a runaway log is cut
+
+
+class RankError(RunFailure):
+    """A rank failed: `rank` is its number, `message` the cause, `details` its traceback."""
+
+    def __init__(self, rank: int, message: str, details: str = "") -> None:
+        super().__init__(f"rank {rank} {message}")
+        self.rank, self.message, self.details = rank, message, details
 
 
 def setup_rank(local_rank: int, backend: str, threads: int) -> None:
@@ -50,7 +64,7 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _where_main_thread() -> tuple[bool, str]:
+def where_main_thread() -> tuple[bool, str]:
     """(inside torch.distributed?, the innermost frame outside torch) of the main thread."""
     frame = sys._current_frames().get(threading.main_thread().ident)
     in_collective, location = False, "unknown"
@@ -68,57 +82,79 @@ def _answer_where(conn: Any, lock: threading.Lock) -> None:
     """A rank's helper thread: tells the parent where the main thread is, when asked."""
     try:
         while conn.recv_bytes() == b"where":
-            with lock:
-                conn.send_bytes(pickle.dumps(("where", _where_main_thread())))
+            _send(conn, lock, ("where", where_main_thread()))
     except (EOFError, OSError):
         pass
 
 
 def child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any, backend: str,
-                timeout_s: float, threads: int, args: tuple, kwargs: dict) -> None:
+               timeout_s: float, start_s: float, threads: int, args: tuple, kwargs: dict) -> None:
+    """The child process: `start_s` bounds joining the group, `timeout_s` each collective after."""
     # What the parent owned at the fork is not ours to collect (its objects' threads did not
     # come along, so destructors that join them would hang): keep the collector off it.
     gc.freeze()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's "SIGTERM cleans up" is not ours: die at once
     _die_with_parent()
     lock = threading.Lock()
+    stderr_text = _fold_stderr()
     try:
         port = conn.recv()
         threading.Thread(target=_answer_where, args=(conn, lock), daemon=True).start()
+        _send(conn, lock, ("started",))
         # torchrun-style environment, so a worker sees what it would see under torchrun; gloo on
         # the loopback interface whatever the host name resolves to.
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                           WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
                           GLOO_SOCKET_IFNAME=loopback_interface())
         setup_rank(rank, backend, threads)
-        _init_group(backend, rank, world_size, timeout_s,
-                    dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=START_TIMEOUT_S)))
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=start_s))
+        _init_group(backend, rank, world_size, timeout_s, start_s, store)
+        _send(conn, lock, ("joined",))
         result = worker(rank, world_size, *args, **kwargs)
-        with lock:  # the parent can tell a rank that skipped a collective from the ranks waiting in it
-            conn.send_bytes(pickle.dumps(("done",)))
+        _send(conn, lock, ("done",))  # the parent can tell a rank that skipped a collective from the waiters
         # Plain pickle, not torch.multiprocessing's: that one shares a returned tensor through a
         # file descriptor which dies with this process, and the parent's read then fails.
-        payload = pickle.dumps(("ok", result, ""))
+        payload = pickle.dumps(result)
         gc.collect()  # DDP objects must be gone before the group is (see notes: teardown aborts)
         dist.barrier()
         dist.destroy_process_group()
-        with lock:
-            conn.send_bytes(payload)
+        _send(conn, lock, ("ok", payload, stderr_text()))
     except BaseException as err:  # noqa: BLE001 - every failure, Ctrl-C too, goes to the parent
         try:
-            with lock:
-                conn.send_bytes(pickle.dumps(("error", describe(err), traceback.format_exc())))
+            _send(conn, lock, ("error", describe(err), traceback.format_exc() + stderr_text()))
         except Exception:  # noqa: BLE001 - the parent may be gone
             pass
         os._exit(1)  # skip teardown: peers may be stuck in a collective with us
     os._exit(0)
 
 
-def _init_group(backend: str, rank: int, world_size: int, timeout_s: float, store: Any) -> None:
-    """Join the group with a start-up timeout long enough for many ranks to connect, then give
-    collectives the user's timeout (torch >= 2.3; older ones use it for start-up too)."""
+def _send(conn: Any, lock: threading.Lock, message: tuple) -> None:
+    with lock:  # the helper thread answers "where" on the same pipe
+        conn.send_bytes(pickle.dumps(message))
+
+
+def _fold_stderr() -> Callable[[], str]:
+    """Send this rank's file descriptor 2 to a file; return a function that reads it back. torch's
+    C++ side writes its warnings there directly, bypassing Python (sys.stderr goes there too)."""
+    if os.environ.get("COURSE_DEBUG"):
+        return lambda: ""  # debugging: everything stays on the terminal, as it happens
+    sys.stderr.flush()
+    tmp = tempfile.TemporaryFile()
+    os.dup2(tmp.fileno(), 2)
+
+    def text() -> str:
+        sys.stderr.flush()
+        size = os.fstat(tmp.fileno()).st_size
+        data = os.pread(tmp.fileno(), _KEPT_STDERR, max(0, size - _KEPT_STDERR))
+        return data.decode("utf-8", "replace")
+    return text
+
+
+def _init_group(backend: str, rank: int, world_size: int, timeout_s: float, start_s: float, store: Any) -> None:
+    """Join the group within `start_s` (the parent names a rank that does not join before torch
+    gives up), then give collectives the user's timeout (torch >= 2.3; older ones keep start_s)."""
     set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
-    start = max(timeout_s, START_TIMEOUT_S) if set_timeout else timeout_s
+    start = max(timeout_s, start_s) if set_timeout else timeout_s
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=start))
     if set_timeout:
         set_timeout(timedelta(seconds=timeout_s))
@@ -136,3 +172,13 @@ def short(cause: str) -> str:
     """One line: the exception's first line without gloo's source location."""
     first = cause.splitlines()[0] if cause else "failed: unknown error"
     return re.sub(r"\[[^\]]*/gloo/[^\]]*\]\s*", "", first)
+
+
+def is_echo(cause: str) -> bool:
+    """A lost peer: the echo of a rank that died or left, not a cause of its own."""
+    return any(s in cause for s in ("Connection closed by peer", "Connection reset by peer", "closed the pipe"))
+
+
+def is_timeout(cause: str) -> bool:
+    """A wait that ran out: the echo of a rank that stopped responding, not a cause of its own."""
+    return any(s in cause.lower() for s in ("timed out", "timeout"))

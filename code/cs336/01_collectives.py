@@ -3,13 +3,11 @@
     python code/cs336/01_collectives.py
     python code/cs336/01_collectives.py --world-size 3 --numbers 7 --size 1001B
 
-Part 1 runs broadcast, scatter, gather, reduce, all-gather, reduce-scatter and all-reduce on real
-ranks (gloo on CPU; NCCL where every rank has a GPU) and checks each against the simulator in
-lecture14/collectives.py. Part 2 is the notes' table: shapes from Part 1, per-rank volumes from the
-simulator's byte counts beside costmodel's closed forms and the notes' formulas, for several p.
-Part 3: all-reduce = reduce-scatter + all-gather, on the ranks and in bytes, and its lower bound.
-Part 4: the three easy-to-confuse points, each run. Part 5: a rank that skips a collective.
-Parts 1, 3 and 4 share one launch; Part 5 has its own (it fails on purpose, after a short timeout).
+Part 1 runs the seven on real ranks (gloo on CPU; NCCL where every rank has a GPU) against the
+simulator lecture14/collectives.py. Part 2 is the notes' table: shapes from Part 1, per-rank volumes
+counted beside costmodel's closed forms and the notes' formulas. Part 3: all-reduce = reduce-scatter
++ all-gather, on the ranks and in bytes, and its lower bound. Part 4: the three easy-to-confuse
+points, each run. Part 5: a rank skips a collective (its own launch, failing after a short timeout).
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from common.budget import Cost, Term
 from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import choose_backend, launch, rank_device
-from common.output import EXACT, Report, fmt_num
+from common.output import Report, fmt_num
 from common.torchrun import under_torchrun
 from cs336 import primitives as prim
 from cs336.primitives import ROOT
@@ -51,6 +49,9 @@ COST = Cost([Term("1", 3.5, lambda a: 1), Term("W²", 0.015, lambda a: a.world_s
              Term("W·N", 7e-6, lambda a: a.world_size * a.numbers)],
             memory=lambda a: 32 * a.world_size * (2 * a.world_size + 14) * a.numbers,
             waits_s=lambda a: 2 * (a.timeout_s or SKIP_TIMEOUT_S) + 1)
+# The functions the notes name (NCCL 与 torch.distributed), looked up on this torch.
+DIST_API = ("init_process_group", "all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "send", "recv",
+            "barrier", "destroy_process_group")
 OPS = {"SUM": (dist.ReduceOp.SUM, np.add), "MIN": (dist.ReduceOp.MIN, np.minimum),
        "MAX": (dist.ReduceOp.MAX, np.maximum), "PRODUCT": (dist.ReduceOp.PRODUCT, np.multiply)}
 
@@ -79,7 +80,7 @@ def seven_primitives(x: torch.Tensor, world_size: int) -> dict[str, tuple]:
     out = {}
     buf = x.clone()
     dist.broadcast(buf, src=ROOT)  # in place: every other rank's buffer is overwritten
-    out["broadcast"] = (x, buf)
+    out["broadcast"] = (x if root else None, buf)  # only the root's data goes in
     out["scatter"] = (x if root else None, rank_ops.scatter_real(x if root else None, sizes, ROOT, x.device))
     gathered = [torch.empty_like(x) for _ in range(world_size)] if root else None
     dist.gather(x, gathered, dst=ROOT)  # only the root passes a list to receive into
@@ -133,74 +134,70 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> list[dict]:
             "gather": col.gather(inputs, ROOT), "reduce": col.reduce(inputs, ROOT),
             "all-gather": col.all_gather(inputs), "reduce-scatter": col.reduce_scatter(inputs),
             "all-reduce": col.allreduce(inputs)}
-    rows, same = [], {}
+    rows, right = [], {}
     for name, sim in sims.items():
-        same[name] = True
+        right[name] = []  # per rank: its result is defined (by the simulator) and equal to it
         for r, res in enumerate(real):
             before, after = res["seven"][name]
             want = sim.outputs[r]
-            if want is None:  # reduce and gather define nothing off the root
-                check = "-"
-            else:
-                ok = after is not None and np.array_equal(np.asarray(after, np.float32), want)
-                same[name] &= ok
-                check = yes(ok)
+            ok = want is not None and after is not None and np.array_equal(np.asarray(after, np.float32), want)
+            right[name].append(ok)
+            check = "-" if want is None else yes(ok)  # reduce and gather define nothing off the root
             scratch = " (scratch)" if want is None and after is not None else ""
             rows.append([name if r == 0 else "", str(r), show(before, 5), show(after, 10) + scratch, check])
     rep.table(["primitive", "rank", "before", "after", "same as simulator"], rows, name="seven")
-    rep.note(f"rank {ROOT} is the root. scatter cuts the root's buffer, reduce-scatter the sum, at "
-             "np.array_split boundaries (the first n mod p pieces one number longer); gather and "
-             "all-gather concatenate. After reduce the other ranks' buffers are scratch (gloo leaves "
-             "partial results, NCCL leaves them undefined); gather leaves them untouched.")
-    rep.line(f"  real ranks = lecture14/collectives.py for all seven: {yes(all(same.values()))}")
-    rep.record("same as simulator", same)
+    rep.note(f"rank {ROOT} is the root. Pieces follow np.array_split (the first n mod p one number longer). "
+             "After reduce the other ranks' buffers are scratch (gloo leaves partial sums, NCCL nothing defined).")
+    missing = [f for f in DIST_API if not hasattr(dist, f)]
+    rep.values(dist_api_present=not missing, dist_api_missing=", ".join(missing) or "none")
+    for r, res in enumerate(real):
+        res["right"] = {name: ok[r] for name, ok in right.items()}
     return real
 
 
 def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None:
-    w, n = args.world_size, args.numbers
+    w = args.world_size
     rep.part(2, "the notes' table: input and output shapes, per-rank send volume on a ring")
-    rows, shapes_ok = [], True
-    for name, (notes_in, notes_out, formula, _, _) in prim.NOTES_TABLE.items():
-        got = [[None if b is None else len(b) for b in res["seven"][name]] for res in real]
-        want = prim.expected_lengths(name, w, n)
-        ok = [tuple(g) for g in got] == want
-        shapes_ok &= ok
-        rows.append([name, notes_in, notes_out, prim.lengths_text(got), yes(ok), formula])
-    rep.table(["primitive", "input (notes)", "output (notes)", f"Part 1, p = {w}: elements in → out",
-               "as notes", "notes' per-rank send"], rows, name="shapes")
-    rep.claim("input and output shapes of all seven as the notes' table (Part 1's ranks)", shapes_ok, True,
-              kind=EXACT)
+    rows = []
+    for name in prim.SIM_ALGORITHM:
+        before, after = ([None if b is None else len(b) for b in (res["seven"][name][i] for res in real)] for i in (0, 1))
+        ours = prim.shape_text(before, after, [res["right"][name] for res in real])
+        rep.value(f"shape_{name.replace('-', '_')}", ours)
+        rows.append([name, rep.notes_text(f"CS-coll-shape-{name}"), ours,
+                     prim.lengths_text([list(pair) for pair in zip(before, after)])])
+    rep.table(["primitive", "notes: in → out", f"Part 1's ranks (p = {w})", "elements in → out"], rows,
+              name="shapes")
+    rep.note("ours: who holds something before and a right result after, in units of S (the smaller side)")
+    rep.compare_with_notes(in_table=True)
     sizes = sorted({4, w} if args.quick else {2, 3, 4, 8, w})
-    rep.line(f"\n  bytes each rank sends, N = {args.size:,} B: S = N for broadcast, reduce, all-reduce; "
-             "S = N/p for the others (the root's whole, the gathered whole, reduce-scatter's input)")
+    rep.line(f"\n  bytes each rank sends, N = {args.size:,} B (S = N for broadcast, reduce, all-reduce; N/p for the rest):")
     for p in sizes:
         rep.line(f"\n  p = {p}: pieces of {show(sorted(set(piece_sizes(args.size, p)), reverse=True))} B")
-        rep.table(["primitive", "notes (B)", "costmodel, busiest (B)", "simulator, busiest (B)",
-                   "simulator, every rank (B)", "within 1 B per message"], prim.volume_rows(p, args.size),
-                  name=f"p={p}")
-    rep.note("simulator: lecture14.collectives.traffic on a ring (broadcast and reduce as a chain "
-             "round the ring); costmodel: ring_primitive_bytes_sent. Where p divides N they are equal; "
-             "otherwise the pieces differ by one byte and every rank's count sits within one byte per "
-             "message of the closed form.")
-    part2_claims(rep)
+        rep.table(["primitive", "notes (B)", "costmodel (B)", "simulator (B)", "every rank (B)", "≤ 1 B/msg"],
+                  prim.volume_rows(p, args.size), name=f"p={p}")
+    rep.note("the busiest rank's bytes by costmodel.ring_primitive_bytes_sent and by the simulator, "
+             "lecture14.collectives.traffic on a ring (broadcast and reduce a chain round it), then every "
+             "rank's: where p does not divide N, within a byte per message of the closed form.")
+    notes_volumes(rep)
 
 
-def part2_claims(rep: Report) -> None:
-    p, n = prim.CLAIM_P, prim.CLAIM_N
-    rep.line(f"\n  the notes' entries at p = {p}, in units of S (N = {n:,} B, which p divides):")
+def notes_volumes(rep: Report) -> None:
+    """The notes' volume column at their p = 4 (whatever --world-size), in units of S."""
+    p, n = prim.NOTES_P, prim.NOTES_N
+    rows = []
     for name, v in prim.volumes(p, n).items():
-        _, _, formula, who, why = prim.NOTES_TABLE[name]
-        ours = v.sent[ROOT] if who == "root" else v.busiest
-        rep.claim(f"{name}: {formula}, {'the root' if who == 'root' else 'busiest rank'} sends", ours / v.piece,
-                  v.notes / v.piece, "S", EXACT, places=2, erratum=True, why=why.format(p1=p - 1, direct=v.direct))
-    identity = all(np.isclose((q - 1) / q * q * 1.0, q - 1.0) for q in range(2, 257))
-    rep.claim("all-gather and reduce-scatter: (p-1)/p·pS = (p-1)·S (p = 2..256)", identity, True, kind=EXACT)
+        whose = prim.WHOSE_SENDS[name]
+        ours = (v.sent[ROOT] if whose == "root" else v.busiest) / v.piece
+        rep.value(f"volume_{name.replace('-', '_')}_S", ours)
+        rows.append([name, "the root" if whose == "root" else "busiest rank", ours,
+                     rep.notes_text(f"CS-coll-volume-{name}")])
+    rep.line(f"\n  the notes' volume column at their p = {p}, whatever --world-size (N = {n:,} B, which p divides):")
+    rep.table(["primitive", "sends", "ours (S)", "notes"], rows, name="notes_volumes")
+    rep.compare_with_notes(in_table=True)
     ag = col.traffic("all-gather", p, n)
-    rep.claim("ring all-gather: p-1 steps", ag.n_rounds, p - 1, kind=EXACT, places=0)
-    rep.claim("ring all-gather: 1/p of the data per step", ag.round_bytes()[0] / n, 1 / p, kind=EXACT, places=2)
-    share = col.traffic("all-gather", 256, 256 * 1000).busiest_sent / (256 * 1000)
-    rep.claim("p = 256: all-gather, (p-1)/p ≈ 1: a rank sends nearly all pS once", share, 1, kind=EXACT, places=2)
+    rep.values(ag_rs_identity=all(np.isclose((q - 1) / q * q * 1.0, q - 1.0) for q in range(2, 257)),
+               ring_ag_steps=ag.n_rounds, ring_ag_share_per_step=ag.round_bytes()[0] / n,
+               ag_p256_share=col.traffic("all-gather", 256, 256 * 1000).busiest_sent / (256 * 1000))
 
 
 def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool:
@@ -218,36 +215,23 @@ def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool
                [f"random float32, {RANDOM_NUMBERS:,} per rank",
                 f"max |diff| {fmt_num(worst)} ({differ:,} of {w * RANDOM_NUMBERS:,} differ)", "-"]],
               name="two_routes")
-    rep.note("integer sums are exact in float32, so the two routes agree bit for bit. Random floats: "
-             "all_reduce and reduce_scatter add the p contributions in orders of their own, and float "
-             "addition is not associative, so the last bits may differ (a few float32 spacings).")
-    rep.claim("all-reduce = reduce-scatter + all-gather (real ranks, integers, bit for bit)", same and same_sim,
-              True, kind=EXACT)
+    rep.note("integer sums are exact in float32: bit for bit. Random floats: the two routes add the p parts "
+             "in orders of their own, and float addition is not associative: the last bits may differ.")
     rep.line(f"\n  bytes per rank, N = {size:,} B (average over ranks; busiest where chunks differ):")
     rep.table(["p", "reduce-scatter sends", "all-gather receives", "bound (p-1)/p·N", "ring all-reduce sends",
                "busiest", "notes 2(p-1)/p·N"], prim.split_rows(sizes, size), name="split_bytes")
-    part3_claims(rep)
     part3_lower_bound(rep, w, size)
-    return same and same_sim
-
-
-def part3_claims(rep: Report) -> None:
-    p, n = prim.CLAIM_P, prim.CLAIM_N
-    rs, ag, ar = (col.traffic(a, p, n) for a in ("reduce-scatter", "all-gather", "ring all-reduce"))
-    rep.claim(f"reduce-scatter phase sends (p-1)/p·S per rank (p = {p})", rs.busiest_sent / n, (p - 1) / p, "S",
-              EXACT, places=2)
-    rep.claim("all-gather phase sends (p-1)/p·S per rank", ag.busiest_sent / n, (p - 1) / p, "S", EXACT, places=2)
-    rep.claim("ring all-reduce = the two phases: 2(p-1)/p·S", ar.busiest_sent / n, 2 * (p - 1) / p, "S", EXACT,
-              places=2)
-    rep.claim("ring all-reduce sends exactly the notes' bound (p-1)/p·S", ar.busiest_sent / n, (p - 1) / p, "S", EXACT,
-              places=2, erratum=True, why="each rank sends 2(p-1)/p·S, twice (p-1)/p·S. (p-1)/p·S bounds one phase: "
-              "reduce-scatter's sends (every rank's share of the p-1 chunks it does not keep must leave it) "
-              "and all-gather's receives (the p-1 chunks it lacks must arrive), and each phase meets it. "
-              "The whole all-reduce needs 2(p-1)/p·S per rank (next table), which the ring meets.")
+    p, n4 = prim.NOTES_P, prim.NOTES_N
+    rs, ag, ar = (col.traffic(a, p, n4) for a in ("reduce-scatter", "all-gather", "ring all-reduce"))
     grows = [col.traffic("ring all-reduce", q, q * 1000).busiest_sent / (q * 1000) for q in (2, 4, 8, 64, 256)]
-    rep.claim("per-rank volume tends to 2S, never above (p = 2, 4, 8, 64, 256: "
-              f"{', '.join(f'{g:.3f}' for g in grows)} S)", all(g < 2 for g in grows) and grows[-1] > 1.99, True,
-              kind=EXACT)
+    ring, naive = (row[3] for row in prim.lower_bound_rows(p, n4) if row[0] in ("ring", "naive"))
+    rep.values(split_bit_for_bit=same and same_sim, rs_phase_S=rs.busiest_sent / n4, ag_phase_S=ag.busiest_sent / n4,
+               ring_ar_S=ar.busiest_sent / n4, ring_rs_steps=rs.n_rounds,
+               tends_to_2S=all(g < 2 for g in grows) and grows[-1] > 1.99,
+               tends_to_2S_values=", ".join(f"{g:.3f}" for g in grows),
+               ring_below_naive=ring < naive, ring_busiest_S=ring, naive_busiest_S=naive)
+    rep.line(f"  the rows below at the notes' p = {p}, whatever --world-size")
+    return same and same_sim
 
 
 def part3_lower_bound(rep: Report, w: int, size: int) -> None:
@@ -256,10 +240,9 @@ def part3_lower_bound(rep: Report, w: int, size: int) -> None:
              "to spread the sum), so 2(p-1)·N bytes in all:")
     rep.table(["all-reduce", "total sent / N", "fewest 2(p-1)", "busiest rank / N", "bound 2(p-1)/p"],
               prim.lower_bound_rows(w, size), name="lower_bound")
-    rep.note("all three move the fewest bytes in total, but the busiest rank cannot send less than the "
-             "average, 2(p-1)/p·N, and only the ring's busiest rank sends no more than that (to within a "
-             "byte per message where p does not divide N): it is bandwidth optimal. The tree's root "
-             "sends ⌈log2 p⌉·N, the naive root (p-1)·N.")
+    rep.note("all three move the fewest bytes in all, but no busiest rank sends less than the average "
+             "2(p-1)/p·N, and only the ring's sends no more (a byte per message where p does not divide N): "
+             "bandwidth optimal. The tree's root sends ⌈log2 p⌉·N, the naive root (p-1)·N.")
 
 
 def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], split_ok: bool) -> None:
@@ -293,14 +276,11 @@ def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], sp
         rep.line("  (p = 2: both ways round the ring are the one chain 1 → 0; numpy's two orders differ)")
     ring_sum = col.pipelined_ring_reduce(all_inputs(w, n), 1, ROOT).outputs[ROOT]
     same_sim = np.array_equal(np.asarray(real[ROOT]["chains"][("sum", 1)], np.float32), ring_sum)
-    rep.note("subtraction is neither associative nor commutative: the answer depends on the order the "
-             "ring happens to visit. Float sums are commutative but not associative: two orders can "
-             "differ in the last bits (the integer sums above are exact). The first order's sum equals "
-             f"the simulator's chain reduce: {yes(same_sim)}.")
+    rep.note("subtraction is neither associative nor commutative: the answer depends on the order the ring "
+             "visits. Float sums are not associative: two orders differ in the last bits (integer sums are "
+             f"exact). The first order's sum = the simulator's chain reduce: {yes(same_sim)}.")
     order_free = ops_ok and chains["sum"] == 0 and same_sim
     order_matters = chains["numpy"] > 0 and (w == 2 or chains["subtract"] > 0)
-    rep.claim("SUM, MIN, MAX, PRODUCT: one answer in any order; subtraction: one per order", order_free and order_matters,
-              True, kind=EXACT)
     rep.line("\n  (b) 'all' means every rank gets the result: dist.reduce vs dist.all_reduce (Part 1)")
     total = np.sum(all_inputs(w, n), axis=0)
     rows, holds = [], {}
@@ -309,18 +289,19 @@ def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], sp
         holds[r] = (np.array_equal(after_r, total), np.array_equal(after_ar, total))
         rows.append([r, show(after_r, 6), "yes" if holds[r][0] else "no", show(after_ar, 6), yes(holds[r][1])])
     rep.table(["rank", "after reduce", "the sum", "after all_reduce", "the sum"], rows, name="reduce_vs_all")
-    rep.claim("after all_reduce every rank holds the sum", all(h[1] for h in holds.values()), True, kind=EXACT)
-    rep.claim("after reduce the root holds it", holds[ROOT][0], True, kind=EXACT)
-    rep.line(f"  other ranks holding the whole sum after reduce: {sum(h[0] for r, h in holds.items() if r != ROOT)}"
-             f" of {w - 1} (what is left there is the backend's business)")
-    rep.line(f"\n  (c) all-reduce as reduce-scatter + all-gather: Part 3, equal bit for bit: {yes(split_ok)}, "
-             "and (p-1)/p·S + (p-1)/p·S = 2(p-1)/p·S bytes per rank")
+    rep.line(f"  other ranks holding the sum after reduce: {sum(h[0] for r, h in holds.items() if r != ROOT)} of "
+             f"{w - 1} (what is left there is the backend's business)")
+    rep.line(f"\n  (c) all-reduce = reduce-scatter + all-gather, bit for bit (Part 3): {yes(split_ok)}; "
+             "(p-1)/p·S twice = 2(p-1)/p·S a rank")
+    rep.values(order_free_ops=order_free and order_matters, all_reduce_everyone=all(h[1] for h in holds.values()),
+               reduce_root_holds=holds[ROOT][0])
 
 
 def part5_skip(rep: Report, args: argparse.Namespace) -> None:
     rep.part(5, "a synchronisation point is not optional: one rank skips a collective")
     if under_torchrun():
         rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
+        rep.values(skip_waits=None, skip_outcome="not run under torchrun")
         return
     timeout = args.timeout_s or (SKIP_TIMEOUT_S / 2 if args.quick else SKIP_TIMEOUT_S)
     w = min(args.world_size, staged.MAX_RANKS)
@@ -336,10 +317,9 @@ def part5_skip(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  rank {last} skips the second all_reduce; after {seconds:.2f} s "
              f"(timeout {timeout:g} s) the launcher reports:")
     rep.line(f"    {report or 'no error: every rank got through (it should not have)'}")
-    rep.note(f"ranks 0..{last - 1} wait in the all_reduce for rank {last}, which went on to the end: the "
-             "launcher saw it finish its work while the others timed out, and names it. Without a timeout "
-             "the program would look hung for ever; the protocol, not the data, is incomplete.")
-    rep.claim("a rank that skips a collective leaves the others waiting", waited, True, kind=EXACT)
+    rep.note(f"ranks 0..{last - 1} wait in the all_reduce for rank {last}, which went on to the end; without "
+             "a timeout the program would look hung for ever: the protocol, not the data, is incomplete.")
+    rep.values(skip_waits=waited, skip_outcome=report or "every rank got through, which it should not have")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from common.cli import (
 )
 from common.costmodel import fit_line_relative, ring_alpha_beta_from_line
 from common.launcher import launch, rank_device
-from common.output import EXACT, MEASURED, Report, fmt_bytes, fmt_time, new_figure
+from common.output import Report, fmt_bytes, fmt_time, new_figure
 from cs336 import busbw as bw
 from cs336.busbw import COLLECTIVES, Buffers
 
@@ -190,10 +190,9 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
     n = len(results)  # torchrun's world size if it runs us
     rep.part(1, f"the sweep: {len(COLLECTIVES)} collectives × {len(args.sizes)} sizes on {n} "
                 f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
-    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.iters} timed, each after a barrier.\n"
-             "A call's time is its slowest rank's; t is the median over calls (p10 … p90 beside it).\n"
-             "nccl-tests instead times its calls as one batch and averages the ranks' times.\n"
-             "GB = 1e9 B. S is nccl-tests' size: the whole result (see each table's header).")
+    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.iters} timed, each after a barrier. "
+             "A call's time is its slowest rank's, t the median over calls (nccl-tests times a batch and "
+             "averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result.")
     m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}, "backend": results[0]["backend"]}
     for collective in COLLECTIVES:
         rows, table = [], []
@@ -221,25 +220,22 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
     m["link"] = shift[0]["bytes"] / bw.Timing.from_ranks([s["times"] for s in shift]).median if n > 1 else None
     rep.line(f"\n  memory copy on rank {ROOT} (copy_ of {fmt_bytes(COPY_BYTES, True)} on {results[0]['device']}, "
              f"{'1 thread, ' * (results[0]['device'] == 'cpu')}median): "
-             f"{m['copy'] / 1e9:.3g} GB/s\n  copied (each byte is read and written: the memory moves twice that)")
+             f"{m['copy'] / 1e9:.3g} GB/s copied (read and written: twice that moves)")
     if m["link"]:
         rep.line(f"  one ring step (each rank sends {fmt_bytes(shift[0]['bytes'], True)} right, receives from "
                  f"the left): {m['link'] / 1e9:.3g} GB/s per link")
     rep.record("copy_Bps", m["copy"])
     rep.record("link_Bps", m["link"])
-    rep.claim("every collective and size correct (column ok)", all(r["ok"] for rows in m["rows"].values()
-                                                                    for r in rows), True, kind=EXACT, setting=(),
-              why="every result equals the sum computed in one process")
+    rep.value("all_correct", all(r["ok"] for rows in m["rows"].values() for r in rows))
     return m
 
 
 def part2_latency(rep: Report, m: dict) -> None:
     rep.part(2, "the α-β estimate, and startup cost: small sizes never reach the peak")
     sizes, n = m["sizes"], m["n"]
-    rep.line("  (the notes' worked example, 6α + 1.5·S/B for 64 MiB on 4 ranks, is computed in 03_costs.py "
-             "Part 1)")
     if len(sizes) < 2:
         rep.note("one size only: nothing to fit here (give --max-bytes above --min-bytes)")
+        rep.value("startup_share_smallest", None)
         return
     rows, fits = [], {}
     for collective, data in m["rows"].items():
@@ -253,23 +249,16 @@ def part2_latency(rep: Report, m: dict) -> None:
         rows.append([collective, max(r["busbw"] for r in data) / 1e9, fmt_bytes(s_half, True),
                      fmt_time(a) if a > 0 else "< 0: noise", fmt_bytes(a * peak, True) if a > 0 else "-",
                      startup_share])
-    rep.line(f"\n  measured here, {n} rank{'s' * (n > 1)}:")
     rep.table(["collective", "peak busbw GB/s", "S at half peak", "fitted a", "a × peak algbw",
                "startup share, smallest"], rows, name="latency")
-    rep.note("half peak: of algbw, so of busbw too (a constant factor apart). t = a + b·S is fitted\n"
-             "(relative error) on the sizes up to the half-peak one: a is what a call costs that carries\n"
-             "nothing. With t = a + S/B, algbw is half its peak B at S = a·B ('a × peak algbw'); below\n"
-             "that, startup is most of the time. The last column is 1 − S/(peak algbw · t) at S =\n"
-             f"{fmt_bytes(sizes[0], True)}: the share of its time that its bytes, at the sweep's best rate, "
-             "do not explain.")
+    rep.note("t = a + b·S fitted up to the half-peak size: a is a call that carries nothing; algbw is half its "
+             f"peak at S = a·B. Startup share: 1 − S/(peak algbw · t) at S = {fmt_bytes(sizes[0], True)}.")
     if n > 1:
         alpha, _ = ring_alpha_beta_from_line(n, *fits["all-reduce"])
         if alpha > 0:
             rep.line(f"  all-reduce read as a ring of 2(n−1) = {2 * (n - 1)} steps: α ≈ a / {2 * (n - 1)} = "
                      f"{fmt_time(alpha)} per step")
-        share = rows[0][-1]
-        rep.claim(f"all-reduce of {fmt_bytes(sizes[0], True)} mostly startup (share > 1/2)",
-                  share > 0.5, True, kind=MEASURED, setting=(), why=f"the startup share is {share:.2f} here")
+    rep.value("startup_share_smallest", rows[0][-1] if n > 1 else None)  # one rank: no link, no startup
 
 
 def part3_reading(rep: Report, m: dict) -> None:
@@ -278,6 +267,8 @@ def part3_reading(rep: Report, m: dict) -> None:
     last = {c: rows[-1] for c, rows in m["rows"].items()}
     if n == 1:
         rep.note("one rank: S/n is S, every factor is 0 and there is no link: nothing to read here")
+        rep.values(lecture_rs_over_busbw=None, lecture_rs_reading="nothing to compare on one rank",
+                   ar_time_link_ratio=None, ar_time_reading="nothing: one rank has no link")
         return
     rs, ag = last["reduce-scatter"], last["all-gather"]
     ways = [["S (total) × (n−1)/n / t: nccl-tests' busbw", rs["busbw"] / 1e9, ag["busbw"] / 1e9],
@@ -285,26 +276,21 @@ def part3_reading(rep: Report, m: dict) -> None:
             ["one rank's input / t, no factor", rs["S"] / rs["t"] / 1e9, ag["S"] / n / ag["t"] / 1e9]]
     rep.line(f"  reduce-scatter and all-gather at S = {fmt_bytes(rs['S'], True)} on {n} ranks, three ways (GB/s):")
     rep.table(["bytes divided by t", "reduce-scatter", "all-gather"], ways, name="slip")
-    rep.note("nccl-tests counts S as the whole result, all n chunks. Taking the bytes of\n"
-             "reduce-scatter's output tensor (one rank's chunk, S/n) for S reads n times too low: 4× on\n"
-             "4 ranks. One version of CS336's lecture code does that (a later one takes the input's\n"
-             "bytes, which is S and right; both divide by 1024³ and print GB). One rank's input over t,\n"
-             "no factor, is algbw for reduce-scatter (n/(n−1) × busbw) and algbw/n for all-gather.")
+    rep.note("nccl-tests counts S as the whole result, all n chunks; reduce-scatter's output tensor (one\n"
+             "rank's chunk, S/n) taken for S reads n times too low. One rank's input over t, no factor, is\n"
+             "algbw for reduce-scatter (n/(n−1) × busbw) and algbw/n for all-gather.")
+    ratio = rs["slip"] / rs["busbw"]
+    rep.values(lecture_rs_over_busbw=ratio, lecture_rs_reading=f"{ratio:.4g} of it here on {n} ranks")
     rows = [[c, r["busbw"] / 1e9, r["busbw"] / m["link"], r["t"] * m["link"] / r["S"], bw.bus_factor(c, n)]
             for c, r in last.items()]
     rep.line(f"\n  the same largest size against one ring step's per-link bandwidth ({m['link'] / 1e9:.3g} GB/s):")
     rep.table(["collective", "busbw GB/s", "busbw / link", "t × link / S", "ring bytes per rank / S"],
               rows, name="ring_volume")
-    rep.note("busbw × t is what each rank sends in a ring. If busbw ≈ the link's bandwidth, t × link / S\n"
-             "(bytes a link could carry in t, per byte of S) equals the ring's share: for all-reduce\n"
-             "the notes' 2(p−1)/p. More than that: the call costs more than its ring traffic (gloo on\n"
-             "CPUs also adds the sums, the copies and the cores' time-sharing).")
+    rep.note("busbw × t is what each rank sends in a ring: if busbw ≈ the link's bandwidth, t × link / S "
+             "equals the ring's share (all-reduce: 2(p−1)/p); more, and the call costs more than its traffic.")
     ar = last["all-reduce"]
     volume, ring = ar["t"] * m["link"] / ar["S"], bw.bus_factor("all-reduce", n)
-    rep.claim("all-reduce t × link / S, largest size", volume, ring, kind=MEASURED,
-              factor=1.5, setting=(), why="the ring's 2(p−1)/p at one ring step's rate does not explain the time here:\n    "
-              + ("the call costs more (sums, copies, shared cores)" if volume > ring else
-                 "the call beat the step's rate (a noisy step? an algorithm other than a ring?)"))
+    rep.values(ar_time_link_ratio=volume, ar_time_reading=f"{volume:.3g}, against the ring's {ring:.3g}")
 
 
 def part4_behind(rep: Report, m: dict) -> None:
@@ -316,15 +302,10 @@ def part4_behind(rep: Report, m: dict) -> None:
     rep.line(f"  at the largest size ({size}); memory copy {m['copy'] / 1e9:.3g} GB/s:")
     rep.table(["collective", "busbw GB/s", "busbw / memory copy", "t / t(all-reduce)", "slowest / fastest rank"],
               rows, name="behind")
-    if m["n"] > 1:
-        rep.claim(f"all-reduce busbw / memory-copy bandwidth at {size}", rows[0][2], kind=MEASURED)
-    rep.note("the notes' causes of a low number, and where this run shows each: a small tensor (Part 2);\n"
-             "the wrong path (gloo goes through loopback TCP, copying each byte several times: the ratio to\n"
-             "one memory copy); a late rank (slowest / fastest: broadcast's root is done once it has sent,\n"
-             "so its spread is large by design); no overlap with compute (not measured here).\n"
-             "A ring reduce-scatter takes half an all-reduce's time (0.5 in 't / t(all-reduce)'); gloo's\n"
-             "reduce_scatter_tensor clones the input, runs a whole all-reduce and copies out this rank's\n"
-             "chunk (ProcessGroupGloo's source), so on gloo expect about 1: the implementation, not the link.")
+    rep.value("ar_busbw_over_copy", rows[0][2] if m["n"] > 1 else None)
+    rep.note("the notes' causes of a low number: a small tensor (Part 2); the wrong path (loopback TCP: "
+             "against a memory copy); a late rank (slowest / fastest); no overlap (not measured). gloo's "
+             "reduce-scatter runs a whole all-reduce (ProcessGroupGloo): about 1, where a ring takes 0.5.")
 
 
 def save_figure(rep: Report, m: dict) -> None:

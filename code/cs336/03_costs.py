@@ -43,26 +43,26 @@ from common.costmodel import (
     tp_step_bytes_per_device,
     zero_step_collectives,
 )
-from common.output import ASSUMPTION, EXACT, Report, bar, fmt_bytes, fmt_time
+from common.output import Report, bar, fmt_bytes, fmt_time
 from cs336.ledger import LEDGER, LLAMA2_13B, MLP_12, OPTIMIZER_STATE, activation_bytes, training_state_bytes
 from lecture14 import collectives as col
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 NOTES_P, NOTES_ALPHA_US, NOTES_SIZE, NOTES_BETA = 4, 5.0, 64 * MiB, 50 * GiB  # Part 1: MiB, GiB/s
 NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16 = 128, 1024, 2
-STEP_MS = (200.0, 400.0)  # the notes' forward + backward of Llama 2 13B on an A100
+STEP_MS = (200.0, 400.0)  # the notes' forward + backward of Llama 2 13B on an A100 (their input)
 LLAMA2_CONTEXT = 4096     # tokens per sequence, for the caveat on the notes' A = B × d
-# The interconnect table: (link, the notes' figure, its value, unit, the notes' direction, latency µs, scope).
-INTERCONNECTS = [
-    ("NVLink 4.0 (H100)", "900 GB/s", 900.0, "GB/s", "two-way", (1, 2), "GPUs in a node"),
-    ("NVSwitch (DGX)", "900 GB/s", 900.0, "GB/s", "two-way", (1, 5), "8 GPUs in a node"),
-    ("PCIe 5.0 x16", "64 GB/s", 64.0, "GB/s", "two-way", (2, 5), "GPU-CPU"),
-    ("InfiniBand NDR", "400 Gb/s", 400.0, "Gb/s", "one way", (1, 2), "across nodes"),
-    ("RoCE / Ethernet 100G", "100 Gb/s", 100.0, "Gb/s", "one way", (5, 20), "across nodes"),
-]
-EFFICIENCY = (0.60, 0.85)  # the notes: effective bandwidth is usually 60-85 % of peak
-# PCIe 5.0: 32 GT/s per lane, 128b/130b line code: what x16 carries in each direction.
+BOX_CARDS = 8             # the conversion box's card count
+# Part 2's links, one-way GB/s from each one's specification (not from the notes' table, whose
+# figures are the rows CS-links-*): NVLink 4.0 18 links × 25 GB/s each way; NVSwitch gives each
+# GPU the same 900 GB/s two-way; PCIe 5.0 32 GT/s per lane, x16, 128b/130b line code; NDR 400 Gb/s
+# and 100G Ethernet per direction.
 PCIE5_X16_ONE_WAY_GBS = 32 * 16 * 128 / 130 / 8
+LINKS = [("NVLink 4.0 (H100)", "nvlink", 18 * 25.0, "GPUs in a node"),
+         ("NVSwitch (DGX)", "nvswitch", 18 * 25.0, "8 GPUs in a node"),
+         ("PCIe 5.0 x16", "pcie", PCIE5_X16_ONE_WAY_GBS, "GPU-CPU"),
+         ("InfiniBand NDR", "ib", 400 / 8, "across nodes"),
+         ("RoCE / Ethernet 100G", "roce", 100 / 8, "across nodes")]
 
 
 def main() -> None:
@@ -87,7 +87,6 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     beta = NOTES_BETA if args.beta_gbs is None else args.beta_gbs * 1e9
     link = Link(args.alpha_us * 1e-6, beta, "Part 1's link")
     rep.part(1, f"T ≈ α·N_msg + S/B: ring all-reduce of {fmt_bytes(s, binary=True)} on p = {p}")
-    rep.line("  ring all-reduce: 2(p-1) messages, 2(p-1)/p·S bytes per rank:  T = 2(p-1)α + 2(p-1)/p·S/B")
     rep.note(f"{link.describe()}" + (" (= 50 GiB/s, the notes' figure)" if args.beta_gbs is None else ""))
     latency, bandwidth = ring_allreduce_terms(p, s, link)
     rep.line(f"  2(p-1)α = {2 * (p - 1)}α = {fmt_time(latency)};  2(p-1)/p·S/B = {2 * (p - 1) / p:g} × "
@@ -96,132 +95,86 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     stand_in = col.ring_allreduce([np.zeros(p, dtype=np.uint8)] * p)  # one byte per chunk, scaled
     counted = stand_in.busiest_sent / p * s
     same = stand_in.n_rounds == 2 * (p - 1) and math.isclose(counted, ring_allreduce_bytes_per_device(p, s))
-    rep.line(f"  counted by lecture14.collectives (a p-byte stand-in, scaled to S): {stand_in.n_rounds} rounds, "
-             f"{fmt_bytes(counted, binary=True)} per rank: {'same' if same else 'DIFFERENT'}")
     # The notes' first-order model with the counted messages and bytes: the same T as the closed form.
     first_order = alpha_beta_time(stand_in.n_rounds, counted, link)
-    rep.line(f"  α·N_msg + S_sent/B with the counted N_msg = {stand_in.n_rounds} and S_sent = "
-             f"{fmt_bytes(counted, binary=True)}: {fmt_time(first_order)}")
-    at_notes = (p, args.alpha_us, s, beta) == (NOTES_P, NOTES_ALPHA_US, NOTES_SIZE, NOTES_BETA)
-    if at_notes:
-        readings = [("as the notes state: 64 MiB / 50 GiB/s", 64 * MiB / (50 * GiB)),
-                    ("both decimal: 64 MB / 50 GB/s", 64e6 / 50e9),
-                    ("mixed: 64 MiB / 50 GB/s", 64 * MiB / 50e9)]
-        rep.table(["reading of 1.5 × 64/50", "S/B", "1.5 × S/B"],
-                  [[w, fmt_time(t), f"{1.5 * t * 1e3:.4g} ms"] for w, t in readings], name="units")
-    rep.claim("latency term 6α", latency * 1e6, 30 if at_notes else None, "µs", EXACT, places=0)
-    rep.claim("bandwidth term 1.5 × S/B", bandwidth * 1e3, 1.92 if at_notes else None, "ms", EXACT, places=2,
-              erratum=True, why=f"1.92 = 1.5 × 64/50 is 64 MB / 50 GB/s; in the stated MiB and GiB/s it is {bandwidth * 1e3:.4g}"
-              if at_notes else "")
-    if at_notes:
-        rep.note("64 MiB / 50 GiB/s = 2^26 / (50·2^30) s = 1.25 ms: MiB over GiB is 1/1024, not 1/1000.\n"
-                 "The notes' 'close to 2 ms' holds either way.")
+    rep.line(f"  counted by lecture14.collectives (a p-byte stand-in): N_msg = {stand_in.n_rounds}, S_sent = "
+             f"{fmt_bytes(counted, binary=True)} per rank ({'same' if same else 'DIFFERENT'}): α·N_msg + S_sent/B = "
+             f"{fmt_time(first_order)}")
+    rep.values(latency_us=latency * 1e6, bandwidth_ms=bandwidth * 1e3, first_order_same=same and math.isclose(
+        first_order, ring_allreduce_time(p, s, link), rel_tol=1e-12), ring_terms_counted=same)
     balance = ring_allreduce_balance_bytes(p, link)
     if balance > 0:
-        rep.line(f"  small tensors: the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)};\n"
-                 "  below it start-ups take most of T")
+        rep.line(f"  the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)}; below it start-ups "
+                 "take most of T")
     else:
         rep.line("  α = 0: no start-up cost, the bandwidth term is all of T at every size")
-    sizes = [KiB * 4**i for i in range(0, 11, 2 if args.quick else 1)]
-    rows = []
+    sizes = [KiB * 16**i for i in range(6)]   # 1 KiB … 1 GiB
+    rows, shares = [], []
     for size in sizes:
         lat, bw = ring_allreduce_terms(p, size, link)
         share = lat / (lat + bw)  # bw > 0: p >= 2 and S >= 1 KiB
+        shares.append(share)
         rows.append([fmt_bytes(size, binary=True), fmt_time(lat), fmt_time(bw), f"{100 * share:.1f} %",
                      size / (lat + bw) / 1e9, bar(share, 1, 25)])
     rep.table(["S", "2(p-1)α", "2(p-1)/p·S/B", "α's share", "S/T (GB/s)", ""], rows, name="sweep")
+    rep.value("alpha_share_falls", all(a > b for a, b in zip(shares, shares[1:])))
 
 
 def part2_interconnects(rep: Report) -> None:
     rep.part(2, "interconnects: one unit (GB/s), one direction")
-    rows, one_way = [], {}
-    for name, figure, value, unit, direction, (lat_lo, lat_hi), scope in INTERCONNECTS:
-        gbs = value / 8 if unit == "Gb/s" else value           # bits → bytes
-        one_way[name] = gbs / 2 if direction == "two-way" else gbs  # a two-way total is both directions
-        lo, hi = (e * one_way[name] for e in EFFICIENCY)
-        rows.append([name, figure, direction, one_way[name], f"{lo:.3g}-{hi:.3g}", f"{lat_lo}-{lat_hi}", scope])
-    rep.table(["link", "notes", "notes say", "one way GB/s", "60-85 %", "latency µs", "scope"], rows, name="links")
-    rep.note("converted as the notes label each figure: Gb/s ÷ 8, a two-way total ÷ 2. Their column is\n"
-             "headed 'one way', yet NVLink's 900 GB/s is a two-way total (18 links × 25 GB/s each way).")
-    nv, ib, eth = one_way["NVLink 4.0 (H100)"], one_way["InfiniBand NDR"], one_way["RoCE / Ethernet 100G"]
-    rep.claim("InfiniBand NDR 400 Gb/s in GB/s", ib, 50, "GB/s", EXACT, places=0)
-    rep.claim("RoCE 100 Gb/s in GB/s", eth, 12.5, "GB/s", EXACT, places=1)
-    rep.claim("NVLink / InfiniBand, one way each", nv / ib, 18, "×", EXACT, factor=1.2,
-              erratum=True, why="18 = 900/50: NVLink two-way over InfiniBand one way; like for like 450/50 = 9")
-    rep.note("'~18' is read within a factor of 1.2; two-way each it is 900/100 = 9 as well")
-    rep.claim("InfiniBand / Ethernet 100G, one way each", ib / eth, 4, "×", EXACT, places=0)
-    pcie_two_way = 2 * PCIE5_X16_ONE_WAY_GBS
-    rep.claim("PCIe 5.0 x16 two-way", pcie_two_way, 64, "GB/s", EXACT, places=0,
-              erratum=True, why=f"x16 carries {PCIE5_X16_ONE_WAY_GBS:.1f} GB/s each way (32 GT/s, 128b/130b): 64 is one way")
-    rep.note(f"so '900 → 64 GB/s' sets NVLink's two-way total against PCIe's one-way rate; like for like\n"
-             f"the drop is {nv:g} → {PCIE5_X16_ONE_WAY_GBS:.0f} GB/s one way ({nv / PCIE5_X16_ONE_WAY_GBS:.1f}×), "
-             f"not {900 / 64:.1f}×")
-    rep.line("  the worked examples use 'effective' bandwidths: NVLink 450, InfiniBand 40 GB/s; the table's\n"
-             f"  caption puts effective at {100 * EFFICIENCY[0]:.0f}-{100 * EFFICIENCY[1]:.0f} % of peak")
-    rep.claim("NVLink's 450 GB/s is 60-85 % of peak", EFFICIENCY[0] <= 450 / nv <= EFFICIENCY[1], True,
-              kind=EXACT, erratum=True, why=f"450 = 900/2 is the whole one-way peak; 60-85 % of it is "
-              f"{EFFICIENCY[0] * nv:.0f}-{EFFICIENCY[1] * nv:.0f} GB/s")
-    rep.claim("InfiniBand's 40 GB/s is 60-85 % of peak", EFFICIENCY[0] <= 40 / ib <= EFFICIENCY[1], True, kind=EXACT)
-    ib_alpha_us = CS336_INFINIBAND.alpha_s * 1e6
-    rep.claim("InfiniBand's 5 µs (TP paragraph) in 1-2 µs", 1 <= ib_alpha_us <= 2, True, kind=EXACT,
-              erratum=True, why="the table says ~1-2 µs, the TP paragraph computes with ~5 µs (so do we)")
+    one_way = {key: gbs for _, key, gbs, _ in LINKS}
+    rows = [[name, rep.notes_text(f"CS-links-{key}-bw" if key in ("nvlink", "nvswitch") else f"CS-links-{key}"),
+             gbs, rep.notes_text(f"CS-links-{key}-row"), scope] for name, key, gbs, scope in LINKS]
+    rep.table(["link", "notes", "one way GB/s (spec)", "latency (notes)", "scope"], rows, name="links")
+    rep.note("one way from each link's specification. The notes head their column 'one way', yet give\n"
+             f"NVLink's and PCIe's figures as two-way totals: like for like, '900 → 64 GB/s' is {one_way['nvlink']:g} → "
+             f"{PCIE5_X16_ONE_WAY_GBS:.0f} GB/s one way ({one_way['nvlink'] / PCIE5_X16_ONE_WAY_GBS:.1f}×, not {900 / 64:.1f}×)")
+    rep.values(ib_gbs=one_way["ib"], roce_gbs=one_way["roce"], nvlink_over_ib=one_way["nvlink"] / one_way["ib"],
+               ib_over_eth=one_way["ib"] / one_way["roce"], pcie_one_way_gbs=PCIE5_X16_ONE_WAY_GBS,
+               pcie_two_way_gbs=2 * PCIE5_X16_ONE_WAY_GBS,
+               nvlink_450_pct_of_peak=100 * CS336_NVLINK.beta_Bps / 1e9 / one_way["nvlink"],
+               ib_40_pct_of_peak=100 * CS336_INFINIBAND.beta_Bps / 1e9 / one_way["ib"],
+               ib_alpha_us=CS336_INFINIBAND.alpha_s * 1e6)
 
 
 def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     grads = LLAMA2_13B.params * FP16
     rep.part(3, f"Llama 2 13B: all-reduce of {fmt_bytes(grads)} of fp16 gradients on p = {p}")
-    rep.claim("gradients 13B × 2 B", grads / 1e9, 26, "GB", EXACT, places=0)
-    at8 = ring_allreduce_bytes_per_device(8, grads)
-    rep.claim("ring volume per rank, 8 cards", at8 / 1e9, 39, "GB", EXACT, places=0,
-              erratum=True, why=f"2·7/8·26 GB = {at8 / 1e9:g} GB; 39 GB is 4 cards (2·3/4·26)")
-    rep.note(f"the conversion paragraph says 8 cards, but its 87 ms and 975 ms follow from 39 GB (4 cards);\n"
-             f"at 8 cards they would be {at8 / 450e9 * 1e3:.0f} ms and {at8 / 40e9 * 1e3:.0f} ms")
-    volume = ring_allreduce_bytes_per_device(p, grads)
-    at_notes = p == NOTES_P
-    rep.claim(f"ring volume per rank, p = {p}", volume / 1e9, 39 if at_notes else None, "GB", EXACT, places=0)
-    rep.note("links: the notes' effective one-way bandwidths, α = 1 µs NVLink, 5 µs otherwise;\n"
-             "InfiniBand's 40 and Ethernet's 10 GB/s are 80 % of 50 and 12.5; NVLink's 450 is 100 %.\n"
-             f"compute: {STEP_MS[0]:g}-{STEP_MS[1]:g} ms forward + backward (the notes' A100); backward ≈ 2/3")
+    # The conversion box: 8 cards by its words, 4 cards by its numbers (computed at both, whatever p).
+    box = {cards: ring_allreduce_bytes_per_device(cards, grads) for cards in (NOTES_P, BOX_CARDS)}
+    rep.values(grads_gb=grads / 1e9, volume_8_cards_gb=box[BOX_CARDS] / 1e9,
+               box_nvlink_ms=box[NOTES_P] / CS336_NVLINK.beta_Bps * 1e3, box_ib_ms=box[NOTES_P] / CS336_INFINIBAND.beta_Bps * 1e3,
+               box_nvlink_8_ms=box[BOX_CARDS] / CS336_NVLINK.beta_Bps * 1e3,
+               box_ib_8_ms=box[BOX_CARDS] / CS336_INFINIBAND.beta_Bps * 1e3)
+    rep.note("the notes' effective one-way bandwidths, α = 1 µs NVLink, 5 µs otherwise; compute: "
+             f"{STEP_MS[0]:g}-{STEP_MS[1]:g} ms forward + backward (the notes' A100), backward ≈ 2/3")
     eth_peak = Link(CS336_ETHERNET.alpha_s, 12.5e9, "100G Ethernet at peak")
     nv_eff = Link(CS336_NVLINK.alpha_s, 0.8 * 450e9, "NVLink at 80 % (360)")
     rows, times = [], {}
+    backward = 2 / 3 * STEP_MS[0] / 1e3   # the shorter step's backward: what overlap can hide behind
     for link in (CS336_NVLINK, nv_eff, CS336_INFINIBAND, CS336_ETHERNET, eth_peak):
         t = times[link.name] = ring_allreduce_time(p, grads, link)
-        hidden = "yes" if t <= 2 / 3 * STEP_MS[0] / 1e3 else ("at 400 ms" if t <= 2 / 3 * STEP_MS[1] / 1e3 else "no")
+        hidden = "yes" if t <= backward else ("at 400 ms" if t <= 2 / 3 * STEP_MS[1] / 1e3 else "no")
         rows.append([link.name, link.beta_Bps / 1e9, f"{t * 1e3:.5g} ms", f"{t * 1e3 / STEP_MS[1]:.2f}-"
                      f"{t * 1e3 / STEP_MS[0]:.2f}", f"{100 * t / (t + STEP_MS[1] / 1e3):.0f}-"
                      f"{100 * t / (t + STEP_MS[0] / 1e3):.0f} %", hidden])
     rep.table(["link", "GB/s", "all-reduce", "÷ compute", "no-overlap share", "in backward?"], rows,
               name="llama_links")
-    rep.claim("all-reduce time, NVLink 450 GB/s", times[CS336_NVLINK.name] * 1e3, 87 if at_notes else None, "ms",
-              EXACT, places=0)
-    rep.claim("all-reduce time, InfiniBand 40 GB/s", times[CS336_INFINIBAND.name] * 1e3, 975 if at_notes else None,
-              "ms", EXACT, places=0)
-    rep.claim("all-reduce time, 100G Ethernet", times[CS336_ETHERNET.name] * 1e3, 3900 if at_notes else None, "ms",
-              ASSUMPTION, places=0, why="only at 10 GB/s (80 % of 12.5)" if at_notes else "")
-    rep.note("the notes' 3900 ms is 39 GB / 10 GB/s: Ethernet at 80 % of its 12.5 GB/s, as InfiniBand's\n"
-             "40 is of 50; at the full 12.5 GB/s it is 3120 ms. Only NVLink is taken at its whole peak.")
+    rep.note("InfiniBand's 40 and Ethernet's 10 GB/s are 80 % of their 50 and 12.5 (the notes' 3900 ms is\n"
+             "39 GB / 10 GB/s); NVLink's 450 is its whole one-way peak")
+    rep.values(volume_gb=ring_allreduce_bytes_per_device(p, grads) / 1e9, t_nvlink_ms=times[CS336_NVLINK.name] * 1e3,
+               t_ib_ms=times[CS336_INFINIBAND.name] * 1e3, t_eth_ms=times[CS336_ETHERNET.name] * 1e3,
+               nvlink_fits_backward=times[CS336_NVLINK.name] <= backward, backward_ms=backward * 1e3)
 
 
 def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     p, m = args.world_size, LLAMA2_13B
     rep.part(4, f"DP vs TP traffic per step: {m.name}, L = {m.layers}, d = {m.width}, B = {NOTES_BATCH}, p = {p}")
-    rep.table(["", "DP (DDP)", "TP"], [
-        ["collectives per step", "1 all-reduce (gradients)", "2L: each layer forward + backward"],
-        ["bytes per call, per rank", "2(p-1)/p·LW", "2(p-1)/p·A (the notes); (p-1)/p·A (all-gather)"],
-        ["bytes per step, per rank", "2(p-1)/p·LW", "2L·2(p-1)/p·A (the notes); 2L·(p-1)/p·A"]], name="formulas")
     act = activation_bytes(NOTES_BATCH, m.width, FP16)
-    rep.claim("TP activation A = 128 × 5120 × 2 B", act / 1e6, 1.25, "MB", EXACT, places=2,
-              erratum=True, why=f"{act:,.0f} B is {act / MiB:g} MiB = {act / 1e6:.2f} MB: the notes write MB for MiB")
     calls = 2 * m.layers
-    rep.claim("TP collectives per step (2L)", calls, 80, kind=EXACT, places=0)
-    rep.claim("DP collectives per step", sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)), 1,
-              kind=EXACT, places=0)
     tp_notes = tp_step_bytes_per_device(m.layers, act, p)
     tp_ag = tp_step_bytes_per_device(m.layers, act, p, per_call="all-gather")
-    rep.claim("TP per step per rank, 80 × A × 3/4 × 2", tp_notes / 1e6, 150 if p == NOTES_P else None, "MB",
-              EXACT, places=0, erratum=True, why=f"= {tp_notes / MiB:g} MiB: the notes' 150 is MiB, as their A is" if p == NOTES_P else "")
     dp = ring_allreduce_bytes_per_device(p, m.params * FP16)
     calls_tp = [CollectiveCall("all-gather", "activation, forward", m.layers, act),
                 CollectiveCall("reduce-scatter", "its gradient, backward", m.layers, act)]
@@ -234,24 +187,26 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
              lambda lk: sum(c.time(p, lk) for c in calls_tp))]:
         rows.append([name, n_calls, fmt_bytes(nbytes), rounds, fmt_time(t(CS336_NVLINK)), fmt_time(t(CS336_INFINIBAND))])
     rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows, name="dp_tp")
-    rep.line(f"  DP moves {dp / tp_notes:.0f}× the bytes of TP (the notes' count) but in one call")
-    rep.claim("TP moves under a tenth of DP's bytes", tp_notes < dp / 10, True, kind=ASSUMPTION,
-              why=f"only for A = B × d; with {LLAMA2_CONTEXT}-token sequences TP moves "
-                  f"{tp_notes * LLAMA2_CONTEXT / dp:.0f}× DP's")
-    rep.claim("TP start-ups, 80 calls × 1 µs (NVLink)", calls * CS336_NVLINK.alpha_s * 1e6, 80, "µs", EXACT, places=0)
-    rep.claim("TP start-ups, 80 calls × 5 µs (InfiniBand)", calls * CS336_INFINIBAND.alpha_s * 1e6, 400, "µs", EXACT,
-              places=0)
     rep.note(f"the notes charge one α per call; a ring call is {p - 1}-{2 * (p - 1)} rounds, each with its own α\n"
              "(column 'α's'). Their A = B × d counts one token per sequence; with Llama 2's "
              f"{LLAMA2_CONTEXT} tokens\nA = {fmt_bytes(act * LLAMA2_CONTEXT)} per layer and TP's "
-             f"{fmt_bytes(tp_notes * LLAMA2_CONTEXT)} per step is {tp_notes * LLAMA2_CONTEXT / dp:.0f}× DP's")
+             f"{fmt_bytes(tp_ag * LLAMA2_CONTEXT)} per step is {tp_ag * LLAMA2_CONTEXT / dp:.0f}× DP's")
+    # The DP vs TP table's per-call and per-step formulas at the notes' p = 4, in units of LW and A.
+    one_call = col.traffic("all-gather", NOTES_P, 4000).busiest_sent / 4000
+    rep.values(act_5120_b=act, act_5120_mib=act / MiB, act_5120_mb=act / 1e6, tp_calls=calls,
+               dp_calls=sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)),
+               dp_step_LW=ring_allreduce_bytes_per_device(NOTES_P, 1.0), tp_call_A=one_call, tp_step_LA=2 * one_call,
+               tp_step_mb=tp_ag / 1e6, tp_step_mib=tp_ag / MiB, tp_step_doubled_mb=tp_notes / 1e6,
+               tp_step_doubled_mib=tp_notes / MiB, tp_under_tenth=tp_ag < dp / 10, context=LLAMA2_CONTEXT,
+               tp_context_over_dp=tp_ag * LLAMA2_CONTEXT / dp,
+               tp_startups_nvlink_us=calls * CS336_NVLINK.alpha_s * 1e6,
+               tp_startups_ib_us=calls * CS336_INFINIBAND.alpha_s * 1e6)
 
 
 def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     act = int(activation_bytes(NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16))
     rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
-    rep.claim("activation A = 128 × 1024 × 2 B", act / KiB, 256, "KiB", EXACT, places=0)
     gathered = col.traffic("all-gather", p, act).busiest_sent  # counted message by message, no data moved
     reduced = col.traffic("ring all-reduce", p, act).busiest_sent
     rep.table(["collective on A, per rank", "formula", "counted (collectives.py)"], [
@@ -261,32 +216,24 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
          fmt_bytes(2 * gathered, binary=True)],
         ["all-reduce", f"2(p-1)/p·A = {fmt_bytes(2 * (p - 1) / p * act, binary=True)}",
          fmt_bytes(reduced, binary=True)]], name="tp_layer")
-    rep.claim("4-way all-gather per layer per rank", gathered / KiB, 384 if p == NOTES_P else None, "KiB", EXACT,
-              places=0, erratum=True, why="an all-gather sends (p-1)/p·A = 0.75A; 1.5A is an all-reduce's volume" if p == NOTES_P else "")
-    rep.note("the notes' 1.5A = 2(p-1)/p·A is right for a layer's forward all-gather plus its backward\n"
-             "reduce-scatter together, or for an all-reduce; one all-gather is half of it")
+    rep.values(act_1024_kib=act / KiB, ag_kib=gathered / KiB)
 
 
 def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
     p, m, mb = args.world_size, MLP_12, args.micro_batches
     d, layers, batch = m.width, m.layers, NOTES_BATCH
     rep.part(6, f"{m.name}, B = {batch}, fp16, on p = {p}: DP, TP, PP")
-    rep.claim("parameters per layer d²", d * d / 1e6, 16.8, "M", EXACT, places=1)
-    rep.claim("one layer's weights, fp16", d * d * FP16 / MiB, 32, "MiB", EXACT, places=0)
-    rep.claim("parameters, 12 layers", m.params / 1e6, 201, "M", EXACT, places=0)
     state = training_state_bytes(m.params)
-    rep.claim("training state 201M × 16 B", state / GiB, 3.2, "GiB", EXACT, places=1,
-              erratum=True, why=f"{state:,.0f} B = {state / 1e9:.2f} GB = exactly 3 GiB: 3.2 is the GB figure")
     act = activation_bytes(batch, d, FP16)
-    rep.claim("activation 128 × 4096 × 2 B", act / MiB, 1, "MiB", EXACT, places=0)
+    rep.values(layer_params_m=d * d / 1e6, layer_mib=d * d * FP16 / MiB, params_m=m.params / 1e6,
+               state_gib=state / GiB, state_b=state, state_gb=state / 1e9, act_4096_mib=act / MiB)
     stages = min(p, layers)
     tp_cols, pp_layers, local_batch = math.ceil(d / p), math.ceil(layers / stages), math.ceil(batch / p)
     held = {"DP": m.params, "TP": layers * d * tp_cols, "PP": pp_layers * d * d}
     acts = {"DP": layers * activation_bytes(local_batch, d, FP16), "TP": layers * act, "PP": pp_layers * act}
     rep.note(f"per GPU: DP the whole model, local batch {local_batch}; TP {tp_cols} of {d} columns of every layer;\n"
-             f"PP {pp_layers} of {layers} layers (GPipe: every micro-batch's activations kept until backward).\n"
-             "Activations: one B × d output per layer kept for backward (the notes' measure; autograd also\n"
-             "keeps each pre-GELU value, twice this). Optimizer = fp32 master + Adam m, v (12 B/param).")
+             f"PP {pp_layers} of {layers} layers (GPipe: all micro-batches' activations). Activations: one B × d\n"
+             "output a layer (the notes' measure; autograd keeps twice). Optimizer: master + Adam, 12 B/param")
     rows = []
     for way in ("DP", "TP", "PP"):
         opt = sum(LEDGER[k] for k in OPTIMIZER_STATE) * held[way]
@@ -311,9 +258,8 @@ def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
                  fmt_time(pp_t[CS336_NVLINK.name]), fmt_time(pp_t[CS336_INFINIBAND.name])])
     rep.table(["", "per step", "calls", "bytes per GPU", "NVLink", "InfiniBand"], rows, name="traffic")
     bubble = (stages - 1) / (mb + stages - 1)
-    rep.line(f"  PP's cost is idle time rather than bytes: with {stages} stages and {mb} micro-batches the "
-             f"bubble is\n  (S-1)/(M+S-1) = {100 * bubble:.0f} % of the step" +
-             (f" (only {layers} stages: one layer each)" if p > layers else ""))
+    rep.line(f"  PP costs idle time, not bytes: S = {stages}, M = {mb}, bubble (S-1)/(M+S-1) = "
+             f"{100 * bubble:.0f} % of the step" + (f"\n  (only {layers} stages: one layer each)" if p > layers else ""))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from common.costmodel import (
     zero_step_bytes_per_device,
     zero_step_collectives,
 )
-from common.output import EXACT, Report, fmt_bytes, fmt_time
+from common.output import Report, fmt_bytes, fmt_time
 from cs336 import ledger as lg
 
 GiB = 2**30
@@ -42,9 +42,7 @@ NOTES_P, NOTES_PARAMS, NOTES_GPU_GB, NOTES_BATCH, FP16 = 4, 13e9, 80.0, 128, 2
 NOTES_TP, NOTES_PP, NOTES_DP, GPUS_PER_NODE = 8, 8, 16, 8
 # GPT-3's own setting (Brown et al. 2020): 2048-token sequences, 3.2M-token batches = 1536 sequences.
 SEQ_LEN, GLOBAL_BATCH, MICRO_BATCH = 2048, 1536, 1
-# How the notes list each stage's communication, and what ZeRO does per step (ZeRO paper §7).
-# AR = all-reduce, RS = reduce-scatter, AG = all-gather.
-NOTES_COMM = {"DDP": "AR", "ZeRO-1": "AG", "ZeRO-2": "RS + AG", "ZeRO-3": "AG + AG"}
+# What ZeRO does per step (ZeRO paper §7): AR = all-reduce, RS = reduce-scatter, AG = all-gather.
 SHORT = {"all-reduce": "AR", "reduce-scatter": "RS", "all-gather": "AG"}
 ENTRY = {"fp16 parameters": "params", "fp16 gradients": "grads", "fp32 master weights": "master",
          "Adam m (fp32)": "m", "Adam v (fp32)": "v"}
@@ -92,23 +90,29 @@ def both(nbytes: float) -> str:
 def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
     rep.part(1, "the ledger: 16 bytes per parameter (mixed precision, Adam)")
     models = (lg.NOTES_200M, lg.MLP_12, lg.LLAMA2_13B)
-    rows = [[name, b] + [fmt_bytes(b * m.params) for m in models] for name, b in lg.LEDGER.items()]
-    rows.append(["total", lg.BYTES_PER_PARAM] + [both(lg.training_state_bytes(m.params)) for m in models])
-    rep.table(["entry", "B/param", "200M", "12-layer MLP", "Llama 2 13B"], rows, name="ledger")
-    rep.claim("bytes per parameter", lg.BYTES_PER_PARAM, 16, "B", EXACT, places=0)
-    s200 = lg.training_state_bytes(lg.NOTES_200M.params)
-    rep.claim("200M × 16 B", s200 / GiB, 3.2, "GiB", EXACT, places=1,
-              erratum=True, why=f"3.2e9 B = {s200 / GiB:.2f} GiB: 3.2 is the GB figure labelled GiB")
-    llama = lg.ledger_bytes(lg.LLAMA2_13B.params)
-    for (name, notes), value in zip([("fp16 parameters", 26), ("fp16 gradients", 26), ("fp32 master weights", 52),
-                                     ("Adam m + v", 104)], list(llama.values())[:3] + [sum(list(llama.values())[3:])]):
-        rep.claim(f"Llama 2 13B {name}", value / 1e9, notes, "GB", EXACT, places=0)
+    # The notes' ledger rows, Adam's m and v together as they give them: (entry, bytes/param, row id)
+    entries = [("fp16 parameters", lg.LEDGER["fp16 parameters"], "param"),
+               ("fp16 gradients", lg.LEDGER["fp16 gradients"], "grad"),
+               ("fp32 master weights", lg.LEDGER["fp32 master weights"], "master"),
+               ("Adam m + v (fp32)", lg.LEDGER["Adam m (fp32)"] + lg.LEDGER["Adam v (fp32)"], "adam"),
+               ("total", lg.BYTES_PER_PARAM, "")]
+    llama_rows = {"param": "params", "grad": "grads", "master": "master", "adam": "adam", "": "total"}
+    rows = []
+    for name, b, key in entries:
+        cells = [fmt_bytes(b * m.params, binary=not key and m is not lg.LLAMA2_13B) for m in models]
+        rows.append([name, b, rep.notes_text(f"CS-mem-ledger-{key}" if key else "CS-mem-bytes-per-param")] + cells
+                    + [rep.notes_text(f"CS-llama-mem-{llama_rows[key]}")])
+    rows[-1][3] += f" (notes: {rep.notes_text('CS-mem-200m')})"
+    rep.table(["entry", "B/param", "notes", "200M", "12-layer MLP", "Llama 2 13B", "notes"], rows,
+              name="ledger")
     total = lg.training_state_bytes(lg.LLAMA2_13B.params)
-    rep.claim("Llama 2 13B training state", total / 1e9, 208, "GB", EXACT, places=0)
-    gpu = args.gpu_memory_gb * 1e9
-    rep.claim(f"13B's state fits one {args.gpu_memory_gb:g} GB card", total <= gpu,
-              False if args.gpu_memory_gb == NOTES_GPU_GB else None, kind=EXACT)
-    rep.note("the MLP's 3 GiB (the notes: 3.2 GiB) is claimed in 03_costs.py Part 6")
+    fits = total <= args.gpu_memory_gb * 1e9
+    rep.line(f"  Llama 2 13B's state fits one {args.gpu_memory_gb:g} GB card: {'yes' if fits else 'no'}")
+    rep.values(**{f"ledger_{key}_b": b for _, b, key in entries[:4]}, bytes_per_param=lg.BYTES_PER_PARAM,
+               state_200m_gib=lg.training_state_bytes(lg.NOTES_200M.params) / GiB, llama_state_gb=total / 1e9,
+               **{f"llama_{llama_rows[key]}_gb": b * lg.LLAMA2_13B.params / 1e9 for _, b, key in entries[:4]},
+               llama_fits_one_card=fits)
+    rep.compare_with_notes(in_table=True)
     d, layers = lg.MLP_12.width, lg.MLP_12.layers
     act = lg.activation_bytes(args.batch, d, FP16)
     mlp_state = lg.training_state_bytes(lg.MLP_12.params)
@@ -132,53 +136,57 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
               rows, name="zero_memory")
     rep.note("from the ledger: kept entries whole, sharded ones / p; busiest rank: whole elements of the\n"
              "flattened buffer, the first P mod p ranks one more (cs336.ledger.zero_bytes_per_rank)")
-    formulas = {"ZeRO-1": "4P + 12P/p", "ZeRO-2": "2P + 14P/p", "ZeRO-3": "16P/p"}
-    for stage, text in formulas.items():
-        same = all(math.isclose(lg.zero_bytes_per_gpu(stage, 1.0, k), lg.zero_notes_formula(stage, 1.0, k))
-                   for k in range(1, 1025))
-        rep.claim(f"{text} = the ledger, {stage} sharded", same, True, kind=EXACT)
-    at_notes = (P, p) == (NOTES_PARAMS, NOTES_P)
+    # the closed forms are linear in 1/p: a few p, odd and even, small and large, decide them
+    formulas_ok = {stage: all(math.isclose(lg.zero_bytes_per_gpu(stage, 1.0, k), lg.zero_notes_formula(stage, 1.0, k))
+                              for k in (1, 2, 3, 4, 7, 8, 64, 1000, 1024)) for stage in lg.STAGES}
     adam = sum(lg.ledger_bytes(P)[k] for k in ("Adam m (fp32)", "Adam v (fp32)"))
-    rep.claim("ZeRO-1: Adam m + v per card", adam / p / 1e9, 26 if at_notes else None, "GB", EXACT, places=0)
-    rep.claim("ZeRO-2: gradients per card", lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9,
-              6.5 if at_notes else None, "GB", EXACT, places=1)
+    rep.values(ddp_formula_ok=formulas_ok["DDP"], zero1_formula_ok=formulas_ok["ZeRO-1"],
+               zero2_formula_ok=formulas_ok["ZeRO-2"], zero3_formula_ok=formulas_ok["ZeRO-3"],
+               zero1_adam_gb=adam / p / 1e9, zero2_grads_gb=lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9)
     opt = sum(lg.ledger_bytes(P)[k] for k in lg.OPTIMIZER_STATE)
     rep.note(f"ZeRO-1 shards the whole optimizer state, master weights too: {fmt_bytes(opt)} → "
              f"{fmt_bytes(opt / p)} per card\n(Adam's m and v alone: {fmt_bytes(adam)} → {fmt_bytes(adam / p)})")
+    rep.compare_with_notes()
     rows, ddp_bytes = [], None
     for stage in lg.STAGES:
         calls = zero_step_collectives(stage, FP16 * P, layers=args.layers)
         sent = zero_step_bytes_per_device(stage, p, FP16 * P)
         ddp_bytes = sent if ddp_bytes is None else ddp_bytes
-        rows.append([stage, " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls), fmt_bytes(sent),
+        rows.append([stage, " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls),
+                     rep.notes_text(f"CS-zero-comm-{stage.lower().replace('-', '')}"), fmt_bytes(sent),
                      f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
                      fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
                      fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
-    rep.table(["stage", "collectives per step", "bytes per rank", "× DDP", "NVLink", "InfiniBand"], rows,
+    rep.table(["stage", "collectives per step", "notes", "bytes per rank", "× DDP", "NVLink", "InfiniBand"], rows,
               name="zero_traffic")
     z = {stage: lg.zero_bytes_per_gpu(stage, P, p) for stage in lg.STAGES}
     n_calls = {stage: sum(c.calls for c in zero_step_collectives(stage, 1.0, args.layers)) for stage in lg.STAGES}
     rep.line(f"  ZeRO-2 saves {fmt_bytes(z['DDP'] - z['ZeRO-2'])} per GPU over DDP for no extra bytes; ZeRO-3 saves "
              f"{fmt_bytes(z['ZeRO-2'] - z['ZeRO-3'])} more\n  for half of DDP's traffic again, in "
              f"{n_calls['ZeRO-3'] - n_calls['ZeRO-2']} more collectives (the notes' case for ZeRO-2)")
-    rep.note(f"fp16 gradients and parameters (2P bytes); ZeRO-3 gathers {args.layers} layers one at a time,\n"
-             "forward and backward, and reduce-scatters each layer's gradients: 3(p-1)/p·2P, 1.5× DDP")
-    rep.line("  each stage's collectives (AR all-reduce, RS reduce-scatter, AG all-gather) beside the notes':")
-    for stage in lg.STAGES:
-        ours = " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))
-        rep.claim(f"{stage} communicates", ours, NOTES_COMM[stage], kind=EXACT,
-                  erratum=True, why={"ZeRO-1": "it also reduce-scatters the gradients: DDP's bytes",
-                       "ZeRO-3": "the gradients' RS is missing: 1.5× DDP's bytes"}.get(stage, ""))
-    rep.note("the notes' column reads as 'extra' for ZeRO-1 and as the whole step for ZeRO-2. ZeRO-1\n"
-             "adds no bytes: its RS and AG are the two halves of the all-reduce they replace.")
+    rep.note(f"AR all-reduce, RS reduce-scatter, AG all-gather; fp16 gradients and parameters (2P bytes);\n"
+             f"ZeRO-3 gathers {args.layers} layers one at a time, forward and backward, and reduce-scatters\n"
+             "each layer's gradients: 3(p-1)/p·2P, 1.5× DDP. ZeRO-1's RS and AG are the two halves of the\n"
+             "all-reduce they replace: no extra bytes")
+    comm = {stage: " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0)) for stage in lg.STAGES}
+    rep.values(comm_ddp=comm["DDP"], comm_zero1=comm["ZeRO-1"], comm_zero2=comm["ZeRO-2"], comm_zero3=comm["ZeRO-3"],
+               zero2_saves_for_no_bytes=zero2_is_best_value())
+    rep.compare_with_notes(in_table=True)
+
+
+def zero2_is_best_value() -> bool:
+    """At the notes' 13B on 4 cards: ZeRO-2 holds less than DDP and moves its bytes; ZeRO-3 moves 1.5×."""
+    sent = {stage: zero_step_bytes_per_device(stage, NOTES_P, FP16 * NOTES_PARAMS) for stage in lg.STAGES}
+    held = {stage: lg.zero_bytes_per_gpu(stage, NOTES_PARAMS, NOTES_P) for stage in lg.STAGES}
+    return (held["ZeRO-2"] < held["DDP"] and math.isclose(sent["ZeRO-2"], sent["DDP"])
+            and math.isclose(sent["ZeRO-3"], 1.5 * sent["DDP"]))
 
 
 def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
     m, tp, pp, dp = lg.GPT3_175B, args.tp, args.pp, args.dp
     gpus = tp * pp * dp
     rep.part(3, f"Megatron 3D: {m.name} on TP {tp} × PP {pp} × DP {dp}")
-    at_notes = (tp, pp, dp) == (NOTES_TP, NOTES_PP, NOTES_DP)
-    rep.claim("GPUs = TP × PP × DP", gpus, 1024 if at_notes else None, kind=EXACT, places=0)
+    rep.value("megatron_gpus", gpus)
     local = m.params / (tp * pp)
     plain = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp)
     dist = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp, distributed_optimizer=True)
@@ -232,9 +240,7 @@ def part4_frameworks(rep: Report, args: argparse.Namespace) -> None:
             for n in sorted(sizes)]
     rep.table(["P", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP full"], rows, name="gpus_to_hold")
     rep.note(f"fewest {args.gpu_memory_gb:g} GB GPUs that hold the training state (no activations): what the\n"
-             "table's 'typical scale' ranges (1B-100B, 10B-1T, 100B+) mean in GPUs. The other rows (core\n"
-             "idea, TP / PP support, how much code changes, where each fits) are qualitative: no number\n"
-             "follows from the model, so nothing is claimed for them")
+             "notes' 'typical scale' of each framework means in GPUs; their other rows are qualitative")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
 One launch runs every strategy on the same ranks (gloo, CPU, float64): data parallel (Part 1),
 tensor parallel with its backward written out (Part 2), a GPipe pipeline over send/recv (Part 3),
 ZeRO-1 and ZeRO-2 with Adam (Part 4). Each is compared with the same model trained in one process
-(cs336/mlp.py): output, loss, every gradient, parameters after the steps. Every call goes through
-cs336/comm.py, which counts it; Part 5 puts the counts beside costmodel's formulas and the notes'.
+(cs336/mlp.py): output, loss, every gradient, parameters after the steps; a gap beyond round-off
+ends the run in exit 1, naming the strategy. Every call goes through cs336/comm.py, which counts
+it; Part 5 puts the counts beside costmodel's formulas and the notes'.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from common.budget import Cost, Term
 from common.capabilities import ask_gloo, gloo_lacks
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch
-from common.output import EXACT, Report, fmt_bytes
+from common.output import Report, fmt_bytes
 from cs336 import comm, ledger, mlp
 
 ELEM = 8                # float64: one process and the ranks differ only in summation order
@@ -49,6 +50,9 @@ COST = Cost([Term("1", 6.0, lambda a: 1), Term("W²", 0.04, lambda a: a.world_si
              Term("M·W·steps", 0.0065, lambda a: a.micro_batches * a.world_size * a.steps)],
             memory=lambda a: ELEM * (a.world_size + 2) * 4 * a.layers * a.width * (a.batch + a.width))
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which the reference uses
+# A strategy and one process differ only in the order of float64 additions: round-off near 1e-16 of
+# values of order 1. A gap above this is a bug (a lost reduce, a wrong slice): the run ends in exit 1.
+CHECK_TOL = 1e-9
 
 
 # ---- rank code: the notes' sketches, each step in full; the parent compares and prints -----------
@@ -101,15 +105,19 @@ def tensor_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int
             dz = grad_out * mlp.gelu_grad(pre[layer])   # through gelu, my columns
             grads[layer] = inputs[layer].T @ dz         # dL/dW_local = (full input)ᵀ · (my slice of dL/dz)
             if layer > 0:                               # the first layer's input is data
-                # dL/d input = Σ_r dz_r · W_rᵀ: each rank holds one term of the sum. The layer below
-                # owns the same columns, so it needs only its columns of the sum: reduce-scatter.
-                grad_out = comm.reduce_scatter_columns(dz @ ws[layer].T, widths, log)
+                grad_out = tp_input_gradient(dz, ws[layer], widths, log)
         if step == 0:
             res.update(output=h, loss=loss.item(), grads=grads)
         for w, g in zip(ws, grads):
             w.grad = g
         opt.step()
     return res | {"params": ws}
+
+
+def tp_input_gradient(dz: torch.Tensor, w_local: torch.Tensor, widths: list[int], log: comm.CommLog) -> torch.Tensor:
+    """dL/d input = Σ_r dz_r · W_rᵀ: each rank holds one term of the sum. The layer below owns the
+    same columns, so it needs only its columns of the sum: one reduce-scatter."""
+    return comm.reduce_scatter_columns(dz @ w_local.T, widths, log)
 
 
 def pipeline_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, micro_batches: int,
@@ -198,31 +206,32 @@ def sizes_text(sizes: list[int]) -> str:
     return " + ".join(f"{sizes.count(v)} × {v}" for v in sorted(set(sizes), reverse=True))
 
 
-def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, how: str, output: torch.Tensor,
+def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy: str, output: torch.Tensor,
             loss: float, grads: list[torch.Tensor], params: list[torch.Tensor], extra: list | None = None) -> None:
-    """The table every strategy prints: max |diff| from one process, float64 (round-off only)."""
-    rows = [[f"output, step 1 ({how})", mlp.max_abs_diff(output, ref.output)],
-            ["loss, step 1", abs(loss - ref.loss)],
-            [f"gradient of each of the {args.layers} W, step 1", mlp.max_abs_diff(grads, ref.grads)],
-            *(extra or []),
+    """The table every strategy prints, max |diff| from one process (float64: round-off only), and
+    the check that ends the run (exit 1, naming the strategy and the gap) beyond CHECK_TOL."""
+    rows = [["output, step 1", mlp.max_abs_diff(output, ref.output)], ["loss, step 1", abs(loss - ref.loss)],
+            [f"gradient of each of the {args.layers} W, step 1", mlp.max_abs_diff(grads, ref.grads)], *(extra or []),
             [f"parameters after {args.steps} SGD steps (lr {mlp.LR_SGD})", mlp.max_abs_diff(params, ref.params_after[-1])]]
     rep.table(["quantity", "max |diff| vs one process"], rows, name="vs_one_process")
-    rep.record("max_diff", max(r[1] for r in rows if r not in (extra or [])))
+    gap = max(r[1] for r in rows if r not in (extra or []))
+    rep.record("max_diff", gap)
+    rep.check_close(f"{strategy} against one process", gap, CHECK_TOL)
 
 
 def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
     rep.part(1, "data parallel: a slice of the batch per rank, all-reduce of every W.grad")
     dp, sizes = [r["DP"] for r in ranks], mlp.split_sizes(args.batch, args.world_size)
-    compare(rep, args, ref, "slices in rank order", torch.cat([r["output"] for r in dp]),
+    avg_gap = mlp.max_abs_diff(dp[0]["avg_grads"], ref.grads)
+    compare(rep, args, ref, "DP", torch.cat([r["output"] for r in dp]),
             sum(n * r["loss"] for n, r in zip(sizes, dp)) / args.batch, dp[0]["grads"], dp[0]["params"],
-            [["  the same with the sketch's op=AVG", mlp.max_abs_diff(dp[0]["avg_grads"], ref.grads)]])
+            [["  the same with the sketch's op=AVG", avg_gap]])
     same = all(torch.equal(a, b) for r in dp for a, b in zip(r["params"], dp[0]["params"]))
-    rep.line(f"  batch slices {sizes_text(sizes)}; loss = Σ n_r·loss_r / B; replicas bit-identical: {same}")
-    rep.line(f"  for scale: largest |gradient| {max(g.abs().max().item() for g in ref.grads):.3g}, "
-             f"largest |parameter| {max(w.abs().max().item() for w in ref.params_after[-1]):.3g}")
-    rep.note("each rank's loss is the mean over its own slice, so its gradient counts n_r/B of the whole:\n"
-             "multiply by n_r, all-reduce with SUM, divide by B. op=AVG divides by the number of ranks\n"
-             "instead, weighting every slice alike: right only when the slices are equal (row 4).")
+    differ = len({r["loss"] for r in dp}) == len(dp)
+    rep.note(f"batch slices {sizes_text(sizes)}; a rank's loss is its slice's mean, so its gradient counts n_r/B "
+             "of the whole: × n_r, all-reduce (SUM), ÷ B. op=AVG weights every slice alike: right for equal slices.")
+    rep.values(dp_losses_differ=differ, dp_replicas_same=same, dp_losses_differ_params_same=differ and same,
+               avg_is_batch_gradient=avg_gap <= CHECK_TOL, slices=sizes_text(sizes))
 
 
 def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
@@ -230,22 +239,19 @@ def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dic
     tp, widths = [r["TP"] for r in ranks], mlp.split_sizes(args.width, args.world_size)
     def joined(key: str) -> list[torch.Tensor]:
         return [torch.cat([r[key][i] for r in tp], dim=1) for i in range(args.layers)]
-    compare(rep, args, ref, "rank 0's full copy", tp[0]["output"], tp[0]["loss"], joined("grads"), joined("params"))
-    rep.line(f"  column slices of width {sizes_text(widths)}; outputs equal on every rank: "
-             f"{all(torch.equal(r['output'], tp[0]['output']) for r in tp)}")
-    rep.note("layer z = x·W, y = gelu(z); rank r holds W_r = W[:, cols_r] and the full input x.\n"
-             "dL/dW_r = xᵀ · dz_r, dz_r = (dL/dy)[:, cols_r] ⊙ gelu'(z_r): local, no communication.\n"
-             "dL/dx = dz · Wᵀ = Σ_r dz_r · W_rᵀ: a sum over ranks. The layer below owns the same columns,\n"
-             "so a reduce-scatter (not an all-reduce, twice the bytes) gives each rank exactly its part.\n"
-             "Per step: L all-gathers and L − 1 reduce-scatters (the first layer's input is data).")
-    rep.line("  (the notes' tensor-parallel numbers, A = 256 KiB and its per-rank traffic, are checked in "
-             "03_costs.py Parts 4-5)")
+    outputs = [r["output"] for r in tp]   # every rank holds the whole output: the worst of them
+    worst = max(range(len(tp)), key=lambda i: mlp.max_abs_diff(outputs[i], ref.output))
+    compare(rep, args, ref, "TP", outputs[worst], tp[worst]["loss"], joined("grads"), joined("params"))
+    rep.note(f"column slices of width {sizes_text(widths)}; z = x·W, y = gelu(z); rank r holds W_r = W[:, cols_r] "
+             "and the whole x. dL/dW_r = xᵀ · dz_r, dz_r = (dL/dy)[:, cols_r] ⊙ gelu'(z_r): local. dL/dx = "
+             "Σ_r dz_r · W_rᵀ is a sum over ranks, of which the layer below needs its columns: one reduce-scatter "
+             "(tp_input_gradient). L all-gathers, L − 1 reduce-scatters a step.")
 
 
 def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
     rep.part(3, "pipeline parallel: a block of layers per rank, micro-batches over send/recv (GPipe)")
     k, pp = args.world_size, [r["PP"] for r in ranks]
-    compare(rep, args, ref, "last stage", pp[-1]["output"], pp[-1]["loss"], [g for r in pp for g in r["grads"]],
+    compare(rep, args, ref, "PP", pp[-1]["output"], pp[-1]["loss"], [g for r in pp for g in r["grads"]],
             [p for r in pp for p in r["params"]])
     rows = []
     for rank, (r, layers) in enumerate(zip(pp, mlp.stage_layers(args.layers, k))):
@@ -254,11 +260,8 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
         rows.append([rank, f"{layers.start}–{layers.stop - 1}", sends, f_sends, recvs, fmt_bytes(sent), fmt_bytes(f_sent)])
     rep.table(["rank", "layers", "sends/step", "formula", "recvs/step", "bytes sent/step", "formula"], rows,
               name="per_rank")
-    rep.line(f"  micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; a stage "
-             "sends its output forward,\n  its input gradient backward")
-    rep.note("the notes' sketch shows the forward sends only; the backward mirrors them, so a middle\n"
-             "stage sends 2M messages per step. GPipe keeps every micro-batch's activations until its\n"
-             "backward: O(M) memory per stage (1F1B bounds it by the number of stages).")
+    rep.note(f"micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; the backward "
+             "mirrors the notes' forward-only sketch: a middle stage sends 2M a step. GPipe holds O(M) activations.")
 
 
 def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
@@ -268,26 +271,19 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
     rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
               [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p), mlp.max_abs_diff(z2[0]["params_after"][s], p)]
                for s, p in enumerate(ref.params_after)], name="vs_one_process")
-    rep.record("max_diff", max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
-                               for s, p in enumerate(ref.params_after)))
+    gap = max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2) for s, p in enumerate(ref.params_after))
+    rep.record("max_diff", gap)
+    rep.check_close("ZeRO-1 and ZeRO-2 against Adam in one process", gap, CHECK_TOL)
     shard = ledger.padded_shard_elements(n, k)
     rows = [[r, a["shard"], a["mv_bytes"], ledger.optimizer_state_bytes(n, k, 2 * ELEM), a["grad_bytes"],
              b["grad_bytes"]] for r, (a, b) in enumerate(zip(z1, z2))]
     rep.table(["rank", "shard", "m+v bytes held", "2e·⌈P/p⌉", "ZeRO-1 grad bytes", "ZeRO-2"], rows,
               name="state_bytes")
     pad = shard * k - n
-    rep.line(f"  P = {n:,} parameters, padded with {pad} zero{'' if pad == 1 else 's'} to {shard * k:,}: {k} equal shards;\n"
-             f"  unsharded, Adam's m and v would hold {2 * ELEM * n:,} bytes on every rank")
-    rep.note(f"float64 here, e = {ELEM} bytes: m and v are 2e·P/p = 16P/p per rank. The notes' 12P/p is\n"
-             "fp32 master + m + v beside fp16 weights; with fp32 weights and no master copy it is 8P/p.\n"
-             "Adam is written out on the shard (torch.optim.Adam's formula) and checked against\n"
-             "torch.optim.Adam on the whole model. Gradient bytes are those held at the optimizer step:\n"
-             "ZeRO-1 keeps the whole gradient and its reduced shard, ZeRO-2 only the shard. (Here both\n"
-             "build the whole gradient in backward; real ZeRO-2 reduce-scatters bucket by bucket.)")
-    rep.claim("each rank holds only its 1/p shard of Adam's m and v (measured = the ledger's)",
-              all(a["mv_bytes"] == ledger.optimizer_state_bytes(n, k, 2 * ELEM) for a in z1 + z2), notes=True,
-              kind=EXACT, setting=(), why="a rank holds more (or less) optimizer state than its shard")
-    rep.line("  (the notes' ZeRO figures for a 13B model on 4 GPUs are checked in 04_memory.py Part 2)")
+    rep.note(f"P = {n:,} parameters + {pad} zeros of padding: {k} equal shards (unsharded, m and v: {2 * ELEM * n:,} B a "
+             f"rank). float64, e = {ELEM} B: m and v are 2e·P/p (the notes' 12P/p is fp32 master + m + v). Gradient "
+             "bytes at the step: ZeRO-1 holds the whole gradient and its shard, ZeRO-2 the shard.")
+    rep.value("mv_is_shard", all(a["mv_bytes"] == ledger.optimizer_state_bytes(n, k, 2 * ELEM) for a in z1 + z2))
 
 
 def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
@@ -296,32 +292,42 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
     n, act = L * d * d, b * d * ELEM
     busiest = max(range(k), key=lambda r: ranks[r]["PP"]["log"].sent.get("send", 0))
     cases = [("DP", ("all_reduce",), 0, cm.dp_step_traffic(k, L, d, ELEM),
-              "1", f"2(p−1)/p·Pe {fmt_bytes(cm.ring_bytes_sent('all_reduce', k, n * ELEM))}"),
+              f"2(p−1)/p·Pe {fmt_bytes(cm.ring_bytes_sent('all_reduce', k, n * ELEM))}"),
              ("TP", ("all_gather", "reduce_scatter"), 0, cm.tp_step_traffic(k, L, d, b, ELEM),
-              f"2L = {2 * L}", f"2L·2(p−1)/p·A {fmt_bytes(2 * L * cm.ring_bytes_sent('all_reduce', k, act))}"),
+              f"2L·2(p−1)/p·A {fmt_bytes(2 * L * cm.ring_bytes_sent('all_reduce', k, act))}"),
              (f"PP rank {busiest}", ("send",), busiest, cm.pp_step_traffic(k, busiest, m, b, d, ELEM),
-              f"M = {m}", f"A per boundary {fmt_bytes(act)}")]
-    cases += [(z, ("reduce_scatter", "all_gather"), 0, cm.zero_step_traffic(k, n, ELEM),
-               "AR + AG" if z == "ZeRO-1" else "RS + AG", "") for z in ("ZeRO-1", "ZeRO-2")]
+              f"A per boundary {fmt_bytes(act)}")]
+    cases += [(z, ("reduce_scatter", "all_gather"), 0, cm.zero_step_traffic(k, n, ELEM), "") for z in ("ZeRO-1", "ZeRO-2")]
     rows, agree = [], True
-    for name, ops, rank, (f_calls, f_sent), notes_calls, notes_sent in cases:
+    for name, ops, rank, (f_calls, f_sent), notes_sent in cases:
         key = name.split()[0]
         counted = [r[key]["log"].per_step(args.steps, ops) for r in ranks]
         formulas = [cm.pp_step_traffic(k, r, m, b, d, ELEM) for r in range(k)] if key == "PP" else [(f_calls, f_sent)] * k
         equal = all(c == f[0] and math.isclose(s, f[1], rel_tol=1e-12) for (c, s), f in zip(counted, formulas))
         agree &= equal
-        rows.append([name, counted[rank][0], f_calls, notes_calls, fmt_bytes(counted[rank][1]), fmt_bytes(f_sent),
+        rows.append([name, counted[rank][0], f_calls, fmt_bytes(counted[rank][1]), fmt_bytes(f_sent),
                      "yes" if equal else "NO", notes_sent])
-    rep.table(["strategy", "calls", "formula", "notes", "bytes sent", "formula", "= all ranks", "notes' estimate"],
+    rep.table(["strategy", "calls", "formula", "bytes sent", "formula", "= all ranks", "notes' estimate"],
               rows, name="traffic")
     rep.record("counted_equals_formula", agree)
-    rep.note(f"P = {n:,} parameters, e = {ELEM} B, A = B·d·e. DP: the sketch all-reduces each W apart,\n"
-             "so L calls where the notes count 1 (one flat buffer sends the same bytes). TP: L all-gathers\n"
-             "and L − 1 reduce-scatters, each (p−1)/p of its size; the notes charge 2(p−1)/p per call.\n"
-             "PP: the busiest rank's sends, forward and backward. ZeRO: the notes' table lists ZeRO-1 as\n"
-             "DDP's all-reduce plus an all-gather; a reduce-scatter and an all-gather move what one\n"
-             "all-reduce does.")
-    rep.line("  (the notes' 4-GPU, 12-layer example is worked out in 03_costs.py Part 6)")
+    rep.note(f"e = {ELEM} B, A = B·d·e. DP all-reduces each W apart: L calls where the notes count one (the same "
+             "bytes). TP's calls send (p−1)/p each, the notes charge 2(p−1)/p. ZeRO's RS + AG move one all-reduce.")
+    ops = {s: {op.replace("_", "-") for r in ranks for op in r[s]["log"].calls} for s in ("DP", "TP", "PP")}
+    rep.values(dp_collectives=" + ".join(sorted(ops["DP"])), tp_collectives=" + ".join(sorted(ops["TP"])),
+               pp_collectives=" / ".join(sorted(ops["PP"], reverse=True)))
+    held_fractions(rep, args, ranks)
+
+
+def held_fractions(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
+    """The share of the weights a rank holds, in the notes' terms: 1 (all), 1/p (uneven splits within
+    a column or a layer of it), else the fractions."""
+    k, total = args.world_size, args.layers * args.width**2
+    shares: list[str] = []
+    for s, slack in (("DP", 0), ("TP", args.layers * args.width), ("PP", args.width**2)):
+        held = [sum(w.numel() for w in r[s]["params"]) for r in ranks]
+        one_p = sum(held) == total and all(abs(h - total / k) < slack for h in held)
+        shares.append("1" if set(held) == {total} else "1/p" if one_p else f"{max(held) / total:.3g}")
+    rep.value("held_fractions", ", ".join(shares))
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -2,9 +2,9 @@
 by pass, the bubble tables, activation memory, interleaving and unbalanced stages. A model only.
 
     python code/cs336/06_pipeline.py
-    python code/cs336/06_pipeline.py --stages 8 --micro-batches 32 --tb-ms 10 --p2p-ms 1
+    python code/cs336/06_pipeline.py --pp 8 --micro-batches 32 --tb-ms 10 --p2p-ms 1
 
-Part 1 simulates GPipe and 1F1B for --stages S and --micro-batches M (forward --tf-ms, backward
+Part 1 simulates GPipe and 1F1B for --pp S and --micro-batches M (forward --tf-ms, backward
 --tb-ms per stage and micro-batch, --p2p-ms per hop) and draws their timelines. Part 2 is the
 notes' efficiency table M/(M + S - 1); Part 3 their bubble-time worked example, read two ways, and
 the M a 5 % bubble needs; Part 4 compares GPipe with 1F1B (bubble, activations) and interleaved
@@ -27,27 +27,24 @@ import functools
 import math
 
 from common.cli import UsageError, make_parser, nonnegative_float, positive_float, positive_int, run_main
-from common.output import ASSUMPTION, EXACT, Report, fmt_time, new_figure
+from common.output import Report, fmt_time, new_figure
 from cs336 import pipeline as pp
 
-NOTES_TF_MS, NOTES_TB_MS = 10.0, 20.0
-EFFICIENCY_TABLE = {(4, 4): 57, (4, 8): 73, (4, 16): 84, (8, 8): 53}   # the notes' η, %
-# The notes' worked example: (S, M) -> bubble ms, effective compute ms, bubble share % as printed,
-# and the decimal places it is printed to (3.0 % has one)
-BUBBLE_TABLE = {(4, 4): (30, 120, 20, 0), (4, 8): (30, 240, 11, 0), (4, 16): (30, 480, 5.9, 1),
-                (4, 32): (30, 960, 3.0, 1), (8, 8): (70, 240, 22.6, 1), (8, 32): (70, 960, 6.8, 1)}
-NOTES_MIN_M = {4: 19, 8: 44}            # "M >= 19(S-1)/3: S = 4 needs 19, S = 8 needs 44"
+NOTES_TF_MS, NOTES_TB_MS = 10.0, 20.0    # the worked example's t_f and t_b (the defaults)
+EFFICIENCY = [(4, 4), (4, 8), (4, 16), (8, 8)]                      # the notes' η table, (S, M)
+BUBBLE = [(4, 4), (4, 8), (4, 16), (4, 32), (8, 8), (8, 32)]        # their worked example, (S, M)
 COMPARE = [(4, 4), (4, 8), (4, 16), (8, 8), (8, 32)]       # Part 4's (S, M)
 INTERLEAVED = [(4, 8), (4, 16), (8, 16), (8, 32)]          # M a multiple of S, as Megatron needs
 MOST_INTERLEAVED = max(s * m for s, m in INTERLEAVED)      # S·M of the largest: S·M·v passes
 MAX_PASSES = 2**16                       # S·M: keeps every part within about a second
 MAX_STAGES = 128                         # Part 5 simulates S and S + 1 micro-batches
 TOL = 1e-12
+FIVE_PERCENT = 0.05 + TOL                # "within 5 %", float noise on the boundary counted in
 
 
 def main() -> None:
-    parser = make_parser(__doc__, micro_batches=8, figs=True, context={"micro_batches": "M"})
-    parser.add_argument("--stages", type=positive_int, default=4, help="pipeline stages S (default 4)")
+    parser = make_parser(__doc__, pp=4, micro_batches=8, figs=True,
+                         context={"pp": "S, Parts 1, 4 and 5", "micro_batches": "M, Parts 1, 4 and 5"})
     parser.add_argument("--tf-ms", type=positive_float, default=NOTES_TF_MS,
                         help=f"forward time per stage and micro-batch, ms (default {NOTES_TF_MS:g})")
     parser.add_argument("--tb-ms", type=positive_float, default=NOTES_TB_MS,
@@ -59,11 +56,23 @@ def main() -> None:
     parser.add_argument("--slow-factor", type=positive_float, default=2.0,
                         help="how many times slower Part 5's slow stage is (default 2)")
     args = parser.parse_args()
-    if args.stages > MAX_STAGES:
-        raise UsageError(f"--stages must be <= {MAX_STAGES} (a quick model), got {args.stages}")
-    if args.stages * args.micro_batches > MAX_PASSES:
-        raise UsageError(f"--stages × --micro-batches must be <= {MAX_PASSES:,} (a quick model), "
-                         f"got {args.stages * args.micro_batches:,}")
+    check_args(args)
+    rep = Report(__file__, "pipeline parallelism: schedules, bubbles, activations", args)
+    part1_schedules(rep, args)       # GPipe and 1F1B, pass by pass: makespan, bubble, activations
+    part2_efficiency(rep, args)      # the notes' table M/(M + S - 1), simulated and closed form
+    part3_bubble_time(rep, args)     # the worked example read two ways; the M a 5 % bubble needs
+    part4_gpipe_vs_1f1b(rep, args)   # same bubble, O(M) vs O(S) activations; interleaved 1F1B
+    part5_unbalanced(rep, args)      # the slowest stage sets the pace
+    rep.finish()
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Sizes the simulator builds in memory within about a second, refused before any work."""
+    if args.pp > MAX_STAGES:
+        raise UsageError(f"--pp must be <= {MAX_STAGES} (a quick model), got {args.pp}")
+    if args.pp * args.micro_batches > MAX_PASSES:
+        raise UsageError(f"--pp × --micro-batches must be <= {MAX_PASSES:,} (a quick model), "
+                         f"got {args.pp * args.micro_batches:,}")
     if args.virtual_stages < 2:
         raise UsageError("--virtual-stages must be >= 2 (v = 1 is plain 1F1B)")
     # Part 4 simulates S·M·v passes for each interleaved (S, M): it builds them all in memory.
@@ -73,13 +82,6 @@ def main() -> None:
                          f"{MAX_PASSES // MOST_INTERLEAVED:,} virtual stages (a quick model, {MAX_PASSES:,} passes)")
     if args.slow_factor < 1:
         raise UsageError("--slow-factor must be >= 1 (it makes one stage slower)")
-    rep = Report(__file__, "pipeline parallelism: schedules, bubbles, activations", args)
-    part1_schedules(rep, args)       # GPipe and 1F1B, pass by pass: makespan, bubble, activations
-    part2_efficiency(rep, args)      # the notes' table M/(M + S - 1), simulated and closed form
-    part3_bubble_time(rep, args)     # the worked example read two ways; the M a 5 % bubble needs
-    part4_gpipe_vs_1f1b(rep, args)   # same bubble, O(M) vs O(S) activations; interleaved 1F1B
-    part5_unbalanced(rep, args)      # the slowest stage sets the pace
-    rep.finish()
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,12 +95,8 @@ def ms(seconds: float) -> float:
     return round(seconds * 1e3, 9)  # float noise off, for tables and claims
 
 
-def at_notes_times(args: argparse.Namespace) -> bool:
-    return args.tf_ms == NOTES_TF_MS and args.tb_ms == NOTES_TB_MS
-
-
 def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
-    s, m, tf, tb, p2p = args.stages, args.micro_batches, args.tf_ms / 1e3, args.tb_ms / 1e3, args.p2p_ms / 1e3
+    s, m, tf, tb, p2p = args.pp, args.micro_batches, args.tf_ms / 1e3, args.tb_ms / 1e3, args.p2p_ms / 1e3
     rep.part(1, f"GPipe and 1F1B: S = {s}, M = {m}, t_f = {args.tf_ms:g} ms, t_b = {args.tb_ms:g} ms, "
                 f"p2p = {args.p2p_ms:g} ms")
     rep.note("every stage runs its passes in the schedule's order, each as soon as its input is there:\n"
@@ -137,91 +135,86 @@ def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
 def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
     tf = args.tf_ms / 1e3
     rep.part(2, "pipeline efficiency η = M/(M + S - 1)")
-    rows = []
-    for (s, m), notes in EFFICIENCY_TABLE.items():
+    rows, eta = [], {}
+    for s, m in EFFICIENCY:
         sims = [run(name, s, m, tf, k * tf).efficiency for k in (1, 2) for name in ("GPipe", "1F1B")]
-        rows.append([s, m, f"{m}/{m + s - 1}", 100 * m / (m + s - 1)] + [100 * e for e in sims] + [notes])
+        eta[(s, m)] = 100 * sims[3]
+        rows.append([s, m, f"{m}/{m + s - 1}", 100 * m / (m + s - 1)] + [100 * e for e in sims]
+                    + [rep.notes_text(f"CS-eta-S{s}-M{m}")])
     rep.table(["S", "M", "fraction", "η closed %", "GPipe tb=tf", "1F1B tb=tf", "GPipe tb=2tf", "1F1B tb=2tf",
-               "notes %"], rows, name="efficiency")
+               "notes"], rows, name="efficiency")
     rep.note("η = busy share of S × makespan, simulated at t_f = --tf-ms; the closed form assumes equal\n"
              "stages, identical micro-batches and no time outside the passes (no p2p, launches or\n"
              "optimizer step); then it holds for GPipe and 1F1B and for any t_b/t_f")
-    for row in rows:
-        rep.claim(f"η, S={row[0]} M={row[1]}, 1F1B simulated (t_b = 2 t_f)", row[7], row[8], "%",
-                  ASSUMPTION, places=0, setting=(),
-                  why="equal stages and no time outside the passes (see the note): S and M are the row's")
+    rep.values(**{f"eta_S{s}_M{m}": e for (s, m), e in eta.items()})
+    rep.value("eta_rises_with_m_falls_with_s", eta[(4, 4)] < eta[(4, 8)] < eta[(4, 16)] and eta[(8, 8)] < eta[(4, 8)])
+    rep.compare_with_notes(in_table=True)
 
 
 def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
     tf, tb = args.tf_ms / 1e3, args.tb_ms / 1e3
-    notes_here = at_notes_times(args)
     rep.part(3, f"bubble time, t_f = {args.tf_ms:g} ms, t_b = {args.tb_ms:g} ms: the notes' formula and a real schedule")
     rows = []
-    for (s, m), printed in BUBBLE_TABLE.items():
-        sim, gpipe = run("1F1B", s, m, tf, tb), run("GPipe", s, m, tf, tb)
-        fill, work = (s - 1) * tf, m * (tf + tb)
+    for s, m in BUBBLE:
+        sim, key, ids = run("1F1B", s, m, tf, tb), f"S{s}_M{m}", f"CS-bubble-S{s}-M{m}"
+        fill, work, share = (s - 1) * tf, m * (tf + tb), 100 * pp.notes_bubble_share(s, m, tf, tb)
         real_bubble = max(sim.idle)   # the same on every stage when stages are equal
-        same = math.isclose(gpipe.makespan, sim.makespan, rel_tol=TOL)
-        rows.append([s, m, ms(fill), ms(work), 100 * pp.notes_bubble_share(s, m, tf, tb), ms(real_bubble),
-                     100 * sim.bubble_fraction, ms(sim.makespan), "yes" if same else "NO", printed])
-    rep.table(["S", "M", "(S-1)t_f", "M(t_f+t_b)", "notes' share %", "real bubble", "real share %",
-               "makespan", "GPipe same"], [r[:-1] for r in rows], name="bubble")
+        rep.values(**{f"work_{key}_ms": ms(work), f"fill_{key}_ms": ms(fill), f"notes_share_{key}_pct": share,
+                      f"bubble_{key}_ms": ms(real_bubble), f"share_{key}_pct": 100 * sim.bubble_fraction})
+        rows.append([s, m, ms(work), rep.notes_text(f"{ids}-work"), ms(fill), ms(real_bubble),
+                     rep.notes_text(f"{ids}-bubble"), share, 100 * sim.bubble_fraction, rep.notes_text(f"{ids}-share")])
+    rep.table(["S", "M", "M(t_f+t_b)", "notes", "(S-1)t_f", "real bubble", "notes", "(S-1)t_f share %",
+               "real share %", "notes"], rows, name="bubble")
     rep.note("times in ms. The notes' formula: bubble = (S-1)·t_f, share = bubble/(M(t_f+t_b) + bubble).\n"
-             "A real schedule (simulated, GPipe and 1F1B alike) idles (S-1)·(t_f+t_b) on every stage:\n"
-             "the backwards fill and drain the pipeline too (the last stage finishes first, the first\n"
-             "waits for its gradients to come back). So the simulated bubble is right and the notes' is\n"
-             "too small; their own η table says so: η = 57 % at S = 4, M = 4 is a 43 % bubble, not 20 %")
-    why = "the notes count only the forward fill (S-1)·t_f; a schedule idles (S-1)(t_f+t_b)"
-    for s, m, fill, work, share, real_bubble, real_share, *_, printed in rows:
-        nb, nw, ns, places = printed if notes_here else (None, None, None, printed[3])
-        own = "follows from the notes' own formula, which counts the forward fill only"
-        rep.claim(f"S={s} M={m}: M(t_f+t_b)", work, nw, "ms", EXACT, places=0)
-        rep.claim(f"S={s} M={m}: bubble by the notes' (S-1)·t_f", fill, nb, "ms", ASSUMPTION, places=0, why=own)
-        rep.claim(f"S={s} M={m}: share by the notes' formula", share, ns, "%", ASSUMPTION, places=places, why=own)
-        rep.claim(f"S={s} M={m}: bubble, simulated schedule", real_bubble, nb, "ms", EXACT, places=0, erratum=True, why=why)
-        rep.claim(f"S={s} M={m}: share, simulated schedule", real_share, ns, "%", EXACT, places=places,
-                  erratum=True, why="a real share is (S-1)/(M+S-1), as the notes' own η table")
+             "A real schedule (simulated, GPipe and 1F1B alike: Part 4) idles (S-1)·(t_f+t_b) on every\n"
+             "stage: the backwards fill and drain the pipeline too. So the notes' bubble is too small;\n"
+             "their own η table says so: η = 57 % at S = 4, M = 4 is a 43 % bubble, not 20 %")
+    shortcut = all(math.isclose(pp.notes_bubble_share(s, m, tf, tb), (s - 1) / (3 * m + s - 1), rel_tol=1e-9)
+                   for s, m in BUBBLE)
+    rep.line(f"  their shortcut (S-1)/(3M+S-1) = their formula at every row: {'yes' if shortcut else 'no'}"
+             + ("" if math.isclose(tb, 2 * tf, rel_tol=TOL) else " (it assumes t_b = 2 t_f)"))
+    rep.value("shortcut_is_formula", shortcut)
+    rep.compare_with_notes(in_table=True)
     five_percent(rep, args)
 
 
 def five_percent(rep: Report, args: argparse.Namespace) -> None:
+    """The smallest M for a bubble within 5 %: of the step (the notes' definition) by their formula
+    and by a real schedule, and of the ideal time (Narayanan et al.'s bubble fraction)."""
     tf, tb = args.tf_ms / 1e3, args.tb_ms / 1e3
-    ratio_2 = math.isclose(tb, 2 * tf, rel_tol=TOL)
-    shortcut_ok = all(math.isclose(pp.notes_bubble_share(s, m, tf, tb), (s - 1) / (3 * m + s - 1), rel_tol=1e-9)
-                      for s, m in BUBBLE_TABLE)
-    rep.line(f"  the notes' shortcut (S-1)/(3M+S-1) = their formula at every row: {'yes' if shortcut_ok else 'no'}"
-             + (" (t_b = 2 t_f)" if ratio_2 else " (it assumes t_b = 2 t_f)"))
-    rows, found = [], {}
+    rows = []
     for s in (2, 4, 8, 16):
-        by_notes = pp.smallest_micro_batches(s, 0.05 + TOL, lambda m, s=s: pp.notes_bubble_share(s, m, tf, tb))
-        by_closed = pp.smallest_micro_batches(s, 0.05 + TOL, lambda m, s=s: pp.bubble_fraction_closed_form(s, m))
-        # The simulated schedule at that M and one below: the closed form's answer checked pass by pass.
-        at, below = (run("1F1B", s, k, tf, tb).bubble_fraction if k else 1.0 for k in (by_closed, by_closed - 1))
-        sim_ok = at <= 0.05 + TOL and (by_closed == 1 or below > 0.05 + TOL)
-        found[s] = (by_notes, by_closed)
-        rows.append([s, 19 * (s - 1) / 3, by_notes, 100 * pp.notes_bubble_share(s, by_notes - 1, tf, tb)
-                     if by_notes > 1 else "-", by_closed, 100 * at, 100 * below if by_closed > 1 else "-",
-                     "yes" if sim_ok else "NO"])
-    rep.table(["S", "19(S-1)/3", "M notes'", "at M-1 %", "M real", "real %", "at M-1 %", "simulated"],
+        by_notes = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: pp.notes_bubble_share(s, m, tf, tb))
+        by_real = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: pp.bubble_fraction_closed_form(s, m))
+        # Narayanan et al.: bubble time over the ideal time M(t_f + t_b), a real schedule's and the notes' fill's.
+        by_ideal = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: (s - 1) / m)
+        by_ideal_fill = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: (s - 1) * tf / (m * (tf + tb)))
+        # The real schedule simulated at that M and one below: the closed form's answer checked pass by pass.
+        at, below = (run("1F1B", s, k, tf, tb).bubble_fraction if k else 1.0 for k in (by_real, by_real - 1))
+        sim_ok = at <= FIVE_PERCENT and (by_real == 1 or below > FIVE_PERCENT)
+        notes = rep.notes_text(f"CS-five-pct-S{s}-real") if s in (4, 8) else "-"
+        below_pct = 100 * pp.notes_bubble_share(s, by_notes - 1, tf, tb) if by_notes > 1 else float("nan")
+        rows.append([s, by_notes, f"{below_pct:.3g}", by_real, "yes" if sim_ok else "NO", by_ideal,
+                     by_ideal_fill, notes])
+        if s in (4, 8):
+            rep.values(**{f"min_m_notes_S{s}": by_notes, f"min_m_notes_below_S{s}": by_notes - 1,
+                          f"min_m_notes_below_pct_S{s}": below_pct, f"min_m_real_S{s}": by_real,
+                          f"min_m_ideal_S{s}": by_ideal, f"min_m_ideal_fill_S{s}": by_ideal_fill})
+    rep.line("\n  the smallest M with a bubble ≤ 5 %:")
+    rep.table(["S", "M notes'", "at M-1 %", "M real", "simulated", "M real/ideal", "M fill/ideal", "notes"],
               rows, name="five_percent")
-    rep.note("smallest M with a bubble ≤ 5 %: by the notes' formula (at this t_b/t_f) and by a real\n"
-             "schedule, (S-1)/(M+S-1) ≤ 5 % ⇔ M ≥ 19(S-1); 'simulated': that M and the one below,\n"
-             "simulated, fall on either side of 5 %")
-    for s, notes_m in NOTES_MIN_M.items():
-        notes = notes_m if ratio_2 else None
-        by_notes, by_real = found[s]
-        rep.claim(f"S={s}: smallest M for ≤ 5 %, notes' formula", by_notes, notes, "", ASSUMPTION, places=0,
-                  erratum=True, why=f"19·{s - 1}/3 = {19 * (s - 1) / 3:.2f} rounds up to {by_notes}; M = {by_notes - 1} gives "
-                  f"{100 * pp.notes_bubble_share(s, by_notes - 1, tf, tb):.2f} %")
-        rep.claim(f"S={s}: smallest M for ≤ 5 %, simulated schedule", by_real, notes, "", EXACT, places=0,
-                  erratum=True, why="the real bubble (S-1)/(M+S-1) needs M ≥ 19(S-1)")
+    rep.note("bubble over the whole step (the notes' definition): by their formula (M notes', at this\n"
+             "t_b/t_f) and by a real schedule (M real: (S-1)/(M+S-1) ≤ 5 % ⇔ M ≥ 19(S-1); 'simulated':\n"
+             "that M and the one below fall on either side of 5 %). Bubble over the ideal time M(t_f+t_b)\n"
+             "(Narayanan et al.'s bubble fraction): a real schedule's (S-1)/M, the notes' fill (S-1)/(3M)")
+    rep.compare_with_notes(in_table=True)
 
 
 def part4_gpipe_vs_1f1b(rep: Report, args: argparse.Namespace) -> None:
     tf, tb, v = args.tf_ms / 1e3, args.tb_ms / 1e3, args.virtual_stages
     rep.part(4, "GPipe vs 1F1B: bubble and activation memory; interleaved 1F1B")
-    configs = COMPARE + ([(args.stages, args.micro_batches)] if (args.stages, args.micro_batches) not in COMPARE
-                         and args.stages * args.micro_batches <= 4096 else [])
+    configs = COMPARE + ([(args.pp, args.micro_batches)] if (args.pp, args.micro_batches) not in COMPARE
+                         and args.pp * args.micro_batches <= 4096 else [])
     rows, same, closed_ok, first_le_s, bound_ok, gpipe_all = [], True, True, True, True, True
     for s, m in configs:
         g, f = (run(name, s, m, tf, tb) for name in ("GPipe", "1F1B"))
@@ -237,16 +230,14 @@ def part4_gpipe_vs_1f1b(rep: Report, args: argparse.Namespace) -> None:
                "1F1B s=S-1"], rows, name="compare")
     rep.note("peak = activations of that many micro-batches held at once on the stage; 1F1B's stage s\n"
              "holds min(S - s, M), so only the first stage holds S (the notes' 'S per stage' is its bound)")
-    rep.claim("GPipe and 1F1B: the same bubble fraction (every row)", same, True, kind=EXACT, setting=())
-    rep.claim("that bubble is (S-1)/(M+S-1) (every row)", closed_ok, True, kind=ASSUMPTION, setting=())
-    rep.claim("GPipe: every stage holds all M micro-batches, O(M)", gpipe_all, True, kind=EXACT, setting=())
-    rep.claim("1F1B: the first stage holds at most S micro-batches", first_le_s, True, kind=EXACT, setting=())
+    rep.values(gpipe_1f1b_same_bubble=same, bubble_is_closed_form=closed_ok, gpipe_holds_all_m=gpipe_all,
+               first_stage_at_most_s=first_le_s)
     rep.line(f"  1F1B: stage s holds at most S - s (every row): {'yes' if bound_ok else 'NO'}")
     interleaved(rep, args, tf, tb, v)
 
 
 def interleaved(rep: Report, args: argparse.Namespace, tf: float, tb: float, v: int) -> None:
-    extra = (args.stages, args.micro_batches)
+    extra = (args.pp, args.micro_batches)
     configs = INTERLEAVED + ([extra] if extra not in INTERLEAVED and extra[1] % extra[0] == 0
                              and extra[0] * extra[1] * v <= 4096 else [])
     rep.line(f"  interleaved 1F1B (Megatron-LM), v = {v} model chunks per device, each 1/v of its layers:")
@@ -263,12 +254,11 @@ def interleaved(rep: Report, args: argparse.Namespace, tf: float, tb: float, v: 
     rep.note("the bubble time per device is divided by v; the share falls less, to (S-1)/(vM + S-1).\n"
              "Costs: v times as many sends between stages, more activations on the first device (in\n"
              "whole-stage micro-batches: chunks held / v), and M must be a multiple of S")
-    rep.claim("interleaved bubble time / 1F1B's at S = 4, M = 8", ratios[(4, 8)], 0.5 if v == 2 else None,
-              "", EXACT, places=2)
+    rep.value("interleaved_ratio", ratios[(4, 8)])
 
 
 def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
-    s, m, tf, tb, f = args.stages, args.micro_batches, args.tf_ms / 1e3, args.tb_ms / 1e3, args.slow_factor
+    s, m, tf, tb, f = args.pp, args.micro_batches, args.tf_ms / 1e3, args.tb_ms / 1e3, args.slow_factor
     slow = s // 2
     rep.part(5, f"unbalanced stages: stage {slow} of {s} is {f:g}× slower (1F1B, M = {m})")
     even = (s - 1 + f) / s   # the same total work spread evenly
@@ -293,8 +283,7 @@ def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
              "not the mean's: the others wait for it. Rebalanced: the same total work cut evenly runs at\n"
              "the mean. The makespan is at least M × the slowest stage's time (last column ≥ 1).\n"
              "No p2p time in this part")
-    rep.claim("pace = the slowest stage's t_f + t_b", math.isclose(pace[f"stage {slow} × {f:g}"], (tf + tb) * f,
-              rel_tol=1e-9), True, kind=EXACT, setting=())
+    rep.value("pace_is_slowest", math.isclose(pace[f"stage {slow} × {f:g}"], (tf + tb) * f, rel_tol=1e-9))
     plot_runs(rep, runs[:2], "unbalanced", f"S = {s} stages, M = {m} micro-batches, t_f = {ms(tf):g} ms, "
               f"t_b = {ms(tb):g} ms per balanced stage, no p2p", [f"1F1B, {name}" for name in cases])
 

@@ -19,7 +19,7 @@ from common import costmodel as cm
 from lecture14 import collectives as col
 
 ROOT = 0                    # the root of broadcast, scatter, gather, reduce
-CLAIM_P, CLAIM_N = 4, 4000  # the claims: p = 4 and a buffer p divides, as the notes' formulas assume
+NOTES_P, NOTES_N = 4, 4000  # the notes' p = 4 and a buffer p divides, as their formulas assume
 WHOLE = ("broadcast", "reduce", "all-reduce")  # S = N; the other four: S = N/p
 
 # The simulator's ring algorithm for each primitive (broadcast and reduce: a chain round the ring).
@@ -27,23 +27,10 @@ SIM_ALGORITHM = {"broadcast": "pipelined ring broadcast", "scatter": "scatter", 
                  "reduce": "pipelined ring reduce", "all-gather": "all-gather",
                  "reduce-scatter": "reduce-scatter", "all-reduce": "ring all-reduce"}
 
-_SCATTER_WHY = ("the root must send every other rank its piece: (p-1)·S = {p1}S, on a ring (position v "
-                "passes on (p-1-v)·S) and straight to each rank alike ({direct}). S is what each rank "
-                "receives, not what the root sends.")
-_GATHER_WHY = ("on a ring the root's left neighbour forwards every piece but the root's: (p-1)·S = {p1}S "
-               "(position v sends v·S). The notes' S per rank is right when every rank sends straight to "
-               "the root ({direct}), which then receives (p-1)·S on its one link.")
-
-# primitive -> (input, output, the notes' per-rank send volume, whose volume it is, why it differs)
-NOTES_TABLE: dict[str, tuple[str, str, str, str, str]] = {
-    "broadcast": ("rank 0: S", "each: S", "S (root sends)", "root", ""),
-    "scatter": ("rank 0: p·S", "each: S", "S (root sends)", "root", _SCATTER_WHY),
-    "gather": ("each: S", "rank 0: p·S", "S (each sends)", "busiest", _GATHER_WHY),
-    "reduce": ("each: S", "rank 0: S", "S (each sends)", "busiest", ""),
-    "all-gather": ("each: S", "each: p·S", "(p-1)/p·pS", "busiest", ""),
-    "reduce-scatter": ("each: p·S", "each: S", "(p-1)/p·pS", "busiest", ""),
-    "all-reduce": ("each: S", "each: S", "2(p-1)/p·S", "busiest", ""),
-}
+# Whose sends each entry of the notes' volume column describes: the root's for broadcast and scatter
+# ("S (root sends)"), the busiest rank's for the others (every rank's, in their words).
+WHOSE_SENDS = {"broadcast": "root", "scatter": "root", "gather": "busiest", "reduce": "busiest",
+               "all-gather": "busiest", "reduce-scatter": "busiest", "all-reduce": "busiest"}
 
 
 def notes_volume(primitive: str, p: int, piece: float) -> float:
@@ -125,6 +112,27 @@ def lengths_text(per_rank: list[list[int | None]]) -> str:
             return f"rank {ROOT}: {values[ROOT]}"
         return " ".join("-" if v is None else str(v) for v in values)
     return f"{one([r[0] for r in per_rank])} → {one([r[1] for r in per_rank])}"
+
+
+def shape_text(before: list[int | None], after: list[int | None], defined: list[bool]) -> str:
+    """One run's shapes in the notes' words, "rank 0: p·S → each: S": who holds something before and
+    who holds a result after (`defined`: the ranks whose result is defined and right), and how much
+    in units of S, the smaller of the two (mean element counts, so uneven pieces still read S)."""
+    p = len(before)
+    holders_in = [r for r, c in enumerate(before) if c is not None]
+    holders_out = [r for r, ok in enumerate(defined) if ok]
+    if not holders_in or not holders_out:
+        return "nothing"
+    mean_in = sum(before[r] for r in holders_in) / len(holders_in)
+    mean_out = sum(after[r] for r in holders_out) / len(holders_out)
+    piece = min(mean_in, mean_out)
+
+    def side(holders: list[int], mean: float) -> str:
+        who = "each" if len(holders) == p else f"rank {holders[0]}" if len(holders) == 1 else \
+            "ranks " + " ".join(map(str, holders))
+        amount = "S" if abs(mean - piece) < 1e-9 else "p·S" if abs(mean - p * piece) < 1e-9 else f"{mean / piece:g}·S"
+        return f"{who}: {amount}"
+    return f"{side(holders_in, mean_in)} → {side(holders_out, mean_out)}"
 
 
 def chain_order(p: int, way: int) -> list[int]:

@@ -29,7 +29,7 @@ from common.costmodel import (
     ring_allreduce_bytes_per_device,
     ring_allreduce_time,
 )
-from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_num, fmt_time
+from common.output import Report, fmt_bytes, fmt_time
 from lecture14 import collectives as col
 
 SECONDS_PER_HOUR = 3600.0
@@ -123,7 +123,8 @@ def main() -> None:
 def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
     rep.part(1, "6ND: FLOPs of two real training runs and the fraction of peak")
     peak = args.peak_tflops * 1e12
-    rep.note(f"peak = {args.peak_tflops:g} TFLOP/s per GPU (dense BF16, the same for H100 and H800);\n"
+    what_peak = " (dense BF16, the same for H100 and H800)" if rep.at_notes_setting(("peak_tflops",)) else ""
+    rep.note(f"peak = {args.peak_tflops:g} TFLOP/s per GPU{what_peak};\n"
              "N = parameters each token passes through (DeepSeek-V3 is MoE: 37B of 671B active)")
     rows = []
     for run in RUNS:
@@ -133,31 +134,19 @@ def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
                      achieved_flops_per_gpu(run) / 1e12, f"{100 * fraction_of_peak(run, peak):.1f} %"])
     rep.table(["run", "GPUs", "N (active)", "D tokens", "6ND FLOPs", "GPU-hours", "TFLOP/s per GPU",
                "of peak"], rows, name="six_nd")
-    peak_why = (f"6ND over the run's GPU-seconds, divided by a peak of {args.peak_tflops:g} TFLOP/s (the notes "
-                "state none; 989 is dense BF16 on H100 and H800)")
-    # §5 prints "about 35 %": ours must round to 35 (places=0), stricter than a factor.
-    for run, ref in ((DEEPSEEK_V3, "L14-5-35pct-of-peak"), (LLAMA_31, "L14-5-35pct-of-peak")):
-        rep.claim(f"{run.name}: fraction of peak", 100 * fraction_of_peak(run, peak), 35, "%", ASSUMPTION,
-                  places=0, setting=("peak_tflops",), ref=ref, why=peak_why)
-    a_bit_over_a_third = all(1 / 3 < fraction_of_peak(run, peak) < 0.4 for run in RUNS)
-    rep.claim("both a bit over one third of peak (between 1/3 and 0.4)", a_bit_over_a_third, True,
-              kind=ASSUMPTION, setting=("peak_tflops",), ref="L14-1.1-third-of-peak", why=peak_why)
     ratio_params = DEEPSEEK_V3.total_params / LLAMA_31.total_params
     ratio_hours = LLAMA_31.gpu_hours / DEEPSEEK_V3.gpu_hours
-    rep.line(f"  DeepSeek-V3 holds {ratio_params:.2f}× LLaMA's parameters but used 1/{ratio_hours:.1f} of its "
-             f"GPU-hours: only {DEEPSEEK_V3.active_params / 1e9:g}B are active per token")
-    rep.claim("DeepSeek-V3 / LLaMA 3.1 total parameters", ratio_params, 1.7, "×", EXACT, places=1, setting=(),
-              ref="L14-1.1-params-ratio", why=f"671B / 405B = {ratio_params:.4f}")
-    rep.claim("LLaMA 3.1 / DeepSeek-V3 GPU-hours", ratio_hours, 12, "×", EXACT, places=0, setting=(),
-              ref="L14-1.1-gpu-hours-ratio", why=f"30.84M / 2.664M = {ratio_hours:.3f}")
     days = DEEPSEEK_V3.gpu_hours / DEEPSEEK_V3.gpus / 24
-    months = days / DAYS_PER_MONTH
-    rep.line(f"  DeepSeek-V3's wall-clock time if all {DEEPSEEK_V3.gpus:,} GPUs ran throughout: "
-             f"{DEEPSEEK_V3.gpu_hours / 1e6:g}M GPU-h / {DEEPSEEK_V3.gpus:,} = {days:.1f} days = {months:.2f} months")
-    rep.claim("DeepSeek-V3: GPU-hours / GPUs, in months", months, 2, "months", ASSUMPTION, factor=1.25,
-              setting=(), ref="L14-1.1-deepseek-2-months",
-              why=f"{days:.1f} days of {DAYS_PER_MONTH} (all GPUs busy the whole time); the notes' 'about 2 "
-                  "months' read as within a factor of 1.25 (1.6 … 2.5 months)")
+    # MoE: DeepSeek-V3 holds more parameters than LLaMA yet pays for only the active ones per token.
+    rep.line(f"  DeepSeek-V3 holds {ratio_params:.2f}× LLaMA's parameters but used 1/{ratio_hours:.1f} of its "
+             f"GPU-hours: only {DEEPSEEK_V3.active_params / 1e9:g}B are active per token; with all "
+             f"{DEEPSEEK_V3.gpus:,} GPUs busy it ran {days:.1f} days")
+    rep.values(peak_tflops=args.peak_tflops,
+               deepseek_peak_pct=100 * fraction_of_peak(DEEPSEEK_V3, peak),
+               llama_peak_pct=100 * fraction_of_peak(LLAMA_31, peak),
+               both_over_third_of_peak=all(1 / 3 < fraction_of_peak(run, peak) < 0.4 for run in RUNS),
+               params_ratio=ratio_params, gpu_hours_ratio=ratio_hours,
+               deepseek_days=days, deepseek_months=days / DAYS_PER_MONTH)
 
 
 def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
@@ -173,19 +162,13 @@ def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
         rows.append([run.name, f"{run.total_params / 1e9:g}B", fmt_bytes(state), state / gpu_bytes,
                      years_on_one_gpu(run, peak), years_on_one_gpu(run, achieved_flops_per_gpu(run))])
     rep.table(["model", "parameters", "training state", f"× one {args.gpu_memory_gb:g} GB GPU",
-               "years at peak", "years at the run's rate"], rows, name="walls")
+               "years at peak", "years at its rate"], rows, name="walls")
     state_405b = training_state_bytes(LLAMA_31.total_params)
-    rep.claim("405B × 16 B", state_405b / 1e12, 6.5, "TB", EXACT, places=1, setting=(),
-              ref="L14-1.3-dp-state-405b", why="405e9 parameters × 16 B, in TB (10^12 B)")
     shortfall = state_405b / gpu_bytes
-    rep.claim("memory wall: orders of magnitude short (405B on one GPU)", round(math.log10(shortfall)),
-              2, kind=EXACT, setting=("gpu_memory_gb",), ref="L14-1.2-memory-wall",
-              why=f"{fmt_num(shortfall)}× one {args.gpu_memory_gb:g} GB GPU is 10^{math.log10(shortfall):.2f}: "
-                  "rounds to two orders of magnitude")
-    years = years_on_one_gpu(LLAMA_31, peak)
-    rep.claim("compute wall: over a thousand years on one GPU, even at peak (LLaMA 3.1)", years > 1000,
-              True, kind=ASSUMPTION, setting=("peak_tflops",), ref="L14-1.2-compute-wall",
-              why=f"6ND / peak = {years:,.0f} years at {args.peak_tflops:g} TFLOP/s")
+    rep.values(state_405b_tb=state_405b / 1e12, gpu_memory_gb=args.gpu_memory_gb, memory_shortfall=shortfall,
+               memory_shortfall_log10=math.log10(shortfall), memory_wall_orders=round(math.log10(shortfall)),
+               llama_years_at_peak=years_on_one_gpu(LLAMA_31, peak),
+               over_1000_years_at_peak=years_on_one_gpu(LLAMA_31, peak) > 1000)
 
 
 def part3_data_vs_model(rep: Report, args: argparse.Namespace) -> None:
@@ -202,11 +185,7 @@ def part3_data_vs_model(rep: Report, args: argparse.Namespace) -> None:
                f"fits {args.gpu_memory_gb:g} GB?"], rows, name="per_worker")
     rep.note("data parallelism copies the whole model to every worker: it makes training finish sooner,\n"
              "not fit; splitting the model (tensor × pipeline) divides the state by the number of pieces")
-    rep.claim("pure data parallelism: state per worker", state / 1e12, 6.5, "TB", EXACT, places=1, setting=(),
-              ref="L14-1.3-dp-state-405b", why="a whole copy: 405e9 × 16 B, whatever the number of workers")
-    rep.claim(f"TP {tp} × PP {pp}: state per GPU", state / (tp * pp) / 1e9, 51, "GB", EXACT, places=0,
-              setting=("tp", "pp"), ref="L14-1.3-tp-pp-state",
-              why=f"6.48 TB / ({tp} × {pp}) = {state / (tp * pp) / 1e9:.2f} GB")
+    rep.values(dp_state_per_worker_tb=state / 1e12, tp_pp_state_gb=state / (tp * pp) / 1e9)
     rep.line(f"  at least {math.ceil(state / gpu_bytes)} GPUs are needed just to hold the state "
              "(before activations)")
 
@@ -228,15 +207,11 @@ def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
                      fmt_time(parameter_server_time(k, n, link)),
                      fmt_time(parameter_server_time(k, n, link, duplex=True)),
                      fmt_bytes(2 * ring_allreduce_bytes_per_device(k, n)), fmt_time(ring_allreduce_time(k, n, link))])
-    rep.table(["K workers", "busiest worker s+r", "server s+r", "server time",
-               "server time (duplex)", "ring: each device s+r", "ring all-reduce time"], rows, name="ps_traffic")
-    worker_flat = all(math.isclose(w, 2 * n) for w in worker_bytes)
-    server_linear = all(math.isclose(s / w, k) for k, s, w in zip(ks, server_bytes, worker_bytes))
-    rep.claim("each worker moves 2N whatever K is", worker_flat, True, kind=EXACT, setting=(),
-              ref="L14-1.4-ps-worker-2n", why="counted message by message in the simulator, K = "
-              + ", ".join(map(str, ks)) + ": one pull and one push of N each")
-    rep.claim("the server moves 2KN (server / worker = K)", server_linear, True, kind=EXACT, setting=(),
-              ref="L14-1.4-ps-server-2kn", why="counted in the simulator: K pushes in, K pulls out, N each")
+    rep.table(["K", "busiest worker s+r", "server s+r", "server time", "server, duplex", "ring: device s+r",
+               "ring time"], rows, name="ps_traffic")
+    rep.values(ps_ks=", ".join(map(str, ks)),
+               ps_worker_moves_2n=all(math.isclose(w, 2 * n) for w in worker_bytes),
+               ps_server_moves_2kn=all(math.isclose(s / w, k) for k, s, w in zip(ks, server_bytes, worker_bytes)))
     top = ks[-1]
     rep.line(f"  at K = {top}: the server moves {top}× what a worker moves and needs "
              f"{fmt_time(parameter_server_time(top, n, link))} per step; a ring all-reduce needs "

@@ -21,10 +21,12 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import argparse
 import math
 import os
-from typing import Callable
+import time
 
-import numpy as np
+import torch
+import torch.distributed as dist
 
+from common import checker
 from common.budget import Cost, Term
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import (
@@ -38,16 +40,16 @@ from common.costmodel import (
     ring_tree_crossover_bytes,
 )
 from common.launcher import launch
-from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time
+from common.output import Report, fmt_bytes, fmt_time
+from lecture14 import alpha_beta_numerics as num
 from lecture14 import figures
-from lecture14 import gloo_timing as gt
 
 NOTES_K = 8
 MODEL_SIZES = [10**e for e in range(3, 10)]  # 1 KB … 1 GB, MB = 1e6 B as in the notes
 REAL_PROCS = (2, 4)                           # the notes' two process counts
 REAL_SIZES = [2**10 * 4**i for i in range(8)]  # 1 KiB … 16 MiB by factors of 4
 QUICK_SIZES = [2**10, 2**14, 2**18, 2**20]      # 1 KiB, 16 KiB, 256 KiB, 1 MiB
-NOTES_GLOO_ALPHA_S = 130e-6                   # the notes' fitted gloo α, 4 processes (Part 2)
+GLOO_ALPHA_ROW = "L14-3.4-gloo-fit"      # the notes' fitted gloo α, 4 processes (Part 2)
 PEAK_TFLOPS, MFU, TOKENS_PER_GPU = 989.0, 0.40, 2048  # the notes' compute assumptions (Part 3)
 GRAD_BYTES_PER_PARAM = 2                      # bf16 gradients
 # The ranks Part 2 starts are REAL_PROCS, whatever --world-size (the model's K, up to 4,096 devices)
@@ -65,52 +67,6 @@ def winner(times: dict[str, float]) -> str:
     """The fastest algorithm; exact ties (e.g. tree = naive at K = 2) are named together."""
     best = min(times.values())
     return " = ".join(n for n, t in times.items() if math.isclose(t, best, rel_tol=1e-12))
-
-
-def numeric_crossover(f: Callable[[float], float], g: Callable[[float], float],
-                      lo: float, hi: float) -> float | None:
-    """Where f - g changes sign between lo and hi bytes: a log-spaced scan, then bisection.
-
-    An independent check of the closed forms: it only evaluates the two time functions.
-    """
-    grid = np.geomspace(lo, hi, 600)
-    diff = [f(n) - g(n) for n in grid]
-    for i in range(len(grid) - 1):
-        if diff[i] * diff[i + 1] < 0:
-            a, b = float(grid[i]), float(grid[i + 1])
-            for _ in range(200):
-                mid = 0.5 * (a + b)
-                if (f(a) - g(a)) * (f(mid) - g(mid)) <= 0:
-                    b = mid
-                else:
-                    a = mid
-            return 0.5 * (a + b)
-    return None
-
-
-def search_range(link: Link) -> tuple[float, float]:
-    """Crossovers sit at a multiple of α·β bytes (about 1/K up to about K/log2 K of it); no message
-    is smaller than a byte, so the search starts there at the lowest."""
-    scale = max(link.alpha_s * link.beta_Bps, 1.0)
-    return max(scale * 1e-9, 1.0), scale * 1e9
-
-
-def winner_ranges(k: int, link: Link) -> list[tuple[float, str]]:
-    """(from bytes, fastest algorithm) for each range of sizes, found by scanning and bisection."""
-    def fastest(n: float) -> str:
-        times = allreduce_times(k, n, link)
-        return min(times, key=times.__getitem__)  # exact ties only at K = 2 (tree = naive, ring faster)
-
-    grid = np.geomspace(*search_range(link), 1200)
-    ranges = [(float(grid[0]), fastest(grid[0]))]
-    for lo, hi in zip(grid[:-1], grid[1:]):
-        if fastest(hi) == ranges[-1][1]:
-            continue
-        for _ in range(100):  # the change lies in (lo, hi]
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if fastest(mid) == ranges[-1][1] else (lo, mid)
-        ranges.append((float(hi), fastest(hi)))
-    return ranges
 
 
 def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: float) -> float:
@@ -149,37 +105,31 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
         winners[n] = winner(times)
         rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
     rep.table(["N", "ring", "tree", "naive", "fastest"], rows, name="times")
-    setting = ("world_size", "alpha_us", "beta_gbs")  # the notes' K = 8, 5 µs, 25 GB/s
-    claimed = {1e3: "naive", 1e4: "naive", 1e5: "tree", 1e6: "ring", 1e8: "ring"}
-    for n, notes in claimed.items():
+    for n, name in ((1e3, "1kb"), (1e4, "10kb"), (1e5, "100kb"), (1e6, "1mb"), (1e8, "100mb")):
         times = allreduce_times(k, n, link)
-        rep.claim(f"fastest at {fmt_bytes(n)}", winners[int(n)], notes, kind=EXACT, setting=setting,
-                  ref="L14-3.4-fastest-by-size", why="the least of the three closed forms: "
-                  + ", ".join(f"{name} {fmt_time(t)}" for name, t in times.items()))
+        rep.value(f"fastest_{name}", winners[int(n)])
+        rep.value(f"times_{name}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
 
     ring = lambda n: ring_allreduce_time(k, n, link)  # noqa: E731 - small closures for the search
-    others = {"tree": (ring_tree_crossover_bytes(k, link), 235, "L14-3.4-ring-tree-crossover"),
-              "naive": (ring_naive_crossover_bytes(k, link), 122, "L14-ex7-ring-naive-crossover")}
+    others = {"tree": ring_tree_crossover_bytes(k, link), "naive": ring_naive_crossover_bytes(k, link)}
     crossovers: dict[str, float | None] = {}
-    for name, (closed, notes_kb, ref) in others.items():
+    for name, closed in others.items():
         other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
-        searched = numeric_crossover(ring, other, *search_range(link))
+        searched = num.numeric_crossover(ring, other, *num.search_range(link))
         below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
         crossovers[name] = None if below_a_byte else closed
+        rep.value(f"ring_{name}_searched", fmt_bytes(searched) if searched else "no size")
         if closed is None or below_a_byte:
             assert below_a_byte or searched is None, f"no closed-form crossover but the search found {searched}"
             where = f" (the formulas meet at {closed:.2g} B, below one byte)" if below_a_byte else ""
             rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs{where} — "
                      f"{'the ring is never slower' if ring(1e6) <= other(1e6) else 'the ring is never faster'}")
-            rep.claim(f"ring = {name} crossover", None, notes_kb, "KB", EXACT, setting=setting, ref=ref,
-                      why=f"no size where the two are equal at K = {k} (see the line above)")
+            rep.value(f"ring_{name}_crossover_kb", None)
             continue
         # The closed form must land on the equal-time point the search finds.
         assert searched is not None and math.isclose(closed, searched, rel_tol=1e-6), (closed, searched)
-        rep.claim(f"ring = {name} crossover, closed form (numeric search: {fmt_bytes(searched)})", closed / 1e3,
-                  notes_kb, "KB", EXACT, places=0, setting=setting, ref=ref,
-                  why="where the two closed forms are equal, solved for N (a bisection on the times agrees)")
-    ranges = winner_ranges(k, link)
+        rep.value(f"ring_{name}_crossover_kb", closed / 1e3)
+    ranges = num.winner_ranges(k, link)
     if len(ranges) == 1:
         text = f"{ranges[0][1]} at every size"
     else:  # the first range starts at the scan's lower end: name where it stops instead
@@ -191,31 +141,51 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     rep.note(f"few rounds win small (latency-bound) messages; the ring is fastest "
              f"{f'from {fmt_bytes(ring_from)} up' if ring_from else 'at no size or every size'}\n"
              "(bandwidth-bound). NCCL likewise picks ring or tree by message size and device count.")
-    rep.claim("the ring takes over at a few hundred KB (100 KB … 1 MB)",
-              ring_from is not None and 1e5 <= ring_from < 1e6, True, kind=EXACT, setting=setting,
-              ref="L14-5-crossover-hundreds-kb",
-              why=f"the larger crossover is at {fmt_bytes(ring_from) if ring_from else 'no size'}")
+    rep.values(ring_from=fmt_bytes(ring_from) if ring_from else "no size",
+               ring_from_hundreds_kb=ring_from is not None and 1e5 <= ring_from < 1e6)
     if rep.figure_dir():
         rep.save_figure(figures.alpha_beta_sizes(k, link, [1e2, 1e9], crossovers), "allreduce_by_size")
+
+
+def time_allreduce_worker(rank: int, world_size: int, sizes: list[int], sweeps: int) -> dict:
+    """Per size one checked call; one warm-up sweep; then `sweeps` sweeps that time one all-reduce
+    of every size each, after a barrier (so a late rank is not counted as transfer). Sweep after
+    sweep rather than size after size: a slow spell of the machine hits all sizes of one sweep."""
+    buffers = [torch.full((max(1, n // 4),), rank + 1.0, dtype=torch.float32) for n in sizes]
+    correct = []
+    for x in buffers:
+        dist.all_reduce(x)
+        correct.append(bool(torch.all(x == world_size * (world_size + 1) / 2)))
+    times = []
+    for sweep in range(sweeps + 1):  # sweep 0 warms up and is dropped
+        row = []
+        for x in buffers:
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(x)
+            row.append(time.perf_counter() - start)
+        if sweep:
+            times.append(row)
+    return {"times": times, "correct": correct}
 
 
 def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
     rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
     sizes = QUICK_SIZES if args.quick else REAL_SIZES
-    sweeps = args.repeats
-    rep.note(f"float32 all-reduce; per process count one launch: a checked call per size, one warm-up sweep,\n"
-             f"then {sweeps} sweeps timing one call of every size each. A call's time is the slowest rank's,\n"
-             "after a barrier. Each sweep is fitted with a line t = a + b·N (least relative error) and read\n"
-             "as a ring: α = a/2(K-1) per round, β = 2(K-1)/(K·b); shown: median [least … most] over the\n"
-             f"sweeps whose fit succeeded. This machine has {os.cpu_count() or 1} CPU cores: more processes "
-             "than cores take turns.")
+    rep.note(f"float32 all-reduce; one launch per process count: a checked call per size, a warm-up sweep, "
+             f"then {args.repeats} sweeps timing one call of every size; a call takes the slowest rank's time "
+             "after a barrier. Each sweep's line t = a + b·N (least relative error) read as a ring: α = a/2(K-1), "
+             f"β = 2(K-1)/(K·b); median [least … most] over the fits that succeeded. {os.cpu_count() or 1} CPU "
+             "cores here: more processes than cores take turns.")
     runs: dict[int, dict] = {}
     for asked in REAL_PROCS:  # one launch per process count: start-up is paid once each
-        result = launch(gt.time_allreduce_worker, asked, sizes, sweeps, timeout_s=args.timeout_s)
+        result = launch(time_allreduce_worker, asked, sizes, args.repeats, timeout_s=args.timeout_s)
         k = len(result)  # under torchrun the group has torchrun's size, whatever was asked
         if k not in runs:
-            runs[k] = gt.summarize_run(k, sizes, gt.slowest_rank(result),
-                                       [all(r["correct"][i] for r in result) for i in range(len(sizes))])
+            slowest = [[max(r["times"][s][i] for r in result) for i in range(len(sizes))]
+                       for s in range(args.repeats)]  # [sweep][size]: each call is the slowest rank's
+            runs[k] = num.summarize_run(k, sizes, slowest, [all(r["correct"][i] for r in result)
+                                                          for i in range(len(sizes))])
             rep.record(f"sweeps_{k}", runs[k]["sweeps"])
     rep.table(["size"] + [f"{k} processes: median [range]" for k in runs] + ["correct"],
               [[fmt_bytes(n, binary=True)]
@@ -225,17 +195,44 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
                for i, n in enumerate(sizes)], name="measured")
     fit_rows = []
     for k, run in runs.items():
-        fit_rows.append([k, f"{run['alpha'].used} of {run['alpha'].total}", gt.spread_text(run["alpha"], fmt_time),
-                         gt.spread_text(run["beta"], lambda v: f"{v / 1e9:.3g}"),
-                         gt.spread_text(run["ratio"], lambda v: f"{v:.2f}")])
+        fit_rows.append([k, f"{run['alpha'].used} of {run['alpha'].total}", num.spread_text(run["alpha"], fmt_time),
+                         num.spread_text(run["beta"], lambda v: f"{v / 1e9:.3g}"),
+                         num.spread_text(run["ratio"], lambda v: f"{v:.2f}")])
         for f in run["fits"]:
             if f.failed:
                 rep.line(f"  {k} processes, a sweep's fit failed: {f.failed}")
     rep.table(["processes", "fits ok", "α per round", "β (GB/s)", "t(16 KiB) / t(1 KiB)"], fit_rows, name="fit")
-    gt.claims(rep, runs, NOTES_GLOO_ALPHA_S)  # the notes' α, β, 1 KiB ≈ 16 KiB, loopback vs NVLink
     rep.note("the shape is the point: a fixed cost per call plus a cost per byte, on any interconnect")
+    record_fit(rep, runs)
     if rep.figure_dir():
-        rep.save_figure(figures.gloo_fit(sizes, runs, sweeps), "gloo_allreduce")
+        rep.save_figure(figures.gloo_fit(sizes, runs, args.repeats), "gloo_allreduce")
+
+
+def record_fit(rep: Report, runs: dict[int, dict]) -> None:
+    """The 4-process fit (the notes': about 130 µs, about 4 GB/s), 1 KiB against 16 KiB, and the
+    fitted α over a fast link's (the notes' model's 5 µs): None where the fits failed."""
+    run = runs.get(4)  # under torchrun another K: the notes' figures are for 4 processes
+    alpha, beta, ratio = (run[key] if run else num.spread([None]) for key in ("alpha", "beta", "ratio"))
+    link_alpha = min(NVLINK.alpha_s, INFINIBAND.alpha_s)
+    rep.values(gloo_alpha_us=alpha.median * 1e6 if alpha.measured else None,
+               gloo_beta_gbs=beta.median / 1e9 if beta.measured else None,
+               gloo_fits_ok=alpha.used, gloo_fits=alpha.total,
+               gloo_alpha_range=f"{alpha.low * 1e6:.3g} … {alpha.high * 1e6:.3g} µs" if alpha.used else "none",
+               gloo_beta_range=f"{beta.low / 1e9:.3g} … {beta.high / 1e9:.3g} GB/s" if beta.used else "none",
+               link_alpha_us=link_alpha * 1e6,
+               gloo_alpha_over_link=alpha.median / link_alpha if alpha.measured else None,
+               notes_alpha_over_link=notes_gloo_alpha_s() / link_alpha,
+               notes_alpha_orders=math.log10(notes_gloo_alpha_s() / link_alpha),
+               small_sizes_ratio=ratio.median if ratio.used else float("nan"), small_sizes_sweeps=ratio.used,
+               small_sizes_low=ratio.low, small_sizes_high=ratio.high,
+               small_sizes_alike=bool(ratio.median < 2) if ratio.used else None)
+
+
+def notes_gloo_alpha_s() -> float:
+    """The notes' fitted gloo α (4 processes), read from their table: the script retypes no figure."""
+    row = checker.row(GLOO_ALPHA_ROW)
+    assert row.unit == "µs", row
+    return float(row.notes) * 1e-6
 
 
 def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
@@ -250,26 +247,20 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
     params = [125e6, 1.3e9, 7e9, 70e9, 405e9]
     rows = [[f"{p / 1e9:g}B"] + [f"{100 * comm_share(k, p, link, tokens, flops_per_s):.1f} %" for link in links]
             for p in params]
-    rep.table(["parameters P"] + [f"{link.name} ({link.beta_Bps / 1e9:g} GB/s)" for link in links], rows,
-              name="share")
-    setting = ("world_size", "tokens_per_gpu", "mfu", "peak_tflops")
-    spreads = []
-    for link, notes, ref in zip(links, (43, 82, 97), ("L14-3.4-share-nvlink", "L14-3.4-share-infiniband",
-                                                       "L14-3.4-share-ethernet")):
-        shares = [comm_share(k, p, link, tokens, flops_per_s) for p in params]
-        spreads.append(max(shares) - min(shares))
-        rep.claim(f"{link.name}: all-reduce share of a step", 100 * shares[0], notes, "%", ASSUMPTION, places=0,
-                  setting=setting, ref=ref, why=f"comm / (comm + compute) at {link.beta_Bps / 1e9:g} GB/s, with "
-                  f"the compute assumptions in the note above (MFU {args.mfu:g} of {args.peak_tflops:g} TFLOP/s)")
-    rep.claim("the share does not depend on the model size (α = 0)", max(spreads) < 1e-12, True, kind=EXACT,
-              setting=(), ref="L14-3.4-share-independent-of-p",
-              why=f"largest spread over P = 125M … 405B: {max(spreads):.1e} (both terms are proportional to P)")
-    # The presets' 5 µs latency adds 2(K-1)·α per step: how much that moves the share for the smallest P.
-    with_alpha = [comm_share(k, params[0], preset, tokens, flops_per_s) for preset in (NVLINK, INFINIBAND, ETHERNET)]
-    without = [comm_share(k, params[0], link, tokens, flops_per_s) for link in links]
-    moved = 100 * max(abs(x - y) for x, y in zip(with_alpha, without))
+    rep.table(["parameters P"] + [f"{link.name.split(' (')[0]} ({link.beta_Bps / 1e9:g} GB/s)" for link in links],
+              rows, name="share")
+    shares = {link.name: [comm_share(k, p, link, tokens, flops_per_s) for p in params] for link in links}
+    rep.values(mfu=args.mfu, peak_tflops=args.peak_tflops,
+               share_nvlink_pct=100 * shares[NVLINK.name][0], share_infiniband_pct=100 * shares[INFINIBAND.name][0],
+               share_ethernet_pct=100 * shares[ETHERNET.name][0],
+               share_spread=max(max(v) - min(v) for v in shares.values()),
+               share_independent_of_p=max(max(v) - min(v) for v in shares.values()) < 1e-12)
+    # A latency α (this run's --alpha-us) adds 2(K-1)·α per step: how much it moves the share for the smallest P.
+    latent = [Link(args.alpha_us * 1e-6, link.beta_Bps) for link in links]
+    moved = 100 * max(abs(comm_share(k, params[0], a, tokens, flops_per_s) - shares[b.name][0])
+                      for a, b in zip(latent, links))
     verdict = "latency is negligible" if moved < 1 else "latency is not negligible at this K"
-    rep.line(f"  with α = 5 µs the share for {params[0] / 1e6:g}M parameters moves by at most "
+    rep.line(f"  with α = {args.alpha_us:g} µs the share for {params[0] / 1e6:g}M parameters moves by at most "
              f"{moved:.2f} points: {verdict}")
     rep.record("alpha_moves_share_points", moved)
 

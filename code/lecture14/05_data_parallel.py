@@ -19,15 +19,16 @@ import argparse
 import random
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from common.budget import Cost, Term
-from common.capabilities import ask_gloo
+from common.capabilities import ask_gloo, gloo_lacks
 from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import data_parallel_speedup, ring_allreduce_time
 from common.launcher import launch, preload_for_ddp, rank_device
-from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time
-from lecture14 import async_sgd, figures, hw5_checks
+from common.output import Report, fmt_bytes, fmt_time
+from lecture14 import async_sgd, figures
 from lecture14 import data_parallel as dp
 
 D_IN, HIDDEN = 8, 16        # the small float64 MLP regression of Parts 2 and 4
@@ -40,6 +41,7 @@ GRAD_COMPUTATIONS = 400     # Part 5: gradient computations per schedule
 PS_SAMPLES, PS_DIM, PS_BATCH = 256, 10, 8
 PS_LRS = [0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 1.0]
 GRAD_SIZES_MB = [10, 100, 400]           # Part 6
+ROUND_OFF = 1e-12  # Part 2: float64 training, real ranks against one process: a few ulps, no more
 
 
 # ---- rank code: each returns data; the parent prints --------------------------------------------
@@ -64,7 +66,29 @@ def hw5_worker(rank: int, world_size: int, model: nn.Module, x: torch.Tensor, y:
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for _ in range(steps):
         dp.train_step(model, optimizer, nn.functional.mse_loss, inputs, targets)
-    return dp.flat_params(model).tolist(), hw5_checks.average_checks(rank, device)
+    return dp.flat_params(model).tolist(), average_checks(rank, device)
+
+
+def average_checks(rank: int, device: torch.device) -> dict:
+    """§4.1 on this rank: why average_gradients is SUM then ÷ W (does gloo take ReduceOp.AVG?), and
+    that a parameter whose grad is None is skipped. Whether gloo has AVG was asked once, before the
+    ranks started; no error of a real collective is caught here (a failing rank is the launcher's)."""
+    error = gloo_lacks("avg") or ""  # older gloo: "Cannot use ReduceOp.AVG with Gloo"
+    avg = None
+    if not error:  # in a gloo group (a new one when the default group is NCCL, which has AVG)
+        group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        t = torch.full((3,), float(rank + 1))
+        dist.all_reduce(t, op=dist.ReduceOp.AVG, group=group)
+        avg = t.tolist()
+    # The second layer takes no part in the forward: its grad stays None on every rank.
+    model = nn.ModuleDict({"used": nn.Linear(3, 1), "unused": nn.Linear(3, 1)}).double().to(device)
+    x = torch.tensor([[rank + 1.0, 2.0 * rank, 1.0]], dtype=torch.float64, device=device)
+    model["used"](x).sum().backward()  # integer-valued gradients (x and 1): exact in any sum order
+    local = [g for p in model["used"].parameters() for g in p.grad.reshape(-1).tolist()]
+    dp.average_gradients(model)
+    return {"avg": avg, "avg_error": error, "local": local,
+            "averaged": [g for p in model["used"].parameters() for g in p.grad.reshape(-1).tolist()],
+            "unused_none": all(p.grad is None for p in model["unused"].parameters())}
 
 
 # ---- the parts ----------------------------------------------------------------------------------
@@ -76,7 +100,6 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
     rows = [[r, len(s), " ".join(map(str, s))] for r, s in enumerate(shards)]
     rep.table(["rank", "samples", "indices (its slice of the seeded shuffle)"], rows, name="real_ranks")
     covered = sorted(i for s in shards for i in s) == list(range(size))
-    rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: {covered}")
     rows, drops_remainder = [], True
     for n in sorted({max(w - 1, 0), w, size, 1003}):
         parts = [dp.partition_indices(n, w, r, args.seed) for r in range(w)]  # W independent calls
@@ -85,18 +108,15 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
         naive_kept = sum(dp.naive_proportional_sizes(n, w))
         drops_remainder &= n - naive_kept == n % w
         rows.append([n, " ".join(map(str, sizes)), "yes" if once else "NO", n % w, naive_kept, n - naive_kept])
-    rep.table(["size", f"per-rank sizes (W = {w})", "each index once", "ranks with +1",
-               "naive int(size/W) keeps", "naive drops"], rows, name="sizes")
+    rep.table(["size", f"sizes (W = {w})", "each index once", "ranks +1", "int(size/W) keeps", "drops"], rows,
+              name="sizes")
     untouched = random.getstate() == state_before
-    rep.line(f"  global random state untouched by the shuffles: {untouched}")
-    rep.claim("each rank's slice, computed alone, covers the data once; global random state untouched",
-              covered and untouched, True, kind=EXACT, setting=(), ref="L14-4.1-partition-no-communication",
-              why=f"{w} real ranks each called partition_indices with seed {args.seed}, no communication")
+    rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: {covered}; "
+             f"global random state untouched by the shuffles: {untouched}")
     rep.note("rank r gets size // W samples, the first size % W ranks one more; slicing by the "
-             "fraction 1/W instead drops the remainder.")
-    rep.claim("slicing by the fraction 1/W drops the size % W remainder (every size above)", drops_remainder,
-              True, kind=EXACT, setting=(), ref="L14-4.1-proportional-drops",
-              why=f"int(size · 1/W) per rank keeps W·(size // W); W = {w}, sizes as in the table")
+             "fraction 1/W instead (naive, not used) drops the remainder.")
+    rep.values(partition_ranks=w, seed=args.seed, partition_alone_covers=covered and untouched,
+               proportional_drops_remainder=drops_remainder)
 
 
 def part2_equivalence(rep: Report, args: argparse.Namespace) -> dict:
@@ -117,15 +137,14 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> dict:
                "loss before last step"], rows, name="simulated")
     rep.line(f"  full batch: {SAMPLES} samples, MLP {D_IN}→{HIDDEN}→1 (tanh), float64, SGD lr {LR}, "
              f"{steps} steps; loss {losses[0]:.4g} → {losses[-1]:.4g}")
-    rep.claim("replicas bit-identical after training", all_identical, True, setting=(),
-              ref="L14-4.2-replicas-identical", why="every replica of K = 2, 4, 8 compared bit for bit with replica 0")
-    rep.claim("largest max |Δθ| vs full batch over K = 2, 4, 8", max(diffs), 5.6e-17, kind=ASSUMPTION, places=18,
-              setting=("seed", "quick"), ref="L14-4.2-full-batch-gap",
-              why=f"float64 round-off from another summation order: ours {max(diffs):.2g}; its size depends on "
-                  f"the data, the model and the steps ({steps} here), so the notes' 5.6e-17 is their run's")
-    rep.claim("vs full batch: round-off only (max |Δθ| below 1e-14)", max(diffs) < 1e-14, True, kind=ASSUMPTION,
-              setting=(), ref="L14-4.2-full-batch-gap", why=f"{max(diffs):.2g}: a few float64 ulps of the parameters")
-    # The real thing: HW5's functions on W real ranks, checked against the simulation.
+    rep.values(replicas_identical=all_identical, full_batch_gap=max(diffs), steps=steps,
+               full_batch_round_off=max(diffs) < 1e-14)
+    hw5_on_real_ranks(rep, args, model, steps)
+    return {"model": model, "x": x, "y": y, "steps": steps, "full": reference, "runs": runs}
+
+
+def hw5_on_real_ranks(rep: Report, args: argparse.Namespace, model: nn.Module, steps: int) -> None:
+    """HW5's functions on W real ranks, against the same training in one process."""
     w = args.world_size
     xr, yr = dp.make_regression_data(PER_RANK_REAL * w, D_IN, args.seed)
     preload_for_ddp(w)  # the ranks' first optimizer imports torch._dynamo
@@ -134,16 +153,26 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> dict:
     shards = [dp.partition_indices(len(xr), w, r, args.seed) for r in range(w)]
     simulated = dp.simulate_data_parallel(model, xr, yr, shards, steps, LR).replicas[0]
     full, _ = dp.train_full_batch(model, xr, yr, steps, LR)
-    rows = [["real ranks bit-identical to each other", str(all(torch.equal(params[0], p) for p in params))],
-            ["max |Δθ| real rank 0 vs simulation", dp.max_abs_diff(params[0], dp.flat_params(simulated))],
-            ["max |Δθ| real rank 0 vs full batch", dp.max_abs_diff(params[0], dp.flat_params(full))]]
     rep.line(f"\n  HW5 train_step + average_gradients on {w} real ranks (torch.distributed), "
              f"{len(xr)} samples, {steps} steps:")
-    rep.table(["check", "result"], rows, name="real_ranks")
-    rep.note("gloo may add the ranks' gradients in another order than the simulation's rank order, "
-             "so real vs simulated can differ in the last bit; with W = 2 the sum a + b is commutative.")
-    hw5_checks.average_claims(rep, [c for _, c in results])  # §4.1: AVG on gloo, grad None
-    return {"model": model, "x": x, "y": y, "steps": steps, "full": reference, "runs": runs}
+    # gloo may add the ranks' gradients in another order than the simulation's rank order: the last
+    # bit may differ (with W = 2 it cannot: a + b = b + a). Every rank must hold the same bits.
+    rep.check_close(f"HW5 on {w} ranks, ranks 1–{w - 1} vs rank 0", max(dp.max_abs_diff(params[0], p) for p in params), 0.0)
+    for what, one_process in (("simulated ranks", simulated), ("full batch", full)):
+        rep.check_close(f"HW5 on {w} ranks vs one process, {what}",
+                        dp.max_abs_diff(params[0], dp.flat_params(one_process)), ROUND_OFF)
+    # §4.1: 'gloo has no AVG', 'SUM then ÷ world_size', 'skip grad None', against the mean taken here
+    checks = [c for _, c in results]
+    mean = [sum(values) / w for values in zip(*(c["local"] for c in checks))]
+    rep.check_close(f"average_gradients on {w} ranks vs their mean gradient here",
+                    max(abs(a - b) for c in checks for a, b in zip(c["averaged"], mean)), 0.0)
+    if checks[0]["avg"] is not None:  # this gloo takes AVG: it must give the mean (1 + … + W) / W
+        rep.check_close(f"all_reduce(op=ReduceOp.AVG) on {w} gloo ranks vs the mean",
+                        max(abs(v - (w + 1) / 2) for c in checks for v in c["avg"]), 0.0)
+    rep.values(gloo_rejects_avg=checks[0]["avg"] is None, torch_version=torch.__version__,
+               avg_outcome=f"raised: {checks[0]['avg_error']}" if checks[0]["avg"] is None else "accepts AVG",
+               sum_then_divide_is_mean=all(c["averaged"] == mean for c in checks),
+               skips_none_grads=all(c["unused_none"] and c["averaged"] == mean for c in checks))
 
 
 def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
@@ -175,30 +204,15 @@ def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["data (gradients at initialisation)", "naive mean of means", "weighted by n_r",
                "sum, then ÷ N"], rows, name="relative_error")
     rep.note("each column is the relative error ‖g − g_full‖₂ / ‖g_full‖₂ over all parameters.")
-    onehot_rel, mlp_rel = rel[cases[0][0]][0], rel[cases[1][0]]
-    # The notes give 21 % to the unit: agreement means within half a unit (20.41 % would be "20 %").
-    rep.claim("shards of 10 samples on 4 ranks", " ".join(map(str, counts)), "3 3 2 2", kind=EXACT, setting=(),
-              ref="L14-4.2-unequal-shards", why="partition_indices: size // W each, the first size % W one more")
-    rep.claim("naive relative error, orthogonal per-sample grads (= weight-vector error)", 100 * onehot_rel,
-              21, unit="%", kind=ASSUMPTION, places=0, setting=(), ref="L14-4.2-naive-error-21pct",
-              why=f"{100 * onehot_rel:.2f} % rounds to 20: the data-free value (orthogonal per-sample gradients "
-                  "of equal length); the notes' 21 % is one data set's, and the error depends on the data")
-    rep.claim("naive relative error, MLP data", 100 * mlp_rel[0], 21, unit="%", kind=ASSUMPTION, places=0,
-              setting=("seed",), ref="L14-4.2-naive-error-21pct",
-              why="depends on the data: the error is Σ (w_naive − 1/N)·g_i, so it is smaller when the "
-                  "per-sample gradients share a common direction; for uncorrelated, zero-mean ones of "
-                  f"equal size its RMS is the weight-vector error {100 * weight_error:.2f} %")
     seeds = 10 if args.quick else 50
     spread = sorted(dp.naive_error(s, shards, counts, D_IN, HIDDEN) for s in range(seeds))
     rep.line(f"  naive error on the MLP data over {seeds} data seeds: min {100 * spread[0]:.1f} %, "
              f"median {100 * spread[seeds // 2]:.1f} %, max {100 * spread[-1]:.1f} %")
-    rep.claim("sum-then-divide relative error, MLP data", mlp_rel[2], 2.9e-16, kind=ASSUMPTION, places=17,
-              setting=("seed",), ref="L14-4.2-fixed-error",
-              why=f"float64 round-off, ours {mlp_rel[2]:.2g}; the exact value depends on the data")
-    rep.claim("sum-then-divide: round-off only (below 1e-14)", mlp_rel[2] < 1e-14, True, kind=ASSUMPTION,
-              setting=(), ref="L14-4.2-fixed-error", why=f"{mlp_rel[2]:.2g} relative")
-    rep.claim("weighting each rank's mean by n_r / N: round-off only (below 1e-14)", mlp_rel[1] < 1e-14, True,
-              kind=ASSUMPTION, setting=(), ref="L14-4.2-weighted-fix", why=f"{mlp_rel[1]:.2g} relative, MLP data")
+    onehot, mlp = rel[cases[0][0]], rel[cases[1][0]]
+    rep.values(unequal_shards=" ".join(map(str, counts)), naive_error_orthogonal_pct=100 * onehot[0],
+               naive_error_mlp_pct=100 * mlp[0], weight_vector_error_pct=100 * weight_error,
+               sum_then_divide_error=mlp[2], sum_then_divide_round_off=mlp[2] < 1e-14,
+               weighted_error=mlp[1], weighted_round_off=mlp[1] < 1e-14)
 
 
 def part4_accumulation(rep: Report, args: argparse.Namespace, part2: dict) -> None:
@@ -211,11 +225,7 @@ def part4_accumulation(rep: Report, args: argparse.Namespace, part2: dict) -> No
     rep.table(["comparison (same model, data and slices, " + f"{steps} steps)", "max |Δθ|"],
               [["accumulation vs simulated data parallel", to_dp],
                ["accumulation vs full batch", to_full]], name="accumulation")
-    rep.claim("accumulation vs data parallel, max |Δθ|", to_dp, 2.8e-17, kind=ASSUMPTION, places=18,
-              setting=("seed", "quick"), ref="L14-4.2-accumulation-gap",
-              why=f"ours {to_dp:.2g}: ours adds the micro-batch gradients in the simulated ranks' order and ÷{MICRO_BATCHES} "
-                  "is exact in binary, so the two are bit-identical here; a non-zero gap needs another "
-                  "summation order (e.g. gloo's) or a non-power-of-two count")
+    rep.values(accumulation_gap=to_dp, micro_batches=MICRO_BATCHES)
     rep.note("split a batch in space (ranks) or in time (micro-batches): same gradient. Combined, each "
              "rank accumulates locally and all-reduces only after its last micro-batch (DDP's no_sync, "
              "lecture 15).")
@@ -224,7 +234,14 @@ def part4_accumulation(rep: Report, args: argparse.Namespace, part2: dict) -> No
 def part5_async(rep: Report, args: argparse.Namespace) -> None:
     k = args.ps_workers
     rep.part(5, f"parameter server: synchronous vs asynchronous with stale gradients ({k} workers)")
-    async_sgd.report_staleness(rep, k, GRAD_COMPUTATIONS, args.seed)  # how late: the τ of the columns below
+    # How late a gradient lands on an asynchronous server (the notes: K − 1): the τ of the columns below.
+    rows = async_sgd.staleness_rows(sorted({1, 2, 4, 8, 16, k}), GRAD_COMPUTATIONS, args.seed)
+    rep.line(f"  how late a gradient arrives: K workers push to an asynchronous server, {GRAD_COMPUTATIONS} "
+             f"gradients, counted after the first K; random speeds: each worker's time per gradient drawn "
+             f"from 0.5 … 1.5 (seed {args.seed})")
+    rep.table(["K", "K − 1", "equal speeds: mean", "equal: min", "equal: max", "random speeds: mean"], rows,
+              name="staleness")
+    rep.value("staleness_at_8", next(r[2] for r in rows if r[0] == 8))
     problem = dp.make_least_squares(PS_SAMPLES, PS_DIM, GRAD_COMPUTATIONS, PS_BATCH, args.seed)
     taus = sorted({t for t in (0, 1, (k - 1) // 2, k - 1) if t <= k - 1})
     sw = async_sgd.run_sweep(problem, k, PS_LRS, taus)
@@ -237,12 +254,10 @@ def part5_async(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  full-batch gradient descent with τ-old gradients is stable for lr·λmax below {limits}")
     rep.note(f"least squares L(w) = |Aw − b|²/2n, A: {PS_SAMPLES}×{PS_DIM} N(0,1), b = A·w* + 0.1·noise, "
              f"w₀ = 0 (L = {sw.start:.3g}, optimum {sw.optimum:.3g}), seed {args.seed}; gradient j uses the j-th of "
-             f"{GRAD_COMPUTATIONS} fixed mini-batches of {PS_BATCH}, the same in every column.")
-    rep.note(f"sync: each update averages {k} gradients at the current w. async τ: each gradient is one "
-             f"update, computed at w as it was τ updates earlier (τ = {k - 1} = K − 1: "
-             "the table above). 'diverged' = overflowed or ended above the starting loss.")
-    # The notes' statements (§4.3), each claimed from this sweep (lecture14/async_sgd.py says how)
-    async_sgd.claim_findings(rep, sw, problem, k, args.seed, setting=("seed", "ps_workers"))
+             f"{GRAD_COMPUTATIONS} fixed mini-batches of {PS_BATCH}, the same in every column. sync: each update "
+             f"averages {k} gradients at the current w; async τ: each gradient is one update, computed at w as it "
+             "was τ updates earlier. 'diverged' = overflowed or ended above the starting loss.")
+    rep.values(**async_sgd.findings(sw, problem, k, args.seed))  # the notes' §4.3 statements, read off
     if rep.figure_dir():
         panels = async_sgd.curve_panels(problem, k, (PS_LRS[0], 0.2), taus)
         rep.save_figure(figures.async_curves(panels, k, sw.optimum, sw.start, f"seed {args.seed}, {GRAD_COMPUTATIONS} "
@@ -261,20 +276,14 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
                *[f"speedup {mb} MB" for mb in GRAD_SIZES_MB]], rows, name="speedup")
     rep.note("compute shrinks as 1/K while the ring's time tends to 2N/β: the speedup saturates "
              "(and even falls once the 2(K − 1)·α latency grows).")
-    for mb, k, notes, ref in [(10, 8, 6.12, "L14-4.4-speedup-10mb"), (100, 8, 2.09, "L14-4.4-speedup-100mb"),
-                              (400, 2, 0.77, "L14-4.4-speedup-400mb")]:
+    for mb, k in ((10, 8), (100, 8), (400, 2)):  # the notes' three cases
         comm = ring_allreduce_time(k, mb * 1e6, link)
-        ours = data_parallel_speedup(t1, k, comm)
-        rep.claim(f"{mb} MB gradients on {k} GPUs", ours, notes, unit="×", kind=EXACT, places=2,
-                  setting=("step_ms", "alpha_us", "beta_gbs"), ref=ref,
-                  why=f"T1 / (T1/K + T_comm) = {t1 * 1e3:g} ms / ({t1 / k * 1e3:.4g} + {comm * 1e3:.4g}) ms")
+        rep.values(**{f"speedup_{mb}mb_{k}gpus": data_parallel_speedup(t1, k, comm),
+                      f"t_comm_{mb}mb_{k}gpus_ms": comm * 1e3})
     fraction = 1 / 1.4 - 1 / 2  # T1/K + T_comm ≤ T1/1.4 with K = 2
-    rep.claim("HW5 1.4× on 2 GPUs needs T_comm/T1 ≤ 1/1.4 − 1/2", fraction, 0.21, kind=EXACT, places=2, setting=(),
-              ref="L14-4.4-hw5-budget", why=f"1/1.4 − 1/2 = {fraction:.4f}")
     big = [data_parallel_speedup(t1, kk, ring_allreduce_time(kk, 100e6, link)) for kk in (8, 64)]
-    rep.claim("the speedup saturates: 100 MB, K = 64 less than 1.2× K = 8", big[1] < 1.2 * big[0], True, kind=EXACT,
-              setting=("step_ms", "alpha_us", "beta_gbs"), ref="L14-4.4-saturates",
-              why=f"{big[0]:.3g}× at K = 8, {big[1]:.3g}× at K = 64: compute shrinks as 1/K, the ring tends to 2N/β")
+    rep.values(step_ms=args.step_ms, hw5_comm_budget=fraction, speedup_100mb_64gpus=big[1],
+               speedup_saturates=big[1] < 1.2 * big[0])
     budget = fraction * t1  # ring on 2 devices: 2(α + N/(2β)) ≤ budget  ⇒  N ≤ (budget − 2α)·β
     largest = max(0.0, (budget - 2 * link.alpha_s) * link.beta_Bps)
     rep.line(f"  T_comm ≤ {budget * 1e3:.3g} ms: on this link, gradients up to {fmt_bytes(largest)} on 2 GPUs")

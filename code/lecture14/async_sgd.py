@@ -1,5 +1,6 @@
-"""The sync-vs-async parameter-server sweep of 05_data_parallel.py Part 5 (lecture 14 §4.3), and
-what it shows, read off the final losses: the script prints the table and makes the claims.
+"""The sync-vs-async parameter-server sweep of 05_data_parallel.py Part 5 (lecture 14 §4.3), how late
+a gradient lands on an asynchronous server, and what the sweep shows, read off the final losses as
+named values: the script prints the tables and records the values its rows compare.
 
 Columns: sync (each update averages K gradients at the current w), then async with τ-old
 gradients for each τ. Rows: learning rates. A run "diverged" when it overflowed or ended above the
@@ -11,8 +12,8 @@ from __future__ import annotations
 import heapq
 import random
 from dataclasses import dataclass
+from typing import Any
 
-from common.output import ASSUMPTION, EXACT, Report
 from lecture14.data_parallel import (
     LeastSquares,
     make_least_squares,
@@ -88,22 +89,6 @@ def staleness_rows(ks: list[int], gradients: int, seed: int) -> list[list]:
     return rows
 
 
-def report_staleness(rep: Report, k: int, gradients: int, seed: int) -> None:
-    """The notes' 'a gradient arrives about K − 1 updates late': a table over K and the claim at K = k."""
-    rows = staleness_rows(sorted({1, 2, 4, 8, 16, k}), gradients, seed)
-    rep.line(f"  how late a gradient arrives: K workers push to an asynchronous server, {gradients} gradients, "
-             "counted after the first K (steady state)")
-    rep.table(["K", "K − 1", "equal speeds: mean", "equal: min", "equal: max", "random speeds: mean"], rows,
-              name="staleness")
-    mean = next(r[2] for r in rows if r[0] == k)
-    rep.claim(f"K = {k} equal-speed workers: mean staleness in steady state", mean, k - 1, "updates", EXACT,
-              setting=(), ref="L14-4.3-staleness-k-minus-1",
-              why=f"the notes' K − 1 at K = {k}: the workers take turns (round-robin), so each gradient arrives "
-                  f"after the other {k - 1} workers' updates, every one exactly K − 1 late once all are busy")
-    rep.note(f"random speeds: worker i takes a fixed time drawn from 0.5 … 1.5 (seed {seed}) per gradient; the "
-             "mean stays near K − 1: while one gradient is computed, the other workers' updates land.")
-
-
 def curve_panels(problem: LeastSquares, k: int, lrs: tuple[float, ...], taus: list[int]) -> list[dict]:
     """The figure's panels: per lr, the loss curve of sync and of async at each τ."""
     return [{"lr": lr, "curves": {("sync" if t is None else f"async τ = {t}"):
@@ -139,57 +124,35 @@ def seeds_where_staler_helps(samples: int, dim: int, computations: int, batch: i
     return found
 
 
-def claim_findings(rep: Report, sw: Sweep, problem: LeastSquares, k: int, seed: int, setting: tuple[str, ...]) -> None:
-    """The notes' statements on async SGD, each a claim read off the sweep `sw` of `problem`:
-    τ = 0 is sequential SGD; τ = 0 beats sync (8× the updates); staler is worse; large lr diverges."""
-    taus, curvature = sw.taus, problem.largest_curvature()
+def findings(sw: Sweep, problem: LeastSquares, k: int, seed: int) -> dict[str, Any]:
+    """What the notes say of async SGD (§4.3), read off the sweep `sw` of `problem` as named values
+    (05_data_parallel.py records them; its rows compare them): τ = 0 is sequential SGD and beats sync
+    (K× the updates); staler is worse; a large lr diverges."""
+    first, computations = sw.finals[0], problem.computations
     samples, dim, batch = problem.a.shape[0], problem.a.shape[1], problem.rows.shape[1]
-    tau0 = simulate_parameter_server(problem, k, sw.lrs[0], 0)
-    rep.claim("async τ = 0 is sequential mini-batch SGD (same final loss, lr 0.01)", tau0 == sequential_sgd(
-              problem, sw.lrs[0]), True, kind=EXACT, setting=(), ref="L14-4.3-tau0-sequential",
-              why="the simulator with τ = 0 against a plain loop of one mini-batch gradient per update")
-    rep.claim(f"async τ = 0: updates per sync update ({problem.computations} gradients)",
-              problem.computations / (problem.computations // k), 8, "×", EXACT, setting=("ps_workers",),
-              ref="L14-4.3-8x-updates", why=f"one update per gradient against one per {k} gradients: "
-              f"{problem.computations} / {problem.computations // k}")
-    first = sw.finals[0]
-    rep.claim(f"lr {sw.lrs[0]:g}: async τ = 0 ({k}× the updates) ends below sync", first[1] < first[0], True,
-              kind=ASSUMPTION, setting=setting, ref="L14-4.3-async-tau0-faster",
-              why=f"τ = 0 {first[1]:.4g} vs sync {first[0]:.4g} after {problem.computations} gradients")
     beaten = [lr for lr, f in zip(sw.lrs, sw.finals) if not f[1] < f[0]]
-    rep.claim("async τ = 0 ends below sync at every lr of the grid", not beaten, True, kind=ASSUMPTION,
-              setting=setting, ref="L14-4.3-async-tau0-faster",
-              why=f"from lr {beaten[0]:g} sync ends lower: a step on one mini-batch of {batch} carries noise "
-                  f"that sync averages over {k}, and τ = 0's noise floor grows with lr; 'faster' holds "
-                  "where progress is limited by the number of updates (small lr)" if beaten else
-                  "τ = 0 ends lower at every lr")
     done = [i for i, f in enumerate(sw.finals) if sw.converged(f[1])]
-    rep.claim(f"staler ends worse at every lr where τ = 0 converges (within {CONVERGED:g}× the optimum)",
-              bool(done) and all(sw.staler_worse(i) for i in done), True, kind=ASSUMPTION, setting=setting,
-              ref="L14-4.3-staleness-worse", why="lr " + ", ".join(f"{sw.lrs[i]:g}" for i in done)
-              + ": the final loss rises with τ (or the run diverges)")
-    smallest_ok = sw.staler_worse(0)
-    longer = longer_run_staler_worse(samples, dim, 10 * problem.computations, batch, seed, k,
-                                               sw.lrs[0], taus)
-    seeds = range(seed, seed + 5)
-    helps = seeds_where_staler_helps(samples, dim, problem.computations, batch, seeds, k, sw.lrs[0],
-                                               taus)
-    rep.claim(f"staler ends worse also at the smallest lr, {sw.lrs[0]:g}", smallest_ok, True, kind=ASSUMPTION,
-              setting=setting, ref="L14-4.3-staleness-worse",
-              why=f"at lr {sw.lrs[0]:g} no run has converged ({first[1] / sw.optimum:.1f}× the optimum after "
-                  f"{problem.computations} gradients), and there a τ-old gradient, taken farther up the slope, acts "
-                  "like a slightly larger step, which helps an unfinished run: the finals fall with τ. Not the seed "
-                  f"(so do {len(helps)} of seeds {seeds.start}-{seeds.stop - 1}) nor a bug: with {10 * problem.computations} gradients staler ends worse "
-                  f"here too ({'yes' if longer[0] else 'no'}: " + ", ".join(f"{v:.6g}" for v in longer[1]) + ")")
-    rep.claim(f"with {10 * problem.computations} gradients, staler ends worse at lr {sw.lrs[0]:g}", longer[0], True,
-              kind=ASSUMPTION, setting=setting, ref="L14-4.3-staleness-worse",
-              why="final losses by τ " + ", ".join(f"{t}: {v:.6g}" for t, v in zip(taus, longer[1])))
-    firsts = [sw.first_diverging_lr(c) for c in range(1, len(taus) + 1)]
-    rep.claim("staler gradients diverge at a smaller or equal lr", all(a >= b for a, b in zip(firsts, firsts[1:])),
-              True, kind=ASSUMPTION, setting=setting, ref="L14-4.3-diverges-large-lr",
-              why="first diverging lr by τ: " + ", ".join(
-                  f"{t}: {sw.lrs[i]:g}" if i < len(sw.lrs) else f"{t}: none" for t, i in zip(taus, firsts)))
-    rep.claim(f"at the largest lr, {sw.lrs[-1]:g}, every async column diverges",
-              all(sw.diverged(v) for v in sw.finals[-1][1:]), True, kind=ASSUMPTION, setting=setting,
-              ref="L14-4.3-diverges-large-lr", why=f"lr·λmax = {sw.lrs[-1] * curvature:.3g}; sync, averaging {k} "
-              f"mini-batches, {'diverges' if sw.diverged(sw.finals[-1][0]) else 'survives'}")
+    seeds = range(seed, seed + 5)  # is "staler helps at the smallest lr" one seed's accident?
+    helps = seeds_where_staler_helps(samples, dim, computations, batch, seeds, k, sw.lrs[0], sw.taus)
+    longer, longer_finals = longer_run_staler_worse(samples, dim, 10 * computations, batch, seed, k, sw.lrs[0],
+                                                    sw.taus)
+    firsts = [sw.first_diverging_lr(c) for c in range(1, len(sw.taus) + 1)]
+    return dict(
+        tau0_is_sequential=simulate_parameter_server(problem, k, sw.lrs[0], 0) == sequential_sgd(problem, sw.lrs[0]),
+        updates_ratio=computations / (computations // k), computations=computations, ps_workers=k,
+        sync_updates=computations // k, tau0_final=first[1], sync_final=first[0],
+        tau0_beats_sync=first[1] < first[0], tau0_beats_sync_everywhere=not beaten, ps_batch=batch,
+        sync_wins_from=f"{beaten[0]:g}" if beaten else "no lr",
+        converged_lrs=", ".join(f"{sw.lrs[i]:g}" for i in done) or "none",
+        staler_worse_where_converged=bool(done) and all(sw.staler_worse(i) for i in done),
+        staler_worse_smallest_lr=sw.staler_worse(0), smallest_over_optimum=first[1] / sw.optimum,
+        helping_seeds=len(helps), seeds_text=f"{seeds.start}-{seeds.stop - 1}", longer_computations=10 * computations,
+        longer_staler_worse=longer, longer_answer="yes" if longer else "no",
+        longer_finals=", ".join(f"{v:.6g}" for v in longer_finals),
+        longer_finals_by_tau=", ".join(f"{t}: {v:.6g}" for t, v in zip(sw.taus, longer_finals)),
+        first_diverging=", ".join(f"{t}: {sw.lrs[i]:g}" if i < len(sw.lrs) else f"{t}: none"
+                                  for t, i in zip(sw.taus, firsts)),
+        staler_diverges_sooner=all(a >= b for a, b in zip(firsts, firsts[1:])),
+        async_diverges_at_largest=all(sw.diverged(v) for v in sw.finals[-1][1:]),
+        largest_lr_curvature=sw.lrs[-1] * problem.largest_curvature(),
+        sync_at_largest="diverges" if sw.diverged(sw.finals[-1][0]) else "survives")

@@ -37,7 +37,7 @@ from common.costmodel import (
     ring_naive_crossover_bytes,
     tree_allreduce_time,
 )
-from common.output import ASSUMPTION, EXACT, Report, fmt_bytes, fmt_time
+from common.output import Report, fmt_bytes, fmt_time
 from lecture14.collectives import (
     Sym,
     all_gather,
@@ -47,10 +47,9 @@ from lecture14.collectives import (
     ring_allreduce,
     symbolic_inputs,
 )
-from lecture14.replicas import replica_drift
-from lecture14.shards import correlated_errors, effective_batch, sample_weights, weight_vector_error
 
 HOUR, DAY = 3600.0, 86400.0
+FEATURES = 16  # exercise 12's linear model: enough weights for reordered float32 sums to differ
 
 
 def main() -> None:
@@ -76,13 +75,8 @@ def ex1_compute_budget(rep: Report) -> None:
     flops = 6 * 70e9 * 2e12  # 6ND
     gpu_seconds = flops / 350e12
     hours_1024 = gpu_seconds / 1024 / HOUR
-    why = f"6ND = {flops:.3g} FLOP at 350 TFLOP/s = {gpu_seconds:.4g} GPU-seconds"
-    rep.claim("6ND", flops, 8.4e23, "FLOP", EXACT, ref="L14-ex1-compute-budget", why="6 × 70e9 × 2e12")
-    rep.claim("GPU-hours (in units of 10^4, the notes' 万)", gpu_seconds / HOUR / 1e4, 66.7, "× 10^4 GPU-h", EXACT,
-              places=1, ref="L14-ex1-compute-budget", why=why)
-    rep.claim("on 1024 GPUs: hours", hours_1024, 651, "h", EXACT, places=0, ref="L14-ex1-compute-budget", why=why)
-    rep.claim("on 1024 GPUs: days", hours_1024 * HOUR / DAY, 27, "days", EXACT, places=0,
-              ref="L14-ex1-compute-budget", why=f"{hours_1024:.1f} h / 24")
+    rep.values(flops=flops, gpu_seconds=gpu_seconds, gpu_hours_1e4=gpu_seconds / HOUR / 1e4, hours_1024=hours_1024,
+               days_1024=hours_1024 * HOUR / DAY)
 
 
 def ex2_buffer_sizes(rep: Report) -> None:
@@ -90,12 +84,9 @@ def ex2_buffer_sizes(rep: Report) -> None:
     k, n = 4, 12
     rs = reduce_scatter([np.arange(n, dtype=float) for _ in range(k)])
     ag = all_gather([np.arange(n // k, dtype=float) for _ in range(k)])
-    rep.line(f"  simulated, K = {k}: reduce-scatter of {n} numbers leaves {[o.size for o in rs.outputs]} on the "
-             f"devices; all-gather of {n // k} each leaves {[o.size for o in ag.outputs]}")
-    rep.claim("reduce-scatter output / input N", rs.outputs[0].size / n, 0.25, "", EXACT, ref="L14-ex2-buffer-sizes",
-              why="counted in the simulator: N/K numbers per device")
-    rep.claim("all-gather output / input (= K)", ag.outputs[0].size / (n // k), 4, "", EXACT, ref="L14-ex2-buffer-sizes",
-              why="counted in the simulator: K inputs side by side")
+    rep.line(f"  simulated, K = {k}: reduce-scatter of {n} numbers leaves {rs.outputs[0].size} on each device, "
+             f"all-gather of {n // k} leaves {ag.outputs[0].size}")
+    rep.values(rs_output_ratio=rs.outputs[0].size / n, ag_output_ratio=ag.outputs[0].size / (n // k))
     uneven = reduce_scatter([np.arange(10.0) for _ in range(k)])
     rep.note(f"N not divisible by K: 10 numbers split as {[o.size for o in uneven.outputs]} (sizes differ by one)")
 
@@ -111,19 +102,14 @@ def ex3_ring_k3(rep: Report) -> None:
                  for dev, buf in enumerate(rnd.state)]
     rep.table(["round", "device", "chunk 0", "chunk 1", "chunk 2", "sends (chunk contents)"], rows, name="rounds")
     first, second = res.rounds[0].state, res.rounds[1].state
-    for dev, notes in enumerate(("[a0, a1, a2+c2]", "[a0+b0, b1, b2]", "[c0, b1+c1, c2]")):
-        rep.claim(f"after round 1, device {dev}", f"[{', '.join(map(str, first[dev]))}]", notes, kind=EXACT, ref="L14-ex3-ring-k3",
-                  why="the symbolic simulator's state after reduce-scatter round 1")
-    for dev, chunk, notes in ((0, 1, "a1+b1+c1"), (1, 2, "a2+b2+c2"), (2, 0, "a0+b0+c0")):
-        rep.claim(f"after round 2, device {dev} chunk {chunk}", str(second[dev][chunk]), notes, kind=EXACT,
-                  ref="L14-ex3-ring-k3", why="the symbolic simulator's state after reduce-scatter round 2")
-    gather1 = ", ".join(f"{t.src}→{t.dst} chunk {t.chunk}" for t in res.rounds[2].transfers)
-    rep.claim("all-gather round 1", gather1, "0→1 chunk 1, 1→2 chunk 2, 2→0 chunk 0", kind=EXACT, ref="L14-ex3-ring-k3",
-              why="the simulator's transfers in all-gather round 1")
+    for dev in range(3):
+        rep.value(f"round1_device{dev}", f"[{', '.join(map(str, first[dev]))}]")
+    for dev, chunk in ((0, 1), (1, 2), (2, 0)):
+        rep.value(f"round2_device{dev}_chunk{chunk}", str(second[dev][chunk]))
     full = [Sym([(w, j) for w in range(3)]) for j in range(3)]  # a0+b0+c0, a1+b1+c1, a2+b2+c2
-    complete = res.n_rounds == 4 and all(list(b) == full for b in res.outputs)
-    rep.claim("everyone complete after 4 rounds", complete, True, kind=EXACT, ref="L14-ex3-ring-k3",
-              why="every device holds a0+b0+c0, a1+b1+c1, a2+b2+c2 after 2(K-1) = 4 rounds")
+    rep.value("complete_after_4", res.n_rounds == 4 and all(list(b) == full for b in res.outputs))
+    rep.compare_with_notes()  # the buffers; then the messages of all-gather round 1, a wider value
+    rep.value("gather_round1", ", ".join(f"{t.src}→{t.dst} chunk {t.chunk}" for t in res.rounds[2].transfers))
 
 
 def ex4_ring_bytes(rep: Report, args: argparse.Namespace) -> None:
@@ -142,10 +128,9 @@ def ex4_ring_bytes(rep: Report, args: argparse.Namespace) -> None:
             near &= all(res.sent[r] == 2 * n - chunk[(r + 1) % k] - chunk[(r + 2) % k] for r in range(k))
         rows.append([k, fmt_bytes(n), int(res.sent.min()), int(res.sent.max()), formula, res.n_rounds])
     rep.table(["K", "N", "sent (least busy)", "sent (busiest)", "2(K-1)N/K", "rounds"], rows, name="bytes")
-    rep.claim("simulated bytes = 2(K-1)N/K when K divides N", exact, True, kind=EXACT, ref="L14-ex4-ring-bytes",
-              why="counted message by message for K = 2, 3, 4, 8, 16")
-    rep.claim("otherwise 2N minus the two chunks a device never sends (the K = 5 row)", near, kind=EXACT,
-              why="uneven chunks: our own check, the notes assume K divides N")
+    rep.value("ring_bytes_exact", exact)
+    # Our own check, no statement of the notes (they assume K divides N): the K = 5 row.
+    rep.line(f"  where K does not divide N (K = 5): 2N less the two chunks a device never sends: {'yes' if near else 'NO'}")
 
 
 def ex5_ring_time(rep: Report) -> None:
@@ -153,11 +138,7 @@ def ex5_ring_time(rep: Report) -> None:
     k, n, link = 16, 1e9, Link(10e-6, 25e9)
     total = ring_allreduce_time(k, n, link)
     latency = total - ring_allreduce_time(k, n, Link(0.0, link.beta_Bps))
-    why = "2(K-1)(α + N/(Kβ)) = 30 × (10 µs + 2.5 ms)"
-    rep.claim("time", total * 1e3, 75.3, "ms", EXACT, places=1, ref="L14-ex5-ring-time", why=why)
-    rep.claim("latency part 2(K-1)α", latency * 1e3, 0.3, "ms", EXACT, places=1, ref="L14-ex5-ring-time", why=why)
-    rep.claim("latency share", 100 * latency / total, 0.4, "%", EXACT, places=1, ref="L14-ex5-ring-time",
-              why=f"0.3 / 75.3 = {100 * latency / total:.3f} %")
+    rep.values(ring_time_ms=total * 1e3, latency_ms=latency * 1e3, latency_share_pct=100 * latency / total)
 
 
 def ex6_pipelined_broadcast(rep: Report) -> None:
@@ -168,16 +149,9 @@ def ex6_pipelined_broadcast(rep: Report) -> None:
     ticks = pipelined_ring_broadcast(int(n), k, 100)  # the tick-by-tick simulator as a check
     assert math.isclose(ticks.time(with_alpha), ring_broadcast_time(k, n, with_alpha, 100))
     rep.line(f"  simulated: S = 100 takes {ticks.n_rounds} ticks of {fmt_bytes(ticks.round_bytes()[0])}")
-    rep.claim("unsplit", unsplit * 1e3, 30, "ms", EXACT, places=0, ref="L14-ex6-broadcast",
-              why="(K-1)·N/β = 3 × 100 MB / 10 GB/s")
-    rep.claim("S = 100", split * 1e3, 10.2, "ms", EXACT, places=1, ref="L14-ex6-broadcast",
-              why="(K-2+S)·N/(Sβ) = 102 × 1 MB / 10 GB/s")
-    slow = ring_broadcast_time(k, n, with_alpha, 100)
-    rep.claim("S = 100 with α = 20 µs", slow * 1e3, 12.2, "ms", EXACT, places=1, ref="L14-ex6-broadcast",
-              why="102 × (20 µs + 0.1 ms)")
-    unsplit_alpha = ring_broadcast_time(k, n, with_alpha, 1)
-    rep.claim("with α, S = 100 still under half the unsplit time", slow < unsplit_alpha / 2, True, kind=EXACT,
-              ref="L14-ex6-broadcast", why=f"unsplit with α: {fmt_time(unsplit_alpha)}")
+    slow, unsplit_alpha = ring_broadcast_time(k, n, with_alpha, 100), ring_broadcast_time(k, n, with_alpha, 1)
+    rep.values(unsplit_ms=unsplit * 1e3, split_ms=split * 1e3, split_alpha_ms=slow * 1e3,
+               unsplit_alpha=fmt_time(unsplit_alpha), split_under_half=slow < unsplit_alpha / 2)
     best = best_integer_segments(k, n, with_alpha)
     rep.line(f"  good, not best: the optimum is S ≈ {continuous_best_segments(k, n, with_alpha):.1f} "
              f"(best integer {best}: {fmt_time(ring_broadcast_time(k, n, with_alpha, best))})")
@@ -188,9 +162,8 @@ def ex7_ring_naive_crossover(rep: Report) -> None:
     k, link = 8, NOTES_LINK
     n = ring_naive_crossover_bytes(k, link)
     assert math.isclose(ring_allreduce_time(k, n, link), naive_allreduce_time(k, n, link), rel_tol=1e-12)
-    rep.claim("N where ring = naive", n / 1e3, 122, "KB", EXACT, places=0, ref="L14-ex7-ring-naive-crossover",
-              why="12α·β / 12.25, from 2·7(α + N/(8β)) = 2(α + 7N/β)")
-    rep.line(f"  at that size both take {fmt_time(ring_allreduce_time(k, n, link))}; the binary tree takes "
+    rep.value("ring_naive_crossover_kb", n / 1e3)
+    rep.line(f"  both take {fmt_time(ring_allreduce_time(k, n, link))} there; the binary tree takes "
              f"{fmt_time(tree_allreduce_time(k, n, link))}, faster than both (04_alpha_beta.py Part 1)")
 
 
@@ -201,15 +174,34 @@ def ex8_parameter_server(rep: Report) -> None:
     sim = parameter_server([np.zeros(1000, dtype=np.float32) for _ in range(k)])  # 4 KB stand-in for 2 GB
     ratio = sim.received[k] / sim.sent[0], sim.sent[k] / sim.received[0]
     rep.line(f"  simulated: the server receives {ratio[0]:g}× and sends {ratio[1]:g}× what one worker sends")
-    why = "the server's link carries 16 × 2 GB in and 16 × 2 GB out at 25 GB/s"
-    rep.claim("server, send and receive in turn", parameter_server_time(k, n, link), 2.56, "s", EXACT, places=2,
-              ref="L14-ex8-parameter-server", why=why + ", one after the other")
-    rep.claim("server, full duplex", parameter_server_time(k, n, link, duplex=True), 1.28, "s", EXACT, places=2,
-              ref="L14-ex8-parameter-server", why=why + ", both at once")
-    rep.claim("ring: bytes each device sends", ring_allreduce_bytes_per_device(k, n) / 1e9, 3.75, "GB", EXACT,
-              ref="L14-ex8-parameter-server", why="2 × 15/16 × 2 GB")
-    rep.claim("ring all-reduce time", ring_allreduce_time(k, n, link), 0.15, "s", EXACT, places=2,
-              ref="L14-ex8-parameter-server", why="3.75 GB / 25 GB/s (α neglected)")
+    rep.values(server_s=parameter_server_time(k, n, link), server_duplex_s=parameter_server_time(k, n, link, duplex=True),
+               ring_sent_gb=ring_allreduce_bytes_per_device(k, n) / 1e9, ring_s=ring_allreduce_time(k, n, link))
+
+
+def sample_weights(counts: list[int]) -> list[float]:
+    """Weight of one sample of each rank when the ranks' mean gradients are averaged: 1/(K·n_r)."""
+    return [1.0 / (len(counts) * c) for c in counts]
+
+
+def weight_vector_error(counts: list[int]) -> float:
+    """Relative error of the naive per-sample weights against the fair 1/N: the gradient's relative
+    error when the per-sample gradients are orthogonal and of equal length (data-free)."""
+    naive = np.repeat(sample_weights(counts), counts)
+    fair = np.full(sum(counts), 1 / sum(counts))
+    return float(np.linalg.norm(naive - fair) / np.linalg.norm(fair))
+
+
+def correlated_errors(counts: list[int], seed: int = 0) -> tuple[float, float]:
+    """Random per-sample gradients sharing a common direction (N(1, 1), 5 numbers each), split
+    into shards of `counts`: relative error against the full-batch mean of (mean of the ranks'
+    means, sum all-reduced then ÷ N)."""
+    grads = np.random.default_rng(seed).normal(size=(sum(counts), 5)) + 1.0
+    shards = np.split(grads, np.cumsum(counts)[:-1])
+    mean_of_means = ring_allreduce([s.mean(axis=0) for s in shards]).outputs[0] / len(shards)
+    fixed = ring_allreduce([s.sum(axis=0) for s in shards]).outputs[0] / len(grads)
+    full = grads.mean(axis=0)
+    return (float(np.linalg.norm(mean_of_means - full) / np.linalg.norm(full)),
+            float(np.linalg.norm(fixed - full) / np.linalg.norm(full)))
 
 
 def ex9_unequal_shards(rep: Report) -> None:
@@ -217,66 +209,78 @@ def ex9_unequal_shards(rep: Report) -> None:
     rows = []
     for counts in ([334, 333, 333], [3, 3, 2, 2]):
         fair = 1.0 / sum(counts)
-        rows.append([str(counts), f"1/{sum(counts)}"] +
-                    [", ".join(f"{100 * (w / fair - 1):+.2f} %" for w in sorted(set(sample_weights(counts))))])
-    rep.table(["shards", "fair weight", "deviation of a sample's weight"], rows, name="weights")
-    counts = [334, 333, 333]
-    w = sample_weights(counts)
-    why = "a sample's weight in the mean of K per-rank means is 1/(K·n_r)"
-    rep.claim("334-sample rank: 1 / weight", 1 / w[0], 1002, "", EXACT, ref="L14-ex9-unequal-shards", why=why)
-    rep.claim("333-sample ranks: 1 / weight", 1 / w[1], 999, "", EXACT, ref="L14-ex9-unequal-shards", why=why)
-    devs = [100 * abs(wi * sum(counts) - 1) for wi in w]
-    rep.claim("largest deviation", max(devs), 0.2, "%", EXACT, places=1, ref="L14-ex9-unequal-shards",
-              why=f"1000/1002 − 1 = {-max(devs):.4f} %")
-    rep.claim("smallest deviation", min(devs), 0.1, "%", EXACT, places=1, ref="L14-ex9-unequal-shards",
-              why=f"1000/999 − 1 = {min(devs):.4f} %")
-    w4 = sample_weights([3, 3, 2, 2])
-    rep.claim("10 samples on 4 ranks: weight ratio 2-sample / 3-sample", w4[2] / w4[0], 1.5, "×", EXACT,
-              ref="L14-4.2-unequal-shards", why="1/(4·2) ÷ 1/(4·3)")
+        rows.append([str(counts), f"1/{sum(counts)}",
+                     ", ".join(f"{100 * (w / fair - 1):+.2f} %" for w in sorted(set(sample_weights(counts)))),
+                     f"{100 * weight_vector_error(counts):.2f} %"])
+    rep.table(["shards", "fair weight", "deviation of a sample's weight", "gradient error (orthogonal)"], rows,
+              name="weights")
+    w, w4 = sample_weights([334, 333, 333]), sample_weights([3, 3, 2, 2])
+    devs = [100 * abs(wi * 1000 - 1) for wi in w]
     # How far the gradient is off depends on the data. With orthogonal per-sample gradients of equal
-    # length it is the relative error of the weight vector itself (20.4 %); the notes' 21 % is script
-    # 05's figure on one data set, so it agrees only if ours rounds to it (± 0.5), and it does not.
-    for counts in ([334, 333, 333], [3, 3, 2, 2]):
-        rel = weight_vector_error(counts)
-        rep.claim(f"gradient error, {counts}, orthogonal per-sample gradients", 100 * rel,
-                  21 if len(counts) == 4 else None, "%", ASSUMPTION, places=0,
-                  ref="L14-4.2-naive-error-21pct" if len(counts) == 4 else "",
-                  why=f"{100 * rel:.2f} %: the error depends on the per-sample gradients; the notes' 21 % is one "
-                  "data set's (05_data_parallel.py Part 3), ours the data-free one, orthogonal and of equal length")
+    # length it is the relative error of the weight vector itself (20.4 % for 3, 3, 2, 2); the notes'
+    # 21 % is script 05's figure on one data set.
+    rep.values(inverse_weight_334=1 / w[0], inverse_weight_333=1 / w[1], largest_deviation_pct=max(devs),
+               smallest_deviation_pct=min(devs), weight_ratio_2_over_3=w4[2] / w4[0],
+               gradient_error_3322_pct=100 * weight_vector_error([3, 3, 2, 2]))
     naive, fixed = correlated_errors([3, 3, 2, 2])  # random gradients with a common direction
-    rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by {100 * naive:.1f} %; the fix "
-             f"(sum, all-reduce, / 10) off by {fixed:.1e}")
+    rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by {100 * naive:.1f} %, sum-then-divide "
+             f"by {fixed:.1e}")
+
+
+def effective_batch(ranks: int, per_rank: int, accumulation_steps: int = 1) -> int:
+    """Samples behind one optimizer step: data parallelism in space × accumulation in time."""
+    return ranks * per_rank * accumulation_steps
 
 
 def ex10_effective_batch(rep: Report) -> None:
     rep.part(10, "exercise 10 — equivalent single-GPU batch")
-    rep.claim("4 ranks × 32 samples", effective_batch(4, 32), 128, kind=EXACT, ref="L14-ex10-effective-batch",
-              why="ranks × samples per rank")
-    rep.claim("… and 2 accumulation steps", effective_batch(4, 32, 2), 256, kind=EXACT, ref="L14-ex10-effective-batch",
-              why="ranks × samples per rank × accumulation steps")
+    rep.values(batch_4x32=effective_batch(4, 32), batch_4x32x2=effective_batch(4, 32, 2))
 
 
 def ex11_speedup(rep: Report) -> None:
     rep.part(11, "exercise 11 — speedup without overlap: 100 ms step, 1 GB gradients, 25 GB/s, α = 0")
     link, t1, n = Link(0.0, 25e9), 0.100, 1e9
-    rows = []
-    for k, notes_comm, notes_speedup in ((2, 40, 1.11), (4, 60, 1.18), (8, 70, 1.21)):
+    for k in (2, 4, 8):
         comm = ring_allreduce_time(k, n, link)
-        speedup = data_parallel_speedup(t1, k, comm)
-        rows.append([k, fmt_time(t1 / k), fmt_time(comm), f"{speedup:.3f}×"])
-        rep.claim(f"K = {k}: all-reduce", comm * 1e3, notes_comm, "ms", EXACT, places=0, ref="L14-ex11-speedup",
-                  why=f"2(K-1)/K × 1 GB / 25 GB/s = {comm * 1e3:.4g} ms")
-        rep.claim(f"K = {k}: speedup", speedup, notes_speedup, "×", EXACT, places=2, ref="L14-ex11-speedup",
-                  why=f"100 / ({100 / k:g} + {comm * 1e3:.4g})")
-    rep.table(["K", "compute T1/K", "all-reduce", "speedup"], rows, name="speedup")
+        rep.values(**{f"allreduce_k{k}_ms": comm * 1e3, f"speedup_k{k}": data_parallel_speedup(t1, k, comm)})
     limit = t1 / (2 * n / link.beta_Bps)  # K → ∞: compute → 0, all-reduce → 2N/β
-    rep.line(f"  however many GPUs: at most {limit:.2f}× — communication dominates")
+    rep.line(f"  compute T1/K = {', '.join(f'{t1 / k * 1e3:g}' for k in (2, 4, 8))} ms; the all-reduce tends to 2N/β: "
+             f"at most {limit:.2f}× on any K")
+
+
+def replica_drift(k: int, steps: int, init_seeds: list[int], skip_param: int | None = None,
+                  noise_seeds: list[int] | None = None, rank_order_sum: bool = False) -> float:
+    """Max parameter difference between K replicas of a linear model after `steps` of SGD.
+
+    Gradients are averaged with the simulated ring all-reduce, except parameter `skip_param`, which
+    each rank updates with its own gradient; `noise_seeds` adds per-rank noise; `rank_order_sum`
+    lets each rank add the K gradients in its own order (float32) instead of using one result.
+    """
+    data = np.random.default_rng(42)
+    xs = [data.normal(size=(16, FEATURES)).astype(np.float32) for _ in range(k)]
+    ys = [x @ data.normal(size=FEATURES).astype(np.float32) for x in xs]
+    ws = [np.random.default_rng(s).normal(size=FEATURES).astype(np.float32) for s in init_seeds]
+    noise = [np.random.default_rng(s) for s in noise_seeds] if noise_seeds else None
+    for _ in range(steps):
+        grads = [2 * x.T @ (x @ w - y) / len(y) for x, y, w in zip(xs, ys, ws)]
+        if rank_order_sum:
+            avg = [sum(grads[(r + j) % k] for j in range(k)) / k for r in range(k)]
+        else:
+            avg = [g / k for g in ring_allreduce(grads).outputs]
+        for r in range(k):
+            step = avg[r].copy()
+            if skip_param is not None:
+                step[skip_param] = grads[r][skip_param]
+            if noise:
+                step += np.float32(1e-3) * noise[r].normal(size=FEATURES).astype(np.float32)
+            ws[r] = ws[r] - np.float32(0.01) * step
+    return float(max(np.abs(w - ws[0]).max() for w in ws))
 
 
 def ex12_replicas_in_sync(rep: Report) -> None:
     rep.part(12, "exercise 12 — why no broadcast after all-reduce; how replicas drift apart")
-    rep.note("explanation: same start, same averaged gradient, same deterministic update ⇒ the same\n"
-             "parameters on every rank. Demonstration: 3 replicas of a linear model, 20 SGD steps (float32)")
+    rep.note("same start, same averaged gradient, same deterministic update ⇒ the same parameters on every "
+             "rank; below, 3 replicas of a linear model, 20 SGD steps (float32)")
     k, steps = 3, 20
     cases = [("same init, every gradient all-reduced", dict(init_seeds=[0] * k)),
              ("different init seeds, no broadcast", dict(init_seeds=[0, 1, 2])),
@@ -286,11 +290,7 @@ def ex12_replicas_in_sync(rep: Report) -> None:
     diffs = [replica_drift(k, steps, **kw) for _, kw in cases]
     rep.table(["case", "max |w_r - w_0| after 20 steps"], [[name, f"{d:.3g}"] for (name, _), d in zip(cases, diffs)],
               name="drift")
-    rep.claim("replicas stay bitwise identical without a broadcast", diffs[0] == 0.0, True, kind=ASSUMPTION,
-              ref="L14-ex12-replicas-in-sync",
-              why="requires a reduction that hands every rank the same bits (the ring copies one result)")
-    rep.claim("every listed cause makes them differ", all(d > 0 for d in diffs[1:]), True, kind=EXACT,
-              ref="L14-ex12-replicas-in-sync", why="max |w_r − w_0| > 0 in each of the four cases above")
+    rep.values(replicas_stay_identical=diffs[0] == 0.0, every_cause_drifts=all(d > 0 for d in diffs[1:]))
     rep.note("DDP broadcasts rank 0's parameters once, at construction (lecture 15)")
 
 

@@ -30,8 +30,8 @@ def show_rounds(rep: Report, res: col.Result, k: int, cells: Callable[[np.ndarra
     for n, rnd in enumerate(res.rounds):
         last_of_phase = n + 1 == len(res.rounds) or res.rounds[n + 1].phase != rnd.phase
         if every_round:
-            moves = ", ".join(f"{t.src}→{t.dst}: chunk {t.chunk} ({col.format_chunks(t.payload, [slice(None)])[0]})"
-                              for t in rnd.transfers)
+            # what each chunk holds is in the table before: the line says only who sends which
+            moves = ", ".join(f"{t.src}→{t.dst} chunk {t.chunk}" for t in rnd.transfers)
             rep.line(f"  {rnd.phase} round i = {rnd.index}: {moves}")
         elif last_of_phase:
             rep.line(f"  after {rnd.phase} (round i = {rnd.index}, the last of {rnd.phase}):")

@@ -9,32 +9,29 @@ ResNet-50 and BERT-large (shapes only, nothing downloaded) with ddp_sim and with
 function. Part 3 times a real all-reduce of the same floats as one tensor or as many small ones.
 """
 
+# No `from __future__ import annotations`: DDP checks that recording_hook's annotation is dist.GradBucket.
+
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of any installed
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
 
 import statistics
+import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import launch, preload_for_ddp
-from common.output import ASSUMPTION, EXACT, MEASURED, Report, bar, fmt_bytes, fmt_time, new_figure
-from lecture15.bucket_ranks import (  # noqa: F401  (tests use linear_stack and bucket_worker from here)
-    LAYERS,
-    PIECE_ELEMENTS,
-    REBUILD_FLAGS,
-    WIDTH,
-    allreduce_worker,
-    bucket_worker,
-    linear_stack,
-)
+from common.launcher import capture_stderr, launch, preload_for_ddp
+from common.output import Report, bar, fmt_bytes, fmt_time
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
     MB,
@@ -42,12 +39,15 @@ from lecture15.ddp_sim import (
     assign_buckets,
     assign_buckets_in_order,
     bert_large,
-    bucket_sizes,
     resnet50,
 )
+from lecture15.figures import small_tensors_figure
 
+LAYERS, WIDTH = 6, 512        # Part 1's model: one Linear(512, 512) is 1,050,624 bytes of fp32 gradient
 ITERATIONS = 3                # iteration 1 uses one bucket; DDP rebuilds before iteration 2
+REBUILD_FLAGS = ({"find_unused_parameters": True}, {"static_graph": True})  # when is the rebuild?
 TINY_BYTES = 16 * 1024        # Part 2: a "tiny" tensor has under 16 KiB (fewer than 4096 fp32 values)
+PIECE_ELEMENTS = 1024         # Part 3: the smallest pieces the floats are cut into (notes: 1K elements)
 
 
 # CPU time here (bench/bench_costs.py, W = 2 … 32): start-up and Part 1's DDP on W ranks; Part 3
@@ -58,9 +58,52 @@ COST = Cost([Term("1", 8.1, lambda a: 1), Term("W²", 0.024, lambda a: a.world_s
             memory=lambda a: 4 * a.elements * 12)
 
 
+# ---- Part 1: what real DDP puts in its buckets ---------------------------------------------------
+def linear_stack() -> nn.Module:
+    """Six Linear(512, 512) in a row: names 0.weight, 0.bias, ..., 5.bias, as in the notes."""
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+
+
+def recording_hook(state: dict[str, Any], bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Record the bucket, then do what DDP would: all-reduce and average. The parameter must be
+    called `bucket`, and with a hook DDP leaves the division by the world size to us."""
+    names = [state["names"][p.data_ptr()] for p in bucket.parameters()]
+    buf = bucket.buffer()
+    state["log"].append((state["iteration"], bucket.index(), buf.numel() * buf.element_size(), names))
+    buf.div_(dist.get_world_size())
+    return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+def bucket_worker(rank: int, world_size: int, caps_mib: list[float | None], iterations: int) -> list[dict]:
+    """For each bucket_cap_mb, train `iterations` steps and return the buckets DDP formed; then,
+    at the default cap, the same for each of REBUILD_FLAGS over 4 iterations."""
+    out = []
+    runs = [(cap, {}, iterations) for cap in caps_mib] + [(None, flags, 4) for flags in REBUILD_FLAGS]
+    for cap, flags, iterations in runs:
+        model = linear_stack()
+        names = {p.data_ptr(): n for n, p in model.named_parameters()}
+        ready: list[str] = []  # the order gradients land in iteration 1: what the rebuild uses
+        handles = [p.register_post_accumulate_grad_hook(lambda p, n=n, ready=ready: ready.append(n))
+                   for n, p in model.named_parameters()]
+        ddp = DDP(model, bucket_cap_mb=cap, **flags)
+        state: dict[str, Any] = {"names": names, "log": [], "iteration": 0}
+        ddp.register_comm_hook(state, recording_hook)
+        x = torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(rank))
+        with capture_stderr():   # find_unused_parameters=True warns that nothing was unused: expected here
+            for it in range(1, iterations + 1):
+                state["iteration"] = it
+                ddp(x).pow(2).mean().backward()
+                if it == 1:
+                    for h in handles:
+                        h.remove()
+        out.append({"cap": cap, "flags": flags, "log": state["log"], "ready": ready})
+        del ddp, model
+    return out
+
+
 def describe(names: list[str], total: int) -> str:
-    """Tensor names in bucket order, layers grouped ("5.bias 5.weight" -> "5.{bias,weight}") so a
-    bucket of many layers still fits a line."""
+    """Names in bucket order, grouped ("5.bias 5.weight" -> "5.{bias,weight}", layers 4…0) to fit a line."""
     if len(names) == total:
         return f"all {total} tensors"
     groups: list[tuple[str, list[str]]] = []
@@ -70,7 +113,7 @@ def describe(names: list[str], total: int) -> str:
             groups[-1][1].append(leaf)
         else:
             groups.append((layer, [leaf]))
-    runs: list[tuple[str, str, list[str]]] = []  # consecutive layers with the same leaves: 4…0
+    runs: list[tuple[str, str, list[str]]] = []  # consecutive layers with the same leaves
     for layer, leaves in groups:
         last = runs[-1] if runs else None
         if (last and last[2] == leaves and layer.isdigit() and last[1].isdigit()
@@ -83,138 +126,134 @@ def describe(names: list[str], total: int) -> str:
                     for first, last, leaves in runs)
 
 
+def show_cap_run(rep: Report, run: dict, every_rank: list[dict], names: list[str], sizes: list[int]) -> bool:
+    """One cap's recorded buckets beside ddp_sim's rule and the observed ready order; whether they
+    all match (iteration 1 one bucket, 2 the rule, 3 as 2, every rank the same)."""
+    cap = run["cap"]
+    cap_bytes = round((25 if cap is None else cap) * MiB)
+    first_cap = DEFAULT_FIRST_BUCKET_BYTES if cap is None else cap_bytes  # explicit cap: first = cap
+    by_rule = assign_buckets(sizes, cap_bytes, first_cap)
+    by_ready = assign_buckets_in_order(sizes, [names.index(n) for n in run["ready"]], cap_bytes, first_cap)
+    label = "bucket_cap_mb=None (PyTorch's default)" if cap is None else f"bucket_cap_mb={cap:g}"
+    rep.line(f"\n{label}: cap {cap_bytes:,} B, first bucket {first_cap:,} B")
+    rows, match = [], True
+    for it, index, nbytes, bucket_names in (entry for entry in run["log"] if entry[0] <= 2):
+        got = [names.index(n) for n in bucket_names]
+        if it == 1:  # one bucket holding everything, compared as a set
+            rule, ready = index == 0 and sorted(got) == list(range(len(names))), "-"
+        else:        # the rebuilt buckets, compared in order, parameter by parameter
+            rule = index < len(by_rule) and got == by_rule[index]
+            ready = index < len(by_ready) and got == by_ready[index]
+        match &= rule and ready is not False
+        rows.append([it, index, nbytes, describe(bucket_names, len(names)), rule, ready])
+    rep.table(["iter", "bucket", "bytes", "parameters (in bucket order)", "= ddp_sim rule", "= ready order"],
+              rows, name=f"buckets_cap_{cap}")
+    second = [entry[1:] for entry in run["log"] if entry[0] == 2]
+    third_as_second = [entry[1:] for entry in run["log"] if entry[0] == 3] == second
+    same_everywhere = all(other["log"] == run["log"] for other in every_rank)
+    rep.line(f"  iteration 3 as iteration 2: {third_as_second}; the same on every rank: {same_everywhere}")
+    rep.record(f"cap_{cap}", {"recorded": run["log"], "iteration3_same": third_as_second})
+    return (match and sum(1 for entry in run["log"] if entry[0] == 1) == 1 and len(second) == len(by_rule)
+            and third_as_second and same_everywhere)
+
+
+def show_rebuild(rep: Report, flagged: list[dict], names: list[str], sizes: list[int]) -> None:
+    """When the rebuild happens depends on the constructor's flags (torch 2.13's distributed.py)."""
+    buckets = {}  # flags -> per iteration, its buckets as lists of parameter indices
+    for run in flagged:
+        log = sorted(run["log"])
+        buckets[", ".join(f"{k}=True" for k in run["flags"])] = [
+            [[names.index(n) for n in entry[3]] for entry in log if entry[0] == it] for it in (1, 2, 3, 4)]
+    counts = {key: " ".join(str(len(b)) for b in its) for key, its in buckets.items()}
+    rep.line()
+    rep.table(["bucket_cap_mb=None and", "buckets in iterations 1 2 3 4"], list(counts.items()))
+    unused, static = buckets["find_unused_parameters=True"], buckets["static_graph=True"]
+    # with find_unused the constructor fills buckets in registration order, then reverses the list
+    order = list(range(len(sizes)))
+    constructor = assign_buckets_in_order(sizes, order, 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES)[::-1]
+    rebuilt_at_3 = len(static[0]) == len(static[1]) == 1 < len(static[2]) and static[2] == static[3]
+    rep.values(never_rebuilt=all(its == constructor for its in unused), static_graph_from_3=rebuilt_at_3,
+               never_rebuilt_counts=counts["find_unused_parameters=True"],
+               static_graph_counts=counts["static_graph=True"])
+
+
 def part1_real_buckets(rep: Report, args) -> None:
     caps = [args.bucket_cap_bytes / MiB, None]  # as DDP takes it: bucket_cap_mb in MiB
     runs = launch(bucket_worker, args.world_size, caps, ITERATIONS, timeout_s=args.timeout_s)
-    model = linear_stack()
-    names = [n for n, _ in model.named_parameters()]
-    param_bytes = [p.numel() * p.element_size() for p in model.parameters()]
-    all_match = True
-    for run in runs[0][:len(caps)]:
-        cap = run["cap"]
-        cap_bytes = round((25 if cap is None else cap) * MiB)
-        first_cap = DEFAULT_FIRST_BUCKET_BYTES if cap is None else cap_bytes  # explicit cap: first = cap
-        by_rule = assign_buckets(param_bytes, cap_bytes, first_cap)
-        by_ready = assign_buckets_in_order(param_bytes, [names.index(n) for n in run["ready"]], cap_bytes, first_cap)
-        label = "bucket_cap_mb=None (PyTorch's default)" if cap is None else f"bucket_cap_mb={cap:g}"
-        rep.line(f"\n{label}: cap {cap_bytes:,} B, first bucket {first_cap:,} B")
-        rows = []
-        for it, index, nbytes, bucket_names in run["log"]:
-            if it > 2:
-                continue  # iteration 3 repeats iteration 2 (checked below)
-            got = [names.index(n) for n in bucket_names]
-            if it == 1:  # one bucket holding everything, compared as a set
-                match, match_ready = index == 0 and sorted(got) == list(range(len(names))), "-"
-            else:        # the rebuilt buckets, compared in order, parameter by parameter
-                match = index < len(by_rule) and got == by_rule[index]
-                match_ready = index < len(by_ready) and got == by_ready[index]
-            all_match &= match and match_ready is not False
-            rows.append([it, index, nbytes, describe(bucket_names, len(names)), match, match_ready])
-        rep.table(["iter", "bucket", "bytes", "parameters (in bucket order)", "= ddp_sim rule", "= ready order"],
-                  rows, name=f"buckets_cap_{cap}")
-        later = [(i, b, n) for it, i, b, n in run["log"] if it == 3]
-        second = [(i, b, n) for it, i, b, n in run["log"] if it == 2]
-        every_rank = all(r[caps.index(cap)]["log"] == run["log"] for r in runs)  # cap: unique per plain run
-        # The claim below covers all of it: one bucket in iteration 1, as many as predicted in 2, and
-        # iteration 3 and every other rank the same as iteration 2 here.
-        all_match &= (sum(1 for r in run["log"] if r[0] == 1) == 1 and len(second) == len(by_rule)
-                      and later == second and every_rank)
-        rep.record(f"cap_{cap}", {"by_rule_bytes": bucket_sizes(param_bytes, by_rule),
-                                  "recorded": run["log"], "iteration3_same": later == second})
-        rep.line(f"  predicted bytes (ddp_sim): {bucket_sizes(param_bytes, by_rule)}; "
-                 f"iteration 3 same as 2: {later == second}; same on every rank: {every_rank}")
-    first_iteration = {sum(1 for r in run["log"] if r[0] == 1) for run in runs[0][:len(caps)]}
-    rep.claim("buckets in iteration 1 (find_unused_parameters=False)", max(first_iteration), 1, kind=MEASURED,
-              setting=(), ref="L15-2.2-first-iteration-one-bucket",
-              why="DDP disables bucketing until it has seen the gradients' real order (find_unused=False)")
-    rep.claim("recorded buckets (iteration >= 2) equal ddp_sim's prediction", all_match, True, kind=EXACT,
-              setting=(), ref="L15-2.2-rule", why="reverse registration order, sealed once >= the cap, for "
-              "each cap above, on every rank, iteration 3 as iteration 2")
-    first = next(r for r in runs[0][0]["log"] if r[0] == 2)
-    rep.claim("bucket 0 starts with the last layer's bias and weight", " ".join(first[3][:2]),
-              f"{LAYERS - 1}.bias {LAYERS - 1}.weight", kind=MEASURED, setting=(), ref="L15-2.2-bucket0-last-layer",
-              why="the last layer's gradients are ready first in the backward")
-    # When the rebuild happens depends on the constructor's flags (torch 2.13's distributed.py and reducer).
-    counts = {}
-    for run in runs[0][len(caps):]:
-        key = ", ".join(f"{k}=True" for k in run["flags"])
-        counts[key] = [[[names.index(n) for n in bucket] for _, _, _, bucket in sorted(r for r in run["log"]
-                                                                                   if r[0] == it)]
-                       for it in range(1, 5)]
-    rows = [[key, " ".join(str(len(b)) for b in per_it)] for key, per_it in counts.items()]
-    rep.table(["bucket_cap_mb=None and", "buckets in iterations 1 2 3 4"], rows, name="rebuild")
-    unused, static = counts["find_unused_parameters=True"], counts["static_graph=True"]
-    # with find_unused the constructor fills buckets in registration order, then reverses the list
-    constructor = assign_buckets_in_order(param_bytes, list(range(len(names))), 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES)
-    never = all(per_it == constructor[::-1] for per_it in unused)
-    rep.claim("find_unused_parameters=True: the constructor's buckets, never rebuilt", never, True, kind=MEASURED,
-              setting=(), ref="L15-2.2-rebuild-conditions",
-              why=f"iterations 1–4: {rows[0][1]} buckets, each the constructor's (registration order, limits "
-                  "[1 MiB, 25 MiB], list reversed)")
-    rebuilt_later = len(static[0]) == len(static[1]) == 1 and static[2] == static[3] and len(static[2]) > 1
-    rep.claim("static_graph=True: one bucket in iterations 1 and 2, rebuilt from iteration 3", rebuilt_later, True,
-              kind=MEASURED, setting=(), ref="L15-2.2-rebuild-conditions",
-              why=f"buckets per iteration: {rows[1][1]}")
-    rep.note(f"Model: {LAYERS} x Linear({WIDTH}, {WIDTH}), one layer = {param_bytes[0] + param_bytes[1]:,} B; "
-             f"{args.world_size} ranks, {ITERATIONS} iterations.\n"
-             "bucket_cap_mb is in MiB (x 1,048,576). Left at None, the cap is 25 MiB and the first bucket\n"
-             "1 MiB; any explicit value (even 25) also sets the first bucket's cap to the same value.\n"
-             "Iteration 1 is one bucket (find_unused_parameters=False, the default); before iteration 2 DDP\n"
-             "rebuilds the buckets in the order the gradients became ready ('= ready order'), which here is the reverse\n"
-             "registration order ddp_sim assumes ('= ddp_sim rule'). Iteration 1's bucket is compared as a set,\n"
-             "the rebuilt ones parameter by parameter in order.")
+    names = [n for n, _ in linear_stack().named_parameters()]
+    sizes = [p.numel() * p.element_size() for p in linear_stack().parameters()]
+    matches = [show_cap_run(rep, run, [r[i] for r in runs], names, sizes)
+               for i, run in enumerate(runs[0][:2])]
+    show_rebuild(rep, runs[0][2:], names, sizes)
+    rep.note(f"{LAYERS} x Linear({WIDTH}, {WIDTH}), one layer = {sizes[0] + sizes[1]:,} B; {args.world_size} "
+             "ranks. bucket_cap_mb counts MiB; left at None the cap is 25 MiB and the first bucket 1 MiB, "
+             "any explicit value (even 25) caps the first bucket the same. Before iteration 2 DDP rebuilds "
+             "the buckets in the order the gradients became ready ('= ready order'), here the reverse "
+             "registration order ddp_sim assumes.")
+    first = next(entry for entry in runs[0][0]["log"] if entry[0] == 2)
+    rep.values(first_iteration_buckets=max(sum(1 for e in run["log"] if e[0] == 1) for run in runs[0][:2]),
+               recorded_equal_rule=all(matches), bucket0_first=" ".join(first[3][:2]))
 
 
+# ---- Part 2: the notes' two models, bucketed three ways ------------------------------------------
 def torch_buckets(param_bytes: list[int], cap_bytes: int, first_cap: int) -> list[list[int]]:
     """PyTorch's own bucketing on meta tensors, visiting the parameters in reverse (as the rebuild
     does when gradients arrive in reverse order): an independent check of ddp_sim."""
     order = list(range(len(param_bytes) - 1, -1, -1))
     # Tensors go in visiting order; tensor_indices only labels them with their registration index.
     tensors = [torch.empty(param_bytes[i] // 4, device="meta") for i in order]
-    indices, _ = dist._compute_bucket_assignment_by_size(tensors, [first_cap, cap_bytes], [False] * len(order), order)
+    limits, sparse = [first_cap, cap_bytes], [False] * len(order)
+    indices, _ = dist._compute_bucket_assignment_by_size(tensors, limits, sparse, order)
     return [list(b) for b in indices]
 
 
 def part2_model_buckets(rep: Report, args) -> None:
-    readings = [("25 MB", "25 MB = 25e6 B, first bucket the same (notes' reading)", 25 * MB, 25 * MB),
-                ("default", "bucket_cap_mb=None: 25 MiB, first bucket 1 MiB (PyTorch default)", 25 * MiB,
+    readings = [("25 MB", "25 MB = 25e6 B, first bucket the same (the notes' reading)", 25 * MB, 25 * MB),
+                ("default", "bucket_cap_mb=None: 25 MiB, first bucket 1 MiB (PyTorch's default)", 25 * MiB,
                  DEFAULT_FIRST_BUCKET_BYTES),
                 ("25 MiB", "bucket_cap_mb=25: 25 MiB, first bucket 25 MiB", 25 * MiB, 25 * MiB)]
     rows, torch_agrees = [], True
     for spec in (resnet50(), bert_large()):
-        pb = spec.param_bytes()
-        tiny = [b for b in pb if b < TINY_BYTES]
-        row = [spec.name, len(pb), spec.numel, len(tiny), f"{100 * sum(tiny) / sum(pb):.2f}%"]
+        sizes = spec.param_bytes()
+        tiny = [b for b in sizes if b < TINY_BYTES]
+        row = [spec.name, len(sizes), spec.numel, len(tiny), f"{100 * sum(tiny) / sum(sizes):.2f}%"]
         for _, _, cap, first in readings:
-            ours = assign_buckets(pb, cap, first)
-            torch_agrees &= ours == torch_buckets(pb, cap, first)
+            ours = assign_buckets(sizes, cap, first)
+            torch_agrees &= ours == torch_buckets(sizes, cap, first)
             row.append(len(ours))
         rows.append(row)
-    rep.table(["model", "tensors", "parameters", "tiny (< 16 KiB)", "share of bytes in tiny"] + [r[0] for r in readings],
-              rows, name="models")
+    rep.table(["model", "tensors", "parameters", "tiny (< 16 KiB)", "share of bytes in tiny"]
+              + [r[0] for r in readings], rows, name="models")
     for label, text, _, _ in readings:
         rep.line(f"  {label:>7}: {text}")
-    for name, i, notes in (("ResNet-50", 0, 161), ("BERT-large", 1, 391)):
-        rep.claim(f"{name} parameter tensors", rows[i][1], notes, kind=EXACT, setting=(),
-                  ref=f"L15-2.2-{name.lower()}-tensors", why="counted from the shape list (torchvision / "
-                  "Hugging Face layout)")
-    rep.claim("a model has hundreds of parameter tensors (handbook)", all(r[1] >= 100 for r in rows), True,
-              kind=EXACT, setting=(), ref="HB-hundreds-of-tensors",
-              why="'hundreds' read as >= 100: " + ", ".join(f"{r[0]} {r[1]}" for r in rows))
-    for name, i, notes in (("ResNet-50", 0, 4), ("BERT-large", 1, 48)):
-        ref = f"L15-2.2-{name.lower()}-buckets"
-        rep.claim(f"{name} buckets at 25 MB = 25e6 B", rows[i][5], notes, kind=ASSUMPTION, setting=(), ref=ref,
-                  why="the notes' '25 MB' read as 25e6 B for every bucket, the first too")
-        rep.claim(f"{name} buckets, bucket_cap_mb=None (25 MiB, first 1 MiB)", rows[i][6], notes,
-                  kind=ASSUMPTION, setting=(), ref=ref,
-                  why=f"PyTorch's real default: 25 MiB (26,214,400 B) with a 1 MiB first bucket gives {rows[i][6]}; "
-                      f"an explicit bucket_cap_mb=25 gives {rows[i][7]}; the notes' count is the 25e6 B reading")
-    rep.claim("ddp_sim's buckets equal torch's _compute_bucket_assignment_by_size (all readings)",
-              torch_agrees, True, kind=EXACT, setting=(), ref="L15-2.2-rule",
-              why="the rule against torch's own function, parameter by parameter, for every reading")
-    rep.note("Tiny = under 16 KiB: biases, BatchNorm and LayerNorm vectors. Most tensors are tiny but hold a\n"
-             "sliver of the bytes: one all-reduce each would pay the per-message cost hundreds of times.\n"
-             "Buckets are filled in reverse registration order; torch's function is called on meta tensors.")
+    rep.note("Tiny = biases, BatchNorm and LayerNorm vectors: most tensors, a sliver of the bytes. One "
+             "all-reduce each would pay the per-message cost hundreds of times. ddp_sim's buckets are "
+             "checked against torch's own function (on meta tensors) for every reading.")
+    (resnet, bert) = rows
+    rep.values(resnet_tensors=resnet[1], bert_tensors=bert[1], torch_function_agrees=torch_agrees,
+               hundreds_of_tensors=min(resnet[1], bert[1]) >= 100)
+    for name, row in (("resnet", resnet), ("bert", bert)):
+        rep.values(**{f"{name}_buckets_25mb": row[5], f"{name}_buckets_default": row[6],
+                      f"{name}_buckets_25mib": row[7]})
+
+
+# ---- Part 3: the same floats as one tensor or thousands ------------------------------------------
+def allreduce_worker(rank: int, world_size: int, elements: int, counts: list[int]) -> dict[int, list[float]]:
+    """Seconds (every repeat) to all-reduce the same `elements` float32 cut into n tensors."""
+    flat = torch.ones(elements)
+    dist.all_reduce(flat[:PIECE_ELEMENTS])  # warm up the connection
+    times: dict[int, list[float]] = {}
+    for n in counts:
+        pieces = flat.tensor_split(n)
+        samples = []
+        for _ in range(max(1, min(5, 256 // n))):  # repeat the cheap cases, take the median
+            dist.barrier()
+            start = time.perf_counter()
+            for piece in pieces:  # one blocking all-reduce per tensor: the naive per-gradient scheme
+                dist.all_reduce(piece)
+            samples.append(time.perf_counter() - start)
+        times[n] = samples
+    return times
 
 
 def sweep_counts(max_pieces: int) -> list[int]:
@@ -233,43 +272,20 @@ def part3_small_tensors(rep: Report, args) -> None:
     results = launch(allreduce_worker, 2, elements, counts, timeout_s=args.timeout_s)
     times = [{n: statistics.median(r[n]) for n in counts} for r in results]
     t = {n: max(r[n] for r in times) for n in counts}  # the slower rank finishes the collective
-    rows = [[n, fmt_bytes(4 * elements / n), fmt_time(t[n]), t[n] / t[1], bar(t[n], max(t.values()), 30)]
-            for n in counts]
-    rep.table(["tensors", "each", "total time", "x one tensor", ""], rows, name="sweep")
+    low, high = ({n: pick(pick(r[n]) for r in results) * 1e3 for n in counts} for pick in (min, max))
+    rows = [[n, fmt_bytes(4 * elements / n), fmt_time(t[n]), f"{low[n]:.1f}–{high[n]:.1f} ms", t[n] / t[1],
+             bar(t[n], max(t.values()), 24)] for n in counts]
+    rep.table(["tensors", "each", "total time", "range", "x one tensor", ""], rows, name="sweep")
     many = counts[-1]
     per_message = (t[many] - t[1]) / (many - 1)  # what each extra tensor adds, whatever its size
-    at = ("elements", "quick")   # the notes' 4,194,304 floats; --quick all-reduces fewer
-    spread = {n: f"{min(min(r[n]) for r in results) * 1e3:.1f}–{max(max(r[n]) for r in results) * 1e3:.1f} ms "
-                 f"({len(results[0][n])} repeats × 2 ranks)" for n in counts}
-    rep.line(f"  range: one tensor {spread[1]}; {many} tensors {spread[many]}")
-    rep.claim(f"all-reduce of {many} tensors of {elements // many:,} float32 takes more than 300 ms",
-              t[many] > 0.3, True, kind=MEASURED, setting=at, ref="L15-2.1-many-small-slow",
-              why=f"{t[many] * 1e3:.0f} ms here (the notes: 'over 300 ms' on their machine)")
-    rep.claim(f"all-reduce of {elements:,} float32 as one tensor takes under 3 ms", t[1] < 3e-3, True,
-              kind=MEASURED, setting=at, ref="L15-2.1-one-tensor-fast",
-              why=f"{t[1] * 1e3:.1f} ms here: gloo over TCP loopback on shared cores (the notes: under 3 ms)")
-    rep.claim(f"{many} small tensors more than 100x slower than one", t[many] / t[1] > 100, True,
-              kind=MEASURED, setting=at, ref="L15-2.1-ratio-100",
-              why=f"{t[many] / t[1]:.0f}x here; the ratio grows with the number of tensors")
-    rep.note(f"2 gloo ranks (always, like the paper's figure), {elements:,} float32 ({fmt_bytes(4 * elements)}), cut into n equal tensors (smallest "
-             f"{elements // many:,} elements), one blocking all-reduce each; the slower rank's time, median of up\n"
-             f"to 5 repeats for small n. Each extra tensor adds about {fmt_time(per_message)} here whatever its size:\n"
-             "a fixed cost per message, the shape of the paper's figure 2. Buckets pay it once per bucket.")
-    if rep.figure_dir() is None:
-        return  # matplotlib only when a figure was asked for
-    from matplotlib.ticker import FuncFormatter
-
-    fig, ax = new_figure(figsize=(5, 3.5))
-    ax.loglog(counts, [t[n] * 1e3 for n in counts], "o-", label="median (slower rank)")
-    ax.fill_between(counts, [min(min(r[n]) for r in results) * 1e3 for n in counts],
-                    [max(max(r[n]) for r in results) * 1e3 for n in counts], alpha=0.25, label="range")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("number of tensors (same total floats)")
-    ax.set_ylabel("all-reduce time (ms)")
-    ax.set_title(f"gloo on this CPU, 2 ranks, {elements:,} float32 ({fmt_bytes(4 * elements)}) in total", fontsize=9)
-    ax.legend(fontsize=8)
-    rep.save_figure(fig, "small_tensors")
+    rep.note(f"2 gloo ranks (always, like the paper's figure), {elements:,} float32 "
+             f"({fmt_bytes(4 * elements)}) cut into n equal tensors, one blocking all-reduce each; the "
+             "slower rank's median of up to 5 repeats. Each extra tensor adds about "
+             f"{fmt_time(per_message)} whatever its size: a fixed cost per message, the shape of the "
+             "paper's figure 2. A bucket pays it once.")
+    rep.values(many_small_ms=t[many] * 1e3, one_tensor_ms=t[1] * 1e3, small_over_one=t[many] / t[1])
+    if rep.figure_dir() is not None:  # matplotlib only when a figure was asked for
+        rep.save_figure(small_tensors_figure(counts, t, results, elements), "small_tensors")
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of any installed
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -45,7 +45,7 @@ from lecture15.ddp_sim import (
     simulate_ddp,
 )
 from lecture15.ddp_sim import gantt_figure as ddp_gantt
-from lecture15.overlap_figures import sweep_figure
+from lecture15.figures import sweep_figure
 
 # The notes' "25 MB" cap is 25 × 10^6 B (it gives their bucket counts; PyTorch's 25 MiB does not).
 EXPLICIT_25_MIB = 25 * MiB  # bucket_cap_mb=25 written out: every bucket, the first too, capped at 25 MiB
@@ -85,11 +85,12 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
     gmac = model.forward_flops / 2 / 32 / 1e9
     rep.note(f"compute: backward of a layer = 2 × its forward FLOPs (conv at its output resolution, "
              f"{model.description}: {gmac:.3f} GMAC per image), BatchNorm/bias ≈ 0; at "
-             f"{flops.flops_per_s / 1e12:g} TFLOP/s the backward is {ms(flops.backward_s(model))} ms. The notes "
-             f"do not state theirs: it is calibrated openly, × {compute.calibration:.4f} (backward "
-             f"{ms(compute.backward_s(model))} ms, {gmac * compute.calibration:.3f} GMAC per image), so that the "
-             f"model gives their Part 3 step of {calibration_target_s(RESNET_TARGET) * 1e3:g} ms at their setting (K 16, α 10 µs, "
-             "β 10 GB/s, 25 MB). Every other figure is a check; 'uncalibrated' = the plain FLOP count.")
+             f"{flops.flops_per_s / 1e12:g} TFLOP/s the backward is {ms(flops.backward_s(model))} ms. The "
+             f"notes do not state theirs: it is calibrated openly, × {compute.calibration:.4f} (backward "
+             f"{ms(compute.backward_s(model))} ms, {gmac * compute.calibration:.3f} GMAC per image), so that "
+             f"the model gives their Part 3 step of {calibration_target_s(RESNET_TARGET) * 1e3:g} ms at "
+             "their setting (K 16, α 10 µs, β 10 GB/s, 25 MB). Every other figure is a check; "
+             "'uncalibrated' = the plain FLOP count.")
     rep.note(f"comm: ring all-reduce 2(K−1)(α + n/(Kβ)) per bucket, K = {k}, {link.describe()}; "
              "buckets in index order on one stream")
     readings = (("--bucket-cap-mb", args.bucket_cap_bytes, None),
@@ -105,14 +106,15 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
         sizes = ", ".join(shown) + (", …" if len(on.bucket_bytes) > 4 else "")
         label = f"{cap_text(cap)}" + (" + 1 MiB first" if first else "")
         rows.append([f"{label} ({READING_LABEL[reading]})", len(on.buckets), sizes, ms(on.comm_total_s),
-                     ms(off.step_s), ms(on.step_s), f"{100 * (off.step_s / on.step_s - 1):.0f} %", ms(raw.step_s)])
+                     ms(off.step_s), ms(on.step_s), f"{100 * (off.step_s / on.step_s - 1):.0f} %",
+                     ms(raw.step_s)])
     rep.table(["bucket cap", "buckets", "bucket sizes (MB)", "comm (ms)", "no overlap (ms)", "overlap (ms)",
                "faster by", "overlap, uncal. (ms)"], rows, name="steps")
     rep.note("(flag) = --bucket-cap-mb; (None) = DDP's default, bucket_cap_mb=None: 25 MiB with a 1 MiB "
              "first bucket; (=25) = an explicit bucket_cap_mb=25: 25 MiB, no separate first bucket")
     off, on, raw = timelines["--bucket-cap-mb"]
-    rep.line(f"\n  no overlap: step {ms(off.step_s)} ms (cap {cap_text(args.bucket_cap_bytes)}; each chart spans its "
-             "own step)")
+    rep.line(f"\n  no overlap: step {ms(off.step_s)} ms (cap {cap_text(args.bucket_cap_bytes)}; each chart "
+             "spans its own step)")
     for text in ascii_timeline(off):
         rep.line("    " + text)
     rep.line(f"  overlap (DDP): step {ms(on.step_s)} ms")
@@ -120,7 +122,8 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
         rep.line("    " + text)
     uncal = simulate_ddp(model, k, link, args.bucket_cap_bytes, overlap=False, compute=flops)
     rep.values(step_no_overlap_ms=off.step_s * 1e3, step_overlap_ms=on.step_s * 1e3,
-               overlap_gain_pct=100 * (off.step_s / on.step_s - 1), backward_ms=compute.backward_s(model) * 1e3,
+               overlap_gain_pct=100 * (off.step_s / on.step_s - 1),
+               backward_ms=compute.backward_s(model) * 1e3,
                uncal_no_overlap_ms=uncal.step_s * 1e3, uncal_overlap_ms=raw.step_s * 1e3,
                uncal_gain_pct=100 * (uncal.step_s / raw.step_s - 1),
                last_bucket_exposed=on.exposed_comm_s >= on.comm_s[-1] - 1e-12)
@@ -150,12 +153,14 @@ def part2_bucket_cap(rep: Report, args: argparse.Namespace, link: Link) -> None:
     took = time.perf_counter() - started
     columns = [(name, ln.name) for name, _, _ in models for ln in (fast, slow)]
     best = {col: min(range(len(caps) + 1), key=lambda i, c=col: results[c][i].step_s) for col in columns}
-    no_overlap = {(name, ln.name): simulate_ddp(m, args.world_size, ln, 25 * MiB, overlap=False, compute=cc).step_s
+    no_overlap = {(name, ln.name): simulate_ddp(m, args.world_size, ln, 25 * MiB, overlap=False,
+                                                compute=cc).step_s
                   for name, m, cc in models for ln in (fast, slow)}
     labels = [f"{c:g}" for c in caps] + ["one bucket"]
-    rows: list[list[object]] = [[label, len(results[columns[0]][i].buckets), len(results[columns[2]][i].buckets)]
-                                + [ms(results[col][i].step_s) + (" ◀" if best[col] == i else "  ") for col in columns]
-                                for i, label in enumerate(labels)]
+    rows: list[list[object]] = [
+        [label, len(results[columns[0]][i].buckets), len(results[columns[2]][i].buckets)]
+        + [ms(results[col][i].step_s) + (" ◀" if best[col] == i else "  ") for col in columns]
+        for i, label in enumerate(labels)]
     rows.append(["no overlap, 25 MiB", "", ""] + [ms(no_overlap[col]) + "  " for col in columns])
     rep.table(["cap (MiB)", "ResNet buckets", "BERT buckets"] + [f"{n} {ln} (ms)" for n, ln in columns],
               rows, name="sweep")
@@ -189,30 +194,32 @@ def cap0_costs(rep: Report, args: argparse.Namespace, results: dict, no_overlap:
     for n, ln in (col for col in columns if not slower[col]):
         tensors = len(specs[n].params)
         latency = tensors * ring_allreduce_time(args.world_size, 0, links[ln])   # 2(K−1)α per all-reduce
-        rep.note(f"{n}, {ln} link: cap 0 still wins; the latency it adds ({tensors} × 2(K−1)α = {ms(latency)} ms) "
-                 "is less than what overlap hides")
+        rep.note(f"{n}, {ln} link: cap 0 still wins; the latency it adds ({tensors} × 2(K−1)α = "
+                 f"{ms(latency)} ms) is less than what overlap hides")
     single = [results[c][-1] for c in columns]
     rep.values(cap0_slower_resnet_fast=slower[("ResNet-50", "fast")],
                cap0_resnet_fast_ms=results[("ResNet-50", "fast")][0].step_s * 1e3,
                no_overlap_resnet_fast_ms=no_overlap[("ResNet-50", "fast")] * 1e3,
-               one_bucket_is_no_overlap=all(abs(t.step_s - t.backward_s - t.comm_total_s) < 1e-12 for t in single))
+               one_bucket_is_no_overlap=all(abs(t.step_s - t.backward_s - t.comm_total_s) < 1e-12
+                                            for t in single))
 
 
 def overlap_gain_table(rep: Report, args: argparse.Namespace, results: dict, no_overlap: dict,
                        columns: list[tuple[str, str]], at25: int) -> None:
     """The model's gain from overlap at 25 MiB beside the paper's measured gains (the notes' rows)."""
-    paper = {("ResNet-50", "fast"): "L15-3.2-paper-gain-resnet-nccl", ("ResNet-50", "slow"): "L15-3.2-paper-gain-resnet-gloo",
-             ("BERT-large", "fast"): "L15-3.2-paper-gain-bert-nccl", ("BERT-large", "slow"): "L15-3.2-paper-gain-bert-gloo"}
+    library = {"fast": "nccl", "slow": "gloo"}
+    paper = {(model, link): f"L15-3.2-paper-gain-{model.split('-')[0].lower()}-{library[link]}"
+             for model in ("ResNet-50", "BERT-large") for link in ("fast", "slow")}
     rep.table(["model", "link", "overlap gain at 25 MiB (model)", "notes: paper, 32 GPUs, measured"],
               [[n, f"{ln} ({'NCCL' if ln == 'fast' else 'gloo'})",
                 f"{100 * (no_overlap[(n, ln)] / results[(n, ln)][at25].step_s - 1):.1f} %",
                 rep.notes_text(paper[(n, ln)])] for n, ln in columns], name="overlap_gain")
     gain = {col: no_overlap[col] / results[col][at25].step_s for col in columns}
     same_trend = all(gain[(n, "slow")] < gain[(n, "fast")] for n in ("ResNet-50", "BERT-large"))
-    rep.note(f"not a reproduction: no contention between the streams, no per-call overhead, K = {args.world_size} "
-             "and made-up links" + ("; as in the paper, the slow link gains less (its communication "
-                                    "dominates the step, so there is less compute to hide it behind)"
-                                    if same_trend else ""))
+    rep.note(f"not a reproduction: no contention between the streams, no per-call overhead, K = "
+             f"{args.world_size} and made-up links" + ("; as in the paper, the slow link gains less (its "
+                                                       "communication dominates the step, so there is less "
+                                                       "compute to hide it behind)" if same_trend else ""))
 
 
 def record_best_caps(rep: Report, caps: list[float], results: dict, best_cap: dict[tuple[str, str], float],
@@ -242,27 +249,31 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
     """ResNet-50 with the first bucket capped (PyTorch's default first_bucket_bytes = 1 MiB)."""
     model, k = resnet50(batch=32), args.world_size
     cap, first = args.bucket_cap_bytes, args.first_bucket_cap_bytes
-    rep.note(f"later buckets capped at {cap_text(cap)} (as in Part 1); a bucket is sealed once it reaches its cap, "
-             "so it can end up to one tensor above it")
+    rep.note(f"later buckets capped at {cap_text(cap)} (as in Part 1); a bucket is sealed once it reaches "
+             "its cap, so it can end up to one tensor above it")
     compute = notes_resnet_compute()
     plain = simulate_ddp(model, k, link, cap, compute=compute)
     small = simulate_ddp(model, k, link, cap, first_cap_bytes=first, compute=compute)
     raw = [simulate_ddp(model, k, link, cap, first_cap_bytes=f) for f in (None, first)]  # uncalibrated
     rows = [[label, len(t.buckets), f"{t.bucket_bytes[0] / MB:.3f}", ms(t.bucket_ready_s[0]),
              ms(t.first_comm_start_s), ms(t.exposed_comm_s), ms(t.step_s), ms(u.step_s)]
-            for label, t, u in (("one cap for all", plain, raw[0]), (f"first cap {cap_text(first)}", small, raw[1]))]
+            for label, t, u in (("one cap for all", plain, raw[0]),
+                                (f"first cap {cap_text(first)}", small, raw[1]))]
     rep.table(["buckets", "count", "bucket 0 (MB)", "bucket 0 ready (ms)", "first comm (ms)", "exposed (ms)",
                "step (ms)", "step, uncal. (ms)"], rows, name="first_bucket")
     first_names = [model.params[i].name for i in small.buckets[0]]
-    rep.line(f"  bucket 0 with the first cap: {', '.join(first_names[:4])}{', …' if len(first_names) > 4 else ''} "
+    more = ", …" if len(first_names) > 4 else ""
+    rep.line(f"  bucket 0 with the first cap: {', '.join(first_names[:4])}{more} "
              f"({fmt_bytes(small.bucket_bytes[0], binary=True)})")
     for text in ascii_timeline(small):
         rep.line("    " + text)
-    rep.values(first_comm_ms=plain.first_comm_start_s * 1e3, first_comm_capped_ms=small.first_comm_start_s * 1e3,
+    rep.values(first_comm_ms=plain.first_comm_start_s * 1e3,
+               first_comm_capped_ms=small.first_comm_start_s * 1e3,
                step_one_cap_ms=plain.step_s * 1e3, step_first_capped_ms=small.step_s * 1e3,
                bucket0_last=model.params[plain.buckets[0][-1]].name,
                bucket0_ready_pct=100 * plain.bucket_ready_s[0] / compute.backward_s(model),
-               uncal_first_comm_ms=raw[0].first_comm_start_s * 1e3, capped_bucket0_ready_ms=small.bucket_ready_s[0] * 1e3,
+               uncal_first_comm_ms=raw[0].first_comm_start_s * 1e3,
+               capped_bucket0_ready_ms=small.bucket_ready_s[0] * 1e3,
                uncal_one_cap_ms=raw[0].step_s * 1e3, uncal_first_capped_ms=raw[1].step_s * 1e3)
     return [("one cap for all", plain), ("small first cap", small)]
 
@@ -272,13 +283,14 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
     (fixed at construction in reverse registration order, never rebuilt)."""
     bert, compute, flops_backward = bert_compute()
     k, cap, n = args.world_size, args.bucket_cap_bytes, len(bert.params)
-    rep.note(f"compute: {bert.description}, every weight matrix 2 · tokens · size FLOPs plus attention scores, "
-             f"backward = 2 × forward at {ComputeModel().flops_per_s / 1e12:g} TFLOP/s = {ms(flops_backward)} ms. "
-             f"The notes do not state theirs: it is calibrated openly, × {compute.calibration:.4f} (backward "
-             f"{ms(compute.backward_s(bert))} ms; perhaps the softmax, GELU, LayerNorm a matmul count omits), so "
-             f"that the reversed order gives their {calibration_target_s(BERT_TARGET) * 1e3:g} ms at their setting (K 16, "
-             "α 10 µs, β 10 GB/s, 25 MB). Last column: the step without that calibration. Buckets as PyTorch 1.5 "
-             "made them: at construction, in reverse registration order, never rebuilt.")
+    rep.note(f"compute: {bert.description}, every weight matrix 2 · tokens · size FLOPs plus attention "
+             f"scores, backward = 2 × forward at {ComputeModel().flops_per_s / 1e12:g} TFLOP/s = "
+             f"{ms(flops_backward)} ms. The notes do not state theirs: it is calibrated openly, × "
+             f"{compute.calibration:.4f} (backward {ms(compute.backward_s(bert))} ms; perhaps the softmax, "
+             "GELU, LayerNorm a matmul count omits), so that the reversed order gives their "
+             f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms at their setting (K 16, α 10 µs, β 10 GB/s, "
+             "25 MB). Last column: the step without that calibration. Buckets as PyTorch 1.5 made them: at "
+             "construction, in reverse registration order, never rebuilt.")
     seeds = range(args.seed, args.seed + (2 if args.quick else SHUFFLE_SEEDS))
     orders = [("correct", "correct", 0)] + [(f"shuffled, seed {s}", "shuffled", s) for s in seeds]
     orders.append(("reversed", "reversed", 0))
@@ -289,8 +301,8 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
         raw = simulate_ddp(bert, k, link, cap, registration=registration)
         mib = simulate_ddp(bert, k, link, EXPLICIT_25_MIB, registration=registration, compute=compute)
         kept[label] = tl
-        rows.append([label, len(tl.buckets), ms(tl.bucket_ready_s[0]), ms(tl.first_comm_start_s), ms(tl.step_s),
-                     ms(mib.step_s), ms(raw.step_s)])
+        rows.append([label, len(tl.buckets), ms(tl.bucket_ready_s[0]), ms(tl.first_comm_start_s),
+                     ms(tl.step_s), ms(mib.step_s), ms(raw.step_s)])
     rep.table(["registration order", "buckets", "bucket 0 ready (ms)", "first comm (ms)", "step (ms)",
                "step, bucket_cap_mb=25", "step, uncalibrated"], rows, name="order")
     for label in ("correct", "reversed"):
@@ -312,9 +324,9 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
              f"{ms(rebuilt.step_s)} ms, {len(rebuilt.buckets)} buckets")
     rep.note("when the rebuild happens (torch 2.13, checked in 02_buckets.py Part 1): with the default "
              "find_unused_parameters=False iteration 1 runs as one bucket and the buckets are rebuilt before "
-             "iteration 2; with static_graph=True iterations 1 and 2 run as one bucket, rebuilt from iteration 3; "
-             "with find_unused_parameters=True never: the constructor's buckets stay, and a wrong registration "
-             "order costs what the table shows, as in PyTorch 1.5.")
+             "iteration 2; with static_graph=True iterations 1 and 2 run as one bucket, rebuilt from "
+             "iteration 3; with find_unused_parameters=True never: the constructor's buckets stay, and a "
+             "wrong registration order costs what the table shows, as in PyTorch 1.5.")
     return [(label, kept[label]) for label in ("correct", f"shuffled, seed {args.seed}", "reversed")]
 
 
@@ -322,8 +334,8 @@ def save_gantt(rep: Report, args: argparse.Namespace, link: Link, timelines: lis
                name: str, what: str) -> None:
     if rep.figure_dir():
         first = f", first bucket {cap_text(args.first_bucket_cap_bytes)}" if name == "first_bucket" else ""
-        title = (f"{what}: K = {args.world_size}, α = {link.alpha_s * 1e6:g} µs, β = {link.beta_Bps / 1e9:g} GB/s, "
-                 f"cap {cap_text(args.bucket_cap_bytes)}{first}")
+        title = (f"{what}: K = {args.world_size}, α = {link.alpha_s * 1e6:g} µs, "
+                 f"β = {link.beta_Bps / 1e9:g} GB/s, cap {cap_text(args.bucket_cap_bytes)}{first}")
         rep.save_figure(ddp_gantt(timelines, title), name)
 
 

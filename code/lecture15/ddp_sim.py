@@ -139,8 +139,8 @@ def calibration_target_s(row_id: str) -> float:
 
 def calibrated_to(model: ModelSpec, backward_s: float, base: ComputeModel = ComputeModel()) -> ComputeModel:
     """`base` scaled so that `model`'s backward takes `backward_s`; the factor is its .calibration."""
-    return ComputeModel(base.flops_per_s, base.backward_over_forward,
-                        backward_s / ComputeModel(base.flops_per_s, base.backward_over_forward).backward_s(model))
+    plain = ComputeModel(base.flops_per_s, base.backward_over_forward)
+    return ComputeModel(base.flops_per_s, base.backward_over_forward, backward_s / plain.backward_s(model))
 
 
 def calibrated_to_step(model: ModelSpec, target_step_s: float, registration: str = "correct",
@@ -188,7 +188,7 @@ def gradient_ready_times(model: ModelSpec, compute: ComputeModel) -> list[float]
 
 
 def registration_order(n: int, kind: str = "correct", seed: int = 0) -> list[int]:
-    """Which model parameter is registered i-th: 'correct' (model order), 'reversed' or 'shuffled' (seeded)."""
+    """Which model parameter is registered i-th: 'correct' (model order), 'reversed', 'shuffled' (seeded)."""
     order = list(range(n))
     if kind == "reversed":
         order.reverse()
@@ -287,7 +287,8 @@ def simulate_backward(ready_s: Sequence[float], param_bytes: Sequence[int], buck
         start = max(ready if overlap else backward, free_at)
         free_at = start + duration
         events.append(Event("comm", f"bucket {b}", start, free_at, bucket=b))
-    return Timeline(events, [list(b) for b in buckets], sizes, ready_b, backward, overlap, forward_s, durations)
+    return Timeline(events, [list(b) for b in buckets], sizes, ready_b, backward, overlap, forward_s,
+                    durations)
 
 
 def simulate_ddp(model: ModelSpec, world_size: int, link: Link, cap_bytes: int,
@@ -342,7 +343,8 @@ def gantt_figure(timelines: Sequence[tuple[str, Timeline]], title: str = "") -> 
     most = max(len(t.buckets) for _, t in timelines)
     for t, (name, timeline) in enumerate(timelines):
         base = 2 * (len(timelines) - 1 - t)
-        compute = [(e.start_s * 1e3, (e.end_s - e.start_s) * 1e3) for e in timeline.events if e.stream == "compute"]
+        compute = [(e.start_s * 1e3, (e.end_s - e.start_s) * 1e3) for e in timeline.events
+                   if e.stream == "compute"]
         ax.broken_barh(compute, (base + 1.05, 0.8), color="tab:blue")
         for e in timeline.comm_events():
             ax.broken_barh([(e.start_s * 1e3, (e.end_s - e.start_s) * 1e3)], (base + 0.1, 0.8),
@@ -360,8 +362,9 @@ def gantt_figure(timelines: Sequence[tuple[str, Timeline]], title: str = "") -> 
     handles = [Patch(color="tab:blue", label="backward (gradients)")]
     handles += [Patch(color=colours[b], label=f"bucket {b}") for b in range(min(most, len(colours)))]
     repeat = f" (colours repeat every {len(colours)} of {most} buckets)" if most > len(colours) else ""
-    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.02 * len(timelines)),
-              ncol=min(len(handles), 8), title=f"all-reduce colour = bucket index{repeat}", title_fontsize=7)
+    ax.legend(handles=handles, fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, -0.18 - 0.02 * len(timelines)), ncol=min(len(handles), 8),
+              title=f"all-reduce colour = bucket index{repeat}", title_fontsize=7)
     ax.set_title(title, fontsize=9)
     return fig
 
@@ -384,8 +387,10 @@ def throughput_speedup(world_size: int, single_step_s: float, step_s: float) -> 
 
 
 def weak_scaling(model: ModelSpec, world_sizes: Sequence[int], link: Link, cap_bytes: int,
-                 first_cap_bytes: int | None = None, compute: ComputeModel | None = None) -> list[ScalingPoint]:
-    """Per-rank batch fixed: step(K) = forward + backward overlapped with the ring all-reduce of the buckets."""
+                 first_cap_bytes: int | None = None,
+                 compute: ComputeModel | None = None) -> list[ScalingPoint]:
+    """Per-rank batch fixed: step(K) = forward + backward overlapped with the ring all-reduce of the
+    buckets."""
     compute = compute or ComputeModel()
     single = compute.forward_s(model) + compute.backward_s(model)    # one rank: nothing to reduce
     points = []

@@ -1,11 +1,11 @@
-"""Lecture 15 §8 (练习): the twelve exercises, and the handbook's 7B question, answered by the suite's models.
+"""Lecture 15 §8 (练习): the twelve exercises, answered by the suite's models.
 
     python code/lecture15/exercises.py
 
-Each part is one exercise (Part 1 = exercise 1 …; Part H = the handbook's 7B question). Numbers come
-from lecture15.ddp_sim and common.costmodel, printed beside the notes' reference answers; the prose
-exercises print our explanation (marked "note:") and, where it is cheap, a computed check. Model
-only: numpy, no processes, no torch.
+Each part is one exercise (Part 1 = exercise 1 …). Numbers come from lecture15.ddp_sim and
+common.costmodel and are compared with the notes' reference answers (code/lecture15/notes.toml); the
+prose exercises print our explanation (marked "note:") and, where it is cheap, a computed check.
+Model only: numpy, no processes, no torch. (The handbook's 7B question: handbook_details.py.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of any installed
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -25,7 +25,7 @@ import numpy as np
 
 from common.cli import make_parser, run_main
 from common.costmodel import Link, ring_allreduce_time
-from common.output import ASSUMPTION, Report
+from common.output import Report
 from lecture15.ddp_sim import (
     MB,
     ascii_timeline,
@@ -73,13 +73,13 @@ def pair_by_call_order(calls: list[list[int]], buffers: list[list[np.ndarray]]) 
     for j in range(len(calls[0])):
         parts = [buffers[rank][calls[rank][j]] for rank in range(len(calls))]
         if len({p.size for p in parts}) > 1:
-            outcome.append(f"call {j}: sizes {[p.size for p in parts]} differ -> error or hang")
+            outcome.append(f"sizes {[p.size for p in parts]} differ: error/hang")
             continue
         total = sum(parts)
         correct = all(np.array_equal(total, sum(buffers[r][calls[rank][j]] for r in range(len(calls))))
                       for rank in range(len(calls)))
-        outcome.append(f"call {j}: buckets {[calls[r][j] for r in range(len(calls))]} summed -> "
-                       + ("correct" if correct else "WRONG (different buckets added together)"))
+        paired = [calls[r][j] for r in range(len(calls))]
+        outcome.append(f"buckets {paired}: {'correct' if correct else 'WRONG'}")
     return outcome
 
 
@@ -93,10 +93,7 @@ def part1(rep: Report) -> None:
     machine, local, world = rank_placement(7, machines=3, gpus_per_machine=4)
     first = [r for r in range(world) if rank_placement(r, 3, 4)[0] == machine]
     rep.line(f"  ranks {first[0]}–{first[-1]} live on machine {machine} (counting from 0)")
-    w = "ranks fill machine 0 first: machine = rank // 4, local = rank % 4, WORLD_SIZE = 3 × 4"
-    rep.claim("machine of global rank 7 (0-based)", machine, notes=1, setting=(), ref="L15-8-ex1", why=w)
-    rep.claim("local rank of global rank 7", local, notes=3, setting=(), ref="L15-8-ex1", why=w)
-    rep.claim("WORLD_SIZE", world, notes=12, setting=(), ref="L15-8-ex1", why=w)
+    rep.values(ex1_machine=machine, ex1_local_rank=local, ex1_world_size=world)
 
 
 def part2(rep: Report) -> None:
@@ -126,13 +123,10 @@ def part3(rep: Report) -> None:
     buckets = exercise3_buckets()
     text = ", ".join("{" + ", ".join(f"p{i}" for i in b) + "}" for b in buckets)
     rep.line("  p0…p4 = 10, 2, 8, 20, 4 MB; cap 12 MB; filled in reverse order, sealed once >= cap")
-    rep.claim("buckets", text, notes="{p4, p3}, {p2, p1, p0}", setting=(), ref="L15-8-ex3",
-              why="PyTorch 1.5's constructor rule, as the exercise asks: reverse order, sealed once >= 12 MB")
-    rep.note("that is the constructor's assignment (PyTorch 1.5, or today with find_unused_parameters=True, "
-             "where the buckets are never rebuilt). With the default find_unused_parameters=False today's DDP "
-             "runs iteration 1 as one bucket and rebuilds before iteration 2 in the order the gradients became "
-             "ready (static_graph=True: from iteration 3); the same buckets here, since p4 … p0 arrive in reverse "
-             "order. With bucket_cap_mb=None the first bucket would be capped at 1 MiB: p4 alone.")
+    rep.value("ex3_buckets", text)
+    rep.note("the constructor's assignment (PyTorch 1.5; today with find_unused_parameters=True). By "
+             "default today's DDP rebuilds before iteration 2 in the gradients' ready order: the same "
+             "buckets, as p4 … p0 arrive in reverse. bucket_cap_mb=None caps bucket 0 at 1 MiB: p4 alone.")
 
 
 def part4(rep: Report) -> None:
@@ -150,10 +144,8 @@ def part4(rep: Report) -> None:
                  f"all-reduce {e.start_s * 1e3:.1f}–{e.end_s * 1e3:.1f} ms")
     for row in ascii_timeline(overlapped, width=50, full_scale_s=serial.step_s):
         rep.line("  " + row)
-    w = "the exercise's cost 0.5 ms + 0.1 ms/MB per bucket, buckets launched in index order"
-    rep.claim("one step, overlapped", overlapped.step_s * 1e3, 7.5, "ms", places=1, setting=(), ref="L15-8-ex4", why=w)
-    rep.claim("no overlap, two buckets", serial.step_s * 1e3, 10.4, "ms", places=1, setting=(), ref="L15-8-ex4", why=w)
-    rep.claim("no overlap, one bucket", one.step_s * 1e3, 9.9, "ms", places=1, setting=(), ref="L15-8-ex4", why=w)
+    rep.values(ex4_overlapped_ms=overlapped.step_s * 1e3, ex4_serial_ms=serial.step_s * 1e3,
+               ex4_one_bucket_ms=one.step_s * 1e3)
 
 
 def part5(rep: Report) -> None:
@@ -161,41 +153,40 @@ def part5(rep: Report) -> None:
     per_bucket_latency = ring_allreduce_time(k, 0, link)      # an empty all-reduce: 2(K−1)α
     cap0 = simulate_ddp(model, k, link, cap_bytes=0)
     serial = simulate_ddp(model, k, link, cap_bytes=10 * model.nbytes, overlap=False)
-    rep.line(f"  ResNet-50, K = {k}, {link.describe()}: each all-reduce pays 2(K−1)α = "
-             f"{per_bucket_latency * 1e3:.2f} ms however small")
-    rep.line(f"  cap 0 -> {len(cap0.buckets)} buckets, latency alone {len(cap0.buckets) * per_bucket_latency * 1e3:.1f} ms; "
+    rep.line(f"  ResNet-50, K = {k}, α = {link.alpha_s * 1e6:g} µs, β = {link.beta_Bps / 1e9:g} GB/s: any "
+             f"all-reduce pays 2(K−1)α = {per_bucket_latency * 1e3:.2f} ms")
+    buckets = len(cap0.buckets)
+    rep.line(f"  cap 0 -> {buckets} buckets, latency alone {buckets * per_bucket_latency * 1e3:.1f} ms; "
              f"one bucket pays it once: {per_bucket_latency * 1e3:.2f} ms")
-    rep.line(f"  overlap can save at most the communication, {serial.comm_total_s * 1e3:.1f} ms with one bucket; "
-             f"cap 0 adds {(len(cap0.buckets) - 1) * per_bucket_latency * 1e3:.1f} ms of latency")
-    rep.line(f"  step: cap 0, overlapped {cap0.step_s * 1e3:.1f} ms; one bucket, no overlap {serial.step_s * 1e3:.1f} ms")
-    rep.claim("cap 0 is slower than one bucket without overlap", bool(cap0.step_s > serial.step_s), notes=True,
-              kind=ASSUMPTION, setting=(), ref="L15-8-ex5", why="true when N_tensors·2(K−1)α exceeds what overlap "
-              "hides: here with §3's ResNet-50 at K = 16 (plain FLOP count)")
-    rep.claim("ResNet-50 parameter tensors", len(model.params), notes=161, setting=(), ref="L15-8-ex5",
-              why="one all-reduce per tensor at cap 0")
+    rep.line(f"  overlap can save at most the communication, {serial.comm_total_s * 1e3:.1f} ms with one "
+             f"bucket; cap 0 adds {(buckets - 1) * per_bucket_latency * 1e3:.1f} ms of latency")
+    rep.line(f"  step: cap 0, overlapped {cap0.step_s * 1e3:.1f} ms; one bucket, no overlap "
+             f"{serial.step_s * 1e3:.1f} ms")
+    rep.values(ex5_cap0_slower=bool(cap0.step_s > serial.step_s), ex5_tensors=len(model.params))
 
 
 def part6(rep: Report) -> None:
     rng = np.random.default_rng(6)
     ready = [[1, 0], [0, 1]]                               # rank 0 fills bucket 1 first, rank 1 bucket 0
-    rep.line(f"  ready order: rank 0 {ready[0]}, rank 1 {ready[1]}")
-    for label, sizes in (("equal sizes", (3, 3)), ("different sizes", (3, 2))):
+    rows = []
+    for label, sizes in (("equal", (3, 3)), ("different", (3, 2))):
         buffers = [[rng.integers(0, 10, s).astype(float) for s in sizes] for _ in range(2)]
-        for rule, in_order in (("naive (first ready, first sent)", False), ("DDP (bucket-index order)", True)):
+        for rule, in_order in (("naive: first ready, first sent", False), ("DDP: bucket-index order", True)):
             calls = [launch_order(r, in_order) for r in ready]
-            rep.line(f"  {label}, {rule}:")
-            for line in pair_by_call_order(calls, buffers):
-                rep.line(f"    {line}")
-    rep.note("collectives match by call order, not by name: the naive rule adds rank 0's bucket 1 to rank 1's "
-             "bucket 0 — an error when the sizes differ, silently wrong numbers when they agree.")
+            rows.append([label, rule, *pair_by_call_order(calls, buffers)])
+    rep.line(f"  ready order: rank 0 {ready[0]}, rank 1 {ready[1]}")
+    rep.table(["bucket sizes", "launch rule", "all-reduce call 0 adds", "call 1 adds"], rows,
+              name="launch_rules")
+    rep.note("collectives match by call order, not by name: the naive rule adds rank 0's bucket 1 to rank "
+             "1's bucket 0 (WRONG: a silently wrong sum when the sizes agree, an error when they differ).")
 
 
 def part7(rep: Report) -> None:
     rep.note("correct 4-step accumulation: no_sync must wrap the forward; the last micro-batch syncs.")
     for code in ("opt.zero_grad()",
-                 "for i, (x, y) in enumerate(micro_batches):            # 4 micro-batches",
-                 "    ctx = ddp.no_sync() if i < 3 else contextlib.nullcontext()",
-                 "    with ctx:",
+                 "for step, (x, y) in enumerate(micro_batches):         # 4 of them",
+                 "    last = step == len(micro_batches) - 1",
+                 "    with contextlib.nullcontext() if last else ddp.no_sync():   # the forward inside",
                  "        (loss_fn(ddp(x), y) / 4).backward()",
                  "opt.step()"):
         rep.line("        " + code)
@@ -205,8 +196,8 @@ def part7(rep: Report) -> None:
     x, y, w = rng.standard_normal((4 * 8, 5)), rng.standard_normal(4 * 8), rng.standard_normal(5)
     accumulated = sum(least_squares_grad(w, x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) / 4 for i in range(4))
     full = least_squares_grad(w, x, y)
-    rep.line(f"  check (least squares, 4 micro-batches of 8): max |Σ grad(loss_i/4) − grad(full-batch mean)| "
-             f"= {np.max(np.abs(accumulated - full)):.1e}")
+    rep.line(f"  check, 4 micro-batches of 8: max |Σ grad(loss_i/4) − grad(mean over all 32)| = "
+             f"{np.max(np.abs(accumulated - full)):.1e}")
     uneven = [slice(0, 8), slice(8, 16), slice(16, 24), slice(24, 26)]
     acc2 = sum(least_squares_grad(w, x[s], y[s]) / 4 for s in uneven)
     rep.line(f"  with micro-batches of 8, 8, 8, 2 it is not the mean over all 26 samples: max |Δ| = "
@@ -222,14 +213,17 @@ def part8(rep: Report) -> None:
     rng = np.random.default_rng(8)
     for tokens in (4, 8, 16, 32, 64):
         # P(some expert idle) by inclusion–exclusion; each token picks `top` distinct experts uniformly.
-        exact = sum((-1) ** (j + 1) * math.comb(experts, j) * (math.comb(experts - j, top) / math.comb(experts, top))
-                    ** tokens for j in range(1, experts - top + 1))
+        untouched = [math.comb(experts - j, top) / math.comb(experts, top) for j in range(experts + 1)]
+        exact = sum((-1) ** (j + 1) * math.comb(experts, j) * untouched[j] ** tokens
+                    for j in range(1, experts - top + 1))
         picks = np.argsort(rng.random((2000, tokens, experts)), axis=2)[:, :, :top]
         used = np.zeros((2000, experts), dtype=bool)
         np.put_along_axis(used, picks.reshape(2000, -1), True, axis=1)
         rows.append([tokens, f"{exact:.3f}", f"{np.mean(~used.all(axis=1)):.3f}"])
-    rep.line(f"  top-{top} of {experts} experts, uniform independent routing (real routers are skewed: worse):")
-    rep.table(["tokens on a rank", "P(an expert idle), exact", "simulated (2000 draws)"], rows, name="moe_idle")
+    rep.line(f"  top-{top} of {experts} experts, uniform independent routing (real routers are skewed: "
+             "worse):")
+    rep.table(["tokens on a rank", "P(an expert idle), exact", "simulated (2000 draws)"], rows,
+              name="moe_idle")
 
 
 def part9(rep: Report) -> None:
@@ -238,20 +232,17 @@ def part9(rep: Report) -> None:
     bitmap = ring_allreduce_time(k, len(model.params) * 4, link)
     rep.note("a bucket is one flat buffer of one dtype (the gradients' float); the usage bitmap is integers, "
              "and one bitmap for all parameters is smaller than one per bucket.")
-    rep.line(f"  ResNet-50: a {len(model.params)}-entry int32 bitmap; its all-reduce at K = {k} takes "
-             f"{bitmap * 1e3:.3f} ms, almost all latency (2(K−1)α = {ring_allreduce_time(k, 0, link) * 1e3:.2f} ms)")
+    rep.line(f"  ResNet-50's {len(model.params)}-entry int32 bitmap, all-reduced at K = {k}: "
+             f"{bitmap * 1e3:.3f} ms, nearly all 2(K−1)α = {ring_allreduce_time(k, 0, link) * 1e3:.2f} ms")
 
 
 def part10(rep: Report) -> None:
-    ratio = throughput_speedup(256, 50e-3, 100e-3)
-    w = "256 × 32 samples / 100 ms against 32 / 50 ms; efficiency = throughput ratio / 256"
-    rep.claim("throughput, 256 ranks against 1", ratio, notes=128, unit="×", setting=(), ref="L15-8-ex10", why=w)
-    rep.claim("scaling efficiency", 100 * ratio / 256, notes=50, unit="%", setting=(), ref="L15-8-ex10", why=w)
+    ratio = throughput_speedup(256, 50e-3, 100e-3)   # 256 × 32 samples / 100 ms against 32 / 50 ms
+    rep.values(ex10_throughput=ratio, ex10_efficiency_pct=100 * ratio / 256)
 
 
 def part11(rep: Report) -> None:
-    rep.claim("average step, sync every 4", skip_sync_step_s(100e-3, 50e-3, 4) * 1e3, notes=62.5, unit="ms",
-              setting=(), ref="L15-8-ex11", why="(3 × 50 + 100) / 4")
+    rep.value("ex11_average_ms", skip_sync_step_s(100e-3, 50e-3, 4) * 1e3)
     rep.note("the update adds 4 gradients: divide the learning rate by 4 to keep each update's size — "
              "then it is large-batch training (4× the batch, 1/4 the updates); Part 7's check and "
              "05_scaling.py Part 3 show the equality.")
@@ -266,15 +257,15 @@ def part12(rep: Report) -> None:
     shards = [rng.normal(0.0, 1.0, 256), rng.normal(3.0, 1.0, 256)]   # two ranks, two classes
     local = [(s.mean(), s.std()) for s in shards]
     value = 1.5
-    rep.line(f"  input {value} normalised on rank 0: {(value - local[0][0]) / local[0][1]:+.2f}, on rank 1: "
-             f"{(value - local[1][0]) / local[1][1]:+.2f}; rank 0's mean, which DDP's buffer broadcast keeps: "
-             f"{local[0][0]:.2f}; global mean {np.concatenate(shards).mean():.2f} (what SyncBatchNorm uses)")
+    normalised = [(value - mean) / std for mean, std in local]
+    rep.line(f"  input {value} normalised on rank 0: {normalised[0]:+.2f}, rank 1: {normalised[1]:+.2f}; "
+             f"kept mean (rank 0's) {local[0][0]:.2f}, global {np.concatenate(shards).mean():.2f}")
 
 
 def main() -> None:
     parser = make_parser(__doc__, figs=False)
     args: argparse.Namespace = parser.parse_args()
-    rep = Report(__file__, "lecture 15 exercises (§8) and the handbook's 7B question", args)
+    rep = Report(__file__, "lecture 15 exercises (§8)", args)
     steps = [  # (exercise, title, what it answers with)
         (1, "rank 7 on 3 machines × 4 GPUs", part1),
         (2, "why broadcast at construction", part2),
@@ -292,7 +283,6 @@ def main() -> None:
     for number, title, answer in steps:
         rep.part(number, f"exercise {number}: {title}")
         answer(rep)
-    # The handbook's question about a 7B model on 64 ranks is its own script's: my_ddp_check.py Part 6.
     rep.finish()
 
 

@@ -1,7 +1,7 @@
 """Lecture 15 §3's timeline model against a real PyTorch DDP step on this machine.
 
     python code/lecture15/model_vs_real.py [--world-size 2] [--layers 8] [--width 1024] [--rank-batch 64]
-                                           [--bucket-cap-mib 4] [--repeats 7]
+                                           [--bucket-cap-mb 4] [--repeats 7]
 
 Part 1 measures gloo all-reduce at a few sizes and fits the ring α-β model to it. Part 2 measures
 when each parameter's gradient is ready in a plain backward (hooks, one thread per rank). Part 3
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of any installed
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -33,8 +33,9 @@ import numpy as np
 from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, positive_int, run_main
 from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
-from common.output import MEASURED, Report, fmt_bytes
+from common.output import Report, fmt_bytes
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
+from lecture15.timings import slowest_rank, spread_ms
 
 ALLREDUCE_BYTES = [2**14, 2**16, 2**18, 2**20, 2**22, 2**24]   # 16 KiB … 16 MiB, factor 4
 WARMUP = 2   # DDP rebuilds its buckets after iteration 1; allocator and gloo buffers settle too
@@ -47,11 +48,12 @@ ALPHA_LIMITS_S, BETA_LIMITS_BPS = (0.0, 10e-3), (1e6, 1e12)
 # four times over in every process, each rank's activations, and the sweep's 16 MiB buffers.
 COST = Cost([Term("1", 6.3, lambda a: 1), Term("W²", 0.1, lambda a: a.world_size**2),
              Term("W·repeats", 0.056, lambda a: a.world_size * a.repeats),
-             Term("W·repeats·L·(w/1024)²", 0.026, lambda a: a.world_size * a.repeats * a.layers * (a.width / 1024) ** 2),
+             Term("W·repeats·L·(w/1024)²", 0.026,
+                  lambda a: a.world_size * a.repeats * a.layers * (a.width / 1024) ** 2),
              Term("repeats·L·(w/1024)·(B/64)", 0.031,
                   lambda a: a.repeats * a.layers * a.width / 1024 * a.rank_batch / 64)],
-            memory=lambda a: (a.world_size + 1) * (16 * a.layers * a.width**2 + 12 * a.rank_batch * a.width * a.layers
-                                                   + 4 * 2**24))
+            memory=lambda a: (a.world_size + 1) * (16 * a.layers * a.width**2
+                                                   + 12 * a.rank_batch * a.width * a.layers + 4 * 2**24))
 
 
 def make_mlp(layers: int, width: int) -> Any:
@@ -74,16 +76,6 @@ def _times(fn: Any, repeats: int) -> list[float]:
         fn()
         times.append(time.perf_counter() - start)
     return times
-
-
-def slowest_rank(per_rank: list[list[float]]) -> list[float]:
-    """Each repeat's time as the slowest rank saw it: a collective step ends when its last rank does."""
-    return [max(times) for times in zip(*per_rank)]
-
-
-def spread_ms(times: list[float], digits: int = 2) -> str:
-    """Median (min–max) in ms."""
-    return f"{statistics.median(times) * 1e3:.{digits}f} ({min(times) * 1e3:.{digits}f}–{max(times) * 1e3:.{digits}f})"
 
 
 def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: int, cap_mib: float,
@@ -136,9 +128,10 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
     # DDP's own log of its rebuilt buckets (private, but a comm hook to record them would change the
     # very step being timed: DDP skips its division by the world size and runs Python per bucket).
     logged = ddp._get_ddp_logging_data()
-    real_buckets = [[int(i) for i in b.split()] for b in str(logged.get("rebuilt_per_bucket_param_indices", "")).split(",")
-                    if b.strip()]
-    return {"allreduce_s": allreduce, "forward_runs": forward_s, "backward_runs": [max(r) for r in ready_runs],
+    rebuilt = str(logged.get("rebuilt_per_bucket_param_indices", ""))
+    real_buckets = [[int(i) for i in b.split()] for b in rebuilt.split(",") if b.strip()]
+    return {"allreduce_s": allreduce, "forward_runs": forward_s,
+            "backward_runs": [max(r) for r in ready_runs],
             "ready_s": np.median(np.array(ready_runs), axis=0).tolist(), "ddp_step_s": step_s,
             "real_buckets": real_buckets, "param_bytes": [p.numel() * p.element_size() for p in params],
             "param_names": [n for n, _ in model.named_parameters()]}
@@ -172,11 +165,13 @@ def fit_ring(world_size: int, sizes: list[int], times: list[float]) -> tuple[Lin
     alpha, beta = ring_alpha_beta_from_line(world_size, a, b)
     bad = []
     if not ALPHA_LIMITS_S[0] <= alpha <= ALPHA_LIMITS_S[1]:
-        bad.append(f"α = {alpha * 1e6:.3g} µs (outside {ALPHA_LIMITS_S[0] * 1e6:g}–{ALPHA_LIMITS_S[1] * 1e6:g} µs)")
+        low, high = (a * 1e6 for a in ALPHA_LIMITS_S)
+        bad.append(f"α = {alpha * 1e6:.3g} µs (outside {low:g}–{high:g} µs)")
     if not BETA_LIMITS_BPS[0] <= beta <= BETA_LIMITS_BPS[1]:
-        bad.append(f"β = {beta / 1e9:.3g} GB/s (outside {BETA_LIMITS_BPS[0] / 1e9:g}–{BETA_LIMITS_BPS[1] / 1e9:g} GB/s)")
+        low, high = (b / 1e9 for b in BETA_LIMITS_BPS)
+        bad.append(f"β = {beta / 1e9:.3g} GB/s (outside {low:g}–{high:g} GB/s)")
     if bad:
-        return None, "the fit failed: " + " and ".join(bad) + "; noise in the small sizes (try more --repeats)"
+        return None, f"the fit failed: {' and '.join(bad)}; noise in the small sizes (try more --repeats)"
     return Link(alpha, beta, "fitted gloo ring"), ""
 
 
@@ -184,18 +179,14 @@ def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any
     sizes, times = result["sizes"], result["allreduce_s"]
     link, failed = fit_ring(args.world_size, sizes, times)
     rows = [[fmt_bytes(n, binary=True), spread_ms(runs, 3),
-             f"{ring_allreduce_time(args.world_size, n, link) * 1e3:.3f}" if link else "-", f"{n / t / 1e9:.2f}"]
-            for n, t, runs in zip(sizes, times, result["allreduce_runs"])]
+             f"{ring_allreduce_time(args.world_size, n, link) * 1e3:.3f}" if link else "-",
+             f"{n / t / 1e9:.2f}"] for n, t, runs in zip(sizes, times, result["allreduce_runs"])]
     rep.table(["size", "measured, ms: median (min–max)", "fitted ring (ms)", "algbw (GB/s, median)"], rows,
               name="allreduce")
-    rep.line(f"  fit: {link.describe() if link else 'failed'}, to the medians of t = 2(K−1)α + 2(K−1)/K·n/β, "
-             f"K = {args.world_size}, least squares in relative error ({len(result['allreduce_runs'][0])} "
-             "repeats per size, slowest rank)")
-    rep.claim("fitted α (per ring step)", link.alpha_s * 1e6 if link else None, unit="µs", kind=MEASURED,
-              why=failed or "intercept of the fit / 2(K−1)")
-    rep.claim("fitted β", link.beta_Bps / 1e9 if link else None, unit="GB/s", kind=MEASURED,
-              why=failed or "2(K−1) / (K · slope of the fit)")
-    if link:
+    rep.line(f"  fit: {link.describe() if link else failed}; to the medians of t = 2(K−1)α + "
+             f"2(K−1)/K·n/β, K = {args.world_size}, least squares in relative error "
+             f"({len(result['allreduce_runs'][0])} repeats per size, slowest rank)")
+    if link:   # our figures, which the notes give none of: recorded, not compared
         rep.record("alpha_s", link.alpha_s)
         rep.record("beta_Bps", link.beta_Bps)
     return link
@@ -209,9 +200,9 @@ def part2_backward(rep: Report, args: argparse.Namespace, result: dict[str, Any]
         previous = ready[i]
     rep.table(["parameter (in backward order)", "grad ready at (ms, median)", "since previous (ms)"], rows,
               name="ready")
-    rep.line(f"  forward {spread_ms(result['forward_runs'], 1)} ms, backward {spread_ms(result['backward_runs'], 1)} "
-             f"ms: median (min–max) of {args.repeats} repeats, each averaged over ranks; all ranks computing, "
-             "one thread each")
+    rep.line(f"  forward {spread_ms(result['forward_runs'], 1)} ms, backward "
+             f"{spread_ms(result['backward_runs'], 1)} ms: median (min–max) of {args.repeats} repeats, "
+             "each averaged over ranks; all ranks computing, one thread each")
 
 
 def verdict(measured: list[float], serial_s: float, overlap_s: float) -> str:
@@ -219,12 +210,13 @@ def verdict(measured: list[float], serial_s: float, overlap_s: float) -> str:
     median = statistics.median(measured)
     if median > serial_s:
         fastest = "even the fastest repeat is" if min(measured) > serial_s else "the fastest repeat is not"
-        return (f"the measured step ({median * 1e3:.1f} ms, median) is above even the no-overlap prediction "
-                f"({serial_s * 1e3:.1f} ms; {fastest}): this machine contradicts the model, whose two streams "
-                "never slow each other down")
+        return (f"the measured step ({median * 1e3:.1f} ms, median) is above even the no-overlap "
+                f"prediction ({serial_s * 1e3:.1f} ms; {fastest}): this machine contradicts the model, whose "
+                "two streams never slow each other down")
     if median > overlap_s:
-        return (f"the measured step ({median * 1e3:.1f} ms) lies between the overlap ({overlap_s * 1e3:.1f} ms) "
-                f"and no-overlap ({serial_s * 1e3:.1f} ms) predictions: less overlap than the model assumes")
+        return (f"the measured step ({median * 1e3:.1f} ms) lies between the overlap "
+                f"({overlap_s * 1e3:.1f} ms) and no-overlap ({serial_s * 1e3:.1f} ms) predictions: less "
+                "overlap than the model assumes")
     return (f"the measured step ({median * 1e3:.1f} ms) is at or below the overlap prediction "
             f"({overlap_s * 1e3:.1f} ms): the model is pessimistic here (the fitted all-reduce, measured "
             "alone, costs more than it does inside the step)")
@@ -235,12 +227,11 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     cap = args.bucket_cap_bytes
     buckets = assign_buckets(sizes, cap, first_cap_bytes=cap)
     real = result["real_buckets"]
-    rep.line(f"  buckets by DDP's rule (gradient-ready order, sealed at >= the cap), cap {cap / MiB:g} MiB: {buckets}")
-    rep.line(f"  buckets the real DDP used after its rebuild:   {real} "
-             f"(the same on every rank: {result['same_buckets_on_every_rank']})")
-    rep.claim("model's buckets equal the real DDP's", buckets == real, notes=True, setting=(), ref="HB-bucket-order",
-              why="our rule (backward order, sealed once >= the cap; an explicit cap caps the first bucket too) "
-                  "against DDP's own log of its rebuilt buckets, which holds for any cap and model")
+    rep.line(f"  buckets by DDP's rule (gradient-ready order, sealed at >= the cap {cap / MiB:g} MiB): "
+             f"{buckets}")
+    rep.line(f"  the real DDP's after its rebuild: {'the same' if real == buckets else real} (the same on "
+             f"every rank: {result['same_buckets_on_every_rank']})")
+    rep.value("rule_equals_real_buckets", buckets == real)
     measured, runs = result["ddp_step_s"], result["ddp_step_runs"]
     if link is None:
         rep.line(f"  measured DDP step (slowest rank): {spread_ms(runs, 1)} ms, median (min–max)")
@@ -256,10 +247,9 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
                                names=result["param_names"], forward_s=result["forward_s"])
     for row in ascii_timeline(overlapped, width=60, full_scale_s=serial.step_s):
         rep.line("  " + row)
-    rows = [["model, no overlap", f"{serial.step_with_forward_s * 1e3:.1f}", f"{serial.step_with_forward_s / measured:.2f}"],
-            ["model, overlap (DDP)", f"{overlapped.step_with_forward_s * 1e3:.1f}",
-             f"{overlapped.step_with_forward_s / measured:.2f}"],
-            [f"measured DDP step, median (min–max) of {len(runs)}", spread_ms(runs, 1), "1.00"]]
+    rows = [[label, f"{t.step_with_forward_s * 1e3:.1f}", f"{t.step_with_forward_s / measured:.2f}"]
+            for label, t in (("model, no overlap", serial), ("model, overlap (DDP)", overlapped))]
+    rows.append([f"measured DDP step, median (min–max) of {len(runs)}", spread_ms(runs, 1), "1.00"])
     rep.table(["forward + backward", "ms", "÷ measured median"], rows, name="predicted_vs_measured")
     said = verdict(runs, serial.step_with_forward_s, overlapped.step_with_forward_s)
     rep.line("  " + said)
@@ -269,17 +259,18 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     rep.record("measured_s", measured)
     rep.record("measured_runs_s", runs)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    rep.note(f"limits: {args.world_size} ranks share this machine's {cores} cores, so gloo's threads and the backward "
-             "compete for them (the model lets the two streams run side by side for free); the all-reduce was "
-             "fitted with no compute running; DDP copies gradients into buckets and back; and other programs "
-             "on the machine add noise. Predictions use the medians of Parts 1 and 2.")
+    rep.note(f"limits: {args.world_size} ranks share this machine's {cores} cores, so gloo's threads and the "
+             "backward compete for them (the model lets the two streams run side by side for free); the "
+             "all-reduce was fitted with no compute running; DDP copies gradients into buckets and back; and "
+             "other programs on the machine add noise. Predictions use the medians of Parts 1 and 2.")
 
 
 def main() -> None:
     # --quick: smaller layers, a cap that still gives one layer per bucket, sizes up to 4 MiB
-    parser = make_parser(__doc__, world_size=2, layers=8, width=1024, bucket_cap_mb=4.0, repeats=7, real=True, cost=COST,
-                         quick={"layers": 4, "width": 512, "repeats": 3, "bucket_cap_mb": 1.0},
-                         context={"layers": "Linear layers", "bucket_cap_mb": "the default: one layer per bucket"})
+    parser = make_parser(__doc__, world_size=2, layers=8, width=1024, bucket_cap_mb=4.0, repeats=7, real=True,
+                         cost=COST, quick={"layers": 4, "width": 512, "repeats": 3, "bucket_cap_mb": 1.0},
+                         context={"layers": "Linear layers",
+                                  "bucket_cap_mb": "the default: one layer per bucket"})
     parser.add_argument("--rank-batch", type=positive_int, default=64, help="samples per rank")
     args = parser.parse_args()
     if args.world_size < 2:
@@ -288,8 +279,8 @@ def main() -> None:
     rep = Report(__file__, "the §3 timeline model against a real DDP step on this machine", args)
     from common.launcher import launch, preload_for_ddp  # torch loads only once the flags are good
     preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
-    ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.rank_batch, args.bucket_cap_bytes / MiB,
-                   sizes, args.repeats, timeout_s=args.timeout_s)
+    ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.rank_batch,
+                   args.bucket_cap_bytes / MiB, sizes, args.repeats, timeout_s=args.timeout_s)
     args.world_size = len(ranks)            # under torchrun the group's size wins over the flag
     result = combine_ranks(ranks)
     result["sizes"] = sizes
@@ -297,7 +288,8 @@ def main() -> None:
     rep.part(1, f"gloo all-reduce on {args.world_size} ranks, fitted to the ring model")
     link = part1_allreduce(rep, args, result)
     # Part 2: when each gradient is ready in a plain backward
-    rep.part(2, f"per-parameter backward times, {args.layers} × Linear({args.width}, {args.width}), batch {args.rank_batch} per rank")
+    rep.part(2, f"per-parameter backward times, {args.layers} × Linear({args.width}, {args.width}), "
+                f"batch {args.rank_batch} per rank")
     part2_backward(rep, args, result)
     # Part 3: the timeline's prediction against the real DDP step
     rep.part(3, "predicted against measured DDP step")

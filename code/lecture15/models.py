@@ -112,7 +112,8 @@ def resnet50(batch: int = 32, image_size: int = 224, num_classes: int = 1000) ->
             c_in, size = 4 * width, out
     params.append(Param("fc.weight", (num_classes, c_in), 2.0 * batch * c_in * num_classes))
     params.append(Param("fc.bias", (num_classes,)))
-    return ModelSpec("ResNet-50", params, f"torchvision v1.5 layout, batch {batch}, {image_size}×{image_size}")
+    return ModelSpec("ResNet-50", params,
+                     f"torchvision v1.5 layout, batch {batch}, {image_size}×{image_size}")
 
 
 def bert_large(batch: int = 4, seq_len: int = 512, layers: int = 24, hidden: int = 1024,

@@ -59,7 +59,8 @@ class _Bucket:
 
     def __init__(self, params: list[torch.nn.Parameter], names: list[str]) -> None:
         self.params, self.names = params, names
-        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
+                                device=params[0].device)
         sizes = [p.numel() for p in params]
         self.views = [v.view_as(p) for v, p in zip(self.flat.split(sizes), params)]
         self.ready = [False] * len(params)   # which gradients arrived in this backward

@@ -58,7 +58,8 @@ CAPS: tuple[tuple[str, int | None], ...] = (
     ("0 (a bucket per tensor)", 0), ("0.25 MiB", MiB // 4), ("1 MiB", MiB), ("5 MiB", 5 * MiB),
     ("10 MiB", 10 * MiB), ("25 MB (notes)", 25 * MB), ("25 MiB (PyTorch)", 25 * MiB),
     ("50 MiB", 50 * MiB), ("100 MiB", 100 * MiB), ("200 MiB", 200 * MiB), ("one bucket", None))
-BETAS_GBS = (1.25, 3.125, 10.0, 25.0, 150.0, 400.0)   # 10 GbE, 25 GbE, lecture 15's, lecture 14's, NVLink-class, …
+# 10 GbE, 25 GbE, lecture 15's, lecture 14's, NVLink-class, …
+BETAS_GBS = (1.25, 3.125, 10.0, 25.0, 150.0, 400.0)
 ALPHAS_US = (1.0, 10.0, 50.0)                         # 10 = lecture 15's; 50 = 03 Part 2's TCP link
 WORLD_SIZES = (2, 8, 16, 64, 256)
 # The page opens at lecture 15 §3's setting, 03_overlap.py Part 1's defaults.
@@ -98,8 +99,10 @@ def grid_models() -> list[GridModel]:
                         f"{calibration_target_s(RESNET_TARGET) * 1e3:g} ms step, as in 03_overlap.py"),
               GridModel("BERT-large", bert_large(), bert_compute,
                         f"compute scaled by {bert_compute.calibration:.4f} to the notes' "
-                        f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms reversed-order step, as in 03_overlap.py")]
-    models += [GridModel(f"uniform-{n}", uniform_stack(n), base, "FLOPs as they stand") for n in UNIFORM_LAYERS]
+                        f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms reversed-order step, "
+                        "as in 03_overlap.py")]
+    models += [GridModel(f"uniform-{n}", uniform_stack(n), base, "FLOPs as they stand")
+               for n in UNIFORM_LAYERS]
     return models
 
 
@@ -162,7 +165,8 @@ def build_grid() -> dict[str, Any]:
         data_models.append({
             "key": model.key, "name": spec.name, "description": spec.description,
             "tensors": len(spec.params), "bytes": spec.nbytes, "compute": model.compute_note,
-            "backward": to_units(model.compute.backward_s(spec)), "forward": to_units(model.compute.forward_s(spec)),
+            "backward": to_units(model.compute.backward_s(spec)),
+            "forward": to_units(model.compute.forward_s(spec)),
             "caps": [cap_timelines(model, cap) for _, cap in CAPS]})
     cap_values = [cap for _, cap in CAPS]
     default = {"model": [m.key for m in models].index(DEFAULT["model"]),

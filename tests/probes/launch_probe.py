@@ -3,7 +3,10 @@
 Modes: sum (every rank all-reduces its rank), sleep (print "ready", then every rank sleeps), and
 the failures the launcher must name: raise, kill (SIGKILL), oom (an allocation that fails),
 stall and busy (rank 1 stops responding, asleep or spinning, while the others wait in an
-all-reduce). Extra words on the command line are ignored (tests add a tag to find the processes).
+all-reduce), and rank 1 stopped by SIGSTOP: stop-start (before it joins the group), stop (in its
+work, while the others wait in an all-reduce), stop-end (after it left the group, once the others
+have delivered their results). Extra words on the command line are ignored (tests add a tag to
+find the processes). The same modes run under torchrun.
 """
 
 import sys
@@ -49,7 +52,25 @@ def fail(rank: int, world_size: int, how: str) -> float:
         if how == "busy":
             while True:
                 pass
+        if how == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
     return sum_ranks(rank, world_size)
+
+
+def stop_rank_1_at(name: str, before: bool) -> None:
+    """Rank 1 stops itself (SIGSTOP) just before, or just after, the launcher calls dist.<name>:
+    the launcher's own calls, which no worker can reach."""
+    real = getattr(dist, name)
+
+    def stop_then_call(*args: object, **kwargs: object) -> object:
+        if before and os.environ.get("RANK") == "1":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        result = real(*args, **kwargs)
+        if not before and os.environ.get("RANK") == "1":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return result
+
+    setattr(dist, name, stop_then_call)
 
 
 def main() -> None:
@@ -62,6 +83,10 @@ def main() -> None:
         print("ready", flush=True)
         launch(sleep_forever, world)
     else:
+        if mode == "stop-start":
+            stop_rank_1_at("init_process_group", before=True)
+        if mode == "stop-end":
+            stop_rank_1_at("destroy_process_group", before=False)
         print("started", flush=True)
         print("results", launch(fail, world, mode, timeout_s=timeout))
 

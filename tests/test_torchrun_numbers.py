@@ -1,0 +1,207 @@
+"""Every real script gives the same numbers under torchrun as standalone: one test per script (the
+scripts that start ranks through common.launcher), each running it with `--quick --json` both ways
+and comparing what does not depend on timing, exactly (floats to rounding). Under torchrun the
+--json goes into a named pipe, read as it comes: a second rank writing it would show as a second
+document. One script also runs on two torchrun "nodes" on this machine.
+
+Slow (torchrun imports torch in every process: about 10 s before a script starts here), so marked
+`torchrun`: `pytest -m "not torchrun"` leaves them out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, run_script
+
+from common.checker import MEASURED
+from common.suite import scripts
+
+pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(300)]
+
+# What differs by design, as patterns over the names _values gives (claims of kind "measured here"
+# and every claim's wording are never compared). Timings, and what is computed from them; (?!…)
+# keeps the columns that name a row or a size:
+TIMED = {
+    "lecture14/04_alpha_beta.py": [r"^Part 2/"],
+    "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)"],
+    "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|x one tensor|)$"],
+    "lecture15/04_details.py": [r"^Part 2/tables/cost/\d+/(median|range)"],
+    "lecture15/model_vs_real.py": [r"^Part 1/(alpha_s|beta_Bps)$", r"^Part 1/tables/allreduce/\d+/(?!size$)",
+                                   r"^Part 2/tables/ready/\d+/(?!parameter)", r"^Part 3/"],
+    "lecture15/my_ddp_check.py": [r"^Part 5/steps_s", r"^Part 5/tables/timing/\d+/median"],
+    "cs336/02_benchmark.py": [r"^Part 1/tables/[^/]+/\d+/(t \(p50\)|p10 … p90|algbw GB/s|busbw GB/s|slip GB/s)$",
+                              r"^Part 1/[^/]+\[\d+\]/(t|p10|p90|t_fastest|algbw|busbw|slip)$",
+                              r"^Part 1/(copy|link)_Bps$",
+                              r"^Part [234]/tables/[^/]+/\d+/(?!(collective|bytes divided by t|ring bytes per rank / S)$)"],
+}
+# What a torchrun run does differently on purpose:
+BY_DESIGN = {
+    # the store's address and port are torchrun's (localhost, its port), not the launcher's
+    "lecture15/01_ddp_basics.py": [r"^Part 1/tables/environment/\d+/MASTER_(ADDR|PORT)"],
+    # a skipped collective would break torchrun's one group: those parts say "not run"
+    "lecture14/02_primitives.py": [r"^claim Part 4: "],
+    "cs336/01_collectives.py": [r"^claim Part 5: a rank that skips a collective"],
+}
+# Ranks for each: the script's default (the notes' setting), but 04_alpha_beta's 8 (all timing).
+RANKS = {"lecture14/02_primitives.py": 4, "lecture14/04_alpha_beta.py": 2, "lecture14/05_data_parallel.py": 4,
+         "lecture15/01_ddp_basics.py": 4, "lecture15/02_buckets.py": 2, "lecture15/04_details.py": 2,
+         "lecture15/model_vs_real.py": 2, "lecture15/my_ddp_check.py": 2, "cs336/01_collectives.py": 4,
+         "cs336/02_benchmark.py": 4, "cs336/05_parallel.py": 4}
+REAL = sorted(s.name for s in scripts() if s.real)
+
+
+def _values(data: dict) -> dict[str, Any]:
+    """The JSON's values by name: table cells as part/tables/name/row/column header, other records
+    by their path, and each claim's ours, notes and status (measured claims left out)."""
+    found: dict[str, Any] = {}
+    for part, body in data["parts"].items():
+        _walk(body, part, found)
+    for claim in data["claims"]:
+        if claim["kind"] != MEASURED:
+            for field in ("ours", "notes", "status"):
+                found[f"claim {claim['part']}: {claim['what']} [{field}]"] = claim[field]
+    return found
+
+
+def _walk(value: Any, path: str, found: dict[str, Any]) -> None:
+    if isinstance(value, dict) and {"headers", "rows"} <= set(value):
+        for i, row in enumerate(value["rows"]):
+            for header, cell in zip(value["headers"], row):
+                found[f"{path}/{i}/{header}"] = cell
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _walk(item, f"{path}/{key}", found)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _walk(item, f"{path}[{i}]", found)
+    else:
+        found[path] = value
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def differences(script: str, standalone: dict, torchrun: dict) -> list[str]:
+    skip = [re.compile(p) for p in TIMED.get(script, []) + BY_DESIGN.get(script, [])]
+    a, b = _values(standalone), _values(torchrun)
+    out = []
+    for name in sorted(set(a) | set(b)):
+        if any(p.search(name) for p in skip):
+            continue
+        if name not in a or name not in b or not _same(a[name], b[name]):
+            out.append(f"{name}: standalone {a.get(name, '(absent)')!r}, torchrun {b.get(name, '(absent)')!r}")
+    return out
+
+
+class _Pipe:
+    """A named pipe to write --json into, read while the run goes on (no writer waits for us)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "out.json"
+        os.mkfifo(self.path)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        self.keep = os.open(self.path, os.O_WRONLY)  # one writer always there: no end of file between two
+        self.data, self.stop = bytearray(), threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            if select.select([self.fd], [], [], 0.1)[0]:
+                self.data += os.read(self.fd, 1 << 16)
+            elif self.stop.is_set():
+                return
+
+    def documents(self) -> list[Any]:
+        self.stop.set()
+        self.reader.join()
+        os.close(self.keep)
+        os.close(self.fd)
+        text, found, decoder = self.data.decode(), [], json.JSONDecoder()
+        while text.strip():
+            doc, end = decoder.raw_decode(text.lstrip())
+            found.append(doc)
+            text = text.lstrip()[end:]
+        return found
+
+
+def torchrun_json(script: str, ranks: int, folder: Path, nodes: int = 1) -> dict:
+    """Run `script --quick --json` under torchrun (`nodes` simulated on this machine) and return
+    its one JSON document."""
+    pipe = _Pipe(folder)
+    with socket.socket() as sock:  # a free port for the rendezvous (a test may pick one; scripts never do)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    where = (["--standalone"] if nodes == 1 else
+             [f"--nnodes={nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+              f"--rdzv-id=course-{os.getpid()}-{port}"])
+    # Which agent hosts the rendezvous store is said, not raced for (both are on 127.0.0.1).
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *where,
+                               f"--nproc-per-node={ranks // nodes}",
+                               *([f"--node-rank={n}", f"--rdzv-conf=is_host={int(n == 0)}"] if nodes > 1 else []),
+                               str(ROOT / "code" / script), "--quick", "--json", str(pipe.path)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in range(nodes)]
+    try:
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    documents = pipe.documents()
+    for proc, (_, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-3000:]
+    assert len(documents) == 1, f"{len(documents)} JSON documents written: only rank 0 may write"
+    return documents[0]
+
+
+def standalone_json(script: str, ranks: int, folder: Path) -> dict:
+    out = folder / "standalone.json"
+    run_script(script, "--quick", "--world-size", str(ranks), "--json", str(out), timeout=240)
+    return json.loads(out.read_text())
+
+
+def test_every_real_script_is_compared() -> None:
+    assert sorted(RANKS) == REAL
+
+
+@pytest.mark.parametrize("script", REAL)
+def test_torchrun_gives_the_standalone_numbers(script: str, tmp_path: Path) -> None:
+    ranks = RANKS[script]
+    alone = standalone_json(script, ranks, tmp_path)
+    under = torchrun_json(script, ranks, tmp_path)
+    found = differences(script, alone, under)
+    assert not found, f"{len(found)} differences:\n" + "\n".join(found)
+
+
+def test_two_torchrun_nodes_give_the_standalone_numbers(tmp_path: Path) -> None:
+    script = "lecture14/05_data_parallel.py"
+    alone = standalone_json(script, 2, tmp_path)
+    under = torchrun_json(script, 2, tmp_path, nodes=2)
+    found = differences(script, alone, under)
+    assert not found, f"{len(found)} differences:\n" + "\n".join(found)
+
+
+def test_the_comparison_sees_a_difference() -> None:
+    # The check is not empty: a changed table cell and a changed claim are both reported.
+    base = {"parts": {"Part 1": {"tables": {"t": {"headers": ["x"], "rows": [[1.0]]}}}},
+            "claims": [{"part": "Part 1", "what": "w", "ours": 1, "notes": 1, "status": "agrees", "kind": "exact"}]}
+    changed = json.loads(json.dumps(base))
+    changed["parts"]["Part 1"]["tables"]["t"]["rows"][0][0] = 1.5
+    changed["claims"][0]["status"] = "differs"
+    assert len(differences("x.py", base, changed)) == 2
