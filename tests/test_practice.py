@@ -69,9 +69,8 @@ def failed(record: dict, problem: str) -> dict[str, dict]:
 
 # ---- every case against the references and the stubs ----------------------------------------------------
 def test_references_pass_every_case(tmp_path: Path) -> None:
-    began = time.perf_counter()
+    # How long it takes is bench/bench_scripts.py's business (a ratio to import torch), not a test's.
     out, record = judge("--solution", "practice/reference", expect_rc=0, tmp_path=tmp_path)
-    assert time.perf_counter() - began < 40
     assert record["all_passed"] and len(record["problems"]) == len(PROBLEMS)
     assert all(c["passed"] for c in record["cases"]) and "FAIL" not in out
     assert "summary: 5 of 5 problems solved" in out
