@@ -156,6 +156,8 @@ FLAGS: dict[str, Flag] = {
     "gpu_memory_gb": Flag(_ranged("GB", 1e-3, 1e9), "memory of one GPU in GB (GB = 10^9 B)", "GB"),
     "tp": Flag(positive_int, "tensor-parallel ways", "N"),
     "pp": Flag(positive_int, "pipeline stages", "N"),
+    # the suite's tools (reproduce.py, bench/): which scripts to run
+    "only": Flag(str, "run only the scripts whose name contains this text", "TEXT"),
 }
 
 
