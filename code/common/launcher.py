@@ -138,7 +138,8 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
         return launch_in_torchrun(worker, world_size, args, kwargs, timeout_s, threads,
                                   lambda local: choose_backend(local, backend))
     check_world_size(world_size)
-    return _run_children(worker, world_size, args, kwargs, timeout_s, threads, choose_backend(world_size, backend))
+    return _run_children(worker, world_size, args, kwargs, timeout_s, threads,
+                         choose_backend(world_size, backend))
 
 
 def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, timeout_s: float,

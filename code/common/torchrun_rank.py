@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator
 import torch.distributed as dist
 
 from common.loopback import is_loopback_host, loopback_interface
-from common.rank_side import RankError, describe, is_echo, is_timeout, setup_rank, short, where_main_thread
+from common.rank_side import HUNG, TORCH, Failure, RankError, failure_of, setup_rank, short, where_main_thread
 from common.torchrun import speak
 
 _BEAT_S = 0.1          # how often a rank's helper writes its heartbeat and whereabouts
@@ -80,6 +80,7 @@ class _Rank:
         self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         self.timeout_s = timeout_s
         self.phase = "joining the group"
+        self.joined_at: float | None = None  # when this rank joined torchrun's group
         self.prefix = f"course/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/" \
                       f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self.store: Any = None           # the helper's own connection to torchrun's store
@@ -90,7 +91,8 @@ class _Rank:
         self.exit_status = 1
         self.claimed = False             # rank 0's main thread or helper is printing the verdict
         self.stopping = threading.Event()
-        self.wake, self.published = threading.Event(), threading.Event()  # a new phase, and it is in the store
+        # a new phase, and that it is in the store
+        self.wake, self.published = threading.Event(), threading.Event()
         self.helper = threading.Thread(target=self._helper, daemon=True, name="course-heartbeat")
         self.helper.start()
         atexit.register(self._stop_helper)  # runs after teardown (atexit is last in, first out)
@@ -121,6 +123,7 @@ class _Rank:
         self.connected.wait(_STORE_WAIT_S)  # beating before joining: a rank that never joins is named
         with self.failures(), _folded_stderr() as folded:  # a peer that never comes: socket warnings
             dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))
+        self.joined_at = time.monotonic()
         sys.stderr.write(folded.text)  # joined: what torch had to say, it may say
         atexit.register(self.teardown)  # a group left alive aborts the process at exit
 
@@ -131,7 +134,7 @@ class _Rank:
         try:
             yield
         except Exception as err:  # noqa: BLE001 - the verdict is rank 0's to give
-            self.fail(describe(err), traceback.format_exc())
+            self.fail(failure_of(err, traceback.format_exc(), self.joined_at))
         except BaseException as err:
             self.failing = True
             self.exit_status = 130 if isinstance(err, KeyboardInterrupt) else 128 + signal.SIGTERM
@@ -153,7 +156,7 @@ class _Rank:
                 self._wait_for("left", self.timeout_s)
         except BaseException as err:  # noqa: BLE001 - too late to raise: print the line and go
             try:
-                self.fail(describe(err), traceback.format_exc())
+                self.fail(failure_of(err, traceback.format_exc(), self.joined_at))
             except RankError as verdict:
                 _exit_with(verdict)
 
@@ -163,15 +166,16 @@ class _Rank:
         deadline = time.monotonic() + timeout_s
         while self.store is not None and not self.store.check(keys):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout_s:g} s waiting for every rank to leave the group")
+                raise TimeoutError(f"timed out after {timeout_s:g} s waiting for every rank to leave the "
+                                   "group")
             time.sleep(_BEAT_S)
 
     # ---- a failure ----------------------------------------------------------------------------
 
-    def fail(self, cause: str, details: str) -> None:
+    def fail(self, failure: Failure) -> None:
         """This rank failed: publish why, wait for the verdict, raise it (printed by one rank only)."""
         self.failing = True
-        if self._publish(f"error/{self.rank}", (cause, details)):
+        if self._publish(f"error/{self.rank}", failure):
             try:
                 self.store.add(f"{self.prefix}failed", 1)  # what rank 0's helper watches
             except Exception:  # noqa: BLE001 - the store is gone: torchrun is ending the run
@@ -187,7 +191,7 @@ class _Rank:
             found = self._read("verdict")
             if found is not None:
                 time.sleep(0.5)  # rank 0 prints it now; torchrun stops every rank once one exits
-                raise RankError(*found)
+                raise found
             time.sleep(_BEAT_S)
         # No verdict: rank 0 has stopped or is gone. The lowest failed rank decides and prints.
         failed = [r for r in range(self.world) if self._read(f"error/{r}") is not None]
@@ -200,7 +204,7 @@ class _Rank:
         with self.verdict_lock:
             if self.verdict is None:
                 self.verdict = _Diagnosis(self).verdict()
-                self._publish("verdict", (self.verdict.rank, self.verdict.message, self.verdict.details))
+                self._publish("verdict", self.verdict)  # a RankError pickles whole: kind, peers and all
             return self.verdict
 
     def _claim(self) -> bool:
@@ -214,7 +218,8 @@ class _Rank:
     def _helper(self) -> None:
         """Heartbeat and whereabouts; on rank 0, a verdict as soon as any rank has failed."""
         try:
-            self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+            self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                       is_master=False,
                                        timeout=timedelta(seconds=max(_STORE_WAIT_S, self.timeout_s)))
         except Exception:  # noqa: BLE001 - no store: failures are then each rank's own
             return
@@ -270,11 +275,11 @@ class _Diagnosis:
 
     def _own_error(self) -> RankError | None:
         """A rank's own error (not a timeout, not a lost peer: those are its echoes)."""
-        own = [r for r, (cause, _) in sorted(self.errors.items()) if not (is_timeout(cause) or is_echo(cause))]
+        own = [r for r, failure in sorted(self.errors.items()) if failure.cause]
         if not own:
             return None
-        cause, details = self.errors[own[0]]
-        return RankError(own[0], short(cause), details)
+        failure = self.errors[own[0]]
+        return RankError(own[0], short(failure.what), failure.details, kind=failure.kind)
 
     def verdict(self) -> RankError:
         if (own := self._own_error()) is not None:
@@ -284,7 +289,8 @@ class _Diagnosis:
         self.errors = self._all("error") or self.errors
         if (own := self._own_error()) is not None:
             return own
-        waiters = ", ".join(f"rank {r}" for r in sorted(self.errors)) or "the others"
+        peers = tuple(sorted(self.errors))
+        waiters = ", ".join(f"rank {r}" for r in peers) or "the others"
         waited = f"{waiters} timed out after {self.state.timeout_s:g} s waiting for it"
         left = self._all("left")  # ranks that left the group (and stopped beating) at exit
         for rank in range(self.state.world):
@@ -294,13 +300,16 @@ class _Diagnosis:
                 _, phase, _, _, host, pid = self.beats.get(rank, (None, "starting", None, None, None, None))
                 why = "it is stopped: SIGSTOP or Ctrl-Z?" if _kill_if_stopped_here(host, pid) else \
                     f"no heartbeat for {_STALE_S:g} s: stopped, or its machine is gone"
-                return RankError(rank, f"stopped responding while {phase} ({why}); {waited}")
+                return RankError(rank, f"stopped responding while {phase} ({why}); {waited}",
+                                 kind=HUNG, peers=peers)
         for rank, (_, phase, in_collective, location, _, _) in sorted(self.beats.items()):
             if rank not in self.errors and not in_collective:
-                return RankError(rank, f"stopped responding while {phase} (at {location}); {waited}")
+                return RankError(rank, f"stopped responding while {phase} (at {location}); {waited}",
+                                 kind=HUNG, peers=peers)
         rank = min(self.errors) if self.errors else self.state.rank
-        cause, details = self.errors.get(rank, ("failed: unknown error", ""))
-        return RankError(rank, f"{short(cause)} (timeout {self.state.timeout_s:g} s)", details)
+        failure = self.errors.get(rank, Failure(TORCH, "failed: unknown error"))
+        return RankError(rank, f"{short(failure.what)} (timeout {self.state.timeout_s:g} s)", failure.details,
+                         kind=failure.kind, peers=tuple(r for r in peers if r != rank))
 
 
 def _kill_if_stopped_here(host: str | None, pid: int | None) -> bool:
