@@ -10,9 +10,10 @@ A failure is named as a standalone run names it, in one line that rank 0 alone p
   - every rank has a helper thread that writes, several times a second, a heartbeat (a counter)
     and where its main thread is to torchrun's store, through a connection of its own;
   - a rank that fails (its own error, a collective that timed out, a peer that vanished) writes
-    its error there; rank 0's helper then decides who is to blame: a rank's own error first, else
-    a rank whose heartbeat stopped (stopped by a signal, or its machine gone), else a rank at work
-    outside torch.distributed while the others timed out waiting for it;
+    its `Failure` there; rank 0's helper then decides who is to blame (common.torchrun_blame): a
+    rank's own error first, else a rank whose heartbeat stopped (stopped by a signal, or its
+    machine gone), else a rank at work outside torch.distributed while the others timed out
+    waiting for it;
   - the other ranks wait for that verdict (a few seconds at most) before they exit, quietly:
     torchrun stops every rank as soon as one exits, and by then rank 0 must have printed. If rank
     0 itself is the one that stopped, the lowest failing rank gives the verdict instead.
@@ -39,8 +40,9 @@ from typing import Any, Callable, Iterator
 import torch.distributed as dist
 
 from common.loopback import is_loopback_host, loopback_interface
-from common.rank_side import HUNG, TORCH, Failure, RankError, failure_of, setup_rank, short, where_main_thread
+from common.rank_side import Failure, RankError, failure_of, setup_rank, where_main_thread
 from common.torchrun import speak
+from common.torchrun_blame import Diagnosis
 
 _BEAT_S = 0.1          # how often a rank's helper writes its heartbeat and whereabouts
 _STALE_S = 1.0         # a heartbeat unchanged this long: that rank's process is not running
@@ -203,7 +205,7 @@ class _Rank:
         """The one verdict of this run (decided once, here, and published for the other ranks)."""
         with self.verdict_lock:
             if self.verdict is None:
-                self.verdict = _Diagnosis(self).verdict()
+                self.verdict = Diagnosis(self, _STALE_S).verdict()
                 self._publish("verdict", self.verdict)  # a RankError pickles whole: kind, peers and all
             return self.verdict
 
@@ -259,72 +261,6 @@ class _Rank:
         except Exception:  # noqa: BLE001
             pass
         return None
-
-
-class _Diagnosis:
-    """Who is to blame, from what the ranks wrote to the store."""
-
-    def __init__(self, state: _Rank) -> None:
-        self.state = state
-        self.errors = self._all("error")
-        self.beats = self._all("beat")
-
-    def _all(self, kind: str) -> dict[int, Any]:
-        found = {r: self.state._read(f"{kind}/{r}") for r in range(self.state.world)}
-        return {r: v for r, v in found.items() if v is not None}
-
-    def _own_error(self) -> RankError | None:
-        """A rank's own error (not a timeout, not a lost peer: those are its echoes)."""
-        own = [r for r, failure in sorted(self.errors.items()) if failure.cause]
-        if not own:
-            return None
-        failure = self.errors[own[0]]
-        return RankError(own[0], short(failure.what), failure.details, kind=failure.kind)
-
-    def verdict(self) -> RankError:
-        if (own := self._own_error()) is not None:
-            return own
-        time.sleep(_STALE_S)  # who is still beating?
-        before, self.beats = self.beats, self._all("beat")
-        self.errors = self._all("error") or self.errors
-        if (own := self._own_error()) is not None:
-            return own
-        peers = tuple(sorted(self.errors))
-        waiters = ", ".join(f"rank {r}" for r in peers) or "the others"
-        waited = f"{waiters} timed out after {self.state.timeout_s:g} s waiting for it"
-        left = self._all("left")  # ranks that left the group (and stopped beating) at exit
-        for rank in range(self.state.world):
-            if rank == self.state.rank or rank in left:
-                continue  # this process is running: its own helper is what is busy deciding
-            if rank not in self.beats or self.beats[rank][0] == before.get(rank, (None,))[0]:
-                _, phase, _, _, host, pid = self.beats.get(rank, (None, "starting", None, None, None, None))
-                why = "it is stopped: SIGSTOP or Ctrl-Z?" if _kill_if_stopped_here(host, pid) else \
-                    f"no heartbeat for {_STALE_S:g} s: stopped, or its machine is gone"
-                return RankError(rank, f"stopped responding while {phase} ({why}); {waited}",
-                                 kind=HUNG, peers=peers)
-        for rank, (_, phase, in_collective, location, _, _) in sorted(self.beats.items()):
-            if rank not in self.errors and not in_collective:
-                return RankError(rank, f"stopped responding while {phase} (at {location}); {waited}",
-                                 kind=HUNG, peers=peers)
-        rank = min(self.errors) if self.errors else self.state.rank
-        failure = self.errors.get(rank, Failure(TORCH, "failed: unknown error"))
-        return RankError(rank, f"{short(failure.what)} (timeout {self.state.timeout_s:g} s)", failure.details,
-                         kind=failure.kind, peers=tuple(r for r in peers if r != rank))
-
-
-def _kill_if_stopped_here(host: str | None, pid: int | None) -> bool:
-    """A rank named as stopped, on this machine: end it (and say it was stopped). torchrun would
-    send it SIGTERM, which a stopped process does not take, and wait 30 s before its SIGKILL."""
-    if host != socket.gethostname() or pid is None:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] != "T":
-                return False
-        os.kill(pid, signal.SIGKILL)
-        return True
-    except (OSError, IndexError):
-        return False
 
 
 class _Folded:
