@@ -153,7 +153,7 @@ class Collector:
         else:
             in_collective, location = self.where[rank]
             why = f"it is {'in torch.distributed, ' if in_collective else ''}at {location}"
-        return RankError(rank, f"{what} ({why})", kind=kind, peers=tuple(r for r in self.joined if r != rank))
+        return RankError(rank, f"{what} ({why})", kind=kind, peers=tuple(sorted(self.joined - {rank})))
 
     def _stuck_order(self, rank: int) -> int:
         """0 stopped, 1 silent, 2 at work outside torch.distributed, 3 not started, 4 waiting in it."""
