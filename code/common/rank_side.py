@@ -43,7 +43,8 @@ _KEPT_STDERR = 64 * 1024  # the end of what a rank wrote to fd 2 is what matters
 # to blame follows from these and from the ranks' phases, never from an exception's words.
 RAISED = "raised"   # the worker's own code raised (the innermost frame is outside torch): a cause
 TORCH = "torch"     # torch raised a RuntimeError from its own code: a collective that ran out of time
-#                     or lost its peer (the echo of another rank's failure), or an operation that failed
+#                     or lost its peer (the echo of another rank's failure), or an operation that failed;
+#                     also a wait of the launcher's own on the other ranks that ran out
 KILLED = "killed"   # the process died by a signal (the parent's view): a cause
 EXITED = "exited"   # the process ended without a result (the parent's view): a cause
 HUNG = "hung"       # (a verdict) silent, stopped or at work while the others waited for it
@@ -212,11 +213,12 @@ def _init_group(backend: str, rank: int, world_size: int, timeout_s: float, star
         set_timeout(timedelta(seconds=timeout_s))
 
 
-def failure_of(err: BaseException, details: str, joined_at: float | None) -> Failure:
+def failure_of(err: BaseException, details: str, joined_at: float | None, waited: bool = False) -> Failure:
     """This rank's report of `err`: TORCH when torch's own code raised a RuntimeError (a collective's
-    timeout or lost peer among them), else RAISED; never read from the exception's words."""
+    timeout or lost peer among them) or when the caller knows `err` ended its wait on the other
+    ranks (`waited`: the launcher's own waits), else RAISED; never read from the exception's words."""
     now = time.monotonic()
-    kind = TORCH if isinstance(err, RuntimeError) and _raised_in_torch(err) else RAISED
+    kind = TORCH if waited or (isinstance(err, RuntimeError) and _raised_in_torch(err)) else RAISED
     return Failure(kind, describe(err), details, now, 0.0 if joined_at is None else now - joined_at)
 
 

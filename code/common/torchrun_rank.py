@@ -158,7 +158,9 @@ class _Rank:
                 self._wait_for("left", self.timeout_s)
         except BaseException as err:  # noqa: BLE001 - too late to raise: print the line and go
             try:
-                self.fail(failure_of(err, traceback.format_exc(), self.joined_at))
+                # our own wait for the others to leave is a wait on them, as torch's are
+                waited = isinstance(err, _OthersLate)
+                self.fail(failure_of(err, traceback.format_exc(), self.joined_at, waited=waited))
             except RankError as verdict:
                 _exit_with(verdict)
 
@@ -168,7 +170,7 @@ class _Rank:
         deadline = time.monotonic() + timeout_s
         while self.store is not None and not self.store.check(keys):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout_s:g} s waiting for every rank to leave the "
+                raise _OthersLate(f"timed out after {timeout_s:g} s waiting for every rank to leave the "
                                    "group")
             time.sleep(_BEAT_S)
 
@@ -261,6 +263,10 @@ class _Rank:
         except Exception:  # noqa: BLE001
             pass
         return None
+
+
+class _OthersLate(TimeoutError):
+    """The other ranks did not all leave the group in time (rank 0's own wait at exit)."""
 
 
 class _Folded:
