@@ -66,6 +66,10 @@ GRIDS: dict[str, list[list[str]]] = {
                              ["--world-size", "16", "--layers", "64", "--batch", "64"], ["--layers", "64"],
                              ["--batch", "512"], ["--width", "512"], ["--steps", "12"], ["--micro-batches", "32"],
                              ["--world-size", "24", "--layers", "24"], ["--quick"], ["--quick", "--world-size", "8"]],
+    "cs336/08_pipeline_schedules.py": [["--pp", "2"], [], ["--pp", "8", "--layers", "16"], ["--micro-batches", "32"],
+                                       ["--layers", "32"], ["--width", "512"], ["--steps", "6"], ["--batch", "256"]],
+    "cs336/09_zero.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--layers", "24"], ["--width", "520"],
+                         ["--steps", "9"], ["--batch", "512"]],
 }
 
 
