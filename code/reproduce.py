@@ -74,8 +74,7 @@ def _tick(label: str, start: float, done: threading.Event) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__)
-    parser.add_argument("--only", default="", help="run only scripts whose name contains this text")
+    parser = make_parser(__doc__, only="")
     parser.add_argument("--all-claims", action="store_true", help="list agreeing claims too")
     parser.add_argument("--report", metavar="DIR", default="report",
                         help="write the pages (index.html, report.md, timeline.html) into DIR (default: report)")
