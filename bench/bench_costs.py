@@ -15,7 +15,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # this checkout's code/, ahead of anything installed
+# This checkout's code/, ahead of anything installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -38,16 +39,17 @@ GRIDS: dict[str, list[list[str]]] = {
     "lecture14/02_primitives.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--world-size", "16"],
                                    ["--numbers", "1000000"], ["--numbers", "4000000"], ["--quick"]],
     "lecture14/04_alpha_beta.py": [[], ["--quick"], ["--repeats", "21"]],
-    "lecture14/05_data_parallel.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--world-size", "16"],
-                                      ["--quick"], ["--quick", "--world-size", "8"]],
+    "lecture14/05_data_parallel.py": [["--world-size", "2"], [], ["--world-size", "8"],
+                                      ["--world-size", "16"], ["--quick"], ["--quick", "--world-size", "8"]],
     "lecture15/01_ddp_basics.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--quick"],
-                                   ["--quick", "--world-size", "8"], ["--steps", "40"], ["--timing-steps", "60"],
-                                   ["--timing-width", "1024"], ["--timing-batch", "512"], ["--batch", "1024"]],
+                                   ["--quick", "--world-size", "8"], ["--steps", "40"],
+                                   ["--timing-steps", "60"], ["--timing-width", "1024"],
+                                   ["--timing-batch", "512"], ["--batch", "1024"]],
     "lecture15/02_buckets.py": [[], ["--world-size", "4"], ["--world-size", "8"], ["--quick"],
                                 ["--elements", "16777216"]],
     "lecture15/04_details.py": [[], ["--world-size", "4"], ["--world-size", "8"], ["--quick"],
-                                ["--quick", "--world-size", "8"], ["--layers", "256"], ["--timing-steps", "120"],
-                                ["--steps", "12"], ["--micro-batches", "16"]],
+                                ["--quick", "--world-size", "8"], ["--layers", "256"],
+                                ["--timing-steps", "120"], ["--steps", "12"], ["--micro-batches", "16"]],
     "lecture15/model_vs_real.py": [[], ["--world-size", "4"], ["--world-size", "8"], ["--quick"],
                                    ["--layers", "32"], ["--width", "2048"], ["--repeats", "28"],
                                    ["--rank-batch", "512"]],
@@ -58,20 +60,24 @@ GRIDS: dict[str, list[list[str]]] = {
     "lecture15/handbook_details.py": [[], ["--world-size", "4"], ["--world-size", "8"], ["--quick"]],
     "cs336/01_collectives.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--world-size", "16"],
                                 ["--numbers", "1000000"], ["--size", "64MB"], ["--quick"]],
-    "cs336/02_benchmark.py": [["--quick", "--world-size", "2"], ["--quick"], ["--quick", "--world-size", "8"], [],
-                              ["--quick", "--repeats", "20"], ["--quick", "--max-bytes", "64MiB"]],
-    "cs336/05_parallel.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--world-size", "8", "--layers", "32"],
+    "cs336/02_benchmark.py": [["--quick", "--world-size", "2"], ["--quick"], ["--quick", "--world-size", "8"],
+                              [], ["--quick", "--repeats", "20"], ["--quick", "--max-bytes", "64MiB"]],
+    "cs336/05_parallel.py": [["--world-size", "2"], [], ["--world-size", "8"],
+                             ["--world-size", "8", "--layers", "32"],
                              ["--world-size", "8", "--layers", "64", "--batch", "64"],
                              ["--world-size", "16", "--layers", "16"],
                              ["--world-size", "16", "--layers", "64", "--batch", "64"], ["--layers", "64"],
-                             ["--batch", "512"], ["--width", "512"], ["--steps", "12"], ["--micro-batches", "32"],
-                             ["--world-size", "24", "--layers", "24"], ["--quick"], ["--quick", "--world-size", "8"]],
-    "cs336/07_tensor_parallel.py": [[], ["--quick"], ["--world-size", "8"], ["--world-size", "8", "--tp", "4"],
-                                    ["--layers", "24"], ["--steps", "9"], ["--width", "512"], ["--batch", "512"]],
-    "cs336/08_pipeline_schedules.py": [["--pp", "2"], [], ["--pp", "8", "--layers", "16"], ["--micro-batches", "32"],
-                                       ["--layers", "32"], ["--width", "512"], ["--steps", "6"], ["--batch", "256"]],
-    "cs336/09_zero.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--layers", "24"], ["--width", "520"],
-                         ["--steps", "9"], ["--batch", "512"]],
+                             ["--batch", "512"], ["--width", "512"], ["--steps", "12"],
+                             ["--micro-batches", "32"], ["--world-size", "24", "--layers", "24"], ["--quick"],
+                             ["--quick", "--world-size", "8"]],
+    "cs336/07_tensor_parallel.py": [[], ["--quick"], ["--world-size", "8"],
+                                    ["--world-size", "8", "--tp", "4"], ["--layers", "24"], ["--steps", "9"],
+                                    ["--width", "512"], ["--batch", "512"]],
+    "cs336/08_pipeline_schedules.py": [["--pp", "2"], [], ["--pp", "8", "--layers", "16"],
+                                       ["--micro-batches", "32"], ["--layers", "32"], ["--width", "512"],
+                                       ["--steps", "6"], ["--batch", "256"]],
+    "cs336/09_zero.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--layers", "24"],
+                         ["--width", "520"], ["--steps", "9"], ["--batch", "512"]],
 }
 
 
@@ -140,7 +146,8 @@ def bench(script: str, rows: list[list[object]], record: dict) -> None:
         cpu, wall, rc = measure(script, argv)
         args, cost = parsed(script, argv)
         runs.append({"argv": argv, "cpu_s": cpu, "wall_s": wall, "rc": rc, "load": os.getloadavg()[0]})
-        print(f"  {script} {' '.join(argv) or '(defaults)'}: CPU {cpu:.1f} s, wall {wall:.1f} s, exit {rc}", flush=True)
+        shown = " ".join(argv) or "(defaults)"
+        print(f"  {script} {shown}: CPU {cpu:.1f} s, wall {wall:.1f} s, exit {rc}", flush=True)
     ok = [r for r in runs if r["rc"] == 0]
     sizes = np.array([[t.size(parsed(script, r["argv"])[0]) for t in cost.terms] for r in ok])
     fitted = fit(sizes, np.array([r["cpu_s"] for r in ok]))
@@ -152,7 +159,8 @@ def bench(script: str, rows: list[list[object]], record: dict) -> None:
 
 
 def main() -> None:
-    parser = cli.make_parser(__doc__, figs=False, only="", help_for={"quick": "only the first two runs of each grid"})
+    parser = cli.make_parser(__doc__, figs=False, only="",
+                             help_for={"quick": "only the first two runs of each grid"})
     args = parser.parse_args()
     if args.quick:
         for grid in GRIDS.values():

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # this checkout's code/, ahead of anything installed
+# This checkout's code/, ahead of anything installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -37,7 +38,8 @@ def main() -> None:
                                   "bucket_cap_mb": "of both wrappers; default: the handbook's 64 KiB"})
     args = parser.parse_args()
     if args.batch < args.world_size:
-        raise UsageError(f"--batch {args.batch} must be at least --world-size {args.world_size} (a sample per rank)")
+        raise UsageError(f"--batch {args.batch} must be at least --world-size {args.world_size} "
+                         "(a sample per rank)")
     repeats = args.repeats or (20 if args.quick else 100)
     rep = Report(__file__, "MyDDP vs PyTorch DDP, median step time", args)
     cfg = {"batch": args.batch, "bucket_bytes": args.bucket_cap_bytes,
@@ -54,8 +56,9 @@ def main() -> None:
                      "pass" if ratio <= TARGET_RATIO else "FAIL"])
     rep.table(["model", "parameters", "MyDDP ms", "PyTorch DDP ms", "ratio", "target", "verdict"], rows,
               name="step_times")
-    rep.note(f"{args.world_size} ranks ({choose_backend(args.world_size)}, one thread each), global batch {cfg['batch']}, bucket cap "
-             f"{fmt_bytes(args.bucket_cap_bytes, binary=True)} for both, median of {repeats} interleaved steps")
+    rep.note(f"{args.world_size} ranks ({choose_backend(args.world_size)}, one thread each), "
+             f"global batch {cfg['batch']}, bucket cap {fmt_bytes(args.bucket_cap_bytes, binary=True)} "
+             f"for both, median of {repeats} interleaved steps")
     rep.finish()
 
 
