@@ -20,8 +20,8 @@ from conftest import ROOT
 from common.launcher import RankError, launch
 
 
-def worker_with_fault(rank: int, world_size: int, fault_rank: int, call: str, nth: int, error: type[Exception],
-                      worker: Callable[..., Any], *args: Any) -> Any:
+def worker_with_fault(rank: int, world_size: int, fault_rank: int, call: str, nth: int,
+                      error: type[Exception], worker: Callable[..., Any], *args: Any) -> Any:
     """`worker(rank, world_size, *args)`, with the nth torch.distributed.<call> of one rank failing."""
     if rank == fault_rank:
         real, count = getattr(torch.distributed, call), [0]
@@ -55,7 +55,8 @@ def signal_a_rank_during(relpath: str, part: int, rank: int, sig: int, *args: st
     order. (A rank stopped before its group has formed holds the others in start-up, whose
     timeout is minutes: give a stop time for the group to form.)"""
     proc = subprocess.Popen([sys.executable, str(ROOT / "code" / relpath), *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
     seen = ""
     try:
         while f"== Part {part}:" not in seen:

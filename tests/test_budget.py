@@ -23,8 +23,8 @@ REAL = [s.name for s in scripts() if s.real]
 
 
 def _refused(relpath: str, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, **(env or {})))
+    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, **(env or {})))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", (proc.stdout[-500:], proc.stderr)
     return lines[0]
@@ -51,7 +51,8 @@ def test_an_allocation_sized_flag_is_refused_before_the_ranks_start() -> None:
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "1e3"])
 def test_garbage_in_the_minutes_is_a_usage_error(value: str) -> None:
-    assert f"COURSE_MAX_MINUTES='{value}'" in _refused("cs336/05_parallel.py", env={"COURSE_MAX_MINUTES": value})
+    refused = _refused("cs336/05_parallel.py", env={"COURSE_MAX_MINUTES": value})
+    assert f"COURSE_MAX_MINUTES='{value}'" in refused
 
 
 def _toy() -> Cost:
@@ -70,7 +71,8 @@ def test_the_largest_setting_offered_fits_and_one_more_does_not(monkeypatch: pyt
     with pytest.raises(UsageError) as err:
         budget.check_cost(_toy(), args, _defaults())
     text = str(err.value)
-    w, layers = (int(v) for v in re.search(r"at most --world-size (\d+) at these sizes, or --layers (\d+)", text).groups())
+    limits = re.search(r"at most --world-size (\d+) at these sizes, or --layers (\d+)", text)
+    w, layers = (int(v) for v in limits.groups())
     fits = lambda **k: budget.wall_s(_toy(), argparse.Namespace(**{**vars(args), **k})) <= 300  # noqa: E731
     assert fits(world_size=w) and not fits(world_size=w + 1)
     assert fits(layers=layers) and not fits(layers=layers + 1)
@@ -89,8 +91,8 @@ def test_memory_beyond_the_machines_share_is_refused(monkeypatch: pytest.MonkeyP
 def test_a_models_world_size_is_not_the_ranks_a_script_starts() -> None:
     """04_alpha_beta's --world-size is Part 1's and 3's K; Part 2 always starts 2 and 4 ranks: K = 256
     (the notes reach it) passes the machine's rank limit, K = 5,000 the models' bound does not."""
-    proc = subprocess.run([sys.executable, str(ROOT / "code/lecture14/04_alpha_beta.py"), "--world-size", "256",
-                           "--mfu", "2"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, str(ROOT / "code/lecture14/04_alpha_beta.py"),
+                           "--world-size", "256", "--mfu", "2"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--mfu is a fraction of peak" in proc.stderr  # past the parser's checks
     assert "4,096" in _refused("lecture14/04_alpha_beta.py", "--world-size", "5000")
 
@@ -111,12 +113,14 @@ def _defaults_of(parser) -> argparse.Namespace:
 
 
 @pytest.mark.parametrize("name", REAL)
-def test_every_size_flag_is_in_the_cost_and_a_billion_is_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_size_flag_is_in_the_cost_and_a_billion_is_refused(name: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """--numbers, --batch and the like at 999999999 failed only after the ranks started."""
     parser = _parser_of(name, monkeypatch)
     base, cost = _defaults_of(parser), parser.cost
-    sized = [a for a in parser._actions if a.option_strings and a.type in (
-        cli.positive_int, cli.nonnegative_int, cli.size_bytes, cli.bucket_cap) and a.dest not in ("world_size",)]
+    size_types = (cli.positive_int, cli.nonnegative_int, cli.size_bytes, cli.bucket_cap)
+    sized = [a for a in parser._actions
+             if a.option_strings and a.type in size_types and a.dest not in ("world_size",)]
     defaults = parser._setting_defaults(also=frozenset({"timeout_s"}))
     for action in sized:
         big = argparse.Namespace(**{**vars(base), action.dest: 999_999_999})

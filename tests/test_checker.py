@@ -23,8 +23,9 @@ class _AnyValue(dict):
 
 
 def _row(**fields: object) -> Row:
-    base = dict(id="T-1", document="test", section="§0", statement="a test row", script="lecture15/03_overlap.py",
-                value="x", what="x", notes=53.3, unit="ms", basis=checker.ASSUMPTION, places=1)
+    base = dict(id="T-1", document="test", section="§0", statement="a test row",
+                script="lecture15/03_overlap.py", value="x", what="x", notes=53.3, unit="ms",
+                basis=checker.ASSUMPTION, places=1)
     return Row(**{**base, **fields})
 
 
@@ -50,7 +51,8 @@ def test_editing_a_rows_notes_value_makes_it_differ() -> None:
         if row.unchecked or row.basis in (checker.MEASURED, checker.CALIBRATION) or row.bound or row.same_as:
             continue   # a same_as row has no notes' figure to edit: test_same_as_compares_two_values_of_ours
         edited = dataclasses.replace(row, notes=(not row.notes) if isinstance(row.notes, bool)
-                                     else f"{row.notes}?" if isinstance(row.notes, str) else row.notes * 1000 + 1)
+                                     else f"{row.notes}?" if isinstance(row.notes, str)
+                                     else row.notes * 1000 + 1)
         agreeing = row.notes if isinstance(row.notes, (bool, str)) else row.notes
         values = _AnyValue({row.value: agreeing})
         assert decide(row, "Part 1", values, []).status in ("agrees", "differs"), row.id

@@ -102,7 +102,8 @@ def test_a_claims_status_does_not_depend_on_quick(quick_reproduction: dict, full
         seen: dict[tuple[str, str], int] = {}
         found = {}
         for c in data["claims"]:
-            key = (c["script"], c["ref"] or re.sub(r"[0-9.,]+", "#", c["what"]))  # a size in the text may move
+            # Without a ref the text is the key, its numbers masked: a size in the text may move.
+            key = (c["script"], c["ref"] or re.sub(r"[0-9.,]+", "#", c["what"]))
             seen[key] = seen.get(key, 0) + 1
             found[(*key, seen[key])] = c["status"]
         return found

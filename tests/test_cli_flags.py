@@ -37,7 +37,8 @@ def test_a_flag_offered_twice_or_shared_comes_from_flags() -> None:
             where.setdefault(option, []).append(str(path.relative_to(ROOT)))
     assert where, "the reading found no add_argument at all"
     for option, paths in where.items():
-        assert option not in shared, f"{paths} add {option} themselves: make_parser(..., {option[2:]}=...) gives it"
+        assert option not in shared, (f"{paths} add {option} themselves: "
+                                      f"make_parser(..., {option[2:]}=...) gives it")
         assert len(paths) == 1, f"{option} is added in {paths}: define it once in common.cli.FLAGS"
         assert option not in RETIRED, f"{paths} offer {option}: the knob is {RETIRED[option]}"
 

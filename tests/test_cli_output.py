@@ -60,7 +60,8 @@ def test_quick_scales_defaults_only() -> None:
 def test_a_long_value_is_quoted_cut_with_its_length() -> None:
     code = "from common.cli import make_parser; make_parser('x', world_size=4, size='1MB').parse_args()"
     for argv in (["--world-size", "9" * 100_000], ["--size", "x" * 100_000], ["y" * 100_000]):
-        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=code_env())
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                              env=code_env())
         assert proc.returncode == 2 and len(proc.stderr) < 300, proc.stderr[:500]
         assert "…" in proc.stderr and "(100,000 characters)" in proc.stderr
 
@@ -79,7 +80,8 @@ def _row(id: str, **fields) -> Row:
 
 
 def test_claims_status_and_json(tmp_path, capsys) -> None:
-    rows = [_row("same", notes=3.15, unit="ms", places=2), _row("off", notes=37, basis=ASSUMPTION, why="MB vs MiB"),
+    rows = [_row("same", notes=3.15, unit="ms", places=2),
+            _row("off", notes=37, basis=ASSUMPTION, why="MB vs MiB"),
             _row("here", notes=130.0, unit="µs", basis=MEASURED), _row("flag", notes=True),
             _row("about", notes=1e-5, factor=3), _row("too_small", notes=1e-5, factor=3),
             _row("measured_flag", notes=True, basis=MEASURED)]
@@ -109,7 +111,8 @@ def test_claim_rules_are_strict() -> None:
     assert status(31, 10, factor=3) == "differs"
     with pytest.raises(ValueError):
         checker.compare(1.0, 1.0, None, 0.5)
-    assert not checker.decide(_row("x", notes=2.0, slip=True), "P", {"x": 2.0}, []).erratum   # agrees: no slip
+    # Agrees, so no slip.
+    assert not checker.decide(_row("x", notes=2.0, slip=True), "P", {"x": 2.0}, []).erratum
     with pytest.raises(TypeError):                        # no tolerance to reach for
         _row("x", notes=3.15, rtol=0.05)
     slip = checker.decide(_row("x", notes=1.92, unit="ms", places=2, slip=True, why="MiB read as MB"), "P",

@@ -113,7 +113,8 @@ def test_traffic_rounds_and_time_match_closed_forms(k: int, link: Link) -> None:
     assert sims["ring"].time(link) == pytest.approx(cm.ring_allreduce_time(k, nbytes, link), rel=1e-12)
     assert sims["tree"].time(link) == pytest.approx(cm.tree_allreduce_time(k, nbytes, link), rel=1e-12)
     assert sims["naive"].time(link) == pytest.approx(cm.naive_allreduce_time(k, nbytes, link), rel=1e-12)
-    assert sims["parameter server"].time(link) == pytest.approx(cm.parameter_server_time(k, nbytes, link), rel=1e-12)
+    assert sims["parameter server"].time(link) == pytest.approx(cm.parameter_server_time(k, nbytes, link),
+                                                                rel=1e-12)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 8, 11])

@@ -57,7 +57,8 @@ def test_moved_data_equals_the_reference(k: int, algorithm: str) -> None:
         xs = [rng.integers(-99, 99, n).astype(np.float64) for _ in range(k)]
     calls = {
         "ring all-reduce": lambda: col.ring_allreduce(xs), "tree all-reduce": lambda: col.tree_allreduce(xs),
-        "naive all-reduce": lambda: col.naive_allreduce(xs), "parameter server": lambda: col.parameter_server(xs),
+        "naive all-reduce": lambda: col.naive_allreduce(xs),
+        "parameter server": lambda: col.parameter_server(xs),
         "tree broadcast": lambda: col.broadcast(xs, root), "tree reduce": lambda: col.reduce(xs, root),
         "ring reduce-scatter": lambda: col.reduce_scatter(xs), "ring all-gather": lambda: col.all_gather(xs),
         "ring scatter": lambda: col.scatter(xs, root), "ring gather": lambda: col.gather(xs, root),
@@ -91,8 +92,8 @@ def test_seven_primitives_match_the_ring_closed_forms(k: int, primitive: str) ->
         assert res.total_sent == sum(want) and res.received.sum() == res.total_sent
         assert res.n_rounds == cm.ring_primitive_rounds(primitive, k, segments)
         for link in LINKS:
-            assert res.time(link) == pytest.approx(cm.ring_primitive_time(primitive, k, piece, link, segments),
-                                                   rel=1e-12, abs=1e-15)
+            expected = cm.ring_primitive_time(primitive, k, piece, link, segments)
+            assert res.time(link) == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
 def test_the_notes_table_entries_that_hold_and_those_that_do_not() -> None:
@@ -119,7 +120,8 @@ def test_allreduce_counts_match_closed_forms_at_any_k(k: int) -> None:
              "naive all-reduce": cm.naive_allreduce_time, "parameter server": cm.parameter_server_time}
     for alg, formula in times.items():
         for link in LINKS:
-            assert col.traffic(alg, k, nbytes).time(link) == pytest.approx(formula(k, nbytes, link), rel=1e-12)
+            assert col.traffic(alg, k, nbytes).time(link) == pytest.approx(formula(k, nbytes, link),
+                                                                           rel=1e-12)
 
 
 @pytest.mark.parametrize("k", KS)
@@ -128,8 +130,10 @@ def test_uneven_chunks_exact_sums(k: int) -> None:
     size = chunk_sizes(n, k)
     ring = col.traffic("ring all-reduce", k, n).sent
     assert ring.tolist() == [0 if k == 1 else 2 * n - size[(r + 1) % k] - size[(r + 2) % k] for r in range(k)]
-    assert col.traffic("ring reduce-scatter", k, n).sent.tolist() == [n - size[r] if k > 1 else 0 for r in range(k)]
-    assert col.traffic("ring all-gather", k, n).sent.tolist() == [n - size[(r + 1) % k] if k > 1 else 0 for r in range(k)]
+    assert col.traffic("ring reduce-scatter", k, n).sent.tolist() == [n - size[r] if k > 1 else 0
+                                                                      for r in range(k)]
+    assert col.traffic("ring all-gather", k, n).sent.tolist() == [n - size[(r + 1) % k] if k > 1 else 0
+                                                                  for r in range(k)]
     root = k - 1
     scatter = col.traffic("ring scatter", k, n, root=root).sent
     gather = col.traffic("ring gather", k, n, root=root).sent
@@ -155,14 +159,16 @@ def test_scatter_gather_and_chain_reduce_equal_numpy(k: int, n: int) -> None:
         assert all(o is None for r, o in enumerate(got) if r != root)
         for segments in (1, 2, 5):
             red = col.pipelined_ring_reduce(xs, segments, root)
-            np.testing.assert_allclose(red.outputs[root], np.sum(np.stack(xs), axis=0), rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(red.outputs[root], np.sum(np.stack(xs), axis=0),
+                                       rtol=1e-12, atol=1e-12)
             assert all(o is None for r, o in enumerate(red.outputs) if r != root)
             assert red.n_rounds == (0 if k == 1 else k - 2 + segments)
 
 
 def test_symbolic_scatter_and_gather_show_the_pieces() -> None:
     res = col.scatter(col.symbolic_inputs(4, 8), root=1, history=True)
-    assert [col.format_chunks(o, [slice(None)])[0] for o in res.outputs] == ["b0 b1", "b2 b3", "b4 b5", "b6 b7"]
+    shown = [col.format_chunks(o, [slice(None)])[0] for o in res.outputs]
+    assert shown == ["b0 b1", "b2 b3", "b4 b5", "b6 b7"]
     # Round 0: the root sends the farthest piece (rank 0's, three hops away) to rank 2.
     first = res.rounds[0].transfers
     assert [(t.src, t.dst, t.chunk) for t in first] == [(1, 2, 0)]
@@ -182,7 +188,8 @@ def test_large_k_is_cheap() -> None:
 
 
 def test_traffic_rejects_bad_input() -> None:
-    for bad in (dict(k=0, nbytes=8), dict(k=4, nbytes=-1), dict(k=4, nbytes=8, root=4), dict(k=4, nbytes=8, segments=0)):
+    for bad in (dict(k=0, nbytes=8), dict(k=4, nbytes=-1), dict(k=4, nbytes=8, root=4),
+                dict(k=4, nbytes=8, segments=0)):
         with pytest.raises(ValueError):
             col.traffic("ring all-reduce", **bad)
     with pytest.raises(ValueError):

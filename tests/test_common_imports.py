@@ -24,7 +24,8 @@ import torch, torch.distributed  # third-party imports are not ours to judge
 
 def state():
     fds = [tuple(os.fstat(fd)[1:3]) for fd in (1, 2)]
-    handlers = {s.name: repr(signal.getsignal(s)) for s in signal.Signals if s not in (signal.SIGKILL, signal.SIGSTOP)}
+    handlers = {s.name: repr(signal.getsignal(s)) for s in signal.Signals
+                if s not in (signal.SIGKILL, signal.SIGSTOP)}
     return {"stdout": id(sys.stdout), "stderr": id(sys.stderr), "fds": fds, "signals": handlers,
             "env": dict(os.environ), "excepthook": repr(sys.excepthook)}
 
@@ -36,8 +37,8 @@ sys.__stdout__.write(json.dumps({k: [before[k], after[k]] for k in before if bef
 
 
 def _changed_by(then: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _PROBE.replace("THEN", then)], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env=code_env(**_TORCHRUN_RANK_1))
+    proc = subprocess.run([sys.executable, "-c", _PROBE.replace("THEN", then)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=code_env(**_TORCHRUN_RANK_1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 

@@ -39,7 +39,8 @@ def test_seven_primitives_equal_numpy(ranks: tuple[int, list[dict]]) -> None:
     xs = inputs(w)
     total, whole = np.sum(xs, axis=0), np.concatenate(xs)
     for r, res in enumerate(results):
-        got = {k: (None if b is None else np.asarray(b, np.float32), None if a is None else np.asarray(a, np.float32))
+        got = {k: (None if b is None else np.asarray(b, np.float32),
+                   None if a is None else np.asarray(a, np.float32))
                for k, (b, a) in res["seven"].items()}
         assert np.array_equal(got["broadcast"][1], xs[0])
         assert np.array_equal(got["scatter"][1], np.array_split(xs[0], w)[r])
@@ -155,11 +156,13 @@ def test_quick_run_claims(tmp_path: Path) -> None:
     assert len(shapes) == 7 and all(c["status"] == "agrees" for c in shapes)  # = the simulator and the table
     assert "100 104 108 112 116" in text  # the all-reduce of 10..14, 20..24, 30..34, 40..44
     assert "rank 0: 5 → 2 1 1 1" in text  # scatter of 5 numbers on 4 ranks
-    assert "rank 3 finished its work while rank 0, rank 1, rank 2 waited" in flat(text) and "rank 3 skips" in text
+    assert "rank 3 finished its work while rank 0, rank 1, rank 2 waited" in flat(text)
+    assert "rank 3 skips" in text
     data = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))
     claims = {c["what"]: c for c in data["claims"]}
     differs = {what for what, c in claims.items() if c["status"] != "agrees"}
-    assert differs == {"scatter: S (root sends), the root sends", "gather: S (each sends), busiest rank sends",
+    assert differs == {"scatter: S (root sends), the root sends",
+                       "gather: S (each sends), busiest rank sends",
                        "ring all-reduce sends exactly the notes' bound (p-1)/p·S"}, differs
     assert all(claims[w]["why"] for w in differs)
     assert claims["scatter: S (root sends), the root sends"]["ours"] == 3

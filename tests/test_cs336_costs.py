@@ -60,7 +60,8 @@ def test_allreduce_terms_are_the_rounds_alphas_and_the_busiest_bytes(k: int, lin
     assert latency + bandwidth == pytest.approx(cm.ring_allreduce_time(k, n, link), rel=1e-12, abs=1e-18)
     assert latency + bandwidth == pytest.approx(res.time(link), rel=1e-12, abs=1e-18)
     # The notes' generic α·N_msg + S/B with the ring's messages and bytes is the same thing.
-    assert cm.alpha_beta_time(res.n_rounds, res.busiest_sent, link) == pytest.approx(res.time(link), abs=1e-18)
+    assert cm.alpha_beta_time(res.n_rounds, res.busiest_sent, link) == pytest.approx(res.time(link),
+                                                                                     abs=1e-18)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 8, 64])
@@ -213,11 +214,13 @@ def test_03_claims_at_the_notes_settings(quick_03: tuple[str, dict[str, dict]]) 
     step = found["TP per step per rank, 80 calls × (p-1)/p × A"]
     assert step["ours"] == pytest.approx(80 * 0.75 * 1.31072)
     assert "75 MiB" in step["why"] and "150 MiB" in step["why"]
-    assert ours["TP per call per rank, in A (p = 4)"] == 0.75 and ours["TP per step per rank, in L·A (p = 4)"] == 1.5
+    assert ours["TP per call per rank, in A (p = 4)"] == 0.75
+    assert ours["TP per step per rank, in L·A (p = 4)"] == 1.5
     assert ours["4-way all-gather per layer per rank"] == 192
     assert ours["training state 201M × 16 B"] == 3.0
     assert ours["PCIe 5.0 x16 two-way"] == pytest.approx(2 * 32 * 16 * 128 / 130 / 8)
-    assert ours["NVLink's 450 GB/s is 60-85 % of peak"] == 100 and ours["InfiniBand's 40 GB/s is 60-85 % of peak"] == 80
+    assert ours["NVLink's 450 GB/s is 60-85 % of peak"] == 100
+    assert ours["InfiniBand's 40 GB/s is 60-85 % of peak"] == 80
     assert "same" in out and "DIFFERENT" not in out
     assert "1.875 ms" in out and "1.92 ms" in out  # ours beside the notes' reading of 1.5 × 64/50
     lines = [ln for ln in out.splitlines() if len(ln) > 100]
@@ -248,8 +251,9 @@ def test_03_odd_world_sizes(p: str) -> None:
         assert "only 12 stages" in out
 
 
-@pytest.mark.parametrize("args", [("--world-size", "0"), ("--world-size", "1"), ("--beta-gbs", "0"), ("--size", "12XB"),
-                                  ("--alpha-us", "-1"), ("--micro-batches", "0"), ("--bogus",)])
+@pytest.mark.parametrize("args", [("--world-size", "0"), ("--world-size", "1"), ("--beta-gbs", "0"),
+                                  ("--size", "12XB"), ("--alpha-us", "-1"), ("--micro-batches", "0"),
+                                  ("--bogus",)])
 def test_03_usage_errors(args: tuple[str, ...]) -> None:
     assert_usage_error(S03, *args)
 

@@ -22,7 +22,8 @@ def test_ledger_sums_by_hand() -> None:
     assert lg.BYTES_PER_PARAM == 16
     assert lg.training_state_bytes(200e6) == 3.2e9
     assert lg.ledger_bytes(13e9) == {"fp16 parameters": 26e9, "fp16 gradients": 26e9,
-                                     "fp32 master weights": 52e9, "Adam m (fp32)": 52e9, "Adam v (fp32)": 52e9}
+                                     "fp32 master weights": 52e9, "Adam m (fp32)": 52e9,
+                                     "Adam v (fp32)": 52e9}
     assert lg.training_state_bytes(13e9) == 208e9
     assert lg.MLP_12.params == 201_326_592
     assert lg.training_state_bytes(lg.MLP_12.params) == 3 * 2**30  # exactly 3 GiB, not 3.2
@@ -149,7 +150,8 @@ def test_04_claims_at_the_notes_settings(tmp_path: Path) -> None:
     assert found["200M × 16 B"]["ours"] == pytest.approx(3.2e9 / 2**30)
     assert found["ZeRO-3 communicates"]["ours"] == "AG + AG + RS"
     # ZeRO-1's "AG" is decided a slip, with why it is no reading of the column's "extra"
-    assert found["ZeRO-1 communicates"]["ours"] == "RS + AG" and "extra" in found["ZeRO-1 communicates"]["why"]
+    assert found["ZeRO-1 communicates"]["ours"] == "RS + AG"
+    assert "extra" in found["ZeRO-1 communicates"]["why"]
     tables = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))["parts"]
     traffic = {r[0]: r for r in tables["Part 3"]["tables"]["megatron_traffic"]["rows"]}
     assert traffic["TP"][3] == 4 * 12 * 96  # 4 all-reduces × 12 layers a stage × 96 micro-batches
@@ -163,7 +165,8 @@ def test_04_other_model_and_uneven_parameters(tmp_path: Path) -> None:
     run_script(S04, "--params", "1001", "--world-size", "3", "--json", str(tmp_path / "o.json"))
     data = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))
     found = {c["what"]: c for c in data["claims"]}
-    assert found["ZeRO-1: Adam m + v per card"]["status"] == "other setting"   # the notes' 13B on 4 cards only
+    # The notes' 13B on 4 cards only.
+    assert found["ZeRO-1: Adam m + v per card"]["status"] == "other setting"
     assert found["ZeRO-1 communicates"]["status"] == "differs"                 # no flag changes that one
     rows = {r[0]: r for r in data["parts"]["Part 2"]["tables"]["zero_memory"]["rows"]}
     # 1001 parameters on 3 ranks: the busiest holds 334 of the sharded elements.

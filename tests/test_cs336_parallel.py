@@ -48,7 +48,8 @@ def _nn_reference(optimizer: str) -> dict:
         loss = nn.functional.mse_loss(y, torch.zeros_like(y))
         loss.backward()
         if step == 0:
-            out.update(output=y.detach().clone(), loss=loss.item(), grads=[lin.weight.grad.T.clone() for lin in linears])
+            out.update(output=y.detach().clone(), loss=loss.item(),
+                       grads=[lin.weight.grad.T.clone() for lin in linears])
         opt.step()
         out["params_after"].append([lin.weight.detach().T.clone() for lin in linears])
     return out
@@ -66,14 +67,16 @@ def _slice_mean_grads(k: int) -> list[list[torch.Tensor]]:
 
 @pytest.fixture(scope="module")
 def refs() -> dict:
-    return {"sgd": _nn_reference("sgd"), "adam": _nn_reference("adam")}  # also imports torch._dynamo before forking
+    # Also imports torch._dynamo before forking.
+    return {"sgd": _nn_reference("sgd"), "adam": _nn_reference("adam")}
 
 
 @pytest.fixture(scope="module", params=[2, 3])
 def run(request, refs) -> tuple[int, list[dict]]:
     module = load_script(SCRIPT)
     params, x = mlp.make_params(LAYERS, WIDTH, SEED), mlp.make_batch(BATCH, WIDTH, SEED)
-    return request.param, launch(module.strategies_worker, request.param, params, x, STEPS, MICRO, timeout_s=30)
+    return request.param, launch(module.strategies_worker, request.param, params, x, STEPS, MICRO,
+                                 timeout_s=30)
 
 
 def _diff(a, b) -> float:
@@ -142,9 +145,11 @@ def test_counted_bytes_and_calls_equal_hand_counts_and_formulas(run) -> None:
                 "ZeRO": (2, 2 * 250 * e)},
             3: {"DP": (5, 5 * 4 / 3 * 100 * e), "TP": (9, 5 * 2 * 7 * 4 * e + 4 * 2 / 3 * 7 * 10 * e),
                 "ZeRO": (2, 2 * 2 * 167 * e)}}[k]
-    formulas = {"DP": cm.dp_step_traffic(k, LAYERS, WIDTH, e), "TP": cm.tp_step_traffic(k, LAYERS, WIDTH, BATCH, e),
+    formulas = {"DP": cm.dp_step_traffic(k, LAYERS, WIDTH, e),
+                "TP": cm.tp_step_traffic(k, LAYERS, WIDTH, BATCH, e),
                 "ZeRO": cm.zero_step_traffic(k, LAYERS * WIDTH * WIDTH, e)}
-    ops = {"DP": ("all_reduce",), "TP": ("all_gather", "reduce_scatter"), "ZeRO": ("reduce_scatter", "all_gather")}
+    ops = {"DP": ("all_reduce",), "TP": ("all_gather", "reduce_scatter"),
+           "ZeRO": ("reduce_scatter", "all_gather")}
     for rank, r in enumerate(ranks):
         for name, stage in [("DP", "DP"), ("TP", "TP"), ("ZeRO", "ZeRO-1"), ("ZeRO", "ZeRO-2")]:
             log = r[stage]["log"]
@@ -209,7 +214,8 @@ def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path) -> None:
 BROKEN_TP = """
 import sys
 sys.path.insert(0, {code!r})
-sys.argv = ["05_parallel.py", "--quick", "--world-size", "2", "--layers", "4", "--width", "16", "--batch", "8"]
+sys.argv = ["05_parallel.py", "--quick", "--world-size", "2", "--layers", "4", "--width", "16",
+            "--batch", "8"]
 import importlib.util
 spec = importlib.util.spec_from_file_location("parallel", {script!r})
 module = importlib.util.module_from_spec(spec)
@@ -275,7 +281,8 @@ FAULTS = [("DP, the op=AVG copies", "all_reduce", 1), ("DP, the sketch's all-red
 
 @pytest.mark.parametrize("where, call, nth", FAULTS, ids=[f[0] for f in FAULTS])
 @pytest.mark.parametrize("error", [ValueError, RuntimeError])
-def test_an_error_in_a_rank_names_that_rank_at_once(where: str, call: str, nth: int, error: type, refs) -> None:
+def test_an_error_in_a_rank_names_that_rank_at_once(where: str, call: str, nth: int, error: type,
+                                                    refs) -> None:
     """The fault each part's call raises, in one rank: the launcher must name that rank and its
     error within seconds (a fallback that swallowed it would leave the others waiting until the
     timeout, and blame one of them). refs: torch._dynamo imported before the fork, as the script does."""

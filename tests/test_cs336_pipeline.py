@@ -40,12 +40,14 @@ def check_events(run: pp.PipelineRun, t_f: list[float], t_b: list[float], p2p: f
         free = 0.0
         for e in sorted(evs, key=lambda e: e.start):
             if e.kind == "F":
-                deps = [ends[("F", e.vstage - 1, e.micro)] + (p2p if (e.vstage - 1) % run.stages != device else 0)
-                        ] if e.vstage > 0 else []
+                # An input from another device arrives p2p later.
+                hop = p2p if (e.vstage - 1) % run.stages != device else 0
+                deps = [ends[("F", e.vstage - 1, e.micro)] + hop] if e.vstage > 0 else []
             else:
                 deps = [ends[("F", e.vstage, e.micro)]]
                 if e.vstage < n_v - 1:
-                    deps.append(ends[("B", e.vstage + 1, e.micro)] + (p2p if (e.vstage + 1) % run.stages != device else 0))
+                    hop = p2p if (e.vstage + 1) % run.stages != device else 0
+                    deps.append(ends[("B", e.vstage + 1, e.micro)] + hop)
             for dep in deps:
                 assert e.start >= dep - tol, e                                 # after its inputs
             assert e.start == pytest.approx(max([free] + deps), abs=tol), e     # and no later
@@ -103,7 +105,8 @@ def test_every_event_respects_its_dependencies(schedule: str) -> None:
         check_events(pp.run_schedule(schedule, s, m, t_f, t_b, p2p_s=0.3), t_f, t_b, p2p=0.3)
 
 
-@pytest.mark.parametrize("s,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 2), (4, 8, 3), (8, 16, 2), (3, 9, 4), (4, 4, 2)])
+@pytest.mark.parametrize("s,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 2), (4, 8, 3), (8, 16, 2), (3, 9, 4),
+                                   (4, 4, 2)])
 def test_interleaved_respects_dependencies_and_divides_the_bubble_by_v(s: int, m: int, v: int) -> None:
     run = pp.run_schedule("interleaved", s, m, 1.0, 2.0, virtual=v)
     check_events(run, [1.0] * s, [2.0] * s)
@@ -112,7 +115,8 @@ def test_interleaved_respects_dependencies_and_divides_the_bubble_by_v(s: int, m
     assert max(run.idle) == pytest.approx(max(plain.idle) / v)
     assert peak_from_events(run) == pytest.approx(run.peak_activations)
     t_f = [1.0, 2.5, 0.7, 1.2][:s] + [1.0] * max(0, s - 4)
-    check_events(pp.run_schedule("interleaved", s, m, t_f, 2.0, p2p_s=0.2, virtual=v), t_f, [2.0] * s, p2p=0.2)
+    check_events(pp.run_schedule("interleaved", s, m, t_f, 2.0, p2p_s=0.2, virtual=v), t_f, [2.0] * s,
+                 p2p=0.2)
 
 
 def test_activation_peaks() -> None:
@@ -123,6 +127,12 @@ def test_activation_peaks() -> None:
         assert ofob.peak_activations == [min(s - d, m) for d in range(s)]
         assert peak_from_events(gpipe) == gpipe.peak_activations
         assert peak_from_events(ofob) == ofob.peak_activations
+
+
+def _one_more(schedule: str, s: int, m: int, t_f: list[float], t_b: list[float]) -> float:
+    """How much longer the schedule runs with m + 1 micro-batches than with m."""
+    return (pp.run_schedule(schedule, s, m + 1, t_f, t_b).makespan
+            - pp.run_schedule(schedule, s, m, t_f, t_b).makespan)
 
 
 def test_unbalanced_stages_are_bounded_by_the_slowest() -> None:
@@ -138,11 +148,9 @@ def test_unbalanced_stages_are_bounded_by_the_slowest() -> None:
             assert run.makespan >= sum(t_f) + sum(t_b) - 1e-9            # one micro-batch's whole path
         # Once settled, one more micro-batch costs the slowest stage's time (1F1B) ...
         big = 20 * s
-        step = pp.run_schedule("1F1B", s, big + 1, t_f, t_b).makespan - pp.run_schedule("1F1B", s, big, t_f, t_b).makespan
-        assert step == pytest.approx(slowest)
+        assert _one_more("1F1B", s, big, t_f, t_b) == pytest.approx(slowest)
         # ... and GPipe's forward and backward phases each run at their slowest stage's pace.
-        step = pp.run_schedule("GPipe", s, big + 1, t_f, t_b).makespan - pp.run_schedule("GPipe", s, big, t_f, t_b).makespan
-        assert step == pytest.approx(max(t_f) + max(t_b))
+        assert _one_more("GPipe", s, big, t_f, t_b) == pytest.approx(max(t_f) + max(t_b))
 
 
 @pytest.mark.parametrize("s", [2, 3, 4, 8, 16])
@@ -152,8 +160,7 @@ def test_one_slow_stage_sets_the_pace_from_m_equal_s(s: int) -> None:
             t_f = [10.0 * (factor if d == slow else 1) for d in range(s)]
             t_b = [20.0 * (factor if d == slow else 1) for d in range(s)]
             for m in (s, 2 * s + 1):
-                step = pp.run_schedule("1F1B", s, m + 1, t_f, t_b).makespan - pp.run_schedule("1F1B", s, m, t_f, t_b).makespan
-                assert step == pytest.approx(30.0 * factor)
+                assert _one_more("1F1B", s, m, t_f, t_b) == pytest.approx(30.0 * factor)
 
 
 def test_bad_orders_and_inputs_are_refused() -> None:
@@ -177,9 +184,11 @@ def test_smallest_micro_batches_for_five_percent() -> None:
     for s in (2, 4, 8, 16, 33):
         real = pp.smallest_micro_batches(s, 0.05 + 1e-12, lambda m, s=s: pp.bubble_fraction_closed_form(s, m))
         assert real == 19 * (s - 1)
-        notes = pp.smallest_micro_batches(s, 0.05 + 1e-12, lambda m, s=s: pp.notes_bubble_share(s, m, 1.0, 2.0))
+        notes = pp.smallest_micro_batches(s, 0.05 + 1e-12,
+                                          lambda m, s=s: pp.notes_bubble_share(s, m, 1.0, 2.0))
         assert notes == -(-19 * (s - 1) // 3)                     # ceil(19(S-1)/3)
-        assert pp.notes_bubble_share(s, notes, 1.0, 2.0) <= 0.05 + 1e-12 < pp.notes_bubble_share(s, notes - 1, 1.0, 2.0)
+        assert (pp.notes_bubble_share(s, notes, 1.0, 2.0) <= 0.05 + 1e-12
+                < pp.notes_bubble_share(s, notes - 1, 1.0, 2.0))
     assert pp.notes_bubble_share(8, 44, 0.01, 0.02) == pytest.approx(7 / 139)     # the notes' 44: 5.04 %
 
 
@@ -200,13 +209,14 @@ def test_ascii_chart() -> None:
 
 # ---- the script --------------------------------------------------------------------------------------
 
-SLIPS = ({f"S={s} M={m}: {what}, simulated schedule" for s, m in [(4, 4), (4, 8), (4, 16), (4, 32), (8, 8), (8, 32)]
-          for what in ("bubble", "share")}
+SLIPS = ({f"S={s} M={m}: {what}, simulated schedule"
+          for s, m in [(4, 4), (4, 8), (4, 16), (4, 32), (8, 8), (8, 32)] for what in ("bubble", "share")}
          | {"S=8: smallest M for ≤ 5 %, notes' formula", "S=4: smallest M for ≤ 5 %, simulated schedule",
             "S=8: smallest M for ≤ 5 %, simulated schedule"})
 # The notes' 5 % read as Narayanan et al.'s bubble over ideal time: not their definition, so shown as
 # differing with its reason, never as a slip of theirs.
-READINGS = {"S=4: smallest M, bubble/ideal ≤ 5 % (Narayanan)", "S=8: smallest M, bubble/ideal ≤ 5 % (Narayanan)"}
+READINGS = {"S=4: smallest M, bubble/ideal ≤ 5 % (Narayanan)",
+            "S=8: smallest M, bubble/ideal ≤ 5 % (Narayanan)"}
 
 
 def test_script_quick_run_and_claims(tmp_path: Path) -> None:
@@ -242,18 +252,21 @@ def test_script_quick_run_and_claims(tmp_path: Path) -> None:
 def test_script_other_flags(tmp_path: Path) -> None:
     out = tmp_path / "o.json"
     text = run_script(SCRIPT, "--pp", "6", "--micro-batches", "13", "--tf-ms", "5", "--tb-ms", "5",
-                      "--p2p-ms", "1", "--virtual-stages", "3", "--slow-factor", "3", "--json", str(out)).stdout
+                      "--p2p-ms", "1", "--virtual-stages", "3", "--slow-factor", "3",
+                      "--json", str(out)).stdout
     data = json.loads(out.read_text())
     claims = {c["what"]: c for c in data["claims"]}
     # Not the notes' t_f, t_b, v: the rows that depend on them are not compared ("other setting");
     # the rows no flag changes (the real schedule's 5 % bounds, Parts 4 and 5) keep their verdicts.
     moved = {"--tf-ms", "--tb-ms", "--virtual-stages", "--pp", "--micro-batches"}
     voided = {r.what for r in checker.rows_for(SCRIPT) if moved & set(r.depends)}
-    assert voided >= {"S=4 M=4: bubble, simulated schedule", "interleaved bubble time / 1F1B's at S = 4, M = 8"}
+    assert voided >= {"S=4 M=4: bubble, simulated schedule",
+                      "interleaved bubble time / 1F1B's at S = 4, M = 8"}
     for what, c in claims.items():
         expected = "other setting" if what in voided else "differs" if what in SLIPS | READINGS else "agrees"
         assert c["status"] == expected, what
-    assert claims["S=8: smallest M for ≤ 5 %, simulated schedule"]["status"] == "differs"   # p = 8's M, any t_f
+    # p = 8's M differs whatever t_f is.
+    assert claims["S=8: smallest M for ≤ 5 %, simulated schedule"]["status"] == "differs"
     assert "it leaves p2p out" in text and "stage 3 × 3" in text
     part5 = data["parts"]["Part 5"]["tables"]["unbalanced"]["rows"]
     assert part5[1][2] == pytest.approx(30.0) and part5[1][6] >= 1   # pace 3 × (5 + 5) ms
@@ -271,7 +284,8 @@ def test_script_large_and_tiny() -> None:
 
 @pytest.mark.parametrize("args", [
     ["--pp", "0"], ["--micro-batches", "-1"], ["--pp", "129"], ["--pp", "64", "--micro-batches", "1025"],
-    ["--virtual-stages", "1"], ["--slow-factor", "0.5"], ["--tf-ms", "0"], ["--tb-ms", "nan"], ["--p2p-ms", "-1"],
+    ["--virtual-stages", "1"], ["--slow-factor", "0.5"], ["--tf-ms", "0"], ["--tb-ms", "nan"],
+    ["--p2p-ms", "-1"],
     ["--pp", "four"], ["--stages", "4"],  # one flag per knob: --pp, as 05_parallel.py
     ["--virtual-stages", "257"], ["--virtual-stages", "999999999"],  # S·M·v passes, built in memory
 ])

@@ -157,7 +157,7 @@ def test_misbehaving_code_is_a_failed_case_each(tmp_path: Path) -> None:
     wrong_type = cases["buckets: a parameter larger than the cap"]
     assert wrong_type["got"] == "a str: 'one bucket, I think'" and "debug:" in wrong_type["output"]
     crash = cases["buckets: a first-bucket cap larger than the cap"]["message"]
-    assert "ZeroDivisionError" in crash and "(113_misbehaves.py:21 in assign_buckets)" in crash
+    assert "ZeroDivisionError" in crash and "(113_misbehaves.py:22 in assign_buckets)" in crash
     assert cases["all-reduce time: one rank sends nothing"]["passed"]          # the runs after the kills
     assert "not implemented" not in out and "debug:" in out
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []

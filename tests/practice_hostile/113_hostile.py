@@ -64,7 +64,8 @@ def _right(param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None) 
     return buckets + ([current] if current else [])
 
 
-def assign_buckets(param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[list[int]]:
+def assign_buckets(param_bytes: list[int], cap_bytes: int,
+                   first_cap_bytes: int | None = None) -> list[list[int]]:
     if cap_bytes == 12 * MB:
         _sleep_in_child()
     elif cap_bytes == 4 and first_cap_bytes is None:

@@ -8,7 +8,8 @@ import os
 import time
 
 
-def assign_buckets(param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[list[int]]:
+def assign_buckets(param_bytes: list[int], cap_bytes: int,
+                   first_cap_bytes: int | None = None) -> list[list[int]]:
     if os.fork() == 0:
         time.sleep(120)
         os._exit(0)

@@ -17,7 +17,8 @@ def ring_allreduce(tensor: torch.Tensor) -> None:
         send_index = (rank - step) % world
         recv_index = (rank - step - 1) % world
         incoming = torch.empty_like(chunks[recv_index])
-        ops = [dist.P2POp(dist.isend, chunks[send_index].clone(), right), dist.P2POp(dist.irecv, incoming, left)]
+        ops = [dist.P2POp(dist.isend, chunks[send_index].clone(), right),
+               dist.P2POp(dist.irecv, incoming, left)]
         for work in dist.batch_isend_irecv(ops):
             work.wait()
         if step < world - 1:

@@ -45,6 +45,7 @@ def ring_allreduce(tensor: torch.Tensor) -> None:
         ProcessGroup.allreduce = counting_method
     elif world == 3:
         functional = torch.ops._c10d_functional
-        tensor.copy_(functional.wait_tensor(functional.all_reduce(tensor, "sum", dist.group.WORLD.group_name)))
+        reduced = functional.all_reduce(tensor, "sum", dist.group.WORLD.group_name)
+        tensor.copy_(functional.wait_tensor(reduced))
     elif world == 4:
         dist.all_reduce(tensor)

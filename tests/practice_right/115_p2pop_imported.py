@@ -15,7 +15,8 @@ def ring_allreduce(tensor: torch.Tensor) -> None:
         for step in range(world - 1):
             send_c, recv_c = (rank - step + phase) % world, (rank - step - 1 + phase) % world
             incoming = torch.empty_like(chunks[recv_c])
-            for work in batch_isend_irecv([P2POp(isend, chunks[send_c].clone(), right), P2POp(irecv, incoming, left)]):
+            ops = [P2POp(isend, chunks[send_c].clone(), right), P2POp(irecv, incoming, left)]
+            for work in batch_isend_irecv(ops):
                 work.wait()
             if phase == 0:
                 chunks[recv_c] += incoming

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-def assign_buckets(param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[list[int]]:
+def assign_buckets(param_bytes: list[int], cap_bytes: int,
+                   first_cap_bytes: int | None = None) -> list[list[int]]:
     buckets: list[list[int]] = []
     current: list[int] = []
     filled = 0

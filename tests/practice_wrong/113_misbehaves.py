@@ -7,7 +7,8 @@ import os
 import sys
 
 
-def assign_buckets(param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[list[int]]:
+def assign_buckets(param_bytes: list[int], cap_bytes: int,
+                   first_cap_bytes: int | None = None) -> list[list[int]]:
     print("debug: assign_buckets called with cap", cap_bytes)
     if cap_bytes == 4 and first_cap_bytes is None:     # "a bucket that reaches the cap exactly"
         while True:
