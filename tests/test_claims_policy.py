@@ -26,7 +26,7 @@ def _rounded(value: float, places: int) -> Decimal:
 
 
 def _meets_policy(claim: dict) -> bool:
-    """Re-decide an "agrees" from the recorded values and rule, independently of Report.claim."""
+    """Re-decide an "agrees" from the recorded values and rule, independently of checker.decide."""
     ours, notes, rule = claim["ours"], claim["notes"], claim["rule"]
     if rule == "equal":
         return ours == notes

@@ -131,7 +131,8 @@ class _ResNet50(nn.Module):
         self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         c_in = 64
-        for stage, (width, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)], 1):
+        stages = [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]
+        for stage, (width, blocks, stride) in enumerate(stages, 1):
             layers = []
             for b in range(blocks):
                 layers.append(_Bottleneck(c_in, width, stride if b == 0 else 1))
@@ -189,11 +190,13 @@ def test_exercise_4_timeline() -> None:
     times = [t for e in overlapped.comm_events() for t in (e.start_s, e.end_s)]
     assert times == pytest.approx([2e-3, 4.9e-3, 5e-3, 7.5e-3])  # flat: pytest >= 9.2 refuses nesting
     assert overlapped.step_s == pytest.approx(7.5e-3)
-    assert simulate_backward(ready, sizes, buckets, _exercise_comm, overlap=False).step_s == pytest.approx(10.4e-3)
+    serial = simulate_backward(ready, sizes, buckets, _exercise_comm, overlap=False)
+    assert serial.step_s == pytest.approx(10.4e-3)
     assert simulate_backward(ready, sizes, [[4, 3, 2, 1, 0]], _exercise_comm).step_s == pytest.approx(9.9e-3)
 
 
-def _reducer_reference(ready: list[float], sizes: list[int], buckets: list[list[int]], comm, overlap: bool) -> float:
+def _reducer_reference(ready: list[float], sizes: list[int], buckets: list[list[int]], comm,
+                       overlap: bool) -> float:
     """The notes' Reducer, event by event: pending counts, launch in index order, one FIFO comm stream."""
     where = {i: b for b, bucket in enumerate(buckets) for i in bucket}
     pending = [len(b) for b in buckets]
@@ -220,7 +223,8 @@ def _random_timeline_case(rng: random.Random):
     registration = registration_order(n, rng.choice(["correct", "shuffled", "reversed"]), rng.randint(0, 99))
     cap = rng.choice([0, rng.randint(1, sum(sizes) + 1), 10**12])
     first = rng.choice([None, rng.randint(0, 2_000_000)])
-    buckets = [[registration[i] for i in b] for b in assign_buckets([sizes[i] for i in registration], cap, first)]
+    in_order = assign_buckets([sizes[i] for i in registration], cap, first)
+    buckets = [[registration[i] for i in b] for b in in_order]
     link = Link(rng.choice([0.0, 1e-5, 1e-4]), rng.choice([1e9, 1e10, 1e11]))
     k = rng.choice([2, 3, 16, 100])
     return ready, sizes, buckets, (lambda nbytes: ring_allreduce_time(k, nbytes, link))
@@ -263,7 +267,8 @@ def test_simulate_ddp_matches_the_notes_part_1_within_the_model() -> None:
     assert on.step_s == pytest.approx(37.8e-3, rel=0.01)
     assert on.exposed_comm_s >= on.comm_s[-1] - 1e-12
     cap0 = simulate_ddp(model, 16, NOTES_LINK_03, 0)
-    assert len(cap0.buckets) == len(model.params) and cap0.step_s > off.step_s   # the notes' "worse than no overlap"
+    # The notes' "worse than no overlap".
+    assert len(cap0.buckets) == len(model.params) and cap0.step_s > off.step_s
 
 
 def test_ready_times_and_registration_orders() -> None:

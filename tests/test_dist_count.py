@@ -41,7 +41,8 @@ def _spellings(rank: int, world: int) -> dict:
 def test_counting_sees_every_spelling_and_puts_everything_back() -> None:
     r0, r1 = launch(_spellings, 2)
     for r in (r0, r1):
-        assert r["tensors"] == [("all_reduce", "float32", 40), ("all_reduce", "bfloat16", 12), ("broadcast", "float32", 16)]
+        assert r["tensors"] == [("all_reduce", "float32", 40), ("all_reduce", "bfloat16", 12),
+                                ("broadcast", "float32", 16)]
         assert r["calls"] == 3 and r["unseen"] == 0 and r["inside"] and r["restored"] and r["same"]
     assert (r0["sent"], r0["sends"], r0["to"], r0["received"]) == (24 + 8 + 20, 3, [1], 20)
     assert (r1["sent"], r1["sends"], r1["to"], r1["received"]) == (20, 1, [0], 24 + 8 + 20)

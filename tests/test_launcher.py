@@ -144,8 +144,8 @@ def test_ctrl_c_leaves_no_process_behind() -> None:
 # ---- the safety nets, each with a test that fails without it ---------------------------------
 
 def _probe(*args: str, **kwargs: object) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(PROBE), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kwargs)
+    return subprocess.Popen([sys.executable, str(PROBE), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 def _children(pid: int, at_least: int, within_s: float = 30) -> list[int]:
@@ -251,8 +251,10 @@ def test_nothing_listens_beyond_loopback(gloo_env: str | None) -> None:
     ("raise", r"^launch_probe\.py: error: rank 1 failed: ValueError: deliberate failure"),
     ("kill", r"^launch_probe\.py: error: rank 1 was killed by SIGKILL"),
     ("oom", r"^launch_probe\.py: error: rank 1 ran out of memory"),
-    ("stall", r"^launch_probe\.py: error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); rank 0 timed out"),
-    ("busy", r"^launch_probe\.py: error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); rank 0 timed out"),
+    ("stall", r"^launch_probe\.py: error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); "
+              r"rank 0 timed out"),
+    ("busy", r"^launch_probe\.py: error: rank 1 stopped responding \(at fail \(launch_probe\.py:\d+\)\); "
+             r"rank 0 timed out"),
 ])
 def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expected: str) -> None:
     tag = f"probe-{mode}-{os.getpid()}-{time.monotonic_ns()}"
@@ -272,7 +274,8 @@ def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expe
 @pytest.mark.timeout(90)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("mode, expected", [
-    ("stop-start", r"^launch_probe\.py: error: rank 1 did not join the group within \d+ s \((it is stopped|no answer)"),
+    ("stop-start", r"^launch_probe\.py: error: rank 1 did not join the group within \d+ s "
+                   r"\((it is stopped|no answer)"),
     ("stop", r"^launch_probe\.py: error: rank 1 stopped responding \((it is stopped|no answer).*\); "
              r"rank 0, rank 2, rank 3 timed out after 4 s"),
     ("stop-end", r"^launch_probe\.py: error: rank 1 did not finish within 4 s after rank [023] did "
@@ -324,7 +327,8 @@ class _Gone:
         return False
 
 
-@pytest.mark.parametrize("waiter_saw", ["failed: RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1234",
+@pytest.mark.parametrize("waiter_saw", ["failed: RuntimeError: [gloo] Connection closed by peer "
+                                        "[127.0.0.1]:1234",
                                         "failed: RuntimeError: Timed out waiting 2000ms for recv operation",
                                         "failed: DistBackendError: words no matcher knows"])
 def test_the_skipper_is_blamed_even_when_its_own_teardown_fails_first(waiter_saw: str) -> None:

@@ -78,8 +78,8 @@ def test_01_runs(tmp_path: Path) -> None:
 
 def test_01_flags_change_the_numbers(tmp_path: Path) -> None:
     out = tmp_path / "01.json"
-    run_script("lecture14/01_scale.py", "--peak-tflops", "1979", "--tp", "4", "--pp", "4", "--world-size", "6",
-               "--size", "1GB", "--json", str(out))
+    run_script("lecture14/01_scale.py", "--peak-tflops", "1979", "--tp", "4", "--pp", "4",
+               "--world-size", "6", "--size", "1GB", "--json", str(out))
     data = json.loads(out.read_text())
     rows = data["parts"]["Part 4"]["tables"]["ps_traffic"]["rows"]
     assert [r[0] for r in rows] == [1, 2, 4, 6]
@@ -97,7 +97,8 @@ def test_01_bad_flags(argv: list[str]) -> None:
 
 # ---- 04: crossovers, fit, share -----------------------------------------------------------------
 
-CASES = [(k, Link(a, b)) for k in (4, 5, 8, 16, 100, 1024) for a, b in ((5e-6, 25e9), (2e-6, 50e9), (30e-6, 1e9))]
+CASES = [(k, Link(a, b)) for k in (4, 5, 8, 16, 100, 1024)
+         for a, b in ((5e-6, 25e9), (2e-6, 50e9), (30e-6, 1e9))]
 
 
 @pytest.mark.parametrize("k,link", CASES)
@@ -194,7 +195,8 @@ def test_04_runs_with_other_knobs(tmp_path: Path) -> None:
     assert [r[-1] for r in part1] == ["naive", "naive", "tree", "ring", "ring", "ring", "ring"]
     part2 = data["parts"]["Part 2"]
     assert set(part2) >= {"sweeps_2", "sweeps_4"}  # values are timings: no assertion on them
-    assert len(part2["sweeps_4"]) == 3 and all(math.isfinite(t) and t > 0 for s in part2["sweeps_4"] for t in s)
+    assert len(part2["sweeps_4"]) == 3
+    assert all(math.isfinite(t) and t > 0 for s in part2["sweeps_4"] for t in s)
     assert [r[0] for r in part2["tables"]["fit"]["rows"]] == [2, 4]
     measured_table = data["parts"]["Part 2"]["tables"]["measured"]
     assert measured_table["headers"][-1] == "correct"
@@ -232,7 +234,8 @@ def test_04_bad_flags(argv: list[str]) -> None:
 @pytest.mark.parametrize("k,alpha_us", [(2, 5.0), (3, 5.0), (8, 0.0)])
 def test_04_part1_says_when_no_crossover(alpha_beta: ModuleType, capsys: pytest.CaptureFixture, k: int,
                                          alpha_us: float) -> None:
-    args = argparse.Namespace(world_size=k, alpha_us=alpha_us, beta_gbs=25.0, quick=True, json=None, save_figs=None)
+    args = argparse.Namespace(world_size=k, alpha_us=alpha_us, beta_gbs=25.0, quick=True, json=None,
+                              save_figs=None)
     alpha_beta.part1_model(Report("04_alpha_beta.py", "test", args), args)
     out = capsys.readouterr().out
     assert f"ring vs tree: no crossover at K = {k}" in out
@@ -245,7 +248,8 @@ def test_04_a_crossover_below_one_byte_is_none(alpha_beta: ModuleType, capsys: p
                                                alpha_us: float) -> None:
     """A tiny α puts the crossovers below one byte, where no message is (1e-300 µs once ended in an
     AssertionError: the numeric search did not look there)."""
-    args = argparse.Namespace(world_size=8, alpha_us=alpha_us, beta_gbs=25.0, quick=True, json=None, save_figs=None)
+    args = argparse.Namespace(world_size=8, alpha_us=alpha_us, beta_gbs=25.0, quick=True, json=None,
+                              save_figs=None)
     alpha_beta.part1_model(Report("04_alpha_beta.py", "test", args), args)
     out = flat(capsys.readouterr().out)
     assert "ring vs tree: no crossover at K = 8" in out and "below one byte" in out
@@ -300,7 +304,8 @@ def test_a_fit_with_a_negative_intercept_is_not_measured(alpha_beta: ModuleType)
     fit = num.fit_ring(4, sizes, times)
     assert fit.intercept_s == pytest.approx(-1e-4, rel=1e-6) and "negative intercept" in fit.failed
     good = num.fit_ring(4, sizes, [1e-4 + 1e-9 * n for n in sizes])
-    assert not good.failed and good.alpha_s == pytest.approx(1e-4 / 6) and good.beta_Bps == pytest.approx(6 / 4e-9)
+    assert not good.failed
+    assert good.alpha_s == pytest.approx(1e-4 / 6) and good.beta_Bps == pytest.approx(6 / 4e-9)
     run = num.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
     assert not run["alpha"].measured and run["alpha"].used == 0
     claims = _fit_claims(alpha_beta, run)

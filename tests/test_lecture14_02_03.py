@@ -30,9 +30,11 @@ def test_02_default_world_size(tmp_path: Path) -> None:
     assert "NO" not in out
     found = claims(tmp_path / "o.json")
     assert len(found) >= 6 and all(c["status"] == "agrees" for c in found.values()), found
-    assert all(c["kind"] == "observed on real ranks" for c in found.values())  # seen on real ranks, no formula
+    # Seen on real ranks, no formula.
+    assert all(c["kind"] == "observed on real ranks" for c in found.values())
     assert found["L14-2.2-output-sizes"]["ours"] == 0.25
-    assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(out)  # Part 4: the skipper
+    # Part 4: the skipper.
+    assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(out)
     hang = found["L14-2.2-skipped-collective-hangs"]
     assert hang["ours"] is True and "the launch failed after" in hang["why"]
 
@@ -57,7 +59,8 @@ def test_02_a_rank_killed_or_stopped_in_part_4_is_a_failure(rank: int, sig: int,
                                 after_s=3.0 if sig == signal.SIGSTOP else 0.0)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    assert lines[0].startswith("02_primitives.py: error: Part 4 staged a skipped collective") and says in lines[0]
+    assert lines[0].startswith("02_primitives.py: error: Part 4 staged a skipped collective")
+    assert says in lines[0]
     part4 = proc.stdout.split("== Part 4:")[1]
     assert "observed" not in part4 and "agrees" not in part4  # no row of Part 4 decided from that run
 
@@ -86,7 +89,8 @@ def test_03_quick_reproduces_the_notes(tmp_path: Path) -> None:
     assert "recomputed at their setting" not in out  # the defaults are the notes' setting
     found = claims(tmp_path / "o.json")
     assert all(c["status"] == "agrees" for c in found.values()), found
-    assert found["L14-3.3-traffic-closed-forms"]["ours"] is True  # simulation = closed forms where K divides N
+    # Simulation = closed forms where K divides N.
+    assert found["L14-3.3-traffic-closed-forms"]["ours"] is True
     assert found["L14-3.1-best-s"]["ours"] == 64
     assert found["L14-3.1-best-s-time"]["ours"] == pytest.approx(3.15, abs=1e-9)
     assert found["L14-3.1-unsplit"]["ours"] == pytest.approx(17.955, abs=1e-9)
@@ -96,7 +100,8 @@ def test_03_quick_reproduces_the_notes(tmp_path: Path) -> None:
                    ["fp_order"]["rows"])
     spacing = fp_rows["float32 spacing at the largest |sum|"]
     assert spacing == 2.0 ** -18  # float32 spacing in [32, 64)
-    assert fp_rows["max |ring - np.sum| / that spacing"] == fp_rows["max |ring - np.sum| over all elements"] / spacing
+    assert (fp_rows["max |ring - np.sum| / that spacing"]
+            == fp_rows["max |ring - np.sum| over all elements"] / spacing)
     assert 1 <= fp_rows["max |ring - np.sum| / that spacing"] <= 10
 
 
@@ -118,17 +123,20 @@ def test_03_other_world_size_and_size(tmp_path: Path) -> None:
     assert found["L14-3.1-best-s"]["ours"] == 64 and found["L14-3.1-best-s"]["status"] == "agrees"
     assert found["L14-3.2-reduce-scatter-state"]["status"] == "agrees"
     fp = found["L14-3.3-fp-order-1e-5"]
-    assert fp["status"] == "other setting" and "--traffic-size 65536 (notes' setting: 262144)" in fp["decision"]
+    assert fp["status"] == "other setting"
+    assert "--traffic-size 65536 (notes' setting: 262144)" in fp["decision"]
     assert re.search(r"^  max \|ring - np.sum\|, float32, K = 64 .* other setting$", raw, re.M)
 
 
 def test_03_uneven_traffic_size_and_many_workers() -> None:
-    out = run_script(S03, "--world-size", "12", "--traffic-size", "1001B", "--alpha-us", "0", "--quick").stdout
+    out = run_script(S03, "--world-size", "12", "--traffic-size", "1001B", "--alpha-us", "0",
+                     "--quick").stdout
     assert "only the end of each phase is printed" in out
     assert "N = 250 float32 = 1,000 B per device (--traffic-size rounded down" in out
     assert "no interior optimum" in out
     assert "no: N/K not whole" in out  # rounds and totals still equal the closed forms there
-    assert re.search(r"^  simulated rounds and bytes = the closed forms +True +True +agrees: exact$", out, re.M)
+    assert re.search(r"^  simulated rounds and bytes = the closed forms +True +True +agrees: exact$", out,
+                     re.M)
 
 
 def test_03_bad_flags() -> None:

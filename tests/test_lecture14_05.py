@@ -46,7 +46,8 @@ def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> N
     assert all(claims[ref]["status"] == "agrees" for ref in speedups)
     assert round(claims["L14-4.4-hw5-budget"]["ours"], 4) == 0.2143
     assert claims["L14-4.2-replicas-identical"]["ours"] is True
-    diffs = [claims[ref]["ours"] for ref in ("L14-4.2-full-batch-gap", "L14-4.2-accumulation-gap", "L14-4.2-fixed-error")]
+    refs = ("L14-4.2-full-batch-gap", "L14-4.2-accumulation-gap", "L14-4.2-fixed-error")
+    diffs = [claims[ref]["ours"] for ref in refs]
     assert all(0 <= d < 1e-12 for d in diffs)     # round-off only
     naive = claims["L14-4.2-naive-error-21pct"]
     assert naive["ours"] == pytest.approx(100 * (1 / 24) ** 0.5, rel=1e-9)  # ‖Δw‖/‖w‖ for 3,3,2,2: 20.41 %
@@ -78,7 +79,8 @@ def test_async_sgd_claims_say_where_the_notes_hold(tmp_path: Path) -> None:
     run_script(SCRIPT, "--quick", "--json", str(out))
     found = _claims(out)
     for ref in ("L14-4.3-tau0-sequential", "L14-4.3-async-tau0-faster", "L14-4.3-staleness-worse",
-                "L14-4.3-staleness-worse-longer-run", "L14-4.3-diverges-large-lr", "L14-4.3-diverges-large-lr-all-async"):
+                "L14-4.3-staleness-worse-longer-run", "L14-4.3-diverges-large-lr",
+                "L14-4.3-diverges-large-lr-all-async"):
         assert found[ref]["status"] == "agrees", ref
     smallest = found["L14-4.3-staleness-worse-smallest-lr"]
     assert smallest["status"] == "differs" and not smallest["erratum"]
@@ -116,10 +118,12 @@ def _average_checks_worker(rank: int, world_size: int) -> dict:
     return load_script(SCRIPT).average_checks(rank, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("nth", [1, 2])  # the AVG all-reduce (or, without AVG, average_gradients'), then the next
+# The all-reduce that fails: the AVG one (or, without AVG, average_gradients'), then the next.
+@pytest.mark.parametrize("nth", [1, 2])
 def test_an_error_in_the_average_checks_is_that_ranks(nth: int) -> None:
-    """average_checks (then in hw5_checks.py) once caught any RuntimeError or ValueError of its AVG all-reduce as "gloo has no
-    AVG": a rank that really failed there was reported as a lesson, and the others waited."""
+    """average_checks (then in hw5_checks.py) once caught any RuntimeError or ValueError of its AVG
+    all-reduce as "gloo has no AVG": a rank that really failed there was reported as a lesson, and the
+    others waited."""
     assert_named_at_once(3, 1, "all_reduce", nth, RuntimeError, _average_checks_worker)
 
 
@@ -136,8 +140,10 @@ def test_average_gradients_claims_from_real_ranks(tmp_path: Path) -> None:
     for ref in ("L14-4.1-sum-then-divide", "L14-4.1-skip-none-grads", "L14-4.1-proportional-drops",
                 "L14-4.2-weighted-fix", "L14-4.3-8x-updates"):
         assert claims[ref]["status"] == "agrees", ref
-    assert claims["L14-4.1-gloo-no-avg"]["kind"] == claims["L14-4.1-sum-then-divide"]["kind"] == "observed on real ranks"
-    assert claims["L14-4.3-staleness-k-minus-1"]["ours"] == 7 and claims["L14-4.3-staleness-k-minus-1"]["notes"] == 7
+    assert (claims["L14-4.1-gloo-no-avg"]["kind"] == claims["L14-4.1-sum-then-divide"]["kind"]
+            == "observed on real ranks")
+    staleness = claims["L14-4.3-staleness-k-minus-1"]
+    assert staleness["ours"] == 7 and staleness["notes"] == 7
 
 
 # Average without dividing by W (the bug HW5's average_gradients guards against), installed before

@@ -20,7 +20,8 @@ def claims(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], di
     for n in range(1, 13):
         assert f"== Part {n}: exercise {n} " in proc.stdout
     # our own check beside the exercise (the notes assume K divides N): a line, no row of the notes
-    assert "where K does not divide N (K = 5): 2N less the two chunks a device never sends: yes" in proc.stdout
+    assert ("where K does not divide N (K = 5): 2N less the two chunks a device never sends: yes"
+            in proc.stdout)
     data = json.loads(out.read_text())
     return {(c["part"], c["what"]): c for c in data["claims"]}
 
@@ -140,7 +141,8 @@ def test_ex9_correlated_errors_against_numpy_means() -> None:
     grads = np.random.default_rng(0).normal(size=(10, 5)) + 1.0
     means = np.mean([part.mean(axis=0) for part in np.split(grads, [3, 6, 8])], axis=0)
     naive, fixed = EXERCISES.correlated_errors([3, 3, 2, 2])
-    assert naive == pytest.approx(np.linalg.norm(means - grads.mean(axis=0)) / np.linalg.norm(grads.mean(axis=0)))
+    mean = grads.mean(axis=0)
+    assert naive == pytest.approx(np.linalg.norm(means - mean) / np.linalg.norm(mean))
     assert naive > 0.01 and fixed < 1e-14
 
 

@@ -49,7 +49,8 @@ def test_quick_run_prints_every_part_and_agrees_with_the_notes(tmp_path) -> None
     assert differs == {"first comm starts, no first-bucket cap", "step, shuffled (seed 0)"}
     assert all(claims[w]["why"] for w in differs)
     others = {w for w, c in claims.items() if c["status"] == "other setting"}
-    assert others and all(w.startswith("best") or "both lose" in w or "best cap" in w for w in others)   # grid optima
+    # Grid optima.
+    assert others and all(w.startswith("best") or "both lose" in w or "best cap" in w for w in others)
     calibrated = {w for w, c in claims.items() if c["status"] == "calibration target"}
     assert calibrated == {"step with overlap", "step, no first-bucket cap", "step, reversed order"}
     assert all(c["status"] == "agrees" for w, c in claims.items() if w not in differs | others | calibrated)
@@ -71,7 +72,8 @@ def test_default_run_draws_the_notes_charts() -> None:
     lines = text.splitlines()
     overlap = lines[[i for i, ln in enumerate(lines) if "overlap (DDP): step" in ln][0] + 2]
     comm = overlap.split("|")[1]
-    assert comm.startswith("   0") and comm.endswith("3") and comm.count("3") >= 5   # the last bucket is exposed
+    # The last bucket is exposed.
+    assert comm.startswith("   0") and comm.endswith("3") and comm.count("3") >= 5
     verdicts = re.findall(r"  (agrees: \w+|calibration|differs)$", text, re.M)   # the "vs the notes" rows
     assert "shuffled, seed 4" in text and "agrees: assumption" in verdicts
     assert verdicts.count("differs") == 3   # first comm, the shuffle, the handbook's 25 MB
@@ -79,17 +81,19 @@ def test_default_run_draws_the_notes_charts() -> None:
 
 def test_other_flags_change_the_numbers_and_drop_the_comparison(tmp_path) -> None:
     out = tmp_path / "o.json"
-    proc = run_script(SCRIPT, "--world-size", "8", "--alpha-us", "2", "--beta-gbs", "100", "--bucket-cap-mb", "5",
-                      "--quick", "--json", str(out))
+    proc = run_script(SCRIPT, "--world-size", "8", "--alpha-us", "2", "--beta-gbs", "100",
+                      "--bucket-cap-mb", "5", "--quick", "--json", str(out))
     assert "not at the notes' setting" in flat(proc.stdout)
     data = json.loads(out.read_text())
     assert all(c["status"] in ("other setting", "agrees", "ours only") for c in data["claims"])
     assert sum(c["status"] == "other setting" for c in data["claims"]) >= 12
     rows = data["parts"]["Part 1"]["tables"]["steps"]["rows"]
-    for row, cap in zip(rows[::2], (5 * 2**20, 25 * 2**20)):  # --bucket-cap-mb 5 is MiB; bucket_cap_mb=25  # --bucket-cap-mb 5 is MiB; then PyTorch's default
+    # --bucket-cap-mb 5 (MiB, as PyTorch reads bucket_cap_mb), then PyTorch's default bucket_cap_mb=25.
+    for row, cap in zip(rows[::2], (5 * 2**20, 25 * 2**20)):
         buckets = _torch_bucket_bytes(cap)
         assert row[1] == len(buckets)
-        expected = notes_resnet_compute().backward_s(resnet50()) + sum(_ring_s(8, b, 2e-6, 100e9) for b in buckets)
+        comm_s = sum(_ring_s(8, b, 2e-6, 100e9) for b in buckets)
+        expected = notes_resnet_compute().backward_s(resnet50()) + comm_s
         assert float(row[4]) == pytest.approx(expected * 1e3, abs=0.006)
         assert float(row[5]) <= float(row[4])       # overlap never slower
 

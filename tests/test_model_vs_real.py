@@ -22,7 +22,8 @@ def test_fit_recovers_a_ring_link() -> None:
         times = [2 * (k - 1) * (alpha + n / (k * beta)) for n in SIZES]
         link, failed = module.fit_ring(k, SIZES, times)
         assert not failed
-        assert link.alpha_s == pytest.approx(alpha, abs=1e-12) and link.beta_Bps == pytest.approx(beta, rel=1e-9)
+        assert link.alpha_s == pytest.approx(alpha, abs=1e-12)
+        assert link.beta_Bps == pytest.approx(beta, rel=1e-9)
 
 
 @pytest.mark.parametrize("sizes,times,what", [

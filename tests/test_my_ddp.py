@@ -236,7 +236,8 @@ def test_needs_a_process_group() -> None:
 
 
 def test_rank_error_from_a_bad_worker_is_reported() -> None:
-    with pytest.raises(RankError, match="rank 0 failed: ValueError: MyDDP needs all trainable parameters on one dtype"):
+    with pytest.raises(RankError,
+                       match="rank 0 failed: ValueError: MyDDP needs all trainable parameters on one dtype"):
         launch(_mixed_dtypes, 1)
 
 
@@ -289,7 +290,8 @@ def test_check_script_quick() -> None:
     assert statuses.pop("HB-default-bucket-25MB") == "differs" and claims["HB-default-bucket-25MB"]["erratum"]
     assert statuses.pop("HB-myddp-step-ratio") == "ours only" and claims["HB-myddp-step-ratio"]["unit"] == "×"
     assert all(s == "agrees" for s in statuses.values()), statuses
-    assert claims["HB-check-summary-line"]["ours"] == "2 个 rank，2 个梯度桶，每步在反向过程中发起 2 次 all-reduce"
+    assert claims["HB-check-summary-line"]["ours"] == ("2 个 rank，2 个梯度桶，"
+                                                       "每步在反向过程中发起 2 次 all-reduce")
     for ref in ("HB-ddp-equals-single-process", "HB-no-sync-equals-full-batch", "HB-no-sync-ddp-skips"):
         assert claims[ref]["kind"] == "observed on real ranks"
 
@@ -324,7 +326,8 @@ def test_details_script_quick() -> None:
 def test_check_script_other_knobs() -> None:
     out, claims = _claims("--world-size", "3", "--batch", "31", "--bucket-cap-mb", "1", "--steps", "2",
                           "--repeats", "3")
-    assert claims["HB-check-summary-line"]["ours"] == "3 个 rank，1 个梯度桶，每步在反向过程中发起 1 次 all-reduce"
+    assert claims["HB-check-summary-line"]["ours"] == ("3 个 rank，1 个梯度桶，"
+                                                       "每步在反向过程中发起 1 次 all-reduce")
     assert "unequal shards" in out
     # What depends on the cap or the world size is not compared with the handbook's 2 ranks at 64 KiB ...
     for ref in ("HB-check-buckets", "HB-check-summary-line", "HB-buckets-fewer-messages"):

@@ -40,7 +40,8 @@ def node(folder: Path, name: str, numbers: tuple[int, int]) -> Path:
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "code" / MODEL), "--quick", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
 
 
 def one_error_line(proc: subprocess.CompletedProcess, rc: int) -> str:
@@ -66,7 +67,8 @@ def test_a_device_node_stays_a_device(tmp_path: Path) -> None:
 def test_a_full_device_is_one_line_naming_the_file(tmp_path: Path) -> None:
     full = node(tmp_path, "full", FULL)
     line = one_error_line(run("--json", str(full)), 1)
-    assert f"writing {full} failed: No space left on device" in line and line.startswith("03_overlap.py: error:")
+    assert f"writing {full} failed: No space left on device" in line
+    assert line.startswith("03_overlap.py: error:")
     assert stat.S_ISCHR(os.lstat(full).st_mode)
     assert leftovers(tmp_path) == []
 
@@ -210,9 +212,10 @@ def test_sigterm_leaves_no_temporary_file(tmp_path: Path) -> None:
     gone (the temporary folder lives in TMPDIR, here a folder of the test's own)."""
     tmp, report = tmp_path / "tmp", tmp_path / "report"
     tmp.mkdir()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / "reproduce.py"), "--quick", "--only", "lecture15/0",
-                             "--report", str(report)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, TMPDIR=str(tmp)))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / "reproduce.py"), "--quick",
+                             "--only", "lecture15/0", "--report", str(report)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp)))
     assert proc.stdout.readline().startswith("[ 1/")   # the first script is running
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)
