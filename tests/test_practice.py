@@ -41,9 +41,10 @@ def judge(*args: str, expect_rc: int, tmp_path: Path | None = None, timeout: flo
     """Run the judge; check its exit status; return (stdout, the --json record or {})."""
     json_path = tmp_path / "judge.json" if tmp_path is not None else None
     extra = ["--json", str(json_path)] if json_path else []
-    proc = subprocess.run([sys.executable, str(JUDGE), *args, *extra], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, **(env or {})))
-    assert proc.returncode == expect_rc, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = subprocess.run([sys.executable, str(JUDGE), *args, *extra], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    assert proc.returncode == expect_rc, (f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n"
+                                          f"{proc.stderr[-3000:]}")
     assert "Traceback" not in proc.stdout + proc.stderr
     assert all(len(line) <= 100 for line in proc.stdout.splitlines()), proc.stdout
     record = json.loads(json_path.read_text()) if json_path and json_path.exists() else {}
@@ -90,13 +91,15 @@ def test_every_problem_has_a_statement_that_answers_the_questions_its_cases_ask(
     readmes = {}
     for problem in PROBLEMS:
         folder = ROOT / "practice" / problem.folder
-        readmes[problem.number] = readme = " ".join((folder / "README.md").read_text(encoding="utf-8").split())
+        text = (folder / "README.md").read_text(encoding="utf-8")
+        readmes[problem.number] = readme = " ".join(text.split())
         assert "python practice/judge.py" in readme and "## Hints" in readme, problem.folder
         assert "NotImplementedError" in (folder / "solution.py").read_text(encoding="utf-8")
         assert (ROOT / "practice" / "reference" / problem.folder / "solution.py").is_file()
         for name in problem.cases().FUNCTIONS:
             assert name in readme, (problem.folder, name)
-    assert "`first_cap_bytes=0` is a cap of 0" in readmes["113"] and "the *latest* of its gradients" in readmes["113"]
+    assert "`first_cap_bytes=0` is a cap of 0" in readmes["113"]
+    assert "the *latest* of its gradients" in readmes["113"]
     assert "Return **this rank's** loss" in readmes["114"] and "`loss_fn(outputs, targets)`" in readmes["114"]
     assert "whatever the size (checked on torch 2.13: one number, or 8" in readmes["115"]
     assert "float64" in readmes["117"] and "at most 1e-12" in readmes["117"]
@@ -129,9 +132,11 @@ def _changes_order(case: Case) -> bool:
     ("113_reverses_caller_list.py", _changes_order, "param_bytes unchanged", ("timeline:", "all-reduce")),
     ("113_launch_when_ready.py", "timeline: bucket 1 ready before bucket 0", "bucket 1 all-reduce from",
      ("buckets:", "timeline: lecture 15 exercise 4")),
-    ("113_timeline_last_added.py", "timeline: inside a bucket, gradients ready out", "bucket 0 all-reduce from 6 to",
+    ("113_timeline_last_added.py", "timeline: inside a bucket, gradients ready out",
+     "bucket 0 all-reduce from 6 to",
      ("buckets:", "timeline: lecture 15 exercise 4", "timeline: bucket 1 ready before")),
-    ("113_timeline_lowest_index.py", "timeline: inside a bucket, gradients ready out", "bucket 0 all-reduce from 6 to",
+    ("113_timeline_lowest_index.py", "timeline: inside a bucket, gradients ready out",
+     "bucket 0 all-reduce from 6 to",
      ("buckets:", "timeline: lecture 15 exercise 4", "timeline: bucket 1 ready before")),
 ])
 def test_113_wrong_solutions_fail_the_cases_aimed_at_them(fixture: str, aimed_at: Any, words: str,
@@ -172,11 +177,14 @@ def judged(number: str, case_name: str, path: Path) -> dict[str, Any]:
     ("115", "115_chunk.py", "4 ranks, 5 numbers", "tensor.chunk(K) may give fewer"),
     ("115", "115_wrong_chunk.py", "3 ranks, 12 numbers", "the sum over the ranks: [300, 306"),
     ("115", "115_calls_all_reduce.py", "2 ranks, 8 numbers", "rank 0 called all_reduce ×1"),
-    ("116", "116_flag_never_read.py", "2 ranks, 2 micro-batches: no collective", "no communication inside no_sync"),
-    ("116", "116_no_finally.py", "an exception inside no_sync", "all-reduces in the first backward after no_sync"),
+    ("116", "116_flag_never_read.py", "2 ranks, 2 micro-batches: no collective",
+     "no communication inside no_sync"),
+    ("116", "116_no_finally.py", "an exception inside no_sync",
+     "all-reduces in the first backward after no_sync"),
     ("117", "117_no_sum_over_ranks.py", "2 ranks, 3 layers", "rank 0, layer 1"),   # the top layer is right
 ])
-def test_wrong_solutions_on_ranks_fail_saying_what_is_wrong(number: str, fixture: str, case: str, words: str) -> None:
+def test_wrong_solutions_on_ranks_fail_saying_what_is_wrong(number: str, fixture: str, case: str,
+                                                            words: str) -> None:
     outcome = judged(number, case, WRONG / fixture)
     assert not outcome.get("passed") and words in " ".join(str(v) for v in outcome.values()), outcome
 
@@ -184,7 +192,8 @@ def test_wrong_solutions_on_ranks_fail_saying_what_is_wrong(number: str, fixture
 @pytest.mark.parametrize("number, fixture, cases", [
     ("115", "115_imported_isend.py", None), ("115", "115_p2pop_imported.py", None),
     ("115", "115_blocking_send_recv.py", None), ("116", "116_imported_all_reduce.py", None),
-    ("116", "116_handbook_style.py", ("2 ranks, 2 micro", "an exception")), ("114", "114_late_rank.py", ("average",)),
+    ("116", "116_handbook_style.py", ("2 ranks, 2 micro", "an exception")),
+    ("114", "114_late_rank.py", ("average",)),
 ])
 def test_correct_spellings_pass(number: str, fixture: str, cases: tuple[str, ...] | None) -> None:
     for case in NUMBERED[number].cases().CASES:
@@ -207,14 +216,17 @@ def test_one_line_that_edits_the_counters_records_fails(number: str, fixture: st
             assert not outcome.get("passed") and words in outcome.get("got", ""), (case.name, outcome)
 
 def test_wrong_solutions_fail_under_quick_through_the_judge(tmp_path: Path) -> None:
-    root = layout(tmp_path, {"113": WRONG / "113_first_cap_zero_unset.py", "114": WRONG / "114_loss_swapped.py",
-                             "115": WRONG / "115_chunk.py", "116": WRONG / "116_flag_never_read.py",
+    root = layout(tmp_path, {"113": WRONG / "113_first_cap_zero_unset.py",
+                             "114": WRONG / "114_loss_swapped.py", "115": WRONG / "115_chunk.py",
+                             "116": WRONG / "116_flag_never_read.py",
                              "117": WRONG / "117_no_sum_over_ranks.py"})
     out, record = judge("--quick", "--solution", str(root), expect_rc=1, tmp_path=tmp_path)
     first = failed(record, "113")
-    assert list(first) == ["buckets: a first-bucket cap of 0 is given: the first bucket seals after one parameter"]
+    assert list(first) == ["buckets: a first-bucket cap of 0 is given: "
+                           "the first bucket seals after one parameter"]
     assert "0 counts: only None means none" in next(iter(first.values()))["hint"]
-    assert next(iter(first.values()))["inputs"] == "{'param_bytes': [4, 4, 4, 4], 'cap_bytes': 8, 'first_cap_bytes': 0}"
+    assert next(iter(first.values()))["inputs"] == ("{'param_bytes': [4, 4, 4, 4], 'cap_bytes': 8, "
+                                                    "'first_cap_bytes': 0}")
     swapped = failed(record, "114")
     assert len(swapped) == 2 and all("the arguments swapped" in c["got"] for c in swapped.values())
     chunk = failed(record, "115")
@@ -229,12 +241,13 @@ def test_wrong_solutions_fail_under_quick_through_the_judge(tmp_path: Path) -> N
 
 def test_a_rank_late_to_a_collective_passes_through_the_judge(tmp_path: Path) -> None:
     # rank 1 starts its all-reduce 3 s after rank 0, under the default case limit of 10 s
-    _, record = judge("114", "--quick", "--solution", str(RIGHT / "114_late_rank.py"), expect_rc=0, tmp_path=tmp_path)
+    _, record = judge("114", "--quick", "--solution", str(RIGHT / "114_late_rank.py"), expect_rc=0,
+                      tmp_path=tmp_path)
     seconds = {k: c["seconds"] for k, c in by_name(record).items()}
     assert seconds[("114", "average_gradients on 2 real ranks: the mean, grad None skipped")] > 3
 
 
-# ---- messages and data --------------------------------------------------------------------------------------
+# ---- messages and data ----------------------------------------------------------------------------------
 def test_expected_and_got_are_cut_where_they_differ() -> None:
     expected, got = [list(range(40)), 1.0], [list(range(40)), 1.0000000001]
     e, g = render_pair(expected, got)
@@ -242,15 +255,18 @@ def test_expected_and_got_are_cut_where_they_differ() -> None:
     long_a, long_b = "x" * 200 + "A" + "y" * 200, "x" * 200 + "B" + "y" * 200
     a, b = cut_pair(long_a, long_b)
     assert a != b and "A" in a and "B" in b and a.startswith("…") and a.endswith("…")
-    assert cut_pair("x" * 100, "x" * 120)[0] != cut_pair("x" * 100, "x" * 120)[1]   # one a prefix of the other
+    # One a prefix of the other.
+    assert cut_pair("x" * 100, "x" * 120)[0] != cut_pair("x" * 100, "x" * 120)[1]
 
 
 def test_plain_data_round_trips_and_runs_no_code() -> None:
     value = {"t": torch.tensor([[0.1, -2.5e-300], [float("inf"), 3.0]], dtype=torch.float64),
-             "h": torch.tensor([1.5, -0.25], dtype=torch.bfloat16), "i": torch.arange(3), "b": torch.tensor([True]),
+             "h": torch.tensor([1.5, -0.25], dtype=torch.bfloat16), "i": torch.arange(3),
+             "b": torch.tensor([True]),
              "tuple": (1, [2, None], "s"), 3: float("nan"), "obj": object()}
     back = plain.loads(plain.dumps(value))
-    assert torch.equal(back["t"], value["t"]) and back["h"].dtype == torch.bfloat16 and torch.equal(back["h"], value["h"])
+    assert torch.equal(back["t"], value["t"])
+    assert back["h"].dtype == torch.bfloat16 and torch.equal(back["h"], value["h"])
     assert torch.equal(back["i"], value["i"]) and back["b"].dtype == torch.bool
     assert back["tuple"] == (1, [2, None], "s") and back[3] != back[3] and back["obj"].type_name == "object"
     with pytest.raises(plain.Unreadable):
@@ -262,7 +278,8 @@ def test_plain_data_round_trips_and_runs_no_code() -> None:
 
 @pytest.mark.parametrize("data", [
     b"[" * 20000 + b"]" * 20000,                                                       # RecursionError
-    b'{"$": "tensor", "dtype": "float64", "shape": [-1, -2], "values": [1.0, 2.0]}',   # torch refuses the shape
+    # torch refuses the shape:
+    b'{"$": "tensor", "dtype": "float64", "shape": [-1, -2], "values": [1.0, 2.0]}',
     b'{"$": "tensor", "dtype": "float64", "shape": [0, -1], "values": []}',
     b'{"$": "tensor", "dtype": "qint8", "shape": [2], "values": [1, 2]}',              # a dtype no report has
     b'{"$": "tensor", "dtype": "complex64", "shape": [1], "values": [1.0]}',
@@ -274,8 +291,10 @@ def test_plain_refuses_whatever_json_or_torch_would_raise_on(data: bytes) -> Non
 
 @pytest.mark.parametrize("header", [b'{"exit_code": "x"}', b'{"exit_code": true}', b'{"exit_code": 1e400}',
                                     b'{"exit_code": 99999999999999999999}', b'{"exit_code": 0, "more": 1}',
-                                    b'{"keeper_error": 3}', b"[" * 20000, b'{"exit_code": 0}' + b" " * 2000, b"\xff"],
-                         ids=["str", "bool", "float", "huge", "extra-key", "error-not-str", "deep", "long", "bytes"])
+                                    b'{"keeper_error": 3}', b"[" * 20000, b'{"exit_code": 0}' + b" " * 2000,
+                                    b"\xff"],
+                         ids=["str", "bool", "float", "huge", "extra-key", "error-not-str", "deep", "long",
+                              "bytes"])
 def test_a_forged_keeper_header_is_no_header(header: bytes) -> None:
     case = PROBLEMS[0].cases().CASES[0]
     outcome = engine._outcome(case, sandbox.LOADED + header + b"\n" + plain.dumps({"data": []}), True, 10.0)
@@ -284,7 +303,8 @@ def test_a_forged_keeper_header_is_no_header(header: bytes) -> None:
 
 def test_a_failure_that_is_not_a_dict_is_unreadable() -> None:
     case = PROBLEMS[0].cases().CASES[0]
-    assert engine.verdict(case, {"fail": "x"}) == {"message": "the solution's process sent an unreadable report"}
+    assert engine.verdict(case, {"fail": "x"}) == {
+        "message": "the solution's process sent an unreadable report"}
     assert engine.verdict(case, {"fail": ["expected", "got"]})["message"].endswith("unreadable report")
 
 
@@ -307,22 +327,31 @@ def test_the_judge_keeps_one_copy_of_its_helpers() -> None:
     assert not [name for name, text in sources.items() if "def _write_all" in text or "def _on_term" in text]
     assert sandbox._write_all.__module__ == "common.files"
 
-# ---- the command line --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("args", [["999"], ["113", "--solution", "no/such/file.py"], ["--solution", "README.md", "113"],
-                                  ["113", "114", "--solution", "practice/reference/113_ddp_buckets/solution.py"],
+# ---- the command line -----------------------------------------------------------------------------------
+def _judge_cli(*args: str) -> subprocess.CompletedProcess:
+    """The judge run with these arguments, its output captured."""
+    return subprocess.run([sys.executable, str(JUDGE), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("args", [["999"], ["113", "--solution", "no/such/file.py"],
+                                  ["--solution", "README.md", "113"],
+                                  ["113", "114", "--solution",
+                                   "practice/reference/113_ddp_buckets/solution.py"],
                                   ["114", "--solution", "practice/reference/113_ddp_buckets"],
                                   ["--solution", str(WRONG / "113_misbehaves.py")],
                                   ["--case-limit-s", "0"], ["--case-limit-s", "1000"]])
 def test_usage_errors(args: list[str]) -> None:
-    proc = subprocess.run([sys.executable, str(JUDGE), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    proc = _judge_cli(*args)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
 
 
 
 def usage_error(*args: str) -> str:
     """The judge's one line for a command line it refuses (exit 2, nothing on stdout)."""
-    proc = subprocess.run([sys.executable, str(JUDGE), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = _judge_cli(*args)
     assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc
     return proc.stderr.strip()
 
@@ -333,7 +362,8 @@ REF_115 = "practice/reference/115_ring_allreduce"
 @pytest.mark.parametrize("args, words", [
     (["113", "114", "--solution", str(WRONG / "113_misbehaves.py")], "name one problem, not 2 (113, 114)"),
     (["113", "--solution", ""], "--solution is empty"),
-    (["113", "--solution", f"{REF_115}/solution.py"], "is a file in problem 115's folder, so it is judged as 115"),
+    (["113", "--solution", f"{REF_115}/solution.py"],
+     "is a file in problem 115's folder, so it is judged as 115"),
     (["113", "--solution", REF_115], "is problem 115's folder, so it is judged as 115 only: name 115"),
     (["113", "114", "--solution", "practice/reference/113_ddp_buckets/solution.py"], "not 113 and 114"),
 ])
@@ -357,7 +387,8 @@ def test_problem_names_and_one_problems_folder() -> None:
     problems, files = cli.solution_files(["113", "ddp_buckets", "practice/113_ddp_buckets/"],
                                          "practice/reference/113_ddp_buckets")
     assert [p.number for p in problems] == ["113"] and files["113"].name == "solution.py"
-    problems, files = cli.solution_files([], "practice/reference/115_ring_allreduce/")   # the folder says which
+    # The folder says which.
+    problems, files = cli.solution_files([], "practice/reference/115_ring_allreduce/")
     assert [p.number for p in problems] == ["115"] and files["115"].parent.name == "115_ring_allreduce"
     problems, files = cli.solution_files([], "practice/reference/117_tp_backward/solution.py")
     assert [p.number for p in problems] == ["117"]
@@ -366,7 +397,7 @@ def test_problem_names_and_one_problems_folder() -> None:
 
 
 def test_help_states_the_time_rule() -> None:
-    proc = subprocess.run([sys.executable, str(JUDGE), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = _judge_cli("--help")
     text = " ".join(proc.stdout.split())
     assert "waits at most half of it in one collective" in text and "limit + 3 s" in text
 

@@ -28,18 +28,21 @@ def marker() -> dict[str, str]:
 
 def test_a_hostile_solution_fails_only_its_cases_and_leaves_nothing(tmp_path: Path) -> None:
     env = marker()
-    out, record = judge("113", "--solution", str(HOSTILE / "113_hostile.py"), expect_rc=1, tmp_path=tmp_path, env=env)
+    out, record = judge("113", "--solution", str(HOSTILE / "113_hostile.py"), expect_rc=1, tmp_path=tmp_path,
+                        env=env)
     cases = {name: c for (_, name), c in by_name(record).items()}
+    # Forked a sleeper: still right.
     assert cases["buckets: lecture 15 exercise 3, 10, 2, 8, 20, 4 MB, cap 12 MB (the notes: {p4, p3}, "
-                 "{p2, p1, p0})"]["passed"]                                      # forked a sleeper: still right
+                 "{p2, p1, p0})"]["passed"]
     assert cases["buckets: a bucket that reaches the cap exactly is sealed"]["passed"]   # started a daemon
     killer = cases["buckets: cap 0 gives a bucket per parameter"]
     assert killer["message"].startswith("the solution killed the process that ran it")
     exited = cases["buckets: a cap above the total gives one bucket"]["message"]
     assert "exit code 3" in exited and "timed out" not in exited    # its fork kept the pipe open: no matter
     patched = cases["buckets: a parameter larger than the cap"]
-    assert (patched["expected"], patched["got"]) == ("[[2, 1], [0]]", "[[0]]")   # torch.allclose & co. patched
-    assert not cases["buckets: ResNet-50, first bucket 1 MiB, then 25 MiB"]["passed"]   # the judge's modules patched
+    # torch.allclose & co. patched, then the judge's modules patched:
+    assert (patched["expected"], patched["got"]) == ("[[2, 1], [0]]", "[[0]]")
+    assert not cases["buckets: ResNet-50, first bucket 1 MiB, then 25 MiB"]["passed"]
     assert all(c["passed"] for name, c in cases.items() if name.startswith(("timeline:", "all-reduce")))
     assert "summary: 0 of 1 problems solved" in out
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
@@ -52,11 +55,13 @@ def test_reports_the_judge_cannot_read_fail_their_cases_only(tmp_path: Path) -> 
                         tmp_path=tmp_path, env=env)
     cases = {name.split(",")[0].split(" (")[0]: c for (_, name), c in by_name(record).items()}
     for name, words in (("buckets: lecture 15 exercise 3", "RecursionError"),
-                        ("buckets: a bucket that reaches the cap exactly is sealed", "invalid shape dimension"),
+                        ("buckets: a bucket that reaches the cap exactly is sealed",
+                         "invalid shape dimension"),
                         ("buckets: cap 0 gives a bucket per parameter", "unknown dtype 'qint8'"),
                         ("buckets: a cap above the total gives one bucket", "unreadable report")):
-        assert cases[name]["message"].startswith("the solution's process sent an unreadable report"), cases[name]
-        assert words in cases[name]["message"], cases[name]
+        message = cases[name]["message"]
+        assert message.startswith("the solution's process sent an unreadable report"), cases[name]
+        assert words in message, cases[name]
     assert cases["buckets: a parameter larger than the cap"]["passed"]        # its real report, read as usual
     assert "summary: 0 of 1 problems solved" in out
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
@@ -79,7 +84,8 @@ def test_a_case_that_prints_too_much_fails_at_the_limit(tmp_path: Path) -> None:
                       tmp_path=tmp_path, env=env)
     cases = {name.split(",")[0]: c for (_, name), c in by_name(record).items()}
     for name in ("buckets: lecture 15 exercise 3", "all-reduce time: ring α-β cost for K = 16"):
-        assert cases[name]["message"].startswith("the solution printed 16 MiB, the most a case may print"), name
+        message = cases[name]["message"]
+        assert message.startswith("the solution printed 16 MiB, the most a case may print"), name
         assert cases[name]["seconds"] < 8, cases[name]                  # stopped by the limit, not the clock
     assert cases["buckets: a bucket that reaches the cap exactly is sealed"]["passed"]
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
@@ -97,7 +103,8 @@ def check(inputs, data):
     pass
 
 module = types.SimpleNamespace(ERROR_HINTS=[None])    # a case module with a bug: hint_for raises
-cases = [engine.Case("hint_for raises", {}, fails, check, "h"), engine.Case("passes", {}, lambda s, i: 1, check, "h")]
+cases = [engine.Case("hint_for raises", {}, fails, check, "h"),
+         engine.Case("passes", {}, lambda s, i: 1, check, "h")]
 run = engine.run_problem("999", module, cases, Path(sys.argv[1]), 10.0)
 print(repr([(r.case, r.passed, r.message) for r in run.results]))
 """
@@ -110,7 +117,8 @@ def test_an_error_inside_the_judge_fails_that_case_and_the_run_goes_on(tmp_path:
     assert proc.returncode == 0, proc.stderr
     (first, passed, message), second = eval(proc.stdout)
     assert first == "hint_for raises" and not passed, message
-    assert message.startswith("the judge failed on this case (TypeError:") and message.endswith("please report it")
+    assert message.startswith("the judge failed on this case (TypeError:")
+    assert message.endswith("please report it")
     assert second == ("passes", True, "")
 
 def _judge_until_started(tmp_path: Path) -> tuple[subprocess.Popen, str]:
@@ -127,7 +135,8 @@ def _judge_until_started(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     return proc, env["JUDGE_TEST_MARK"]
 
 
-@pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated"),
+                                             (signal.SIGINT, 130, "interrupted")])
 def test_sigterm_or_ctrl_c_to_the_judge_takes_every_process_down(tmp_path: Path, sig: int, code: int,
                                                                    word: str) -> None:
     proc, mark = _judge_until_started(tmp_path)
@@ -147,8 +156,8 @@ def test_sigkill_of_the_judge_takes_every_process_down(tmp_path: Path) -> None:
 
 def test_misbehaving_code_is_a_failed_case_each(tmp_path: Path) -> None:
     env = marker()
-    out, record = judge("113", "--quick", "--solution", str(WRONG / "113_misbehaves.py"), "--case-limit-s", "2",
-                        expect_rc=1, tmp_path=tmp_path, env=env)
+    out, record = judge("113", "--quick", "--solution", str(WRONG / "113_misbehaves.py"),
+                        "--case-limit-s", "2", expect_rc=1, tmp_path=tmp_path, env=env)
     cases = {name: c for (_, name), c in by_name(record).items()}
     loop = cases["buckets: a bucket that reaches the cap exactly is sealed"]
     assert loop["message"].startswith("timed out after 2 s") and "a loop that never ends?" in loop["hint"]
@@ -169,7 +178,8 @@ def test_a_crash_a_deadlock_and_a_hung_rank_on_real_ranks(tmp_path: Path) -> Non
                       expect_rc=1, tmp_path=tmp_path, env=env)
     cases = failed(record, "115")
     crash = cases["2 ranks, 8 numbers"]["message"]
-    assert crash.startswith("rank 1 failed: ZeroDivisionError: rank 1's bug") and "115_misbehaves.py:15" in crash
+    assert crash.startswith("rank 1 failed: ZeroDivisionError: rank 1's bug")
+    assert "115_misbehaves.py:15" in crash
     deadlock = cases["3 ranks, 12 numbers (K divides N)"]
     assert deadlock["message"].startswith("timed out after 2 s (+ 3 s for the ranks' report)")
     hung = cases["4 ranks, 16 numbers"]
@@ -183,7 +193,8 @@ def test_traffic_hidden_from_the_counter_fails(tmp_path: Path) -> None:
     _, record = judge("115", "--quick", "--solution", str(HOSTILE / "115_hostile_counter.py"), expect_rc=1,
                       tmp_path=tmp_path)
     cases = failed(record, "115")
-    assert set(cases) == {c["case"] for c in record["cases"]} - {"1 rank: nothing to send, the tensor unchanged"}
+    assert set(cases) == ({c["case"] for c in record["cases"]}
+                          - {"1 rank: nothing to send, the tensor unchanged"})
     for name in ("2 ranks, 8 numbers", "4 ranks, 16 numbers", "4 ranks, 10 numbers (chunks 3, 3, 2, 2)"):
         assert cases[name]["got"] == "rank 0: the counter was not in place when its code returned", name
     for name in ("3 ranks, 12 numbers (K divides N)", "3 ranks, 10 numbers (chunks 4, 3, 3)"):
@@ -204,7 +215,8 @@ def test_files_that_do_not_load_are_said_once(tmp_path: Path) -> None:
     errors = {p["number"]: p["error"] for p in record["problems"]}
     assert errors["113"] == "solution.py line 2: SyntaxError: invalid syntax"
     assert "ModuleNotFoundError: No module named 'no_such_module_here'" in errors["114"]
-    assert errors["115"].startswith("solution.py line 2: the file contains a null byte") and "None" not in errors["115"]
+    assert errors["115"].startswith("solution.py line 2: the file contains a null byte")
+    assert "None" not in errors["115"]
     assert errors["116"] == "importing solution.py took more than 2 s"
     assert all(c["message"] == "not run: the file did not load" for c in record["cases"])
     assert out.count("could not load the file") == 4 and out.count("SyntaxError") == 1

@@ -28,8 +28,8 @@ MODEL = "lecture15/03_overlap.py"       # model only, draws figures
 
 
 def _usage_error_before_any_work(relpath: str, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, **(env or {})))
+    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, **(env or {})))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout == "", "the script started work before it checked its input"
@@ -117,13 +117,14 @@ def test_json_is_strict_and_numbers_stay_readable(tmp_path: Path, capsys: pytest
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_an_interrupted_run_leaves_no_file_and_no_rank(tmp_path: Path) -> None:
     out = tmp_path / "o.json"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / "lecture14/04_alpha_beta.py"), "--json", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / "lecture14/04_alpha_beta.py"),
+                             "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     children: list[str] = []
     while not children and time.monotonic() < deadline:  # interrupt while ranks run (Part 2)
         time.sleep(0.05)
-        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        pgrep = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        children = pgrep.stdout.split()
     assert children, "the script never started its ranks"
     os.kill(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)
@@ -199,10 +200,11 @@ def test_every_flag_offered_twice_means_one_thing(monkeypatch: pytest.MonkeyPatc
     shared = {f"--{n.replace('_', '-')}" for n in cli.FLAGS}
     for option, uses in used.items():
         if len(uses) > 1 and option not in common_flags:
-            assert option in shared, f"{option} is defined in {[n for n, _ in uses]}: define it once in cli.FLAGS"
+            scripts = [n for n, _ in uses]
+            assert option in shared, f"{option} is defined in {scripts}: define it once in cli.FLAGS"
             types = {a.type for _, a in uses}
             dests = {a.dest for _, a in uses}
-            assert len(types) == 1 and len(dests) == 1, f"{option} has different rules in {[n for n, _ in uses]}"
+            assert len(types) == 1 and len(dests) == 1, f"{option} has different rules in {scripts}"
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -240,8 +242,8 @@ def _quick_overrides(source: str, dests: set[str]) -> list[str]:
                 found.append(ast.unparse(node))
             if isinstance(node, ast.If) and reads_quick(node.test):
                 for assign in [n for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Assign)]:
-                    targets = list(ast.walk(assign.targets[0]))
-                    if flags_in(assign.targets[0]) or {t.id for t in targets if isinstance(t, ast.Name)} & from_flags:
+                    names = {t.id for t in ast.walk(assign.targets[0]) if isinstance(t, ast.Name)}
+                    if flags_in(assign.targets[0]) or names & from_flags:
                         found.append(ast.unparse(assign))
     return found
 
@@ -250,8 +252,9 @@ def test_quick_never_overrides_a_flag_given(monkeypatch: pytest.MonkeyPatch) -> 
     """--quick scales defaults only (make_parser's quick=): no script picks a flag's value by
     args.quick after parsing (`--steps 7 --quick` once ran 2 steps)."""
     old = "steps = min(args.steps, 2) if args.quick else args.steps\nif args.quick:\n    width = 128"
-    assert len(_quick_overrides(f"def f(args):\n    width = args.width\n    {old.replace(chr(10), chr(10) + '    ')}",
-                                {"steps", "width"})) == 2                      # the rule finds both forms
+    body = old.replace(chr(10), chr(10) + '    ')
+    # The rule finds both forms.
+    assert len(_quick_overrides(f"def f(args):\n    width = args.width\n    {body}", {"steps", "width"})) == 2
     for name in SCRIPTS:
         dests = {a.dest for a in _parser_of(name, monkeypatch)._actions} - {"quick", "help"}
         found = _quick_overrides((ROOT / "code" / name).read_text(encoding="utf-8"), dests)
@@ -266,7 +269,8 @@ def test_every_script_runs_fits_the_page_and_keeps_stderr_clean(quick_reproducti
     assert {r["script"] for r in runs} == set(SCRIPTS)
     for run in runs:
         assert run["rc"] == 0, run["stderr"]
-        assert run["stderr"] == "", f"{run['script']} wrote to stderr (a third-party warning?):\n{run['stderr']}"
+        assert run["stderr"] == "", (f"{run['script']} wrote to stderr (a third-party warning?):\n"
+                                     f"{run['stderr']}")
         wide = [line for line in run["stdout"].splitlines() if len(line) > 100]
         assert not wide, f"{run['script']}: lines over 100 columns:\n" + "\n".join(wide)
         assert not re.search(r"Traceback", run["stdout"])

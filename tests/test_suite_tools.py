@@ -35,7 +35,8 @@ def test_reproduce_collects_every_claim(tmp_path) -> None:
 
 def test_bench_prints_a_row_per_script() -> None:
     proc = run_script("../bench/bench_scripts.py", "--quick", "--only", "lecture14/01")
-    row = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("lecture14/01_scale.py") and "target" not in ln]
+    row = [ln for ln in proc.stdout.splitlines()
+           if ln.strip().startswith("lecture14/01_scale.py") and "target" not in ln]
     assert row and ("meets" in row[-1] or "SLOWER" in row[-1])
     # a model-only script with --world-size is timed again at the largest world size, as its own row
     big = [ln for ln in row if "--world-size 1024" in ln and "model only" in ln]

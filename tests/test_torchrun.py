@@ -49,8 +49,9 @@ def test_two_nodes_keep_torchruns_local_rank() -> None:
     with socket.socket() as sock:  # a free port for the rendezvous (a test may pick one; scripts never do)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
-                               f"--node-rank={node}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+                               "--nproc-per-node=1", f"--node-rank={node}", "--rdzv-backend=c10d",
+                               f"--rdzv-endpoint=127.0.0.1:{port}",
                                str(ROOT / "code" / "lecture15" / "01_ddp_basics.py"), "--quick"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for node in (0, 1)]
@@ -72,7 +73,8 @@ def test_leftover_rank_variables_are_a_usage_error_not_a_torchrun_run() -> None:
                           capture_output=True, text=True, timeout=60)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", proc.stderr
-    assert "RANK=0, WORLD_SIZE=1, MASTER_ADDR=0.0.0.0, MASTER_PORT=29500 set, but torchrun did not start" in lines[0]
+    assert ("RANK=0, WORLD_SIZE=1, MASTER_ADDR=0.0.0.0, MASTER_PORT=29500 set, but torchrun did not start"
+            in lines[0])
 
 
 @pytest.mark.parametrize("env, torchrun, refused", [
@@ -80,7 +82,8 @@ def test_leftover_rank_variables_are_a_usage_error_not_a_torchrun_run() -> None:
     ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, False, False),  # an address alone: ignored
     ({"LOCAL_RANK": "0"}, False, True),
     ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, False, True),
-    ({"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, True, False),
+    ({"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+     True, False),
 ])
 def test_only_torchrun_makes_a_process_a_rank(monkeypatch: pytest.MonkeyPatch, env: dict, torchrun: bool,
                                               refused: bool) -> None:
@@ -187,7 +190,8 @@ def test_a_stopped_rank_under_torchrun_is_named_by_rank_0(mode: str) -> None:
     assert len(errors) == 1, run.lines
     named_at, line = errors[0]
     phase = {"stop-start": "joining the group", "stop": "working", "stop-end": "leaving the group"}[mode]
-    assert line.startswith(f"launch_probe.py: error: rank 1 stopped responding while {phase} (it is stopped"), line
+    assert line.startswith(f"launch_probe.py: error: rank 1 stopped responding while {phase} "
+                           "(it is stopped"), line
     assert named_at - stopped_at < 2 * timeout_s, f"named {named_at - stopped_at:.1f} s after the stop"
 
 
@@ -197,7 +201,8 @@ def test_an_error_in_rank_k_under_torchrun_names_rank_k() -> None:
     run = _Torchrun("raise", "3", "60")
     started = time.monotonic()
     errors = run.errors()
-    assert [line for _, line in errors] == ["launch_probe.py: error: rank 1 failed: ValueError: deliberate failure"]
+    assert [line for _, line in errors] == [
+        "launch_probe.py: error: rank 1 failed: ValueError: deliberate failure"]
     # rank 0 waits in an all-reduce with a 60 s timeout: its helper names rank 1 long before
     assert errors[0][0] - started < 45
 
@@ -216,7 +221,8 @@ def test_torchrun_ranks_listen_on_loopback_only() -> None:
         ranks: list[int] = []
         while time.monotonic() < deadline and len(_listeners(ranks)) < 2:
             time.sleep(0.5)
-            ranks = [p for p in _descendants(run.proc.pid) if "launch_probe" in Path(f"/proc/{p}/cmdline").read_text()]
+            ranks = [p for p in _descendants(run.proc.pid)
+                     if "launch_probe" in Path(f"/proc/{p}/cmdline").read_text()]
         listening = _listeners(ranks)
         assert len(listening) >= 2 and all(_is_loopback(a) for a in listening), listening
     finally:

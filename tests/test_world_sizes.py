@@ -15,7 +15,8 @@ from common.suite import scripts
 
 MODEL_ONLY_BUDGET_S = 1.5
 # Model-only scripts that mention --world-size (each says how to run it with one in its docstring).
-WITH_WORLD_SIZE = sorted(s.name for s in scripts() if not s.real and "--world-size" in s.path.read_text(encoding="utf-8"))
+WITH_WORLD_SIZE = sorted(s.name for s in scripts()
+                         if not s.real and "--world-size" in s.path.read_text(encoding="utf-8"))
 NEEDS_TWO = {"lecture14/03_ring_allreduce.py",  # a broadcast from one device to others: K >= 2 by design
              "cs336/03_costs.py"}  # communication costs: with one GPU nothing is communicated
 
