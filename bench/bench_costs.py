@@ -58,6 +58,7 @@ GRIDS: dict[str, list[list[str]]] = {
     "lecture15/handbook_details.py": [[], ["--world-size", "4"], ["--world-size", "8"], ["--quick"]],
     "lecture15/06_comm_hooks.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--steps", "3"],
                                    ["--steps", "120"]],
+    "lecture14/06_debug_collectives.py": [["--world-size", "2"], [], ["--world-size", "8"]],
     "cs336/01_collectives.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--world-size", "16"],
                                 ["--numbers", "1000000"], ["--size", "64MB"], ["--quick"]],
     "cs336/02_benchmark.py": [["--quick", "--world-size", "2"], ["--quick"], ["--quick", "--world-size", "8"], [],

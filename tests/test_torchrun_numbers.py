@@ -53,12 +53,15 @@ BY_DESIGN = {
     # a skipped collective would break torchrun's one group: those parts say "not run"
     "lecture14/02_primitives.py": [r"^claim Part 4: "],
     "cs336/01_collectives.py": [r"^claim Part 5: a rank that skips a collective"],
+    # every part stages a mismatched collective, which would end torchrun's one group: none runs there
+    "lecture14/06_debug_collectives.py": [r"^(claim |Part )"],
 }
 # Ranks for each: the script's default (the notes' setting), but 04_alpha_beta's 8 (all timing).
 RANKS = {"lecture14/02_primitives.py": 4, "lecture14/04_alpha_beta.py": 2, "lecture14/05_data_parallel.py": 4,
          "lecture15/01_ddp_basics.py": 4, "lecture15/02_buckets.py": 2, "lecture15/04_details.py": 2,
          "lecture15/model_vs_real.py": 2, "lecture15/my_ddp_check.py": 2, "cs336/01_collectives.py": 4,
-         "cs336/02_benchmark.py": 4, "cs336/05_parallel.py": 4, "lecture15/06_comm_hooks.py": 4}
+         "cs336/02_benchmark.py": 4, "cs336/05_parallel.py": 4, "lecture15/06_comm_hooks.py": 4,
+         "lecture14/06_debug_collectives.py": 4}
 REAL = sorted(s.name for s in scripts() if s.real)
 
 
