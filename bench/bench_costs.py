@@ -58,6 +58,8 @@ GRIDS: dict[str, list[list[str]]] = {
     "lecture15/handbook_details.py": [[], ["--world-size", "4"], ["--world-size", "8"], ["--quick"]],
     "lecture15/06_comm_hooks.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--steps", "3"],
                                    ["--steps", "120"]],
+    "lecture15/07_traces.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--layers", "24"],
+                               ["--width", "1024"], ["--repeats", "12"]],
     "lecture14/06_debug_collectives.py": [["--world-size", "2"], [], ["--world-size", "8"]],
     "cs336/01_collectives.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--world-size", "16"],
                                 ["--numbers", "1000000"], ["--size", "64MB"], ["--quick"]],

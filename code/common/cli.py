@@ -147,6 +147,8 @@ FLAGS: dict[str, Flag] = {
     "gpu_memory_gb": Flag(_ranged("GB", 1e-3, 1e9), "memory of one GPU in GB (GB = 10^9 B)", "GB"),
     "tp": Flag(positive_int, "tensor-parallel ways", "N"),
     "pp": Flag(positive_int, "pipeline stages", "N"),
+    # Timelines for the ecosystem's viewer: Chrome-trace JSON files (Perfetto, chrome://tracing) into DIR.
+    "trace": Flag(str, "write the timelines as Chrome-trace JSON (Perfetto, chrome://tracing) into DIR", "DIR"),
 }
 
 
@@ -274,6 +276,8 @@ class OneLineParser(argparse.ArgumentParser):
             check_output_file(parsed.json, "--json")
         if getattr(parsed, "save_figs", None) is not None:
             check_output_dir(parsed.save_figs, "--save-figs")
+        if getattr(parsed, "trace", None) is not None:
+            check_output_dir(parsed.trace, "--trace")
         divert_stdout(getattr(parsed, "json", None))
 
 
@@ -321,7 +325,7 @@ _NOT_GIVEN = object()  # a --quick-scaled flag's value until parsing shows it wa
 
 # Flags that change how a run is shown or bounded, not what it computes. --quick shortens runs:
 # a claim names "quick" in its setting when --quick changes what it compares.
-NOT_A_SETTING = frozenset({"json", "save_figs", "timeout_s", "quick"})
+NOT_A_SETTING = frozenset({"json", "save_figs", "timeout_s", "quick", "trace"})
 
 
 def off_setting(args: argparse.Namespace, setting: Any = None) -> list[str]:
