@@ -1,4 +1,4 @@
-"""lecture14/06_debug_collectives.py: a mismatched collective, plain gloo against TORCH_DISTRIBUTED_DEBUG=DETAIL."""
+"""lecture14/06_debug_collectives.py: a mismatched collective, plain gloo against DEBUG=DETAIL."""
 
 from __future__ import annotations
 
@@ -68,4 +68,5 @@ def test_a_collective_that_matches_is_no_lesson(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=180)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    assert "Part 1 staged a mismatched collective (all_reduce against all_gather), but it completed" in lines[0]
+    assert "Part 1 staged a mismatched collective (all_reduce against all_gather), but it completed" \
+        in lines[0]

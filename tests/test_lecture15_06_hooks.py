@@ -90,9 +90,10 @@ def test_a_disagreement_ends_the_run_naming_it(tmp_path: Path) -> None:
     assert lines[0].startswith("06_comm_hooks.py: error: allreduce_hook against DDP without a hook: "
                                "max |difference| "), lines[0]
     assert lines[0].endswith("above the tolerance 1e-06 (and 1 more)"), lines[0]
-    assert proc.stdout.count("FAILED") == 2 and "check: bytes each hook all-reduces against ours" in proc.stdout
+    assert proc.stdout.count("FAILED") == 2
+    assert "check: bytes each hook all-reduces against ours" in proc.stdout
 
 
 def test_bad_input_is_refused_before_any_launch() -> None:
-    proc = run_script(SCRIPT, "--batch", "30", expect_rc=2, timeout=60)   # 30 samples do not split over 4 ranks
+    proc = run_script(SCRIPT, "--batch", "30", expect_rc=2, timeout=60)   # 30 do not split over 4 ranks
     assert len(proc.stderr.strip().splitlines()) == 1 and "multiple of --world-size" in proc.stderr

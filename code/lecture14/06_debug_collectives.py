@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of any installed
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -104,17 +104,18 @@ def part1_plain(rep: Report, args: argparse.Namespace, timeout: float) -> dict[s
     rep.part(1, "plain gloo: rank 0 calls all_reduce, the others all_gather; nobody notices")
     seconds, report = launch_expecting_failure(plain_worker, args.world_size, timeout_s=timeout)
     if report is None:
-        raise RunFailure("Part 1 staged a mismatched collective (all_reduce against all_gather), but it completed")
+        raise RunFailure("Part 1 staged a mismatched collective (all_reduce against all_gather), "
+                         "but it completed")
     line = str(report)
-    if "Timed out" not in line:   # staged: every rank waits until gloo's timeout; anything else is a real fault
+    if "Timed out" not in line:   # staged: every rank waits for gloo's timeout; anything else is a real fault
         raise RunFailure(f"Part 1 staged a mismatched collective, but the run failed otherwise: {line}")
     rep.line(f"  after {seconds:.2f} s (timeout {timeout:g} s) the launcher reports:")
     rep.line(f"    {line}")
     rep.note("gloo matches messages by position, not by meaning: each rank waits for data the other kind of "
              "collective never sends, until its timeout. The first rank whose wait ran out is named; neither "
              "the operations nor the rank that made the wrong call are.")
-    rep.values(plain_seconds=seconds, plain_waited_timeout=seconds >= timeout, plain_names_ops=names_both(line),
-               plain_line=line, timeout_s=timeout)
+    rep.values(plain_seconds=seconds, plain_waited_timeout=seconds >= timeout,
+               plain_names_ops=names_both(line), plain_line=line, timeout_s=timeout)
     return {"seconds": seconds, "line": line}
 
 
@@ -124,15 +125,17 @@ def part2_detail(rep: Report, args: argparse.Namespace) -> dict[str, Any]:
         ranks = launch(detail_worker, args.world_size, timeout_s=args.timeout_s or 30.0)
     slowest = max(r["seconds"] for r in ranks)
     for rank, r in enumerate(ranks):
-        rep.line(f"  rank {rank}, after {r['seconds'] * 1e3:.0f} ms: {short_fingerprints(r['error']) or 'no error'}")
-    rep.note("DETAIL wraps the process group (ProcessGroupWrapper): before each collective every rank sends "
-             "its fingerprint (sequence number, op, shapes, dtypes) through a helper gloo group and compares; "
-             "a difference raises on every rank at once, naming the ops. It costs a collective per collective: "
-             "a debugging switch, not a setting for training.")
+        said = short_fingerprints(r["error"]) or "no error"
+        rep.line(f"  rank {rank}, after {r['seconds'] * 1e3:.0f} ms: {said}")
+    rep.note("DETAIL wraps the process group (ProcessGroupWrapper): before each collective every rank "
+             "sends its fingerprint (sequence number, op, shapes, dtypes) through a helper gloo group and "
+             "compares; a difference raises on every rank at once, naming the ops. It costs a collective per "
+             "collective: a debugging switch, not a setting for training.")
     named = all(names_both(r["error"]) for r in ranks)
     rep.check_close("DETAIL: ranks not naming both ops",
                     sum(not names_both(r["error"]) for r in ranks), 0)
-    rep.values(detail_seconds=slowest, detail_names_ops=named, detail_error=short_fingerprints(ranks[0]["error"]))
+    rep.values(detail_seconds=slowest, detail_names_ops=named,
+               detail_error=short_fingerprints(ranks[0]["error"]))
     return {"seconds": slowest, "line": short_fingerprints(ranks[0]["error"])}
 
 
@@ -156,12 +159,13 @@ def part3_side_by_side(rep: Report, plain: dict[str, Any], detail: dict[str, Any
                 f"{detail['seconds'] * 1e3:.0f} ms (slowest rank)"],
                ["names the two ops", "yes" if names_both(plain["line"]) else "no",
                 "yes" if names_both(detail["line"]) else "no"],
-               ["names the culprit", "no: the first rank to time out", "rank 0 vs rank 1, not which is wrong"]],
+               ["names the culprit", "no: the first rank to time out",
+                "rank 0 vs rank 1, not which is wrong"]],
               name="side_by_side")
-    rep.note("neither knows which call was meant: DETAIL shows that rank 0 differs from rank 1, and the reader "
-             "decides. The launcher's own blame helps where a rank is not in a collective at all (a skipped "
-             "call: 02_primitives.py Part 4 names the rank that finished while the others waited). Under NCCL "
-             "the default timeout is minutes, which is why the switch matters there most.")
+    rep.note("neither knows which call was meant: DETAIL shows that rank 0 differs from rank 1, and the "
+             "reader decides. The launcher's own blame helps where a rank is not in a collective at all (a "
+             "skipped call: 02_primitives.py Part 4 names the rank that finished while the others waited). "
+             "Under NCCL the default timeout is minutes, which is why the switch matters there most.")
 
 
 def main() -> None:
@@ -169,10 +173,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: a mismatch needs two ranks")
-    rep = Report(__file__, "a mismatched collective: plain gloo's timeout against TORCH_DISTRIBUTED_DEBUG=DETAIL",
-                 args)
+    rep = Report(__file__, "a mismatched collective: plain gloo's timeout against "
+                           "TORCH_DISTRIBUTED_DEBUG=DETAIL", args)
     if under_torchrun():   # one group for the whole run: a staged failure would end it
-        rep.line("  not run under torchrun: the mismatched collective would break torchrun's one process group")
+        rep.line("  not run under torchrun: the mismatched collective would break torchrun's one group")
         rep.finish()
         return
     timeout = args.timeout_s or MISMATCH_TIMEOUT_S

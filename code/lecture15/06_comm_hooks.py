@@ -45,24 +45,27 @@ from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
 
 D_IN, HIDDEN, D_OUT = 32, 64, 32   # Linear(32, 64) → tanh → Linear(64, 32): two matrices PowerSGD compresses
 ELEM = 4                           # float32: what DDP's hooks are written for (fp16 halves it)
-START_ITER = 2                     # PowerSGD's vanilla steps first: the least torch allows with error feedback
-DISTANCE_STEP = 8                  # Part 3 reports the distance from exact DDP after this many steps, and at the end
-EXACT_TOL = 1e-6                   # allreduce_hook vs plain DDP: the same division and all-reduce (0 seen here)
+START_ITER = 2                     # PowerSGD's plain steps first: the fewest torch allows with error feedback
+DISTANCE_STEP = 8                  # Part 3: the distance from exact DDP after this many steps, and at the end
+EXACT_TOL = 1e-6                   # allreduce_hook vs plain DDP: the same division and all-reduce (0 here)
 # "DDP (no hook)" is exact DDP; the rest are torch's hooks, each with the state it takes.
 HOOKS: dict[str, tuple[Callable[[], Any], Callable[..., Any]] | None] = {
     "DDP (no hook)": None,
     "allreduce_hook": (lambda: None, default_hooks.allreduce_hook),
     "fp16_compress_hook": (lambda: None, default_hooks.fp16_compress_hook),
     "PowerSGD r=1, error feedback": (lambda: psgd.PowerSGDState(
-        None, matrix_approximation_rank=1, start_powerSGD_iter=START_ITER, use_error_feedback=True), psgd.powerSGD_hook),
+        None, matrix_approximation_rank=1, start_powerSGD_iter=START_ITER, use_error_feedback=True),
+        psgd.powerSGD_hook),
     "PowerSGD r=1, no error feedback": (lambda: psgd.PowerSGDState(
-        None, matrix_approximation_rank=1, start_powerSGD_iter=START_ITER, use_error_feedback=False), psgd.powerSGD_hook),
+        None, matrix_approximation_rank=1, start_powerSGD_iter=START_ITER, use_error_feedback=False),
+        psgd.powerSGD_hook),
 }
 # Registered as torch names them (no wrapper): what a student who tries them on gloo meets.
 BROKEN: dict[str, tuple[Callable[[], Any], Callable[..., Any]]] = {
     "bf16_compress_hook": (lambda: None, default_hooks.bf16_compress_hook),
     "batched_powerSGD_hook": (lambda: psgd.PowerSGDState(None, matrix_approximation_rank=1,
-                                                         start_powerSGD_iter=START_ITER), psgd.batched_powerSGD_hook),
+                                                         start_powerSGD_iter=START_ITER),
+                              psgd.batched_powerSGD_hook),
     "quantization_pertensor_hook": (lambda: None, quantization_hooks.quantization_pertensor_hook),
 }
 # CPU time here (measured at W = 4, steps 3 and 30, on 2 loaded cores: 9.3 and 12.3 s): start-up (torch
@@ -196,7 +199,8 @@ def max_gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 # ---- the parts: the parent compares and prints ----------------------------------------------------
 def part1_allreduce_hook(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
     rep.part(1, "allreduce_hook against plain DDP: the same division by K, the same all-reduce")
-    gap = max(max_gap(r["runs"]["allreduce_hook"]["params"], r["runs"]["DDP (no hook)"]["params"]) for r in ranks)
+    gap = max(max_gap(r["runs"]["allreduce_hook"]["params"], r["runs"]["DDP (no hook)"]["params"])
+              for r in ranks)
     rep.line(f"  {args.steps} SGD steps (lr {args.lr:g}), {args.world_size} ranks: max |Δparam| between "
              f"allreduce_hook and DDP without a hook, every rank: {gap:.3g}")
     rep.note("with a hook registered DDP no longer divides the gradients by the world size: allreduce_hook "
@@ -220,7 +224,8 @@ def part2_bytes(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
         sent, predicted = sent_per_rank(k, got), sent_per_rank(k, want)
         gaps.append(abs(sent - predicted) + abs(len(got) - len(want)))
         rows.append([name, f"{len(got)} ({len(want)})", "/".join(sorted({d for d, _ in counted})),
-                     "+".join(map(str, got)), fmt_bytes(sent), fmt_bytes(predicted), f"{sent / plain_sent:.3f}"])
+                     "+".join(map(str, got)), fmt_bytes(sent), fmt_bytes(predicted),
+                     f"{sent / plain_sent:.3f}"])
         rep.values(**{f"{short}_sent_counted": sent, f"{short}_sent_predicted": predicted,
                       f"{short}_calls_counted": len(got), f"{short}_calls_predicted": len(want)})
     rep.table(["hook", "calls (ours)", "dtype", "inputs, B", "sent/rank", "ours", "÷ plain"], rows,
@@ -229,7 +234,7 @@ def part2_bytes(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
     early = [n for _, n in ranks[0]["runs"]["PowerSGD r=1, error feedback"]["calls"][0]]
     rep.note(f"a compressed step (the last of {args.steps}); sent per rank = Σ 2(K−1)/K × input over the "
              f"step's all-reduces (costmodel's ring; gloo's own algorithm may route them otherwise). Ours: "
-             f"DDP's buckets by ddp_sim's rule ({len(predicted_calls('allreduce_hook', shapes))} bucket here), "
+             f"DDP's buckets by ddp_sim's rule ({len(predicted_calls('allreduce_hook', shapes))} here), "
              "fp16 2 bytes an element, PowerSGD three all-reduces a bucket: the tensors it leaves whole (the "
              "biases), P = Σ n·r and Q = Σ m·r over the matrices it factors. Its first "
              f"{START_ITER} steps all-reduce the whole bucket ({' + '.join(fmt_bytes(n) for n in early)}).")
@@ -253,17 +258,20 @@ def part3_convergence(rep: Report, args: argparse.Namespace, ranks: list[dict[st
         rows.append([name, f"{early:.2g}", f"{end:.2g}", f"{losses[0]:.4g}", f"{losses[-1]:.4g}",
                      f"{losses[-1] / exact[-1]:.3g}"])
         if name in SHORT:
-            rep.values(**{f"{SHORT[name]}_distance": end, f"{SHORT[name]}_loss_ratio": losses[-1] / exact[-1]})
+            rep.values(**{f"{SHORT[name]}_distance": end,
+                          f"{SHORT[name]}_loss_ratio": losses[-1] / exact[-1]})
     at = min(DISTANCE_STEP, args.steps)
     rep.table(["hook", f"max |Δparam| after {at} steps", f"after {args.steps}", "loss, step 1",
                f"step {args.steps}", "÷ exact DDP's"], rows, name="convergence")
-    rep.note(f"SGD, lr {args.lr:g}, the same {args.batch} samples every step (a teacher network labels them, so "
-             f"the loss can reach 0); PowerSGD all-reduces whole gradients for its first {START_ITER} steps. "
+    rep.note(f"SGD, lr {args.lr:g}, the same {args.batch} samples every step (a teacher network labels "
+             f"them, so the loss can reach 0); PowerSGD all-reduces whole gradients for its first "
+             f"{START_ITER} steps. "
              "Without error feedback rank-1 PowerSGD applies only the gradient's top direction each step and "
              "drops the rest; with it each rank adds back what compression dropped the step before.")
     fig, ax = new_figure(figsize=(7, 4))
     for name, losses in curves.items():
-        ax.semilogy(range(1, len(losses) + 1), losses, label=name, linestyle="--" if "allreduce" in name else "-")
+        ax.semilogy(range(1, len(losses) + 1), losses, label=name,
+                    linestyle="--" if "allreduce" in name else "-")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (whole batch)")
     ax.set_title(f"DDP comm hooks on {args.world_size} gloo ranks: loss against exact DDP")
@@ -284,22 +292,24 @@ def part4_broken(rep: Report, ranks: list[dict[str, Any]]) -> None:
         rep.values(**{f"{name}_fails": all(r["broken"][name]["error"] for r in ranks),
                       f"{name}_error": " / ".join(seen)})
         rep.record(f"{name}_whole_error", ranks[0]["broken"][name]["whole"])   # in --json, every line of it
-    rep.note("bf16_compress_hook is refused by its name when it is registered, though gloo all-reduces bfloat16 "
-             "on the CPU (handbook_details.py Part 2 runs it under another name). The batched PowerSGD hook "
-             "packs a bucket into one square matrix, which its orthogonalization step rejects. The quantization "
-             "hook reads the all-gathered scales as a list per rank, [rank][0], but gloo's future holds one flat "
-             "tensor of two numbers: ranks 0 and 1 index a number, the others run off its end; DDP reports the "
-             "error wrapped twice.")
+    rep.note("bf16_compress_hook is refused by its name when it is registered, though gloo all-reduces "
+             "bfloat16 on the CPU (handbook_details.py Part 2 runs it under another name). The batched "
+             "PowerSGD hook packs a bucket into one square matrix, which its orthogonalization step rejects. "
+             "The quantization hook reads the all-gathered scales as a list per rank, [rank][0], but gloo's "
+             "future holds one flat tensor of two numbers: ranks 0 and 1 index a number, the others run off "
+             "its end; DDP reports the error wrapped twice.")
 
 
 def check_args(args: argparse.Namespace) -> None:
     if args.world_size < 2:
-        raise UsageError(f"--world-size must be at least 2 (a hook all-reduces between ranks), got {args.world_size}")
+        raise UsageError(f"--world-size must be at least 2 (a hook all-reduces between ranks), "
+                         f"got {args.world_size}")
     if args.batch % args.world_size:
         raise UsageError(f"--batch {args.batch} must be a multiple of --world-size {args.world_size} "
                          "(equal shards: the ranks' mean losses then average to the whole batch's)")
     if args.steps <= START_ITER:
-        raise UsageError(f"--steps must be above {START_ITER}: PowerSGD compresses from step {START_ITER + 1}")
+        raise UsageError(f"--steps must be above {START_ITER}: PowerSGD compresses from step "
+                         f"{START_ITER + 1}")
 
 
 def main() -> None:
@@ -308,7 +318,8 @@ def main() -> None:
                          context={"steps": "every hook trains this long", "batch": "split over the ranks"})
     args = parser.parse_args()
     check_args(args)
-    rep = Report(__file__, "DDP communication hooks: exact, fp16, PowerSGD; bytes, distance, convergence", args)
+    rep = Report(__file__, "DDP communication hooks: exact, fp16, PowerSGD; bytes, distance, convergence",
+                 args)
     preload_for_ddp(args.world_size)   # DDP() imports torch._dynamo: once here, not on every rank
     cfg = {"steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed}
     ranks = launch(hooks_worker, args.world_size, cfg, timeout_s=args.timeout_s)

@@ -136,10 +136,11 @@ def real_timeline(trace: dict[str, Any]) -> Timeline:
         raise RuntimeError(f"the profiled DDP step has {len(backward)} backward nodes and {len(comm)} "
                            f"'{ALLREDUCE_OP}' spans: this torch names them otherwise")
     t0 = backward[0]["ts"]
-    events = [Event("compute", e["name"][len(BACKWARD_OP):], (e["ts"] - t0) / 1e6, (e["ts"] + e["dur"] - t0) / 1e6)
-              for e in backward]
-    events += [Event("comm", f"all-reduce {i}", (e["ts"] - t0) / 1e6, (e["ts"] + e["dur"] - t0) / 1e6, bucket=i)
-               for i, e in enumerate(comm)]
+    def start_end(e: dict[str, Any]) -> tuple[float, float]:
+        return (e["ts"] - t0) / 1e6, (e["ts"] + e["dur"] - t0) / 1e6
+
+    events = [Event("compute", e["name"][len(BACKWARD_OP):], *start_end(e)) for e in backward]
+    events += [Event("comm", f"all-reduce {i}", *start_end(e), bucket=i) for i, e in enumerate(comm)]
     end = max(e.end_s for e in events if e.stream == "compute")
     return Timeline(events, [[] for _ in comm], [], [], end, True)
 
@@ -172,8 +173,8 @@ def trace_problems(trace: Any) -> list[str]:
 def part1_link(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> Link:
     rep.part(1, f"this machine's gloo all-reduce on {args.world_size} ranks, fitted to the ring α-β model")
     k = args.world_size
-    medians = [statistics.median(max(r["sweep"][i][j] for r in ranks) for j in range(len(ranks[0]["sweep"][i])))
-               for i in range(len(SWEEP_BYTES))]
+    medians = [statistics.median(max(r["sweep"][i][j] for r in ranks)      # the slowest rank, each repeat
+                                 for j in range(len(ranks[0]["sweep"][i]))) for i in range(len(SWEEP_BYTES))]
     rep.table(["size", "slowest rank, median (ms)"], [[fmt_bytes(n, binary=True), f"{t * 1e3:.3f}"]
                                                       for n, t in zip(SWEEP_BYTES, medians)], name="sweep")
     link, failed = fit_ring(k, SWEEP_BYTES, medians)
@@ -195,16 +196,18 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
     rep.table(["all-reduce", "starts (ms)", "ends (ms)", "before the backward ends"], rows, name="allreduces")
     buckets = assign_buckets(ranks[0]["param_bytes"], args.bucket_cap_bytes, args.bucket_cap_bytes)
     overlap = comm[0].start_s < real.backward_s
-    rep.line(f"  backward: {real.backward_s * 1e3:.2f} ms of {sum(e.stream == 'compute' for e in real.events)} "
-             f"nodes; the first all-reduce starts at {comm[0].start_s * 1e3:.2f} ms, the last ends at "
-             f"{comm[-1].end_s * 1e3:.2f} ms; ddp_sim's rule gives {len(buckets)} buckets at a "
-             f"{args.bucket_cap_bytes / MiB:g} MiB cap")
-    rep.note(f"times from the start of the first backward node; all-reduces are the '{ALLREDUCE_OP}' spans on "
-             "gloo's worker threads (the main thread only launches them: 'c10d::allreduce_'). Their length is "
-             "waiting as much as sending: on shared cores a rank's all-reduce waits for the others to get there.")
+    nodes = sum(e.stream == "compute" for e in real.events)
+    rep.line(f"  backward: {real.backward_s * 1e3:.2f} ms of {nodes} nodes; the first all-reduce starts at "
+             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; ddp_sim's rule "
+             f"gives {len(buckets)} buckets at a {args.bucket_cap_bytes / MiB:g} MiB cap")
+    rep.note(f"times from the start of the first backward node; all-reduces are the '{ALLREDUCE_OP}' spans "
+             "on gloo's worker threads (the main thread only launches them: 'c10d::allreduce_'). Their "
+             "length is waiting as much as sending: on shared cores a rank's all-reduce waits for the "
+             "others.")
     rep.values(real_overlap=overlap, real_allreduces=len(comm), sim_buckets=len(buckets),
                real_first_allreduce_ms=comm[0].start_s * 1e3, real_backward_ms=real.backward_s * 1e3)
-    rep.check_close("all-reduces in the profiled step against ddp_sim's buckets", abs(len(comm) - len(buckets)), 0)
+    rep.check_close("all-reduces in the profiled step against ddp_sim's buckets",
+                    abs(len(comm) - len(buckets)), 0)
     return real
 
 
@@ -217,11 +220,12 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
                             lambda n: ring_allreduce_time(args.world_size, n, link), overlap=True,
                             names=ranks[0]["param_names"])
     rep.table(["step (backward + exposed all-reduce)", "ms", "first all-reduce starts (ms)"],
-              [["real DDP, profiled (rank 0)", f"{real.step_s * 1e3:.2f}", f"{real.first_comm_start_s * 1e3:.2f}"],
-               ["ddp_sim", f"{sim.step_s * 1e3:.2f}", f"{sim.first_comm_start_s * 1e3:.2f}"]], name="steps")
-    rep.note("the simulated step takes each gradient's ready time from a plain backward (mean of ranks) and each "
-             "bucket's all-reduce from the fitted ring; the profiled step runs with the profiler on and 4 ranks on "
-             "the machine's cores: model_vs_real.py compares the two numbers properly, here they are pictures.")
+              [[name, f"{t.step_s * 1e3:.2f}", f"{t.first_comm_start_s * 1e3:.2f}"]
+               for name, t in (("real DDP, profiled (rank 0)", real), ("ddp_sim", sim))], name="steps")
+    rep.note("the simulated step takes each gradient's ready time from a plain backward (mean of ranks) and "
+             "each bucket's all-reduce from the fitted ring; the profiled step runs with the profiler on and "
+             "the ranks sharing the machine's cores: model_vs_real.py compares the two numbers properly, "
+             "here they are pictures.")
     traces = {"ddp_sim": chrome_trace(sim, f"ddp_sim: {args.layers} × Linear({args.width}), cap "
                                            f"{cap / MiB:g} MiB, {link.describe()}")}
     traces |= {f"real_rank{rank}": r["trace"] for rank, r in enumerate(ranks)}
@@ -237,21 +241,22 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
         rep.line(f"  traces written to {args.trace}: {len(traces)} files (open them in ui.perfetto.dev or "
                  "chrome://tracing)")
     rep.save_figure(gantt_figure([("real DDP (torch.profiler)", real), ("ddp_sim", sim)],
-                                 f"one DDP step, {args.world_size} gloo ranks, {args.layers} × Linear({args.width}), "
-                                 f"cap {cap / MiB:g} MiB"), "timelines")
+                                 f"one DDP step, {args.world_size} gloo ranks, {args.layers} × "
+                                 f"Linear({args.width}), cap {cap / MiB:g} MiB"), "timelines")
 
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=4, layers=6, width=256, batch=256, bucket_cap_mb=0.25, repeats=3,
                          real=True, figs=True, cost=COST, trace=None,
-                         context={"layers": "Linear layers", "bucket_cap_mb": "the default: one layer per bucket",
-                                  "repeats": "timed all-reduces and backwards"})
+                         context={"layers": "Linear layers", "repeats": "timed all-reduces and backwards",
+                                  "bucket_cap_mb": "the default: one layer per bucket"})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
     if args.batch < args.world_size:
         raise UsageError(f"--batch {args.batch} < --world-size {args.world_size}: every rank needs a sample")
-    rep = Report(__file__, "a real DDP step and ddp_sim's, as Chrome traces (Perfetto, chrome://tracing)", args)
+    rep = Report(__file__, "a real DDP step and ddp_sim's, as Chrome traces (Perfetto, chrome://tracing)",
+                 args)
     preload_for_ddp(args.world_size)   # DDP() imports torch._dynamo: once here, not on every rank
     cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "repeats": args.repeats,
            "cap_bytes": args.bucket_cap_bytes}
