@@ -1,6 +1,6 @@
 """Lecture 15 §4.4 (通信钩子) and the handbook's 降低通信量: PyTorch's DDP communication hooks on real ranks.
 
-    python code/lecture15/06_comm_hooks.py [--world-size 4] [--steps 40] [--save-figs DIR]
+    python code/lecture15/06_comm_hooks.py [--world-size 4] [--steps 30] [--save-figs DIR]
 
 One launch (gloo, CPU, float32 as DDP hooks are used) trains the same small network with plain DDP
 and with torch's hooks: allreduce_hook (Part 1: the same numbers as plain DDP), fp16_compress_hook
@@ -70,7 +70,8 @@ BROKEN: dict[str, tuple[Callable[[], Any], Callable[..., Any]]] = {
 }
 # CPU time here (measured at W = 4, steps 3 and 30, on 2 loaded cores: 9.3 and 12.3 s): start-up (torch
 # and dynamo, 5 s of it), W ranks each making eight DDP objects, then five trainings of `steps` steps,
-# each step one to three small all-reduces that W ranks take turns at.
+# each step one to three small all-reduces that W ranks take turns at. 30 steps: the two PowerSGD
+# runs already part there (loss 1.3× and 2.6× exact DDP's), and all-reduces are most of the run.
 COST = Cost([Term("1", 8.0, lambda a: 1), Term("W²", 0.05, lambda a: a.world_size**2),
              Term("W·steps", 0.013, lambda a: a.world_size * a.steps),
              Term("steps·B", 2e-6, lambda a: a.steps * a.batch)],   # five trainings of a 32-64-32 network
@@ -314,7 +315,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, steps=40, batch=64, lr=0.5, seed=0, real=True, figs=True,
+    parser = make_parser(__doc__, world_size=4, steps=30, batch=64, lr=0.5, seed=0, real=True, figs=True,
                          cost=COST,
                          context={"steps": "every hook trains this long", "batch": "split over the ranks"})
     args = parser.parse_args()

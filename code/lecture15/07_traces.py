@@ -111,7 +111,7 @@ def traces_worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(1 + rank)            # each rank its own data
     x, y = (torch.randn(cfg["batch"] // world, cfg["width"], generator=gen) for _ in range(2))
     buffers = [torch.ones(n // 4) for n in SWEEP_BYTES]
-    sweep = [timed(lambda b=b: dist.all_reduce(b), 2 * cfg["repeats"] + 1) for b in buffers]
+    sweep = [timed(lambda b=b: dist.all_reduce(b), cfg["repeats"]) for b in buffers]
     ready = ready_times(model, x, y, cfg["repeats"])
     ddp = DDP(model, bucket_cap_mb=cfg["cap_bytes"] / MiB)   # an explicit cap caps the first bucket too
     trace = profiled_step(ddp, x, y)
