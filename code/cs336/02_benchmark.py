@@ -33,7 +33,6 @@ from common.cli import (
     make_parser,
     nonnegative_int,
     positive_float,
-    positive_int,
     run_main,
     size_bytes,
 )
@@ -45,7 +44,7 @@ from cs336.busbw import COLLECTIVES, Buffers
 
 ROOT = 0                    # broadcast's source rank
 COPY_BYTES = 64 * 2**20     # memory-copy buffer: far larger than the caches
-QUICK = {"max_bytes": "4MiB", "iters": 5}  # --quick's defaults: a shorter sweep, fewer timed calls
+QUICK = {"max_bytes": "4MiB", "repeats": 5}  # --quick's defaults: a shorter sweep, fewer timed calls
 WHAT_S = {"all-reduce": "every rank's buffer", "broadcast": "the root's buffer",
           "reduce-scatter": "one rank's input, n chunks of S/n (its output)",
           "all-gather": "one rank's output, n chunks of S/n (its input)"}
@@ -65,7 +64,7 @@ def sweep(args: argparse.Namespace) -> list[int]:
 
 def calls(args: argparse.Namespace) -> int:
     """Collective calls per rank: each of the four, at every size, checked, warmed up and timed."""
-    return 4 * (1 + args.warmup + args.iters) * len(sweep(args))
+    return 4 * (1 + args.warmup + args.repeats) * len(sweep(args))
 
 
 # CPU time here (bench/bench_costs.py, W = 2 … 32): start-up, then every call of every rank: a fixed
@@ -163,12 +162,13 @@ def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iter
 # ---- the parent --------------------------------------------------------------------------------
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True, figs=True, quick=QUICK, cost=COST)
+    # --repeats, as every script that reports a median of timed runs calls them (it was --iters here)
+    parser = make_parser(__doc__, world_size=4, repeats=8, real=True, figs=True, quick=QUICK, cost=COST,
+                         context={"repeats": "timed calls per size"})
     parser.add_argument("--min-bytes", type=size_bytes, default="1KiB", help="smallest size S")
     parser.add_argument("--max-bytes", type=size_bytes, default="16MiB", help="largest size S")
     parser.add_argument("--step-factor", type=positive_float, default=4.0, help="size ratio, > 1")
     parser.add_argument("--warmup", type=nonnegative_int, default=1, help="untimed calls per size")
-    parser.add_argument("--iters", type=positive_int, default=8, help="timed calls per size")
     args = parser.parse_args()
     try:
         args.sizes = bw.size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
@@ -186,11 +186,11 @@ def main() -> None:
 
 def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
     n = args.world_size
-    results = launch(bench_worker, n, args.sizes, args.warmup, args.iters, backend="auto", timeout_s=args.timeout_s)
+    results = launch(bench_worker, n, args.sizes, args.warmup, args.repeats, backend="auto", timeout_s=args.timeout_s)
     n = len(results)  # torchrun's world size if it runs us
     rep.part(1, f"the sweep: {len(COLLECTIVES)} collectives × {len(args.sizes)} sizes on {n} "
                 f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
-    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.iters} timed, each after a barrier. "
+    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.repeats} timed, each after a barrier. "
              "A call's time is its slowest rank's, t the median over calls (nccl-tests times a batch and "
              "averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result.")
     m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}, "backend": results[0]["backend"]}
