@@ -14,13 +14,13 @@ from lecture14.collectives_reference import reference
 
 KS = [1, 2, 3, 5, 8, 17, 64, 256, 1024]
 # Algorithms whose message count grows like K·log K or less: cheap for the reference at any K.
-FEW_MESSAGES = {"tree all-reduce", "naive all-reduce", "parameter server", "broadcast", "reduce",
+FEW_MESSAGES = {"tree all-reduce", "naive all-reduce", "parameter server", "tree broadcast", "tree reduce",
                 "pipelined ring broadcast", "pipelined ring reduce"}
 LINKS = [cm.NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
 PRIMITIVE_SIM = {  # the costmodel's name -> (the simulator's algorithm, the buffer it cuts, in pieces)
     "broadcast": ("pipelined ring broadcast", 1), "reduce": ("pipelined ring reduce", 1),
-    "scatter": ("scatter", "k"), "gather": ("gather", "k"), "all-gather": ("all-gather", "k"),
-    "reduce-scatter": ("reduce-scatter", "k"), "all-reduce": ("ring all-reduce", 1),
+    "scatter": ("ring scatter", "k"), "gather": ("ring gather", "k"), "all-gather": ("ring all-gather", "k"),
+    "reduce-scatter": ("ring reduce-scatter", "k"), "all-reduce": ("ring all-reduce", 1),
 }
 
 
@@ -51,21 +51,22 @@ def test_vectorised_counts_equal_the_message_by_message_reference(k: int, algori
 def test_moved_data_equals_the_reference(k: int, algorithm: str) -> None:
     rng = np.random.default_rng(k)
     n, root = 2 * k + 1, k // 2
-    if algorithm in ("all-gather", "gather"):  # pieces of different lengths
+    if algorithm in ("ring all-gather", "ring gather"):  # pieces of different lengths
         xs = [rng.integers(-99, 99, 1 + r % 3).astype(np.float64) for r in range(k)]
     else:
         xs = [rng.integers(-99, 99, n).astype(np.float64) for _ in range(k)]
     calls = {
         "ring all-reduce": lambda: col.ring_allreduce(xs), "tree all-reduce": lambda: col.tree_allreduce(xs),
         "naive all-reduce": lambda: col.naive_allreduce(xs), "parameter server": lambda: col.parameter_server(xs),
-        "broadcast": lambda: col.broadcast(xs, root), "reduce": lambda: col.reduce(xs, root),
-        "reduce-scatter": lambda: col.reduce_scatter(xs), "all-gather": lambda: col.all_gather(xs),
-        "scatter": lambda: col.scatter(xs, root), "gather": lambda: col.gather(xs, root),
+        "tree broadcast": lambda: col.broadcast(xs, root), "tree reduce": lambda: col.reduce(xs, root),
+        "ring reduce-scatter": lambda: col.reduce_scatter(xs), "ring all-gather": lambda: col.all_gather(xs),
+        "ring scatter": lambda: col.scatter(xs, root), "ring gather": lambda: col.gather(xs, root),
         "pipelined ring broadcast": lambda: col.pipelined_ring_broadcast(xs[root], k, 3, root),
         "pipelined ring reduce": lambda: col.pipelined_ring_reduce(xs, 3, root),
     }
     fast = calls[algorithm]()
-    rooted = algorithm in ("broadcast", "reduce", "scatter", "gather") or algorithm.startswith("pipelined")
+    rooted = algorithm in ("tree broadcast", "tree reduce", "ring scatter", "ring gather") or \
+        algorithm.startswith("pipelined")
     ref = reference(algorithm, inputs=xs, root=root if rooted else 0, segments=3)
     assert fast.sent.tolist() == ref.sent and fast.received.tolist() == ref.received
     assert fast.round_bytes() == ref.round_bytes and fast.n_rounds == len(fast.rounds)
@@ -127,10 +128,11 @@ def test_uneven_chunks_exact_sums(k: int) -> None:
     size = chunk_sizes(n, k)
     ring = col.traffic("ring all-reduce", k, n).sent
     assert ring.tolist() == [0 if k == 1 else 2 * n - size[(r + 1) % k] - size[(r + 2) % k] for r in range(k)]
-    assert col.traffic("reduce-scatter", k, n).sent.tolist() == [n - size[r] if k > 1 else 0 for r in range(k)]
-    assert col.traffic("all-gather", k, n).sent.tolist() == [n - size[(r + 1) % k] if k > 1 else 0 for r in range(k)]
+    assert col.traffic("ring reduce-scatter", k, n).sent.tolist() == [n - size[r] if k > 1 else 0 for r in range(k)]
+    assert col.traffic("ring all-gather", k, n).sent.tolist() == [n - size[(r + 1) % k] if k > 1 else 0 for r in range(k)]
     root = k - 1
-    scatter, gather = col.traffic("scatter", k, n, root=root).sent, col.traffic("gather", k, n, root=root).sent
+    scatter = col.traffic("ring scatter", k, n, root=root).sent
+    gather = col.traffic("ring gather", k, n, root=root).sent
     for r in range(k):
         v = (r - root) % k
         beyond = [size[(w + root) % k] for w in range(v + 1, k)]      # pieces scatter passes on

@@ -181,7 +181,7 @@ def test_splits_and_padding() -> None:
 def test_formulas_edge_cases() -> None:
     assert cm.tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)[0] == 80
     with pytest.raises(ValueError):
-        cm.ring_bytes_sent("broadcast", 4, 100)
+        cm.ring_bytes_sent("all-reduce", 4, 100)  # the collective's name, not torch's "all_reduce"
 
 
 def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """The α-β cost model: one message of n bytes costs α + n/β. Pure Python, no torch.
 
-Every script and every later lecture takes its communication times from here, so a formula is
-written once. Sizes are bytes and times seconds; MB/µs only appear where output is formatted.
+Every script and every later lecture takes its communication times from here. What each
+collective's algorithms send, in how many rounds, is defined once in common.collectives_def;
+the functions below are the names the scripts call, each reading that definition. Sizes are
+bytes and times seconds; MB/µs only appear where output is formatted.
 
 Closed forms (K devices, N bytes per device, L = ceil(log2 K)):
   ring all-reduce        2(K-1)(α + N/(Kβ))        reduce-scatter then all-gather, N/K per round
@@ -16,6 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Sequence
+
+from common import collectives_def as cdef
+from common.collectives_def import check_size as _check
+from common.collectives_def import tree_depth  # noqa: F401  (re-exported: the stable API)
 
 
 @dataclass(frozen=True)
@@ -51,45 +57,28 @@ ETHERNET = Link(5e-6, 3.125e9, "Ethernet-class (25 Gb/s)")
 LINK_PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "ethernet": ETHERNET}
 
 
-def _check(k: int, nbytes: float) -> None:
-    if int(k) != k or k < 1:
-        raise ValueError(f"number of devices must be an integer >= 1, got {k}")
-    if nbytes < 0:
-        raise ValueError(f"size must be >= 0 bytes, got {nbytes}")
-
-
-def tree_depth(k: int) -> int:
-    """ceil(log2 K): the rounds one way up (or down) a binary tree of K devices."""
-    return (int(k) - 1).bit_length()
-
-
 def ring_allreduce_time(k: int, nbytes: float, link: Link) -> float:
-    _check(k, nbytes)
-    if k == 1:
-        return 0.0
-    return 2 * (k - 1) * (link.alpha_s + nbytes / (k * link.beta_Bps))
+    """2(K-1)(α + N/(Kβ)): reduce-scatter then all-gather, N/K per round."""
+    return cdef.algorithm("ring all-reduce").time(k, nbytes, link)
 
 
 def tree_allreduce_time(k: int, nbytes: float, link: Link) -> float:
-    _check(k, nbytes)
-    return 2 * tree_depth(k) * link.message_time(nbytes) if k > 1 else 0.0
+    """2L(α + N/β), L = ceil(log2 K): up the binomial tree and back down, the whole N each round."""
+    return cdef.algorithm("tree all-reduce").time(k, nbytes, link)
 
 
 def naive_allreduce_time(k: int, nbytes: float, link: Link) -> float:
-    _check(k, nbytes)
-    if k == 1:
-        return 0.0
-    return 2 * (link.alpha_s + (k - 1) * nbytes / link.beta_Bps)
+    """2(α + (K-1)N/β): all to device 0 and back, (K-1)·N through its one link each way."""
+    return cdef.algorithm("naive all-reduce").time(k, nbytes, link)
 
 
 def parameter_server_time(k: int, nbytes: float, link: Link, duplex: bool = False) -> float:
     """One step's traffic at a server with K workers: receive K·N gradients, send K·N parameters.
 
-    With `duplex` the server's link sends and receives at once, halving the time.
+    With `duplex` the server's link sends and receives at once: its two rounds overlap.
     """
-    _check(k, nbytes)
-    one_way = link.alpha_s + k * nbytes / link.beta_Bps
-    return one_way if duplex else 2 * one_way
+    both = cdef.algorithm("parameter server").time(k, nbytes, link)
+    return both / 2 if duplex else both
 
 
 ALLREDUCE_TIMES = {
@@ -101,8 +90,12 @@ ALLREDUCE_TIMES = {
 
 def ring_allreduce_bytes_per_device(k: int, nbytes: float) -> float:
     """Bytes each device sends (and receives) in a ring all-reduce: 2(K-1)/K · N."""
-    _check(k, nbytes)
-    return 2 * (k - 1) * nbytes / k
+    return cdef.algorithm("ring all-reduce").busiest_bytes(k, nbytes)
+
+
+# allreduce_traffic_bytes' labels (the lecture 14 tables' words) -> the algorithms
+ALLREDUCE_ALGORITHMS = {"ring": "ring all-reduce", "tree": "tree all-reduce", "naive": "naive all-reduce",
+                        "parameter server": "parameter server"}
 
 
 def allreduce_traffic_bytes(algorithm: str, k: int, nbytes: float) -> tuple[float, float]:
@@ -114,16 +107,10 @@ def allreduce_traffic_bytes(algorithm: str, k: int, nbytes: float) -> tuple[floa
       naive             (K-1)·N, device 0                      total 2(K-1)·N
       parameter server  K·N, the server (K workers + server)   total 2K·N
     """
-    _check(k, nbytes)
-    if algorithm == "ring":
-        return ring_allreduce_bytes_per_device(k, nbytes), 2 * (k - 1) * nbytes
-    if algorithm == "tree":
-        return tree_depth(k) * nbytes, 2 * (k - 1) * nbytes
-    if algorithm == "naive":
-        return (k - 1) * nbytes, 2 * (k - 1) * nbytes
-    if algorithm == "parameter server":
-        return k * nbytes, 2 * k * nbytes
-    raise ValueError(f"unknown algorithm {algorithm!r} (ring, tree, naive, parameter server)")
+    if algorithm not in ALLREDUCE_ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r} ({', '.join(ALLREDUCE_ALGORITHMS)})")
+    alg = cdef.algorithm(ALLREDUCE_ALGORITHMS[algorithm])
+    return alg.busiest_bytes(k, nbytes), alg.total_bytes(k, nbytes)
 
 
 def ring_broadcast_time(k: int, nbytes: float, link: Link, segments: int = 1) -> float:
@@ -132,12 +119,7 @@ def ring_broadcast_time(k: int, nbytes: float, link: Link, segments: int = 1) ->
     The first segment needs K-1 hops; each further one arrives one tick later: K-2+S ticks of
     α + N/(S·β). With S = 1 this is (K-1)(α + N/β).
     """
-    _check(k, nbytes)
-    if int(segments) != segments or segments < 1:
-        raise ValueError(f"segments must be an integer >= 1, got {segments}")
-    if k == 1:
-        return 0.0
-    return (k - 2 + segments) * link.message_time(nbytes / segments)
+    return cdef.algorithm("pipelined ring broadcast").time(k, nbytes, link, segments)
 
 
 def best_broadcast_segments(k: int, nbytes: float, link: Link, max_log2: int = 20) -> int:
@@ -225,7 +207,7 @@ def ring_alpha_beta_from_line(k: int, intercept_s: float, slope_s_per_byte: floa
     _check(k, 0)
     if k < 2:
         raise ValueError("a ring of one device sends nothing: fit with K >= 2")
-    rounds = 2 * (k - 1)
+    rounds = cdef.algorithm("ring all-reduce").rounds(k)
     return intercept_s / rounds, rounds / (k * slope_s_per_byte)
 
 
@@ -256,7 +238,8 @@ def alpha_beta_time(n_messages: int, nbytes: float, link: Link) -> float:
 def ring_allreduce_terms(k: int, nbytes: float, link: Link) -> tuple[float, float]:
     """The two terms of ring_allreduce_time: (latency 2(K−1)α, bandwidth 2(K−1)/K·N/β)."""
     _check(k, nbytes)
-    return 2 * (k - 1) * link.alpha_s, ring_allreduce_bytes_per_device(k, nbytes) / link.beta_Bps
+    return (cdef.algorithm("ring all-reduce").rounds(k) * link.alpha_s,
+            ring_allreduce_bytes_per_device(k, nbytes) / link.beta_Bps)
 
 
 def ring_allreduce_balance_bytes(k: int, link: Link) -> float:
@@ -272,47 +255,47 @@ def ring_allreduce_balance_bytes(k: int, link: Link) -> float:
 
 def ring_reduce_scatter_bytes_per_device(k: int, nbytes: float) -> float:
     """Bytes each device sends in a ring reduce-scatter of an N-byte buffer: (K−1)/K·N."""
-    _check(k, nbytes)
-    return (k - 1) * nbytes / k
+    return cdef.algorithm("ring reduce-scatter").busiest_bytes(k, nbytes)
 
 
 def ring_all_gather_bytes_per_device(k: int, nbytes: float) -> float:
     """Bytes each device sends in a ring all-gather whose result is N bytes: (K−1)/K·N."""
-    _check(k, nbytes)
-    return (k - 1) * nbytes / k
+    return cdef.algorithm("ring all-gather").busiest_bytes(k, nbytes)
 
 
 def ring_reduce_scatter_time(k: int, nbytes: float, link: Link) -> float:
     """(K−1)(α + N/(Kβ)): K−1 rounds, each one chunk of N/K. N is the whole (input) buffer."""
-    _check(k, nbytes)
-    return (k - 1) * (link.alpha_s + nbytes / (k * link.beta_Bps))
+    return cdef.algorithm("ring reduce-scatter").time(k, nbytes, link)
 
 
 def ring_all_gather_time(k: int, nbytes: float, link: Link) -> float:
     """(K−1)(α + N/(Kβ)), N the gathered (output) size: the reduce-scatter's rounds, copied not added."""
-    return ring_reduce_scatter_time(k, nbytes, link)
+    return cdef.algorithm("ring all-gather").time(k, nbytes, link)
 
 
 @dataclass(frozen=True)
 class CollectiveCall:
     """`calls` ring collectives of one kind, each on an N-byte buffer (`nbytes`), in one step."""
 
-    kind: str       # "all-reduce", "reduce-scatter", "all-gather"
+    kind: str       # a collective's name (collectives_def): "all-reduce", "reduce-scatter", ...
     what: str       # what it carries, in words
     calls: int
     nbytes: float   # the full buffer of one call (all-gather: its output)
 
+    def __post_init__(self) -> None:
+        cdef.collective(self.kind)  # an unknown kind is an error here, not a guess later
+
+    def _ring(self) -> cdef.Algorithm:
+        return cdef.algorithm(cdef.collective(self.kind).ring)
+
     def rounds_per_call(self, k: int) -> int:
-        return 2 * (k - 1) if self.kind == "all-reduce" else k - 1
+        return self._ring().rounds(k)
 
     def bytes_per_device(self, k: int) -> float:
-        share = ring_allreduce_bytes_per_device if self.kind == "all-reduce" else ring_all_gather_bytes_per_device
-        return self.calls * share(k, self.nbytes)
+        return self.calls * self._ring().busiest_bytes(k, self.nbytes)
 
     def time(self, k: int, link: Link) -> float:
-        one = {"all-reduce": ring_allreduce_time, "all-gather": ring_all_gather_time}.get(self.kind,
-                                                                                       ring_reduce_scatter_time)
-        return self.calls * one(k, self.nbytes, link)
+        return self.calls * self._ring().time(k, self.nbytes, link)
 
 
 ZERO_STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
@@ -388,13 +371,10 @@ def pp_step_send_time(micro_batches: int, activation_bytes: float, link: Link) -
 # ===========================================================================================
 
 def ring_bytes_sent(op: str, k: int, total_bytes: float) -> float:
-    """Bytes one rank sends in a ring `op` ("all_reduce", "all_gather", "reduce_scatter") whose
-    whole result is `total_bytes` (for all-gather: every rank's piece together)."""
-    per_device = {"all_reduce": ring_allreduce_bytes_per_device, "all_gather": ring_all_gather_bytes_per_device,
-                  "reduce_scatter": ring_reduce_scatter_bytes_per_device}
-    if op not in per_device:
-        raise ValueError(f"unknown collective {op!r} ({', '.join(per_device)})")
-    return per_device[op](k, total_bytes)
+    """Bytes the busiest rank sends in torch.distributed's `op` ("all_reduce", "all_gather",
+    "reduce_scatter", ...) run as a ring, the call's size N `total_bytes` (for all-gather: every
+    rank's piece together): a collective's counted form (collectives_def.Collective.ring_bytes)."""
+    return cdef.by_torch_name(op).ring_bytes(k, total_bytes)
 
 
 def dp_step_traffic(k: int, layers: int, width: int, elem_bytes: int) -> tuple[int, float]:
@@ -441,17 +421,18 @@ def zero_step_traffic(k: int, n_params: int, elem_bytes: int) -> tuple[int, floa
 
 # ==== The seven primitives on a ring: bytes each device sends, rounds, α-β time ====================
 # (lecture14.collectives simulates each of these; CS336 lecture 8 tabulates the per-rank volume.)
-# S is one piece: what each device holds of the smaller of input and output (broadcast, reduce
-# and all-reduce: the whole buffer; scatter: the root holds K·S; gather and all-gather: K·S at the
-# end; reduce-scatter: K·S in, S out). Positions v = (rank − root) mod K round the ring.
+# Here S is one piece, the notes' unit: what each device holds of the smaller of input and output
+# (broadcast, reduce and all-reduce: the whole buffer; scatter: the root holds K·S; gather and
+# all-gather: K·S at the end; reduce-scatter: K·S in, S out). Each primitive runs as its ring
+# algorithm in collectives_def (broadcast and reduce: a pipelined chain round the ring).
+# Positions v = (rank − root) mod K round the ring.
 
-RING_PRIMITIVES = ("broadcast", "scatter", "gather", "reduce", "all-gather", "reduce-scatter", "all-reduce")
+RING_PRIMITIVES = tuple(cdef.COLLECTIVES)
 
 
-def _check_primitive(primitive: str, k: int, piece_bytes: float) -> None:
-    _check(k, piece_bytes)
-    if primitive not in RING_PRIMITIVES:
-        raise ValueError(f"unknown primitive {primitive!r}; one of {RING_PRIMITIVES}")
+def _ring_of(primitive: str) -> tuple[cdef.Collective, cdef.Algorithm]:
+    coll = cdef.collective(primitive)
+    return coll, cdef.algorithm(coll.ring)
 
 
 def ring_primitive_bytes_sent(primitive: str, k: int, piece_bytes: float) -> list[float]:
@@ -467,31 +448,15 @@ def ring_primitive_bytes_sent(primitive: str, k: int, piece_bytes: float) -> lis
     The busiest device: S (broadcast, reduce), (K-1)·S (scatter: the root; gather: the root's
     left neighbour; all-gather and reduce-scatter: everyone), 2(K-1)/K·S (all-reduce).
     """
-    _check_primitive(primitive, k, piece_bytes)
-    s = piece_bytes
-    per_position = {
-        "broadcast": [s] * (k - 1) + [0.0],
-        "scatter": [(k - 1 - v) * s for v in range(k)],
-        "gather": [v * s for v in range(k)],
-        "reduce": [0.0] + [s] * (k - 1),
-        "all-gather": [(k - 1) * s] * k,
-        "reduce-scatter": [(k - 1) * s] * k,
-        "all-reduce": [2 * (k - 1) * s / k] * k,
-    }[primitive]
-    return [float(b) for b in per_position]
+    coll, ring = _ring_of(primitive)
+    _check(k, piece_bytes)
+    return ring.bytes_sent(k, coll.nbytes_of_piece(k, piece_bytes))
 
 
 def ring_primitive_rounds(primitive: str, k: int, segments: int = 1) -> int:
     """Rounds of one `primitive` on a ring of K: K-2+S ticks for the pipelined chains (broadcast,
     reduce; S segments), K-1 for scatter, gather, all-gather, reduce-scatter, 2(K-1) for all-reduce."""
-    _check_primitive(primitive, k, 0)
-    if int(segments) != segments or segments < 1:
-        raise ValueError(f"segments must be an integer >= 1, got {segments}")
-    if k == 1:
-        return 0
-    if primitive in ("broadcast", "reduce"):
-        return k - 2 + segments
-    return 2 * (k - 1) if primitive == "all-reduce" else k - 1
+    return _ring_of(primitive)[1].rounds(k, segments)
 
 
 def ring_primitive_time(primitive: str, k: int, piece_bytes: float, link: Link, segments: int = 1) -> float:
@@ -500,17 +465,14 @@ def ring_primitive_time(primitive: str, k: int, piece_bytes: float, link: Link, 
     Chains: (K-2+S)(α + S_piece/(S·β)) (ring_broadcast_time); scatter, gather, all-gather and
     reduce-scatter: (K-1)(α + S/β), one piece per link per round; all-reduce: 2(K-1)(α + S/(Kβ)).
     """
-    rounds = ring_primitive_rounds(primitive, k, segments)
-    if rounds == 0:
-        return 0.0
-    message = {"broadcast": piece_bytes / segments, "reduce": piece_bytes / segments,
-               "all-reduce": piece_bytes / k}.get(primitive, piece_bytes)
-    return rounds * link.message_time(message)
+    coll, ring = _ring_of(primitive)
+    _check(k, piece_bytes)
+    return ring.time(k, coll.nbytes_of_piece(k, piece_bytes), link, segments)
 
 
 # ==== Rooted primitives without a ring: the root talks to every device itself (cs336/01_collectives) ====
 # What CS336 lecture 8's table counts for gather and reduce ("each rank sends S") is this star, not
-# a ring. S is one piece, as above; positions v = (rank − root) mod K, the root at v = 0.
+# a ring: collectives_def's "direct" algorithms. S is one piece, as above.
 
 def direct_primitive_bytes_sent(primitive: str, k: int, piece_bytes: float) -> list[float]:
     """Bytes each device sends, by position v, when the root sends to (or receives from) every
@@ -518,9 +480,8 @@ def direct_primitive_bytes_sent(primitive: str, k: int, piece_bytes: float) -> l
       broadcast, scatter   the root sends K−1 messages of S: (K−1)·S; the others 0
       gather, reduce       every non-root sends its S once; the root 0 (it receives (K−1)·S)
     The root's link carries (K−1)·S either way: a star moves the ring's bytes onto one link."""
+    coll = cdef.collective(primitive)
+    if not coll.rooted:
+        raise ValueError(f"unknown rooted primitive {primitive!r}; one of broadcast, scatter, gather, reduce")
     _check(k, piece_bytes)
-    if primitive in ("broadcast", "scatter"):
-        return [float((k - 1) * piece_bytes)] + [0.0] * (k - 1)
-    if primitive in ("gather", "reduce"):
-        return [0.0] + [float(piece_bytes)] * (k - 1)
-    raise ValueError(f"unknown rooted primitive {primitive!r}; one of broadcast, scatter, gather, reduce")
+    return cdef.algorithm(f"direct {primitive}").bytes_sent(k, coll.nbytes_of_piece(k, piece_bytes))

@@ -28,6 +28,16 @@ def fmt_num(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def ms(seconds: float) -> float:
+    """Seconds as milliseconds, rounded to 1e-9 ms: float noise off, for tables and claims."""
+    return round(seconds * 1e3, 9)
+
+
+def fmt_ms(seconds: float) -> str:
+    """Seconds as milliseconds with two decimals, no unit ("7.50"): for columns headed "ms"."""
+    return f"{seconds * 1e3:.2f}"
+
+
 def fmt_time(seconds: float) -> str:
     """Seconds with a readable unit: 3.15 ms, 17.5 µs, 1.2 s."""
     s = abs(seconds)

@@ -194,10 +194,10 @@ def notes_volumes(rep: Report) -> None:
     rep.line(f"\n  the notes' volume column at their p = {p}, whatever --world-size (N = {n:,} B, which p divides):")
     rep.table(["primitive", "sends", "ours (S)", "notes"], rows, name="notes_volumes")
     rep.compare_with_notes(in_table=True)
-    ag = col.traffic("all-gather", p, n)
+    ag = col.traffic("ring all-gather", p, n)
     rep.values(ag_rs_identity=all(np.isclose((q - 1) / q * q * 1.0, q - 1.0) for q in range(2, 257)),
                ring_ag_steps=ag.n_rounds, ring_ag_share_per_step=ag.round_bytes()[0] / n,
-               ag_p256_share=col.traffic("all-gather", 256, 256 * 1000).busiest_sent / (256 * 1000))
+               ag_p256_share=col.traffic("ring all-gather", 256, 256 * 1000).busiest_sent / (256 * 1000))
 
 
 def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool:
@@ -222,7 +222,7 @@ def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool
                "busiest", "notes 2(p-1)/p·N"], prim.split_rows(sizes, size), name="split_bytes")
     part3_lower_bound(rep, w, size)
     p, n4 = prim.NOTES_P, prim.NOTES_N
-    rs, ag, ar = (col.traffic(a, p, n4) for a in ("reduce-scatter", "all-gather", "ring all-reduce"))
+    rs, ag, ar = (col.traffic(a, p, n4) for a in ("ring reduce-scatter", "ring all-gather", "ring all-reduce"))
     grows = [col.traffic("ring all-reduce", q, q * 1000).busiest_sent / (q * 1000) for q in (2, 4, 8, 64, 256)]
     ring, naive = (row[3] for row in prim.lower_bound_rows(p, n4) if row[0] in ("ring", "naive"))
     rep.values(split_bit_for_bit=same and same_sim, rs_phase_S=rs.busiest_sent / n4, ag_phase_S=ag.busiest_sent / n4,

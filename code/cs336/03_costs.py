@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from common.cli import UsageError, make_parser, run_main
+from common.collectives_def import algorithm
 from common.costmodel import (
     CS336_ETHERNET,
     CS336_INFINIBAND,
@@ -44,10 +45,10 @@ from common.costmodel import (
     zero_step_collectives,
 )
 from common.output import Report, bar, fmt_bytes, fmt_time
+from common.units import GiB, KiB, MiB
 from cs336.ledger import LEDGER, LLAMA2_13B, MLP_12, OPTIMIZER_STATE, activation_bytes, training_state_bytes
 from lecture14 import collectives as col
 
-KiB, MiB, GiB = 2**10, 2**20, 2**30
 NOTES_P, NOTES_ALPHA_US, NOTES_SIZE, NOTES_BETA = 4, 5.0, 64 * MiB, 50 * GiB  # Part 1: MiB, GiB/s
 NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16 = 128, 1024, 2
 STEP_MS = (200.0, 400.0)  # the notes' forward + backward of Llama 2 13B on an A100 (their input)
@@ -94,7 +95,8 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
              f"T = {fmt_time(ring_allreduce_time(p, s, link))}")
     stand_in = col.ring_allreduce([np.zeros(p, dtype=np.uint8)] * p)  # one byte per chunk, scaled
     counted = stand_in.busiest_sent / p * s
-    same = stand_in.n_rounds == 2 * (p - 1) and math.isclose(counted, ring_allreduce_bytes_per_device(p, s))
+    same = (stand_in.n_rounds == algorithm("ring all-reduce").rounds(p)
+            and math.isclose(counted, ring_allreduce_bytes_per_device(p, s)))
     # The notes' first-order model with the counted messages and bytes: the same T as the closed form.
     first_order = alpha_beta_time(stand_in.n_rounds, counted, link)
     rep.line(f"  counted by lecture14.collectives (a p-byte stand-in): N_msg = {stand_in.n_rounds}, S_sent = "
@@ -178,12 +180,13 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     dp = ring_allreduce_bytes_per_device(p, m.params * FP16)
     calls_tp = [CollectiveCall("all-gather", "activation, forward", m.layers, act),
                 CollectiveCall("reduce-scatter", "its gradient, backward", m.layers, act)]
-    rows = []
+    rows, ring_rounds = [], algorithm("ring all-reduce").rounds(p)
     for name, n_calls, nbytes, rounds, t in [
-            ("DP: all-reduce of 26 GB", 1, dp, 2 * (p - 1), lambda lk: ring_allreduce_time(p, m.params * FP16, lk)),
-            ("TP, the notes: 2L all-reduce-sized", calls, tp_notes, calls * 2 * (p - 1),
+            ("DP: all-reduce of 26 GB", 1, dp, ring_rounds, lambda lk: ring_allreduce_time(p, m.params * FP16, lk)),
+            ("TP, the notes: 2L all-reduce-sized", calls, tp_notes, calls * ring_rounds,
              lambda lk: calls * ring_allreduce_time(p, act, lk)),
-            ("TP: L all-gathers + L reduce-scatters", calls, tp_ag, calls * (p - 1),
+            ("TP: L all-gathers + L reduce-scatters", calls, tp_ag,
+             sum(c.calls * c.rounds_per_call(p) for c in calls_tp),
              lambda lk: sum(c.time(p, lk) for c in calls_tp))]:
         rows.append([name, n_calls, fmt_bytes(nbytes), rounds, fmt_time(t(CS336_NVLINK)), fmt_time(t(CS336_INFINIBAND))])
     rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows, name="dp_tp")
@@ -192,7 +195,7 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
              f"{LLAMA2_CONTEXT} tokens\nA = {fmt_bytes(act * LLAMA2_CONTEXT)} per layer and TP's "
              f"{fmt_bytes(tp_ag * LLAMA2_CONTEXT)} per step is {tp_ag * LLAMA2_CONTEXT / dp:.0f}× DP's")
     # The DP vs TP table's per-call and per-step formulas at the notes' p = 4, in units of LW and A.
-    one_call = col.traffic("all-gather", NOTES_P, 4000).busiest_sent / 4000
+    one_call = col.traffic("ring all-gather", NOTES_P, 4000).busiest_sent / 4000
     rep.values(act_5120_b=act, act_5120_mib=act / MiB, act_5120_mb=act / 1e6, tp_calls=calls,
                dp_calls=sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)),
                dp_step_LW=ring_allreduce_bytes_per_device(NOTES_P, 1.0), tp_call_A=one_call, tp_step_LA=2 * one_call,
@@ -207,7 +210,7 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     act = int(activation_bytes(NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16))
     rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
-    gathered = col.traffic("all-gather", p, act).busiest_sent  # counted message by message, no data moved
+    gathered = col.traffic("ring all-gather", p, act).busiest_sent  # counted message by message, no data moved
     reduced = col.traffic("ring all-reduce", p, act).busiest_sent
     rep.table(["collective on A, per rank", "formula", "counted (collectives.py)"], [
         ["all-gather (forward)", f"(p-1)/p·A = {fmt_bytes((p - 1) / p * act, binary=True)}",

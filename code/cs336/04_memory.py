@@ -35,9 +35,9 @@ from common.costmodel import (
     zero_step_collectives,
 )
 from common.output import Report, fmt_bytes, fmt_time
+from common.units import GiB
 from cs336 import ledger as lg
 
-GiB = 2**30
 NOTES_P, NOTES_PARAMS, NOTES_GPU_GB, NOTES_BATCH, FP16 = 4, 13e9, 80.0, 128, 2
 NOTES_TP, NOTES_PP, NOTES_DP, GPUS_PER_NODE = 8, 8, 16, 8
 # GPT-3's own setting (Brown et al. 2020): 2048-token sequences, 3.2M-token batches = 1536 sequences.

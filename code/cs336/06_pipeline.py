@@ -28,6 +28,7 @@ import math
 
 from common.cli import UsageError, make_parser, nonnegative_float, positive_float, positive_int, run_main
 from common.output import Report, fmt_time, new_figure
+from common.units import ms
 from cs336 import pipeline as pp
 
 NOTES_TF_MS, NOTES_TB_MS = 10.0, 20.0    # the worked example's t_f and t_b (the defaults)
@@ -89,10 +90,6 @@ def run(schedule: str, s: int, m: int, tf: float | tuple[float, ...], tb: float 
         p2p: float = 0.0, virtual: int = 2) -> pp.PipelineRun:
     """pp.run_schedule, each distinct run simulated once (parts share the notes' configurations)."""
     return pp.run_schedule(schedule, s, m, tf, tb, p2p, virtual)
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1e3, 9)  # float noise off, for tables and claims
 
 
 def part1_schedules(rep: Report, args: argparse.Namespace) -> None:

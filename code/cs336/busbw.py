@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from common.costmodel import ring_allreduce_bytes_per_device
+from common import collectives_def
 
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "broadcast")
 MAX_SWEEP_SIZES = 100  # a longer sweep is a typo (a factor of 1.001), not a benchmark
@@ -37,13 +37,7 @@ def bus_factor(collective: str, n: int) -> float:
     _check_collective(collective)
     if int(n) != n or n < 1:
         raise ValueError(f"number of ranks must be an integer >= 1, got {n}")
-    if n == 1:
-        return 0.0
-    if collective == "all-reduce":
-        return ring_allreduce_bytes_per_device(n, 1.0)  # 2(n−1)/n, the ring's bytes per byte of S
-    if collective == "broadcast":
-        return 1.0
-    return (n - 1) / n  # one phase of the ring: reduce-scatter or all-gather
+    return collectives_def.bus_factor(collective, n)  # the ring's busiest-rank bytes per byte of S
 
 
 def algbw(total_bytes: float, seconds: float) -> float:

@@ -4,8 +4,7 @@ each recorded in the rank's `CommLog` (calls, and the bytes the rank sends) befo
 A collective's bytes are what a ring sends for the call's real size (`costmodel.ring_bytes_sent`,
 nccl-tests' bus factor); a send's are its tensor's bytes. gloo picks its own schedule by size, so
 the ring figure is the model's count of the real calls, not a packet capture. Whether gloo has
-reduce_scatter is asked once (common.capabilities), never found out by catching a failed call:
-that would swallow a real failure of this rank or a peer.
+reduce_scatter is asked once (common.collectives_real, which holds gloo's workarounds).
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
-from common.capabilities import gloo_lacks
+from common.collectives_real import all_gather_uneven, reduce_scatter_uneven
 from common.costmodel import ring_bytes_sent
 
 
@@ -49,26 +47,15 @@ def all_reduce_sum(t: torch.Tensor, log: CommLog) -> None:
 
 
 def all_gather_columns(piece: torch.Tensor, widths: list[int], log: CommLog) -> torch.Tensor:
-    """Every rank's column slice (rank r's has widths[r] columns), concatenated in rank order.
-    gloo gathers equal shapes only: pad each slice to the widest, trim after."""
-    padded = F.pad(piece, (0, max(widths) - piece.shape[1])).contiguous()
-    parts = [torch.empty_like(padded) for _ in widths]
-    log.add("all_gather", len(widths) * padded.numel() * padded.element_size())
-    dist.all_gather(parts, padded)
-    return torch.cat([p[:, :w] for p, w in zip(parts, widths)], dim=-1)
+    """Every rank's column slice (rank r's has widths[r] columns), concatenated in rank order
+    (gloo gathers equal shapes only: common.collectives_real pads each slice to the widest, trims after)."""
+    return all_gather_uneven(piece, widths, dim=-1, record=log.add)
 
 
 def reduce_scatter_columns(partial: torch.Tensor, widths: list[int], log: CommLog) -> torch.Tensor:
-    """Sum a (rows, d) tensor over the ranks; rank r gets only its widths[r] columns of the sum."""
-    chunks = [c.contiguous() for c in partial.split(widths, dim=-1)]
-    if gloo_lacks("reduce_scatter"):  # an older gloo: the whole sum, twice the bytes, logged as such
-        whole = partial.contiguous().clone()
-        all_reduce_sum(whole, log)
-        return whole.split(widths, dim=-1)[dist.get_rank()].contiguous()
-    out = torch.empty_like(chunks[dist.get_rank()])
-    log.add("reduce_scatter", partial.numel() * partial.element_size())
-    dist.reduce_scatter(out, chunks)  # gloo on CPU, unequal chunks too (torch 2.13)
-    return out
+    """Sum a (rows, d) tensor over the ranks; rank r gets only its widths[r] columns of the sum
+    (on an older gloo through an all-reduce: twice the bytes, logged as such)."""
+    return reduce_scatter_uneven(partial, widths, dim=-1, record=log.add)[0]
 
 
 def send(t: torch.Tensor, dst: int, log: CommLog) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from common.collectives_def import BY_TORCH_NAME
 from cs336 import pipeline as pp
 
 
@@ -101,9 +102,8 @@ def collectives_by_kind(calls: list[tuple[str, int]], k: int) -> dict[str, tuple
     """Per collective: (calls, bytes of the whole buffer), all-gather's counted as its output."""
     found: dict[str, tuple[int, int]] = {}
     for name, nbytes in calls:
-        kind = {"all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter",
-                "all_reduce": "all-reduce"}.get(name, name)
-        whole = nbytes * k if kind == "all-gather" else nbytes
+        coll = BY_TORCH_NAME.get(name)   # collectives_def: the collective torch's `name` runs, and its N
+        kind, whole = (coll.name, coll.nbytes_of_input(k, nbytes)) if coll else (name, nbytes)
         c, b = found.get(kind, (0, 0))
         found[kind] = (c + 1, b + whole)
     return found

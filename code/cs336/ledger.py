@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from common.collectives_def import split_sizes
+
 # Bytes per parameter, mixed precision with Adam (the notes' ledger: 2 + 2 + 4 + 8 = 16).
 LEDGER = {
     "fp16 parameters": 2,
@@ -111,8 +113,7 @@ def shard_sizes(n: int, p: int) -> list[int]:
     """Elements of an n-element flat buffer on each of p ranks (np.array_split: the first n % p
     ranks hold one more). ZeRO flattens a parameter group and cuts it this way."""
     _check_ranks(p)
-    q, extra = divmod(int(n), p)
-    return [q + 1 if r < extra else q for r in range(p)]
+    return split_sizes(n, p)
 
 
 def padded_shard_elements(n: int, p: int) -> int:

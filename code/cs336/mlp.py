@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from common.collectives_def import split_sizes  # also the cs336 scripts' mlp.split_sizes
+
 LR_SGD = 0.5    # loss = mean of squares gives small gradients; 0.5 moves the weights visibly
 LR_ADAM = 1e-3  # Adam's step is ~lr per element whatever the gradient's size
 
@@ -70,11 +72,6 @@ def train_one_process(params: list[torch.Tensor], x: torch.Tensor, steps: int, o
 
 
 # ---- how sizes are split over ranks -------------------------------------------------------------
-def split_sizes(n: int, parts: int) -> list[int]:
-    """torch.tensor_split's sizes: n // parts each, the first n % parts one more."""
-    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
-
-
 def offsets(sizes: list[int]) -> list[int]:
     """Where each part starts."""
     return [sum(sizes[:i]) for i in range(len(sizes))]

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common import collectives_def as cdef
 from common import costmodel as cm
 from lecture14 import collectives as col
 
 ROOT = 0                    # the root of broadcast, scatter, gather, reduce
 NOTES_P, NOTES_N = 4, 4000  # the notes' p = 4 and a buffer p divides, as their formulas assume
-WHOLE = ("broadcast", "reduce", "all-reduce")  # S = N; the other four: S = N/p
 
 # The simulator's ring algorithm for each primitive (broadcast and reduce: a chain round the ring).
-SIM_ALGORITHM = {"broadcast": "pipelined ring broadcast", "scatter": "scatter", "gather": "gather",
-                 "reduce": "pipelined ring reduce", "all-gather": "all-gather",
-                 "reduce-scatter": "reduce-scatter", "all-reduce": "ring all-reduce"}
+SIM_ALGORITHM = {c.name: c.ring for c in cdef.COLLECTIVES.values()}
 
 # Whose sends each entry of the notes' volume column describes: the root's for broadcast and scatter
 # ("S (root sends)"), the busiest rank's for the others (every rank's, in their words).
@@ -68,8 +66,8 @@ def volumes(p: int, nbytes: int) -> dict[str, Volume]:
     """The seven primitives' per-rank send volumes on p ranks for a buffer of `nbytes` (N)."""
     out = {}
     for name, alg in SIM_ALGORITHM.items():
-        piece = nbytes if name in WHOLE else nbytes / p
-        chunks = 1 if name in ("broadcast", "reduce") else p  # a chain moves the whole buffer
+        piece = cdef.collective(name).piece_bytes(p, nbytes)
+        chunks = 1 if cdef.algorithm(alg).segmented else p  # a chain moves the whole buffer
         by_position = cm.ring_primitive_bytes_sent(name, p, piece)
         closed = [by_position[(r - ROOT) % p] for r in range(p)]
         sent = col.traffic(alg, p, nbytes, root=ROOT).sent.tolist()
@@ -86,7 +84,7 @@ def volumes(p: int, nbytes: int) -> dict[str, Volume]:
 def expected_lengths(primitive: str, p: int, n: int) -> list[tuple[int | None, int | None]]:
     """(elements in, elements out) on each rank, by the notes' table, for n numbers per rank
     (None: the rank passes or gets nothing). Pieces of n follow np.array_split."""
-    pieces = [len(c) for c in _split(n, p)]
+    pieces = cdef.split_sizes(n, p)
     root = [r == ROOT for r in range(p)]
     return [{
         "broadcast": (n, n), "reduce": (n, n), "all-reduce": (n, n),  # reduce: the others keep scratch
@@ -94,12 +92,6 @@ def expected_lengths(primitive: str, p: int, n: int) -> list[tuple[int | None, i
         "gather": (n, p * n if root[r] else None),
         "all-gather": (n, p * n), "reduce-scatter": (n, pieces[r]),
     }[primitive] for r in range(p)]
-
-
-def _split(n: int, p: int) -> list[range]:
-    q, extra = divmod(n, p)
-    edges = [r * q + min(r, extra) for r in range(p + 1)]
-    return [range(a, b) for a, b in zip(edges, edges[1:])]
 
 
 def lengths_text(per_rank: list[list[int | None]]) -> str:
@@ -167,7 +159,7 @@ def split_rows(ps: list[int], nbytes: int) -> list[list]:
     (p-1)/p·N, the ring all-reduce's (average and busiest) and the notes' 2(p-1)/p·N."""
     rows = []
     for p in ps:
-        rs, ag, ar = (col.traffic(a, p, nbytes) for a in ("reduce-scatter", "all-gather", "ring all-reduce"))
+        rs, ag, ar = (col.traffic(a, p, nbytes) for a in ("ring reduce-scatter", "ring all-gather", "ring all-reduce"))
         rows.append([rs.sent.mean(), ag.received.mean(), (p - 1) / p * nbytes, ar.sent.mean(),
                      ar.busiest_sent, 2 * (p - 1) / p * nbytes])
     return [[p, *cells] for p, cells in zip(ps, _columns(rows))]

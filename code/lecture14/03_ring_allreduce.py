@@ -27,14 +27,15 @@ import math
 import numpy as np
 
 from common.cli import UsageError, link_from_args, make_parser, run_main, size_bytes
+from common.collectives_def import algorithm
 from common.costmodel import (
+    ALLREDUCE_ALGORITHMS,
     Link,
     allreduce_traffic_bytes,
     best_broadcast_segments,
     best_integer_segments,
     continuous_best_segments,
     ring_broadcast_time,
-    tree_depth,
 )
 from common.output import Report, bar, fmt_bytes, fmt_num, fmt_time
 from lecture14 import collectives as col
@@ -118,11 +119,10 @@ def owner_chunk_complete(res: col.Result, k: int, symbolic: bool) -> bool | None
     return all(rs_end[r][(r + 1) % k] == k for r in range(k))
 
 
-ALGORITHMS = {  # name in the table: (simulation, closed-form rounds)
-    "ring": (col.ring_allreduce, lambda k: 2 * (k - 1)),
-    "tree": (col.tree_allreduce, lambda k: 2 * tree_depth(k)),
-    "naive": (col.naive_allreduce, lambda k: 2 if k > 1 else 0),
-    "parameter server": (col.parameter_server, lambda k: 2),
+ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from collectives_def)
+    name: (simulate, algorithm(ALLREDUCE_ALGORITHMS[name]).rounds)
+    for name, simulate in (("ring", col.ring_allreduce), ("tree", col.tree_allreduce),
+                           ("naive", col.naive_allreduce), ("parameter server", col.parameter_server))
 }
 
 
@@ -204,18 +204,20 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     best_pow2 = best_broadcast_segments(k, n, link)
     top = min(20, max(12, best_pow2.bit_length() + 2))
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
+    ticks = algorithm("pipelined ring broadcast").rounds  # K-2+S, from collectives_def
     scale = max(ring_broadcast_time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
     for s in (2**i for i in range(top + 1)):
         formula = ring_broadcast_time(k, n, link, s)
         if (k - 1) * s <= MAX_SIMULATED_MESSAGES:
             res = col.pipelined_ring_broadcast(n, k, s)
             sim_times[s] = res.time(link)
-            ticks_ok &= res.n_rounds == k - 2 + s
+            ticks_ok &= res.n_rounds == ticks(k, s)
             # Segments differ by one byte when S does not divide N: the tick takes the larger one.
             time_ok &= math.isclose(sim_times[s], formula, rel_tol=1e-9 if n % s == 0 else 1e-3)
-            rows.append([s, res.n_rounds, k - 2 + s, fmt_time(sim_times[s]), fmt_time(formula), bar(formula, scale, 30)])
+            rows.append([s, res.n_rounds, ticks(k, s), fmt_time(sim_times[s]), fmt_time(formula),
+                         bar(formula, scale, 30)])
         else:
-            rows.append([s, "-", k - 2 + s, "-", fmt_time(formula), bar(formula, scale, 30)])
+            rows.append([s, "-", ticks(k, s), "-", fmt_time(formula), bar(formula, scale, 30)])
     rep.table(["S", "ticks sim", "K-2+S", "time sim", "(K-2+S)(α+N/(Sβ))", ""], rows, name="segments")
     rep.line(f"  tick simulation equals the closed form (ticks exactly, time to rounding): "
              f"{'yes' if ticks_ok and time_ok else 'NO'}")
@@ -247,7 +249,8 @@ def notes_setting_values(rep: Report, run: tuple[int, int, Link]) -> None:
     best = best_broadcast_segments(k, n, link)
     no_alpha = Link(0.0, link.beta_Bps)
     rep.values(limit_over_n_b=ring_broadcast_time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps),
-               best_s=best, best_s_ms=ring_broadcast_time(k, n, link, best) * 1e3, best_s_ticks=k - 2 + best,
+               best_s=best, best_s_ms=ring_broadcast_time(k, n, link, best) * 1e3,
+               best_s_ticks=algorithm("pipelined ring broadcast").rounds(k, best),
                best_s_tick_us=(link.alpha_s + n / best / link.beta_Bps) * 1e6,
                unsplit_ms=ring_broadcast_time(k, n, link, 1) * 1e3, unsplit_ticks=k - 1,
                unsplit_tick_ms=(link.alpha_s + n / link.beta_Bps) * 1e3,

@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from common import collectives_def as cdef
 from lecture14.network import (  # noqa: F401  (re-exported: the stable API)
     Result,
     Round,
@@ -148,44 +149,66 @@ def _gather_rounds(sched: Schedule, k: int, root: int) -> None:
     sched.add("gather", t, (v + root) % k, (v + 1 + root) % k, (v - t + root) % k, "copy")
 
 
+def _naive_rounds(sched: Schedule, k: int) -> None:
+    # device 0 adds the arrivals in rank order: ((x0 + x1) + x2) + ..., then sends the sum back
+    sched.add("gather", np.zeros(k - 1), np.arange(1, k), 0, -1, "add")
+    sched.add("broadcast", np.zeros(k - 1), 0, np.arange(1, k), -1, "copy")
+
+
+def _server_step(sched: Schedule, k: int) -> None:
+    _server_rounds(sched, k, push=True)
+    _server_rounds(sched, k, push=False)
+
+
+def _tree_all_reduce_rounds(sched: Schedule, k: int, root: int) -> None:
+    _tree_rounds(sched, k, root, up=True)
+    _tree_rounds(sched, k, root, up=False)
+
+
+def _ring_all_reduce_rounds(sched: Schedule, k: int) -> None:
+    _ring_rounds(sched, "reduce-scatter", k, 0, "add")
+    _ring_rounds(sched, "all-gather", k, 1, "copy")
+
+
+# Each algorithm of common.collectives_def that the simulator runs: (its schedule on K devices from
+# `root` in S `segments`; devices beyond K: the parameter server). Names and closed forms live there.
+_BUILDERS: dict[str, tuple[Callable[[Schedule, int, int, int], None], int]] = {
+    "ring all-reduce": (lambda sc, k, root, s: _ring_all_reduce_rounds(sc, k), 0),
+    # reduce-scatter shifted by one: device r ends owning chunk r
+    "ring reduce-scatter": (lambda sc, k, root, s: _ring_rounds(sc, "reduce-scatter", k, -1, "add"), 0),
+    "ring all-gather": (lambda sc, k, root, s: _ring_rounds(sc, "all-gather", k, 0, "copy"), 0),
+    "tree all-reduce": (lambda sc, k, root, s: _tree_all_reduce_rounds(sc, k, root), 0),
+    "tree reduce": (lambda sc, k, root, s: _tree_rounds(sc, k, root, up=True), 0),
+    "tree broadcast": (lambda sc, k, root, s: _tree_rounds(sc, k, root, up=False), 0),
+    "naive all-reduce": (lambda sc, k, root, s: _naive_rounds(sc, k), 0),
+    "parameter server": (lambda sc, k, root, s: _server_step(sc, k), 1),  # workers 0..K-1, server K
+    "pipelined ring broadcast": (lambda sc, k, root, s: _chain_rounds(sc, "tick", k, root, s, False), 0),
+    "pipelined ring reduce": (lambda sc, k, root, s: _chain_rounds(sc, "tick", k, root, s, True), 0),
+    "ring scatter": (lambda sc, k, root, s: _scatter_rounds(sc, k, root), 0),
+    "ring gather": (lambda sc, k, root, s: _gather_rounds(sc, k, root), 0),
+}
+ALGORITHMS = cdef.SIMULATED
+
+
+def check_schedules(simulated: Sequence[str]) -> None:
+    """ImportError unless every simulated algorithm of the definition has its schedule here."""
+    if set(_BUILDERS) != set(simulated):
+        differ = sorted(set(_BUILDERS) ^ set(simulated))
+        raise ImportError(f"schedules and collectives_def disagree: {differ}")
+
+
+check_schedules(ALGORITHMS)  # a new algorithm in collectives_def needs its schedule here
+
+
 def _schedule(algorithm: str, k: int, root: int = 0, segments: int = 1) -> tuple[Schedule, int, int]:
     """(schedule, devices, chunks the buffer is cut into) of `algorithm` on K devices."""
-    sched, n_dev, n_chunks = Schedule(), k, k
-    if algorithm == "ring all-reduce":
-        _ring_rounds(sched, "reduce-scatter", k, 0, "add")
-        _ring_rounds(sched, "all-gather", k, 1, "copy")
-    elif algorithm == "reduce-scatter":  # shifted by one: device r ends owning chunk r
-        _ring_rounds(sched, "reduce-scatter", k, -1, "add")
-    elif algorithm == "all-gather":
-        _ring_rounds(sched, "all-gather", k, 0, "copy")
-    elif algorithm in ("tree all-reduce", "reduce", "broadcast"):
-        if algorithm != "broadcast":
-            _tree_rounds(sched, k, root, up=True)
-        if algorithm != "reduce":
-            _tree_rounds(sched, k, root, up=False)
-    elif algorithm == "naive all-reduce":  # device 0 adds the arrivals in rank order: ((x0 + x1) + x2) + ...
-        sched.add("gather", np.zeros(k - 1), np.arange(1, k), 0, -1, "add")
-        sched.add("broadcast", np.zeros(k - 1), 0, np.arange(1, k), -1, "copy")
-    elif algorithm == "parameter server":  # workers 0..K-1, the server is device K
-        n_dev = k + 1
-        _server_rounds(sched, k, push=True)
-        _server_rounds(sched, k, push=False)
-    elif algorithm in ("pipelined ring broadcast", "pipelined ring reduce"):
-        n_chunks = segments
-        into_root = algorithm == "pipelined ring reduce"
-        _chain_rounds(sched, "tick", k, root, segments, into_root)
-    elif algorithm == "scatter":
-        _scatter_rounds(sched, k, root)
-    elif algorithm == "gather":
-        _gather_rounds(sched, k, root)
-    else:
-        raise ValueError(f"unknown algorithm {algorithm!r}; one of {ALGORITHMS}")
-    return sched, n_dev, n_chunks
-
-
-ALGORITHMS = ("ring all-reduce", "tree all-reduce", "naive all-reduce", "parameter server", "broadcast",
-              "reduce", "reduce-scatter", "all-gather", "scatter", "gather", "pipelined ring broadcast",
-              "pipelined ring reduce")
+    alg = cdef.algorithm(algorithm)  # ValueError for an unknown name
+    if algorithm not in _BUILDERS:
+        raise ValueError(f"{algorithm!r} is not simulated; one of {', '.join(ALGORITHMS)}")
+    build, extra_devices = _BUILDERS[algorithm]
+    sched = Schedule()
+    build(sched, k, root, segments)
+    return sched, k + extra_devices, segments if alg.segmented else k
 
 
 def traffic(algorithm: str, k: int, nbytes: int, root: int = 0, segments: int = 1) -> Result:
@@ -329,14 +352,14 @@ def broadcast(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False
 
     Every device passes a buffer of the same length, as in NCCL; the non-roots' contents are overwritten.
     """
-    res, bufs = _simulate("broadcast", _check_inputs(inputs, root=root), history, root)
+    res, bufs = _simulate("tree broadcast", _check_inputs(inputs, root=root), history, root)
     res.outputs = [b.copy() for b in bufs]
     return res
 
 
 def reduce(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) -> Result:
     """The root ends with the elementwise sum (binomial tree); other outputs are None (undefined in NCCL)."""
-    res, bufs = _simulate("reduce", _check_inputs(inputs, root=root), history, root)
+    res, bufs = _simulate("tree reduce", _check_inputs(inputs, root=root), history, root)
     res.outputs = [bufs[r].copy() if r == root else None for r in range(len(bufs))]
     return res
 
@@ -356,7 +379,7 @@ def reduce_scatter(inputs: Sequence[np.ndarray], history: bool = False) -> Resul
     Ring schedule shifted by one against the notes' so that device r owns chunk r: round i, device r
     sends chunk (r - 1 - i) mod K. K - 1 rounds; each device sends N - (its last chunk's size).
     """
-    res, bufs = _simulate("reduce-scatter", _check_inputs(inputs), history)
+    res, bufs = _simulate("ring reduce-scatter", _check_inputs(inputs), history)
     res.outputs = [bufs[r][res.bounds[r]].copy() for r in range(len(bufs))]
     return res
 
@@ -375,7 +398,7 @@ def _placed(pieces: list[np.ndarray]) -> tuple[list[np.ndarray], list[slice]]:
 def all_gather(inputs: Sequence[np.ndarray], history: bool = False) -> Result:
     """Every device ends with the concatenation of all inputs (which may differ in length). Ring, K - 1 rounds."""
     bufs, bounds = _placed(_check_inputs(inputs, same_length=False))
-    res, out = _simulate("all-gather", bufs, history, bounds=bounds)
+    res, out = _simulate("ring all-gather", bufs, history, bounds=bounds)
     res.outputs = [b.copy() for b in out]
     return res
 
@@ -388,7 +411,7 @@ def scatter(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) 
     Bytes sent, with S = N/K the piece size: the root (K-1)·S, position v (K-1-v)·S, the last 0;
     K(K-1)/2·S in all. (Sending straight from the root instead: the root (K-1)·S, the others 0.)
     """
-    res, bufs = _simulate("scatter", _check_inputs(inputs, root=root), history, root)
+    res, bufs = _simulate("ring scatter", _check_inputs(inputs, root=root), history, root)
     res.outputs = [bufs[r][res.bounds[r]].copy() for r in range(len(bufs))]
     return res
 
@@ -404,6 +427,6 @@ def gather(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) -
     """
     pieces = _check_inputs(inputs, same_length=False, root=root)
     bufs, bounds = _placed(pieces)
-    res, out = _simulate("gather", bufs, history, root, bounds=bounds)
+    res, out = _simulate("ring gather", bufs, history, root, bounds=bounds)
     res.outputs = [out[r].copy() if r == root else None for r in range(len(pieces))]
     return res

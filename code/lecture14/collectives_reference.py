@@ -8,7 +8,7 @@ Tests check that both give the same bytes, rounds and data. The scripts do not u
 ring all-reduce is two million Python steps here, a few numpy calls there.
 
     ref = reference("ring all-reduce", k=5, nbytes=1003)            # counts only: 1 element = 1 byte
-    ref = reference("gather", inputs=[np.arange(3.0)] * 4, root=2)  # moves the data too
+    ref = reference("ring gather", inputs=[np.arange(3.0)] * 4, root=2)  # moves the data too
     ref.sent, ref.received, ref.round_bytes, ref.outputs
 """
 
@@ -106,7 +106,7 @@ def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
     if inputs is not None:
         arrs = [np.asarray(x) for x in inputs]
         itemsize = 4 if arrs[0].dtype == object else arrs[0].itemsize
-        if algorithm in ("all-gather", "gather"):  # each piece at its place in the whole
+        if algorithm in ("ring all-gather", "ring gather"):  # each piece at its place in the whole
             edges = np.cumsum([0] + [a.size for a in arrs])
             bounds = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
             bufs = [np.zeros(edges[-1], dtype=arrs[0].dtype) for _ in arrs]
@@ -117,7 +117,7 @@ def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
             if algorithm == "pipelined ring broadcast":
                 bufs = [a if r == root else np.zeros_like(a) for r, a in enumerate(bufs)]
         nbytes = bufs[0].size
-    if algorithm not in ("all-gather", "gather") or inputs is None:
+    if algorithm not in ("ring all-gather", "ring gather") or inputs is None:
         edges = [len(part) for part in np.array_split(np.zeros(nbytes, dtype=np.int8), n_chunks)]
         edges = np.cumsum([0] + edges)
         bounds = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
@@ -128,12 +128,13 @@ def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
     if algorithm == "ring all-reduce":
         _ring(net, k, 0, "add")
         _ring(net, k, 1, "copy")
-    elif algorithm in ("reduce-scatter", "all-gather"):
-        _ring(net, k, -1 if algorithm == "reduce-scatter" else 0, "add" if algorithm == "reduce-scatter" else "copy")
-    elif algorithm in ("tree all-reduce", "reduce", "broadcast"):
-        if algorithm != "broadcast":
+    elif algorithm in ("ring reduce-scatter", "ring all-gather"):
+        scatter = algorithm == "ring reduce-scatter"
+        _ring(net, k, -1 if scatter else 0, "add" if scatter else "copy")
+    elif algorithm in ("tree all-reduce", "tree reduce", "tree broadcast"):
+        if algorithm != "tree broadcast":
             _tree(net, k, root, up=True)
-        if algorithm != "reduce":
+        if algorithm != "tree reduce":
             _tree(net, k, root, up=False)
     elif algorithm == "naive all-reduce":
         net.round([(r, 0, None, "add") for r in range(1, k)])
@@ -143,15 +144,15 @@ def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
         net.round([(k, r, None, "copy") for r in range(k)])
     elif algorithm.startswith("pipelined ring"):
         _chain(net, k, root, segments, into_root=algorithm.endswith("reduce"))
-    elif algorithm == "scatter":  # the root holds every piece, the farthest first
+    elif algorithm == "ring scatter":  # the root holds every piece, the farthest first
         _pass_along(net, k, root, [list(range(k - 1, 0, -1))] + [[] for _ in range(k - 1)], to_root=False)
-    elif algorithm == "gather":  # everyone but the root starts with its own piece
+    elif algorithm == "ring gather":  # everyone but the root starts with its own piece
         _pass_along(net, k, root, [[]] + [[v] for v in range(1, k)], to_root=True)
     else:
         raise ValueError(f"unknown algorithm {algorithm!r}")
     outputs = None
     if bufs is not None:
-        at_root = algorithm in ("reduce", "gather", "pipelined ring reduce")
-        outputs = [b[bounds[r]] if algorithm in ("reduce-scatter", "scatter") else b for r, b in enumerate(bufs)]
+        at_root = algorithm in ("tree reduce", "ring gather", "pipelined ring reduce")
+        outputs = [b[bounds[r]] if algorithm in ("ring reduce-scatter", "ring scatter") else b for r, b in enumerate(bufs)]
         outputs = [o if not at_root or r == root else None for r, o in enumerate(outputs)]
     return Reference(net.sent, net.received, net.round_bytes, outputs)

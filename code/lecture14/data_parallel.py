@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from common.collectives_def import split_sizes
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -40,8 +42,7 @@ def _check_partition_args(size: int, world_size: int) -> None:
 def partition_sizes(size: int, world_size: int) -> list[int]:
     """How many samples each rank gets: size // W, and one more for the first size % W ranks."""
     _check_partition_args(size, world_size)
-    base, extra = divmod(size, world_size)
-    return [base + (1 if r < extra else 0) for r in range(world_size)]
+    return split_sizes(size, world_size)
 
 
 def partition_indices(size: int, world_size: int, rank: int, seed: int) -> list[int]:

@@ -20,12 +20,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from common.collectives_def import split_sizes
+
 
 def chunk_bounds(n: int, k: int) -> list[slice]:
     """The K chunks of n elements at np.array_split boundaries (first n % K chunks one longer)."""
-    q, extra = divmod(n, k)
-    sizes = [q + 1 if i < extra else q for i in range(k)]
-    return bounds_from_sizes(sizes)
+    return bounds_from_sizes(split_sizes(n, k))
 
 
 def bounds_from_sizes(sizes: Sequence[int]) -> list[slice]:

@@ -1,5 +1,6 @@
 """Collectives on real ranks, shared by the scripts that run them (lecture14/02_primitives.py,
-cs336/01_collectives.py): readable rank data, and the calls whose pieces may differ in size.
+cs336/01_collectives.py): readable rank data, and the calls whose pieces may differ in size
+(common.collectives_real, under the names these scripts use).
 
 Inside a rank (after common.launcher.launch has joined the group):
     x = rank_data(rank, n, rank_device())       # 10(r+1), 10(r+1)+1, ...: sums exact in float32
@@ -8,8 +9,9 @@ Inside a rank (after common.launcher.launch has joined the group):
     mine = scatter_real(whole_or_none, sizes, src=0)
 
 Pieces follow torch.tensor_split, i.e. np.array_split and lecture14.collectives.chunk_bounds: the
-first n % K are one element longer. In the parent: `all_inputs` (the same data as numpy, for the
-simulator) and `show` (a buffer as a short line of numbers).
+first n % K are one element longer (common.collectives_def.split_sizes). In the parent:
+`all_inputs` (the same data as numpy, for the simulator) and `show` (a buffer as a short line of
+numbers).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.capabilities import gloo_lacks
+from common.collectives_def import split_sizes
+from common.collectives_real import all_gather_uneven, reduce_scatter_uneven, scatter_uneven
 
 SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"
 
@@ -41,47 +44,16 @@ def all_inputs(world_size: int, n: int) -> list[np.ndarray]:
     return [rank_data(r, n).numpy() for r in range(world_size)]
 
 
-def piece_sizes(n: int, world_size: int) -> list[int]:
-    """Sizes of the K pieces of n elements (torch.tensor_split = np.array_split boundaries)."""
-    q, extra = divmod(n, world_size)
-    return [q + 1 if r < extra else q for r in range(world_size)]
+piece_sizes = split_sizes  # the K pieces of n elements (torch.tensor_split = np.array_split boundaries)
 
 
 def reduce_scatter_real(x: torch.Tensor, world_size: int) -> tuple[torch.Tensor, str]:
     """Rank r gets chunk r of the sum (torch.tensor_split = np.array_split boundaries)."""
-    chunks = list(x.tensor_split(world_size))
-    if dist.get_backend() == "gloo" and gloo_lacks("reduce_scatter"):
-        # older gloo builds: the same result from an all-reduce, N·2(K-1)/K per device more
-        total = x.clone()
-        dist.all_reduce(total)
-        return total.tensor_split(world_size)[dist.get_rank()].clone(), "all_reduce + own slice (gloo lacks reduce_scatter)"
-    out = torch.empty_like(chunks[dist.get_rank()])
-    dist.reduce_scatter(out, chunks)  # gloo has it on CPU in torch 2.13, chunks of unequal size too
-    return out, f"dist.reduce_scatter ({dist.get_backend()})"
+    return reduce_scatter_uneven(x, split_sizes(x.numel(), world_size))
 
 
-def all_gather_real(piece: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
-    """Concatenate every rank's piece. gloo's all_gather needs equal sizes: pad to the largest, trim."""
-    longest = max(sizes)
-    padded = torch.zeros(longest, dtype=piece.dtype, device=piece.device)
-    padded[:piece.numel()] = piece
-    gathered = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(gathered, padded)
-    return torch.cat([g[:s] for g, s in zip(gathered, sizes)])
-
-
-def scatter_real(whole: torch.Tensor | None, sizes: Sequence[int], src: int, device: torch.device) -> torch.Tensor:
-    """Rank r gets piece r of `whole` (held by rank `src`; None elsewhere). dist.scatter needs
-    pieces of one size: the root pads each to the largest, every rank trims its own."""
-    rank, longest = dist.get_rank(), max(sizes)
-    mine = torch.zeros(longest, dtype=torch.float32, device=device)
-    pieces = None
-    if rank == src:
-        pieces = [torch.zeros(longest, dtype=whole.dtype, device=device) for _ in sizes]
-        for p, chunk in zip(pieces, whole.split(list(sizes))):
-            p[:chunk.numel()] = chunk
-    dist.scatter(mine, pieces, src=src)
-    return mine[:sizes[rank]].clone()
+all_gather_real = all_gather_uneven    # concatenate every rank's piece (sizes may differ)
+scatter_real = scatter_uneven          # rank r gets piece r of the root's buffer
 
 
 def allreduce_two_routes(x: torch.Tensor) -> dict[str, list[float]]:

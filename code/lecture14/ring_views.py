@@ -8,6 +8,7 @@ from typing import Callable
 
 import numpy as np
 
+from common.collectives_def import algorithm
 from common.costmodel import ring_allreduce_bytes_per_device
 from common.output import Report
 from lecture14 import collectives as col
@@ -58,7 +59,7 @@ def many_workers(rep: Report, k: int) -> tuple[col.Result, bool]:
     rep.note(f"K > {MAX_COUNTED_K}: no tables of K columns; the totals counted in that run,\n"
              f"one {item}-byte integer per chunk (N = {item}K B):")
     rep.table(["quantity", "counted", "closed form", "formula"], [
-        ["rounds", res.n_rounds, 2 * (k - 1), "2(K - 1)"],
+        ["rounds", res.n_rounds, algorithm("ring all-reduce").rounds(k), "2(K - 1)"],
         ["bytes each worker sends (fewest, most)", f"{res.sent.min():,}, {res.sent.max():,}",
          f"{ring_allreduce_bytes_per_device(k, item * k):,.0f}", "2(K - 1)/K · N"],
         ["largest message (B)", int(res.busiest_per_round.max()), item, "N/K"],

@@ -25,6 +25,7 @@ import time
 from common.cli import link_from_args, make_parser, nonnegative_float, positive_float, run_main
 from common.costmodel import Link, ring_allreduce_time
 from common.output import Report, fmt_bytes
+from common.units import fmt_ms
 from lecture15.ddp_sim import (
     BERT_TARGET,
     MB,
@@ -61,10 +62,6 @@ QUICK_CAPS_MIB = [0, 1, 5, 25, 50, 100]
 READING_LABEL = {"--bucket-cap-mb": "flag", "bucket_cap_mb=None (default)": "None", "bucket_cap_mb=25": "=25"}
 
 
-def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f}"
-
-
 def bert_compute() -> tuple[ModelSpec, ComputeModel, float]:
     """BERT-large (batch 4 × 512 tokens), its compute calibrated to the notes' reversed-order step."""
     bert = bert_large()
@@ -85,9 +82,10 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
     gmac = model.forward_flops / 2 / 32 / 1e9
     rep.note(f"compute: backward of a layer = 2 × its forward FLOPs (conv at its output resolution, "
              f"{model.description}: {gmac:.3f} GMAC per image), BatchNorm/bias ≈ 0; at "
-             f"{flops.flops_per_s / 1e12:g} TFLOP/s the backward is {ms(flops.backward_s(model))} ms. The "
+             f"{flops.flops_per_s / 1e12:g} TFLOP/s the backward is {fmt_ms(flops.backward_s(model))} ms. "
+             "The "
              f"notes do not state theirs: it is calibrated openly, × {compute.calibration:.4f} (backward "
-             f"{ms(compute.backward_s(model))} ms, {gmac * compute.calibration:.3f} GMAC per image), so that "
+             f"{fmt_ms(compute.backward_s(model))} ms, {gmac * compute.calibration:.3f} GMAC per image), so that "
              f"the model gives their Part 3 step of {calibration_target_s(RESNET_TARGET) * 1e3:g} ms at "
              "their setting (K 16, α 10 µs, β 10 GB/s, 25 MB). Every other figure is a check; "
              "'uncalibrated' = the plain FLOP count.")
@@ -105,19 +103,19 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
         shown = [f"{b / MB:.0f}" for b in on.bucket_bytes[:4]]  # a bucket per gradient: 161 of them
         sizes = ", ".join(shown) + (", …" if len(on.bucket_bytes) > 4 else "")
         label = f"{cap_text(cap)}" + (" + 1 MiB first" if first else "")
-        rows.append([f"{label} ({READING_LABEL[reading]})", len(on.buckets), sizes, ms(on.comm_total_s),
-                     ms(off.step_s), ms(on.step_s), f"{100 * (off.step_s / on.step_s - 1):.0f} %",
-                     ms(raw.step_s)])
+        rows.append([f"{label} ({READING_LABEL[reading]})", len(on.buckets), sizes, fmt_ms(on.comm_total_s),
+                     fmt_ms(off.step_s), fmt_ms(on.step_s), f"{100 * (off.step_s / on.step_s - 1):.0f} %",
+                     fmt_ms(raw.step_s)])
     rep.table(["bucket cap", "buckets", "bucket sizes (MB)", "comm (ms)", "no overlap (ms)", "overlap (ms)",
                "faster by", "overlap, uncal. (ms)"], rows, name="steps")
     rep.note("(flag) = --bucket-cap-mb; (None) = DDP's default, bucket_cap_mb=None: 25 MiB with a 1 MiB "
              "first bucket; (=25) = an explicit bucket_cap_mb=25: 25 MiB, no separate first bucket")
     off, on, raw = timelines["--bucket-cap-mb"]
-    rep.line(f"\n  no overlap: step {ms(off.step_s)} ms (cap {cap_text(args.bucket_cap_bytes)}; each chart "
-             "spans its own step)")
+    rep.line(f"\n  no overlap: step {fmt_ms(off.step_s)} ms (cap {cap_text(args.bucket_cap_bytes)}; "
+             "each chart spans its own step)")
     for text in ascii_timeline(off):
         rep.line("    " + text)
-    rep.line(f"  overlap (DDP): step {ms(on.step_s)} ms")
+    rep.line(f"  overlap (DDP): step {fmt_ms(on.step_s)} ms")
     for text in ascii_timeline(on):
         rep.line("    " + text)
     uncal = simulate_ddp(model, k, link, args.bucket_cap_bytes, overlap=False, compute=flops)
@@ -159,9 +157,9 @@ def part2_bucket_cap(rep: Report, args: argparse.Namespace, link: Link) -> None:
     labels = [f"{c:g}" for c in caps] + ["one bucket"]
     rows: list[list[object]] = [
         [label, len(results[columns[0]][i].buckets), len(results[columns[2]][i].buckets)]
-        + [ms(results[col][i].step_s) + (" ◀" if best[col] == i else "  ") for col in columns]
+        + [fmt_ms(results[col][i].step_s) + (" ◀" if best[col] == i else "  ") for col in columns]
         for i, label in enumerate(labels)]
-    rows.append(["no overlap, 25 MiB", "", ""] + [ms(no_overlap[col]) + "  " for col in columns])
+    rows.append(["no overlap, 25 MiB", "", ""] + [fmt_ms(no_overlap[col]) + "  " for col in columns])
     rep.table(["cap (MiB)", "ResNet buckets", "BERT buckets"] + [f"{n} {ln} (ms)" for n, ln in columns],
               rows, name="sweep")
     rep.line(f"  ◀ = best cap; {len(results) * (len(caps) + 1)} simulations in {took * 1e3:.0f} ms")
@@ -195,7 +193,7 @@ def cap0_costs(rep: Report, args: argparse.Namespace, results: dict, no_overlap:
         tensors = len(specs[n].params)
         latency = tensors * ring_allreduce_time(args.world_size, 0, links[ln])   # 2(K−1)α per all-reduce
         rep.note(f"{n}, {ln} link: cap 0 still wins; the latency it adds ({tensors} × 2(K−1)α = "
-                 f"{ms(latency)} ms) is less than what overlap hides")
+                 f"{fmt_ms(latency)} ms) is less than what overlap hides")
     single = [results[c][-1] for c in columns]
     rep.values(cap0_slower_resnet_fast=slower[("ResNet-50", "fast")],
                cap0_resnet_fast_ms=results[("ResNet-50", "fast")][0].step_s * 1e3,
@@ -240,9 +238,9 @@ def record_best_caps(rep: Report, caps: list[float], results: dict, best_cap: di
                                               for n in ("ResNet-50", "BERT-large"))),
                best_caps_text=", ".join(f"{n} {ln} {best_cap[(n, ln)]:g}" for n, ln in columns),
                both_lose=both_lose,
-               both_lose_text="; ".join(f"{n} {ln} {ms(results[(n, ln)][0].step_s)} / "
-                                        f"{ms(min(t.step_s for t in results[(n, ln)]))} / "
-                                        f"{ms(results[(n, ln)][-1].step_s)} ms" for n, ln in columns))
+               both_lose_text="; ".join(f"{n} {ln} {fmt_ms(results[(n, ln)][0].step_s)} / "
+                                        f"{fmt_ms(min(t.step_s for t in results[(n, ln)]))} / "
+                                        f"{fmt_ms(results[(n, ln)][-1].step_s)} ms" for n, ln in columns))
 
 
 def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> list[tuple[str, Timeline]]:
@@ -255,8 +253,8 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
     plain = simulate_ddp(model, k, link, cap, compute=compute)
     small = simulate_ddp(model, k, link, cap, first_cap_bytes=first, compute=compute)
     raw = [simulate_ddp(model, k, link, cap, first_cap_bytes=f) for f in (None, first)]  # uncalibrated
-    rows = [[label, len(t.buckets), f"{t.bucket_bytes[0] / MB:.3f}", ms(t.bucket_ready_s[0]),
-             ms(t.first_comm_start_s), ms(t.exposed_comm_s), ms(t.step_s), ms(u.step_s)]
+    rows = [[label, len(t.buckets), f"{t.bucket_bytes[0] / MB:.3f}", fmt_ms(t.bucket_ready_s[0]),
+             fmt_ms(t.first_comm_start_s), fmt_ms(t.exposed_comm_s), fmt_ms(t.step_s), fmt_ms(u.step_s)]
             for label, t, u in (("one cap for all", plain, raw[0]),
                                 (f"first cap {cap_text(first)}", small, raw[1]))]
     rep.table(["buckets", "count", "bucket 0 (MB)", "bucket 0 ready (ms)", "first comm (ms)", "exposed (ms)",
@@ -285,8 +283,8 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
     k, cap, n = args.world_size, args.bucket_cap_bytes, len(bert.params)
     rep.note(f"compute: {bert.description}, every weight matrix 2 · tokens · size FLOPs plus attention "
              f"scores, backward = 2 × forward at {ComputeModel().flops_per_s / 1e12:g} TFLOP/s = "
-             f"{ms(flops_backward)} ms. The notes do not state theirs: it is calibrated openly, × "
-             f"{compute.calibration:.4f} (backward {ms(compute.backward_s(bert))} ms; perhaps the softmax, "
+             f"{fmt_ms(flops_backward)} ms. The notes do not state theirs: it is calibrated openly, × "
+             f"{compute.calibration:.4f} (backward {fmt_ms(compute.backward_s(bert))} ms; perhaps the softmax, "
              "GELU, LayerNorm a matmul count omits), so that the reversed order gives their "
              f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms at their setting (K 16, α 10 µs, β 10 GB/s, "
              "25 MB). Last column: the step without that calibration. Buckets as PyTorch 1.5 made them: at "
@@ -301,12 +299,12 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
         raw = simulate_ddp(bert, k, link, cap, registration=registration)
         mib = simulate_ddp(bert, k, link, EXPLICIT_25_MIB, registration=registration, compute=compute)
         kept[label] = tl
-        rows.append([label, len(tl.buckets), ms(tl.bucket_ready_s[0]), ms(tl.first_comm_start_s),
-                     ms(tl.step_s), ms(mib.step_s), ms(raw.step_s)])
+        rows.append([label, len(tl.buckets), fmt_ms(tl.bucket_ready_s[0]), fmt_ms(tl.first_comm_start_s),
+                     fmt_ms(tl.step_s), fmt_ms(mib.step_s), fmt_ms(raw.step_s)])
     rep.table(["registration order", "buckets", "bucket 0 ready (ms)", "first comm (ms)", "step (ms)",
                "step, bucket_cap_mb=25", "step, uncalibrated"], rows, name="order")
     for label in ("correct", "reversed"):
-        rep.line(f"  {label}: step {ms(kept[label].step_s)} ms")
+        rep.line(f"  {label}: step {fmt_ms(kept[label].step_s)} ms")
         for text in ascii_timeline(kept[label]):
             rep.line("    " + text)
     shuffled = [float(r[4]) for r in rows if r[0].startswith("shuffled")]
@@ -321,7 +319,7 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
     rebuilt = simulate_ddp(bert, k, link, cap, compute=compute,
                            buckets=assign_buckets_in_order(bert.param_bytes(), ready_order, cap))
     rep.line(f"  today's DDP, buckets rebuilt in the gradients' ready order, any registration order: step "
-             f"{ms(rebuilt.step_s)} ms, {len(rebuilt.buckets)} buckets")
+             f"{fmt_ms(rebuilt.step_s)} ms, {len(rebuilt.buckets)} buckets")
     rep.note("when the rebuild happens (torch 2.13, checked in 02_buckets.py Part 1): with the default "
              "find_unused_parameters=False iteration 1 runs as one bucket and the buckets are rebuilt before "
              "iteration 2; with static_graph=True iterations 1 and 2 run as one bucket, rebuilt from "

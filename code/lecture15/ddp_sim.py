@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 from common import checker
 from common.costmodel import Link, ring_allreduce_time
+from common.units import MB, MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
 from lecture15.models import FP32_BYTES, ModelSpec, Param, bert_large, resnet50
 
 __all__ = [
@@ -42,8 +43,6 @@ __all__ = [
     "ScalingPoint", "throughput_speedup", "weak_scaling", "skip_sync_step_s", "skip_sync_speedup",
 ]
 
-MB = 10**6          # the notes' "25 MB" buckets are 25 × 10^6 bytes
-MiB = 2**20         # PyTorch's bucket_cap_mb is MiB
 DEFAULT_FIRST_BUCKET_BYTES = MiB   # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 NOTES_FLOPS_PER_S = 16e12          # the compute rate that reproduces the notes' ResNet-50 backward
 

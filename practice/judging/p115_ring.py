@@ -3,7 +3,7 @@
 Each rank's torch.distributed traffic is counted below the names (judging.ranks.counted): the
 bytes it sends, to whom, and any collective it calls, however the calls are spelled. The judge
 compares the result with the sum it computes itself from every rank's data, and the bytes with
-costmodel's 2(K − 1)N/K per rank.
+common.collectives_def's 2(K − 1)N/K per rank (the ring all-reduce's definition).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from common.costmodel import ring_allreduce_bytes_per_device
+from common.collectives_def import algorithm
 from judging.engine import Case, Fail
 from judging.messages import kind, show
 from judging.ranks import check_seen, counted, recorded_calls, run_ranks, solution_in_rank
@@ -86,10 +86,11 @@ def check(inputs: dict[str, Any], data: list[Any]) -> None:
         raise Fail("every rank sends to one neighbour only (all to the right, or all to the left)",
                    "destinations " + "; ".join(f"rank {r} → {d}" for r, d in enumerate(to)), HINT_BYTES)
     elem = torch.tensor([], dtype=dtype).element_size()
-    per_rank = ring_allreduce_bytes_per_device(world, n * elem)     # 2(K − 1)N/K, N in bytes
+    ring = algorithm("ring all-reduce")
+    per_rank = ring.busiest_bytes(world, n * elem)     # 2(K − 1)N/K, N in bytes
     sent = [res["traffic"]["sent_bytes"] for res in data]
-    chunk_slack = 2 * (world - 1) * elem   # chunks differ from N/K by less than one element each
-    if sum(sent) != round(world * per_rank) or any(abs(s - per_rank) >= max(chunk_slack, 1) and world > 1
+    chunk_slack = ring.rounds(world) * elem   # a chunk a round, each within one element of N/K
+    if sum(sent) != ring.total_bytes(world, n * elem) or any(abs(s - per_rank) >= max(chunk_slack, 1) and world > 1
                                                    for s in sent):
         raise Fail(f"about 2(K − 1)N/K = {per_rank:,.0f} B per rank, {world * per_rank:,.0f} B in all",
                    "sent " + ", ".join(f"{s:,}" for s in sent) + " B", HINT_BYTES)

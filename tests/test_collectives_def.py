@@ -1,0 +1,137 @@
+"""A collective is defined once (common.collectives_def): the simulator's counts equal the
+definition's for every algorithm at K = 1…9, every consumer reads the definition (patch it and they
+all follow), no other module writes a ring formula of its own, and an unknown name raises."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from common import collectives_def as cdef
+from common import costmodel as cm
+from common.costmodel import Link
+from cs336 import busbw
+from lecture14 import collectives as col
+
+ROOT = Path(__file__).resolve().parents[1]
+LINKS = [cm.NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
+
+
+@pytest.mark.parametrize("name", cdef.SIMULATED)
+def test_every_simulated_count_equals_the_definition(name: str) -> None:
+    alg = cdef.algorithm(name)
+    for k in range(1, 10):
+        for root in sorted({0, k // 2, k - 1}) if cdef.collective(alg.collective).rooted else [0]:
+            for segments in (1, 3) if alg.segmented else (1,):
+                for nbytes in (0, 12 * k * segments, 5040 * segments):  # K and S divide N
+                    res = col.traffic(name, k, nbytes, root=root, segments=segments)
+                    by_position = alg.bytes_sent(k, nbytes)
+                    by_rank = by_position if name == "parameter server" else \
+                        [by_position[(r - root) % k] for r in range(k)]
+                    assert res.sent.tolist() == by_rank, (name, k, root, nbytes)
+                    assert res.total_sent == alg.total_bytes(k, nbytes) == res.received.sum()
+                    assert res.busiest_sent == alg.busiest_bytes(k, nbytes)
+                    assert res.n_rounds == alg.rounds(k, segments), (name, k)
+                    if res.n_rounds:
+                        assert max(res.round_bytes()) == alg.round_bytes(k, nbytes, segments)
+                    for link in LINKS:
+                        assert res.time(link) == pytest.approx(alg.time(k, nbytes, link, segments),
+                                                               rel=1e-12, abs=1e-15)
+
+
+def test_each_collective_names_its_algorithms_and_torch_call() -> None:
+    assert set(col.ALGORITHMS) == set(cdef.SIMULATED)
+    for coll in cdef.COLLECTIVES.values():
+        assert coll.ring in coll.algorithms and cdef.algorithm(coll.ring).simulated
+        assert cdef.by_torch_name(coll.torch_name) is coll
+    # broadcast is two algorithms with two names, never one word for both
+    assert cdef.collective("broadcast").algorithms == ("pipelined ring broadcast", "tree broadcast",
+                                                       "direct broadcast")
+    from common import dist_count  # torch: the counter knows every collective under torch's name
+    counted = {name for name, _ in dist_count.METHODS.values()}
+    assert {c.torch_name for c in cdef.COLLECTIVES.values()} <= counted
+
+
+@pytest.mark.parametrize("call", [
+    lambda: cdef.collective("all_reduce"), lambda: cdef.collective("ring"),
+    lambda: cdef.by_torch_name("all-reduce"), lambda: cdef.algorithm("broadcast"),
+    lambda: cdef.algorithm("ring all_reduce"), lambda: col.traffic("all-gather", 4, 8),
+    lambda: col.traffic("direct scatter", 4, 8), lambda: cm.CollectiveCall("allreduce", "x", 1, 8),
+    lambda: cm.ring_bytes_sent("all-reduce", 4, 8), lambda: cm.ring_primitive_rounds("all_gather", 4),
+    lambda: cm.ring_primitive_bytes_sent("ring all-reduce", 4, 8), lambda: busbw.bus_factor("scatter", 4),
+    lambda: cm.direct_primitive_bytes_sent("all-reduce", 4, 8),
+    lambda: cm.allreduce_traffic_bytes("butterfly", 4, 8),
+])
+def test_an_unknown_name_raises(call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_every_consumer_reads_the_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the ring all-reduce send 7 bytes per byte and take 5 rounds: every public number built
+    on it follows, which it could not if any of them kept a formula of its own."""
+    from cs336.comm import CommLog
+
+    monkeypatch.setitem(cdef.ALGORITHM_BYTES, "ring all-reduce", lambda k, n: [7 * n] * k)
+    ring = cdef.ALGORITHMS["ring all-reduce"]
+    patched = cdef.Algorithm(ring.name, ring.collective, lambda k, s: 5, lambda k, n, s: Fraction(n))
+    monkeypatch.setitem(cdef.ALGORITHMS, "ring all-reduce", patched)
+    k, n, link = 4, 1000, Link(1.0, 1000.0)
+    assert cm.ring_allreduce_bytes_per_device(k, n) == 7000
+    assert cm.ring_bytes_sent("all_reduce", k, n) == 7000
+    assert cm.ring_primitive_bytes_sent("all-reduce", k, n) == [7000.0] * k
+    assert cm.allreduce_traffic_bytes("ring", k, n) == (7000, 28000)
+    assert cm.CollectiveCall("all-reduce", "g", 2, n).bytes_per_device(k) == 14000
+    assert cm.zero_step_bytes_per_device("DDP", k, n) == 7000
+    assert busbw.bus_factor("all-reduce", k) == 7
+    log = CommLog(k)
+    log.add("all_reduce", n)
+    assert log.sent["all_reduce"] == 7000
+    assert cm.ring_primitive_rounds("all-reduce", k) == 5
+    assert cm.CollectiveCall("all-reduce", "g", 1, n).rounds_per_call(k) == 5
+    assert cm.ring_allreduce_time(k, n, link) == cm.ring_primitive_time("all-reduce", k, n, link) == 5 * 2.0
+    assert cm.ring_allreduce_terms(k, n, link)[0] == 5.0
+    assert cm.ring_alpha_beta_from_line(k, 10.0, 1.0)[0] == 2.0
+    with pytest.raises(ImportError):  # and the simulator refuses to disagree: no schedule for a new one
+        col.check_schedules(cdef.SIMULATED + ("butterfly all-reduce",))
+
+
+# Shapes of a ring's closed forms in code (strings and comments left out; tokens joined by one
+# space): 2(K−1)…, (K−1)/K, (K−1)·N/K, K−2+S, ceil(log2 K). Only the definition, the simulator's
+# schedules and the independent message-by-message reference may hold them; the notes' own
+# formulas, evaluated to be held against ours, are counted where they stand.
+FORMULAS = [re.compile(p) for p in (r"\b2 \* \( (\w+) - 1 \)", r"\( (\w+) - 1 \) / \1\b",
+                                    r"\( (\w+) - 1 \) \* \w+ / \1\b", r"\b(\w+) - 2 \+ \w+",
+                                    r"\( (\w+) - 1 \) \. bit_length\b")]
+ALLOWED = {"code/common/collectives_def.py": None, "code/lecture14/collectives.py": None,
+           "code/lecture14/collectives_reference.py": None,
+           "code/cs336/primitives.py": 9,        # the notes' volume column and bounds, beside ours
+           "code/cs336/01_collectives.py": 1,    # the notes' identity (p−1)/p·p·S = (p−1)·S
+           "code/common/costmodel.py": 1}        # ring-tree crossover, solved from the two times
+
+
+def _code_only(text: str) -> str:
+    """The file's tokens without strings (f-strings included) and comments, one space apart."""
+    return " ".join(tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+                    if tok.type in (tokenize.NAME, tokenize.OP, tokenize.NUMBER))
+
+
+def test_no_second_definition_of_a_ring_formula() -> None:
+    found = {}
+    for path in sorted([*ROOT.glob("code/**/*.py"), *ROOT.glob("practice/judging/*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        code = _code_only(path.read_text(encoding="utf-8"))
+        hits = sum(len(f.findall(code)) for f in FORMULAS)
+        if hits and ALLOWED.get(rel, 0) is not None and hits != ALLOWED.get(rel, 0):
+            found[rel] = hits
+    assert not found, f"collective formulas outside common/collectives_def.py: {found}"
+
+
+def test_the_formula_search_finds_a_formula() -> None:
+    code = _code_only("t = 2 * (k - 1) * (alpha + n / (k * beta))  # '2 * (p - 1)' in a string is text\n")
+    assert sum(len(f.findall(code)) for f in FORMULAS) == 1
