@@ -41,6 +41,8 @@ TIMED = {
     "lecture15/model_vs_real.py": [r"^Part 1/(alpha_s|beta_Bps)$", r"^Part 1/tables/allreduce/\d+/(?!size$)",
                                    r"^Part 2/tables/ready/\d+/(?!parameter)", r"^Part 3/"],
     "lecture15/my_ddp_check.py": [r"^Part 5/steps_s", r"^Part 5/tables/timing/\d+/median"],
+    "lecture15/07_traces.py": [r"^Part 1/", r"^Part 2/tables/", r"^Part 2/values/real_(first|backward)",
+                               r"^Part 3/tables/"],
     "cs336/02_benchmark.py": [r"^Part 1/tables/[^/]+/\d+/(t \(p50\)|p10 … p90|algbw GB/s|busbw GB/s|slip GB/s)$",
                               r"^Part 1/[^/]+\[\d+\]/(t|p10|p90|t_fastest|algbw|busbw|slip)$",
                               r"^Part 1/(copy|link)_Bps$",
@@ -53,13 +55,16 @@ BY_DESIGN = {
     # a skipped collective would break torchrun's one group: those parts say "not run"
     "lecture14/02_primitives.py": [r"^claim Part 4: "],
     "cs336/01_collectives.py": [r"^claim Part 5: a rank that skips a collective"],
+    # every part stages a mismatched collective, which would end torchrun's one group: none runs there
+    "lecture14/06_debug_collectives.py": [r"^(claim |Part )"],
 }
 # Ranks for each: the script's default (the notes' setting), but 04_alpha_beta's 8 (all timing).
 RANKS = {"lecture14/02_primitives.py": 4, "lecture14/04_alpha_beta.py": 2, "lecture14/05_data_parallel.py": 4,
          "lecture15/01_ddp_basics.py": 4, "lecture15/02_buckets.py": 2, "lecture15/04_details.py": 2,
          "lecture15/model_vs_real.py": 2, "lecture15/my_ddp_check.py": 2, "cs336/01_collectives.py": 4,
          "cs336/02_benchmark.py": 4, "cs336/05_parallel.py": 4, "cs336/07_tensor_parallel.py": 4,
-         "cs336/08_pipeline_schedules.py": 4, "cs336/09_zero.py": 4}
+         "cs336/08_pipeline_schedules.py": 4, "cs336/09_zero.py": 4, "lecture15/06_comm_hooks.py": 4,
+         "lecture14/06_debug_collectives.py": 4, "lecture15/07_traces.py": 4}
 REAL = sorted(s.name for s in scripts() if s.real)
 
 
