@@ -285,8 +285,7 @@ def test_script_large_and_tiny() -> None:
 @pytest.mark.parametrize("args", [
     ["--pp", "0"], ["--micro-batches", "-1"], ["--pp", "129"], ["--pp", "64", "--micro-batches", "1025"],
     ["--virtual-stages", "1"], ["--slow-factor", "0.5"], ["--tf-ms", "0"], ["--tb-ms", "nan"],
-    ["--p2p-ms", "-1"],
-    ["--pp", "four"], ["--stages", "4"],  # one flag per knob: --pp, as 05_parallel.py
+    ["--p2p-ms", "-1"], ["--pp", "four"], ["--stages", "4"],  # one flag per knob: --pp, as 05_parallel.py
     ["--virtual-stages", "257"], ["--virtual-stages", "999999999"],  # S·M·v passes, built in memory
 ])
 def test_usage_errors(args: list[str]) -> None:

@@ -40,8 +40,9 @@ def test_a_hostile_solution_fails_only_its_cases_and_leaves_nothing(tmp_path: Pa
     exited = cases["buckets: a cap above the total gives one bucket"]["message"]
     assert "exit code 3" in exited and "timed out" not in exited    # its fork kept the pipe open: no matter
     patched = cases["buckets: a parameter larger than the cap"]
-    # torch.allclose & co. patched, then the judge's modules patched:
+    # It patched torch.allclose & co.:
     assert (patched["expected"], patched["got"]) == ("[[2, 1], [0]]", "[[0]]")
+    # It patched the judge's modules:
     assert not cases["buckets: ResNet-50, first bucket 1 MiB, then 25 MiB"]["passed"]
     assert all(c["passed"] for name, c in cases.items() if name.startswith(("timeline:", "all-reduce")))
     assert "summary: 0 of 1 problems solved" in out
