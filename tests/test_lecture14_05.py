@@ -121,9 +121,9 @@ def _average_checks_worker(rank: int, world_size: int) -> dict:
 # The all-reduce that fails: the AVG one (or, without AVG, average_gradients'), then the next.
 @pytest.mark.parametrize("nth", [1, 2])
 def test_an_error_in_the_average_checks_is_that_ranks(nth: int) -> None:
-    """average_checks (then in hw5_checks.py) once caught any RuntimeError or ValueError of its AVG
-    all-reduce as "gloo has no AVG": a rank that really failed there was reported as a lesson, and the
-    others waited."""
+    """average_checks (now in 05_data_parallel.py, then in hw5_checks.py) once caught any RuntimeError
+    or ValueError of its AVG all-reduce as "gloo has no AVG": a rank that really failed there was
+    reported as a lesson, and the others waited."""
     assert_named_at_once(3, 1, "all_reduce", nth, RuntimeError, _average_checks_worker)
 
 
