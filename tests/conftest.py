@@ -102,8 +102,13 @@ def _reproduction(tmp_path_factory: pytest.TempPathFactory, name: str, *flags: s
     out, pages_dir = folder / "all.json", folder / "report"
 
     def run(_: Path) -> None:
+        # A script that fails fails its own tests (each run's exit status is in the JSON), not
+        # every test that reads the reproduction: only a reproduction that wrote no JSON is lost.
         where = ["--report", str(pages_dir)] if pages else ["--no-report"]
-        proc = run_script("reproduce.py", *flags, "--json", str(out), *where, timeout=540)
+        proc = run_script("reproduce.py", *flags, "--json", str(out), *where, timeout=540, expect_rc=None)
+        if not out.is_file():
+            raise AssertionError(f"reproduce.py {' '.join(flags)} exited {proc.returncode} and wrote no --json\n"
+                                 f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
         (folder / "stdout.txt").write_text(proc.stdout, encoding="utf-8")
 
     computed_once(folder, run)
