@@ -59,13 +59,19 @@ GRIDS: dict[str, list[list[str]]] = {
     "cs336/01_collectives.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--world-size", "16"],
                                 ["--numbers", "1000000"], ["--size", "64MB"], ["--quick"]],
     "cs336/02_benchmark.py": [["--quick", "--world-size", "2"], ["--quick"], ["--quick", "--world-size", "8"], [],
-                              ["--quick", "--iters", "20"], ["--quick", "--max-bytes", "64MiB"]],
+                              ["--quick", "--repeats", "20"], ["--quick", "--max-bytes", "64MiB"]],
     "cs336/05_parallel.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--world-size", "8", "--layers", "32"],
                              ["--world-size", "8", "--layers", "64", "--batch", "64"],
                              ["--world-size", "16", "--layers", "16"],
                              ["--world-size", "16", "--layers", "64", "--batch", "64"], ["--layers", "64"],
                              ["--batch", "512"], ["--width", "512"], ["--steps", "12"], ["--micro-batches", "32"],
                              ["--world-size", "24", "--layers", "24"], ["--quick"], ["--quick", "--world-size", "8"]],
+    "cs336/07_tensor_parallel.py": [[], ["--quick"], ["--world-size", "8"], ["--world-size", "8", "--tp", "4"],
+                                    ["--layers", "24"], ["--steps", "9"], ["--width", "512"], ["--batch", "512"]],
+    "cs336/08_pipeline_schedules.py": [["--pp", "2"], [], ["--pp", "8", "--layers", "16"], ["--micro-batches", "32"],
+                                       ["--layers", "32"], ["--width", "512"], ["--steps", "6"], ["--batch", "256"]],
+    "cs336/09_zero.py": [["--world-size", "2"], [], ["--world-size", "8"], ["--layers", "24"], ["--width", "520"],
+                         ["--steps", "9"], ["--batch", "512"]],
 }
 
 
@@ -146,8 +152,7 @@ def bench(script: str, rows: list[list[object]], record: dict) -> None:
 
 
 def main() -> None:
-    parser = cli.make_parser(__doc__, figs=False, help_for={"quick": "only the first two runs of each grid"})
-    parser.add_argument("--only", default="", help="only scripts whose name contains this text")
+    parser = cli.make_parser(__doc__, figs=False, only="", help_for={"quick": "only the first two runs of each grid"})
     args = parser.parse_args()
     if args.quick:
         for grid in GRIDS.values():

@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 import time
 
-from common.cli import make_parser, positive_int, run_main
+from common.cli import make_parser, run_main
 from common.output import format_table
 from common.suite import Script, scripts
 
@@ -82,9 +82,7 @@ def row(name: str, kind: str, timed: tuple[float, float, bool], target_x: float 
 
 
 def main() -> None:
-    parser = make_parser(__doc__, figs=False)
-    parser.add_argument("--repeats", type=positive_int, default=3, help="runs per script (median)")
-    parser.add_argument("--only", default="", help="only scripts whose name contains this text")
+    parser = make_parser(__doc__, figs=False, repeats=3, only="", context={"repeats": "runs per script"})
     parser.add_argument("--with-reproduce", action="store_true",
                         help="also time reproduce.py --quick with its pages, once (about a minute)")
     parser.add_argument("--with-suite", action="store_true",

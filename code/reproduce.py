@@ -26,6 +26,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 # isort: split
 
 import json
+import os
 import subprocess
 import tempfile
 import threading
@@ -61,7 +62,9 @@ def run_one(script: Script, json_path: Path, quick: bool, label: str, figure_dir
     tail = (proc.stderr.strip().splitlines() or [""])[-1]
     status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}): {tail}"
     print(f"\r{label} {wall:5.1f} s  {status}" if ticker else f"    {wall:5.1f} s  {status}", flush=True)
-    return {"script": script.name, "rc": proc.returncode, "wall_s": wall, "stdout": proc.stdout,
+    # The figures' temporary folder is gone after the run: name them where the pages keep them.
+    stdout = proc.stdout if figure_dir is None else proc.stdout.replace(f"{figure_dir}{os.sep}", "figures/")
+    return {"script": script.name, "rc": proc.returncode, "wall_s": wall, "stdout": stdout,
             "stderr": proc.stderr}
 
 
@@ -71,8 +74,7 @@ def _tick(label: str, start: float, done: threading.Event) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__)
-    parser.add_argument("--only", default="", help="run only scripts whose name contains this text")
+    parser = make_parser(__doc__, only="")
     parser.add_argument("--all-claims", action="store_true", help="list agreeing claims too")
     parser.add_argument("--report", metavar="DIR", default="report",
                         help="write the pages (index.html, report.md, timeline.html) into DIR (default: report)")

@@ -25,6 +25,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 # isort: split
 
+import stat
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -61,15 +62,37 @@ def _problem_of_folder(folder: Path) -> Problem | None:
     return next((p for p in PROBLEMS if p.folder == folder.name), None)
 
 
-def _one_file(problems: list[Problem], given: str, path: Path) -> dict[str, Path]:
+def _belongs_elsewhere(given: str, owner: Problem | None, problems: list[Problem], what: str) -> None:
+    """Refuse one problem's folder, or a file in it, named for other problems: its folder says
+    which problem it holds."""
+    if owner is not None and problems and problems != [owner]:
+        named = " and ".join(p.number for p in problems)
+        raise UsageError(f"--solution {given} is {what} {owner.number}'s folder, so it is judged as "
+                         f"{owner.number} only: name {owner.number} (or no problem), not {named}")
+
+
+def _one_file(problems: list[Problem], given: str, path: Path, what: str) -> dict[str, Path]:
     """A single file (or one problem's folder): for the one problem named, or the folder's problem."""
     owner = _problem_of_folder(path.parent)
-    if not problems and owner is not None:
-        problems = [owner]
-    if len(problems) != 1:
+    _belongs_elsewhere(given, owner, problems, what)
+    if len(problems) > 1:
+        raise UsageError(f"--solution {given} holds one problem's functions: name one problem, not "
+                         f"{len(problems)} ({', '.join(p.number for p in problems)})")
+    if not problems and owner is None:
         raise UsageError(f"--solution {given} holds one problem's functions: name the problem "
                          f"(e.g. python practice/judge.py 113 --solution {given})")
-    return {problems[0].number: path}
+    return {(problems or [owner])[0].number: path}
+
+
+def _not_a_file(path: Path) -> str:
+    """Why a path that is no regular file nor folder cannot be a solution, in a few words."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "no such file or folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe), not a file: the judge reads a .py file"
+    return f"a {'socket' if stat.S_ISSOCK(mode) else 'device'}, not a file: the judge reads a .py file"
 
 
 def solution_files(names: list[str], given: str | None) -> tuple[list[Problem], dict[str, Path]]:
@@ -79,13 +102,12 @@ def solution_files(names: list[str], given: str | None) -> tuple[list[Problem], 
     if given is None:
         problems = problems or list(PROBLEMS)
         return problems, {p.number: PRACTICE / p.folder / "solution.py" for p in problems}
+    if not given:                 # Path("") would be ".", the folder the judge runs in
+        raise UsageError("--solution is empty: give a .py file, one problem's folder or a folder laid out "
+                         "like practice/")
     path = Path(given)
     if path.is_dir() and (path / "solution.py").is_file():          # one problem's folder
-        owner = _problem_of_folder(path)
-        if problems and owner is not None and problems != [owner]:
-            raise UsageError(f"--solution {given} is problem {owner.number}'s folder, not "
-                             f"{', '.join(p.number for p in problems)}'s")
-        files = _one_file(problems, given, path / "solution.py")
+        files = _one_file(problems, given, path / "solution.py", "problem")
         return [p for p in PROBLEMS if p.number in files], files
     if path.is_dir():
         problems = problems or list(PROBLEMS)
@@ -95,10 +117,10 @@ def solution_files(names: list[str], given: str | None) -> tuple[list[Problem], 
             raise UsageError(f"--solution {given}: a folder laid out like practice/ needs {missing[0]}")
         return problems, files
     if not path.is_file():
-        raise UsageError(f"--solution {given}: no such file or folder")
+        raise UsageError(f"--solution {given}: {_not_a_file(path)}")
     if path.suffix != ".py":
         raise UsageError(f"--solution {given}: not a .py file")
-    files = _one_file(problems, given, path)
+    files = _one_file(problems, given, path, "a file in problem")
     return [p for p in PROBLEMS if p.number in files], files
 
 

@@ -99,7 +99,8 @@ def test_a_models_world_size_is_not_the_ranks_a_script_starts() -> None:
 # other one must raise the script's COST.
 NOT_SIZES = {"seed": "picks data, not its amount", "tokens_per_gpu": "Part 3's model only",
              "ps_workers": "bounded by the script (400)", "bucket_cap_bytes": "how gradients are grouped",
-             "min_bytes": "the sweep's start: fewer sizes, not more", "size": "bytes counted, not allocated"}
+             "min_bytes": "the sweep's start: fewer sizes, not more", "size": "bytes counted, not allocated",
+             "tp": "a factor of --world-size (checked): it splits the ranks, adds none"}
 
 
 def _defaults_of(parser) -> argparse.Namespace:

@@ -150,12 +150,12 @@ def test_quick_run_on_four_ranks(tmp_path: Path, quick_run) -> None:
 
 def test_one_and_three_ranks_with_uneven_sizes(tmp_path: Path) -> None:
     run_script(SCRIPT, "--world-size", "3", "--min-bytes", "1000", "--max-bytes", "64KB", "--step-factor", "8",
-               "--iters", "2", "--json", str(tmp_path / "three.json"))
+               "--repeats", "2", "--json", str(tmp_path / "three.json"))
     part1 = load(tmp_path / "three.json")["parts"]["Part 1"]
     assert [r["S"] for r in part1["all-gather"]] == [996, 7992, 63996]  # multiples of 3 × 4 B, rounded down
     assert [r["S"] for r in part1["all-reduce"]] == [1000, 8000, 64000]
     assert all(r["ok"] for c in bw.COLLECTIVES for r in part1[c])
-    out = run_script(SCRIPT, "--world-size", "1", "--max-bytes", "16KiB", "--iters", "2",
+    out = run_script(SCRIPT, "--world-size", "1", "--max-bytes", "16KiB", "--repeats", "2",
                      "--json", str(tmp_path / "one.json")).stdout
     part1 = load(tmp_path / "one.json")["parts"]["Part 1"]
     assert all(r["busbw"] == 0 and r["ok"] for c in bw.COLLECTIVES for r in part1[c])
@@ -173,7 +173,7 @@ def test_bad_flags() -> None:
 def test_under_torchrun(tmp_path: Path) -> None:
     """torchrun owns the processes: its 2 ranks replace --world-size, rank 0 alone prints."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(ROOT / "code" / SCRIPT), "--max-bytes", "4KiB", "--iters", "2", "--json", str(tmp_path / "t.json")]
+           str(ROOT / "code" / SCRIPT), "--max-bytes", "4KiB", "--repeats", "2", "--json", str(tmp_path / "t.json")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("02_benchmark.py:") == 1 and "on 2 gloo ranks" in proc.stdout

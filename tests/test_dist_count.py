@@ -33,7 +33,8 @@ def _spellings(rank: int, world: int) -> dict:
         inside = dist_count.installed()
     restored = all(ProcessGroup.__dict__[m] is before[m] for m in before) and not dist_count.installed()
     return {"tensors": counts.tensors, "sent": counts.sent_bytes, "sends": counts.sends,
-            "received": counts.received_bytes, "to": sorted(counts.destinations), "calls": counts.collective_calls(),
+            "received": counts.received_bytes, "receives": counts.receives, "to": sorted(counts.destinations),
+            "calls": counts.collective_calls(),
             "unseen": counts.unseen, "inside": inside, "restored": restored, "same": dist.isend is c10d.isend}
 
 
@@ -44,6 +45,7 @@ def test_counting_sees_every_spelling_and_puts_everything_back() -> None:
         assert r["calls"] == 3 and r["unseen"] == 0 and r["inside"] and r["restored"] and r["same"]
     assert (r0["sent"], r0["sends"], r0["to"], r0["received"]) == (24 + 8 + 20, 3, [1], 20)
     assert (r1["sent"], r1["sends"], r1["to"], r1["received"]) == (20, 1, [0], 24 + 8 + 20)
+    assert (r0["receives"], r1["receives"]) == (1, 3)        # irecv in the batch; recv, irecv and the batch's
 
 
 def _hidden(rank: int, world: int) -> dict:

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from common import parent_side
 from common.launcher import RankError, launch
+from common.rank_side import RAISED, TORCH, Failure
 
 PROBE = Path(__file__).parent / "probes" / "launch_probe.py"
 
@@ -324,12 +325,57 @@ class _Gone:
 
 
 @pytest.mark.parametrize("waiter_saw", ["failed: RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1234",
-                                        "failed: RuntimeError: Timed out waiting 2000ms for recv operation"])
+                                        "failed: RuntimeError: Timed out waiting 2000ms for recv operation",
+                                        "failed: DistBackendError: words no matcher knows"])
 def test_the_skipper_is_blamed_even_when_its_own_teardown_fails_first(waiter_saw: str) -> None:
     # Rank 1 returned from its work (it skipped a collective), timed out in its teardown barrier and
     # exited; rank 0, left in the collective, then lost its peer or timed out. Blame rank 1.
     collector = parent_side.Collector([_Gone(), _Gone()], [None, None], 2.0)
     collector.worker_done = {1}
-    collector.failures = {0: (waiter_saw, ""), 1: ("failed: RuntimeError: Timed out waiting 500ms for recv", "")}
+    collector.failures = {0: Failure(TORCH, waiter_saw, at=2.0, in_group_s=2.5),
+                          1: Failure(TORCH, "failed: RuntimeError: Timed out waiting 500ms for recv", at=1.0)}
     error = collector._blame(set())
     assert error.rank == 1 and error.message.startswith("finished its work while rank 0 waited")
+    assert (error.kind, error.peers, error.also) == ("skipped", (0,), ())
+
+
+# The words the launcher once matched to tell an echo from a cause ("timed out", "Connection closed
+# by peer"), and words that match nothing: a verdict must not move when a rank's text changes.
+_WORDINGS = ["failed: RuntimeError: Timed out waiting 2000ms; Connection closed by peer [127.0.0.1]:1",
+             "failed: ValueError: deliberate failure", ""]
+
+
+@pytest.mark.parametrize("own_words", _WORDINGS)
+@pytest.mark.parametrize("echo_words", _WORDINGS)
+def test_blame_follows_what_ranks_did_not_their_words(own_words: str, echo_words: str) -> None:
+    # Rank 2 raised in its own code; rank 0 then lost it inside torch; rank 1 had finished its work
+    # and lost it in its teardown. Rank 2 is to blame, whatever either text says.
+    collector = parent_side.Collector([_Gone()] * 3, [None] * 3, 2.0)
+    collector.worker_done = {1}
+    collector.failures = {2: Failure(RAISED, own_words, at=1.0, in_group_s=3.0),
+                          0: Failure(TORCH, echo_words, at=1.1, in_group_s=3.1),
+                          1: Failure(TORCH, echo_words, at=1.2, in_group_s=3.1)}
+    error = collector._blame(set())
+    assert (error.rank, error.kind, error.peers) == (2, RAISED, (0, 1)), str(error)
+    # Only torch's failures: the first one is named, and a wait that lasted the timeout says so.
+    collector.failures = {1: Failure(TORCH, own_words, at=5.0, in_group_s=2.1),
+                          0: Failure(TORCH, echo_words, at=4.0, in_group_s=2.0)}
+    collector.worker_done = set()
+    error = collector._blame(set())
+    assert error.rank == 0 and error.message.endswith("(timeout 2 s) (then rank 1 failed too)"), str(error)
+
+
+def raise_in_own_code_with_torchs_words(rank: int, world_size: int) -> int:
+    if rank == 1:
+        time.sleep(0.3)  # rank 0 has returned from its work and waits in the launcher's teardown
+        raise RuntimeError("[gloo] Connection closed by peer [127.0.0.1]:1234; Timed out waiting 2000ms")
+    return rank
+
+
+def test_a_rank_raising_torchs_words_is_blamed_for_its_own_error() -> None:
+    # The old matcher took this text for an echo: rank 1 "waited" while rank 0, done with its work,
+    # was named for skipping a collective. What rank 1 did (raise in its own code) decides.
+    with pytest.raises(RankError) as info:
+        launch(raise_in_own_code_with_torchs_words, 2, timeout_s=30)
+    assert (info.value.rank, info.value.kind) == (1, RAISED), str(info.value)
+    assert "Connection closed by peer" in info.value.message

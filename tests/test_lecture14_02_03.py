@@ -173,10 +173,13 @@ def test_the_staged_report_is_read_back_not_trusted(monkeypatch: pytest.MonkeyPa
     from common.errors import RunFailure
     from common.launcher import RankError
 
-    skip = RankError(1, "finished its work (so did rank 2, rank 3) while rank 0 waited 1 s in a collective: …")
-    for seconds, report, ok in [(1.2, skip, True), (0.3, skip, False),
-                                (1.2, RankError(2, "was killed by SIGKILL"), False),
-                                (1.2, RankError(3, "finished its work while rank 0, rank 1 waited 1 s …"), False)]:
+    # The report is read by its fields: a message in the skip's words is no skip.
+    skip = RankError(1, "finished its work (so did rank 2, rank 3) while rank 0 waited 1 s …", kind="skipped",
+                     peers=(0,), also=(2, 3))
+    words_only = RankError(1, "finished its work (so did rank 2, rank 3) while rank 0 waited 1 s …")
+    for seconds, report, ok in [(1.2, skip, True), (0.3, skip, False), (1.2, words_only, False),
+                                (1.2, RankError(2, "was killed by SIGKILL", kind="killed"), False),
+                                (1.2, RankError(3, "finished …", kind="skipped", peers=(0, 1)), False)]:
         monkeypatch.setattr(staged, "launch_expecting_failure", lambda *a, **k: (seconds, report))  # noqa: B023
         run = lambda: staged.skipped_collective(None, 4, skippers=[1, 2, 3], waiters=[0], timeout_s=1.0,  # noqa: E731
                                                 staged="Part 4 staged a skip")

@@ -45,6 +45,74 @@ def test_a_hostile_solution_fails_only_its_cases_and_leaves_nothing(tmp_path: Pa
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
 
 
+
+def test_reports_the_judge_cannot_read_fail_their_cases_only(tmp_path: Path) -> None:
+    env = marker()
+    out, record = judge("113", "--quick", "--solution", str(HOSTILE / "113_bad_reports.py"), expect_rc=1,
+                        tmp_path=tmp_path, env=env)
+    cases = {name.split(",")[0].split(" (")[0]: c for (_, name), c in by_name(record).items()}
+    for name, words in (("buckets: lecture 15 exercise 3", "RecursionError"),
+                        ("buckets: a bucket that reaches the cap exactly is sealed", "invalid shape dimension"),
+                        ("buckets: cap 0 gives a bucket per parameter", "unknown dtype 'qint8'"),
+                        ("buckets: a cap above the total gives one bucket", "unreadable report")):
+        assert cases[name]["message"].startswith("the solution's process sent an unreadable report"), cases[name]
+        assert words in cases[name]["message"], cases[name]
+    assert cases["buckets: a parameter larger than the cap"]["passed"]        # its real report, read as usual
+    assert "summary: 0 of 1 problems solved" in out
+    assert no_process_left(env["JUDGE_TEST_MARK"]) == []
+
+
+def test_a_header_forged_in_the_keepers_pipe_fails_its_case(tmp_path: Path) -> None:
+    env = marker()
+    out, record = judge("113", "--quick", "--solution", str(HOSTILE / "113_forged_header.py"), expect_rc=1,
+                        tmp_path=tmp_path, env=env)
+    assert record["cases"] and all(c["message"].startswith("the solution killed the process that ran it")
+                                   for c in record["cases"])
+    assert "summary: 0 of 1 problems solved; 0 of" in out
+    assert no_process_left(env["JUDGE_TEST_MARK"]) == []
+
+
+
+def test_a_case_that_prints_too_much_fails_at_the_limit(tmp_path: Path) -> None:
+    env = marker()
+    _, record = judge("113", "--quick", "--solution", str(HOSTILE / "113_prints_too_much.py"), expect_rc=1,
+                      tmp_path=tmp_path, env=env)
+    cases = {name.split(",")[0]: c for (_, name), c in by_name(record).items()}
+    for name in ("buckets: lecture 15 exercise 3", "all-reduce time: ring α-β cost for K = 16"):
+        assert cases[name]["message"].startswith("the solution printed 16 MiB, the most a case may print"), name
+        assert cases[name]["seconds"] < 8, cases[name]                  # stopped by the limit, not the clock
+    assert cases["buckets: a bucket that reaches the cap exactly is sealed"]["passed"]
+    assert no_process_left(env["JUDGE_TEST_MARK"]) == []
+
+GUARD_DRIVER = """
+import sys, types
+sys.path[:0] = ["practice", "code"]
+from pathlib import Path
+from judging import engine
+
+def fails(solution, inputs):
+    raise ValueError("the solution's mistake")
+
+def check(inputs, data):
+    pass
+
+module = types.SimpleNamespace(ERROR_HINTS=[None])    # a case module with a bug: hint_for raises
+cases = [engine.Case("hint_for raises", {}, fails, check, "h"), engine.Case("passes", {}, lambda s, i: 1, check, "h")]
+run = engine.run_problem("999", module, cases, Path(sys.argv[1]), 10.0)
+print(repr([(r.case, r.passed, r.message) for r in run.results]))
+"""
+
+
+def test_an_error_inside_the_judge_fails_that_case_and_the_run_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "empty.py").write_text("")
+    proc = subprocess.run([sys.executable, "-c", GUARD_DRIVER, str(tmp_path / "empty.py")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (first, passed, message), second = eval(proc.stdout)
+    assert first == "hint_for raises" and not passed, message
+    assert message.startswith("the judge failed on this case (TypeError:") and message.endswith("please report it")
+    assert second == ("passes", True, "")
+
 def _judge_until_started(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     """Start the judge on a solution that forks a sleeper and spins; return once it spins."""
     env = marker()

@@ -8,10 +8,40 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import pytest
 from conftest import ROOT, assert_usage_error
 
 from common.suite import scripts
 from report.pages import errata_markdown
+
+
+@pytest.fixture
+def open_page(browser, tmp_path_factory):
+    """conftest's open_page, for a page too tall for one picture: index.html is some 100,000 px, and a
+    full-page screenshot of it times out on a busy machine. The screenshot here is its first screen
+    (tests/test_pages_screens.py keeps screens of several places at three widths)."""
+    from pathlib import Path
+
+    pages = []
+
+    def opener(path: Path):
+        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+        page.goto(Path(path).resolve().as_uri())
+        page.wait_for_load_state("load")
+        pages.append((page, path))
+        return page, errors
+
+    yield opener
+    shots = tmp_path_factory.mktemp("screenshots")
+    for page, path in pages:
+        page.screenshot(path=str(shots / f"{Path(path).stem}.png"))
+        print(f"screenshot: {shots / Path(path).stem}.png")
+        page.context.close()
 
 
 def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dict, open_page) -> None:
@@ -20,7 +50,7 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
     assert errors == []
     # Every script has its section, every part with a table or a claim its header.
     for run in quick_reproduction["runs"]:
-        anchor = run["script"].replace("/", "-").replace(".", "-")
+        anchor = run["script"].replace("/", "-").replace(".", "-")   # report.pages.anchor
         assert page.locator(f"section#{anchor} h2").inner_text() == run["script"]
     # Every figure the scripts wrote is on the page, embedded, and decodes to a real image.
     written = sorted(p.name for p in (pages / "figures").glob("*.png"))
@@ -28,8 +58,8 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
         if script.draws:
             prefix = f"{script.path.parent.name}_{script.path.stem.split('_')[0]}_"
             assert any(name.startswith(prefix) for name in written), f"{script.name}: no figure in the report"
-    shown = page.eval_on_selector_all("figure img", "imgs => imgs.map(i => [i.alt, i.complete && i.naturalWidth])")
-    assert sorted(alt for alt, _ in shown) == written
+    shown = page.eval_on_selector_all("figure img", "imgs => imgs.map(i => [i.dataset.name, i.complete && i.naturalWidth])")
+    assert sorted(name for name, _ in shown) == written
     assert all(width > 100 for _, width in shown)
     assert all(src.startswith("data:image/png;base64,")
                for src in page.eval_on_selector_all("img", "imgs => imgs.map(i => i.getAttribute('src'))"))

@@ -101,14 +101,14 @@ def test_json_is_strict_and_numbers_stay_readable(tmp_path: Path, capsys: pytest
     args = argparse.Namespace(json=str(tmp_path / "o.json"), quick=False, save_figs=None)
     rep = Report("demo.py", "demo", args)
     rep.table(["x"], [[math.inf], [math.nan], [10**300]])
-    rep.claim("overflowed", math.inf, 1.0)
+    rep.value("overflowed", math.inf)
     rep.finish()
 
     def refuse(name: str) -> None:
         raise ValueError(f"not strict JSON: {name}")
 
     data = json.loads((tmp_path / "o.json").read_text(), parse_constant=refuse)
-    assert data["claims"][0]["ours"] == "inf"
+    assert next(iter(data["parts"].values()))["values"]["overflowed"] == "inf"
     assert len(fmt_num(10**300)) < 12 and len(fmt_num(-(10**40))) < 12
     assert all(len(line) <= 100 for line in capsys.readouterr().out.splitlines())
 

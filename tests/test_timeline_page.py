@@ -28,6 +28,8 @@ from lecture15.timeline_grid import (
     WORLD_SIZES,
     grid_models,
     point_index,
+    show_setting,
+    time_text,
 )
 from report.timeline import write_timeline
 
@@ -113,24 +115,45 @@ def test_grid_equals_the_full_simulation(grid: dict) -> None:
     for m, model in enumerate(grid_models()):
         assert grid["models"][m]["key"] == model.key
         assert grid["models"][m]["backward"] == units(model.compute.backward_s(model.spec))
-        for c, (_, cap) in enumerate(CAPS):
+        for c, (_, cap, first) in enumerate(CAPS):
             cap_bytes = model.spec.nbytes if cap is None else cap
             picks = corners + [(rng.randrange(len(BETAS_GBS)), rng.randrange(len(ALPHAS_US)),
                                 rng.randrange(len(WORLD_SIZES)))]
             for b, a, k in picks:
                 link = Link(ALPHAS_US[a] * 1e-6, BETAS_GBS[b] * 1e9)
-                on = simulate_ddp(model.spec, WORLD_SIZES[k], link, cap_bytes, compute=model.compute)
-                off = simulate_ddp(model.spec, WORLD_SIZES[k], link, cap_bytes, overlap=False, compute=model.compute)
+                on = simulate_ddp(model.spec, WORLD_SIZES[k], link, cap_bytes, first, compute=model.compute)
+                off = simulate_ddp(model.spec, WORLD_SIZES[k], link, cap_bytes, first, overlap=False,
+                                   compute=model.compute)
                 point = point_of(grid, m, c, b, a, k)
                 where = f"{model.key}, cap {CAPS[c][0]}, β {BETAS_GBS[b]}, α {ALPHAS_US[a]}, K {WORLD_SIZES[k]}"
                 assert (point["on"], point["off"], point["exposed"], point["comm"]) == (
                     units(on.step_s), units(off.step_s), units(on.exposed_comm_s), units(on.comm_total_s)), where
-                assert grid["models"][m]["caps"][c]["bytes"] == on.bucket_bytes, where
+                stored = grid["models"][m]["caps"][c]
+                assert stored["bytes"] == on.bucket_bytes, where
+                assert [(low, n) for low, n in zip(stored["low"], stored["tensors"])] == [
+                    (min(b), len(b)) for b in on.buckets], where
+                # the texts printed, each rounded once from the simulation's own seconds
+                assert point["t"] == [time_text(t) for t in (on.step_s, off.step_s, on.exposed_comm_s,
+                                                             on.comm_total_s, on.first_comm_start_s)] + [
+                    f"{100 * (off.step_s / on.step_s - 1):.0f}"], where
+                latency = grid["latency"][a][k]
+                assert latency == units(2 * (WORLD_SIZES[k] - 1) * ALPHAS_US[a] * 1e-6), where
+                assert all(d >= latency for d in point["d"]), where
                 for timeline, gaps in ((on, point["g"]), (off, point["go"])):
                     drawn = spans(gaps, point["d"])
                     events = timeline.comm_events()
                     assert [s for s, _ in drawn] == [units(e.start_s) for e in events], where
                     assert all(abs(e - units(ev.end_s)) <= 1 for (_, e), ev in zip(drawn, events)), where
+
+
+def test_times_are_printed_once_rounded_in_units_that_scale(capsys) -> None:
+    assert [time_text(t) for t in (12.10703, 0.03775, 0.0004567, 1.0)] == ["12.11 s", "37.75 ms", "0.457 ms",
+                                                                          "1.00 s"]
+    # the page's command line for a setting prints what the page shows for it (the full simulation)
+    grid_default = DEFAULT
+    show_setting("ResNet-50", [c[1:] for c in CAPS].index((grid_default["cap_bytes"], None)), 10, 10, 16)
+    out = capsys.readouterr().out
+    assert "4 buckets; step 37.75 ms with overlap, 53.28 ms without; exposed 4.83 ms" in out
 
 
 def test_page_is_small_and_quick_to_write(page_file: tuple[Path, float]) -> None:
@@ -144,17 +167,23 @@ def test_page_is_small_and_quick_to_write(page_file: tuple[Path, float]) -> None
 
 
 # ---- the page in a browser ---------------------------------------------------------------------
-def shown(page, element_id: str) -> tuple[float, int]:
-    """A displayed time: the number written (ms) and the stored value it came from (0.1 µs)."""
+def shown(page, element_id: str) -> tuple[str, int]:
+    """A displayed time: the text written (with its unit) and the stored value it came from (0.1 µs)."""
     el = page.locator(f"#{element_id}")
-    return float(el.text_content()), int(el.get_attribute("data-units"))
+    return el.text_content(), int(el.get_attribute("data-units"))
 
 
 def assert_shows(page, point: dict, buckets: int) -> None:
-    for element_id, key in (("step-on", "on"), ("step-off", "off"), ("exposed", "exposed"), ("comm", "comm")):
-        text_ms, stored = shown(page, element_id)
+    for i, (element_id, key) in enumerate((("step-on", "on"), ("step-off", "off"), ("exposed", "exposed"),
+                                           ("comm", "comm"))):
+        text, stored = shown(page, element_id)
         assert stored == point[key], element_id
-        assert text_ms == pytest.approx(point[key] / 1e4, abs=0.0051), element_id   # ≥ 2 decimals shown
+        assert text == point["t"][i], element_id               # the grid's text, rounded once in Python
+        value, unit = text.split()           # units that scale: ms below a second, s from one up
+        per_unit = 1e4 if unit == "ms" else 1e7
+        assert unit in ("ms", "s") and (unit == "s") == (point[key] >= 1e7), element_id
+        assert float(value) * per_unit == pytest.approx(point[key], abs=0.51 * per_unit / 100), element_id
+    assert page.locator("#faster").text_content() == point["t"][5] + " %"
     assert int(page.locator("#buckets").text_content()) == buckets
     assert int(page.locator("#svg-step-on").get_attribute("data-units")) == point["on"]
     assert int(page.locator("#svg-step-off").get_attribute("data-units")) == point["off"]

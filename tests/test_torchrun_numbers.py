@@ -62,7 +62,8 @@ BY_DESIGN = {
 RANKS = {"lecture14/02_primitives.py": 4, "lecture14/04_alpha_beta.py": 2, "lecture14/05_data_parallel.py": 4,
          "lecture15/01_ddp_basics.py": 4, "lecture15/02_buckets.py": 2, "lecture15/04_details.py": 2,
          "lecture15/model_vs_real.py": 2, "lecture15/my_ddp_check.py": 2, "cs336/01_collectives.py": 4,
-         "cs336/02_benchmark.py": 4, "cs336/05_parallel.py": 4,
+         "cs336/02_benchmark.py": 4, "cs336/05_parallel.py": 4, "cs336/07_tensor_parallel.py": 4,
+         "cs336/08_pipeline_schedules.py": 4, "cs336/09_zero.py": 4,
          "lecture15/handbook_details.py": 2, "lecture15/my_ddp_vs_ddp.py": 2}
 REAL = sorted(s.name for s in scripts() if s.real)
 

@@ -6,7 +6,7 @@ import what they need from here and keep the mechanism they teach in their own f
 Every runnable file imports this package first, before torch: from then on a Ctrl-C (even one that
 lands while torch is still importing, a second or two) ends with one word on stderr instead of a
 traceback, and the exit status stays the usual one (killed by SIGINT: 130 in a shell).
-`common.cli.run_main` takes over once main() runs.
+`common.exits.run_main` takes over once main() runs.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ Sizes take units: "64MB" (MB = 1e6 B), "256KiB" (KiB = 1024 B), "1e6" (bytes). B
 the script with one line on stderr and exit status 2 before any work starts, never a traceback;
 so do a backend this machine lacks, a world size it cannot hold, and an output path that cannot
 be written. Pure Python: no torch unless a GPU backend has to be checked.
+
+The rest of a script's frame lives by what it does: how it ends (`run_main`) in common.exits, the
+notes' setting a run is compared at (`off_setting`) in common.notes_setting, machine limits in
+common.machine, output paths in common.files, torchrun in common.torchrun.
 """
 
 from __future__ import annotations
@@ -17,20 +21,22 @@ import argparse
 import math
 import os
 import re
-import signal
 import sys
-import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from common.budget import Cost, check_cost
 from common.costmodel import NOTES_LINK, Link
-from common.errors import RunFailure, UsageError, clip_values
+from common.errors import UsageError, clip_values
+from common.exits import run_main
 from common.files import check_output_dir, check_output_file, divert_stdout
 from common.machine import check_backend, check_world_size
+from common.notes_setting import NOT_A_SETTING, off_setting, setting_defaults
 from common.torchrun import check_environment, quiet_unless_rank0, under_torchrun
 
-__all__ = ["FLAGS", "UsageError", "make_parser", "off_setting", "link_from_args", "run_main"]
+# run_main (common.exits) and off_setting (common.notes_setting) live by what they do; they are
+# named here too because every script has imported them from here.
+__all__ = ["FLAGS", "NOT_A_SETTING", "UsageError", "make_parser", "off_setting", "link_from_args", "run_main"]
 
 DEFAULT_TIMEOUT_S = 30.0  # a lecture script's collectives take milliseconds; 30 s means "stuck"
 TIMEOUT_RANGE_S = (1.0, 86_400.0)  # below 1 s a busy 2-core machine times out honest collectives
@@ -59,7 +65,8 @@ def parse_size(text: str | float | int, minimum: int = 1, bare_unit: str = "") -
             raise UsageError(f"not a size: {text!r} (examples: 64MB, 256KiB, 1e6)")
         value, unit = float(match.group(1)), (match.group(2) or bare_unit).lower()
         if unit not in _UNITS:
-            raise UsageError(f"unknown unit {match.group(2)!r} in {text!r} (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB)")
+            raise UsageError(f"unknown unit {match.group(2)!r} in {text!r} "
+                             "(use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB)")
     nbytes = value * _UNITS[unit]
     if not math.isfinite(nbytes) or nbytes > MAX_BYTES:
         raise UsageError(f"size {text!r} is larger than 1 PB")
@@ -121,8 +128,10 @@ def _ranged(what: str, low: float, high: float, low_open: bool = True) -> Callab
 
 FLAGS: dict[str, Flag] = {
     "world_size": Flag(positive_int, "number of ranks (real scripts) or devices (models)", "N"),
-    "alpha_us": Flag(_ranged("a latency in µs", 0.0, 1e6, low_open=False), "per-message latency α in µs", "US"),
-    "beta_gbs": Flag(_ranged("a bandwidth in GB/s", 1e-6, 1e6), "link bandwidth β in GB/s (GB = 10^9 B)", "GBS"),
+    "alpha_us": Flag(_ranged("a latency in µs", 0.0, 1e6, low_open=False),
+                     "per-message latency α in µs", "US"),
+    "beta_gbs": Flag(_ranged("a bandwidth in GB/s", 1e-6, 1e6),
+                     "link bandwidth β in GB/s (GB = 10^9 B)", "GBS"),
     "size": Flag(size_bytes, "message size with a unit: 64MB (10^6 B), 256KiB (2^10 B), 1e6 (bytes)", "SIZE"),
     "bucket_cap_mb": Flag(bucket_cap, "DDP bucket cap: a bare number is MiB, as PyTorch's bucket_cap_mb; "
                           "or a size with a unit (25MB = 25 × 10^6 B); 0 = a bucket per gradient",
@@ -147,6 +156,8 @@ FLAGS: dict[str, Flag] = {
     "gpu_memory_gb": Flag(_ranged("GB", 1e-3, 1e9), "memory of one GPU in GB (GB = 10^9 B)", "GB"),
     "tp": Flag(positive_int, "tensor-parallel ways", "N"),
     "pp": Flag(positive_int, "pipeline stages", "N"),
+    # the suite's tools (reproduce.py, bench/): which scripts to run
+    "only": Flag(str, "run only the scripts whose name contains this text", "TEXT"),
 }
 
 
@@ -189,10 +200,12 @@ class OneLineParser(argparse.ArgumentParser):
         for action in self._quick_actions():  # a callable's value shown as it is with the other defaults
             value = self.quick[action.dest]
             value = value(defaults) if callable(value) else value
-            action.quick_shown = value if isinstance(value, str) else _shown_default(action.dest, self._typed(action, value))
+            action.quick_shown = value if isinstance(value, str) \
+                else _shown_default(action.dest, self._typed(action, value))
         return super().format_help()
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+    def parse_args(self, args: Any = None,  # type: ignore[override]
+                   namespace: Any = None) -> argparse.Namespace:
         # A flag --quick scales starts unset: what is still unset after parsing was not given, and
         # only those take --quick's value. An explicit flag always wins (--steps 7 --quick runs 7).
         namespace = namespace or argparse.Namespace()
@@ -235,38 +248,12 @@ class OneLineParser(argparse.ArgumentParser):
         return value
 
     def _setting_defaults(self, also: frozenset[str] = frozenset()) -> dict[str, tuple[str, Any]]:
-        """dest -> (flag, default value as the flag's type gives it): the notes' setting (and the
-        flags named in `also`, though no setting)."""
-        found = {}
-        for action in self._actions:
-            if not action.option_strings or action.dest in (NOT_A_SETTING - also) | {"help"}:
-                continue
-            default = action.default
-            if isinstance(default, str) and callable(action.type):
-                default = action.type(default)
-            found[action.dest] = (action.option_strings[0], default)
-        return found
+        """The notes' setting of this parser's flags (common.notes_setting.setting_defaults)."""
+        return setting_defaults(self._actions, also)
 
     def _check(self, parsed: argparse.Namespace) -> None:
-        if self.real:
-            check_environment()  # RANK, WORLD_SIZE… set without torchrun: a usage error, not a run
-        # Under torchrun the world size is torchrun's: it replaces --world-size, so every part
-        # computes with the number of ranks that really run.
-        torchrun_world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else None
-        if torchrun_world and hasattr(parsed, "world_size") and parsed.world_size != torchrun_world:
-            if os.environ.get("RANK", "0") == "0":
-                print(f"(under torchrun: --world-size is torchrun's {torchrun_world}, not {parsed.world_size})")
-            parsed.world_size = torchrun_world
-        # The ranks a real run starts: --world-size, unless the script starts others (its
-        # --world-size is then a model's K, bounded like a model script's).
-        ranks = self.cost.ranks(parsed) if self.cost and self.cost.ranks else getattr(parsed, "world_size", None)
-        if self.real and ranks is not None:
-            check_world_size(ranks)
-        if getattr(parsed, "world_size", None) is not None and (not self.real or ranks != parsed.world_size) \
-                and parsed.world_size > MAX_MODEL_WORLD:
-            raise UsageError(f"--world-size {parsed.world_size:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
-        if self.real:
-            check_backend(ranks or 1, os.environ.get("COURSE_BACKEND") or "auto")
+        """The checks that need the whole command line: the machine, the cost, the output paths."""
+        self._check_machine(parsed)
         if self.cost and not under_torchrun():  # under torchrun the ranks run elsewhere
             waits = frozenset({"timeout_s"} if self.cost.waits_s else ())  # a staged wait is the timeout's
             check_cost(self.cost, parsed, self._setting_defaults(also=waits))
@@ -276,10 +263,33 @@ class OneLineParser(argparse.ArgumentParser):
             check_output_dir(parsed.save_figs, "--save-figs")
         divert_stdout(getattr(parsed, "json", None))
 
+    def _check_machine(self, parsed: argparse.Namespace) -> None:
+        """The ranks this run starts and its backend, against the machine (and torchrun's world)."""
+        if self.real:
+            check_environment()  # RANK, WORLD_SIZE… set without torchrun: a usage error, not a run
+        # Under torchrun the world size is torchrun's: it replaces --world-size, so every part
+        # computes with the number of ranks that really run.
+        torchrun_world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else None
+        if torchrun_world and hasattr(parsed, "world_size") and parsed.world_size != torchrun_world:
+            if os.environ.get("RANK", "0") == "0":
+                print(f"(under torchrun: --world-size is torchrun's {torchrun_world}, "
+                      f"not {parsed.world_size})")
+            parsed.world_size = torchrun_world
+        # The ranks a real run starts: --world-size, unless the script starts others (its
+        # --world-size is then a model's K, bounded like a model script's).
+        world = getattr(parsed, "world_size", None)
+        ranks = self.cost.ranks(parsed) if self.cost and self.cost.ranks else world
+        if self.real and ranks is not None:
+            check_world_size(ranks)
+        if world is not None and (not self.real or ranks != world) and world > MAX_MODEL_WORLD:
+            raise UsageError(f"--world-size {world:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
+        if self.real:
+            check_backend(ranks or 1, os.environ.get("COURSE_BACKEND") or "auto")
 
 def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
                 context: dict[str, str] | None = None, help_for: dict[str, str] | None = None,
-                quick: dict[str, Any] | None = None, cost: Cost | None = None, **defaults: Any) -> OneLineParser:
+                quick: dict[str, Any] | None = None, cost: Cost | None = None,
+                **defaults: Any) -> OneLineParser:
     """A parser with the shared flags named in `defaults` (each with its default), plus --quick and
     --json always, --save-figs with figs=True (scripts that draw), --timeout-s with real=True.
     `context` adds where a flag is used to its help: context={"steps": "Part 2"}; `help_for`
@@ -291,16 +301,10 @@ def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
     """
     parser = OneLineParser(description=(doc or "").strip() or None, formatter_class=_HelpFormatter)
     parser.real, parser.cost = real, cost
-    parser.quick = {(FLAGS[k].dest if k in FLAGS and FLAGS[k].dest else k): v for k, v in (quick or {}).items()}
+    parser.quick = {(FLAGS[k].dest if k in FLAGS and FLAGS[k].dest else k): v
+                    for k, v in (quick or {}).items()}
     for name, default in defaults.items():
-        if name not in FLAGS:
-            raise KeyError(f"{name} is not a shared flag: add it to common.cli.FLAGS or add_argument it")
-        flag = FLAGS[name]
-        where = f" ({context[name]})" if context and name in context else ""
-        if flag.type in (size_bytes, bucket_cap) and default is not None:
-            default = flag.type(str(default))  # "64MB", or 2.0 (MiB) for a bucket cap: bytes
-        parser.add_argument(f"--{name.replace('_', '-')}", type=flag.type, default=default,
-                            metavar=flag.metavar, dest=flag.dest or name, help=flag.help + where)
+        _add_shared(parser, name, default, context)
     if real:
         low, high = TIMEOUT_RANGE_S
         parser.add_argument("--timeout-s", type=_ranged("seconds", low, high, low_open=False),
@@ -311,48 +315,26 @@ def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
     parser.add_argument("--quick", action="store_true", help=help_for.get(
         "quick", "the same code with shorter runs where there are any (smoke tests)"))
     if figs:
-        parser.add_argument("--save-figs", metavar="DIR", default=None, help="write the figures (PNG) into DIR")
+        parser.add_argument("--save-figs", metavar="DIR", default=None,
+                            help="write the figures (PNG) into DIR")
     parser.add_argument("--json", metavar="PATH", default=None, help=help_for.get(
         "json", "write the parts' results and the claims as JSON to PATH"))
     return parser
 
 
+def _add_shared(parser: OneLineParser, name: str, default: Any, context: dict[str, str] | None) -> None:
+    """Add FLAGS[name] to `parser` with `default`, and where it is used (`context`) in its help."""
+    if name not in FLAGS:
+        raise KeyError(f"{name} is not a shared flag: add it to common.cli.FLAGS or add_argument it")
+    flag = FLAGS[name]
+    where = f" ({context[name]})" if context and name in context else ""
+    if flag.type in (size_bytes, bucket_cap) and default is not None:
+        default = flag.type(str(default))  # "64MB", or 2.0 (MiB) for a bucket cap: bytes
+    parser.add_argument(f"--{name.replace('_', '-')}", type=flag.type, default=default,
+                        metavar=flag.metavar, dest=flag.dest or name, help=flag.help + where)
+
+
 _NOT_GIVEN = object()  # a --quick-scaled flag's value until parsing shows it was not given
-
-# Flags that change how a run is shown or bounded, not what it computes. --quick shortens runs:
-# a claim names "quick" in its setting when --quick changes what it compares.
-NOT_A_SETTING = frozenset({"json", "save_figs", "timeout_s", "quick"})
-
-
-def off_setting(args: argparse.Namespace, setting: Any = None) -> list[str]:
-    """How this run left the notes' setting (the script's defaults), in the flags `setting` names
-    (dests, plus "quick" for --quick; None: every flag but NOT_A_SETTING), as readable items such
-    as "--alpha-us 5 (notes' setting: 10)". Empty: at the notes' setting. The one test of "may we
-    compare with the notes?", for claims (Report.claim) and for text that names the notes' values."""
-    defaults = getattr(args, "_notes_setting", None)
-    if defaults is None:
-        return []  # not parsed by make_parser's parser (a test's Namespace): nothing to compare with
-    names = [d for d in defaults if d not in NOT_A_SETTING] if setting is None else list(setting)
-    off = []
-    for name in names:
-        if name == "quick":
-            if getattr(args, "quick", False):
-                off.append("--quick (a shortened run)")
-            continue
-        if name not in defaults:
-            raise KeyError(f"{name!r} is not a flag of this script")
-        flag, default = defaults[name]
-        value = getattr(args, name)
-        if value != default:
-            off.append(f"{flag} {_shown(name, value)} (notes' setting: {_shown(name, default)})")
-    return off
-
-
-def _shown(dest: str, value: Any) -> str:
-    if dest.endswith("_bytes") and isinstance(value, (int, float)):
-        return f"{value / 2**20:g} MiB"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
 
 def link_from_args(args: argparse.Namespace, name: str = "") -> Link:
     """The α-β link given by --alpha-us / --beta-gbs (the notes' link where a flag is absent)."""
@@ -362,57 +344,3 @@ def link_from_args(args: argparse.Namespace, name: str = "") -> Link:
                 NOTES_LINK.beta_Bps if beta is None else beta * 1e9, name)
 
 
-# ---- the end of a script ----------------------------------------------------------------------
-
-def run_main(main: Callable[[], object]) -> None:
-    """Run a script's main() so that it ends in one line, never a traceback, every line with the
-    same prefix as a usage error's ("02_buckets.py: error: …"):
-    bad input -> exit 2; a failure at run time (a rank, a file) -> exit 1 (COURSE_DEBUG=1 shows
-    the traceback too); Ctrl-C -> "interrupted", 130; SIGTERM -> "terminated", 143, after the
-    same clean-up as an error (no temporary file is left); a closed pipe (`| head`) -> quiet,
-    141, as a shell reports a reader that stopped early."""
-    signal.signal(signal.SIGTERM, _terminated)
-    try:
-        main()
-        sys.stdout.flush()
-    except UsageError as err:
-        _error_line(clip_values(str(err)))
-        sys.exit(2)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
-    except _Terminated:
-        sys.stderr.write("terminated\n")
-        sys.exit(128 + signal.SIGTERM)
-    except BrokenPipeError:
-        # Python would complain again when it flushes stdout at exit: point stdout at nothing.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(141)
-    except Exception as err:  # noqa: BLE001 - the one place a run-time failure becomes one line
-        if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
-            sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
-        _error_line(_one_line(err))
-        sys.exit(1)
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised where the main thread is, so `finally` blocks clean up as for Ctrl-C."""
-
-
-def _terminated(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
-def _error_line(text: str) -> None:
-    sys.stderr.write(f"{_prog()}: error: {text}\n")
-
-
-def _prog() -> str:
-    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    if isinstance(err, RunFailure):
-        return text
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -66,6 +66,7 @@ class Counts:
     sent_bytes: int = 0
     sends: int = 0
     destinations: set[int] = field(default_factory=set)
+    receives: int = 0
     received_bytes: int = 0
     collectives: dict[str, int] = field(default_factory=dict)
     # Each collective call: (name, dtype of its input, bytes of its input tensors).
@@ -110,6 +111,7 @@ def _record(method: str, group: ProcessGroup, args: tuple, kwargs: dict) -> None
                 counts.sent_bytes += nbytes
                 counts.destinations.add(_global_rank(group, values[1]))
             elif method in POINT_TO_POINT:
+                counts.receives += 1
                 counts.received_bytes += nbytes
             else:
                 counts.collectives[name] = counts.collectives.get(name, 0) + 1

@@ -134,10 +134,12 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
         raise UsageError(f"timeout must be a number of seconds > 0, got {timeout_s}")
     check_environment()
     if under_torchrun():
+        quiet_unless_rank0()  # a script that launches without parsing flags first (cli's parse does it too)
         return launch_in_torchrun(worker, world_size, args, kwargs, timeout_s, threads,
                                   lambda local: choose_backend(local, backend))
     check_world_size(world_size)
-    return _run_children(worker, world_size, args, kwargs, timeout_s, threads, choose_backend(world_size, backend))
+    return _run_children(worker, world_size, args, kwargs, timeout_s, threads,
+                         choose_backend(world_size, backend))
 
 
 def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, timeout_s: float,
@@ -228,6 +230,3 @@ def _stop(children: list[Any]) -> None:
         if child.is_alive():
             child.kill()
             child.join(1.0)
-
-
-quiet_unless_rank0()  # for a script that imports this before it parses its flags

@@ -34,6 +34,10 @@ class Report:
         self.claims: list[Claim] = []
         self._part = "intro"
         self.parts[self._part] = {"title": title}
+        # The prose and figure captions, for the pages; kept beside "parts" (whose values the tests
+        # compare run against run) since prose may quote a timing.
+        self.prose: dict[str, list[dict[str, str]]] = {}
+        self.captions: dict[str, str] = {}
         self.rows = checker.rows_for(f"{self.lecture}/{self.script}")
         self._values: dict[str, Any] = {}     # every named value recorded so far (the rows' reasons use them)
         self._fresh: list[str] = []           # names recorded since the last comparison table
@@ -55,6 +59,7 @@ class Report:
     def line(self, text: str = "") -> None:
         """A line of prose, wrapped to the page with its own indent; lines that are no prose
         (charts, bars: too long a word to break) are printed as they are."""
+        self._keep("line", text)
         for one in text.split("\n"):
             if len(one) <= PAGE_WIDTH:
                 print(one)
@@ -66,8 +71,13 @@ class Report:
         """An assumption or an explanation, marked so it stands out from the results. Reflowed to
         the page: a single line break is a space; a blank line, or a line starting "- ", starts a
         new paragraph."""
+        self._keep("note", "\n\n".join(paragraphs(text)))
         for i, chunk in enumerate(paragraphs(text)):
             print(wrap(chunk, "        ", "  note: " if i == 0 else "        "))
+
+    def _keep(self, kind: str, text: str) -> None:
+        """Prose for --json's "prose" (by part): "line" as printed, "note" as its paragraphs."""
+        self.prose.setdefault(self._part, []).append({"kind": kind, "text": text})
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], name: str | None = None) -> None:
         rows = [list(r) for r in rows]
@@ -125,8 +135,10 @@ class Report:
         Printed either way; a gap beyond it ends the run in exit status 1 with one line naming
         `what` and the gap (after the output, before --json is written)."""
         ok = gap <= tolerance  # a NaN gap fails
-        print(f"  check: {what}: max |difference| {gap:.3g} {'≤' if ok else '>'} {tolerance:g}: "
-              f"{'ok' if ok else 'FAILED'}")
+        text = (f"check: {what}: max |difference| {gap:.3g} {'≤' if ok else '>'} {tolerance:g}: "
+                f"{'ok' if ok else 'FAILED'}")
+        self._keep("check", text)
+        print("  " + text)
         if not ok:
             self.failures.append(f"{what}: max |difference| {gap:.3g}, above the tolerance {tolerance:g}")
         return ok
@@ -155,6 +167,7 @@ class Report:
         make_output_dir(directory)
         path = os.path.join(directory, f"{self.figure_name(name)}.png")
         self.parts[self._part].setdefault("figures", []).append(os.path.basename(path))
+        self.captions[os.path.basename(path)] = figure_caption(fig)
         png = io.BytesIO()
         fig.savefig(png, dpi=110, bbox_inches="tight", format="png")
         write_bytes(path, png.getvalue())
@@ -180,11 +193,19 @@ class Report:
             more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
             raise RunFailure(self.failures[0] + more)
         data = {"script": self.script, "argv": sys.argv[1:], "parts": self.parts,
-                "claims": [asdict(c) for c in self.claims]}
+                "claims": [asdict(c) for c in self.claims], "prose": self.prose, "captions": self.captions}
         path = getattr(self.args, "json", None) if self.args is not None else None
         if path:
             write_json(path, data)
         return data
+
+
+def figure_caption(fig: Any) -> str:
+    """What a figure shows, in its own words: its overall title, else its panels' titles."""
+    suptitle = getattr(fig, "_suptitle", None)
+    titles = [suptitle.get_text()] if suptitle is not None and suptitle.get_text() else []
+    titles = titles or [ax.get_title() for ax in fig.get_axes() if ax.get_title()]
+    return " · ".join(" ".join(t.split()) for t in titles)
 
 
 def new_figure(*args: Any, **kwargs: Any) -> tuple[Any, Any]:

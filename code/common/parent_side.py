@@ -11,7 +11,18 @@ import time
 from multiprocessing import connection
 from typing import Any
 
-from common.rank_side import RankError, is_echo, is_timeout, short
+from common.rank_side import (
+    EXITED,
+    HUNG,
+    KILLED,
+    NOT_FINISHED,
+    NOT_JOINED,
+    SKIPPED,
+    TORCH,
+    Failure,
+    RankError,
+    short,
+)
 
 _WHERE_WAIT_S = 1.0   # how long a silent rank has to say where it is before it counts as hung
 _GRACE_S = 0.5        # after a first failure, time for the others' reports to arrive
@@ -27,11 +38,12 @@ class Collector:
     has its result, the others have `timeout_s` to deliver theirs). torch's timeouts end the waits
     in between, in collectives; then the silent ranks are asked where they are."""
 
-    def __init__(self, children: list[Any], conns: list[Any], timeout_s: float, start_s: float | None = None) -> None:
+    def __init__(self, children: list[Any], conns: list[Any], timeout_s: float,
+                 start_s: float | None = None) -> None:
         self.children, self.conns, self.timeout_s = children, conns, timeout_s
         self.start_s = timeout_s if start_s is None else start_s
         self.results: dict[int, Any] = {}
-        self.failures: dict[int, tuple[str, str]] = {}   # rank -> (cause, traceback)
+        self.failures: dict[int, Failure] = {}           # rank -> what it reported (or its exit)
         self.where: dict[int, tuple[bool, str]] = {}      # rank -> (in torch.distributed, location)
         self.started: set[int] = set()                   # ranks that can answer "where"
         self.joined: set[int] = set()                     # ranks in the group
@@ -53,8 +65,9 @@ class Collector:
                 # a little later get the time to time out too, so that the silent ones are the hung
                 # ones (many ranks on a loaded machine answer "where" slowly); a stopped rank is
                 # known at once, so when only stopped ranks are left there is nothing to wait for.
-                timed_out = any(is_timeout(cause) for cause, _ in self.failures.values())
-                grace_until = grace_until or time.monotonic() + (min(5.0, self.timeout_s) if timed_out else _GRACE_S)
+                timed_out = any(self._waited(f) for f in self.failures.values())
+                grace = min(5.0, self.timeout_s) if timed_out else _GRACE_S
+                grace_until = grace_until or time.monotonic() + grace
                 if all(is_stopped(self.children[r].pid) for r in pending):
                     break
             elif pending:
@@ -78,13 +91,13 @@ class Collector:
                 self._receive(rank)
             else:
                 self.pending.discard(rank)
-                self.failures[rank] = (_exit_cause(self.children[rank].exitcode), "")
+                self.failures[rank] = _exit_failure(self.children[rank].exitcode)
 
     def _receive(self, rank: int) -> None:
         try:
             message = pickle.loads(self.conns[rank].recv_bytes())
         except (EOFError, OSError):
-            message = ("error", _exit_cause(self.children[rank].exitcode), "")
+            message = ("error", _exit_failure(self.children[rank].exitcode))
         kind = message[0]
         if kind == "where":
             self.where[rank] = message[1]
@@ -96,15 +109,15 @@ class Collector:
             self.first_result = self.first_result or (time.monotonic(), rank)
         else:
             self.pending.discard(rank)
-            self.failures[rank] = (message[1], message[2])
+            self.failures[rank] = message[1]
 
     def _watch(self, pending: set[int]) -> RankError | None:
         """The parent's deadlines, for a stall no rank reports (see the class docstring)."""
         now = time.monotonic()
         unjoined = sorted(pending - self.joined - self.worker_done)
         if unjoined and now >= self.began + self.start_s:
-            return self._stalled(unjoined, f"did not join the group within {self.start_s:g} s")
-        if unjoined and now >= self.next_look:  # the others have waited timeout_s: a stopped rank is named now
+            return self._stalled(unjoined, f"did not join the group within {self.start_s:g} s", NOT_JOINED)
+        if unjoined and now >= self.next_look:  # the others waited timeout_s: a stopped rank is named now
             self.next_look = now + 1.0
             # A spawned rank cannot answer while it imports torch: silence counts once it has
             # started, and twice in a row (a loaded machine may be slow to answer once).
@@ -113,18 +126,19 @@ class Collector:
                      or (r in self.started and r in self.silent_before)]
             self.silent_before = silent
             if named:
-                return self._stalled(named, f"did not join the group within {now - self.began:.0f} s")
+                return self._stalled(named, f"did not join the group within {now - self.began:.0f} s",
+                                     NOT_JOINED)
         elif not unjoined and self.first_result and now >= self.first_result[0] + self.timeout_s:
             return self._stalled(sorted(pending), f"did not finish within {self.timeout_s:g} s after "
-                                                  f"rank {self.first_result[1]} did")
+                                                  f"rank {self.first_result[1]} did", NOT_FINISHED)
         elif not unjoined and not self.first_result and now >= self.next_look:
             self.next_look = now + self.timeout_s  # every rank silent: no timeout will ever fire
             silent = [r for r in self._ask(sorted(pending)) if r not in self.where]
             if silent and len(silent) == len(pending):
-                return self._stalled(silent, "stopped responding, and so did every other rank")
+                return self._stalled(silent, "stopped responding, and so did every other rank", HUNG)
         return None
 
-    def _stalled(self, ranks: list[int], what: str) -> RankError | None:
+    def _stalled(self, ranks: list[int], what: str, kind: str) -> RankError | None:
         """The error for the rank most likely to be stuck among `ranks`, asked where they are first;
         None when a rank reported a failure meanwhile (the failures then say who is to blame)."""
         self._ask(ranks)
@@ -139,7 +153,7 @@ class Collector:
         else:
             in_collective, location = self.where[rank]
             why = f"it is {'in torch.distributed, ' if in_collective else ''}at {location}"
-        return RankError(rank, f"{what} ({why})")
+        return RankError(rank, f"{what} ({why})", kind=kind, peers=tuple(sorted(self.joined - {rank})))
 
     def _stuck_order(self, rank: int) -> int:
         """0 stopped, 1 silent, 2 at work outside torch.distributed, 3 not started, 4 waiting in it."""
@@ -172,38 +186,56 @@ class Collector:
         return ranks
 
     def _blame(self, pending: set[int]) -> RankError:
-        """The failure that caused the others. A peer's "connection closed" is an echo of a rank
-        that died; a timeout is an echo of a rank that stopped responding: ask the silent ones."""
+        """The failure that caused the others, from what each rank was doing (never from an error's
+        words): a rank's own failure (it raised, died or exited) is the cause; without one, a failure
+        inside torch (a collective's timeout or lost peer) is the echo of a rank that stopped
+        responding (ask the silent ones) or skipped a collective (its work was done)."""
+        if any(f.cause for f in self.failures.values()):
+            return self._first_failure()
         silent = sorted(r for r in pending if self.children[r].is_alive())
-        if silent and any(is_timeout(cause) for cause, _ in self.failures.values()):
+        if silent and any(self._waited(f) for f in self.failures.values()):
             hung = self._find_hung(silent)
             if hung is not None:
                 rank, where = hung
-                waiters = ", ".join(f"rank {r}" for r in sorted(self.failures))
-                return RankError(rank, f"stopped responding ({where}); {waiters} timed out after "
-                                       f"{self.timeout_s:g} s waiting for it in a collective")
-        # Who was left waiting: ranks still at work that timed out, or lost their peer (the
-        # skipper may time out first in its own teardown and exit), or sit silent in a collective.
-        waiting = sorted({r for r, (cause, _) in self.failures.items()
-                          if r not in self.worker_done and (is_timeout(cause) or is_echo(cause))}
-                         | {r for r in silent if r not in self.worker_done and self.where.get(r, (False,))[0]})
+                waiters = sorted(self.failures)
+                return RankError(rank, f"stopped responding ({where}); {_names(waiters)} timed out after "
+                                       f"{self.timeout_s:g} s waiting for it in a collective", kind=HUNG,
+                                 peers=tuple(waiters))
+        return self._skipped(silent) or self._first_failure()
+
+    def _waited(self, failure: Failure) -> bool:
+        """A failure inside torch after at least the timeout in the group: it may be a wait that ran out."""
+        return failure.kind == TORCH and failure.in_group_s >= self.timeout_s
+
+    def _skipped(self, silent: list[int]) -> RankError | None:
+        """A rank whose work was done while others failed inside torch (or sit silent in a
+        collective) waiting for it: it skipped a collective. The skipper may fail first in its own
+        teardown and exit, so that its peers lose it instead of timing out."""
+        def waits(rank: int) -> bool:  # failed inside torch, or sits silent in a collective
+            failure = self.failures.get(rank)
+            return failure.kind == TORCH if failure else self.where.get(rank, (False,))[0]
+
+        waiting = sorted(r for r in set(self.failures) | set(silent)
+                         if r not in self.worker_done and waits(r))
         skippers = sorted(self.worker_done & (set(self.failures) | set(self.results) | set(silent)))
-        if waiting and skippers:
-            # A rank whose work was done while others timed out inside it: it skipped a collective.
-            names = ", ".join(f"rank {r}" for r in waiting)
-            also = f" (so did {', '.join(f'rank {r}' for r in skippers[1:])})" if len(skippers) > 1 else ""
-            return RankError(skippers[0], f"finished its work{also} while {names} waited {self.timeout_s:g} s in "
-                                          "a collective: a collective it did not call?")
-        order = sorted(self.failures, key=lambda r: (is_echo(self.failures[r][0]), is_timeout(self.failures[r][0]), r))
-        rank = order[0]
-        cause, details = self.failures[rank]
-        others = [f"rank {r}" for r in order[1:]]
-        text = short(cause)
-        if is_timeout(cause):
+        if not (waiting and skippers):
+            return None
+        also = f" (so did {_names(skippers[1:])})" if len(skippers) > 1 else ""
+        return RankError(skippers[0], f"finished its work{also} while {_names(waiting)} waited "
+                                      f"{self.timeout_s:g} s in a collective: a collective it did not call?",
+                         kind=SKIPPED, peers=tuple(waiting), also=tuple(skippers[1:]))
+
+    def _first_failure(self) -> RankError:
+        """A rank's own failure (the lowest rank's), else the first failure inside torch."""
+        order = sorted(self.failures, key=lambda r: (0, 0.0, r) if self.failures[r].cause
+                       else (1, self.failures[r].at, r))
+        rank, failure = order[0], self.failures[order[0]]
+        text = short(failure.what)
+        if self._waited(failure):
             text += f" (timeout {self.timeout_s:g} s)"
-        if others:
-            text += f" (then {', '.join(others)} failed too)"
-        return RankError(rank, text, details)
+        if order[1:]:
+            text += f" (then {_names(order[1:])} failed too)"
+        return RankError(rank, text, failure.details, kind=failure.kind, peers=tuple(order[1:]))
 
     def _find_hung(self, silent: list[int]) -> tuple[int, str] | None:
         """Ask each silent rank where its main thread is. The one the others wait for is a stopped
@@ -223,20 +255,18 @@ class Collector:
         return None
 
 
-def _exit_cause(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        name = signal.Signals(-exitcode).name if -exitcode in signal.Signals._value2member_map_ else str(-exitcode)
-        hint = " (what the kernel's out-of-memory killer sends)" if -exitcode == signal.SIGKILL else ""
-        return f"was killed by {name}{hint}"
-    return f"exited with code {exitcode} without a result"
+def _names(ranks: list[int]) -> str:
+    return ", ".join(f"rank {r}" for r in ranks)
 
 
-def _exit_cause(exitcode: int | None) -> str:
+def _exit_failure(exitcode: int | None) -> Failure:
+    """A rank that ended without a report: killed by a signal, or exited."""
     if exitcode is not None and exitcode < 0:
-        name = signal.Signals(-exitcode).name if -exitcode in signal.Signals._value2member_map_ else str(-exitcode)
+        known = -exitcode in signal.Signals._value2member_map_
+        name = signal.Signals(-exitcode).name if known else str(-exitcode)
         hint = " (what the kernel's out-of-memory killer sends)" if -exitcode == signal.SIGKILL else ""
-        return f"was killed by {name}{hint}"
-    return f"exited with code {exitcode} without a result"
+        return Failure(KILLED, f"was killed by {name}{hint}", at=time.monotonic())
+    return Failure(EXITED, f"exited with code {exitcode} without a result", at=time.monotonic())
 
 
 def is_stopped(pid: int | None) -> bool:

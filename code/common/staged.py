@@ -13,19 +13,16 @@ as the failure it is (RunFailure: exit status 1, the real report in the line).
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Iterable
 
 from common.errors import RunFailure
 from common.launcher import RankError, launch_expecting_failure
+from common.rank_side import SKIPPED
 
 # The most ranks a staged skip runs on. The lesson needs a few; with many more on 2 cores, ranks
 # that finished their work may not all report back before the launcher, after the timeout, asks who
 # is where, and it then names a busy one as hung (64 ranks here: now and then).
 MAX_RANKS = 16
-
-# The launcher's words for a rank that skipped a collective (common.launcher._Collector._blame).
-_SKIPPED = re.compile(r"^finished its work(?: \(so did (?P<also>[^)]*)\))? while (?P<waiting>.+?) waited ")
 
 
 def skipped_collective(worker: Callable[..., Any], world_size: int, *, skippers: Iterable[int],
@@ -48,10 +45,8 @@ def skipped_collective(worker: Callable[..., Any], world_size: int, *, skippers:
 
 
 def _read(report: RankError) -> tuple[set[int], set[int]]:
-    """(ranks blamed for skipping, ranks that waited) in a skipped-collective report; empty sets
-    for any other report."""
-    match = _SKIPPED.match(report.message)
-    if not match:
+    """(ranks blamed for skipping, ranks that waited) in a skipped-collective report, from the
+    report's fields, not its words; empty sets for any other report."""
+    if report.kind != SKIPPED:
         return set(), set()
-    also = {int(r) for r in re.findall(r"rank (\d+)", match.group("also") or "")}
-    return {report.rank} | also, {int(r) for r in re.findall(r"rank (\d+)", match.group("waiting"))}
+    return {report.rank, *report.also}, set(report.peers)

@@ -37,9 +37,10 @@ def check_environment() -> None:
         return
     told = [k for k in _TOLD_A_RANK if k in os.environ]
     if told:
-        shown = ", ".join(f"{k}={os.environ[k]}" for k in told + [k for k in _IDENTITY[2:] if k in os.environ])
-        raise UsageError(f"{shown} set, but torchrun did not start this process ({_TORCHRUN_OWN} is not set): "
-                         "run it with torchrun, or unset them to run standalone")
+        address = [k for k in _IDENTITY[2:] if k in os.environ]
+        shown = ", ".join(f"{k}={os.environ[k]}" for k in told + address)
+        raise UsageError(f"{shown} set, but torchrun did not start this process ({_TORCHRUN_OWN} is not "
+                         "set): run it with torchrun, or unset them to run standalone")
 
 
 def is_rank0() -> bool:

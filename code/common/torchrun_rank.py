@@ -10,9 +10,10 @@ A failure is named as a standalone run names it, in one line that rank 0 alone p
   - every rank has a helper thread that writes, several times a second, a heartbeat (a counter)
     and where its main thread is to torchrun's store, through a connection of its own;
   - a rank that fails (its own error, a collective that timed out, a peer that vanished) writes
-    its error there; rank 0's helper then decides who is to blame: a rank's own error first, else
-    a rank whose heartbeat stopped (stopped by a signal, or its machine gone), else a rank at work
-    outside torch.distributed while the others timed out waiting for it;
+    its `Failure` there; rank 0's helper then decides who is to blame (common.torchrun_blame): a
+    rank's own error first, else a rank whose heartbeat stopped (stopped by a signal, or its
+    machine gone), else a rank at work outside torch.distributed while the others timed out
+    waiting for it;
   - the other ranks wait for that verdict (a few seconds at most) before they exit, quietly:
     torchrun stops every rank as soon as one exits, and by then rank 0 must have printed. If rank
     0 itself is the one that stopped, the lowest failing rank gives the verdict instead.
@@ -39,8 +40,9 @@ from typing import Any, Callable, Iterator
 import torch.distributed as dist
 
 from common.loopback import is_loopback_host, loopback_interface
-from common.rank_side import RankError, describe, is_echo, is_timeout, setup_rank, short, where_main_thread
+from common.rank_side import Failure, RankError, failure_of, setup_rank, where_main_thread
 from common.torchrun import speak
+from common.torchrun_blame import Diagnosis
 
 _BEAT_S = 0.1          # how often a rank's helper writes its heartbeat and whereabouts
 _STALE_S = 1.0         # a heartbeat unchanged this long: that rank's process is not running
@@ -80,6 +82,7 @@ class _Rank:
         self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         self.timeout_s = timeout_s
         self.phase = "joining the group"
+        self.joined_at: float | None = None  # when this rank joined torchrun's group
         self.prefix = f"course/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/" \
                       f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self.store: Any = None           # the helper's own connection to torchrun's store
@@ -90,7 +93,8 @@ class _Rank:
         self.exit_status = 1
         self.claimed = False             # rank 0's main thread or helper is printing the verdict
         self.stopping = threading.Event()
-        self.wake, self.published = threading.Event(), threading.Event()  # a new phase, and it is in the store
+        # a new phase, and that it is in the store
+        self.wake, self.published = threading.Event(), threading.Event()
         self.helper = threading.Thread(target=self._helper, daemon=True, name="course-heartbeat")
         self.helper.start()
         atexit.register(self._stop_helper)  # runs after teardown (atexit is last in, first out)
@@ -121,6 +125,7 @@ class _Rank:
         self.connected.wait(_STORE_WAIT_S)  # beating before joining: a rank that never joins is named
         with self.failures(), _folded_stderr() as folded:  # a peer that never comes: socket warnings
             dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))
+        self.joined_at = time.monotonic()
         sys.stderr.write(folded.text)  # joined: what torch had to say, it may say
         atexit.register(self.teardown)  # a group left alive aborts the process at exit
 
@@ -131,7 +136,7 @@ class _Rank:
         try:
             yield
         except Exception as err:  # noqa: BLE001 - the verdict is rank 0's to give
-            self.fail(describe(err), traceback.format_exc())
+            self.fail(failure_of(err, traceback.format_exc(), self.joined_at))
         except BaseException as err:
             self.failing = True
             self.exit_status = 130 if isinstance(err, KeyboardInterrupt) else 128 + signal.SIGTERM
@@ -153,7 +158,9 @@ class _Rank:
                 self._wait_for("left", self.timeout_s)
         except BaseException as err:  # noqa: BLE001 - too late to raise: print the line and go
             try:
-                self.fail(describe(err), traceback.format_exc())
+                # our own wait for the others to leave is a wait on them, as torch's are
+                waited = isinstance(err, _OthersLate)
+                self.fail(failure_of(err, traceback.format_exc(), self.joined_at, waited=waited))
             except RankError as verdict:
                 _exit_with(verdict)
 
@@ -163,15 +170,16 @@ class _Rank:
         deadline = time.monotonic() + timeout_s
         while self.store is not None and not self.store.check(keys):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout_s:g} s waiting for every rank to leave the group")
+                raise _OthersLate(f"timed out after {timeout_s:g} s waiting for every rank to leave the "
+                                   "group")
             time.sleep(_BEAT_S)
 
     # ---- a failure ----------------------------------------------------------------------------
 
-    def fail(self, cause: str, details: str) -> None:
+    def fail(self, failure: Failure) -> None:
         """This rank failed: publish why, wait for the verdict, raise it (printed by one rank only)."""
         self.failing = True
-        if self._publish(f"error/{self.rank}", (cause, details)):
+        if self._publish(f"error/{self.rank}", failure):
             try:
                 self.store.add(f"{self.prefix}failed", 1)  # what rank 0's helper watches
             except Exception:  # noqa: BLE001 - the store is gone: torchrun is ending the run
@@ -187,7 +195,7 @@ class _Rank:
             found = self._read("verdict")
             if found is not None:
                 time.sleep(0.5)  # rank 0 prints it now; torchrun stops every rank once one exits
-                raise RankError(*found)
+                raise found
             time.sleep(_BEAT_S)
         # No verdict: rank 0 has stopped or is gone. The lowest failed rank decides and prints.
         failed = [r for r in range(self.world) if self._read(f"error/{r}") is not None]
@@ -199,8 +207,8 @@ class _Rank:
         """The one verdict of this run (decided once, here, and published for the other ranks)."""
         with self.verdict_lock:
             if self.verdict is None:
-                self.verdict = _Diagnosis(self).verdict()
-                self._publish("verdict", (self.verdict.rank, self.verdict.message, self.verdict.details))
+                self.verdict = Diagnosis(self, _STALE_S).verdict()
+                self._publish("verdict", self.verdict)  # a RankError pickles whole: kind, peers and all
             return self.verdict
 
     def _claim(self) -> bool:
@@ -214,7 +222,8 @@ class _Rank:
     def _helper(self) -> None:
         """Heartbeat and whereabouts; on rank 0, a verdict as soon as any rank has failed."""
         try:
-            self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+            self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                       is_master=False,
                                        timeout=timedelta(seconds=max(_STORE_WAIT_S, self.timeout_s)))
         except Exception:  # noqa: BLE001 - no store: failures are then each rank's own
             return
@@ -256,66 +265,8 @@ class _Rank:
         return None
 
 
-class _Diagnosis:
-    """Who is to blame, from what the ranks wrote to the store."""
-
-    def __init__(self, state: _Rank) -> None:
-        self.state = state
-        self.errors = self._all("error")
-        self.beats = self._all("beat")
-
-    def _all(self, kind: str) -> dict[int, Any]:
-        found = {r: self.state._read(f"{kind}/{r}") for r in range(self.state.world)}
-        return {r: v for r, v in found.items() if v is not None}
-
-    def _own_error(self) -> RankError | None:
-        """A rank's own error (not a timeout, not a lost peer: those are its echoes)."""
-        own = [r for r, (cause, _) in sorted(self.errors.items()) if not (is_timeout(cause) or is_echo(cause))]
-        if not own:
-            return None
-        cause, details = self.errors[own[0]]
-        return RankError(own[0], short(cause), details)
-
-    def verdict(self) -> RankError:
-        if (own := self._own_error()) is not None:
-            return own
-        time.sleep(_STALE_S)  # who is still beating?
-        before, self.beats = self.beats, self._all("beat")
-        self.errors = self._all("error") or self.errors
-        if (own := self._own_error()) is not None:
-            return own
-        waiters = ", ".join(f"rank {r}" for r in sorted(self.errors)) or "the others"
-        waited = f"{waiters} timed out after {self.state.timeout_s:g} s waiting for it"
-        left = self._all("left")  # ranks that left the group (and stopped beating) at exit
-        for rank in range(self.state.world):
-            if rank == self.state.rank or rank in left:
-                continue  # this process is running: its own helper is what is busy deciding
-            if rank not in self.beats or self.beats[rank][0] == before.get(rank, (None,))[0]:
-                _, phase, _, _, host, pid = self.beats.get(rank, (None, "starting", None, None, None, None))
-                why = "it is stopped: SIGSTOP or Ctrl-Z?" if _kill_if_stopped_here(host, pid) else \
-                    f"no heartbeat for {_STALE_S:g} s: stopped, or its machine is gone"
-                return RankError(rank, f"stopped responding while {phase} ({why}); {waited}")
-        for rank, (_, phase, in_collective, location, _, _) in sorted(self.beats.items()):
-            if rank not in self.errors and not in_collective:
-                return RankError(rank, f"stopped responding while {phase} (at {location}); {waited}")
-        rank = min(self.errors) if self.errors else self.state.rank
-        cause, details = self.errors.get(rank, ("failed: unknown error", ""))
-        return RankError(rank, f"{short(cause)} (timeout {self.state.timeout_s:g} s)", details)
-
-
-def _kill_if_stopped_here(host: str | None, pid: int | None) -> bool:
-    """A rank named as stopped, on this machine: end it (and say it was stopped). torchrun would
-    send it SIGTERM, which a stopped process does not take, and wait 30 s before its SIGKILL."""
-    if host != socket.gethostname() or pid is None:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] != "T":
-                return False
-        os.kill(pid, signal.SIGKILL)
-        return True
-    except (OSError, IndexError):
-        return False
+class _OthersLate(TimeoutError):
+    """The other ranks did not all leave the group in time (rank 0's own wait at exit)."""
 
 
 class _Folded:

@@ -2,7 +2,7 @@
 way nccl-tests reports it (algbw, busbw, a correctness column), and how to read its numbers.
 
     python code/cs336/02_benchmark.py                                   # 1 KiB … 4 MiB, 5 timed calls each
-    python code/cs336/02_benchmark.py --max-bytes 16MiB --iters 8      # the full sweep (a few seconds more)
+    python code/cs336/02_benchmark.py --max-bytes 16MiB --repeats 8    # the full sweep (a few seconds more)
     python code/cs336/02_benchmark.py --world-size 3 --min-bytes 4KiB --max-bytes 64MiB --step-factor 4
     torchrun --standalone --nproc-per-node=4 code/cs336/02_benchmark.py --save-figs figs
 
@@ -34,7 +34,6 @@ from common.cli import (
     make_parser,
     nonnegative_int,
     positive_float,
-    positive_int,
     run_main,
     size_bytes,
 )
@@ -46,7 +45,7 @@ from cs336.busbw import COLLECTIVES, Buffers
 
 ROOT = 0                    # broadcast's source rank
 COPY_BYTES = 64 * 2**20     # memory-copy buffer: far larger than the caches
-QUICK = {"iters": 3}  # --quick's defaults: fewer timed calls (the same sizes)
+QUICK = {"repeats": 3}  # --quick's defaults: fewer timed calls (the same sizes)
 WHAT_S = {"all-reduce": "every rank's buffer", "broadcast": "the root's buffer",
           "reduce-scatter": "one rank's input, n chunks of S/n (its output)",
           "all-gather": "one rank's output, n chunks of S/n (its input)"}
@@ -66,7 +65,7 @@ def sweep(args: argparse.Namespace) -> list[int]:
 
 def calls(args: argparse.Namespace) -> int:
     """Collective calls per rank: each of the four, at every size, checked, warmed up and timed."""
-    return 4 * (1 + args.warmup + args.iters) * len(sweep(args))
+    return 4 * (1 + args.warmup + args.repeats) * len(sweep(args))
 
 
 # CPU time here (bench/bench_costs.py, W = 2 … 32): start-up, then every call of every rank: a fixed
@@ -164,14 +163,15 @@ def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iter
 # ---- the parent --------------------------------------------------------------------------------
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True, figs=True, quick=QUICK, cost=COST)
+    # --repeats, as every script that reports a median of timed runs calls them (it was --iters here)
+    parser = make_parser(__doc__, world_size=4, repeats=5, real=True, figs=True, quick=QUICK, cost=COST,
+                         context={"repeats": "timed calls per size"})
     parser.add_argument("--min-bytes", type=size_bytes, default="1KiB", help="smallest size S")
     # The default sweep stops at 4 MiB with 5 timed calls: the full one (16 MiB, 8 calls) took 4.5x
-    # import torch here against 2.4x (issue 18) for one more size; --max-bytes 16MiB --iters 8 runs it.
+    # import torch here against 2.4x (issue 18) for one more size; --max-bytes 16MiB --repeats 8 runs it.
     parser.add_argument("--max-bytes", type=size_bytes, default="4MiB", help="largest size S")
     parser.add_argument("--step-factor", type=positive_float, default=4.0, help="size ratio, > 1")
     parser.add_argument("--warmup", type=nonnegative_int, default=1, help="untimed calls per size")
-    parser.add_argument("--iters", type=positive_int, default=5, help="timed calls per size")
     args = parser.parse_args()
     try:
         args.sizes = bw.size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
@@ -189,11 +189,11 @@ def main() -> None:
 
 def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
     n = args.world_size
-    results = launch(bench_worker, n, args.sizes, args.warmup, args.iters, backend="auto", timeout_s=args.timeout_s)
+    results = launch(bench_worker, n, args.sizes, args.warmup, args.repeats, backend="auto", timeout_s=args.timeout_s)
     n = len(results)  # torchrun's world size if it runs us
     rep.part(1, f"the sweep: {len(COLLECTIVES)} collectives × {len(args.sizes)} sizes on {n} "
                 f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
-    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.iters} timed, each after a barrier. "
+    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.repeats} timed, each after a barrier. "
              "A call's time is its slowest rank's, t the median over calls (nccl-tests times a batch and "
              "averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result.")
     m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}, "backend": results[0]["backend"]}

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from common.costmodel import Link, ring_allreduce_time
 from lecture15.ddp_sim import (
     BERT_TARGET,
+    DEFAULT_FIRST_BUCKET_BYTES,
     MB,
     NOTES_S3,
     RESNET_TARGET,
@@ -53,11 +54,15 @@ TIME_UNIT_S = 1e-7          # stored times are integers of 0.1 µs
 # α 10 µs, β 10 GB/s, the notes' 25 MB = 25 × 10^6 B cap, no separate first bucket.
 UNIFORM_LAYERS = (4, 8, 16, 32, 64)
 UNIFORM_WIDTH, UNIFORM_TOKENS = 1024, 4096   # one BERT-large-sized matmul per layer, 8 × 512 tokens
-# (label, cap in bytes); None = the whole model in one bucket. 0 = a bucket per gradient (03's Part 2).
-CAPS: tuple[tuple[str, int | None], ...] = (
-    ("0 (a bucket per tensor)", 0), ("0.25 MiB", MiB // 4), ("1 MiB", MiB), ("5 MiB", 5 * MiB),
-    ("10 MiB", 10 * MiB), ("25 MB (notes)", 25 * MB), ("25 MiB (PyTorch)", 25 * MiB),
-    ("50 MiB", 50 * MiB), ("100 MiB", 100 * MiB), ("200 MiB", 200 * MiB), ("one bucket", None))
+# (label, cap in bytes, first bucket's cap or None); cap None = the whole model in one bucket,
+# 0 = a bucket per gradient (03's Part 2). The three 25s: the notes' decimal MB, PyTorch's
+# bucket_cap_mb=25 as it runs by default (a 1 MiB first bucket), and 25 MiB with no first bucket.
+CAPS: tuple[tuple[str, int | None, int | None], ...] = (
+    ("0 (a bucket per tensor)", 0, None), ("0.25 MiB", MiB // 4, None), ("1 MiB", MiB, None),
+    ("5 MiB", 5 * MiB, None), ("10 MiB", 10 * MiB, None), ("25 MB (notes)", 25 * MB, None),
+    ("25 MiB + 1 MiB first (PyTorch's default)", 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES),
+    ("25 MiB, no first bucket", 25 * MiB, None), ("50 MiB", 50 * MiB, None), ("100 MiB", 100 * MiB, None),
+    ("200 MiB", 200 * MiB, None), ("one bucket", None, None))
 # 10 GbE, 25 GbE, lecture 15's, lecture 14's, NVLink-class, …
 BETAS_GBS = (1.25, 3.125, 10.0, 25.0, 150.0, 400.0)
 ALPHAS_US = (1.0, 10.0, 50.0)                         # 10 = lecture 15's; 50 = 03 Part 2's TCP link
@@ -126,17 +131,40 @@ def _gaps(timeline: Timeline, durations: Sequence[int]) -> list[int]:
     return gaps
 
 
-def cap_buckets(model: GridModel, cap_bytes: int | None) -> tuple[list[list[int]], list[float]]:
+def time_text(seconds: float) -> str:
+    """A time as the page prints it, rounded once from the model's float: ms below a second (two
+    decimals, three below 1 ms), s from one second up (two decimals)."""
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e3:.3f} ms"
+
+
+def cap_buckets(model: GridModel, cap_bytes: int | None,
+                first_cap_bytes: int | None = None) -> tuple[list[list[int]], list[float]]:
     """DDP's buckets (registration = model order) and when each is ready, as simulate_ddp has them."""
     param_bytes = model.spec.param_bytes()
-    buckets = assign_buckets(param_bytes, model.spec.nbytes if cap_bytes is None else cap_bytes)
+    cap = model.spec.nbytes if cap_bytes is None else cap_bytes
+    buckets = assign_buckets(param_bytes, cap, first_cap_bytes)
     ready = gradient_ready_times(model.spec, model.compute)
     return buckets, [max(ready[i] for i in bucket) for bucket in buckets]
 
 
-def cap_timelines(model: GridModel, cap_bytes: int | None) -> dict[str, Any]:
+def _point(on: Timeline, off: Timeline) -> dict[str, Any]:
+    """One setting's two timelines as the page stores them: integers of 0.1 µs to draw with, and
+    the texts it prints ("t": step with and without overlap, exposed, all-reduce in all, first
+    all-reduce's start, overlap's gain in %), each rounded once from the model's own numbers."""
+    durations = [to_units(s) for s in on.comm_s]
+    texts = [time_text(t) for t in (on.step_s, off.step_s, on.exposed_comm_s, on.comm_total_s,
+                                   on.first_comm_start_s)]
+    return {"on": to_units(on.step_s), "off": to_units(off.step_s), "exposed": to_units(on.exposed_comm_s),
+            "comm": to_units(on.comm_total_s), "d": durations, "g": _gaps(on, durations),
+            "go": _gaps(off, durations), "t": texts + [f"{100 * (off.step_s / on.step_s - 1):.0f}"]}
+
+
+def cap_timelines(model: GridModel, cap_bytes: int | None,
+                  first_cap_bytes: int | None = None) -> dict[str, Any]:
     """Every (β, α, K) timeline of one model and cap, with and without overlap."""
-    buckets, ready_b = cap_buckets(model, cap_bytes)
+    buckets, ready_b = cap_buckets(model, cap_bytes, first_cap_bytes)
     sizes = bucket_sizes(model.spec.param_bytes(), buckets)
     alone = [[b] for b in range(len(buckets))]     # one entry per bucket: see the module docstring
     points: list[dict[str, Any]] = []
@@ -145,15 +173,44 @@ def cap_timelines(model: GridModel, cap_bytes: int | None) -> dict[str, Any]:
             link = Link(alpha * 1e-6, beta * 1e9)
             for k in WORLD_SIZES:
                 cost = {n: ring_allreduce_time(k, n, link) for n in set(sizes)}
-                on = simulate_backward(ready_b, sizes, alone, cost.__getitem__, overlap=True)
-                off = simulate_backward(ready_b, sizes, alone, cost.__getitem__, overlap=False)
-                durations = [to_units(s) for s in on.comm_s]
-                points.append({"on": to_units(on.step_s), "off": to_units(off.step_s),
-                               "exposed": to_units(on.exposed_comm_s), "comm": to_units(on.comm_total_s),
-                               "d": durations,
-                               "g": _gaps(on, durations), "go": _gaps(off, durations)})
+                on, off = (simulate_backward(ready_b, sizes, alone, cost.__getitem__, overlap=overlap)
+                           for overlap in (True, False))
+                points.append(_point(on, off))
+    # A bucket holds consecutive parameters (filled in reverse order): its lowest index and count.
     return {"buckets": len(buckets), "bytes": sizes, "ready": [to_units(t) for t in ready_b],
-            "points": points}
+            "low": [min(b) for b in buckets], "tensors": [len(b) for b in buckets], "points": points}
+
+
+def cap_flag(cap_bytes: int | None) -> str | None:
+    """A cap as 03_overlap.py's --bucket-cap-mb takes it: "25MB" for the notes' decimal MB, a bare
+    number of MiB otherwise; None for "one bucket" (no flag: any cap above the model's bytes)."""
+    if cap_bytes is None:
+        return None
+    if cap_bytes and cap_bytes % MB == 0 and cap_bytes % MiB:
+        return f"{cap_bytes // MB}MB"
+    return f"{cap_bytes / MiB:g}"
+
+
+def show_setting(model_key: str, cap_index: int, beta_gbs: float, alpha_us: float, world_size: int) -> None:
+    """Print one of the page's settings from the full per-parameter simulate_ddp (the page's
+    command line for it): the steps with and without overlap and the exposed communication."""
+    from lecture15.ddp_sim import simulate_ddp
+
+    model = next(m for m in grid_models() if m.key == model_key)
+    label, cap, first = CAPS[cap_index]
+    link = Link(alpha_us * 1e-6, beta_gbs * 1e9)
+    runs = [simulate_ddp(model.spec, world_size, link, model.spec.nbytes if cap is None else cap, first,
+                         overlap=overlap, compute=model.compute) for overlap in (True, False)]
+    print(f"{model.spec.name}, cap {label}, K = {world_size}, α = {alpha_us:g} µs, β = {beta_gbs:g} GB/s: "
+          f"{len(runs[0].buckets)} buckets; step {time_text(runs[0].step_s)} with overlap, "
+          f"{time_text(runs[1].step_s)} without; exposed {time_text(runs[0].exposed_comm_s)}")
+
+
+def latency_units() -> list[list[int]]:
+    """The all-reduce's latency term 2(K−1)α (the cost with no bytes), by α then K: the page
+    splits a bucket's all-reduce into it and the bandwidth term (the rest)."""
+    return [[to_units(ring_allreduce_time(k, 0, Link(alpha * 1e-6, 1e9))) for k in WORLD_SIZES]
+            for alpha in ALPHAS_US]
 
 
 def build_grid() -> dict[str, Any]:
@@ -165,16 +222,21 @@ def build_grid() -> dict[str, Any]:
         data_models.append({
             "key": model.key, "name": spec.name, "description": spec.description,
             "tensors": len(spec.params), "bytes": spec.nbytes, "compute": model.compute_note,
+            "params": [p.name for p in spec.params],
             "backward": to_units(model.compute.backward_s(spec)),
+            "backward_text": time_text(model.compute.backward_s(spec)),
             "forward": to_units(model.compute.forward_s(spec)),
-            "caps": [cap_timelines(model, cap) for _, cap in CAPS]})
-    cap_values = [cap for _, cap in CAPS]
+            "caps": [cap_timelines(model, cap, first) for _, cap, first in CAPS]})
     default = {"model": [m.key for m in models].index(DEFAULT["model"]),
                "layers": UNIFORM_LAYERS.index(DEFAULT["layers"]),
-               "cap": cap_values.index(DEFAULT["cap_bytes"]), "beta": BETAS_GBS.index(DEFAULT["beta_gbs"]),
+               "cap": [(cap, first) for _, cap, first in CAPS].index((DEFAULT["cap_bytes"], None)),
+               "beta": BETAS_GBS.index(DEFAULT["beta_gbs"]),
                "alpha": ALPHAS_US.index(DEFAULT["alpha_us"]), "k": WORLD_SIZES.index(DEFAULT["world_size"])}
     return {"time_unit_s": TIME_UNIT_S,
-            "axes": {"caps": [label for label, _ in CAPS], "cap_bytes": cap_values,
+            "axes": {"caps": [label for label, _, _ in CAPS], "cap_bytes": [cap for _, cap, _ in CAPS],
+                     "first_cap_bytes": [first for _, _, first in CAPS],
+                     "cap_flags": [cap_flag(cap) for _, cap, _ in CAPS],
+                     "first_cap_flags": [cap_flag(first) for _, _, first in CAPS],
                      "beta_gbs": list(BETAS_GBS), "alpha_us": list(ALPHAS_US),
                      "world_size": list(WORLD_SIZES), "layers": list(UNIFORM_LAYERS)},
-            "default": default, "models": data_models}
+            "latency": latency_units(), "default": default, "models": data_models}

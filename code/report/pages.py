@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import platform
+import re
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,14 +17,36 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from common import checker
 from common.files import make_output_dir, write_bytes, write_text
 from common.output import fmt_num
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The order a reader wants: what needs attention first.
-STATUS_ORDER = ("differs", "other machine", "other setting", "not measured", "agrees", "ours only")
-FILTERS = (("all", "every claim"), ("differs", "differs"), ("erratum", "errors in the notes"),
-           ("other machine", "other machine"))
+STATUS_ORDER = ("differs", "other machine", "other setting", "not measured", "not recorded",
+                "calibration target", "agrees", "ours only")
+# What each status word on the pages means (the legend; a test checks every status shown has one).
+STATUS_MEANING = {
+    "agrees": "ours, rounded to the digits the notes print, is the notes' figure (for the notes' \"about\" "
+              "values: within the factor the claim states); the kind says whether from a closed form, under "
+              "a stated assumption, or timed here",
+    "differs": "ours is not the notes' figure; the reason says why",
+    "other machine": "a time measured here beside one the notes measured on their machine: shown, not judged",
+    "other setting": "a flag moved this run off the notes' setting (--quick does for some), so no comparison",
+    "not measured": "this run could not measure it (the reason says what was missing)",
+    "not recorded": "the script recorded no value for this row of the notes (a test fails on it)",
+    "calibration target": "the model was fitted to this figure, so agreeing checks nothing",
+    "ours only": "the notes give no figure; ours is shown for the record",
+    "erratum": "a \"differs\" where the notes are wrong: ours is right, and the reason says why",
+}
+# What each kind of claim (a row's basis) means.
+KIND_MEANING = {
+    checker.EXACT: "a closed form: ours must agree",
+    checker.ASSUMPTION: "agrees under an assumption the script states",
+    checker.MEASURED: "timed on this machine; the notes' figure came from theirs",
+    checker.OBSERVED: "seen happen on real processes here (an equality, a deadlock)",
+    checker.CALIBRATION: "the model was fitted to the notes' figure",
+}
 
 
 def _environment(autoescape: bool) -> Environment:
@@ -54,28 +77,81 @@ def _value(value: Any, unit: str) -> str:
     return "-" if value is None else f"{_cell(value)} {unit}".strip()
 
 
-def _claim_view(claim: dict[str, Any], script: str) -> dict[str, Any]:
+def anchor(*parts: str) -> str:
+    """An id for the page: the script's name, and after it a part or claim, in letters, digits and -."""
+    return "--".join("".join(ch if ch.isalnum() or ch == "_" else "-" for ch in p) for p in parts if p)
+
+
+def _claim_view(claim: dict[str, Any], script: str, claim_id: str) -> dict[str, Any]:
     return dict(claim, script=script, ours_text=_value(claim["ours"], claim["unit"]),
-                notes_text=_value(claim["notes"], claim["unit"]),
+                notes_text=_value(claim["notes"], claim["unit"]), id=claim_id,
+                part_id=anchor(script, claim["part"]),
+                short=[isinstance(v, (int, float)) or len(_value(v, claim["unit"])) <= 24
+                       for v in (claim["ours"], claim["notes"])],
                 label="differs: an error in the notes" if claim.get("erratum") else claim["status"])
+
+
+# A printed line with a bar's characters, or framed in | … |, is a drawing (a bar, a timeline): it
+# keeps its columns and scrolls in its own box on a narrow screen instead of wrapping.
+DRAWING = re.compile(r"[█▏▎▍▌▋▊▉░▒▓│─]|\|[^|]{8,}\|\s*$")
+
+
+def _prose(items: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """A part's prose as blocks: each note its paragraphs; consecutive printed lines one block
+    ("lines", wrapped on the page, or "drawing", kept as printed)."""
+    blocks: list[dict[str, Any]] = []
+    for item in items:
+        if item["kind"] == "note":
+            blocks.append(dict(kind="note", paragraphs=item["text"].split("\n\n")))
+            continue
+        for line in item["text"].split("\n"):
+            kind = "drawing" if DRAWING.search(line) else "lines"
+            if blocks and blocks[-1]["kind"] == kind:
+                blocks[-1]["text"] += "\n" + line
+            else:
+                blocks.append(dict(kind=kind, text=line))
+    return blocks
+
+
+def _caption(name: str, part_title: str, count: int) -> str:
+    """A table's caption: its name in --json, in words; an unnamed one ("table2") says its part."""
+    if name.startswith("table") and name[5:].isdigit():
+        return f"{part_title or 'table'}" + (f" ({name[5:]} of {count})" if count > 1 else "")
+    return name.replace("_", " ")
+
+
+def _part_view(script: str, key: str, part: dict[str, Any], data: dict[str, Any], figures: dict[str, bytes],
+               claims: list[dict[str, Any]]) -> dict[str, Any]:
+    title = part.get("title", "")
+    named = part.get("tables", {})
+    tables = [dict(name=name, caption=_caption(name, title, len(named)), **table)
+              for name, table in named.items()]
+    captions = data.get("captions", {})
+    shown = [dict(name=name, caption=captions.get(name) or name,
+                  data=base64.b64encode(figures[name]).decode("ascii"))
+             for name in part.get("figures", []) if name in figures]
+    return dict(key=key, title=title, id=anchor(script, key), tables=tables, figures=shown, claims=claims,
+                prose=_prose(data.get("prose", {}).get(key, [])),
+                heading=f"{key}: {title}" if key != "intro" else "", )
 
 
 def _script_view(run: dict[str, Any], data: dict[str, Any] | None, figures: dict[str, bytes],
                  doc: str) -> dict[str, Any]:
-    """One script's section: its parts in order, each with tables, figures and claims."""
-    parts = []
+    """One script's section: its parts in order, each with prose, tables, figures and claims."""
+    script, parts = run["script"], []
     if data is not None:
         claims_by_part: dict[str, list[dict[str, Any]]] = {}
-        for claim in data["claims"]:
-            claims_by_part.setdefault(claim["part"], []).append(_claim_view(claim, run["script"]))
+        ids: Counter[str] = Counter()
+        for i, claim in enumerate(data["claims"]):
+            claim_id = anchor(script, claim.get("ref") or f"claim-{i + 1}")
+            ids[claim_id] += 1
+            claim_id += f"-{ids[claim_id]}" if ids[claim_id] > 1 else ""   # a row decided twice
+            claims_by_part.setdefault(claim["part"], []).append(_claim_view(claim, script, claim_id))
         for key, part in data["parts"].items():
-            tables = [dict(name=name, **table) for name, table in part.get("tables", {}).items()]
-            shown = [dict(name=name, data=base64.b64encode(figures[name]).decode("ascii"))
-                     for name in part.get("figures", []) if name in figures]
-            parts.append(dict(key=key, title=part.get("title", ""), tables=tables, figures=shown,
-                              claims=claims_by_part.get(key, [])))
-    return dict(name=run["script"], anchor=run["script"].replace("/", "-").replace(".", "-"), doc=doc,
-                rc=run["rc"], wall_s=run["wall_s"], stdout=run["stdout"], stderr=run["stderr"], parts=parts)
+            parts.append(_part_view(script, key, part, data, figures, claims_by_part.get(key, [])))
+    return dict(name=script, anchor=anchor(script), doc=doc, rc=run["rc"], wall_s=run["wall_s"],
+                stdout=run["stdout"], stderr=run["stderr"], parts=parts,
+                statuses=sorted({c["status"] for p in parts for c in p["claims"]}))
 
 
 def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, dict[str, Any]],
@@ -99,19 +175,39 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         machine=f"{platform.node() or 'this machine'}, Python {platform.python_version()}, "
                 f"{os.cpu_count()} cores",
         quick=quick, total_s=total_s, sections=sections, claims=claims,
-        counts=[(s, counts[s]) for s in STATUS_ORDER if counts[s]] + sorted(
-            (s, n) for s, n in counts.items() if s not in STATUS_ORDER),
-        differs=[c for c in claims if c["status"] == "differs"],
+        counts=[(s, counts[s]) for s in _ordered(counts)],
+        differs=[c for c in claims if c["status"] == "differs" and not c.get("erratum")],
         errata=[c for c in claims if c.get("erratum")],
         failed=[r["script"] for r in runs if r["rc"] != 0],
-        filters=FILTERS, timeline=timeline)
+        filters=_filters(counts, sum(1 for c in claims if c.get("erratum"))),
+        meanings=[(s, STATUS_MEANING.get(s, "")) for s in _ordered(counts)]
+        + [("erratum", STATUS_MEANING["erratum"])],
+        kinds=[(k, KIND_MEANING.get(k, "")) for k in sorted({c["kind"] for c in claims}, key=_kind_order)],
+        timeline=timeline)
     written = []
-    for template, name, escape in (("index.html.j2", "index.html", True), ("report.md.j2", "report.md", False)):
+    for template, name, escape in (("index.html.j2", "index.html", True),
+                                   ("report.md.j2", "report.md", False)):
         text = _environment(escape).get_template(template).render(**context)
         path = directory / name
         write_text(str(path), text)
         written.append(path)
     return written
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    return (list(KIND_MEANING).index(kind) if kind in KIND_MEANING else len(KIND_MEANING), kind)
+
+
+def _ordered(counts: Counter[str]) -> list[str]:
+    """The statuses of a run, in STATUS_ORDER, then any other alphabetically."""
+    return [s for s in STATUS_ORDER if counts[s]] + sorted(s for s in counts if s not in STATUS_ORDER)
+
+
+def _filters(counts: Counter[str], errata: int) -> list[tuple[str, str, int]]:
+    """The claim filters: (key, label, claims it shows): every claim, the notes' errors, each status."""
+    notes = [("erratum", "errors in the notes", errata)] if errata else []
+    each = [(s, s, counts[s]) for s in _ordered(counts)]
+    return [("all", "every claim", sum(counts.values()))] + notes + each
 
 
 ERRATA_INTRO = """Slips the suite finds in the notes: each row is a claim marked as an error in the notes,

@@ -23,6 +23,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from common import checker
 from common.cli import OneLineParser, run_main
 from common.files import check_output_dir, make_output_dir, write_text
 from lecture15 import timeline_grid
@@ -39,14 +40,38 @@ def embedded_json(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+SLIDERS = (("layers", "layers N (uniform stack)"), ("cap", "bucket cap"), ("beta", "bandwidth β"),
+           ("alpha", "latency α"), ("k", "world size K"))
+# (element id, label, whether it is one of the two numbers the page is about)
+CARDS = (("step-on", "step with overlap (DDP)", True), ("step-off", "step without overlap", False),
+         ("exposed", "exposed communication", True), ("faster", "overlap faster by", False),
+         ("buckets", "buckets", False), ("comm", "all-reduce, all buckets", False),
+         ("backward", "backward", False), ("first", "first all-reduce starts", False))
+# The notes' figures for the page's opening setting (lecture 15 §3, 03_overlap.py Part 1), shown beside
+# the cards while the setting is theirs: (card, row of lecture15/notes.toml).
+NOTES_CARDS = (("step-on", "L15-3.2-step-no-first-cap"), ("step-off", "L15-3.1-step-no-overlap"),
+               ("faster", "L15-3.1-faster"), ("first", "L15-3.2-first-comm-start"))
+
+
+def notes_cards() -> list[dict[str, str]]:
+    """Each card's notes' figure at the opening setting, read from the notes' table (never typed here)."""
+    out = []
+    for card, row_id in NOTES_CARDS:
+        row = checker.row(row_id)
+        out.append({"card": card, "row": row_id, "section": row.section, "statement": row.statement,
+                    "text": f"{row.notes_shown:g} {row.unit}".strip()})
+    return out
+
+
 def render_timeline(grid: dict[str, Any] | None = None) -> str:
     """The page's HTML for `grid` (default: timeline_grid.build_grid())."""
-    grid = grid if grid is not None else timeline_grid.build_grid()
+    grid = dict(grid if grid is not None else timeline_grid.build_grid(), notes=notes_cards())
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(("html", "html.j2")))
     compute = ComputeModel()
     return env.get_template("timeline.html.j2").render(
-        grid_json=embedded_json(grid), command=SCRIPT_COMMAND,
-        flops_tps=f"{compute.flops_per_s / 1e12:g}", backward_over_forward=f"{compute.backward_over_forward:g}",
+        grid_json=embedded_json(grid), command=SCRIPT_COMMAND, sliders=SLIDERS, cards=CARDS,
+        flops_tps=f"{compute.flops_per_s / 1e12:g}",
+        backward_over_forward=f"{compute.backward_over_forward:g}",
         uniform_width=timeline_grid.UNIFORM_WIDTH, uniform_tokens=timeline_grid.UNIFORM_TOKENS)
 
 

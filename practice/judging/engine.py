@@ -7,8 +7,10 @@ say PASS, every case gets the same clock, and nothing the solution starts outliv
 inputs)` that runs in the solution's process (it calls the student's functions, or launches ranks
 whose workers call them) and returns plain data, and a `check(inputs, data)` that runs here, in the
 judge's process, and raises `Fail(expected, got, hint)`. Whatever the solution patches in its own
-process (torch.allclose, the judge's modules, the counter) cannot reach a comparison. What it
-returns travels as JSON (judging.plain), never as a pickle, so nothing it sends can run code here.
+process (torch.allclose, the judge's modules) cannot reach a comparison; the data `collect` returns
+can be edited there, so rank cases also read the process groups' own operation counts, not only the
+counter's records (judging.ranks). What comes back travels as JSON (judging.plain), never as a
+pickle, so nothing it sends can run code here, and no report, however malformed, ends the run.
 
 **One process tree per case** (judging.sandbox, judging.procs):
 
@@ -37,7 +39,6 @@ import json
 import os
 import select
 import signal
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,9 @@ from judging.sandbox import Fail
 __all__ = ["Case", "CaseResult", "Fail", "ProblemRun", "hint_for", "run_problem", "take_charge", "verdict"]
 
 OUTPUT_LINES = 3    # lines of what a failed case printed that the report shows
+OUTPUT_TAIL_BYTES = 64 << 10    # the judge reads only this much of the end of what a case printed
+MAX_HEADER_BYTES = 1024     # the keeper's header is a few dozen bytes
+MESSAGE_CHARS, HINT_CHARS = 2000, 300   # what the solution's process says is cut to this
 DEFAULT_DEADLOCK_HINT = "every rank must call the same collectives in the same order; a loop must end"
 
 
@@ -93,16 +97,10 @@ class ProblemRun:
 
 
 # ---- the judge's own process --------------------------------------------------------------------------
-def _on_term(signum: int, frame: Any) -> None:
-    procs.kill_tree()
-    sys.stderr.write("terminated\n")
-    os._exit(128 + signum)
-
-
 def take_charge() -> None:
     """Make this process the judge: orphans below it come back to it, SIGTERM takes its trees down."""
     procs.become_subreaper()
-    signal.signal(signal.SIGTERM, _on_term)
+    procs.kill_tree_on(signal.SIGTERM, "terminated")
 
 
 def _read_until_eof(fd: int, load_deadline: float, deadline: float) -> tuple[bytes, bool]:
@@ -164,13 +162,28 @@ def verdict(case: Case, report: dict[str, Any]) -> dict[str, Any]:
             return {"message": f"what came back is not what the case expects ({type(err).__name__}: "
                                f"{cut(str(err), 60)})"}
         return {"passed": True}
-    if "fail" in report:          # a missing function, said by the solution's process
-        said = report["fail"]
+    said = report.get("fail")
+    if isinstance(said, dict):    # a missing function, said by the solution's process
         expected, got = render_pair(str(said.get("expected")), str(said.get("got")))
-        return {"expected": expected, "got": got, "hint": str(said.get("hint") or case.hint)}
+        return {"expected": expected, "got": got, "hint": cut(str(said.get("hint") or case.hint), HINT_CHARS)}
     if "error" in report:
-        return {"message": str(report["error"])}
+        return {"message": cut(str(report["error"]), MESSAGE_CHARS)}
     return {"message": "the solution's process sent an unreadable report"}
+
+
+def _header(line: bytes) -> dict[str, Any] | None:
+    """The keeper's header line, or None when it is not one the keeper writes: a solution that
+    opens the keeper's pipe (through /proc) can write anything before it kills the keeper."""
+    try:
+        head = json.loads(line.decode()) if 0 < len(line) <= MAX_HEADER_BYTES else None
+    except Exception:  # noqa: BLE001 - bytes a solution may have forged: never an error of the judge's
+        return None
+    if not isinstance(head, dict) or len(head) != 1:
+        return None
+    value = head.get("exit_code", head.get("keeper_error"))
+    if "exit_code" in head and type(value) is int and -256 < value < 256:
+        return head
+    return head if isinstance(head.get("keeper_error"), str) else None
 
 
 def _outcome(case: Case, stream: bytes, ended: bool, limit_s: float) -> dict[str, Any]:
@@ -182,17 +195,14 @@ def _outcome(case: Case, stream: bytes, ended: bool, limit_s: float) -> dict[str
         return {"message": f"timed out after {limit_s:g} s{grace}, stopped by the judge: a loop that never "
                            "ends, or ranks waiting for each other?", "loaded": loaded}
     header, _, report = stream.partition(b"\n")
-    try:
-        head = json.loads(header.decode()) if header else None
-    except ValueError:
-        head = None
-    if not isinstance(head, dict):
-        return {"message": "the solution killed the process that ran it (the judge's keeper, its parent): "
-                           "a case must only return", "loaded": True}
+    head = _header(header)
+    if head is None:
+        return {"message": "the solution killed the process that ran it (the judge's keeper, its parent) or "
+                           "wrote to its pipe: a case must only return", "loaded": True}
     if "keeper_error" in head:
         return {"message": f"the judge failed to run the case: {head['keeper_error']}"}
     if not report:
-        return {"message": _exit_words(int(head.get("exit_code", 0)))}
+        return {"message": _exit_words(head["exit_code"])}
     try:
         parsed = plain.loads(report)
     except plain.Unreadable as err:
@@ -210,9 +220,42 @@ def hint_for(module: ModuleType, case: Case, message: str) -> str:
 
 
 def _printed(capture: IO[bytes]) -> str:
-    capture.seek(0)
-    lines = [ln for ln in capture.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    """The last lines the case printed (from its last 64 KiB: what it printed may be 16 MiB)."""
+    size = os.fstat(capture.fileno()).st_size
+    capture.seek(max(0, size - OUTPUT_TAIL_BYTES))
+    tail = capture.read(OUTPUT_TAIL_BYTES)
+    lines = [ln for ln in tail.decode("utf-8", "replace").splitlines() if ln.strip()]
     return "\n".join(ln[:TEXT_WIDTH] for ln in lines[-OUTPUT_LINES:])
+
+
+def _printed_too_much(outcome: dict[str, Any], capture: IO[bytes]) -> dict[str, Any]:
+    """The outcome, unless the case printed up to the limit: then that is why it failed (its
+    prints failed past it, or made it slow; a right answer beside them does not count)."""
+    if os.fstat(capture.fileno()).st_size < sandbox.OUTPUT_LIMIT_BYTES:
+        return outcome
+    words = (f"printed {sandbox.OUTPUT_LIMIT_BYTES >> 20} MiB, the most a case may print (a print past it "
+             "fails with OSError: File too large)")
+    if "import_error" in outcome or outcome.get("loaded") is False:
+        return {"import_error": f"importing the file {words}"}
+    return {"message": f"the solution {words}: print less, and never in an endless loop"}
+
+
+def _result(problem: str, module: ModuleType, case: Case, outcome: dict[str, Any], seconds: float,
+            capture: IO[bytes]) -> CaseResult:
+    """The case's line in the report, from its outcome."""
+    if outcome.get("passed"):
+        return CaseResult(problem, case.name, True, seconds)
+    message = outcome.get("message", "")
+    return CaseResult(problem, case.name, False, seconds, message=message, expected=outcome.get("expected", ""),
+                      got=outcome.get("got", ""), hint=outcome.get("hint") or hint_for(module, case, message),
+                      output=_printed(capture), inputs=outcome.get("inputs") or cut(show(case.inputs)))
+
+
+def _judge_failed(problem: str, case: Case, seconds: float, err: Exception) -> CaseResult:
+    """A case the judge itself could not judge: failed, saying so, and the run goes on."""
+    return CaseResult(problem, case.name, False, seconds, hint=case.hint, inputs=cut(show(case.inputs)),
+                      message=f"the judge failed on this case ({type(err).__name__}: {cut(str(err), 80)}); "
+                              "please report it")
 
 
 def run_problem(problem: str, module: ModuleType, cases: list[Case], solution_path: Path,
@@ -224,21 +267,18 @@ def run_problem(problem: str, module: ModuleType, cases: list[Case], solution_pa
             capture.seek(0)
             capture.truncate()
             case_began = time.perf_counter()
-            outcome = _outcome(case, *_run_tree(case, solution_path, limit_s, capture), limit_s)
-            if "import_error" in outcome or outcome.get("loaded") is False:
-                run.error = outcome.get("import_error") or f"importing {solution_path.name} took more than {limit_s:g} s"
-                run.results += [CaseResult(problem, c.name, False, 0.0, message="not run: the file did not load",
-                                           hint="") for c in cases[index:]]
-                break
-            seconds = time.perf_counter() - case_began
-            if outcome.get("passed"):
-                run.results.append(CaseResult(problem, case.name, True, seconds))
-                continue
-            message = outcome.get("message", "")
-            hint = outcome.get("hint") or hint_for(module, case, message)
-            run.results.append(CaseResult(
-                problem, case.name, False, seconds, message=message, expected=outcome.get("expected", ""),
-                got=outcome.get("got", ""), hint=hint, output=_printed(capture),
-                inputs=outcome.get("inputs") or cut(show(case.inputs))))
+            try:
+                outcome = _outcome(case, *_run_tree(case, solution_path, limit_s, capture), limit_s)
+                outcome = _printed_too_much(outcome, capture)
+                if "import_error" in outcome or outcome.get("loaded") is False:
+                    run.error = (outcome.get("import_error")
+                                 or f"importing {solution_path.name} took more than {limit_s:g} s")
+                    run.results += [CaseResult(problem, c.name, False, 0.0, message="not run: the file did not load",
+                                               hint="") for c in cases[index:]]
+                    break
+                result = _result(problem, module, case, outcome, time.perf_counter() - case_began, capture)
+            except Exception as err:  # noqa: BLE001 - the judge's own failure costs one case, not the run
+                result = _judge_failed(problem, case, time.perf_counter() - case_began, err)
+            run.results.append(result)
     run.seconds = time.perf_counter() - began
     return run

@@ -16,7 +16,7 @@ import torch
 from common.costmodel import ring_allreduce_bytes_per_device
 from judging.engine import Case, Fail
 from judging.messages import kind, show
-from judging.ranks import check_seen, counted, run_ranks, solution_in_rank
+from judging.ranks import check_seen, counted, recorded_calls, run_ranks, solution_in_rank
 from judging.sandbox import function
 
 FUNCTIONS = ("ring_allreduce",)
@@ -53,6 +53,12 @@ def _check_traffic(data: list[Any]) -> None:
         if used:
             calls = ", ".join(f"{name} ×{count}" for name, count in used.items())
             raise Fail("send/recv only", f"rank {rank} called {calls}", HINT_P2P)
+        # A send, a receive or a barrier is one operation of its group: more ran than the counter
+        # recorded means a call its records do not show (they live in the solution's process).
+        ran, calls = res["traffic"]["ran"], recorded_calls(res["traffic"])
+        if ran is not None and ran != calls:
+            raise Fail("send/recv only", f"rank {rank}'s group ran {ran} operations; the counter recorded "
+                                         f"{calls} sends, receives, barriers", HINT_P2P)
 
 
 def _check_sum(data: list[Any], expected: torch.Tensor) -> None:

@@ -3,8 +3,10 @@
 The judge drives the student's MyDDP the way the exercise says: the first micro-batches forward and
 backward inside `with ddp.no_sync():`, the last one outside, then `ddp.finish_gradient_sync()`.
 Every rank's torch.distributed traffic is counted below the names, inside the block (none allowed)
-and after it (the all-reduces must come back); the gradients are compared, here in the judge, with
-one process on the whole batch.
+and after it (the all-reduces must come back); "none inside" is read from the process groups' own
+operation numbers (judging.ranks.watched), not only from the counter's records, which code in the
+solution's process can edit. The gradients are compared, here in the judge, with one process on
+the whole batch.
 """
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ from typing import Any
 
 import torch
 
-from common import dist_count
 from judging.engine import Case, Fail
 from judging.messages import kind
-from judging.ranks import check_seen, run_ranks, solution_in_rank, traffic
+from judging.ranks import check_seen, run_ranks, solution_in_rank, watched
 from judging.sandbox import function
 from lecture15.handbook_model import global_batch, handbook_model, shard, share_of_loss
 
 FUNCTIONS = ("MyDDP",)
 HIDDEN, CAP, BATCH = 32, 4096, 31     # several buckets; 31 samples: unequal shards on 2 and 3 ranks
 TOL = 1e-12                           # float64: only the summation order differs
+QUIET = "no communication inside no_sync (forward and backward)"
 HINT_NO_COMM = "README hint 1: check the flag at the top of _on_grad_ready and return before any all_reduce"
 HINT_SYNC = "README hint 2: set the flag back when the block ends (try/finally), so the next backward syncs"
 HINT_GRADS = "README hint 3: the .grad sums of every micro-batch are what the synced backward all-reduces"
@@ -59,11 +61,10 @@ def _raises_inside(ddp: Any, x: torch.Tensor, y: torch.Tensor, world: int) -> di
             raise KeyError("the judge's exception inside no_sync")
     except KeyError:
         pass
-    with dist_count.counting() as after:
+    with watched() as after:
         share_of_loss(ddp, x, y, BATCH, world).backward()
         ddp.finish_gradient_sync()
-        intact = dist_count.installed()
-    return {"inside": None, "after": traffic(after, intact), "grads": _grads(ddp)}
+    return {"inside": None, "after": after, "grads": _grads(ddp)}
 
 
 def accumulate_worker(rank: int, world: int, micro: int, scenario: str) -> dict[str, Any]:
@@ -79,16 +80,14 @@ def accumulate_worker(rank: int, world: int, micro: int, scenario: str) -> dict[
     for _ in range(2 if scenario == "twice" else 1):
         for p in ddp.parameters():
             p.grad = None
-        with dist_count.counting() as inside:
+        with watched() as inside:
             with ddp.no_sync():
                 for piece in pieces[:-1]:
                     share_of_loss(ddp, X[piece], Y[piece], BATCH, world).backward()
-            inside_intact = dist_count.installed()
-        with dist_count.counting() as after:
+        with watched() as after:
             share_of_loss(ddp, X[pieces[-1]], Y[pieces[-1]], BATCH, world).backward()
             ddp.finish_gradient_sync()
-            after_intact = dist_count.installed()
-        out = {"inside": traffic(inside, inside_intact), "after": traffic(after, after_intact), "grads": _grads(ddp)}
+        out = {"inside": inside, "after": after, "grads": _grads(ddp)}
     return out
 
 
@@ -98,15 +97,20 @@ def collect(solution: ModuleType, inputs: dict[str, Any]) -> list[Any]:
 
 def _check_quiet(data: list[Any]) -> None:
     for rank, res in enumerate(data):
-        if res["inside"] and (res["inside"]["collectives"] or res["inside"]["sends"]):
-            used = ", ".join(f"{name} ×{count}" for name, count in res["inside"]["collectives"].items())
-            raise Fail("no communication inside no_sync (forward and backward)",
-                       f"rank {rank} called {used or 'send'}", HINT_NO_COMM)
+        inside = res["inside"]
+        if not inside:
+            continue
+        if inside["collectives"] or inside["sends"]:
+            used = ", ".join(f"{name} ×{count}" for name, count in inside["collectives"].items())
+            raise Fail(QUIET, f"rank {rank} called {used or 'send'}", HINT_NO_COMM)
+        if inside["ran"]:         # the groups' own count: the counter's records may have been edited
+            raise Fail(QUIET, f"rank {rank}'s group ran {inside['ran']} operation(s) in it; the counter's "
+                              "records show none", HINT_NO_COMM)
 
 
 def _check_synced(data: list[Any]) -> None:
     for rank, res in enumerate(data):
-        if not res["after"]["collectives"].get("all_reduce"):
+        if not res["after"]["collectives"].get("all_reduce") or res["after"]["ran"] == 0:
             raise Fail("all-reduces in the first backward after no_sync", f"rank {rank} called none", HINT_SYNC)
 
 
@@ -124,9 +128,9 @@ def _check_grads(data: list[Any], what: str) -> None:
 
 def checker(*parts: str, what: str = f"one process on all {BATCH} samples") -> Any:
     def check(inputs: dict[str, Any], data: list[Any]) -> None:
-        check_seen(data, "inside", "after")
-        if "quiet" in parts:
+        if "quiet" in parts:      # first: what ran inside no_sync is known even when the counter is not
             _check_quiet(data)
+        check_seen(data, "inside", "after")
         if "synced" in parts:
             _check_synced(data)
         if "grads" in parts:

@@ -14,10 +14,12 @@ Keeper -> judge, one pipe: b"L" as soon as the solution's file is loaded, then o
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
 import os
+import resource
 import select
 import signal
 import sys
@@ -25,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from common.files import _write_all  # the one loop that writes all of a buffer to a descriptor
 from judging import plain, procs
 from judging.messages import describe_failure, error_line, kind
 
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 
 LOADED = b"L"
 MAX_REPORT_BYTES = 64 << 20       # more than any case sends; a runaway report is cut, then unreadable
+OUTPUT_LIMIT_BYTES = 16 << 20     # what a case may print (its file, and any other file it writes)
 
 
 class SolutionError(Exception):
@@ -89,16 +93,14 @@ def call(solution: ModuleType, name: str, *args: Any) -> dict[str, Any]:
 
 
 def _redirect_output(capture_fd: int) -> None:
-    """What the solution (and its ranks) print goes to the case's file, not between the judge's lines."""
+    """What the solution (and its ranks) print goes to the case's file, not between the judge's lines.
+    The file is a regular one so that the kernel's file size limit can bound it: a print loop fills
+    16 MiB, then every write fails (EFBIG; Python ignores SIGXFSZ), instead of filling the disk.
+    Soft and hard limit alike, so the solution cannot raise it (short of being root)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
     os.dup2(capture_fd, 1)
     os.dup2(capture_fd, 2)
     sys.stdout = sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(1), "wb"), write_through=True)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def report(case: Case, solution: ModuleType, path: Path) -> dict[str, Any]:
@@ -126,17 +128,12 @@ def _solution_main(case: Case, path: Path, report_fd: int) -> None:
         data = plain.dumps(report(case, solution, path))
     except Exception as err:  # noqa: BLE001 - a value no encoder expected
         data = plain.dumps({"error": f"what came back could not be sent to the judge ({type(err).__name__})"})
-    sys.stdout.flush()
+    with contextlib.suppress(OSError):     # past the output limit the last print cannot be written
+        sys.stdout.flush()
     _write_all(report_fd, data)
 
 
 # ---- the keeper ------------------------------------------------------------------------------------------
-def _on_term(signum: int, frame: Any) -> None:
-    """The judge died or stops the case: take the whole tree down with us."""
-    procs.kill_tree()
-    os._exit(128 + signum)
-
-
 def _relay(read_fd: int, pid: int, judge_fd: int) -> tuple[bytes, int]:
     """Read the solution's report until the process has ended (its exit, not the pipe's end: a fork
     may hold the pipe open); pass LOADED on at once. Returns (report, exit code)."""
@@ -170,7 +167,7 @@ def _relay(read_fd: int, pid: int, judge_fd: int) -> tuple[bytes, int]:
 def keeper_main(case: Case, path: Path, judge_pid: int, judge_fd: int, capture_fd: int) -> None:
     """Run one case below this process and report it to the judge (never returns)."""
     try:
-        signal.signal(signal.SIGTERM, _on_term)
+        procs.kill_tree_on(signal.SIGTERM)    # the judge died or stops the case: the tree goes with us
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the judge's to handle
         os.setsid()                       # its own session: a terminal's signals reach the judge only
         procs.become_subreaper()          # orphans below (daemons) come back to us, not to init

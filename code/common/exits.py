@@ -1,0 +1,78 @@
+"""How a script ends: `run_main(main)` turns whatever stops a run into one line on stderr and the
+exit status a shell expects, never a traceback.
+
+    if __name__ == "__main__":
+        run_main(main)
+
+Bad input (`UsageError`) -> exit 2; a failure at run time (a rank, a file: `RunFailure`, or any
+other exception) -> exit 1; Ctrl-C -> 130; SIGTERM -> 143; a closed pipe -> 141. The flags
+themselves are `common.cli`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from typing import Any, Callable
+
+from common.errors import RunFailure, UsageError, clip_values
+from common.torchrun import quiet_unless_rank0
+
+__all__ = ["run_main"]
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """Run a script's main() so that it ends in one line, never a traceback, every line with the
+    same prefix as a usage error's ("02_buckets.py: error: …"):
+    bad input -> exit 2; a failure at run time (a rank, a file) -> exit 1 (COURSE_DEBUG=1 shows
+    the traceback too); Ctrl-C -> "interrupted", 130; SIGTERM -> "terminated", 143, after the
+    same clean-up as an error (no temporary file is left); a closed pipe (`| head`) -> quiet,
+    141, as a shell reports a reader that stopped early."""
+    quiet_unless_rank0()  # under torchrun only rank 0 speaks: set where the script starts, not at import
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        main()
+        sys.stdout.flush()
+    except UsageError as err:
+        _error_line(clip_values(str(err)))
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except _Terminated:
+        sys.stderr.write("terminated\n")
+        sys.exit(128 + signal.SIGTERM)
+    except BrokenPipeError:
+        # Python would complain again when it flushes stdout at exit: point stdout at nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except Exception as err:  # noqa: BLE001 - the one place a run-time failure becomes one line
+        if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
+            sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
+        _error_line(_one_line(err))
+        sys.exit(1)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the main thread is, so `finally` blocks clean up as for Ctrl-C."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def _error_line(text: str) -> None:
+    sys.stderr.write(f"{_prog()}: error: {text}\n")
+
+
+def _prog() -> str:
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if isinstance(err, RunFailure):
+        return text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -1,0 +1,311 @@
+"""CS336 lecture 8, pipeline parallelism (流水线并行 … 1F1B 调度): PyTorch's own schedules on real ranks.
+
+    python code/cs336/08_pipeline_schedules.py [--pp 4] [--micro-batches 8] [--layers 8] [--width 128]
+    torchrun --standalone --nproc-per-node=4 code/cs336/08_pipeline_schedules.py
+
+torch.distributed.pipelining runs the notes' deep MLP (cs336/mlp.py) cut into --pp stages S, one
+per rank (gloo, CPU, float64): PipelineStage under ScheduleGPipe, Schedule1F1B and
+ScheduleInterleaved1F1B (two virtual stages per rank), at --micro-batches M, and interleaved again
+at M = S. Part 1 compares each with one process (loss, gradients, parameters after --steps SGD
+steps): a gap beyond round-off ends the run in exit 1. Part 2 prints the order in which each rank
+really ran its forward and backward passes, recorded from the stage module's forward and a hook on
+its output's gradient, beside the order cs336/pipeline.py simulates (06_pipeline.py's schedules),
+and says where they differ and why (a rank off the order predicted for it ends the run in
+exit 1 too). Part 3 counts the activations each stage held against the
+simulator's peak; Part 4 the messages each rank sent against the formula that 05_parallel.py's
+hand-written GPipe (its Part 3) meets.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+import os
+
+import torch
+from torch import nn
+
+# Imported here, before the ranks fork, so they inherit it (it imports torch._dynamo: ~2 s each otherwise).
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+from common import costmodel as cm
+from common.budget import Cost, Term
+from common.cli import UsageError, make_parser, run_main
+from common.dist_count import counting
+from common.launcher import launch
+from common.output import Report, fmt_bytes
+from common.torchrun import under_torchrun
+from cs336 import mlp
+from cs336 import pipeline as pp
+from cs336.engine_probes import PassLog, listed_order, most_held, order_text
+
+ELEM = 8                 # float64: the pipeline and one process differ only in the order of additions
+VIRTUAL = 2              # interleaved 1F1B: model chunks (virtual stages) per rank
+DEFAULT_STAGES = 4
+CHECK_TOL = 1e-9         # round-off is ~1e-16 here; a lost micro-batch or a wrong stage is far above
+TF_MS, TB_MS = 10.0, 20.0  # the notes' worked example (t_b = 2 t_f): how Part 2 lays an order out in time
+# CPU time here (bench/bench_costs.py, 2 cores): imports and the one-process reference, then every
+# schedule's passes (4 runs × steps × S·M micro-batch passes per rank) and the W² gloo start-up.
+COST = Cost([Term("1", 9.0, lambda a: 1), Term("S²", 0.05, lambda a: stages(a) ** 2),
+             Term("S·M·steps", 0.004, lambda a: stages(a) * a.micro_batches * a.steps),
+             Term("L·steps·B·(d/1000)²", 0.05,
+                  lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2)],
+            memory=lambda a: ELEM * (stages(a) + 2) * 4 * a.layers * a.width * (a.batch + a.width),
+            ranks=lambda a: stages(a))
+
+
+def stages(args: argparse.Namespace) -> int:
+    """S: --pp, or --world-size when only that was moved (a rank per stage either way)."""
+    return args.pp if args.pp != DEFAULT_STAGES else args.world_size
+
+
+# ---- rank code ----------------------------------------------------------------------------------
+class StageBlock(nn.Module):
+    """One stage's consecutive layers of the deep MLP: x = gelu(x @ W) for each of its W."""
+
+    def __init__(self, ws: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.ws = nn.ParameterList(nn.Parameter(w.clone()) for w in ws)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return mlp.forward(list(self.ws), x)
+
+
+def run_schedule(rank: int, k: int, params: list[torch.Tensor], x: torch.Tensor, steps: int, kind: str,
+                 micro_batches: int) -> dict:
+    v = VIRTUAL if kind == "interleaved" else 1
+    layers = mlp.stage_layers(len(params), k * v)
+    log, modules, stages_here = PassLog(), [], []
+    for chunk in range(v):
+        index = chunk * k + rank            # virtual stage j on rank j mod S, as the simulator places it
+        module = StageBlock([params[i] for i in layers[index]])
+        stage = PipelineStage(module, index, k * v, torch.device("cpu"))
+        log.watch(stage, module)
+        modules.append((index, module))
+        stages_here.append(stage)
+
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return (out - target).square().sum() / x.numel()   # summed over the micro-batches: the batch's mean
+
+    if kind == "interleaved":   # scale_grads=False: the loss is already the batch's mean
+        schedule = ScheduleInterleaved1F1B(stages_here, micro_batches, loss_fn=loss_fn, scale_grads=False)
+    else:
+        engine = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[kind]
+        schedule = engine(stages_here[0], micro_batches, loss_fn=loss_fn, scale_grads=False)
+    opt = torch.optim.SGD([p for _, m in modules for p in m.parameters()], lr=mlp.LR_SGD)
+    res: dict = {"listed": listed_order(schedule, rank)}
+    for step in range(steps):
+        opt.zero_grad()
+        log.recording, losses = step == 0, []
+        with counting() as counts:          # the last step's are kept: the first also exchanges shapes
+            schedule.step(*([x] if rank == 0 else []), target=torch.zeros_like(x), losses=losses)
+        if step == 0:
+            res["loss"] = sum(loss.item() for loss in losses) if losses else None
+            res["grads"] = {i: w.grad.clone() for index, m in modules for i, w in zip(layers[index], m.ws)}
+        opt.step()
+    res["params"] = {i: w.detach() for index, m in modules for i, w in zip(layers[index], m.ws)}
+    return res | {"passes": log.passes, "most_cached": log.most_cached, "sends": counts.sends,
+                  "sent": counts.sent_bytes}
+
+
+def schedules_worker(rank: int, world_size: int, params: list[torch.Tensor], x: torch.Tensor, steps: int,
+                     runs: dict[str, tuple[str, int]]) -> dict:
+    """Every schedule in turn on this rank."""
+    return {key: run_schedule(rank, world_size, params, x, steps, kind, m) for key, (kind, m) in runs.items()}
+
+
+# ---- the parts: the parent compares and prints --------------------------------------------------
+def simulated(kind: str, s: int, m: int) -> pp.PipelineRun:
+    return pp.run_schedule(kind, s, m, TF_MS / 1e3, TB_MS / 1e3, virtual=VIRTUAL)
+
+
+def label(key: str, runs: dict[str, tuple[str, int]]) -> str:
+    kind, m = runs[key]
+    return f"{kind}{' 1F1B' if kind == 'interleaved' else ''}, M = {m}"
+
+
+def part1_one_process(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
+    rep.part(1, "each schedule against one process: loss, gradients, parameters after the steps")
+    ref, rows = mlp.train_one_process(*data(args), args.steps, "sgd"), []
+    for key in runs:
+        out = [r[key] for r in ranks]
+        grads = {i: g for r in out for i, g in r["grads"].items()}
+        params = {i: p for r in out for i, p in r["params"].items()}
+        every = range(args.layers)
+        gaps = [abs(out[-1]["loss"] - ref.loss), mlp.max_abs_diff([grads[i] for i in every], ref.grads),
+                mlp.max_abs_diff([params[i] for i in every], ref.params_after[-1])]
+        rows.append([label(key, runs), *gaps])
+        rep.value(f"{key}_max_diff", max(gaps))
+    rep.table(["schedule", "loss", f"gradient of each of the {args.layers} W",
+               f"parameters after {args.steps} SGD steps"], rows, name="vs_one_process")
+    rep.note("max |difference| from the same model trained in one process (cs336/mlp.py). The loss is\n"
+             "Σ over micro-batches of Σ out² / (B·d): each micro-batch's share of the batch's mean, so the\n"
+             "schedules run with scale_grads=False (PyTorch would otherwise divide the gradients by M)")
+    for row in rows:
+        rep.check_close(f"{row[0]} against one process", max(row[1:]), CHECK_TOL)
+
+
+def data(args: argparse.Namespace) -> tuple[list[torch.Tensor], torch.Tensor]:
+    return (mlp.make_params(args.layers, args.width, args.seed),
+            mlp.make_batch(args.batch, args.width, args.seed))
+
+
+def as_megatron(s: int, m: int, rank: int) -> bool:
+    """Whether PyTorch's interleaved 1F1B runs Megatron-LM's order (the simulator's) on `rank`.
+    PyTorch warms up with (v - 1)·S + 2(S - 1 - r) forwards on rank r (_get_warmup_ops, M a multiple
+    of S), as Megatron does, except that Megatron runs all v·M forwards first when M = S; the steady
+    phase that follows starts with a forward, so a warm-up one short of v·M is the same order."""
+    return m != s or (VIRTUAL - 1) * s + 2 * (s - 1 - rank) + 1 >= VIRTUAL * m
+
+
+def part2_orders(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
+    s = stages(args)
+    rep.part(2, f"the order each rank ran its passes, against cs336/pipeline.py's simulated order (S = {s})")
+    rep.note(f"a timeline is an order laid out as the simulator runs it, with the notes' t_f = {TF_MS:g} ms\n"
+             f"and t_b = {TB_MS:g} ms (interleaved: 1/{VIRTUAL} of that per chunk); the order is what\n"
+             "ran, the times a model")
+    rep.value("stages", s)
+    for key, (kind, m) in runs.items():
+        v = VIRTUAL if kind == "interleaved" else 1
+        ran = [r[key]["passes"] for r in ranks]
+        sim = simulated(kind, s, m)
+        laid = pp.simulate(ran, m, TF_MS / 1e3, TB_MS / 1e3, virtual=v, name=kind)
+        same = [a == b for a, b in zip(ran, sim.orders)]
+        rep.line(f"\n  {label(key, runs)}: {sum(same)} of {s} ranks ran the simulator's order; makespan "
+                 f"{laid.makespan * 1e3:g} ms (the simulator's order: {sim.makespan * 1e3:g} ms)")
+        for row in pp.ascii_chart(laid)[0]:
+            rep.line("    " + row.replace("stage ", "rank "))
+        for rank in [r for r in range(s) if not same[r]]:
+            rep.line(f"    rank {rank} ran   {order_text(ran[rank], s)}\n"
+                     f"    simulator's  {order_text(sim.orders[rank], s)}")
+        predicted = [kind != "interleaved" or as_megatron(s, m, r) for r in range(s)]
+        rep.values(**{f"{key}_ranks_as_simulated": sum(same), f"{key}_ranks_predicted": sum(predicted),
+                      f"{key}_makespan_ms": round(laid.makespan * 1e3, 9),
+                      f"{key}_sim_makespan_ms": round(sim.makespan * 1e3, 9)})
+        # a rank off the simulator's order that no rule of PyTorch's explains is a failure, as a gap is
+        unexplained = sum(a != b for a, b in zip(same, predicted))
+        rep.check_close(f"{label(key, runs)} order against the simulator's, in ranks", unexplained, 0)
+    short = [r for r in range(s) if not as_megatron(s, runs["interleaved_ms"][1], r)]
+    rep.note(f"interleaved at M = S: Megatron-LM runs every forward first when M = S, and so does the\n"
+             "simulator; PyTorch keeps its general warm-up of (v-1)·S + 2(S-1-r) forwards on rank r, then\n"
+             f"one forward and one backward: fewer than the v·M = {VIRTUAL * s} forwards on "
+             f"rank{'s' if len(short) > 1 else ''} {', '.join(map(str, short)) or 'none'}, which start\n"
+             "backwards earlier: the same makespan, fewer activations held (Part 3). For M a multiple of S\n"
+             "from 2S on, both agree")
+    listed = ranks[-1]["1F1B"]["listed"]
+    ran_last = [(kind, m) for kind, m, _ in ranks[-1]["1F1B"]["passes"]]
+    if listed and listed != ran_last:
+        shown = " ".join(f"{kind}{m}" for kind, m in listed[:6])
+        rep.note(f"Schedule1F1B.pipeline_order, PyTorch's own listing, gives the last rank {shown} …, off\n"
+                 "by one micro-batch from what ran (F0 B0 F1 …): the orders here are recorded, not read\n"
+                 "from it")
+
+
+def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
+    s = stages(args)
+    rep.part(3, "activations held per stage: what ran, PyTorch's cache, the simulator's peak")
+    rows, ran_all, cached_all = [], [], []
+    for key, (kind, m) in runs.items():
+        v = VIRTUAL if kind == "interleaved" else 1
+        ran = [most_held(r[key]["passes"], v) for r in ranks]
+        cached = [r[key]["most_cached"] / v for r in ranks]
+        sim = simulated(kind, s, m).peak_activations
+        bound = {"GPipe": f"M = {m}", "1F1B": f"min(S - s, M) ≤ S = {s}"}.get(kind, "-")
+        rows.append([label(key, runs), *(" ".join(f"{h:g}" for h in held) for held in (ran, cached, sim)),
+                     bound])
+        ran_all.append(rows[-1][1])
+        cached_all.append(rows[-1][2])
+        rep.values(**{f"{key}_held": rows[-1][1], f"{key}_held_sim": rows[-1][3],
+                      f"{key}_held_most": max(ran), f"{key}_held_sim_most": max(sim)})
+    rep.table(["schedule", "ran, rank 0 … S-1", "PyTorch's fwd_cache", "simulator", "notes' bound"], rows,
+              name="held")
+    rep.values(held_all=" | ".join(ran_all), cached_all=" | ".join(cached_all))
+    rep.note("micro-batches whose forward had run on the stage and whose backward had not, at most (in\n"
+             f"whole stages: an interleaved chunk is 1/{VIRTUAL}); 'ran' counts them in the recorded order,\n"
+             "the cache is what PyTorch's stages kept for backward, read after every forward. GPipe keeps\n"
+             "all M; 1F1B at most S - s on stage s (the notes' O(S)), whatever M is")
+
+
+def part4_sends(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
+    s = stages(args)
+    rep.part(4, "messages each rank sent per step, counted, against 05_parallel.py's GPipe formula")
+    rows = []
+    for key, (kind, m) in runs.items():
+        v = VIRTUAL if kind == "interleaved" else 1
+        # rank r's virtual stages r, r + S, …, each a stage of an S·v-stage pipeline of the same batch
+        formula = [[cm.pp_step_traffic(s * v, j, m, args.batch, args.width, ELEM) for j in range(r, s * v, s)]
+                   for r in range(s)]
+        sends, f_sends = ([r[key]["sends"] for r in ranks], [sum(c for c, _ in f) for f in formula])
+        sent, f_sent = sum(r[key]["sent"] for r in ranks), sum(b for f in formula for _, b in f)
+        rows.append([label(key, runs), " ".join(map(str, sends)), " ".join(map(str, f_sends)),
+                     fmt_bytes(sent), fmt_bytes(f_sent)])
+        rep.values(**{f"{key}_sends": rows[-1][1], f"{key}_sends_formula": rows[-1][2], f"{key}_sent": sent,
+                      f"{key}_sent_formula": f_sent})
+    rep.table(["schedule", "sends per rank", "formula", "bytes sent, all ranks", "formula"], rows,
+              name="sends")
+    rep.note("counted by common.dist_count (PyTorch's batch_isend_irecv ends in ProcessGroup.send) in the\n"
+             "last step (the first also exchanges shapes). The formula is costmodel.pp_step_traffic, which\n"
+             "05_parallel.py's send/recv GPipe meets: a micro-batch's activation forward, its gradient\n"
+             f"back. Interleaved is a pipeline of {VIRTUAL}·S stages: {VIRTUAL}·S - 1 boundaries to cross\n"
+             "where plain schedules have S - 1, each crossed by the whole batch's activation and its\n"
+             "gradient")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """One rank per stage; sizes every schedule (and the simulator) accepts."""
+    if args.pp != args.world_size and DEFAULT_STAGES not in (args.pp, args.world_size):
+        raise UsageError(f"--pp {args.pp} and --world-size {args.world_size}: one rank per stage, "
+                         "give one of them")
+    s = stages(args)
+    if under_torchrun() and s != int(os.environ["WORLD_SIZE"]):
+        raise UsageError(f"--pp {s} under torchrun with {os.environ['WORLD_SIZE']} ranks: one rank per stage")
+    args.pp = args.world_size = s
+    if s < 2:
+        raise UsageError(f"--pp must be at least 2 (a pipeline needs two stages), got {s}")
+    if args.micro_batches < s or args.micro_batches % s:
+        raise UsageError(f"--micro-batches {args.micro_batches}: a multiple of --pp {s} (1F1B needs M ≥ S, "
+                         "interleaved 1F1B M a multiple of S)")
+    if args.layers < VIRTUAL * s:
+        raise UsageError(f"--layers {args.layers} < {VIRTUAL}·S = {VIRTUAL * s}: a layer per virtual stage")
+    if args.steps < 2:
+        raise UsageError(f"--steps {args.steps}: at least 2 (Part 4 counts the last step's messages; "
+                         "the first also exchanges shapes)")
+    if args.batch % args.micro_batches:
+        # PyTorch sizes a stage's receive buffers from the first micro-batch: a shorter one fails
+        raise UsageError(f"--batch {args.batch}: a multiple of --micro-batches {args.micro_batches} "
+                         "(PyTorch's stages need micro-batches of one size)")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, pp=DEFAULT_STAGES, world_size=DEFAULT_STAGES, micro_batches=8, layers=8,
+                         width=128, batch=32, steps=2, seed=0, real=True, cost=COST,
+                         context={"pp": "S, a rank each", "world_size": "the same as --pp",
+                                  "micro_batches": "M", "width": "d of every layer", "steps": "SGD steps",
+                                  "seed": "weights and data"})
+    args = parser.parse_args()
+    check_args(args)
+    s, m = args.pp, args.micro_batches
+    runs = {"GPipe": ("GPipe", m), "1F1B": ("1F1B", m), "interleaved": ("interleaved", m),
+            "interleaved_ms": ("interleaved", s)}    # at M = S PyTorch and Megatron part ways (Part 2)
+    rep = Report(__file__, "torch.distributed.pipelining's schedules beside the simulator (CS336 lecture 8)",
+                 args)
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
+             f"loss = mean(x²), float64;\n  S = {s} stages on {s} real ranks (gloo), M = {m} micro-batches, "
+             f"interleaved with {VIRTUAL} chunks per rank, {args.steps} steps")
+    ranks = launch(schedules_worker, s, *data(args), args.steps, runs, timeout_s=args.timeout_s)
+    part1_one_process(rep, args, runs, ranks)   # loss, gradients, parameters: = one process
+    part2_orders(rep, args, runs, ranks)        # what each rank ran, the simulator's order, timelines
+    part3_activations(rep, args, runs, ranks)   # GPipe holds M micro-batches, 1F1B at most S
+    part4_sends(rep, args, runs, ranks)         # send/recv counted = 05's GPipe formula
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,307 @@
+"""CS336 lecture 8, ZeRO (ZeRO：在数据并行中消除冗余): PyTorch's ZeroRedundancyOptimizer and FSDP2 on real ranks.
+
+    python code/cs336/09_zero.py [--world-size 4] [--layers 6] [--width 130] [--batch 32] [--steps 3]
+    torchrun --standalone --nproc-per-node=4 code/cs336/09_zero.py
+
+The notes' deep MLP (cs336/mlp.py) trained with Adam on --world-size ranks (gloo, CPU, float64),
+three ways: ZeroRedundancyOptimizer(Adam) under DDP (ZeRO-1), FSDP2's fully_shard on every layer
+and then the root (ZeRO-3), and the same with reshard_after_forward=False (ZeRO-2's traffic).
+Part 1 compares each with Adam in one process after every step. Part 2 weighs each rank's
+parameters, gradients and Adam state from its local shards against the engine's own split
+(ZeroRedundancyOptimizer: whole parameters, greedily; FSDP2: dim 0 cut like torch.chunk) and
+against cs336/ledger.py's ZeRO table (04_memory.py) at the same parameter count and world size:
+equal over all ranks, uneven per rank, and why. Part 3 counts the collectives of a step
+(common.dist_count, FSDP2's included) against costmodel.zero_step_collectives, the notes' ZeRO
+communication. A gap from one process, a byte off the split or a collective off the formula ends
+the run in exit 1, in one line naming the engine.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+
+import torch
+import torch._dynamo  # noqa: F401  (DDP's constructor imports it: once here, not once per forked rank)
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel
+
+from common import costmodel as cm
+from common.budget import Cost, Term
+from common.cli import UsageError, make_parser, run_main
+from common.dist_count import counting
+from common.launcher import launch
+from common.output import Report, fmt_bytes
+from cs336 import ledger, mlp
+from cs336.engine_probes import calls_text, collectives_by_kind, local_elements
+
+ELEM = 8                # float64: parameters and gradients 8 B an element, Adam's m and v 16 B
+CHECK_TOL = 1e-9        # round-off is ~1e-16; a lost reduction or a stale shard is far above
+ENGINES = {"ZeRO-1": "ZeroRedundancyOptimizer(Adam) under DDP",
+           "FSDP2": "fully_shard, reshard_after_forward=True (ZeRO-3)",
+           "FSDP2-no-reshard": "fully_shard, reshard_after_forward=False"}
+LEDGER_STAGE = {"ZeRO-1": "ZeRO-1", "FSDP2": "ZeRO-3", "FSDP2-no-reshard": "ZeRO-3"}
+# CPU time here (bench/bench_costs.py, 2 cores): imports and the one-process reference, the W² gloo
+# start-up, every engine's steps (FSDP2's 3L collectives a step on W ranks dominate).
+COST = Cost([Term("1", 9.0, lambda a: 1), Term("W²", 0.05, lambda a: a.world_size**2),
+             Term("W·L·steps", 0.03, lambda a: a.world_size * a.layers * a.steps),
+             Term("W·L·steps·(d/100)²", 0.005,
+                  lambda a: a.world_size * a.layers * a.steps * (a.width / 100) ** 2)],
+            memory=lambda a: ELEM * (a.world_size + 2) * 6 * a.layers * a.width * (a.batch + a.width))
+
+
+# ---- rank code ----------------------------------------------------------------------------------
+class Layer(nn.Module):
+    """x = gelu(x @ W): one layer of the deep MLP, its own FSDP2 unit."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.w = nn.Parameter(w.clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return mlp.forward([self.w], x)
+
+
+def train(engine: str, rank: int, k: int, params: list[torch.Tensor], x: torch.Tensor, steps: int) -> dict:
+    model = nn.Sequential(*[Layer(w) for w in params])
+    if engine == "ZeRO-1":
+        run = DistributedDataParallel(model)
+        run.register_comm_hook(None, allreduce_hook)   # DDP's all-reduce through Python, so it is counted
+        opt = ZeroRedundancyOptimizer(run.parameters(), optimizer_class=torch.optim.Adam, lr=mlp.LR_ADAM)
+    else:
+        for layer in model:                            # a unit per layer, then the root
+            fully_shard(layer, reshard_after_forward=engine == "FSDP2")
+        run = fully_shard(model, reshard_after_forward=engine == "FSDP2")
+        opt = torch.optim.Adam(model.parameters(), lr=mlp.LR_ADAM)
+    mine = x.tensor_split(k)[rank]
+    res: dict = {"params_after": []}
+    for _ in range(steps):
+        opt.zero_grad()
+        with counting() as counts:                     # the last step's are kept
+            out = run(mine)
+            held_forward = local_elements(model.parameters())  # between forward and backward
+            # my slice's share of the batch's mean, × k: DDP and FSDP2 average the gradients over ranks
+            (out.square().sum() * k / x.numel()).backward()
+            opt.step()
+        # FSDP2: full_tensor() all-gathers the shards (outside the counted block)
+        full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
+        res["params_after"].append([p.detach().clone() for p in full])
+    state = opt.optim.state if engine == "ZeRO-1" else opt.state   # ZeRO-1: the local Adam over my partition
+    return res | {"params": local_elements(model.parameters()), "held_forward": held_forward,
+                  "grads": local_elements(p.grad for p in model.parameters()),
+                  "state": local_elements(v for s in state.values() for key, v in s.items() if key != "step"),
+                  "calls": [(name, nbytes) for name, _, nbytes in counts.tensors], "unseen": counts.unseen}
+
+
+def zero_worker(rank: int, world_size: int, params: list[torch.Tensor], x: torch.Tensor, steps: int) -> dict:
+    return {engine: train(engine, rank, world_size, params, x, steps) for engine in ENGINES}
+
+
+# ---- what the engines' rules and the ledger predict ----------------------------------------------
+def greedy_partition(sizes: list[int], k: int) -> list[int]:
+    """ZeroRedundancyOptimizer's rule: whole parameters, largest first, each to the least-loaded rank."""
+    load = [0] * k
+    for size in sorted(sizes, reverse=True):
+        load[load.index(min(load))] += size
+    return load
+
+
+def chunk_rows(rows: int, k: int) -> list[int]:
+    """FSDP2's dim-0 split, torch.chunk's: ceil(rows/k) each until the rows run out (not tensor_split's)."""
+    size = -(-rows // k)
+    return [max(0, min(size, rows - r * size)) for r in range(k)]
+
+
+def rule_elements(engine: str, args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    """(parameters, gradients, Adam m + v) elements on each rank by the engine's own splitting rule."""
+    k, n, d = args.world_size, args.layers * args.width**2, args.width
+    if engine == "ZeRO-1":   # parameters and gradients whole; m and v of the matrices the rank owns
+        return [(n, n, 2 * owned) for owned in greedy_partition([d * d] * args.layers, k)]
+    return [(args.layers * rows * d, args.layers * rows * d, 2 * args.layers * rows * d)
+            for rows in chunk_rows(d, k)]
+
+
+def ledger_elements(stage: str, n: int, k: int, rank: int) -> tuple[int, int, int]:
+    """(parameters, gradients, Adam m + v) elements the ledger's `stage` leaves on `rank`: an entry
+    ZeRO shards is rank's even slice of the flat buffer (ledger.shard_sizes), else whole."""
+    shard = ledger.shard_sizes(n, k)[rank]
+    p, g, m = (shard if entry in ledger.SHARDED[stage] else n
+               for entry in ("fp16 parameters", "fp16 gradients", "Adam m (fp32)"))
+    return p, g, 2 * m
+
+
+def row_bytes(params: int, grads: int, state: int) -> list[int]:
+    """Bytes of (parameters, gradients, Adam m + v, all) from elements; `state` counts m and v."""
+    return [ELEM * params, ELEM * grads, ELEM * state, ELEM * (params + grads + state)]
+
+
+def joined(values: list) -> str:  # type: ignore[type-arg]
+    return " ".join(v if isinstance(v, str) else f"{v:,}" for v in values)
+
+
+# ---- the parts: the parent compares and prints --------------------------------------------------
+def part1_one_process(rep: Report, args: argparse.Namespace, ranks: list[dict], params: list[torch.Tensor],
+                      x: torch.Tensor) -> None:
+    rep.part(1, "each engine against Adam in one process, after every step")
+    ref = mlp.train_one_process(params, x, args.steps, "adam")
+    gaps = {e: [max(mlp.max_abs_diff(r[e]["params_after"][s], want) for r in ranks)
+                for s, want in enumerate(ref.params_after)] for e in ENGINES}
+    rep.table(["after step", *(f"{e} max |diff|" for e in ENGINES)],
+              [[s + 1, *(gaps[e][s] for e in ENGINES)] for s in range(args.steps)], name="vs_one_process")
+    rep.note("every rank's whole parameters (FSDP2: full_tensor() of its shards) against\n"
+             f"torch.optim.Adam (lr {mlp.LR_ADAM:g}) on the whole batch in one process; each rank's loss is\n"
+             "its slice's share of the batch's mean × W, since DDP and FSDP2 average the gradients over W\n"
+             "ranks")
+    for engine in ENGINES:
+        rep.value(f"{engine}_max_diff", max(gaps[engine]))
+        rep.check_close(f"{engine} against one process", max(gaps[engine]), CHECK_TOL)
+
+
+def part2_memory(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
+    k, n = args.world_size, args.layers * args.width**2
+    rep.part(2, "bytes per rank from its local shards, against each engine's rule and ledger.py's ZeRO")
+    rep.line(f"  P = {n:,} parameters on p = {k} ranks")
+    for engine, what in ENGINES.items():
+        stage, rows, rule = LEDGER_STAGE[engine], [], rule_elements(engine, args)
+        for rank, r in enumerate(ranks):
+            got = row_bytes(r[engine]["params"], r[engine]["grads"], r[engine]["state"])
+            by_ledger = row_bytes(*ledger_elements(stage, n, k, rank))[3]
+            rows.append([rank, *got, row_bytes(*rule[rank])[3], by_ledger,
+                         fmt_bytes(ELEM * r[engine]["held_forward"])])
+        rep.line(f"\n  {engine}: {what}; the ledger's {stage}")
+        rep.table(["rank", "parameters B", "gradients B", "Adam m+v B", "total B", "rule B",
+                   f"ledger {stage} B", "after forward"], rows, name=engine)
+        measured = [[r[engine][e] for e in ("params", "grads", "state")] for r in ranks]
+        rep.values(**{f"{engine}_bytes": joined([row_bytes(*m)[3] for m in measured]),
+                      f"{engine}_rule_bytes": joined([row_bytes(*e)[3] for e in rule]),
+                      f"{engine}_sum": sum(row[4] for row in rows),
+                      f"{engine}_ledger_sum": sum(row[6] for row in rows)})
+        gap = max(abs(ELEM * (a - b)) for m, e in zip(measured, rule) for a, b in zip(m, e))
+        rep.check_close(f"{engine} bytes per rank against its split", gap, 0)
+    z1 = [r["ZeRO-1"] for r in ranks]
+    rep.values(zero1_params_grads=joined([ELEM * (r["params"] + r["grads"]) for r in z1]),
+               ledger_zero1_params_grads=joined([ELEM * sum(ledger_elements("ZeRO-1", n, k, r)[:2])
+                                                 for r in range(k)]),
+               fsdp_after_forward=joined([ELEM * r["FSDP2"]["held_forward"] for r in ranks]),
+               fsdp_params=joined([ELEM * r["FSDP2"]["params"] for r in ranks]),
+               no_reshard_after_forward=joined([ELEM * r["FSDP2-no-reshard"]["held_forward"] for r in ranks]),
+               whole_params=joined([ELEM * n] * k))
+    part2_note(rep, args)
+
+
+def part2_note(rep: Report, args: argparse.Namespace) -> None:
+    k, n, d = args.world_size, args.layers * args.width**2, args.width
+    greedy, chunks = greedy_partition([d * d] * args.layers, k), chunk_rows(d, k)
+    rep.note("float64: 8 B a parameter and a gradient, 16 B of Adam m + v (no fp32 master copy: the\n"
+             "notes' 16 B/param ledger is mixed precision); 'rule' is the engine's own split, 'ledger'\n"
+             "the ledger's even cut of the flat buffer. Over all ranks both hold the ledger's bytes; per\n"
+             f"rank they differ: ZeroRedundancyOptimizer gives whole matrices ({d * d:,} elements) to\n"
+             f"ranks, largest first to the least-loaded: {args.layers} on {k} ranks is "
+             f"{' + '.join(str(e // (d * d)) for e in greedy)} matrices of m and v.\n"
+             f"FSDP2 cuts every W along dim 0 like torch.chunk: {'/'.join(map(str, chunks))} of {d} rows "
+             f"(tensor_split would give {'/'.join(map(str, ledger.shard_sizes(d, k)))}).\n"
+             "'after forward': parameters held between forward and backward; with\n"
+             "reshard_after_forward=False they stay whole, as in the ledger's ZeRO-2, where parameters are\n"
+             "never sharded. 05_parallel.py's hand-written ZeRO pads the flat buffer to\n"
+             f"{k}·{ledger.padded_shard_elements(n, k):,} elements: "
+             f"{fmt_bytes(ledger.optimizer_state_bytes(n, k, 2 * ELEM))} of m + v on every rank")
+
+
+def formula(stage: str, param_bytes: float, layers: int, per_unit: bool) -> dict[str, tuple[int, float]]:
+    """zero_step_collectives per kind; per_unit: FSDP2 communicates a unit (a layer) at a time."""
+    out: dict[str, tuple[int, float]] = {}
+    for c in cm.zero_step_collectives(stage, param_bytes, layers if stage == "ZeRO-3" else 1):
+        calls = c.calls * (layers if per_unit and stage != "ZeRO-3" else 1)
+        n, b = out.get(c.kind, (0, 0))
+        out[c.kind] = (n + calls, b + c.calls * c.nbytes)
+    return out
+
+
+def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
+    k, L, d = args.world_size, args.layers, args.width
+    rep.part(3, "collectives per step, counted on the ranks, against costmodel.zero_step_collectives")
+    whole, padded = ELEM * L * d * d, ELEM * L * k * chunk_rows(d, k)[0] * d   # FSDP2 pads shards to one size
+    # ZeroRedundancyOptimizer: DDP's all-reduce, then each parameter broadcast from its owner (see the note)
+    cases = {"ZeRO-1": formula("DDP", whole, L, False) | {"broadcast": (L, whole)},
+             "FSDP2": formula("ZeRO-3", padded, L, True),
+             "FSDP2-no-reshard": formula("ZeRO-2", padded, L, True)}
+    rows = []
+    for engine, want in cases.items():
+        got = [collectives_by_kind(r[engine]["calls"], k) for r in ranks]
+        same = all(g == got[0] for g in got)
+        for kind in sorted(set(got[0]) | set(want)):
+            (c, b), (fc, fb) = got[0].get(kind, (0, 0)), want.get(kind, (0, 0))
+            rows.append([engine, kind, c, fc, fmt_bytes(b), fmt_bytes(fb), "yes" if same else "NO"])
+        rep.values(**{f"{engine}_counted": calls_text(got[0]), f"{engine}_formula": calls_text(want)})
+        gap = max(abs(a - b) for g in got for kd in set(g) | set(want)
+                  for a, b in zip(g.get(kd, (0, 0)), want.get(kd, (0, 0))))
+        rep.check_close(f"{engine} collectives (calls, bytes) against the formula", gap, 0)
+    rep.table(["engine", "collective", "calls", "formula", "buffer bytes", "formula", "same on every rank"],
+              rows, name="collectives")
+    unseen = rep.value("unseen", max(r[e]["unseen"] or 0 for r in ranks for e in ENGINES))
+    rep.check_close("operations no counting method saw (uncounted traffic)", unseen, 0)
+    notes_z1 = cm.zero_step_bytes_per_device("ZeRO-1", k, whole)
+    ours_z1 = cm.zero_step_bytes_per_device("DDP", k, whole) + cm.ring_all_gather_bytes_per_device(k, whole)
+    rep.value("zero1_over_notes", ours_z1 / notes_z1)
+    rep.note("buffer bytes: a call's whole buffer (an all-gather's output). FSDP2 pads each W's shards\n"
+             f"to {chunk_rows(d, k)[0]} rows ({fmt_bytes(padded)} for {fmt_bytes(whole)} of weights) and "
+             "talks a unit (a layer) at a time:\nZeRO-3's 2L all-gathers + L reduce-scatters; without "
+             "resharding one all-gather a unit, ZeRO-2's\nRS + AG cut in L. ZeroRedundancyOptimizer keeps DDP's whole "
+             "all-reduce (not a reduce-scatter) and\nthen broadcasts each parameter from its owner: an "
+             f"all-gather's bytes on top, {ours_z1 / notes_z1:g}× the notes'\nZeRO-1 per rank in the ring "
+             "model. The counted step is the last (the second rebuilds DDP's buckets).\n"
+             "DDP's all-reduce is counted through allreduce_hook (DDP's C++ reducer would bypass Python);\n"
+             "FSDP2's all-gathers and reduce-scatters pass ProcessGroup's methods, where common.dist_count\n"
+             f"counts them: {unseen} operation(s) ran on the groups that no counted method saw")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    k = args.world_size
+    if k < 2:
+        raise UsageError(f"--world-size must be at least 2 (ZeRO shards across ranks), got {k}")
+    if args.width < k:
+        raise UsageError(f"--width {args.width} < --world-size {k}: FSDP2 needs a row of every W per rank")
+    if args.batch < k:
+        raise UsageError(f"--batch {args.batch} < --world-size {k}: a sample per rank")
+    if args.steps < 3:
+        # the counted step is the last; DDP rebuilds its buckets in the second and broadcasts their
+        # order from C++, where no counting method sees it
+        raise UsageError(f"--steps {args.steps}: at least 3 (Part 3 counts the last step's collectives; "
+                         "the second also has DDP's bucket rebuild)")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, layers=6, width=130, batch=32, steps=3, seed=0, real=True,
+                         cost=COST,
+                         context={"width": "d of every layer: 130 splits unevenly on 4 ranks",
+                                  "layers": "6 share unevenly on 4 ranks", "steps": "Adam steps",
+                                  "seed": "weights and data"})
+    args = parser.parse_args()
+    check_args(args)
+    rep = Report(__file__, "ZeroRedundancyOptimizer and FSDP2 beside the ledger's ZeRO (CS336 lecture 8)",
+                 args)
+    params, x = (mlp.make_params(args.layers, args.width, args.seed),
+                 mlp.make_batch(args.batch, args.width, args.seed))
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
+             f"loss = mean(x²), float64, Adam;\n  {args.world_size} real ranks (gloo), {args.steps} steps")
+    for engine, what in ENGINES.items():
+        rep.line(f"  {engine}: {what}")
+    ranks = launch(zero_worker, args.world_size, params, x, args.steps, timeout_s=args.timeout_s)
+    part1_one_process(rep, args, ranks, params, x)   # every step = Adam in one process
+    part2_memory(rep, args, ranks)                   # local shards vs the ledger: greedy, torch.chunk
+    part3_collectives(rep, args, ranks)              # AG / RS / AR counted vs the notes' ZeRO traffic
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,114 @@
+"""How the engines' scripts see inside PyTorch's own engines (08_pipeline_schedules.py, 09_zero.py).
+
+PyTorch's schedules and sharded optimizers do not say what they ran or what a rank holds in the
+form the simulators and the ledger use; these probes read it off the running objects:
+
+    PassLog       the forward and backward passes a pipeline stage really ran, in order, and the
+                  most micro-batches its stages kept for backward (PipelineStage.fwd_cache)
+    listed_order  what a schedule's own listing (pipeline_order) says a rank will run
+    local_elements  elements of a rank's own part of tensors (FSDP2's DTensor shards or plain ones)
+    collectives_by_kind  common.dist_count's calls of a step, as calls and bytes per collective
+
+The lesson (which schedule, which sharding, what is compared) stays in the scripts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from cs336 import pipeline as pp
+
+
+class PassLog:
+    """What one rank ran, in order: (F or B, micro-batch, stage index), seen by the stage module's
+    forward and by a hook on its output's gradient (the backward of that micro-batch reaching the
+    stage); and the most micro-batches PyTorch's stages kept for a backward at once (fwd_cache)."""
+
+    def __init__(self) -> None:
+        self.passes: list[tuple[str, int, int]] = []
+        self.most_cached = 0
+        self.recording = True
+        self.stages: list[Any] = []
+
+    def watch(self, stage: Any, module: nn.Module) -> None:
+        """Wrap `stage`'s forward_one_chunk (the only call that names the micro-batch) and
+        `module`'s forward (where the activation is made); PyTorch's own calls go through both."""
+        now: dict[str, int | None] = {"micro": None}
+        run_chunk, module_forward, index = stage.forward_one_chunk, module.forward, stage.stage_index
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            out = module_forward(x)
+            micro = now["micro"]
+            if micro is not None and self.recording:    # None: the stage's shape inference, no pass
+                self.passes.append((pp.FORWARD, micro, index))
+                out.register_hook(self._backward_seen(micro, index))
+            return out
+
+        def forward_one_chunk(fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            now["micro"] = fwd_chunk_id
+            try:
+                return run_chunk(fwd_chunk_id, *args, **kwargs)
+            finally:
+                now["micro"] = None
+                held = sum(len(getattr(s, "fwd_cache", ())) for s in self.stages)
+                self.most_cached = max(self.most_cached, held)
+
+        module.forward, stage.forward_one_chunk = forward, forward_one_chunk
+        self.stages.append(stage)
+
+    def _backward_seen(self, micro: int, index: int) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            self.passes.append((pp.BACKWARD, micro, index))
+        return hook
+
+
+def listed_order(schedule: object, rank: int) -> list[tuple[str, int]]:
+    """The forwards and backwards PyTorch's own listing (pipeline_order) gives this rank."""
+    names = {"FORWARD": pp.FORWARD, "FULL_BACKWARD": pp.BACKWARD}
+    actions = (getattr(schedule, "pipeline_order", None) or {}).get(rank, [])
+    return [(names[a.computation_type.name], a.microbatch_index) for a in actions
+            if a is not None and a.computation_type.name in names]
+
+
+def most_held(order: list[tuple[str, int, int]], v: int) -> float:
+    """The most micro-batches whose forward ran and whose backward had not, in whole stages (chunks / v)."""
+    held = most = 0
+    for kind, _, _ in order:
+        held += 1 if kind == pp.FORWARD else -1
+        most = max(most, held)
+    return most / v
+
+
+def order_text(order: list[tuple[str, int, int]], stages: int) -> str:
+    """F0 F1 B0 …; a pass on a rank's second model chunk is primed (F0')."""
+    return " ".join(f"{kind}{m}{chr(39) * (j // stages)}" for kind, m, j in order)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor: FSDP2's DTensor shard (to_local), or the tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def local_elements(tensors: Iterable[torch.Tensor | None]) -> int:
+    """Elements this rank holds of `tensors` (None, e.g. a missing gradient, holds nothing)."""
+    return sum(local(t).numel() for t in tensors if t is not None)
+
+
+def collectives_by_kind(calls: list[tuple[str, int]], k: int) -> dict[str, tuple[int, int]]:
+    """Per collective: (calls, bytes of the whole buffer), all-gather's counted as its output."""
+    found: dict[str, tuple[int, int]] = {}
+    for name, nbytes in calls:
+        kind = {"all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter",
+                "all_reduce": "all-reduce"}.get(name, name)
+        whole = nbytes * k if kind == "all-gather" else nbytes
+        c, b = found.get(kind, (0, 0))
+        found[kind] = (c + 1, b + whole)
+    return found
+
+
+def calls_text(calls: dict[str, tuple[int, float]]) -> str:
+    """What the checker compares, counted or by formula, e.g. 'all-gather: 12 calls, 1,647,360 B; …'."""
+    return "; ".join(f"{kind}: {c} calls, {b:,.0f} B" for kind, (c, b) in sorted(calls.items()))

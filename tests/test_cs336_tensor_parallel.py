@@ -1,0 +1,147 @@
+"""code/cs336/07_tensor_parallel.py: PyTorch's DTensor tensor parallelism beside 05's hand-written one.
+
+The script is run once as a student would (--quick --json, 4 ranks): its rows decided, its byte
+counts against numbers worked out here by hand. DTensorComm's counts are checked against PyTorch's
+own CommDebugMode. Each side is then broken in turn (DTensor's model computes another GELU; 05's
+backward loses its reduce): the run must end in exit 1 with one line naming the side that broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, load_script, run_script
+
+from common.cli import UsageError
+from common.launcher import launch
+from cs336 import mlp
+
+SCRIPT = "cs336/07_tensor_parallel.py"
+DIFFERS_BY_DESIGN = {"EN-tp-colout-bytes-hand"}  # PyTorch all-reduces what 05 reduce-scatters
+
+
+def test_quick_run_agrees_row_by_row_and_byte_for_byte(tmp_path: Path) -> None:
+    out = tmp_path / "tp.json"
+    proc = run_script(SCRIPT, "--quick", "--json", str(out), timeout=300)
+    data = json.loads(out.read_text(encoding="utf-8"))
+    claims = {c["ref"]: c for c in data["claims"]}
+    assert len(claims) == 24 and all(ref.startswith("EN-tp-") for ref in claims)
+    assert {r for r, c in claims.items() if c["status"] != "agrees"} == DIFFERS_BY_DESIGN
+    differs = claims["EN-tp-colout-bytes-hand"]
+    assert differs["status"] == "differs" and "all-reduces what 05 reduce-scatters" in differs["why"]
+    assert differs["ours"] > differs["notes"]
+    assert proc.stdout.count("check: ") == 6 and "FAILED" not in proc.stdout
+    # By hand, k = 4, L = 8, A = B·d·e = 32·128·8 = 32768 B: a ring all-gather or reduce-scatter sends
+    # 3/4·A, an all-reduce 3/2·A. 05: 8 gathers + 7 reduce-scatters; DTensor at output: 7 all-reduces.
+    traffic = {r[0]: r for r in data["parts"]["Part 1"]["tables"]["traffic"]["rows"]}
+    assert traffic["DTensor, at input"][1:4] == [8, 7, 0]
+    assert traffic["DTensor, at output"][1:4] == [8, 0, 7]
+    values = {k: v for part in data["parts"].values() for k, v in part.get("values", {}).items()}
+    assert values["p1_hand_bytes"] == values["p1_at_input_bytes"] == 15 * 24576
+    assert values["p1_at_output_bytes"] == 8 * 24576 + 7 * 49152
+    assert values["p2_step_bytes"] == 7 * 49152 and values["p2_step_calls"] == 7
+    # 2 × 2 mesh: tp all-reduces 16 rows (8192·2 B … 16384 B) over 2 ranks, 2·1/2·16384 B each;
+    # dp all-reduces the local half of 8·128² weights (65536 · 8 B) over 2 ranks.
+    assert values["p3_tp_bytes"] == 7 * 16384 and values["p3_dp_bytes"] == 65536 * 8
+    assert values["dtensor_calls_through_python"] == 0 < values["dtensor_calls_recorded"]
+
+
+def _count_both(rank: int, world_size: int) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from cs336 import dtensor_tp as dt
+
+    mesh, found = init_device_mesh("cpu", (world_size,)), {}
+    params, x = mlp.make_params(4, 8, 0), mlp.make_batch(4, 8, 0)
+    for plan in dt.PLANS:
+        model = dt.as_linears(params)
+        parallelize_module(model, mesh, dt.PLANS[plan](len(params)))
+        ours = dt.DTensorComm({"tp": mesh.get_group()})
+        with CommDebugMode() as theirs, ours:
+            dt.whole(model(x)).square().mean().backward()
+        names = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
+                 "all_reduce": "all_reduce"}
+        found[plan] = ({names[str(op).split(".")[-1]]: n for op, n in theirs.get_comm_counts().items()},
+                       dict(ours.logs["tp"].calls))
+    return found
+
+
+def test_the_dispatch_mode_counts_what_comm_debug_mode_counts() -> None:
+    """PyTorch's own counter, on every plan, forward and backward: the same calls of each kind."""
+    for rank in launch(_count_both, 2, timeout_s=120):
+        for plan, (theirs, ours) in rank.items():
+            assert theirs == ours and sum(ours.values()) >= 3, (plan, theirs, ours)
+
+
+# A side broken on purpose; forked ranks inherit the change.
+BROKEN = """
+import sys
+sys.path.insert(0, {code!r})
+sys.argv = ["07_tensor_parallel.py", "--quick", "--layers", "2", "--width", "8", "--batch", "4"]
+import importlib.util
+spec = importlib.util.spec_from_file_location("tensor_parallel", {script!r})
+module = importlib.util.module_from_spec(spec)
+sys.modules["tensor_parallel"] = module
+spec.loader.exec_module(module)
+import torch.distributed as dist
+from torch import nn
+{patch}
+from common.cli import run_main
+run_main(module.main)
+"""
+# PyTorch's side computes another GELU (tanh's approximation): DTensor's every layout is off.
+TANH_GELU = """
+as_linears = module.dt.as_linears
+def tanh_gelu(params):
+    model = as_linears(params)
+    for i in range(1, len(model), 2):
+        model[i] = nn.GELU(approximate="tanh")
+    return model
+module.dt.as_linears = tanh_gelu
+"""
+# 05's backward loses its reduce: each rank keeps its own term of dL/dx = Σ_r dz_r · W_rᵀ.
+LOST_REDUCE = """
+def local_term_only(dz, w_local, widths, log):
+    start = sum(widths[:dist.get_rank()])
+    return (dz @ w_local.T)[:, start:start + widths[dist.get_rank()]].contiguous()
+module.HAND.tp_input_gradient = local_term_only
+"""
+
+
+@pytest.mark.parametrize("patch, first, also", [
+    (TANH_GELU, "DTensor TP (gather at input) against one process", "DP × TP (2 × 2 mesh)"),
+    (LOST_REDUCE, "TP by hand (05 Part 2) against one process", "DTensor TP against TP by hand (05 Part 2)"),
+], ids=["pytorch-side", "hand-written-side"])
+def test_a_broken_side_ends_the_run_in_one_line(tmp_path: Path, patch: str, first: str, also: str) -> None:
+    code = ROOT / "code"
+    wrapper = tmp_path / "broken.py"
+    text = BROKEN.format(code=str(code), script=str(code / SCRIPT), patch=patch)
+    wrapper.write_text(text, encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"07_tensor_parallel.py: error: {first}: max |difference| "), lines[0]
+    assert "above the tolerance 1e-09" in lines[0] and "Traceback" not in proc.stderr
+    assert f"check: {also}" in proc.stdout and f"check: {first}" in proc.stdout
+    failed = {ln.split(": max")[0] for ln in proc.stdout.splitlines() if ln.endswith("FAILED")}
+    assert f"  check: {first}" in failed
+    if patch is LOST_REDUCE:  # DTensor's own runs stay equal to one process
+        assert failed == {f"  check: {first}", f"  check: {also}"}, failed
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"tp": 3}, "--world-size 4 must be --tp 3"), ({"tp": 4}, "--tp 4"), ({"layers": 3}, "--layers 3"),
+    ({"width": 10}, "--width 10 must be a multiple of --world-size 4"), ({"batch": 1}, "--batch 1 < 2"),
+])
+def test_sizes_the_parts_cannot_split_are_refused(changes: dict, says: str) -> None:
+    base = {"world_size": 4, "tp": 2, "layers": 8, "width": 128, "batch": 32}
+    args = argparse.Namespace(**(base | changes))
+    with pytest.raises(UsageError, match=says.replace("|", r"\|")):
+        load_script(SCRIPT).check_args(args)

@@ -1,0 +1,101 @@
+"""code/cs336/09_zero.py: ZeroRedundancyOptimizer and FSDP2 on real ranks, run as a student would
+(--quick --json: every row of engines.toml agrees, the uneven splits are the engines' rules), and
+made to disagree: a ZeroRedundancyOptimizer that never broadcasts its updated shards must end the
+run in exit 1 with one line naming ZeRO-1 and its gap from one process; FSDP2 built without
+resharding where the script asks for ZeRO-3 must end it naming FSDP2's collectives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import assert_usage_error, load_script, run_script
+
+from common import checker
+
+SCRIPT = "cs336/09_zero.py"
+CODE = Path(__file__).resolve().parents[1] / "code"
+SMALL = ["--world-size", "3", "--layers", "4", "--width", "10", "--batch", "6"]
+
+
+def test_quick_run_every_row_agrees(tmp_path: Path) -> None:
+    out = tmp_path / "09.json"
+    proc = run_script(SCRIPT, "--quick", "--json", str(out))
+    data = json.loads(out.read_text())
+    claims = {c["ref"]: c for c in data["claims"]}
+    assert {r.id for r in checker.rows_for(SCRIPT)} == set(claims)      # every row decided
+    assert all(c["status"] == "agrees" for c in claims.values()), [c for c in claims.values()
+                                                                   if c["status"] != "agrees"]
+    assert proc.stdout.count("check: ") == 10 and "FAILED" not in proc.stdout
+    memory = data["parts"]["Part 2"]["values"]
+    # 6 matrices of 130² on 4 ranks: 2, 2, 1, 1 of Adam's m and v (16 B an element), whole params + grads
+    whole = 2 * 8 * 6 * 130 * 130
+    assert memory["ZeRO-1_bytes"] == " ".join(f"{whole + 16 * n * 130 * 130:,}" for n in (2, 2, 1, 1))
+    # 130 rows cut like torch.chunk: 33, 33, 33, 31 (tensor_split would give 33, 33, 32, 32); 32 B a value
+    assert memory["FSDP2_bytes"] == " ".join(f"{32 * 6 * rows * 130:,}" for rows in (33, 33, 33, 31))
+    assert memory["FSDP2_sum"] == memory["FSDP2_ledger_sum"] == 32 * 6 * 130 * 130
+    counted = data["parts"]["Part 3"]["values"]
+    assert counted["FSDP2_counted"].startswith("all-gather: 12 calls")       # 2L with resharding
+    assert counted["FSDP2-no-reshard_counted"].startswith("all-gather: 6 calls")
+    assert counted["unseen"] == 0
+
+
+def test_the_engines_rules_on_uneven_sizes() -> None:
+    module = load_script(SCRIPT)
+    assert module.greedy_partition([5, 3, 3, 2, 1], 3) == [5, 5, 4]
+    assert module.chunk_rows(250, 4) == [63, 63, 63, 61] and module.chunk_rows(5, 4) == [2, 2, 1, 0]
+
+
+WRAPPER = """
+import sys
+sys.path.insert(0, {code!r})
+sys.argv = ["09_zero.py", *{args!r}]
+import importlib.util
+spec = importlib.util.spec_from_file_location("zero", {script!r})
+module = importlib.util.module_from_spec(spec)
+sys.modules["zero"] = module
+spec.loader.exec_module(module)
+{patch}
+from common.cli import run_main
+run_main(module.main)   # forked ranks inherit the patch
+"""
+
+# Each rank updates only the parameters it owns and never sends them: the others keep stale copies.
+NO_BROADCAST = """
+class Stale(module.ZeroRedundancyOptimizer):
+    def _sync_params(self):
+        pass
+module.ZeroRedundancyOptimizer = Stale
+"""
+# FSDP2 built with reshard_after_forward=False where the script asks for True (ZeRO-3).
+NEVER_RESHARD = """
+shard = module.fully_shard
+module.fully_shard = lambda m, reshard_after_forward: shard(m, reshard_after_forward=False)
+"""
+
+
+def _broken(tmp_path: Path, patch: str) -> str:
+    wrapper = tmp_path / "broken.py"
+    wrapper.write_text(WRAPPER.format(code=str(CODE), args=SMALL, script=str(CODE / SCRIPT), patch=patch),
+                       encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_unsent_shards_end_the_run_naming_zero1(tmp_path: Path) -> None:
+    line = _broken(tmp_path, NO_BROADCAST)
+    assert line.startswith("09_zero.py: error: ZeRO-1 against one process: max |difference| "), line
+
+
+def test_fsdp2_without_resharding_ends_the_run_naming_its_collectives(tmp_path: Path) -> None:
+    line = _broken(tmp_path, NEVER_RESHARD)
+    assert line.startswith("09_zero.py: error: FSDP2 collectives (calls, bytes) against the formula: "
+                           "max |difference| "), line
+
+
+def test_bad_input_is_one_line() -> None:
+    assert_usage_error(SCRIPT, "--steps", "2")
