@@ -27,6 +27,7 @@ from typing import Any, Callable
 import pytest
 from conftest import ROOT, load_script, run_script
 
+from common import checker
 from common.checker import MEASURED
 from common.suite import scripts
 
@@ -39,8 +40,9 @@ pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(300), pytest.mark.xdist_
 # keeps the columns that name a row or a size:
 TIMED = {
     "lecture14/04_alpha_beta.py": [r"^Part 2/"],
-    "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)"],
-    "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|x one tensor|)$"],
+    "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)", r"^Part 3/values/speedup_here$"],
+    "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|x one tensor|)$",
+                                r"^Part 3/values/(one_tensor_ms|small_over_one)$"],
     "lecture15/04_details.py": [r"^Part 2/tables/cost/\d+/(median|range)"],
     "lecture15/model_vs_real.py": [r"^Part 1/(alpha_s|beta_Bps)$", r"^Part 1/tables/allreduce/\d+/(?!size$)",
                                    r"^Part 2/tables/ready/\d+/(?!parameter)", r"^Part 3/"],
@@ -49,7 +51,7 @@ TIMED = {
                                r"^Part 3/tables/"],
     "cs336/02_benchmark.py": [r"^Part 1/tables/[^/]+/\d+/(t \(p50\)|p10 … p90|algbw GB/s|busbw GB/s|slip GB/s)$",
                               r"^Part 1/[^/]+\[\d+\]/(t|p10|p90|t_fastest|algbw|busbw|slip)$",
-                              r"^Part 1/(copy|link)_Bps$",
+                              r"^Part 1/(copy|link)_Bps$", r"^Part [^/]+/values/ar_time_reading$",
                               r"^Part [234]/tables/[^/]+/\d+/(?!(collective|bytes divided by t|ring bytes per rank / S)$)"],
 }
 # What a torchrun run does differently on purpose:
@@ -57,8 +59,9 @@ BY_DESIGN = {
     # the store's address and port are torchrun's (localhost, its port), not the launcher's
     "lecture15/01_ddp_basics.py": [r"^Part 1/tables/environment/\d+/MASTER_(ADDR|PORT)"],
     # a skipped collective would break torchrun's one group: those parts say "not run"
-    "lecture14/02_primitives.py": [r"^claim Part 4: "],
-    "cs336/01_collectives.py": [r"^claim Part 5: a rank that skips a collective"],
+    "lecture14/02_primitives.py": [r"^claim Part 4: ", r"^Part 4/values/(skip_outcome|skipped_collective_fails)$"],
+    "cs336/01_collectives.py": [r"^claim Part 5: a rank that skips a collective",
+                                r"^Part 5/values/skip_(waits|outcome)$"],
     # every part stages a mismatched collective, which would end torchrun's one group: none runs there
     "lecture14/06_debug_collectives.py": [r"^(claim |Part )"],
 }
@@ -107,10 +110,16 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def measured_values(script: str) -> set[str]:
+    """The recorded values that rows of the kind "measured here" compare: timings, never compared."""
+    return {row.value for row in checker.rows_for(script) if row.basis == MEASURED and row.value}
+
+
 def differences(script: str, standalone: dict, torchrun: dict) -> list[str]:
     # Figure names: a standalone run from the session's reproduction drew them (--save-figs), the
     # torchrun batch draws none; the figures' data are the tables compared here.
     skip = [re.compile(p) for p in TIMED.get(script, []) + BY_DESIGN.get(script, []) + [r"/figures\[\d+\]$"]]
+    skip += [re.compile(rf"^Part [^/]+/values/{re.escape(name)}$") for name in measured_values(script)]
     a, b = _values(standalone), _values(torchrun)
     out = []
     for name in sorted(set(a) | set(b)):
