@@ -54,7 +54,8 @@ def test_world_size_1024_is_summarised(script: str) -> None:
     assert not sane(out), sane(out)
     assert "1024" in out.replace(",", "")
     lines = out.splitlines()
-    assert len(lines) <= MAX_LINES, f"{script} at K = 1024 prints {len(lines)} lines: something is listed per device"
+    assert len(lines) <= MAX_LINES, (f"{script} at K = 1024 prints {len(lines)} lines: "
+                                     "something is listed per device")
     assert all(len(line) <= 100 for line in lines), max(lines, key=len)
     if script == "lecture14/03_ring_allreduce.py":
         counted_view_at_1024(out)

@@ -15,7 +15,8 @@ import runpy
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "code"))  # this checkout's code/, ahead of anything installed
+# This checkout's code/, ahead of anything installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "code"))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
