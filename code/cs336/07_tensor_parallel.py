@@ -135,8 +135,7 @@ def mesh_2d_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, tp: in
                 res.update(output=out.detach(), loss=loss.item(), grads=dt.pieces(model, grads=True))
             opt.step()
     dp_log = comm.CommLog(dp)
-    for name, _, nbytes in seen.tensors:
-        dp_log.add(name, nbytes)
+    dp_log.add_counts(seen)
     return res | {"params": dt.pieces(model), "tp_log": counted.logs["tp"], "dp_log": dp_log,
                   "rows": len(mine), "row": mesh.get_coordinate()[0],
                   "dtensor_dp_calls": sum(counted.logs["dp"].calls.values())}
