@@ -88,10 +88,17 @@ def shaded(columns: int, step_s: float) -> Cells:
 
 
 def gantt_row(ax: Any, y: float, spans: Sequence[Span], colour: Callable[[Span], str], height: float = 0.8,
-              linewidth: float = 0.0, merge: bool = False, legend: dict[str, str] | None = None) -> None:
+              linewidth: float = 0.0, merge: bool = False, legend: dict[str, str] | None = None,
+              edge: str | None = "white", in_order: bool = False) -> None:
     """One row of a Gantt chart on a matplotlib axis, centred on `y`, ms on the x axis: a bar per span
-    coloured by `colour(span)`. `merge` joins back-to-back spans of one colour (thousands of passes
-    would otherwise be thousands of patches); `legend` names colours for the axis' legend."""
+    coloured by `colour(span)`, outlined in `edge` (None: in its own colour, matplotlib's width, so
+    back-to-back bars read as one). `merge` joins back-to-back spans of one colour (thousands of
+    passes would otherwise be thousands of patches); `legend` names colours for the axis' legend.
+    Bars of one colour are drawn together (one collection per colour) unless `in_order`."""
+    if in_order:   # each span its own bar, later ones over earlier ones' outlines
+        for span in spans:
+            gantt_row(ax, y, [span], colour, height, linewidth, False, legend, edge)
+        return
     bars: dict[str, list[tuple[float, float]]] = {}
     for span in spans:
         same = bars.setdefault(colour(span), [])
@@ -100,8 +107,12 @@ def gantt_row(ax: Any, y: float, spans: Sequence[Span], colour: Callable[[Span],
         else:
             same.append((span.start_s * 1e3, (span.end_s - span.start_s) * 1e3))
     for name, xs in bars.items():
-        ax.broken_barh(xs, (y - height / 2, height), facecolors=name, edgecolors="white",
-                       linewidth=linewidth, label=(legend or {}).get(name))
+        label = (legend or {}).get(name)
+        if edge is None:
+            ax.broken_barh(xs, (y - height / 2, height), color=name, label=label)
+        else:
+            ax.broken_barh(xs, (y - height / 2, height), facecolors=name, edgecolors=edge,
+                           linewidth=linewidth, label=label)
 
 
 def gantt_text(ax: Any, y: float, spans: Sequence[Span], text: Callable[[Span], str]) -> None:

@@ -331,9 +331,10 @@ def gantt_figure(timelines: Sequence[tuple[str, Timeline]], title: str = "") -> 
     most = max(len(t.buckets) for _, t in timelines)
     for t, (name, timeline) in enumerate(timelines):
         base = 2 * (len(timelines) - 1 - t)
-        gantt_row(ax, base + 1.45, [e for e in timeline.events if e.kind == COMPUTE], lambda e: "tab:blue")
+        gantt_row(ax, base + 1.45, [e for e in timeline.events if e.kind == COMPUTE], lambda e: "tab:blue",
+                  edge=None)
         gantt_row(ax, base + 0.5, timeline.comm_events(), lambda e: colours[(e.index or 0) % len(colours)],
-                  linewidth=0.3)
+                  linewidth=0.3, in_order=True)
         end = timeline.step_s * 1e3
         ax.plot([end, end], [base, base + 1.95], color="black", linewidth=1.2)
         ax.text(end, base + 1.0, f" step {end:.2f} ms", va="center", fontsize=8)
