@@ -12,7 +12,7 @@ Each script writes its parts and claims with --json; this collects them: a count
 every claim that does not simply agree — differs (with the whole reason the script gives), other
 machine (a timing measured here against one measured elsewhere), ours only. A line per script
 says which one runs, n of N, and the time so far. Exit status 1 if any script failed.
---json PATH keeps every claim and each script's own output (stdout and stderr).
+--json PATH keeps every claim and each script's own output (stdout, stderr and its --json).
 """
 
 from __future__ import annotations
@@ -131,7 +131,10 @@ def main() -> None:
             print(wrap(f"{script} · {c['what']}: {_num(c['notes'], c['unit'])} → {_num(c['ours'], c['unit'])}",
                        "      ", "  "))
     if args.json:
-        write_json(args.json, {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
+        # Each run keeps its script's own --json too: the tests read a script's --quick run from here
+        # instead of running it again.
+        write_json(args.json, {"total_s": total, "runs": [dict(r, json=data.get(r["script"])) for r in runs],
+                               "claims": [dict(c, script=s) for s, c in claims]})
     if pages:
         print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
     elif not args.no_report:
