@@ -66,7 +66,8 @@ def _tree(net: _Network, k: int, root: int, up: bool) -> None:
         if up:
             msgs = [((v + root) % k, (v - step + root) % k, None, "add") for v in range(step, k, 2 * step)]
         else:
-            msgs = [((v + root) % k, (v + step + root) % k, None, "copy") for v in range(0, k, 2 * step) if v + step < k]
+            msgs = [((v + root) % k, (v + step + root) % k, None, "copy") for v in range(0, k, 2 * step)
+                    if v + step < k]
         net.round(msgs)
 
 
@@ -153,6 +154,7 @@ def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
     outputs = None
     if bufs is not None:
         at_root = algorithm in ("tree reduce", "ring gather", "pipelined ring reduce")
-        outputs = [b[bounds[r]] if algorithm in ("ring reduce-scatter", "ring scatter") else b for r, b in enumerate(bufs)]
+        outputs = [b[bounds[r]] if algorithm in ("ring reduce-scatter", "ring scatter") else b
+                   for r, b in enumerate(bufs)]
         outputs = [o if not at_root or r == root else None for r, o in enumerate(outputs)]
     return Reference(net.sent, net.received, net.round_bytes, outputs)
