@@ -80,15 +80,14 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
     model, k = resnet50(batch=32), args.world_size
     flops, compute = ComputeModel(), notes_resnet_compute()
     gmac = model.forward_flops / 2 / 32 / 1e9
-    rep.note(f"compute: backward of a layer = 2 × its forward FLOPs (conv at its output resolution, "
+    rep.note("compute: backward of a layer = 2 × its forward FLOPs (conv at its output resolution, "
              f"{model.description}: {gmac:.3f} GMAC per image), BatchNorm/bias ≈ 0; at "
              f"{flops.flops_per_s / 1e12:g} TFLOP/s the backward is {fmt_ms(flops.backward_s(model))} ms. "
-             "The "
-             f"notes do not state theirs: it is calibrated openly, × {compute.calibration:.4f} (backward "
-             f"{fmt_ms(compute.backward_s(model))} ms, {gmac * compute.calibration:.3f} GMAC per image), so that "
-             f"the model gives their Part 3 step of {calibration_target_s(RESNET_TARGET) * 1e3:g} ms at "
-             "their setting (K 16, α 10 µs, β 10 GB/s, 25 MB). Every other figure is a check; "
-             "'uncalibrated' = the plain FLOP count.")
+             f"The notes do not state theirs: it is calibrated openly, × {compute.calibration:.4f} (backward "
+             f"{fmt_ms(compute.backward_s(model))} ms, {gmac * compute.calibration:.3f} GMAC per image), so "
+             f"that the model gives their Part 3 step of {calibration_target_s(RESNET_TARGET) * 1e3:g} ms at "
+             "their setting (K 16, α 10 µs, β 10 GB/s, 25 MB). Every other figure is a check; 'uncalibrated' "
+             "= the plain FLOP count.")
     rep.note(f"comm: ring all-reduce 2(K−1)(α + n/(Kβ)) per bucket, K = {k}, {link.describe()}; "
              "buckets in index order on one stream")
     readings = (("--bucket-cap-mb", args.bucket_cap_bytes, None),
@@ -284,10 +283,10 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
     rep.note(f"compute: {bert.description}, every weight matrix 2 · tokens · size FLOPs plus attention "
              f"scores, backward = 2 × forward at {ComputeModel().flops_per_s / 1e12:g} TFLOP/s = "
              f"{fmt_ms(flops_backward)} ms. The notes do not state theirs: it is calibrated openly, × "
-             f"{compute.calibration:.4f} (backward {fmt_ms(compute.backward_s(bert))} ms; perhaps the softmax, "
-             "GELU, LayerNorm a matmul count omits), so that the reversed order gives their "
-             f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms at their setting (K 16, α 10 µs, β 10 GB/s, "
-             "25 MB). Last column: the step without that calibration. Buckets as PyTorch 1.5 made them: at "
+             f"{compute.calibration:.4f} (backward {fmt_ms(compute.backward_s(bert))} ms; perhaps the "
+             "softmax, GELU, LayerNorm a matmul count omits), so that the reversed order gives their "
+             f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms at their setting (K 16, α 10 µs, β 10 GB/s, 25 "
+             "MB). Last column: the step without that calibration. Buckets as PyTorch 1.5 made them: at "
              "construction, in reverse registration order, never rebuilt.")
     seeds = range(args.seed, args.seed + (2 if args.quick else SHUFFLE_SEEDS))
     orders = [("correct", "correct", 0)] + [(f"shuffled, seed {s}", "shuffled", s) for s in seeds]
