@@ -40,7 +40,8 @@ from common.output import wrap
 from common.suite import Script, scripts
 
 
-def run_one(script: Script, json_path: Path, quick: bool, label: str, figure_dir: Path | None) -> dict[str, Any]:
+def run_one(script: Script, json_path: Path, quick: bool, label: str,
+            figure_dir: Path | None) -> dict[str, Any]:
     """Run one script as a student would, with --json (and --save-figs where it draws, when the
     pages want its figures); show progress on the terminal meanwhile."""
     args = [sys.executable, str(script.path), "--json", str(json_path)] + (["--quick"] if quick else [])
@@ -48,7 +49,8 @@ def run_one(script: Script, json_path: Path, quick: bool, label: str, figure_dir
         args += ["--save-figs", str(figure_dir)]
     start = time.perf_counter()
     done = threading.Event()
-    ticker = threading.Thread(target=_tick, args=(label, start, done), daemon=True) if sys.stdout.isatty() else None
+    ticker = threading.Thread(target=_tick, args=(label, start, done),
+                              daemon=True) if sys.stdout.isatty() else None
     print(label, end="" if ticker else "\n", flush=True)
     if ticker:
         ticker.start()
@@ -77,7 +79,8 @@ def main() -> None:
     parser = make_parser(__doc__, only="")
     parser.add_argument("--all-claims", action="store_true", help="list agreeing claims too")
     parser.add_argument("--report", metavar="DIR", default="report",
-                        help="write the pages (index.html, report.md, timeline.html) into DIR (default: report)")
+                        help="write the pages (index.html, report.md, timeline.html) into DIR (default: "
+                             "report)")
     parser.add_argument("--no-report", action="store_true", help="write no pages")
     parser.add_argument("--errata", action="store_true",
                         help="print only the README's errata section (markdown), from this run's claims")
@@ -114,11 +117,14 @@ def main() -> None:
           + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
     shown = [(s, c) for s, c in claims if args.all_claims or c["status"] != "agrees"]
     if shown:
-        print("\nEvery claim:" if args.all_claims else "\nClaims that do not simply agree (ours beside the notes', and why):")
+        print("\nEvery claim:" if args.all_claims else "\nClaims that do not simply agree (ours beside the "
+                                                       "notes', and why):")
     for script, c in shown:
         print(f"\n  {script} · {c['part']} · {c['what']}")
         status = "differs: an error in the notes" if c.get("erratum") else c["status"]
-        line = f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} ({c['kind']}"
+        line = (
+            f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} ({c['kind']}"
+        )
         print(wrap(line + (f"; {c['rule']})" if c.get("rule") else ")"), "      ", "    "))
         if c.get("decision"):
             print(wrap(c["decision"], "         ", "    found: "))
@@ -126,16 +132,20 @@ def main() -> None:
             print(wrap(c["why"], "         ", "    why: "))
     errata = [(s, c) for s, c in claims if c.get("erratum")]
     if errata:
-        print(f"\nErrors in the notes ({len(errata)}; each listed above with its reason): the notes print, the model gives")
+        print(f"\nErrors in the notes ({len(errata)}; each listed above with its reason): the notes print, "
+              "the model gives")
         for script, c in errata:
-            print(wrap(f"{script} · {c['what']}: {_num(c['notes'], c['unit'])} → {_num(c['ours'], c['unit'])}",
+            print(wrap(f"{script} · {c['what']}: {_num(c['notes'], c['unit'])} → "
+                       f"{_num(c['ours'], c['unit'])}",
                        "      ", "  "))
     if args.json:
-        write_json(args.json, {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
+        write_json(args.json,
+                   {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
     if pages:
         print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
     elif not args.no_report:
-        print(f"\nNo pages written: every script failed, so {args.report}/ keeps what it held", file=sys.stderr)
+        print(f"\nNo pages written: every script failed, so {args.report}/ keeps what it held",
+              file=sys.stderr)
     if failures:
         print(f"\nFAILED: {', '.join(failures)}", file=sys.stderr)
         sys.exit(1)
