@@ -100,40 +100,8 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     rep.part(1, "ring vs binary tree vs naive (all to rank 0) all-reduce in the α-β model")
     k, link = args.world_size, link_from_args(args)
     rep.note(f"K = {k}, {link.describe()}; N = bytes per device (MB = 1e6 B)")
-    rows, winners = [], {}
-    for n in MODEL_SIZES:
-        times = allreduce_times(k, n, link)
-        winners[n] = winner(times)
-        rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
-    rep.table(["N", "ring", "tree", "naive", "fastest"], rows, name="times")
-    for n, name in ((1e3, "1kb"), (1e4, "10kb"), (1e5, "100kb"), (1e6, "1mb"), (1e8, "100mb")):
-        times = allreduce_times(k, n, link)
-        rep.value(f"fastest_{name}", winners[int(n)])
-        rep.value(f"times_{name}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
-
-    ring = lambda n: ring_allreduce_time(k, n, link)  # noqa: E731 - small closures for the search
-    others = {"tree": ring_tree_crossover_bytes(k, link), "naive": ring_naive_crossover_bytes(k, link)}
-    crossovers: dict[str, float | None] = {}
-    for name, closed in others.items():
-        other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
-        searched = num.numeric_crossover(ring, other, *num.search_range(link))
-        below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
-        crossovers[name] = None if below_a_byte else closed
-        rep.value(f"ring_{name}_searched", fmt_bytes(searched) if searched else "no size")
-        if closed is None or below_a_byte:
-            assert below_a_byte or searched is None, (
-                f"no closed-form crossover but the search found {searched}"
-            )
-            where = f" (the formulas meet at {closed:.2g} B, below one byte)" if below_a_byte else ""
-            rep.line(
-                f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs{where} — "
-                f"{'the ring is never slower' if ring(1e6) <= other(1e6) else 'the ring is never faster'}"
-            )
-            rep.value(f"ring_{name}_crossover_kb", None)
-            continue
-        # The closed form must land on the equal-time point the search finds.
-        assert searched is not None and math.isclose(closed, searched, rel_tol=1e-6), (closed, searched)
-        rep.value(f"ring_{name}_crossover_kb", closed / 1e3)
+    model_times_table(rep, k, link)
+    crossovers = ring_crossovers(rep, k, link)
     ranges = num.winner_ranges(k, link)
     if len(ranges) == 1:
         text = f"{ranges[0][1]} at every size"
@@ -150,6 +118,47 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
                ring_from_hundreds_kb=ring_from is not None and 1e5 <= ring_from < 1e6)
     if rep.figure_dir():
         rep.save_figure(figures.alpha_beta_sizes(k, link, [1e2, 1e9], crossovers), "allreduce_by_size")
+
+
+def model_times_table(rep: Report, k: int, link: Link) -> None:
+    """Part 1's table: each all-reduce's α-β time at every size, and the fastest."""
+    rows, winners = [], {}
+    for n in MODEL_SIZES:
+        times = allreduce_times(k, n, link)
+        winners[n] = winner(times)
+        rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
+    rep.table(["N", "ring", "tree", "naive", "fastest"], rows, name="times")
+    for n, name in ((1e3, "1kb"), (1e4, "10kb"), (1e5, "100kb"), (1e6, "1mb"), (1e8, "100mb")):
+        times = allreduce_times(k, n, link)
+        rep.value(f"fastest_{name}", winners[int(n)])
+        rep.value(f"times_{name}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
+
+
+def ring_crossovers(rep: Report, k: int, link: Link) -> dict[str, float | None]:
+    """Where the ring's time meets the tree's and the naive one's: the closed form, checked against
+    a numeric search (None where they never cross at a size of a byte or more)."""
+    ring = lambda n: ring_allreduce_time(k, n, link)  # noqa: E731 - small closures for the search
+    others = {"tree": ring_tree_crossover_bytes(k, link), "naive": ring_naive_crossover_bytes(k, link)}
+    crossovers: dict[str, float | None] = {}
+    for name, closed in others.items():
+        other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
+        searched = num.numeric_crossover(ring, other, *num.search_range(link))
+        below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
+        crossovers[name] = None if below_a_byte else closed
+        rep.value(f"ring_{name}_searched", fmt_bytes(searched) if searched else "no size")
+        if closed is None or below_a_byte:
+            assert below_a_byte or searched is None, \
+                f"no closed-form crossover but the search found {searched}"
+            where = f" (the formulas meet at {closed:.2g} B, below one byte)" if below_a_byte else ""
+            faster = "the ring is never slower" if ring(1e6) <= other(1e6) else "the ring is never faster"
+            rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs{where} — "
+                     f"{faster}")
+            rep.value(f"ring_{name}_crossover_kb", None)
+            continue
+        # The closed form must land on the equal-time point the search finds.
+        assert searched is not None and math.isclose(closed, searched, rel_tol=1e-6), (closed, searched)
+        rep.value(f"ring_{name}_crossover_kb", closed / 1e3)
+    return crossovers
 
 
 def time_allreduce_worker(rank: int, world_size: int, sizes: list[int], sweeps: int) -> dict:
