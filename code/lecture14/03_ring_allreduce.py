@@ -141,6 +141,26 @@ def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
              + ";\nsim = counted message by message in the simulation; formula = the closed form "
              "(common.costmodel.allreduce_traffic_bytes);\nparameter server: K workers + 1 server, "
              "the server's link is the busiest; 'sent' counts what a device sends (it receives as much)")
+    rows, ring_ratio, all_match = traffic_rows(ks, elems)
+    rep.table(["K", "algorithm", "rounds sim", "formula", "busiest sent sim", "formula", "busiest / N",
+               "total sent sim", "formula", "sim = formula"], rows, name="traffic")
+    rep.line(f"  ring: every device sends 2(K-1)/K·N, from {fmt_num(min(ring_ratio.values()))}·N to "
+             f"{fmt_num(max(ring_ratio.values()))}·N: bounded by 2N whatever K; the others' busiest "
+             "device grows with K (naive, server) or log2 K (tree)")
+    if any(elems % k for k in ks):
+        rep.note("where K does not divide N, ring chunks differ by one element: the busiest device sends\n"
+                 "a little more than 2(K-1)/K·N (tests check the exact chunk-size sum); the line above\n"
+                 "still requires those rows' rounds and total bytes to equal the closed forms")
+    rep.record("ring_bytes_over_n", ring_ratio)
+    rep.values(traffic_ks=", ".join(map(str, ks)), traffic_closed_forms=all_match,
+               ring_sent_over_n_at_64=ring_ratio[max(ks)])
+    fp_order_difference(rep, elems)
+
+
+def traffic_rows(ks: list[int], elems: int) -> tuple[list[list], dict[int, float], bool]:
+    """Part 2's rows: every algorithm simulated on K devices of `elems` float32 each, against the
+    closed forms; also the ring's busiest/N by K and whether every row agrees."""
+    nbytes = 4 * elems
     rng = np.random.default_rng(FP_SEED)
     rows, ring_ratio, all_match = [], {}, True
     for k in ks:
@@ -158,19 +178,7 @@ def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
                          fmt_bytes(total), "yes" if match else ("no: N/K not whole" if uneven else "NO")])
             if name == "ring":
                 ring_ratio[k] = res.busiest_sent / nbytes
-    rep.table(["K", "algorithm", "rounds sim", "formula", "busiest sent sim", "formula", "busiest / N",
-               "total sent sim", "formula", "sim = formula"], rows, name="traffic")
-    rep.line(f"  ring: every device sends 2(K-1)/K·N, from {fmt_num(min(ring_ratio.values()))}·N to "
-             f"{fmt_num(max(ring_ratio.values()))}·N: bounded by 2N whatever K; the others' busiest "
-             "device grows with K (naive, server) or log2 K (tree)")
-    if any(elems % k for k in ks):
-        rep.note("where K does not divide N, ring chunks differ by one element: the busiest device sends\n"
-                 "a little more than 2(K-1)/K·N (tests check the exact chunk-size sum); the line above\n"
-                 "still requires those rows' rounds and total bytes to equal the closed forms")
-    rep.record("ring_bytes_over_n", ring_ratio)
-    rep.values(traffic_ks=", ".join(map(str, ks)), traffic_closed_forms=all_match,
-               ring_sent_over_n_at_64=ring_ratio[max(ks)])
-    fp_order_difference(rep, elems)
+    return rows, ring_ratio, all_match
 
 
 def fp_order_difference(rep: Report, elems: int) -> None:
@@ -209,6 +217,29 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     demo_ticks(rep, k)
     best_pow2 = best_broadcast_segments(k, n, link)
     top = min(20, max(12, best_pow2.bit_length() + 2))
+    sim_times, sim_ok = segments_table(rep, k, n, link, top)
+    rep.line(f"  tick simulation equals the closed form (ticks exactly, time to rounding): "
+             f"{'yes' if sim_ok else 'NO'}")
+    s_cont = continuous_best_segments(k, n, link)
+    t_best, t_one = ring_broadcast_time(k, n, link, best_pow2), ring_broadcast_time(k, n, link, 1)
+    rep.line(f"  best power of two S = {best_pow2}: {fmt_time(t_best)}; unsplit: {fmt_time(t_one)}; "
+             f"S >> K without α: N/β = {fmt_time(n / link.beta_Bps)}")
+    if link.alpha_s > 0 and k > 2:
+        best_int = best_integer_segments(k, n, link)
+        rep.line(f"  continuous optimum S* = sqrt((K-2)·N/(α·β)) = {fmt_num(s_cont)}; best integer S = "
+                 f"{best_int}: {fmt_time(ring_broadcast_time(k, n, link, best_int))}")
+    else:
+        rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
+                 "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
+    rep.values(ticks_k=k, ticks_top_s=2**top, tick_simulation_ok=sim_ok)
+    notes_setting_values(rep, (k, n, link))
+    if rep.figure_dir():
+        rep.save_figure(figures.broadcast_segments(k, n, link, sim_times, best_pow2), "broadcast_segments")
+
+
+def segments_table(rep: Report, k: int, n: int, link: Link, top: int) -> tuple[dict[int, float], bool]:
+    """Part 3's table, S = 1, 2, 4 … 2**top: the tick simulation (where it stays small) against the
+    closed form. Returns the simulated times by S and whether ticks and times all agree."""
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
     ticks = algorithm("pipelined ring broadcast").rounds  # K-2+S, from collectives_def
     scale = max(ring_broadcast_time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
@@ -225,25 +256,7 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
         else:
             rows.append([s, "-", ticks(k, s), "-", fmt_time(formula), bar(formula, scale, 30)])
     rep.table(["S", "ticks sim", "K-2+S", "time sim", "(K-2+S)(α+N/(Sβ))", ""], rows, name="segments")
-    rep.line(f"  tick simulation equals the closed form (ticks exactly, time to rounding): "
-             f"{'yes' if ticks_ok and time_ok else 'NO'}")
-    s_cont = continuous_best_segments(k, n, link)
-    t_best, t_one = ring_broadcast_time(k, n, link, best_pow2), ring_broadcast_time(k, n, link, 1)
-    rep.line(f"  best power of two S = {best_pow2}: {fmt_time(t_best)}; unsplit: {fmt_time(t_one)}; "
-             f"S >> K without α: N/β = {fmt_time(n / link.beta_Bps)}")
-    if link.alpha_s > 0 and k > 2:
-        best_int = best_integer_segments(k, n, link)
-        rep.line(f"  continuous optimum S* = sqrt((K-2)·N/(α·β)) = {fmt_num(s_cont)}; best integer S = "
-                 f"{best_int}: {fmt_time(ring_broadcast_time(k, n, link, best_int))}")
-    else:
-        rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
-                 "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
-    rep.values(ticks_k=k, ticks_top_s=2**top, tick_simulation_ok=ticks_ok and time_ok)
-    notes_setting_values(rep, (k, n, link))
-
-
-    if rep.figure_dir():
-        rep.save_figure(figures.broadcast_segments(k, n, link, sim_times, best_pow2), "broadcast_segments")
+    return sim_times, ticks_ok and time_ok
 
 
 def notes_setting_values(rep: Report, run: tuple[int, int, Link]) -> None:
