@@ -226,28 +226,8 @@ def part2_identities(rep: Report, args: argparse.Namespace) -> None:
     results = launch(identities_worker, w, n, SEED, backend="auto", timeout_s=args.timeout_s)
     exact, noisy = [res["exact"] for res in results], [res["random"] for res in results]
     inputs = all_inputs(w, n)
-    ref = col.allreduce(inputs).outputs
-    reduced = col.reduce(inputs, ROOT).outputs[ROOT]
-    sim_rb = col.broadcast([reduced if r == ROOT else inputs[r] for r in range(w)], ROOT).outputs
-    sim_rsag = col.all_gather(col.reduce_scatter(inputs).outputs).outputs
-    sim = {"reduce_broadcast": sim_rb, "rs_ag": sim_rsag}
-    rows, real_ok, gap = [], {}, 0.0
-    for label, key in IDENTITIES:
-        real_equal = all(res[key] == res["all_reduce"] for res in exact)
-        route_gap = max(float(np.abs(np.asarray(res[key], np.float32) - s).max())
-                        for res, s in zip(exact, sim[key]))
-        gap = max(gap, route_gap)
-        sim_equal = all(np.array_equal(a, b) for a, b in zip(sim[key], ref))
-        worst = max(np.abs(np.subtract(res[key], res["all_reduce"])).max() for res in noisy)
-        rows.append([label, yes(real_equal), yes(sim_equal), yes(route_gap == 0), float(worst)])
-        real_ok[key] = real_equal and route_gap == 0
-    # Parameter server: workers are ranks 1..W-1 with gradients x_r; the simulator has K = W-1 workers.
-    params0 = rank_data(ROOT, n).numpy() * 10
-    ps_sim = col.parameter_server(inputs[1:], params=params0, lr=LR)
-    ps_real = [np.asarray(res["ps"], np.float32) for res in exact]
-    ps_ref = params0 - LR * np.sum(inputs[1:], axis=0) / (w - 1)
-    ps_gap = max(float(np.abs(p - ps_ref).max()) for p in ps_real)  # real ranks vs numpy
-    ps_sim_gap = max(float(np.abs(p - q).max()) for p, q in zip(ps_real[1:], ps_sim.outputs))
+    rows, real_ok, gap = identity_rows(inputs, exact, noisy)
+    ps_sim, ps_gap, ps_sim_gap = parameter_server_step(inputs, exact, n)
     rows.append(["PS step = broadcast (pull) + reduce (push)", yes(ps_gap <= PS_TOLERANCE), "-",
                  yes(ps_sim_gap <= PS_TOLERANCE), "-"])
     rep.table(["identity", "real ranks: equal", "simulator: equal", "real = simulator",
@@ -263,6 +243,43 @@ def part2_identities(rep: Report, args: argparse.Namespace) -> None:
              f"K·N = {ps_sim.received[-1]:,} B each way, a worker's {ps_sim.sent[0]:,} B")
     rep.values(reduce_broadcast_equal=real_ok["reduce_broadcast"], rs_ag_equal=real_ok["rs_ag"],
                ps_step_equal=max(ps_gap, ps_sim_gap) <= PS_TOLERANCE)
+
+
+def identity_rows(inputs: list[np.ndarray], exact: list[dict], noisy: list[dict]
+                  ) -> tuple[list[list], dict[str, bool], float]:
+    """Part 2's rows for the two all-reduce routes: real ranks (integer data, then random float32)
+    against their own all-reduce and against collectives.py. Also whether each route is exact on
+    real ranks and the largest real-vs-simulator gap."""
+    ref = col.allreduce(inputs).outputs
+    reduced = col.reduce(inputs, ROOT).outputs[ROOT]
+    sim_rb = col.broadcast([reduced if r == ROOT else inputs[r] for r in range(len(inputs))], ROOT).outputs
+    sim_rsag = col.all_gather(col.reduce_scatter(inputs).outputs).outputs
+    sim = {"reduce_broadcast": sim_rb, "rs_ag": sim_rsag}
+    rows, real_ok, gap = [], {}, 0.0
+    for label, key in IDENTITIES:
+        real_equal = all(res[key] == res["all_reduce"] for res in exact)
+        route_gap = max(float(np.abs(np.asarray(res[key], np.float32) - s).max())
+                        for res, s in zip(exact, sim[key]))
+        gap = max(gap, route_gap)
+        sim_equal = all(np.array_equal(a, b) for a, b in zip(sim[key], ref))
+        worst = max(np.abs(np.subtract(res[key], res["all_reduce"])).max() for res in noisy)
+        rows.append([label, yes(real_equal), yes(sim_equal), yes(route_gap == 0), float(worst)])
+        real_ok[key] = real_equal and route_gap == 0
+    return rows, real_ok, gap
+
+
+def parameter_server_step(inputs: list[np.ndarray], exact: list[dict], n: int
+                          ) -> tuple[col.Result, float, float]:
+    """The parameter-server step: workers are ranks 1..W-1 with gradients x_r (the simulator has
+    K = W-1 workers). Returns the simulation and the real ranks' gaps to numpy and to it."""
+    w = len(inputs)
+    params0 = rank_data(ROOT, n).numpy() * 10
+    ps_sim = col.parameter_server(inputs[1:], params=params0, lr=LR)
+    ps_real = [np.asarray(res["ps"], np.float32) for res in exact]
+    ps_ref = params0 - LR * np.sum(inputs[1:], axis=0) / (w - 1)
+    ps_gap = max(float(np.abs(p - ps_ref).max()) for p in ps_real)  # real ranks vs numpy
+    ps_sim_gap = max(float(np.abs(p - q).max()) for p, q in zip(ps_real[1:], ps_sim.outputs))
+    return ps_sim, ps_gap, ps_sim_gap
 
 
 def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
