@@ -129,53 +129,10 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
 def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     P, p = args.params, args.world_size
     rep.part(2, f"ZeRO per GPU: P = {P / 1e9:g}B parameters on p = {p} GPUs")
-    rows = []
-    for stage in lg.STAGES:
-        ours, notes = lg.zero_bytes_per_gpu(stage, P, p), lg.zero_notes_formula(stage, P, p)
-        exact = max(lg.zero_bytes_per_rank(stage, round(P), p))
-        rows.append([stage, ", ".join(ENTRY[n] for n in lg.SHARDED[stage]) or "nothing",
-                     fmt_bytes(ours), fmt_bytes(notes), fmt_bytes(exact), "yes"
-                     if ours <= args.gpu_memory_gb * 1e9
-                     else "no"])
-    rep.table(
-        [
-            "stage",
-            "sharded",
-            "from the ledger",
-            "notes' formula",
-            "busiest rank",
-            f"≤ {args.gpu_memory_gb:g} GB",
-        ],
-        rows,
-        name="zero_memory",
-    )
-    rep.note("from the ledger: kept entries whole, sharded ones / p; busiest rank: whole elements of the\n"
-             "flattened buffer, the first P mod p ranks one more (cs336.ledger.zero_bytes_per_rank)")
-    # the closed forms are linear in 1/p: a few p, odd and even, small and large, decide them
-    formulas_ok = {stage: all(math.isclose(lg.zero_bytes_per_gpu(stage, 1.0, k),
-                                           lg.zero_notes_formula(stage, 1.0, k))
-                              for k in (1, 2, 3, 4, 7, 8, 64, 1000, 1024)) for stage in lg.STAGES}
-    adam = sum(lg.ledger_bytes(P)[k] for k in ("Adam m (fp32)", "Adam v (fp32)"))
-    rep.values(ddp_formula_ok=formulas_ok["DDP"], zero1_formula_ok=formulas_ok["ZeRO-1"],
-               zero2_formula_ok=formulas_ok["ZeRO-2"], zero3_formula_ok=formulas_ok["ZeRO-3"],
-               zero1_adam_gb=adam / p / 1e9, zero2_grads_gb=lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9)
-    opt = sum(lg.ledger_bytes(P)[k] for k in lg.OPTIMIZER_STATE)
-    rep.note(f"ZeRO-1 shards the whole optimizer state, master weights too: {fmt_bytes(opt)} → "
-             f"{fmt_bytes(opt / p)} per card\n(Adam's m and v alone: {fmt_bytes(adam)} → "
-             f"{fmt_bytes(adam / p)})")
+    zero_memory_table(rep, args)
+    zero_formula_values(rep, P, p)
     rep.compare_with_notes()
-    rows, ddp_bytes = [], None
-    for stage in lg.STAGES:
-        calls = zero_step_collectives(stage, FP16 * P, layers=args.layers)
-        sent = zero_step_bytes_per_device(stage, p, FP16 * P)
-        ddp_bytes = sent if ddp_bytes is None else ddp_bytes
-        rows.append([stage, " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls),
-                     rep.notes_text(f"CS-zero-comm-{stage.lower().replace('-', '')}"), fmt_bytes(sent),
-                     f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
-                     fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
-                     fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
-    rep.table(["stage", "collectives per step", "notes", "bytes per rank", "× DDP", "NVLink", "InfiniBand"],
-              rows, name="zero_traffic")
+    zero_traffic_table(rep, args)
     z = {stage: lg.zero_bytes_per_gpu(stage, P, p) for stage in lg.STAGES}
     n_calls = {stage: sum(c.calls for c in zero_step_collectives(stage, 1.0, args.layers))
                for stage in lg.STAGES}
@@ -193,6 +150,56 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     rep.compare_with_notes(in_table=True)
 
 
+def zero_memory_table(rep: Report, args: argparse.Namespace) -> None:
+    """Part 2's first table: each stage's bytes per GPU, from the ledger, the notes' formula and
+    the busiest rank of a real flattened buffer."""
+    P, p = args.params, args.world_size
+    rows = []
+    for stage in lg.STAGES:
+        ours, notes = lg.zero_bytes_per_gpu(stage, P, p), lg.zero_notes_formula(stage, P, p)
+        exact = max(lg.zero_bytes_per_rank(stage, round(P), p))
+        rows.append([stage, ", ".join(ENTRY[n] for n in lg.SHARDED[stage]) or "nothing",
+                     fmt_bytes(ours), fmt_bytes(notes), fmt_bytes(exact),
+                     "yes" if ours <= args.gpu_memory_gb * 1e9 else "no"])
+    rep.table(["stage", "sharded", "from the ledger", "notes' formula", "busiest rank",
+               f"≤ {args.gpu_memory_gb:g} GB"], rows, name="zero_memory")
+    rep.note("from the ledger: kept entries whole, sharded ones / p; busiest rank: whole elements of the\n"
+             "flattened buffer, the first P mod p ranks one more (cs336.ledger.zero_bytes_per_rank)")
+
+
+def zero_formula_values(rep: Report, P: float, p: int) -> None:
+    """The ledger against the notes' closed forms, and what ZeRO-1 and ZeRO-2 take off a card."""
+    # the closed forms are linear in 1/p: a few p, odd and even, small and large, decide them
+    formulas_ok = {stage: all(math.isclose(lg.zero_bytes_per_gpu(stage, 1.0, k),
+                                           lg.zero_notes_formula(stage, 1.0, k))
+                              for k in (1, 2, 3, 4, 7, 8, 64, 1000, 1024)) for stage in lg.STAGES}
+    adam = sum(lg.ledger_bytes(P)[k] for k in ("Adam m (fp32)", "Adam v (fp32)"))
+    rep.values(ddp_formula_ok=formulas_ok["DDP"], zero1_formula_ok=formulas_ok["ZeRO-1"],
+               zero2_formula_ok=formulas_ok["ZeRO-2"], zero3_formula_ok=formulas_ok["ZeRO-3"],
+               zero1_adam_gb=adam / p / 1e9, zero2_grads_gb=lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9)
+    opt = sum(lg.ledger_bytes(P)[k] for k in lg.OPTIMIZER_STATE)
+    rep.note(f"ZeRO-1 shards the whole optimizer state, master weights too: {fmt_bytes(opt)} → "
+             f"{fmt_bytes(opt / p)} per card\n(Adam's m and v alone: {fmt_bytes(adam)} → "
+             f"{fmt_bytes(adam / p)})")
+
+
+def zero_traffic_table(rep: Report, args: argparse.Namespace) -> None:
+    """Part 2's second table: each stage's collectives per step, bytes per rank and α-β times."""
+    P, p = args.params, args.world_size
+    rows, ddp_bytes = [], None
+    for stage in lg.STAGES:
+        calls = zero_step_collectives(stage, FP16 * P, layers=args.layers)
+        sent = zero_step_bytes_per_device(stage, p, FP16 * P)
+        ddp_bytes = sent if ddp_bytes is None else ddp_bytes
+        rows.append([stage, " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls),
+                     rep.notes_text(f"CS-zero-comm-{stage.lower().replace('-', '')}"), fmt_bytes(sent),
+                     f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
+                     fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
+                     fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
+    rep.table(["stage", "collectives per step", "notes", "bytes per rank", "× DDP", "NVLink", "InfiniBand"],
+              rows, name="zero_traffic")
+
+
 def zero2_is_best_value() -> bool:
     """At the notes' 13B on 4 cards: ZeRO-2 holds less than DDP and moves its bytes; ZeRO-3 moves 1.5×."""
     sent = {stage: zero_step_bytes_per_device(stage, NOTES_P, FP16 * NOTES_PARAMS) for stage in lg.STAGES}
@@ -206,33 +213,42 @@ def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
     gpus = tp * pp * dp
     rep.part(3, f"Megatron 3D: {m.name} on TP {tp} × PP {pp} × DP {dp}")
     rep.value("megatron_gpus", gpus)
-    local = m.params / (tp * pp)
-    plain = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp)
-    dist = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp, distributed_optimizer=True)
-    rep.table(
-        ["per GPU", "value"],
-        [
-            ["parameters P/(TP·PP)", f"{local / 1e9:.4g}B"],
-            ["training state, 16 B each", both(plain)],
-            [f"with ZeRO-1 across the {dp} DP replicas", both(dist)],
-            [
-                f"fits {args.gpu_memory_gb:g} GB (state only)",
-                f"{'yes' if plain <= args.gpu_memory_gb * 1e9 else 'no'} "
-                "/ "
-                f"{'yes' if dist <= args.gpu_memory_gb * 1e9 else 'no'}",
-            ],
-        ],
-        name="megatron_memory",
-    )
+    megatron_memory_table(rep, args)
     stage_layers, micro = math.ceil(m.layers / pp), args.global_batch // (dp * args.micro_batch_size)
     act = lg.activation_bytes(args.micro_batch_size, m.width, FP16, tokens_per_sample=args.seq_len)
-    tp_link = CS336_NVLINK if tp <= GPUS_PER_NODE else CS336_INFINIBAND
     rep.note(f"per step: {args.global_batch} sequences of {args.seq_len} tokens, {micro} micro-batches of "
              f"{args.micro_batch_size} per replica;\none micro-batch's activation b × s × d × 2 B = "
              f"{fmt_bytes(act)}; a stage holds {stage_layers} of {m.layers} layers.\nTP: 2 all-reduces "
              "forward + 2 backward per layer (attention, MLP), no recomputation.\nPP: each GPU sends its "
              "micro-batch's full activation and gradient (Megatron's scatter/gather\ncuts that by TP). DP: "
              f"fp16 gradients. One InfiniBand port per GPU; {GPUS_PER_NODE} GPUs a node.")
+    rep.table(["axis", "ways", "link", "calls per step", "bytes per GPU", "α-β time"],
+              megatron_traffic_rows(args, stage_layers, micro, act), name="megatron_traffic")
+    rep.line(f"  {gpus // GPUS_PER_NODE if gpus >= GPUS_PER_NODE else 1} nodes of {GPUS_PER_NODE}; TP stays "
+             f"on NVLink{'' if tp <= GPUS_PER_NODE else ' only up to 8 ways: here it crosses nodes'}, PP and "
+             "DP cross nodes on InfiniBand")
+
+
+def megatron_memory_table(rep: Report, args: argparse.Namespace) -> None:
+    """Part 3's first table: a GPU's parameters and training state, without and with ZeRO-1."""
+    m, tp, pp, dp = lg.GPT3_175B, args.tp, args.pp, args.dp
+    local = m.params / (tp * pp)
+    plain = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp)
+    dist = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp, distributed_optimizer=True)
+    fits = {state: "yes" if state <= args.gpu_memory_gb * 1e9 else "no" for state in (plain, dist)}
+    rep.table(["per GPU", "value"],
+              [["parameters P/(TP·PP)", f"{local / 1e9:.4g}B"],
+               ["training state, 16 B each", both(plain)],
+               [f"with ZeRO-1 across the {dp} DP replicas", both(dist)],
+               [f"fits {args.gpu_memory_gb:g} GB (state only)", f"{fits[plain]} / {fits[dist]}"]],
+              name="megatron_memory")
+
+
+def megatron_traffic_rows(args: argparse.Namespace, stage_layers: int, micro: int, act: float) -> list[list]:
+    """Part 3's traffic rows, TP, PP, DP: calls, bytes and α-β time per GPU and step."""
+    tp, pp, dp = args.tp, args.pp, args.dp
+    local = lg.GPT3_175B.params / (tp * pp)
+    tp_link = CS336_NVLINK if tp <= GPUS_PER_NODE else CS336_INFINIBAND
     axes = [("TP", tp, tp_link, [CollectiveCall("all-reduce", "activations", 4 * stage_layers * micro, act)])]
     axes.append(("DP", dp, CS336_INFINIBAND, [CollectiveCall("all-reduce", "gradients", 1, FP16 * local)]))
     rows = []
@@ -247,11 +263,7 @@ def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
               fmt_bytes(pp_step_bytes_per_device(micro * act) if pp > 1 else 0),
               fmt_time(pp_step_send_time(micro, micro * act, CS336_INFINIBAND)) if pp > 1 else "-"]
     rows.insert(1, pp_row)
-    rep.table(["axis", "ways", "link", "calls per step", "bytes per GPU", "α-β time"], rows,
-              name="megatron_traffic")
-    rep.line(f"  {gpus // GPUS_PER_NODE if gpus >= GPUS_PER_NODE else 1} nodes of {GPUS_PER_NODE}; TP stays "
-             f"on NVLink{'' if tp <= GPUS_PER_NODE else ' only up to 8 ways: here it crosses nodes'}, PP and "
-             "DP cross nodes on InfiniBand")
+    return rows
 
 
 def part4_frameworks(rep: Report, args: argparse.Namespace) -> None:
