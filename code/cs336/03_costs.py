@@ -258,10 +258,21 @@ def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
         parts = [LEDGER["fp16 parameters"] * held[way], LEDGER["fp16 gradients"] * held[way], opt, acts[way]]
         rows.append([way] + [fmt_bytes(x, binary=True) for x in parts + [sum(parts)]])
     rep.table(["", "weights", "gradients", "optimizer", "activations", "total per GPU"], rows, name="memory")
+    rep.table(["", "per step", "calls", "bytes per GPU", "NVLink", "InfiniBand"],
+              four_gpu_traffic_rows(p, mb, stages, act), name="traffic")
+    bubble = (stages - 1) / (mb + stages - 1)
+    rep.line(f"  PP costs idle time, not bytes: S = {stages}, M = {mb}, bubble (S-1)/(M+S-1) = "
+             f"{100 * bubble:.0f} % of the step" + (f"\n  (only {layers} stages: one layer each)"
+                                                    if p > layers else ""))
+
+
+def four_gpu_traffic_rows(p: int, mb: int, stages: int, act: float) -> list[list]:
+    """Part 6's traffic table: DP's and TP's collectives and PP's sends per step, bytes and α-β time."""
+    m = MLP_12
     collectives = {
         "DP": [CollectiveCall("all-reduce", "gradients", 1, FP16 * m.params)],
-        "TP": [CollectiveCall("all-gather", "activation, forward", layers, act),
-               CollectiveCall("reduce-scatter", "gradient, backward", layers, act)],
+        "TP": [CollectiveCall("all-gather", "activation, forward", m.layers, act),
+               CollectiveCall("reduce-scatter", "gradient, backward", m.layers, act)],
     }
     rows = []
     for way, calls in collectives.items():
@@ -275,11 +286,7 @@ def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
             for lk in (CS336_NVLINK, CS336_INFINIBAND)}
     rows.append(["PP", f"{sends} sends (middle stage)", sends, fmt_bytes(pp_bytes, binary=True),
                  fmt_time(pp_t[CS336_NVLINK.name]), fmt_time(pp_t[CS336_INFINIBAND.name])])
-    rep.table(["", "per step", "calls", "bytes per GPU", "NVLink", "InfiniBand"], rows, name="traffic")
-    bubble = (stages - 1) / (mb + stages - 1)
-    rep.line(f"  PP costs idle time, not bytes: S = {stages}, M = {mb}, bubble (S-1)/(M+S-1) = "
-             f"{100 * bubble:.0f} % of the step" + (f"\n  (only {layers} stages: one layer each)"
-                                                    if p > layers else ""))
+    return rows
 
 
 if __name__ == "__main__":
