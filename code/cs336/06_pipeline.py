@@ -111,26 +111,7 @@ def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
         for row in rows:
             rep.line("  " + row)
         rep.note(how)
-    shown = list(range(s)) if s <= 16 else list(range(4)) + list(range(s - 4, s))
-    rep.table(
-        ["stage", "busy ms", "idle ms GPipe", "idle ms 1F1B", "peak act. GPipe", "peak act. 1F1B", "S - s"],
-        [
-            [
-                str(d),
-                ms(runs["GPipe"].busy[d]),
-                ms(runs["GPipe"].idle[d]),
-                ms(runs["1F1B"].idle[d]),
-                runs["GPipe"].peak_activations[d],
-                runs["1F1B"].peak_activations[d],
-                s - d,
-            ]
-            for d in shown
-        ],
-        name="stages",
-    )
-    if len(shown) < s:
-        rep.note(f"{len(shown)} of {s} stages shown (the first and last four)")
-    rep.note("peak act. = most micro-batches whose forward has ended and backward has not, on that stage")
+    stage_table(rep, runs, s)
     if p2p and s > 1:
         extra = {name: ms(sim.makespan - pp.makespan_closed_form(s, m, tf, tb)) for name, sim in runs.items()}
         rep.note(f"p2p time adds {extra['GPipe']:g} ms to GPipe (2(S-1)·p2p = {ms(2 * (s - 1) * p2p):g} ms: "
@@ -142,6 +123,20 @@ def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
     plot_runs(rep, list(runs.values()), "schedules",
               f"S = {s} stages, M = {m} micro-batches, t_f = {ms(tf):g} ms, t_b = {ms(tb):g} ms, p2p = "
               f"{ms(p2p):g} ms")
+
+
+def stage_table(rep: Report, runs: dict, s: int) -> None:
+    """Part 1's table: each stage's busy and idle time and peak activations, GPipe beside 1F1B."""
+    shown = list(range(s)) if s <= 16 else list(range(4)) + list(range(s - 4, s))
+    gpipe, one_f_one_b = runs["GPipe"], runs["1F1B"]
+    rep.table(["stage", "busy ms", "idle ms GPipe", "idle ms 1F1B", "peak act. GPipe", "peak act. 1F1B",
+               "S - s"],
+              [[str(d), ms(gpipe.busy[d]), ms(gpipe.idle[d]), ms(one_f_one_b.idle[d]),
+                gpipe.peak_activations[d], one_f_one_b.peak_activations[d], s - d] for d in shown],
+              name="stages")
+    if len(shown) < s:
+        rep.note(f"{len(shown)} of {s} stages shown (the first and last four)")
+    rep.note("peak act. = most micro-batches whose forward has ended and backward has not, on that stage")
 
 
 def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
