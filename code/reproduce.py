@@ -25,6 +25,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 # isort: split
 
+import argparse
 import json
 import os
 import subprocess
@@ -76,6 +77,33 @@ def _tick(label: str, start: float, done: threading.Event) -> None:
 
 
 def main() -> None:
+    args = parse_args()
+    chosen = [s for s in scripts() if args.only in s.name]
+    if not chosen:
+        raise UsageError(f"--only {args.only!r} matches no script (names look like lecture15/02_buckets.py)")
+    runs, claims, pages, total = run_scripts(chosen, args)
+    failures = [r["script"] for r in runs if r["rc"] != 0]
+    if args.errata:
+        from report.pages import errata_markdown
+
+        print("\n" + errata_markdown([dict(c, script=s) for s, c in claims]), end="")
+        sys.exit(1 if failures else 0)
+    print_claims(runs, claims, total, args.all_claims)
+    if args.json:
+        write_json(args.json,
+                   {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
+    if pages:
+        print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
+    elif not args.no_report:
+        print(f"\nNo pages written: every script failed, so {args.report}/ keeps what it held",
+              file=sys.stderr)
+    if failures:
+        print(f"\nFAILED: {', '.join(failures)}", file=sys.stderr)
+        sys.exit(1)
+
+
+def parse_args() -> argparse.Namespace:
+    """The flags; --report is checked before any script runs."""
     parser = make_parser(__doc__, only="")
     parser.add_argument("--all-claims", action="store_true", help="list agreeing claims too")
     parser.add_argument("--report", metavar="DIR", default="report",
@@ -87,9 +115,13 @@ def main() -> None:
     args = parser.parse_args()
     if not args.no_report:
         check_output_dir(args.report, "--report")
-    chosen = [s for s in scripts() if args.only in s.name]
-    if not chosen:
-        raise UsageError(f"--only {args.only!r} matches no script (names look like lecture15/02_buckets.py)")
+    return args
+
+
+def run_scripts(chosen: list[Script], args: argparse.Namespace
+                ) -> tuple[list[dict[str, Any]], list[tuple[str, dict]], list[Path], float]:
+    """Run each script in turn (a line each), then write the pages: the runs, every (script, claim),
+    the pages written and the seconds it all took."""
     runs, claims, data = [], [], {}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,26 +137,25 @@ def main() -> None:
         pages = []
         if not args.no_report and data:  # a run where every script failed does not replace a report
             pages = write_pages(Path(args.report), chosen, runs, data, figure_dir, start, args.quick)
-    total = time.perf_counter() - start
-    failures = [r["script"] for r in runs if r["rc"] != 0]
-    if args.errata:
-        from report.pages import errata_markdown
+    return runs, claims, pages, time.perf_counter() - start
 
-        print("\n" + errata_markdown([dict(c, script=s) for s, c in claims]), end="")
-        sys.exit(1 if failures else 0)
+
+def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], total: float,
+                 all_claims: bool) -> None:
+    """The count by status, every claim that does not simply agree (all with --all-claims), and the
+    notes' errors."""
     counts = Counter(c["status"] for _, c in claims)
     print(f"\n{len(runs)} scripts in {total:.1f} s; {len(claims)} claims: "
           + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
-    shown = [(s, c) for s, c in claims if args.all_claims or c["status"] != "agrees"]
+    shown = [(s, c) for s, c in claims if all_claims or c["status"] != "agrees"]
     if shown:
-        print("\nEvery claim:" if args.all_claims else "\nClaims that do not simply agree (ours beside the "
-                                                       "notes', and why):")
+        print("\nEvery claim:" if all_claims
+              else "\nClaims that do not simply agree (ours beside the notes', and why):")
     for script, c in shown:
         print(f"\n  {script} · {c['part']} · {c['what']}")
         status = "differs: an error in the notes" if c.get("erratum") else c["status"]
-        line = (
-            f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} ({c['kind']}"
-        )
+        line = (f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} "
+                f"({c['kind']}")
         print(wrap(line + (f"; {c['rule']})" if c.get("rule") else ")"), "      ", "    "))
         if c.get("decision"):
             print(wrap(c["decision"], "         ", "    found: "))
@@ -136,19 +167,7 @@ def main() -> None:
               "the model gives")
         for script, c in errata:
             print(wrap(f"{script} · {c['what']}: {_num(c['notes'], c['unit'])} → "
-                       f"{_num(c['ours'], c['unit'])}",
-                       "      ", "  "))
-    if args.json:
-        write_json(args.json,
-                   {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
-    if pages:
-        print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
-    elif not args.no_report:
-        print(f"\nNo pages written: every script failed, so {args.report}/ keeps what it held",
-              file=sys.stderr)
-    if failures:
-        print(f"\nFAILED: {', '.join(failures)}", file=sys.stderr)
-        sys.exit(1)
+                       f"{_num(c['ours'], c['unit'])}", "      ", "  "))
 
 
 def write_pages(directory: Path, chosen: list[Script], runs: list[dict[str, Any]], data: dict[str, Any],
