@@ -12,7 +12,7 @@ Each script writes its parts and claims with --json; this collects them: a count
 every claim that does not simply agree — differs (with the whole reason the script gives), other
 machine (a timing measured here against one measured elsewhere), ours only. A line per script
 says which one runs, n of N, and the time so far. Exit status 1 if any script failed.
---json PATH keeps every claim and each script's own output (stdout and stderr).
+--json PATH keeps every claim and each script's own output (stdout, stderr and its --json).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main() -> None:
     chosen = [s for s in scripts() if args.only in s.name]
     if not chosen:
         raise UsageError(f"--only {args.only!r} matches no script (names look like lecture15/02_buckets.py)")
-    runs, claims, pages, total = run_scripts(chosen, args)
+    runs, claims, data, pages, total = run_scripts(chosen, args)
     failures = [r["script"] for r in runs if r["rc"] != 0]
     if args.errata:
         from report.pages import errata_markdown
@@ -90,8 +90,10 @@ def main() -> None:
         sys.exit(1 if failures else 0)
     print_claims(runs, claims, total, args.all_claims)
     if args.json:
-        write_json(args.json,
-                   {"total_s": total, "runs": runs, "claims": [dict(c, script=s) for s, c in claims]})
+        # Each run keeps its script's own --json too: the tests read a script's --quick run from here
+        # instead of running it again.
+        write_json(args.json, {"total_s": total, "runs": [dict(r, json=data.get(r["script"])) for r in runs],
+                               "claims": [dict(c, script=s) for s, c in claims]})
     if pages:
         print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
     elif not args.no_report:
@@ -119,9 +121,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def run_scripts(chosen: list[Script], args: argparse.Namespace
-                ) -> tuple[list[dict[str, Any]], list[tuple[str, dict]], list[Path], float]:
+                ) -> tuple[list[dict[str, Any]], list[tuple[str, dict]], dict[str, Any], list[Path], float]:
     """Run each script in turn (a line each), then write the pages: the runs, every (script, claim),
-    the pages written and the seconds it all took."""
+    each script's own --json by name, the pages written and the seconds it all took."""
     runs, claims, data = [], [], {}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,7 +139,7 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
         pages = []
         if not args.no_report and data:  # a run where every script failed does not replace a report
             pages = write_pages(Path(args.report), chosen, runs, data, figure_dir, start, args.quick)
-    return runs, claims, pages, time.perf_counter() - start
+    return runs, claims, data, pages, time.perf_counter() - start
 
 
 def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], total: float,

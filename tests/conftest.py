@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Callable, NamedTuple
 
 import pytest
 
@@ -65,25 +67,93 @@ def script():
     return run_script
 
 
-def _reproduction(tmp_path_factory: pytest.TempPathFactory, *flags: str, pages: bool = True) -> dict:
-    """reproduce.py's --json, with "report_dir" (its pages, unless pages=False) and "stdout" added."""
-    folder = tmp_path_factory.mktemp("reproduce")
+def _shared_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder that every worker of this test session sees: pytest-xdist gives each worker its
+    own base temporary folder inside the session's, so the session's is the parent of a worker's."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def computed_once(folder: Path, compute: Callable[[Path], None]) -> None:
+    """compute(folder) in the first worker that asks, under a lock; the others wait for it and
+    reuse what it wrote. A failure is kept too, so each worker fails with it instead of running
+    the same broken work again."""
+    failed, done = folder / "failed.txt", folder / "done"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if compute() raises
+        if not done.exists() and not failed.exists():
+            try:
+                compute(folder)
+            except BaseException as err:
+                failed.write_text(f"{type(err).__name__}: {err}", encoding="utf-8")
+                raise
+            done.touch()
+    if failed.exists():
+        pytest.fail(f"computed once for the session, and it failed: {failed.read_text(encoding='utf-8')}")
+
+
+def _reproduction(tmp_path_factory: pytest.TempPathFactory, name: str, *flags: str,
+                  pages: bool = True) -> dict:
+    """reproduce.py's --json, with "report_dir" (its pages, unless pages=False) and "stdout" added;
+    run once per test session, whatever the number of workers."""
+    folder = _shared_folder(tmp_path_factory, name)
     out, pages_dir = folder / "all.json", folder / "report"
-    where = ["--report", str(pages_dir)] if pages else ["--no-report"]
-    proc = run_script("reproduce.py", *flags, "--json", str(out), *where, timeout=540)
-    return dict(json.loads(out.read_text(encoding="utf-8")), report_dir=pages_dir, stdout=proc.stdout)
+
+    def run(_: Path) -> None:
+        # A script that fails fails its own tests (each run's exit status is in the JSON), not
+        # every test that reads the reproduction: only a reproduction that wrote no JSON is lost.
+        where = ["--report", str(pages_dir)] if pages else ["--no-report"]
+        proc = run_script("reproduce.py", *flags, "--json", str(out), *where, timeout=540, expect_rc=None)
+        if not out.is_file():
+            raise AssertionError(f"reproduce.py {' '.join(flags)} exited {proc.returncode} and wrote no --json\n"
+                                 f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
+        (folder / "stdout.txt").write_text(proc.stdout, encoding="utf-8")
+
+    computed_once(folder, run)
+    return dict(json.loads(out.read_text(encoding="utf-8")), report_dir=pages_dir,
+                stdout=(folder / "stdout.txt").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="session")
 def quick_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """`reproduce.py --quick --json`, run once for every test that reads it."""
-    return _reproduction(tmp_path_factory, "--quick")
+    """`reproduce.py --quick --json`, run once for every test that reads it: the claims policy,
+    the pages, and every smoke test of a script's `--quick` run (`quick_run`)."""
+    return _reproduction(tmp_path_factory, "reproduce-quick", "--quick")
 
 
 @pytest.fixture(scope="session")
 def full_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """`reproduce.py --json` without --quick, run once."""
-    return _reproduction(tmp_path_factory, pages=False)
+    return _reproduction(tmp_path_factory, "reproduce-full", pages=False)
+
+
+class QuickRun(NamedTuple):
+    stdout: str
+    data: dict      # the script's own --json
+    figures: Path   # where its --save-figs figures are (with every other script's)
+
+
+@pytest.fixture(scope="session")
+def quick_run(quick_reproduction: dict) -> Callable[..., QuickRun]:
+    """quick_run("lecture14/02_primitives.py", json_to=PATH): that script's `--quick --json` run
+    (with --save-figs where it draws), taken from the session's reproduction instead of a run of
+    its own: the same command a student types, run once for every test that reads it. json_to
+    writes its --json to PATH as the run would have."""
+    runs = {run["script"]: run for run in quick_reproduction["runs"]}
+    figures = quick_reproduction["report_dir"] / "figures"
+
+    def lookup(relpath: str, json_to: Path | None = None) -> QuickRun:
+        run = runs[relpath]
+        if run["rc"] != 0 or run.get("json") is None:
+            raise AssertionError(f"{relpath} --quick exited {run['rc']} in the reproduction\n--- stdout ---\n"
+                                 f"{run['stdout'][-3000:]}\n--- stderr ---\n{run['stderr'][-3000:]}")
+        if json_to is not None:
+            Path(json_to).write_text(json.dumps(run["json"]), encoding="utf-8")
+        return QuickRun(run["stdout"], run["json"], figures)
+
+    return lookup
 
 
 # ---- a real browser for the report's pages ---------------------------------------------------------

@@ -125,3 +125,14 @@ def test_a_failed_self_check_ends_the_run(capsys: pytest.CaptureFixture[str]) ->
 def test_reasons_name_only_recorded_values() -> None:
     with pytest.raises(KeyError, match="T-1"):
         checker.reason(_row(why="{nothing_recorded}"), {})
+
+
+@pytest.mark.parametrize("value", ["x" * 5, "y" * (checker.VALUE_COLUMN + 1)])
+def test_the_comparison_fits_the_page_whether_values_fit_their_column_or_not(value: str) -> None:
+    # A table where no value fits its column still holds the verdict words: its lines were 104
+    # columns when the verdict column was measured on the fitting rows alone.
+    claim = checker.Claim("Part 1", "a statement", value, value, "", checker.EXACT,
+                          "differs (the notes' slip)", "why")
+    lines = checker.comparison_lines([claim])
+    assert max(len(line) for line in lines) <= checker.PAGE_WIDTH
+    assert any("differs (the notes' slip)" in line for line in lines)

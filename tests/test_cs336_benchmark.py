@@ -123,8 +123,8 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def test_quick_run_on_four_ranks(tmp_path: Path) -> None:
-    proc = run_script(SCRIPT, "--quick", "--json", str(tmp_path / "q.json"), "--save-figs", str(tmp_path))
+def test_quick_run_on_four_ranks(tmp_path: Path, quick_run) -> None:
+    proc = quick_run(SCRIPT, json_to=tmp_path / "q.json")
     data = load(tmp_path / "q.json")
     part1 = data["parts"]["Part 1"]
     for collective in bw.COLLECTIVES:
@@ -144,7 +144,7 @@ def test_quick_run_on_four_ranks(tmp_path: Path) -> None:
     assert lecture["ours"] == pytest.approx(0.25) and lecture["status"] == "ours only" and "1024³" in lecture["why"]
     assert claims["all-reduce of 1 KiB mostly startup (share > 1/2)"]["rule"] == "above 0.5"
     assert part1["copy_Bps"] > 1e8 and part1["link_Bps"] > 0
-    assert (tmp_path / "cs336_02_busbw.png").stat().st_size > 10_000
+    assert (proc.figures / "cs336_02_busbw.png").stat().st_size > 10_000
     assert "slip GB/s" in proc.stdout and "NO" not in proc.stdout
 
 

@@ -145,8 +145,8 @@ def test_shapes_helpers() -> None:
     assert prim.shape_text([5] * 3, [15] * 3, [True, False, True]) == "each: S → ranks 0 2: p·S"
 
 
-def test_quick_run_claims(tmp_path: Path) -> None:
-    out = run_script(SCRIPT, "--quick", "--json", str(tmp_path / "o.json")).stdout
+def test_quick_run_claims(tmp_path: Path, quick_run) -> None:
+    out = quick_run(SCRIPT, json_to=tmp_path / "o.json").stdout
     assert all(len(line) <= 100 for line in out.splitlines())
     assert "NO" not in out.split()
     text = flat(out)

@@ -192,9 +192,9 @@ def claims(path: Path) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def quick_03(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, dict]]:
+def quick_03(tmp_path_factory: pytest.TempPathFactory, quick_run) -> tuple[str, dict[str, dict]]:
     out = tmp_path_factory.mktemp("c03") / "o.json"
-    proc = run_script(S03, "--quick", "--json", str(out))
+    proc = quick_run(S03, json_to=out)
     return proc.stdout, claims(out)
 
 

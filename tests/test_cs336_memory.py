@@ -141,8 +141,8 @@ def claims(path: Path) -> dict[str, dict]:
     return {c["what"]: c for c in json.loads(path.read_text(encoding="utf-8"))["claims"]}
 
 
-def test_04_claims_at_the_notes_settings(tmp_path: Path) -> None:
-    out = run_script(S04, "--quick", "--json", str(tmp_path / "o.json")).stdout
+def test_04_claims_at_the_notes_settings(tmp_path: Path, quick_run) -> None:
+    out = quick_run(S04, json_to=tmp_path / "o.json").stdout
     found = claims(tmp_path / "o.json")
     assert {w: c["status"] for w, c in found.items()} == EXPECTED_04
     assert all(c["why"] and c["erratum"] for c in found.values() if c["status"] == "differs")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_usage_error, load_script, run_script
+from conftest import assert_usage_error, load_script
 from rank_faults import assert_named_at_once
 from torch import nn
 
@@ -184,9 +184,9 @@ def test_formulas_edge_cases() -> None:
         cm.ring_bytes_sent("all-reduce", 4, 100)  # the collective's name, not torch's "all_reduce"
 
 
-def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path) -> None:
+def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path, quick_run) -> None:
     out = tmp_path / "05.json"
-    proc = run_script(SCRIPT, "--quick", "--json", str(out))
+    proc = quick_run(SCRIPT, json_to=out)
     for part in range(1, 6):
         assert f"== Part {part}:" in proc.stdout
     assert all(len(line) <= 100 for line in proc.stdout.splitlines())

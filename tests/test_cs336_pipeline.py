@@ -209,9 +209,9 @@ SLIPS = ({f"S={s} M={m}: {what}, simulated schedule" for s, m in [(4, 4), (4, 8)
 READINGS = {"S=4: smallest M, bubble/ideal ≤ 5 % (Narayanan)", "S=8: smallest M, bubble/ideal ≤ 5 % (Narayanan)"}
 
 
-def test_script_quick_run_and_claims(tmp_path: Path) -> None:
+def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
     out = tmp_path / "o.json"
-    text = run_script(SCRIPT, "--quick", "--json", str(out)).stdout
+    text = quick_run(SCRIPT, json_to=out).stdout
     for part in range(1, 6):
         assert f"== Part {part}:" in text
     assert all(len(line) <= 100 for line in text.splitlines()), max(text.splitlines(), key=len)

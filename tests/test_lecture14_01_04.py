@@ -65,9 +65,9 @@ def test_parameter_server_counts(scale: ModuleType, k: int) -> None:
     assert scale.ks_up_to(k)[-1] == k and scale.ks_up_to(12) == [1, 2, 4, 8, 12]
 
 
-def test_01_runs(tmp_path: Path) -> None:
+def test_01_runs(tmp_path: Path, quick_run) -> None:
     out = tmp_path / "01.json"
-    proc = run_script("lecture14/01_scale.py", "--quick", "--json", str(out))
+    proc = quick_run("lecture14/01_scale.py", json_to=out)
     text = proc.stdout
     for part in range(1, 5):
         assert f"== Part {part}:" in text

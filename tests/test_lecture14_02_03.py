@@ -20,8 +20,8 @@ def claims(path: Path) -> dict[str, dict]:
     return {c["ref"]: c for c in json.loads(path.read_text(encoding="utf-8"))["claims"]}
 
 
-def test_02_default_world_size(tmp_path: Path) -> None:
-    out = run_script(S02, "--quick", "--json", str(tmp_path / "o.json")).stdout
+def test_02_default_world_size(tmp_path: Path, quick_run) -> None:
+    out = quick_run(S02, json_to=tmp_path / "o.json").stdout
     for name in ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather"):
         assert f"\n  {name}: " in out  # each call's buffers, before and after
     assert "check: the five collectives on 4 real ranks vs collectives.py: max |difference| 0 ≤ 0: ok" in out
@@ -78,8 +78,8 @@ def test_02_bad_flags() -> None:
     assert_usage_error(S02, "--numbers", "0")
 
 
-def test_03_quick_reproduces_the_notes(tmp_path: Path) -> None:
-    out = run_script(S03, "--quick", "--json", str(tmp_path / "o.json")).stdout
+def test_03_quick_reproduces_the_notes(tmp_path: Path, quick_run) -> None:
+    out = quick_run(S03, json_to=tmp_path / "o.json").stdout
     assert "a0           a1+b1+c1+d1  a2+c2+d2     a3+d3" in out
     assert "tick simulation equals the closed form (ticks exactly, time to rounding): yes" in out
     assert "10 ticks = K - 2 + S = 10" in out  # K = 8, S = 4

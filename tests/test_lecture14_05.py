@@ -20,10 +20,10 @@ def _claims(path: Path) -> dict[str, dict]:
     return {c["ref"]: c for c in json.loads(path.read_text())["claims"]}
 
 
-def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path) -> None:
+def test_quick_run_prints_every_part_and_the_notes_speedups(tmp_path: Path, quick_run) -> None:
     out = tmp_path / "05.json"
-    figs = tmp_path / "figs"
-    proc = run_script(SCRIPT, "--quick", "--json", str(out), "--save-figs", str(figs))
+    proc = quick_run(SCRIPT, json_to=out)
+    figs = proc.figures
     text = proc.stdout
     for part in range(1, 7):
         assert f"== Part {part}:" in text
@@ -71,11 +71,11 @@ def test_bad_flags_are_one_line_errors(flag: str, value: str) -> None:
     assert_usage_error(SCRIPT, flag, value)
 
 
-def test_async_sgd_claims_say_where_the_notes_hold(tmp_path: Path) -> None:
+def test_async_sgd_claims_say_where_the_notes_hold(tmp_path: Path, quick_run) -> None:
     """§4.3 at the notes' setting: τ = 0 is sequential SGD, staleness hurts wherever τ = 0 converges,
     large lr diverges; at the unconverged smallest lr staleness helps, and the claim says why."""
     out = tmp_path / "05.json"
-    run_script(SCRIPT, "--quick", "--json", str(out))
+    quick_run(SCRIPT, json_to=out)
     found = _claims(out)
     for ref in ("L14-4.3-tau0-sequential", "L14-4.3-async-tau0-faster", "L14-4.3-staleness-worse",
                 "L14-4.3-staleness-worse-longer-run", "L14-4.3-diverges-large-lr", "L14-4.3-diverges-large-lr-all-async"):
@@ -123,12 +123,12 @@ def test_an_error_in_the_average_checks_is_that_ranks(nth: int) -> None:
     assert_named_at_once(3, 1, "all_reduce", nth, RuntimeError, _average_checks_worker)
 
 
-def test_average_gradients_claims_from_real_ranks(tmp_path: Path) -> None:
+def test_average_gradients_claims_from_real_ranks(tmp_path: Path, quick_run) -> None:
     """§4.1: 'gloo has no AVG' decided by this torch's gloo (tried here in a run of our own);
     SUM then ÷ W and the grad-None skip agree; staleness K − 1 and 8× the updates at 8 workers."""
     from common.launcher import launch
     out = tmp_path / "05.json"
-    run_script(SCRIPT, "--quick", "--json", str(out))
+    quick_run(SCRIPT, json_to=out)
     claims = _claims(out)
     rejects = launch(_gloo_avg_worker, 2, timeout_s=20)[0]
     assert claims["L14-4.1-gloo-no-avg"]["ours"] is rejects

@@ -166,7 +166,7 @@ def test_ex12_replicas() -> None:
     assert drift(3, 10, init_seeds=[0, 0, 0], skip_param=1) > 0
 
 
-def test_exercises_quick_and_bad_flag() -> None:
-    proc = run_script("lecture14/exercises.py", "--quick")
+def test_exercises_quick_and_bad_flag(quick_run) -> None:
+    proc = quick_run("lecture14/exercises.py")
     assert "75.3 ms" in proc.stdout and "122.4 KB" in proc.stdout
     assert_usage_error("lecture14/exercises.py", "--world-size", "0")

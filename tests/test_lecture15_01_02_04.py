@@ -143,8 +143,14 @@ def _claims(relpath: str, tmp_path: Path, *args: str) -> tuple[str, dict[str, di
     return flat(out), {c["ref"]: c for c in data["claims"]}
 
 
-def test_smoke_01(tmp_path: Path) -> None:
-    out, claims = _claims("lecture15/01_ddp_basics.py", tmp_path, "--quick")
+def _quick_claims(relpath: str, tmp_path: Path, quick_run) -> tuple[str, dict[str, dict]]:
+    """The same for the script's plain --quick run, from the session's reproduction (conftest)."""
+    run = quick_run(relpath, json_to=tmp_path / "run.json")
+    return flat(run.stdout), {c["ref"]: c for c in run.data["claims"]}
+
+
+def test_smoke_01(tmp_path: Path, quick_run) -> None:
+    out, claims = _quick_claims("lecture15/01_ddp_basics.py", tmp_path, quick_run)
     assert "== Part 3" in out
     for ref in ("L15-1.4-identical-after-wrap", "L15-1.4-identical-after-training"):
         assert claims[ref]["ours"] is True and claims[ref]["status"] == "agrees"
@@ -186,8 +192,8 @@ def test_ddp_unequal_to_one_process_fails_the_run_in_one_line() -> None:
     assert "FAILED" in proc.stdout
 
 
-def test_smoke_02(tmp_path: Path) -> None:
-    out, claims = _claims("lecture15/02_buckets.py", tmp_path, "--quick")
+def test_smoke_02(tmp_path: Path, quick_run) -> None:
+    out, claims = _quick_claims("lecture15/02_buckets.py", tmp_path, quick_run)
     assert claims["L15-2.2-rule"]["ours"] is True and claims["L15-2.2-rule"]["status"] == "agrees"
     assert claims["L15-2.2-first-iteration-one-bucket"]["ours"] == 1
     assert claims["L15-2.2-first-iteration-one-bucket"]["kind"] == "observed on real ranks"
@@ -201,8 +207,8 @@ def test_smoke_02(tmp_path: Path) -> None:
     assert {claims[r]["status"] for r in timings} == {"other setting"}
 
 
-def test_smoke_04(tmp_path: Path) -> None:
-    out, claims = _claims("lecture15/04_details.py", tmp_path, "--quick")
+def test_smoke_04(tmp_path: Path, quick_run) -> None:
+    out, claims = _quick_claims("lecture15/04_details.py", tmp_path, quick_run)
     assert "no_sync, forward no_sync): 4 4 1" in claims["L15-4.1-only-forward-saves"]["why"]
     assert re.search(r"check: no_sync accumulation on 2 ranks = one process: "
                      r"max \|difference\| \S+ ≤ 1e-12: ok", out)

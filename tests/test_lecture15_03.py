@@ -32,9 +32,9 @@ def _torch_bucket_bytes(cap_bytes: int) -> list[int]:
     return [sum(4 * tensors[i].numel() for i in bucket) for bucket in buckets]
 
 
-def test_quick_run_prints_every_part_and_agrees_with_the_notes(tmp_path) -> None:
+def test_quick_run_prints_every_part_and_agrees_with_the_notes(tmp_path, quick_run) -> None:
     out = tmp_path / "o.json"
-    proc = run_script(SCRIPT, "--quick", "--json", str(out))
+    proc = quick_run(SCRIPT, json_to=out)
     text = proc.stdout
     for part in range(1, 5):
         assert f"== Part {part}:" in text

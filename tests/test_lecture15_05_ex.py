@@ -133,8 +133,8 @@ def test_sync_every_one_is_plain_sgd_and_lr_over_n_is_large_batch(scaling: Modul
     assert loss(w1) == pytest.approx(0.5 * float(r @ r) / len(y), rel=1e-12)
 
 
-def test_convergence_part_output(tmp_path: Path) -> None:
-    out, data = _run_json(SCRIPT_05, tmp_path, "--quick")
+def test_convergence_part_output(quick_run) -> None:
+    out, data = quick_run(SCRIPT_05)[:2]
     rows = data["parts"]["Part 3"]["tables"]["final_losses"]["rows"]
     assert [r[0] for r in rows] == [1, 2, 4, 8] and [r[1] for r in rows] == [512, 256, 128, 64]
     assert rows[-1][5] == "diverged"                      # 8 × 0.1 crosses 2/λ_max ≈ 0.5
@@ -237,8 +237,8 @@ def test_exercise8_idle_expert_probability_by_enumeration(exercises_run: tuple[s
 
 
 # ---- model_vs_real -------------------------------------------------------------------------------
-def test_model_vs_real_quick_runs_real_ddp() -> None:
-    out = run_script(MODEL_VS_REAL, "--quick", timeout=120).stdout
+def test_model_vs_real_quick_runs_real_ddp(quick_run) -> None:
+    out = quick_run(MODEL_VS_REAL).stdout
     assert re.search(r"the rule's buckets = the real DDP's +True +True +agrees", out)   # rebuilt = ours
     assert "measured DDP step" in out and "fit: fitted gloo ring" in out
     assert "0.weight" in out and "limits:" in out
@@ -257,8 +257,8 @@ def test_scaling_other_knobs(tmp_path: Path) -> None:
     assert [(r[0], r[1]) for r in rows] == [(1, 512), (2, 256), (3, 171)]     # ceil(512 / 3) updates
 
 
-def test_exercises_quick_smoke() -> None:
-    out = run_script(EXERCISES, "--quick").stdout
+def test_exercises_quick_smoke(quick_run) -> None:
+    out = quick_run(EXERCISES).stdout
     assert "{p4, p3}, {p2, p1, p0}" in out and "differs" not in out
     assert "buckets [1, 0]: WRONG" in out        # the naive launch rule adds different buckets
 

@@ -54,8 +54,8 @@ def test_every_flag_the_help_names_exists(relpath: str) -> None:
     assert named <= offered, f"{relpath} --help names {sorted(named - offered)}, which are no flags"
 
 
-def test_quick_run_reports_spread_and_checks_the_buckets(tmp_path: Path) -> None:
-    out = flat(run_script(SCRIPT, "--quick", "--json", str(tmp_path / "r.json"), timeout=120).stdout)
+def test_quick_run_reports_spread_and_checks_the_buckets(tmp_path: Path, quick_run) -> None:
+    out = flat(quick_run(SCRIPT, json_to=tmp_path / "r.json").stdout)
     data = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     claims = {c["ref"]: c for c in data["claims"]}
     assert claims["HB-bucket-order"]["status"] == "agrees"        # torch's rebuilt buckets = our rule

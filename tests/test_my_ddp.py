@@ -268,18 +268,24 @@ def test_sparse_gradients_are_refused_by_name() -> None:
     assert r["sparse_hook"] == "MyDDP does not support sparse gradients: parameter 'table' got one"
 
 
-def _claims(*flags: str, script: str = "lecture15/my_ddp_check.py") -> tuple[str, dict[str, dict]]:
+def _claims(*flags: str, script: str = "lecture15/my_ddp_check.py",
+            quick_run=None) -> tuple[str, dict[str, dict]]:
+    """A --quick run with these flags; a plain one (no flags) comes from the session's reproduction
+    when quick_run (conftest's fixture) is given."""
     import json
     import tempfile
 
+    if quick_run is not None and not flags:
+        run = quick_run(script)
+        return flat(run.stdout), {c["ref"]: c for c in run.data["claims"]}
     with tempfile.TemporaryDirectory() as tmp:
         out = run_script(script, "--quick", *flags, "--json", f"{tmp}/c.json").stdout
         data = json.loads(open(f"{tmp}/c.json", encoding="utf-8").read())
     return flat(out), {c["ref"]: c for c in data["claims"]}
 
 
-def test_check_script_quick() -> None:
-    out, claims = _claims()
+def test_check_script_quick(quick_run) -> None:
+    out, claims = _claims(quick_run=quick_run)
     for what in ("MyDDP = one process, whole batch", "PyTorch DDP = one process", "MyDDP = PyTorch DDP",
                  "MyDDP, no_sync accumulation = one full batch"):
         assert re.search(rf"check: {re.escape(what)}[^:]*: max \|difference\| \S+ ≤ 1e-06: ok", out), what
@@ -294,9 +300,9 @@ def test_check_script_quick() -> None:
         assert claims[ref]["kind"] == "observed on real ranks"
 
 
-def test_vs_ddp_script_quick() -> None:
+def test_vs_ddp_script_quick(quick_run) -> None:
     """Launch order, no_sync's placement and buffers against PyTorch DDP: self-checks, no rows."""
-    out, claims = _claims(script="lecture15/my_ddp_vs_ddp.py")
+    out, claims = _claims(script="lecture15/my_ddp_vs_ddp.py", quick_run=quick_run)
     assert "launch order [0, 1, 2, 3]" in out and "ready order [3, 2, 1, 0]" in out
     assert "r0: [0, 1] | r1: [0, 1]" in out and "r0: [0, 1] | r1: [1, 0]" in out
     assert re.search(r"check: MyDDP's no_sync acts where PyTorch DDP's does \(placements that differ\): "
@@ -307,8 +313,8 @@ def test_vs_ddp_script_quick() -> None:
     assert claims == {}
 
 
-def test_details_script_quick() -> None:
-    out, claims = _claims(script="lecture15/handbook_details.py")
+def test_details_script_quick(quick_run) -> None:
+    out, claims = _claims(script="lecture15/handbook_details.py", quick_run=quick_run)
     statuses = {ref: c["status"] for ref, c in claims.items()}
     # DistributedSampler pads when K does not divide N: the handbook's unconditional "no overlap" differs
     any_n = claims["HB-sampler-disjoint-any-n"]

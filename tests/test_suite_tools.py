@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import run_script
+from conftest import ROOT, run_script
 
 from common.suite import scripts
 
@@ -40,3 +40,14 @@ def test_bench_prints_a_row_per_script() -> None:
     # a model-only script with --world-size is timed again at the largest world size, as its own row
     big = [ln for ln in row if "--world-size 1024" in ln and "model only" in ln]
     assert big and ("meets" in big[0] or "SLOWER" in big[0])
+
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """CI runs what the README tells a student to run (the bench's --with-suite times the same)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    command = next(ln for ln in readme if ln.startswith("python3 -m pip install -r requirements-dev.txt && "))
+    command = command.split(" && ", 1)[1]
+    assert command.startswith("python3 -m pytest ")
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert command in ci, f"CI does not run the README's test command {command!r}"

@@ -89,7 +89,8 @@ def test_default_is_03_overlaps_part1_setting(grid: dict) -> None:
     assert bert.compute == script.bert_compute()[1]
 
 
-def test_default_point_equals_simulate_ddp_and_03_overlaps_json(grid: dict, tmp_path: Path) -> None:
+def test_default_point_equals_simulate_ddp_and_03_overlaps_json(grid: dict, tmp_path: Path,
+                                                                 quick_run) -> None:
     d = grid["default"]
     point = point_of(grid, d["model"], d["cap"], d["beta"], d["alpha"], d["k"])
     link = Link(10e-6, 10e9)
@@ -100,7 +101,7 @@ def test_default_point_equals_simulate_ddp_and_03_overlaps_json(grid: dict, tmp_
     assert grid["models"][d["model"]]["caps"][d["cap"]]["buckets"] == len(on.buckets) == 4
     # what the script itself records for Part 1 (in ms)
     out = tmp_path / "o.json"
-    run_script("lecture15/03_overlap.py", "--quick", "--json", str(out))
+    quick_run("lecture15/03_overlap.py", json_to=out)
     claims = {c["what"]: c["ours"] for c in json.loads(out.read_text())["claims"]}
     assert point["on"] / 1e4 == pytest.approx(claims["step with overlap"], abs=1e-4)
     assert point["off"] / 1e4 == pytest.approx(claims["step without overlap"], abs=1e-4)

@@ -2,10 +2,12 @@
 scripts that start ranks through common.launcher), each running it with `--quick --json` both ways
 and comparing what does not depend on timing, exactly (floats to rounding). Under torchrun the
 --json goes into a named pipe, read as it comes: a second rank writing it would show as a second
-document. One script also runs on two torchrun "nodes" on this machine.
+document. One script also runs on two torchrun "nodes" on this machine, alone, as a student runs it.
 
-Slow (torchrun imports torch in every process: about 10 s before a script starts here), so marked
-`torchrun`: `pytest -m "not torchrun"` leaves them out.
+torchrun imports torch in every process (about 10 s before a script starts here), so the scripts
+with the same number of ranks run one after another in one torchrun (tests/probes/torchrun_batch.py),
+and a standalone run at a script's default world size is the session's reproduction's (conftest's
+quick_run). Still slow, so marked `torchrun`: `pytest -m "not torchrun"` leaves them out.
 """
 
 from __future__ import annotations
@@ -20,30 +22,36 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
-from conftest import ROOT, run_script
+from conftest import ROOT, load_script, run_script
 
+from common import checker
 from common.checker import MEASURED
 from common.suite import scripts
 
-pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(300)]
+# One worker runs them all (pytest-xdist --dist loadgroup): the batches are this module's, and real
+# ranks on two cores want no second torchrun beside them.
+pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(300), pytest.mark.xdist_group("torchrun")]
 
 # What differs by design, as patterns over the names _values gives (claims of kind "measured here"
 # and every claim's wording are never compared). Timings, and what is computed from them; (?!…)
 # keeps the columns that name a row or a size:
 TIMED = {
     "lecture14/04_alpha_beta.py": [r"^Part 2/"],
-    "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)"],
-    "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|x one tensor|)$"],
+    "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)", r"^Part 3/values/speedup_here$"],
+    "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|x one tensor|)$",
+                                r"^Part 3/values/(one_tensor_ms|small_over_one)$"],
     "lecture15/04_details.py": [r"^Part 2/tables/cost/\d+/(median|range)"],
     "lecture15/model_vs_real.py": [r"^Part 1/(alpha_s|beta_Bps)$", r"^Part 1/tables/allreduce/\d+/(?!size$)",
                                    r"^Part 2/tables/ready/\d+/(?!parameter)", r"^Part 3/"],
     "lecture15/my_ddp_check.py": [r"^Part 5/steps_s", r"^Part 5/tables/timing/\d+/median"],
+    "lecture15/07_traces.py": [r"^Part 1/", r"^Part 2/tables/", r"^Part 2/values/real_(first|backward)",
+                               r"^Part 3/tables/"],
     "cs336/02_benchmark.py": [r"^Part 1/tables/[^/]+/\d+/(t \(p50\)|p10 … p90|algbw GB/s|busbw GB/s|slip GB/s)$",
                               r"^Part 1/[^/]+\[\d+\]/(t|p10|p90|t_fastest|algbw|busbw|slip)$",
-                              r"^Part 1/(copy|link)_Bps$",
+                              r"^Part 1/(copy|link)_Bps$", r"^Part [^/]+/values/ar_time_reading$",
                               r"^Part [234]/tables/[^/]+/\d+/(?!(collective|bytes divided by t|ring bytes per rank / S)$)"],
 }
 # What a torchrun run does differently on purpose:
@@ -51,15 +59,20 @@ BY_DESIGN = {
     # the store's address and port are torchrun's (localhost, its port), not the launcher's
     "lecture15/01_ddp_basics.py": [r"^Part 1/tables/environment/\d+/MASTER_(ADDR|PORT)"],
     # a skipped collective would break torchrun's one group: those parts say "not run"
-    "lecture14/02_primitives.py": [r"^claim Part 4: "],
-    "cs336/01_collectives.py": [r"^claim Part 5: a rank that skips a collective"],
+    "lecture14/02_primitives.py": [r"^claim Part 4: ", r"^Part 4/values/(skip_outcome|skipped_collective_fails)$"],
+    "cs336/01_collectives.py": [r"^claim Part 5: a rank that skips a collective",
+                                r"^Part 5/values/skip_(waits|outcome)$"],
+    # every part stages a mismatched collective, which would end torchrun's one group: none runs there
+    "lecture14/06_debug_collectives.py": [r"^(claim |Part )"],
 }
 # Ranks for each: the script's default (the notes' setting), but 04_alpha_beta's 8 (all timing).
 RANKS = {"lecture14/02_primitives.py": 4, "lecture14/04_alpha_beta.py": 2, "lecture14/05_data_parallel.py": 4,
          "lecture15/01_ddp_basics.py": 4, "lecture15/02_buckets.py": 2, "lecture15/04_details.py": 2,
          "lecture15/model_vs_real.py": 2, "lecture15/my_ddp_check.py": 2, "cs336/01_collectives.py": 4,
          "cs336/02_benchmark.py": 4, "cs336/05_parallel.py": 4, "cs336/07_tensor_parallel.py": 4,
-         "cs336/08_pipeline_schedules.py": 4, "cs336/09_zero.py": 4}
+         "cs336/08_pipeline_schedules.py": 4, "cs336/09_zero.py": 4, "lecture15/06_comm_hooks.py": 4,
+         "lecture14/06_debug_collectives.py": 4, "lecture15/07_traces.py": 4,
+         "lecture15/handbook_details.py": 2, "lecture15/my_ddp_vs_ddp.py": 2}
 REAL = sorted(s.name for s in scripts() if s.real)
 
 
@@ -97,8 +110,16 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def measured_values(script: str) -> set[str]:
+    """The recorded values that rows of the kind "measured here" compare: timings, never compared."""
+    return {row.value for row in checker.rows_for(script) if row.basis == MEASURED and row.value}
+
+
 def differences(script: str, standalone: dict, torchrun: dict) -> list[str]:
-    skip = [re.compile(p) for p in TIMED.get(script, []) + BY_DESIGN.get(script, [])]
+    # Figure names: a standalone run from the session's reproduction drew them (--save-figs), the
+    # torchrun batch draws none; the figures' data are the tables compared here.
+    skip = [re.compile(p) for p in TIMED.get(script, []) + BY_DESIGN.get(script, []) + [r"/figures\[\d+\]$"]]
+    skip += [re.compile(rf"^Part [^/]+/values/{re.escape(name)}$") for name in measured_values(script)]
     a, b = _values(standalone), _values(torchrun)
     out = []
     for name in sorted(set(a) | set(b)):
@@ -112,8 +133,8 @@ def differences(script: str, standalone: dict, torchrun: dict) -> list[str]:
 class _Pipe:
     """A named pipe to write --json into, read while the run goes on (no writer waits for us)."""
 
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / "out.json"
+    def __init__(self, folder: Path, name: str = "out.json") -> None:
+        self.path = folder / name
         os.mkfifo(self.path)
         self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         self.keep = os.open(self.path, os.O_WRONLY)  # one writer always there: no end of file between two
@@ -141,10 +162,10 @@ class _Pipe:
         return found
 
 
-def torchrun_json(script: str, ranks: int, folder: Path, nodes: int = 1) -> dict:
-    """Run `script --quick --json` under torchrun (`nodes` simulated on this machine) and return
-    its one JSON document."""
-    pipe = _Pipe(folder)
+def _torchrun(ranks: int, program: list[str], nodes: int = 1,
+              timeout: float = 240) -> list[tuple[int, str, str]]:
+    """Run `program` (a file and its arguments) under torchrun (`nodes` simulated on this machine);
+    each agent's exit status, stdout and stderr."""
     with socket.socket() as sock:  # a free port for the rendezvous (a test may pick one; scripts never do)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -155,37 +176,115 @@ def torchrun_json(script: str, ranks: int, folder: Path, nodes: int = 1) -> dict
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *where,
                                f"--nproc-per-node={ranks // nodes}",
                                *([f"--node-rank={n}", f"--rdzv-conf=is_host={int(n == 0)}"] if nodes > 1 else []),
-                               str(ROOT / "code" / script), "--quick", "--json", str(pipe.path)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               *program], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for n in range(nodes)]
     try:
-        outs = [p.communicate(timeout=240) for p in procs]
+        outs = [p.communicate(timeout=timeout) for p in procs]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
+    return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs)]
+
+
+def _one_document(pipe: _Pipe) -> dict:
     documents = pipe.documents()
-    for proc, (_, err) in zip(procs, outs):
-        assert proc.returncode == 0, err[-3000:]
     assert len(documents) == 1, f"{len(documents)} JSON documents written: only rank 0 may write"
     return documents[0]
 
 
-def standalone_json(script: str, ranks: int, folder: Path) -> dict:
+def torchrun_json(script: str, ranks: int, folder: Path, nodes: int = 1) -> dict:
+    """Run `script --quick --json` under torchrun (`nodes` simulated on this machine) and return
+    its one JSON document."""
+    pipe = _Pipe(folder)
+    runs = _torchrun(ranks, [str(ROOT / "code" / script), "--quick", "--json", str(pipe.path)], nodes)
+    for rc, _, err in runs:
+        assert rc == 0, err[-3000:]
+    return _one_document(pipe)
+
+
+def torchrun_batch(scripts_: list[str], ranks: int, folder: Path) -> dict[str, dict | str]:
+    """Each script's `--quick --json` document, all run in one torchrun (tests/probes/
+    torchrun_batch.py: torchrun's start-up paid once), or why it has none (a failure, with its
+    output; a script after the one that failed did not run)."""
+    pipes = {s: _Pipe(folder, f"{i}.json") for i, s in enumerate(scripts_)}
+    program = [str(ROOT / "tests" / "probes" / "torchrun_batch.py")]
+    for script, pipe in pipes.items():
+        program += [str(ROOT / "code" / script), str(pipe.path)]
+    [(rc, out, err)] = _torchrun(ranks, program, timeout=180 + 60 * len(scripts_))
+    found: dict[str, dict | str] = {}
+    for script, pipe in pipes.items():
+        ended = re.search(rf"^== batch: {re.escape(str(ROOT / 'code' / script))} exit (\d+)$", out, re.M)
+        documents = pipe.documents()
+        if ended is None:
+            found[script] = f"not run: the batch ended before it (torchrun exit {rc})\n{err[-3000:]}"
+        elif ended[1] != "0":
+            found[script] = (f"exit {ended[1]} under torchrun\n--- stdout ---\n{out[-3000:]}\n"
+                             f"--- stderr ---\n{err[-3000:]}")
+        elif len(documents) != 1:
+            found[script] = f"{len(documents)} JSON documents written: only rank 0 may write"
+        else:
+            found[script] = documents[0]
+    return found
+
+
+class _Parsed(Exception):
+    pass
+
+
+def default_world_size(script: str) -> int | None:
+    """The script's --world-size when none is given (its parser's default), read without running it."""
+    from common import cli
+
+    seen: list[Any] = []
+
+    def capture(parser: Any, *args: object, **kwargs: object) -> None:
+        seen.append(parser)
+        raise _Parsed  # out of main() before it does anything
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli.OneLineParser, "parse_args", capture)
+        with pytest.raises(_Parsed):
+            load_script(script).main()
+    return seen[0].get_default("world_size")
+
+
+def standalone_json(script: str, ranks: int, folder: Path, quick_run: Any = None) -> dict:
+    """`script --quick --world-size RANKS --json`: the session's reproduction ran exactly that when
+    RANKS is the default (conftest's quick_run), else a run of its own."""
+    if quick_run is not None and default_world_size(script) == ranks:
+        return quick_run(script).data
     out = folder / "standalone.json"
     run_script(script, "--quick", "--world-size", str(ranks), "--json", str(out), timeout=240)
     return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def under_torchrun(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict | str]:
+    """under_torchrun(script): its document from one torchrun per rank count, run when first asked."""
+    batches: dict[int, dict[str, dict | str]] = {}
+
+    def get(script: str) -> dict | str:
+        ranks = RANKS[script]
+        if ranks not in batches:
+            batches[ranks] = torchrun_batch([s for s in REAL if RANKS[s] == ranks], ranks,
+                                            tmp_path_factory.mktemp(f"torchrun{ranks}"))
+        return batches[ranks][script]
+
+    return get
 
 
 def test_every_real_script_is_compared() -> None:
     assert sorted(RANKS) == REAL
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("script", REAL)
-def test_torchrun_gives_the_standalone_numbers(script: str, tmp_path: Path) -> None:
-    ranks = RANKS[script]
-    alone = standalone_json(script, ranks, tmp_path)
-    under = torchrun_json(script, ranks, tmp_path)
+def test_torchrun_gives_the_standalone_numbers(script: str, tmp_path: Path, quick_run,
+                                                under_torchrun) -> None:
+    alone = standalone_json(script, RANKS[script], tmp_path, quick_run)
+    under = under_torchrun(script)
+    assert isinstance(under, dict), f"{script}: {under}"
     found = differences(script, alone, under)
     assert not found, f"{len(found)} differences:\n" + "\n".join(found)
 

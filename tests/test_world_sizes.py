@@ -1,19 +1,19 @@
 """Every model-only script that takes --world-size, at the edges: K = 1, 2, 3 and 1024. Each must
-finish, print no inf / nan, no failed check ("NO"), no runaway numbers, and stay inside the
-model-only budget (1.5 s wall on a 2-core machine; checked here as CPU time, which other
-processes on a shared machine do not inflate much)."""
+finish, print no inf / nan, no failed check ("NO"), no runaway numbers, and nothing listed per
+device at K = 1024 (a bounded output: what grows with K is summarised). Its time at K = 1024
+(the model-only budget, 1.5 s on a 2-core machine) is bench/bench_scripts.py's: a CPU-time limit
+here failed on a machine busy with other work."""
 
 from __future__ import annotations
 
 import re
-import resource
 
 import pytest
 from conftest import assert_usage_error, flat, run_script
 
 from common.suite import scripts
 
-MODEL_ONLY_BUDGET_S = 1.5
+MAX_LINES = 300  # at K = 1024; the most any of them prints at K = 8 is 291
 # Model-only scripts that mention --world-size (each says how to run it with one in its docstring).
 WITH_WORLD_SIZE = sorted(s.name for s in scripts() if not s.real and "--world-size" in s.path.read_text(encoding="utf-8"))
 NEEDS_TWO = {"lecture14/03_ring_allreduce.py",  # a broadcast from one device to others: K >= 2 by design
@@ -48,14 +48,13 @@ def test_small_world_sizes(script: str, k: int) -> None:
 
 
 @pytest.mark.parametrize("script", WITH_WORLD_SIZE)
-def test_world_size_1024_within_the_budget(script: str) -> None:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def test_world_size_1024_is_summarised(script: str) -> None:
     out = run_script(script, "--world-size", "1024").stdout
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert not sane(out), sane(out)
     assert "1024" in out.replace(",", "")
-    assert cpu < MODEL_ONLY_BUDGET_S, f"{script} at K = 1024: {cpu:.2f} s of CPU"
+    lines = out.splitlines()
+    assert len(lines) <= MAX_LINES, f"{script} at K = 1024 prints {len(lines)} lines: something is listed per device"
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
     if script == "lecture14/03_ring_allreduce.py":
         counted_view_at_1024(out)
 

@@ -369,7 +369,8 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
                      _shown(c.notes, c.unit, shown_digits(c.notes, digits, places)), verdict(c)))
     fits = [max(len(r[1]), len(r[2])) <= VALUE_COLUMN for r in rows]
     table = [r for r, ok in zip(rows, fits) if ok] + [("", "ours", "notes", "verdict")]
-    widths = [max(len(r[i]) for r in table) for i in (1, 2, 3)]
+    # the verdict column holds every row's word, the value columns only the rows that fit them
+    widths = [max(len(r[i]) for r in table) for i in (1, 2)] + [max(len(r[3]) for r in table + rows)]
     what_width = max(24, PAGE_WIDTH - 4 - sum(widths) - 6)
     lines = ["  vs the notes" + " " * (what_width - 12) + "  " + "ours".rjust(widths[0]) + "  "
              + "notes".rjust(widths[1]) + "  verdict"]

@@ -156,6 +156,8 @@ FLAGS: dict[str, Flag] = {
     "gpu_memory_gb": Flag(_ranged("GB", 1e-3, 1e9), "memory of one GPU in GB (GB = 10^9 B)", "GB"),
     "tp": Flag(positive_int, "tensor-parallel ways", "N"),
     "pp": Flag(positive_int, "pipeline stages", "N"),
+    # Timelines for the ecosystem's viewer: Chrome-trace JSON files (Perfetto, chrome://tracing) into DIR.
+    "trace": Flag(str, "write the timelines as Chrome-trace JSON (Perfetto, chrome://tracing) into DIR", "DIR"),
     # the suite's tools (reproduce.py, bench/): which scripts to run
     "only": Flag(str, "run only the scripts whose name contains this text", "TEXT"),
 }
@@ -261,6 +263,8 @@ class OneLineParser(argparse.ArgumentParser):
             check_output_file(parsed.json, "--json")
         if getattr(parsed, "save_figs", None) is not None:
             check_output_dir(parsed.save_figs, "--save-figs")
+        if getattr(parsed, "trace", None) is not None:
+            check_output_dir(parsed.trace, "--trace")
         divert_stdout(getattr(parsed, "json", None))
 
     def _check_machine(self, parsed: argparse.Namespace) -> None:

@@ -15,7 +15,7 @@ __all__ = ["NOT_A_SETTING", "off_setting", "setting_defaults"]
 
 # Flags that change how a run is shown or bounded, not what it computes. --quick shortens runs:
 # a claim names "quick" in its setting when --quick changes what it compares.
-NOT_A_SETTING = frozenset({"json", "save_figs", "timeout_s", "quick"})
+NOT_A_SETTING = frozenset({"json", "save_figs", "timeout_s", "quick", "trace"})
 
 
 def off_setting(args: argparse.Namespace, setting: Any = None) -> list[str]:

@@ -177,9 +177,8 @@ def show_rebuild(rep: Report, flagged: list[dict], names: list[str], sizes: list
                static_graph_counts=counts["static_graph=True"])
 
 
-def part1_real_buckets(rep: Report, args) -> None:
-    caps = [args.bucket_cap_bytes / MiB, None]  # as DDP takes it: bucket_cap_mb in MiB
-    runs = launch(bucket_worker, args.world_size, caps, ITERATIONS, timeout_s=args.timeout_s)
+def part1_real_buckets(rep: Report, args, runs: list[list[dict]]) -> None:
+    """Part 1 from the ranks' records (bucket_worker's, every rank's)."""
     names = [n for n, _ in linear_stack().named_parameters()]
     sizes = [p.numel() * p.element_size() for p in linear_stack().parameters()]
     matches = [show_cap_run(rep, run, [r[i] for r in runs], names, sizes)
@@ -257,19 +256,20 @@ def allreduce_worker(rank: int, world_size: int, elements: int, counts: list[int
 
 
 def sweep_counts(max_pieces: int) -> list[int]:
-    """1, 8, 64, … up to max_pieces: factors of 8 keep the trend and the run short (the many-tensor
-    rows cost seconds each, which is the point)."""
+    """1, 64, 4096, … up to max_pieces: three rows at the notes' setting (one tensor, a few dozen,
+    the notes' 4096) show the trend; each row between would cost a pass of its own, and the run's
+    time is the many-tensor rows' (which is the point)."""
     counts, n = [], 1
     while n < max_pieces:
         counts.append(n)
-        n *= 8
+        n *= 64
     return counts + [max_pieces]
 
 
-def part3_small_tensors(rep: Report, args) -> None:
+def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]) -> None:
+    """Part 3 from the ranks' timings (allreduce_worker's, on 2 ranks)."""
     elements = args.elements
     counts = sweep_counts(elements // PIECE_ELEMENTS)
-    results = launch(allreduce_worker, 2, elements, counts, timeout_s=args.timeout_s)
     times = [{n: statistics.median(r[n]) for n in counts} for r in results]
     t = {n: max(r[n] for r in times) for n in counts}  # the slower rank finishes the collective
     low, high = ({n: pick(pick(r[n]) for r in results) * 1e3 for n in counts} for pick in (min, max))
@@ -295,17 +295,36 @@ def main() -> None:
     parser.add_argument("--elements", type=positive_int, default=4 * 1024 * 1024,
                         help="Part 3's float32 count (default: 4,194,304 = 4096 x 1024)")
     args = parser.parse_args()
-    if args.elements < PIECE_ELEMENTS:
-        raise UsageError(f"--elements {args.elements} must be at least {PIECE_ELEMENTS} (one piece)")
+    if args.elements < 2 * PIECE_ELEMENTS:  # one tensor and at least two pieces: a cost per extra tensor
+        raise UsageError(f"--elements {args.elements} must be at least {2 * PIECE_ELEMENTS} (two pieces)")
     preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
     rep = Report(__file__, "DDP's gradient buckets", args)
+    buckets, timings = launch_parts_1_and_3(args)
     rep.part(1, "buckets recorded from real DDP")  # a comm hook logs every bucket; ddp_sim predicts them
-    part1_real_buckets(rep, args)
+    part1_real_buckets(rep, args, buckets)
     rep.part(2, "ResNet-50 and BERT-large")  # tensor counts, tiny tensors, buckets at 25 MB vs MiB
     part2_model_buckets(rep, args)
     rep.part(3, "why buckets: small all-reduces are slow")  # the same floats as 1 or thousands of tensors
-    part3_small_tensors(rep, args)
+    part3_small_tensors(rep, args, timings)
     rep.finish()
+
+
+def parts_1_and_3_worker(rank: int, world_size: int, caps_mib: list[float | None], elements: int) -> tuple:
+    """Part 1's DDP runs, then Part 3's timings, on the same ranks (at the default 2 ranks)."""
+    return (bucket_worker(rank, world_size, caps_mib, ITERATIONS),
+            allreduce_worker(rank, world_size, elements, sweep_counts(elements // PIECE_ELEMENTS)))
+
+
+def launch_parts_1_and_3(args) -> tuple[list[list[dict]], list[dict[int, list[float]]]]:
+    """The ranks' results for Part 1 (on --world-size ranks) and Part 3 (always 2): one group when
+    those are the same ranks, which saves starting a second one."""
+    caps = [args.bucket_cap_bytes / MiB, None]  # as DDP takes it: bucket_cap_mb in MiB
+    counts = sweep_counts(args.elements // PIECE_ELEMENTS)
+    if args.world_size == 2:
+        both = launch(parts_1_and_3_worker, 2, caps, args.elements, timeout_s=args.timeout_s)
+        return [b for b, _ in both], [t for _, t in both]
+    return (launch(bucket_worker, args.world_size, caps, ITERATIONS, timeout_s=args.timeout_s),
+            launch(allreduce_worker, 2, args.elements, counts, timeout_s=args.timeout_s))
 
 
 if __name__ == "__main__":

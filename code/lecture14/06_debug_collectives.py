@@ -1,0 +1,195 @@
+"""Lecture 14 §2.2 and §6 (集合操作必须一致): finding a mismatched collective, PyTorch's way and the launcher's.
+
+    python code/lecture14/06_debug_collectives.py [--world-size 4] [--timeout-s 1]
+
+Every rank must make the same collective calls in the same order. Here rank 0 calls all_reduce while
+the others call all_gather on the same tensor. Part 1: plain gloo has no idea; every rank waits
+until its timeout (kept short here: 1 s) and the launcher can only say which rank's wait ran out
+first. Part 2: with TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps the process group and compares
+every collective's fingerprint (op, shapes, dtypes) across ranks before it runs: the mismatch is
+named, op by op, in a fraction of a second. Part 3 puts the two side by side.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of any installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+import os
+import re
+import time
+import warnings
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from common.budget import Cost, Term
+from common.cli import UsageError, make_parser, run_main
+from common.errors import RunFailure
+from common.launcher import launch, launch_expecting_failure
+from common.output import Report
+from common.torchrun import under_torchrun
+
+MISMATCH_TIMEOUT_S = 1.0   # a healthy collective here takes milliseconds; the plain run waits this long
+ELEMENTS = 4               # the tensor every rank hands to its collective
+OPS = ("ALLREDUCE", "ALLGATHER")   # how torch's fingerprints name the two calls
+# How gloo gives up: the first rank whose wait runs out, or a rank whose peer gave up first and closed
+# their connection (which one the launcher hears of first depends on the machine's load).
+GLOO_GAVE_UP = ("Timed out", "Connection closed by peer", "timeout caused pair closure")
+# CPU time here (measured at W = 4 on 2 loaded cores: 3.5 s, about import torch's): start-up and two
+# launches of W ranks, gloo connecting every pair; Part 1 waits for its timeout, then the launcher asks
+# the ranks where they are. Memory: W small processes.
+COST = Cost([Term("1", 3.5, lambda a: 1), Term("W²", 0.03, lambda a: a.world_size**2)],
+            memory=lambda a: (a.world_size + 1) * 200 * 2**20,
+            waits_s=lambda a: 2 * (a.timeout_s or MISMATCH_TIMEOUT_S) + 1)
+
+
+# ---- rank code ------------------------------------------------------------------------------------
+def mismatched_call(rank: int, world_size: int) -> None:
+    """The bug: rank 0 all-reduces (say, a metric) where every other rank all-gathers."""
+    tensor = torch.full((ELEMENTS,), float(rank))
+    if rank == 0:
+        dist.all_reduce(tensor)
+    else:
+        dist.all_gather([torch.empty(ELEMENTS) for _ in range(world_size)], tensor)
+
+
+def plain_worker(rank: int, world_size: int) -> None:
+    mismatched_call(rank, world_size)   # raises after the timeout: the launcher reports it
+
+
+def detail_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """The same call under DETAIL, timed on the rank from the call to torch's error."""
+    start = time.perf_counter()
+    try:
+        mismatched_call(rank, world_size)
+    except RuntimeError as err:
+        return {"seconds": time.perf_counter() - start, "error": str(err)}
+    return {"seconds": time.perf_counter() - start, "error": ""}
+
+
+@contextmanager
+def debug_detail() -> Iterator[None]:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL for the groups made inside (the ranks forked meanwhile inherit
+    the level; spawned ones read the variable), then the level this process had."""
+    before_env, before = os.environ.get("TORCH_DISTRIBUTED_DEBUG"), dist.get_debug_level()
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    try:
+        with warnings.catch_warnings():
+            # The wrapped group is not gloo's own type, so the launcher's later change of its timeout
+            # is refused with a warning (forked ranks inherit this filter); the group keeps the
+            # timeout it was made with, and the parent's deadline still holds.
+            warnings.filterwarnings("ignore", message="Set timeout is now only supported")
+            yield
+    finally:
+        if before_env is None:
+            os.environ.pop("TORCH_DISTRIBUTED_DEBUG", None)
+        else:
+            os.environ["TORCH_DISTRIBUTED_DEBUG"] = before_env
+        dist.set_debug_level(before)
+
+
+# ---- the parts ------------------------------------------------------------------------------------
+def names_both(text: str) -> bool:
+    return all(op in text for op in OPS)
+
+
+def part1_plain(rep: Report, args: argparse.Namespace, timeout: float) -> dict[str, Any]:
+    rep.part(1, "plain gloo: rank 0 calls all_reduce, the others all_gather; nobody notices")
+    seconds, report = launch_expecting_failure(plain_worker, args.world_size, timeout_s=timeout)
+    if report is None:
+        raise RunFailure("Part 1 staged a mismatched collective (all_reduce against all_gather), "
+                         "but it completed")
+    line = str(report)
+    if not any(words in line for words in GLOO_GAVE_UP) or seconds < timeout:   # anything else: a real fault
+        raise RunFailure(f"Part 1 staged a mismatched collective, but the run failed otherwise after "
+                         f"{seconds:.2f} s: {line}")
+    rep.line(f"  after {seconds:.2f} s (timeout {timeout:g} s) the launcher reports:")
+    rep.line(f"    {line}")
+    rep.note("gloo matches messages by position, not by meaning: each rank waits for data the other kind of "
+             "collective never sends, until its timeout. The rank the launcher heard from first is named "
+             "(its wait ran out, or its peer's did and closed their connection); neither the operations nor "
+             "the rank that made the wrong call are.")
+    rep.values(plain_seconds=seconds, plain_waited_timeout=seconds >= timeout,
+               plain_names_ops=names_both(line), plain_line=line, timeout_s=timeout)
+    return {"seconds": seconds, "line": line}
+
+
+def part2_detail(rep: Report, args: argparse.Namespace) -> dict[str, Any]:
+    rep.part(2, "TORCH_DISTRIBUTED_DEBUG=DETAIL: the fingerprints compared before the call")
+    with debug_detail():
+        ranks = launch(detail_worker, args.world_size, timeout_s=args.timeout_s or 30.0)
+    slowest = max(r["seconds"] for r in ranks)
+    for rank, r in enumerate(ranks):
+        said = short_fingerprints(r["error"]) or "no error"
+        rep.line(f"  rank {rank}, after {r['seconds'] * 1e3:.0f} ms: {said}")
+    rep.note("DETAIL wraps the process group (ProcessGroupWrapper): before each collective every rank "
+             "sends its fingerprint (sequence number, op, shapes, dtypes) through a helper gloo group and "
+             "compares; a difference raises on every rank at once, naming the ops. It costs a collective per "
+             "collective: a debugging switch, not a setting for training.")
+    named = all(names_both(r["error"]) for r in ranks)
+    rep.check_close("DETAIL: ranks not naming both ops",
+                    sum(not names_both(r["error"]) for r in ranks), 0)
+    rep.values(detail_seconds=slowest, detail_names_ops=named,
+               detail_error=short_fingerprints(ranks[0]["error"]))
+    return {"seconds": slowest, "line": short_fingerprints(ranks[0]["error"])}
+
+
+FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
+                         r"OpType=(\w+), TensorShape=(\[[^\]]*\]), TensorDtypes=(\w+)")
+
+
+def short_fingerprints(error: str) -> str:
+    """torch's message, its fingerprints without the tensor options it repeats: 'rank 0: ALLREDUCE
+    of [4] Float (call 0); rank 1: ALLGATHER of [4] Float (call 0)'; any other error as it is."""
+    found = FINGERPRINT.findall(error)
+    if not found:
+        return error.splitlines()[0] if error else ""
+    return "; ".join(f"rank {r}: {op} of {shape} {dtype} (call {seq})" for r, seq, op, shape, dtype in found)
+
+
+def part3_side_by_side(rep: Report, plain: dict[str, Any], detail: dict[str, Any]) -> None:
+    rep.part(3, "side by side: what each way tells you about the same bug")
+    rep.table(["", "plain gloo + the launcher", "TORCH_DISTRIBUTED_DEBUG=DETAIL"],
+              [["error after", f"{plain['seconds']:.2f} s (timeout, then launcher)",
+                f"{detail['seconds'] * 1e3:.0f} ms (slowest rank)"],
+               ["names the two ops", "yes" if names_both(plain["line"]) else "no",
+                "yes" if names_both(detail["line"]) else "no"],
+               ["names the culprit", "no: the first rank to give up",
+                "rank 0 vs rank 1, not which is wrong"]],
+              name="side_by_side")
+    rep.note("neither knows which call was meant: DETAIL shows that rank 0 differs from rank 1, and the "
+             "reader decides. The launcher's own blame helps where a rank is not in a collective at all (a "
+             "skipped call: 02_primitives.py Part 4 names the rank that finished while the others waited). "
+             "Under NCCL the default timeout is minutes, which is why the switch matters there most.")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, real=True, cost=COST)
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be at least 2: a mismatch needs two ranks")
+    rep = Report(__file__, "a mismatched collective: plain gloo's timeout against "
+                           "TORCH_DISTRIBUTED_DEBUG=DETAIL", args)
+    if under_torchrun():   # one group for the whole run: a staged failure would end it
+        rep.line("  not run under torchrun: the mismatched collective would break torchrun's one group")
+        rep.finish()
+        return
+    timeout = args.timeout_s or MISMATCH_TIMEOUT_S
+    plain = part1_plain(rep, args, timeout)    # all_reduce against all_gather: a timeout, no names
+    detail = part2_detail(rep, args)           # the same under DETAIL: both ops named at once
+    part3_side_by_side(rep, plain, detail)     # what each tells the reader
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)

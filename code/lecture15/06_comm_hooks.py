@@ -1,0 +1,337 @@
+"""Lecture 15 §4.4 (通信钩子) and the handbook's 降低通信量: PyTorch's DDP communication hooks on real ranks.
+
+    python code/lecture15/06_comm_hooks.py [--world-size 4] [--steps 30] [--save-figs DIR]
+
+One launch (gloo, CPU, float32 as DDP hooks are used) trains the same small network with plain DDP
+and with torch's hooks: allreduce_hook (Part 1: the same numbers as plain DDP), fp16_compress_hook
+and PowerSGD of rank 1 with and without error feedback. Part 2 puts what each hook hands to
+all_reduce in a compressed step (counted in the process group) beside our prediction: DDP's buckets
+by ddp_sim's rule, the hook's payload from the layers' shapes, the bytes a rank sends from
+costmodel's ring formula. Part 3: how far each hook's parameters end from exact DDP, and the loss
+curves (the handbook: low-rank compression affects convergence). Part 4: the hooks torch 2.13
+refuses or breaks on gloo, each with its exact error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of any installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import argparse
+import math
+import os
+import re
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, quantization_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.budget import Cost, Term
+from common.cli import UsageError, make_parser, run_main
+from common.costmodel import ring_allreduce_bytes_per_device
+from common.dist_count import counting
+from common.launcher import launch, preload_for_ddp
+from common.output import Report, fmt_bytes, new_figure
+from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
+
+D_IN, HIDDEN, D_OUT = 32, 64, 32   # Linear(32, 64) → tanh → Linear(64, 32): two matrices PowerSGD compresses
+ELEM = 4                           # float32: what DDP's hooks are written for (fp16 halves it)
+START_ITER = 2                     # PowerSGD's plain steps first: the fewest torch allows with error feedback
+DISTANCE_STEP = 8                  # Part 3: the distance from exact DDP after this many steps, and at the end
+EXACT_TOL = 1e-6                   # allreduce_hook vs plain DDP: the same division and all-reduce (0 here)
+# "DDP (no hook)" is exact DDP; the rest are torch's hooks, each with the state it takes.
+HOOKS: dict[str, tuple[Callable[[], Any], Callable[..., Any]] | None] = {
+    "DDP (no hook)": None,
+    "allreduce_hook": (lambda: None, default_hooks.allreduce_hook),
+    "fp16_compress_hook": (lambda: None, default_hooks.fp16_compress_hook),
+    "PowerSGD r=1, error feedback": (lambda: psgd.PowerSGDState(
+        None, matrix_approximation_rank=1, start_powerSGD_iter=START_ITER, use_error_feedback=True),
+        psgd.powerSGD_hook),
+    "PowerSGD r=1, no error feedback": (lambda: psgd.PowerSGDState(
+        None, matrix_approximation_rank=1, start_powerSGD_iter=START_ITER, use_error_feedback=False),
+        psgd.powerSGD_hook),
+}
+# Registered as torch names them (no wrapper): what a student who tries them on gloo meets.
+BROKEN: dict[str, tuple[Callable[[], Any], Callable[..., Any]]] = {
+    "bf16_compress_hook": (lambda: None, default_hooks.bf16_compress_hook),
+    "batched_powerSGD_hook": (lambda: psgd.PowerSGDState(None, matrix_approximation_rank=1,
+                                                         start_powerSGD_iter=START_ITER),
+                              psgd.batched_powerSGD_hook),
+    "quantization_pertensor_hook": (lambda: None, quantization_hooks.quantization_pertensor_hook),
+}
+# CPU time here (measured at W = 4, steps 3 and 30, on 2 loaded cores: 9.3 and 12.3 s): start-up (torch
+# and dynamo, 5 s of it), W ranks each making eight DDP objects, then five trainings of `steps` steps,
+# each step one to three small all-reduces that W ranks take turns at. 30 steps: the two PowerSGD
+# runs already part there (loss 1.3× and 2.6× exact DDP's), and all-reduces are most of the run.
+COST = Cost([Term("1", 8.0, lambda a: 1), Term("W²", 0.05, lambda a: a.world_size**2),
+             Term("W·steps", 0.013, lambda a: a.world_size * a.steps),
+             Term("steps·B", 2e-6, lambda a: a.steps * a.batch)],   # five trainings of a 32-64-32 network
+            # each process: torch (about 300 MiB), and the batch with its activations (float32) a few times
+            memory=lambda a: (a.world_size + 1) * (300 * 2**20 + 16 * a.batch * (D_IN + HIDDEN + D_OUT)))
+
+
+# ---- rank code ----------------------------------------------------------------------------------
+def make_model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(D_IN, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, D_OUT))
+
+
+def make_data(batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A teacher network of the same shape labels random inputs: the student can fit it exactly."""
+    x = torch.randn(batch, D_IN, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        return x, make_model(seed + 1000)(x)
+
+
+def train(name: str, rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """`steps` SGD steps of DDP with hook `name`: each step's local loss and every all-reduce's
+    input (dtype, bytes) counted in the process group, parameters after DISTANCE_STEP and at the end."""
+    ddp = DDP(make_model(cfg["seed"]))
+    if HOOKS[name] is not None:
+        state, hook = HOOKS[name]
+        ddp.register_comm_hook(state(), hook)
+    x, y = (t.tensor_split(world)[rank] for t in make_data(cfg["batch"], cfg["seed"]))
+    opt = torch.optim.SGD(ddp.parameters(), lr=cfg["lr"])
+    losses, calls, snapshot = [], [], []
+    for step in range(1, cfg["steps"] + 1):
+        opt.zero_grad()
+        with counting() as counts:   # a hook calls dist.all_reduce: every tensor it hands over is seen
+            loss = F.mse_loss(ddp(x), y)
+            loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        calls.append([(dtype, nbytes) for op, dtype, nbytes in counts.tensors if op == "all_reduce"])
+        if step == min(DISTANCE_STEP, cfg["steps"]):
+            snapshot = [p.detach().clone() for p in ddp.parameters()]
+    params = [p.detach().clone() for p in ddp.parameters()]
+    del ddp   # before the next DDP or the group's end (a live DDP object at exit aborted ranks here)
+    return {"losses": losses, "calls": calls, "early": snapshot, "params": params}
+
+
+def try_broken(name: str, rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """A hook registered and run for START_ITER + 1 steps (PowerSGD's first compressed one): the
+    error it ends in, whole, and the function of torch's that raised it (an AssertionError has no text)."""
+    state, hook = BROKEN[name]
+    ddp = DDP(make_model(cfg["seed"]))
+    x, y = (t.tensor_split(world)[rank] for t in make_data(cfg["batch"], cfg["seed"]))
+    try:
+        ddp.register_comm_hook(state(), hook)
+        for _ in range(START_ITER + 1):
+            F.mse_loss(ddp(x), y).backward()
+    except Exception as err:  # noqa: BLE001 - the error is the finding, reported whole
+        return described(err)
+    finally:
+        del ddp
+    return {"error": "", "raised_in": "", "whole": ""}
+
+
+def described(err: Exception) -> dict[str, str]:
+    """An error as a reader meets it: its innermost error's first line (DDP wraps an error raised in
+    a hook's callback twice, with the callback's frames under "At:"), and the function that raised
+    it (an AssertionError of torch's has no text of its own)."""
+    text = f"{type(err).__name__}: {err}".rstrip(": ")
+    inner = text.split("when running the callback: ")[-1].splitlines()[0]
+    at = re.search(r"/([^/\s]+\.py)\(\d+\): (\w+)", text)    # the callback's frame, innermost first
+    frame = traceback.extract_tb(err.__traceback__)[-1]
+    where = (at.group(2), at.group(1)) if at else (frame.name, os.path.basename(frame.filename))
+    return {"error": inner, "raised_in": f"{where[0]} ({where[1]})", "whole": text}
+
+
+def hooks_worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    return {"runs": {name: train(name, rank, world, cfg) for name in HOOKS},
+            "broken": {name: try_broken(name, rank, world, cfg) for name in BROKEN}}
+
+
+# ---- our side: what a hook should hand to all_reduce, from the layers' shapes --------------------
+DEFAULT_CAP_BYTES = 25 * MiB   # DDP's bucket_cap_mb=None: 25 MiB, the first bucket 1 MiB
+
+
+def param_shapes() -> list[tuple[int, ...]]:
+    return [tuple(p.shape) for p in make_model(0).parameters()]
+
+
+def powersgd_payload(shapes: list[tuple[int, ...]], rank: int, min_rate: float = 2.0) -> list[int]:
+    """Elements of PowerSGD's three all-reduces for one bucket: the tensors it leaves whole
+    (vectors, and matrices that rank-r factors would not shrink `min_rate`-fold), then P (n×r
+    per matrix) and Q (m×r per matrix). Its error feedback changes what is sent, not how much."""
+    whole, p_elems, q_elems = 0, 0, 0
+    for shape in shapes:
+        n, m = shape[0], math.prod(shape[1:])
+        r = min(n, m, rank)
+        if (n + m) * r * min_rate < n * m:
+            p_elems, q_elems = p_elems + n * r, q_elems + m * r
+        else:
+            whole += n * m
+    return [whole, p_elems, q_elems]
+
+
+def predicted_calls(name: str, shapes: list[tuple[int, ...]]) -> list[int]:
+    """Input bytes of each all_reduce hook `name` makes in a compressed step: DDP's buckets by
+    ddp_sim's rule (backward order, 1 MiB then 25 MiB), each bucket as the hook packs it."""
+    sizes = [math.prod(s) * ELEM for s in shapes]
+    calls = []
+    for bucket in assign_buckets(sizes, DEFAULT_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES):
+        elems = sum(sizes[i] for i in bucket) // ELEM
+        if name.startswith("PowerSGD"):
+            calls += [n * ELEM for n in powersgd_payload([shapes[i] for i in bucket], rank=1)]
+        else:
+            calls.append(elems * (2 if name == "fp16_compress_hook" else ELEM))
+    return calls
+
+
+def sent_per_rank(world: int, call_bytes: list[int]) -> float:
+    """Bytes a rank sends for these all-reduces on a ring (costmodel): 2(K−1)/K of each."""
+    return sum(ring_allreduce_bytes_per_device(world, n) for n in call_bytes)
+
+
+def max_gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max(float((x - y).abs().max()) for x, y in zip(a, b))
+
+
+# ---- the parts: the parent compares and prints ----------------------------------------------------
+def part1_allreduce_hook(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    rep.part(1, "allreduce_hook against plain DDP: the same division by K, the same all-reduce")
+    gap = max(max_gap(r["runs"]["allreduce_hook"]["params"], r["runs"]["DDP (no hook)"]["params"])
+              for r in ranks)
+    rep.line(f"  {args.steps} SGD steps (lr {args.lr:g}), {args.world_size} ranks: max |Δparam| between "
+             f"allreduce_hook and DDP without a hook, every rank: {gap:.3g}")
+    rep.note("with a hook registered DDP no longer divides the gradients by the world size: allreduce_hook "
+             "divides the bucket itself, then all-reduces it, which is what the Reducer does without one.")
+    rep.value("allreduce_hook_vs_ddp", gap)
+    rep.check_close("allreduce_hook against DDP without a hook", gap, EXACT_TOL)
+
+
+SHORT = {"allreduce_hook": "allreduce", "fp16_compress_hook": "fp16",
+         "PowerSGD r=1, error feedback": "psgd_ef", "PowerSGD r=1, no error feedback": "psgd_noef"}
+
+
+def part2_bytes(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    rep.part(2, "bytes per step: counted in the process group against buckets, payload and the ring formula")
+    k, shapes, rows, gaps = args.world_size, param_shapes(), [], []
+    plain_sent = sent_per_rank(k, predicted_calls("allreduce_hook", shapes))
+    same = all(r["runs"][n]["calls"] == ranks[0]["runs"][n]["calls"] for n in SHORT for r in ranks)
+    for name, short in SHORT.items():
+        counted = ranks[0]["runs"][name]["calls"][-1]            # the last step: PowerSGD compresses by then
+        got, want = [n for _, n in counted], predicted_calls(name, shapes)
+        sent, predicted = sent_per_rank(k, got), sent_per_rank(k, want)
+        gaps.append(abs(sent - predicted) + abs(len(got) - len(want)))
+        rows.append([name, f"{len(got)} ({len(want)})", "/".join(sorted({d for d, _ in counted})),
+                     "+".join(map(str, got)), fmt_bytes(sent), fmt_bytes(predicted),
+                     f"{sent / plain_sent:.3f}"])
+        rep.values(**{f"{short}_sent_counted": sent, f"{short}_sent_predicted": predicted,
+                      f"{short}_calls_counted": len(got), f"{short}_calls_predicted": len(want)})
+    rep.table(["hook", "calls (ours)", "dtype", "inputs, B", "sent/rank", "ours", "÷ plain"], rows,
+              name="bytes_per_step")
+    rep.line(f"  every rank counted the same calls at every step: {'yes' if same else 'NO'}")
+    early = [n for _, n in ranks[0]["runs"]["PowerSGD r=1, error feedback"]["calls"][0]]
+    rep.note(f"a compressed step (the last of {args.steps}); sent per rank = Σ 2(K−1)/K × input over the "
+             f"step's all-reduces (costmodel's ring; gloo's own algorithm may route them otherwise). Ours: "
+             f"DDP's buckets by ddp_sim's rule ({len(predicted_calls('allreduce_hook', shapes))} here), "
+             "fp16 2 bytes an element, PowerSGD three all-reduces a bucket: the tensors it leaves whole (the "
+             "biases), P = Σ n·r and Q = Σ m·r over the matrices it factors. Its first "
+             f"{START_ITER} steps all-reduce the whole bucket ({' + '.join(fmt_bytes(n) for n in early)}).")
+    rep.check_close("bytes each hook all-reduces against ours", max(gaps), 0.0)
+
+
+def global_losses(ranks: list[dict[str, Any]], name: str) -> list[float]:
+    """The whole batch's loss at each step: equal shards, so the mean of the ranks' means."""
+    per_rank = [r["runs"][name]["losses"] for r in ranks]
+    return [sum(step) / len(step) for step in zip(*per_rank)]
+
+
+def part3_convergence(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
+    rep.part(3, "distance from exact DDP and convergence: the handbook's 'low-rank compression affects it'")
+    exact = global_losses(ranks, "DDP (no hook)")
+    curves, rows = {}, []
+    for name in HOOKS:
+        curves[name] = losses = global_losses(ranks, name)
+        early = max(max_gap(r["runs"][name]["early"], r["runs"]["DDP (no hook)"]["early"]) for r in ranks)
+        end = max(max_gap(r["runs"][name]["params"], r["runs"]["DDP (no hook)"]["params"]) for r in ranks)
+        rows.append([name, f"{early:.2g}", f"{end:.2g}", f"{losses[0]:.4g}", f"{losses[-1]:.4g}",
+                     f"{losses[-1] / exact[-1]:.3g}"])
+        if name in SHORT:
+            rep.values(**{f"{SHORT[name]}_distance": end,
+                          f"{SHORT[name]}_loss_ratio": losses[-1] / exact[-1]})
+    at = min(DISTANCE_STEP, args.steps)
+    rep.table(["hook", f"max |Δparam| after {at} steps", f"after {args.steps}", "loss, step 1",
+               f"step {args.steps}", "÷ exact DDP's"], rows, name="convergence")
+    rep.note(f"SGD, lr {args.lr:g}, the same {args.batch} samples every step (a teacher network labels "
+             f"them, so the loss can reach 0); PowerSGD all-reduces whole gradients for its first "
+             f"{START_ITER} steps. "
+             "Without error feedback rank-1 PowerSGD applies only the gradient's top direction each step and "
+             "drops the rest; with it each rank adds back what compression dropped the step before.")
+    fig, ax = new_figure(figsize=(7, 4))
+    for name, losses in curves.items():
+        ax.semilogy(range(1, len(losses) + 1), losses, label=name,
+                    linestyle="--" if "allreduce" in name else "-")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (whole batch)")
+    ax.set_title(f"DDP comm hooks on {args.world_size} gloo ranks: loss against exact DDP")
+    ax.legend(fontsize=8)
+    rep.save_figure(fig, "convergence")
+
+
+def part4_broken(rep: Report, ranks: list[dict[str, Any]]) -> None:
+    rep.part(4, "hooks torch refuses or breaks on gloo (CPU), registered as torch names them")
+    for name in BROKEN:
+        seen: dict[str, list[int]] = {}            # each error as the ranks met it -> those ranks
+        for rank, r in enumerate(ranks):
+            seen.setdefault(r["broken"][name]["error"] or "(none: it ran)", []).append(rank)
+        where = ranks[0]["broken"][name]["raised_in"]
+        rep.line(f"  {name}: raised in {where}" if where else f"  {name}: it ran")
+        for error, on in seen.items():
+            rep.line(f"    rank{'s' if len(on) > 1 else ''} {', '.join(map(str, on))}: {error}")
+        rep.values(**{f"{name}_fails": all(r["broken"][name]["error"] for r in ranks),
+                      f"{name}_error": " / ".join(seen)})
+        rep.record(f"{name}_whole_error", ranks[0]["broken"][name]["whole"])   # in --json, every line of it
+    rep.note("bf16_compress_hook is refused by its name when it is registered, though gloo all-reduces "
+             "bfloat16 on the CPU (handbook_details.py Part 2 runs it under another name). The batched "
+             "PowerSGD hook packs a bucket into one square matrix and hands its 2-D factor to _orthogonalize, "
+             "which in 2.13 takes only a batch of matrices (3-D): nothing here is gloo's doing. The "
+             "quantization hook takes fut.wait()[0] of its all-gather as the list of every rank's (scale, "
+             "zero), but here it is rank 0's pair alone: indexing it by rank, ranks 0 and 1 get a number, "
+             "the others run off its end; DDP reports the error wrapped twice.")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    if args.world_size < 2:
+        raise UsageError(f"--world-size must be at least 2 (a hook all-reduces between ranks), "
+                         f"got {args.world_size}")
+    if args.batch % args.world_size:
+        raise UsageError(f"--batch {args.batch} must be a multiple of --world-size {args.world_size} "
+                         "(equal shards: the ranks' mean losses then average to the whole batch's)")
+    if args.steps <= START_ITER:
+        raise UsageError(f"--steps must be above {START_ITER}: PowerSGD compresses from step "
+                         f"{START_ITER + 1}")
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, steps=30, batch=64, lr=0.5, seed=0, real=True, figs=True,
+                         cost=COST,
+                         context={"steps": "every hook trains this long", "batch": "split over the ranks"})
+    args = parser.parse_args()
+    check_args(args)
+    rep = Report(__file__, "DDP communication hooks: exact, fp16, PowerSGD; bytes, distance, convergence",
+                 args)
+    preload_for_ddp(args.world_size)   # DDP() imports torch._dynamo: once here, not on every rank
+    cfg = {"steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed}
+    ranks = launch(hooks_worker, args.world_size, cfg, timeout_s=args.timeout_s)
+    args.world_size = len(ranks)              # under torchrun the group's size wins over the flag
+    part1_allreduce_hook(rep, args, ranks)    # allreduce_hook = DDP without a hook
+    part2_bytes(rep, args, ranks)             # counted bytes = buckets × payload × ring formula
+    part3_convergence(rep, args, ranks)       # distance from exact DDP, loss curves (figure)
+    part4_broken(rep, ranks)                  # bf16, batched PowerSGD, quantization on gloo
+    rep.finish()
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,52 @@
+"""Several scripts, one after another, in one torchrun group (tests/test_torchrun_numbers.py):
+
+    torchrun --standalone --nproc-per-node=N tests/probes/torchrun_batch.py SCRIPT JSON [SCRIPT JSON ...]
+
+Each rank runs each script's main as `python SCRIPT --quick --json JSON` would, in this process:
+torchrun's start-up (its agent and every rank importing torch, the rendezvous) is paid once for
+the batch instead of once a script. What a fresh process would give each script again: its own
+sys.argv and __main__, torch's default random state as at start-up. The group is joined once,
+by the first script, and reused (threads per rank are the launcher's default for every script).
+Rank 0 prints `== batch: SCRIPT exit STATUS` after each script (the tests name a failure by it);
+the first script that fails ends the batch with its exit status: its group may be broken.
+"""
+
+import runpy
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "code"))  # this checkout's code/, ahead of anything installed
+import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
+
+# isort: split
+
+import torch
+
+from common.torchrun import is_rank0
+
+
+def run_one(script: str, json_path: str, seed: int) -> int:
+    """The script's main as its own process would run it; its exit status."""
+    torch.manual_seed(seed)  # a fresh process's default generator, whatever the previous script drew
+    sys.argv = [script, "--quick", "--json", json_path]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
+
+
+def main() -> None:
+    pairs = list(zip(sys.argv[1::2], sys.argv[2::2]))
+    seed = torch.initial_seed()
+    for script, json_path in pairs:
+        status = run_one(script, json_path, seed)
+        sys.stdout.flush()
+        if is_rank0():
+            print(f"== batch: {script} exit {status}", flush=True)
+        if status:
+            sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
