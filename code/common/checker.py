@@ -14,8 +14,9 @@ The notes are data, one TOML table per document, beside the scripts that check i
     notes = 53.3                        # the notes' figure (a number, true/false or a word)
     unit = "ms"
     basis = "stated assumption"         # see BASES
-    places = 1                          # agreement: rounds to the notes' digits; or factor = 2; or neither: exact
-                                        # (for a bound the notes give: below = 10, above = 5, between = [50, 200])
+    places = 1                          # agreement: rounds to the notes' digits; or factor = 2;
+                                        # or neither: exact (for a bound the notes give: below = 10,
+                                        # above = 5, between = [50, 200])
     depends = ["--world-size", "--alpha-us", "--beta-gbs", "--bucket-cap-mb"]  # flags that void it ([]: none)
     slip = false                        # true: the notes are wrong here, ours is the correct value
     # same_as = "scratch_bytes"         # a check of our own (PyTorch's engine against ours): compare
