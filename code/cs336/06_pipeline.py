@@ -170,20 +170,9 @@ def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
         real_bubble = max(sim.idle)   # the same on every stage when stages are equal
         rep.values(**{f"work_{key}_ms": ms(work), f"fill_{key}_ms": ms(fill), f"notes_share_{key}_pct": share,
                       f"bubble_{key}_ms": ms(real_bubble), f"share_{key}_pct": 100 * sim.bubble_fraction})
-        rows.append(
-            [
-                s,
-                m,
-                ms(work),
-                rep.notes_text(f"{ids}-work"),
-                ms(fill),
-                ms(real_bubble),
-                rep.notes_text(f"{ids}-bubble"),
-                share,
-                100 * sim.bubble_fraction,
-                rep.notes_text(f"{ids}-share"),
-            ]
-        )
+        rows.append([s, m, ms(work), rep.notes_text(f"{ids}-work"), ms(fill), ms(real_bubble),
+                     rep.notes_text(f"{ids}-bubble"), share, 100 * sim.bubble_fraction,
+                     rep.notes_text(f"{ids}-share")])
     rep.table(["S", "M", "M(t_f+t_b)", "notes", "(S-1)t_f", "real bubble", "notes", "(S-1)t_f share %",
                "real share %", "notes"], rows, name="bubble")
     rep.note("times in ms. The notes' formula: bubble = (S-1)·t_f, share = bubble/(M(t_f+t_b) + bubble).\n"
@@ -293,9 +282,8 @@ def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
     rows, pace, runs = [], {}, []
     for name, scale in cases.items():
         # balanced: Part 1's arguments, so its run is reused (a tuple of equal times is the same pipeline)
-        tfs, tbs = (
-            (tf, tb) if name == "balanced" else (tuple(tf * x for x in scale), tuple(tb * x for x in scale))
-        )
+        tfs, tbs = ((tf, tb) if name == "balanced"
+                    else (tuple(tf * x for x in scale), tuple(tb * x for x in scale)))
         sim = run("1F1B", s, m, tfs, tbs)
         runs.append(sim)
         # The pace once the pipeline is full (M >= S): what one more micro-batch adds, measured at M = S.
@@ -323,11 +311,8 @@ def plot_runs(rep: Report, runs: list[pp.PipelineRun], name: str, setting: str,
     height = 1.2 + min(0.35 * runs[0].stages, 6.0)   # per schedule; many stages share the rows' height
     fig, axes = new_figure(len(runs), 1, figsize=(10, height * len(runs)), squeeze=False)
     for i, (ax, sim) in enumerate(zip(axes[:, 0], runs)):
-        title = (
-            f"{titles[i]}: makespan {fmt_time(sim.makespan)}, bubble {100 * sim.bubble_fraction:.1f} %"
-            if titles
-            else ""
-        )
+        title = (f"{titles[i]}: makespan {fmt_time(sim.makespan)}, bubble {100 * sim.bubble_fraction:.1f} %"
+                 if titles else "")
         pp.draw_gantt(ax, sim, title)
     fig.suptitle(setting)
     fig.tight_layout()

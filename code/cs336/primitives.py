@@ -122,13 +122,8 @@ def shape_text(before: list[int | None], after: list[int | None], defined: list[
     def side(holders: list[int], mean: float) -> str:
         who = "each" if len(holders) == p else f"rank {holders[0]}" if len(holders) == 1 else \
             "ranks " + " ".join(map(str, holders))
-        amount = (
-            "S"
-            if abs(mean - piece) < 1e-9
-            else "p·S"
-            if abs(mean - p * piece) < 1e-9
-            else f"{mean / piece:g}·S"
-        )
+        amount = ("S" if abs(mean - piece) < 1e-9
+                  else "p·S" if abs(mean - p * piece) < 1e-9 else f"{mean / piece:g}·S")
         return f"{who}: {amount}"
     return f"{side(holders_in, mean_in)} → {side(holders_out, mean_out)}"
 
