@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
