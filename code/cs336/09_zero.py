@@ -1,4 +1,4 @@
-"""CS336 lecture 8, ZeRO (ZeRO：在数据并行中消除冗余): PyTorch's ZeroRedundancyOptimizer and FSDP2 on real ranks.
+"""CS336 lecture 8, ZeRO (ZeRO：在数据并行中消除冗余): ZeroRedundancyOptimizer and FSDP2 on real ranks.
 
     python code/cs336/09_zero.py [--world-size 4] [--layers 6] [--width 130] [--batch 32] [--steps 3]
     torchrun --standalone --nproc-per-node=4 code/cs336/09_zero.py

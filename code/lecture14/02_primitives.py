@@ -1,5 +1,6 @@
 """Lecture 14 §2 (多 GPU 通信): the five collective primitives on real torch.distributed ranks (gloo on
-CPU; NCCL where every rank has a GPU), the identities between them, and a point-to-point shift round the ring without deadlock.
+CPU; NCCL where every rank has a GPU), the identities between them, and a point-to-point shift round
+the ring without deadlock.
 
     python code/lecture14/02_primitives.py
     python code/lecture14/02_primitives.py --world-size 3 --numbers 7

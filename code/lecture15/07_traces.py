@@ -207,8 +207,8 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
     overlap = comm[0].start_s < real.backward_s
     nodes = sum(e.kind == COMPUTE for e in real.events)
     rep.line(f"  backward: {real.backward_s * 1e3:.2f} ms of {nodes} nodes; the first all-reduce starts at "
-             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; ddp_sim's rule "
-             f"gives {len(buckets)} buckets at a {args.bucket_cap_bytes / MiB:g} MiB cap")
+             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; ddp_sim's "
+             f"rule gives {len(buckets)} buckets at a {args.bucket_cap_bytes / MiB:g} MiB cap")
     rep.note(f"times from the start of the first backward node; all-reduces are the '{ALLREDUCE_OP}' spans "
              "on gloo's worker threads (the main thread only launches them: 'c10d::allreduce_'). Their "
              "length is waiting as much as sending: on shared cores a rank's all-reduce waits for the "
