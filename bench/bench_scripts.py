@@ -18,7 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -67,7 +68,8 @@ def has_world_size(script: Script) -> bool:
 def readme_test_command() -> list[str]:
     """The README's test command (after its install step), as CI runs it."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    line = next(ln for ln in text.splitlines() if "-m pytest" in ln and ln.startswith("python3 -m pip install"))
+    line = next(ln for ln in text.splitlines() if "-m pytest" in ln
+                and ln.startswith("python3 -m pip install"))
     return [sys.executable if word == "python3" else word for word in shlex.split(line.split("&&", 1)[1])]
 
 
@@ -89,7 +91,8 @@ def main() -> None:
                         help="also time the README's test command, once (minutes)")
     args = parser.parse_args()
     runs = 1 if args.quick else args.repeats
-    print(f"Wall times, median of {runs} run{'s' * (runs > 1)}, each after one of `import torch` (x: the ratio)")
+    print(f"Wall times, median of {runs} run{'s' * (runs > 1)}, each after one of `import torch` (x: the "
+          "ratio)")
     rows = []
     for script in scripts():
         if args.only not in script.name:
@@ -105,7 +108,8 @@ def main() -> None:
             print(f"  {name}: {timed[0]:.2f} s, {timed[0] / timed[1]:.1f}x import torch", flush=True)
     if args.with_reproduce:
         with tempfile.TemporaryDirectory() as tmp:
-            command = [sys.executable, str(ROOT / "code" / "reproduce.py"), "--quick", "--report", f"{tmp}/report"]
+            command = [sys.executable, str(ROOT / "code" / "reproduce.py"), "--quick", "--report", f"{tmp}"
+                                                                                                   "/report"]
             rows.append(row("reproduce.py --quick (with its pages)", "all scripts", beside_import(command, 1),
                             target_x=REPRODUCE_TARGET_X))
     if args.with_suite:
@@ -113,7 +117,8 @@ def main() -> None:
         rows.append(row(" ".join(["python3", *command[1:]]), "the tests", beside_import(command, 1),
                         target_x=SUITE_TARGET_X))
     print()
-    print(format_table(["what", "kind", "median s", "import torch s", "x import torch", "target", "verdict"], rows))
+    print(format_table(["what", "kind", "median s", "import torch s", "x import torch", "target", "verdict"],
+                       rows))
     if args.only in "lecture15/03_overlap.py":
         sweep = statistics.median(sweep_seconds() for _ in range(runs))
         print(f"\nlecture 15 bucket-cap sweep (every cap x 2 models x 2 links): {sweep:.3f} s, "
@@ -126,7 +131,8 @@ def sweep_seconds() -> float:
     script = next(s for s in scripts() if s.name == "lecture15/03_overlap.py")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "03.json"
-        subprocess.run([sys.executable, str(script.path), "--json", str(out)], capture_output=True, check=True)
+        subprocess.run([sys.executable, str(script.path), "--json", str(out)], capture_output=True,
+                       check=True)
         return json.loads(out.read_text(encoding="utf-8"))["parts"]["Part 2"]["sweep_seconds"]
 
 

@@ -25,6 +25,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 # isort: split
 
+import argparse
 import json
 import os
 import subprocess
@@ -40,7 +41,8 @@ from common.output import wrap
 from common.suite import Script, scripts
 
 
-def run_one(script: Script, json_path: Path, quick: bool, label: str, figure_dir: Path | None) -> dict[str, Any]:
+def run_one(script: Script, json_path: Path, quick: bool, label: str,
+            figure_dir: Path | None) -> dict[str, Any]:
     """Run one script as a student would, with --json (and --save-figs where it draws, when the
     pages want its figures); show progress on the terminal meanwhile."""
     args = [sys.executable, str(script.path), "--json", str(json_path)] + (["--quick"] if quick else [])
@@ -48,7 +50,8 @@ def run_one(script: Script, json_path: Path, quick: bool, label: str, figure_dir
         args += ["--save-figs", str(figure_dir)]
     start = time.perf_counter()
     done = threading.Event()
-    ticker = threading.Thread(target=_tick, args=(label, start, done), daemon=True) if sys.stdout.isatty() else None
+    ticker = threading.Thread(target=_tick, args=(label, start, done),
+                              daemon=True) if sys.stdout.isatty() else None
     print(label, end="" if ticker else "\n", flush=True)
     if ticker:
         ticker.start()
@@ -74,19 +77,53 @@ def _tick(label: str, start: float, done: threading.Event) -> None:
 
 
 def main() -> None:
+    args = parse_args()
+    chosen = [s for s in scripts() if args.only in s.name]
+    if not chosen:
+        raise UsageError(f"--only {args.only!r} matches no script (names look like lecture15/02_buckets.py)")
+    runs, claims, data, pages, total = run_scripts(chosen, args)
+    failures = [r["script"] for r in runs if r["rc"] != 0]
+    if args.errata:
+        from report.pages import errata_markdown
+
+        print("\n" + errata_markdown([dict(c, script=s) for s, c in claims]), end="")
+        sys.exit(1 if failures else 0)
+    print_claims(runs, claims, total, args.all_claims)
+    if args.json:
+        # Each run keeps its script's own --json too: the tests read a script's --quick run from here
+        # instead of running it again.
+        write_json(args.json, {"total_s": total, "runs": [dict(r, json=data.get(r["script"])) for r in runs],
+                               "claims": [dict(c, script=s) for s, c in claims]})
+    if pages:
+        print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
+    elif not args.no_report:
+        print(f"\nNo pages written: every script failed, so {args.report}/ keeps what it held",
+              file=sys.stderr)
+    if failures:
+        print(f"\nFAILED: {', '.join(failures)}", file=sys.stderr)
+        sys.exit(1)
+
+
+def parse_args() -> argparse.Namespace:
+    """The flags; --report is checked before any script runs."""
     parser = make_parser(__doc__, only="")
     parser.add_argument("--all-claims", action="store_true", help="list agreeing claims too")
     parser.add_argument("--report", metavar="DIR", default="report",
-                        help="write the pages (index.html, report.md, timeline.html) into DIR (default: report)")
+                        help="write the pages (index.html, report.md, timeline.html) into DIR (default: "
+                             "report)")
     parser.add_argument("--no-report", action="store_true", help="write no pages")
     parser.add_argument("--errata", action="store_true",
                         help="print only the README's errata section (markdown), from this run's claims")
     args = parser.parse_args()
     if not args.no_report:
         check_output_dir(args.report, "--report")
-    chosen = [s for s in scripts() if args.only in s.name]
-    if not chosen:
-        raise UsageError(f"--only {args.only!r} matches no script (names look like lecture15/02_buckets.py)")
+    return args
+
+
+def run_scripts(chosen: list[Script], args: argparse.Namespace
+                ) -> tuple[list[dict[str, Any]], list[tuple[str, dict]], dict[str, Any], list[Path], float]:
+    """Run each script in turn (a line each), then write the pages: the runs, every (script, claim),
+    each script's own --json by name, the pages written and the seconds it all took."""
     runs, claims, data = [], [], {}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,23 +139,25 @@ def main() -> None:
         pages = []
         if not args.no_report and data:  # a run where every script failed does not replace a report
             pages = write_pages(Path(args.report), chosen, runs, data, figure_dir, start, args.quick)
-    total = time.perf_counter() - start
-    failures = [r["script"] for r in runs if r["rc"] != 0]
-    if args.errata:
-        from report.pages import errata_markdown
+    return runs, claims, data, pages, time.perf_counter() - start
 
-        print("\n" + errata_markdown([dict(c, script=s) for s, c in claims]), end="")
-        sys.exit(1 if failures else 0)
+
+def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], total: float,
+                 all_claims: bool) -> None:
+    """The count by status, every claim that does not simply agree (all with --all-claims), and the
+    notes' errors."""
     counts = Counter(c["status"] for _, c in claims)
     print(f"\n{len(runs)} scripts in {total:.1f} s; {len(claims)} claims: "
           + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
-    shown = [(s, c) for s, c in claims if args.all_claims or c["status"] != "agrees"]
+    shown = [(s, c) for s, c in claims if all_claims or c["status"] != "agrees"]
     if shown:
-        print("\nEvery claim:" if args.all_claims else "\nClaims that do not simply agree (ours beside the notes', and why):")
+        print("\nEvery claim:" if all_claims
+              else "\nClaims that do not simply agree (ours beside the notes', and why):")
     for script, c in shown:
         print(f"\n  {script} · {c['part']} · {c['what']}")
         status = "differs: an error in the notes" if c.get("erratum") else c["status"]
-        line = f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} ({c['kind']}"
+        line = (f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} "
+                f"({c['kind']}")
         print(wrap(line + (f"; {c['rule']})" if c.get("rule") else ")"), "      ", "    "))
         if c.get("decision"):
             print(wrap(c["decision"], "         ", "    found: "))
@@ -126,22 +165,11 @@ def main() -> None:
             print(wrap(c["why"], "         ", "    why: "))
     errata = [(s, c) for s, c in claims if c.get("erratum")]
     if errata:
-        print(f"\nErrors in the notes ({len(errata)}; each listed above with its reason): the notes print, the model gives")
+        print(f"\nErrors in the notes ({len(errata)}; each listed above with its reason): the notes print, "
+              "the model gives")
         for script, c in errata:
-            print(wrap(f"{script} · {c['what']}: {_num(c['notes'], c['unit'])} → {_num(c['ours'], c['unit'])}",
-                       "      ", "  "))
-    if args.json:
-        # Each run keeps its script's own --json too: the tests read a script's --quick run from here
-        # instead of running it again.
-        write_json(args.json, {"total_s": total, "runs": [dict(r, json=data.get(r["script"])) for r in runs],
-                               "claims": [dict(c, script=s) for s, c in claims]})
-    if pages:
-        print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
-    elif not args.no_report:
-        print(f"\nNo pages written: every script failed, so {args.report}/ keeps what it held", file=sys.stderr)
-    if failures:
-        print(f"\nFAILED: {', '.join(failures)}", file=sys.stderr)
-        sys.exit(1)
+            print(wrap(f"{script} · {c['what']}: {_num(c['notes'], c['unit'])} → "
+                       f"{_num(c['ours'], c['unit'])}", "      ", "  "))
 
 
 def write_pages(directory: Path, chosen: list[Script], runs: list[dict[str, Any]], data: dict[str, Any],

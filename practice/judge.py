@@ -20,7 +20,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -181,8 +182,8 @@ def parse_args() -> Any:
                         help="problems to judge: 113, 113_ddp_buckets or ddp_buckets (default: all)")
     parser.add_argument("--solution", metavar="PATH", default=None,
                         help="a .py file with one problem's functions, one problem's folder (holding "
-                             "solution.py), or a folder laid out like practice/ (<folder>/<problem>/solution.py) "
-                             "(default: practice/<problem>/solution.py)")
+                             "solution.py), or a folder laid out like practice/ "
+                             "(<folder>/<problem>/solution.py) (default: practice/<problem>/solution.py)")
     return parser.parse_args()
 
 
@@ -196,7 +197,8 @@ def report(runs: list[tuple[Problem, ProblemRun]], seconds: float, json_path: st
                       f"cases passed; {secs(seconds)} "
                       f"({', '.join(f'{p.number} {secs(run.seconds)}' for p, run in runs)})", "    ", ""))
     if json_path:
-        write_json(json_path, {"problems": [{"number": p.number, "folder": p.folder, "passed": passed, "cases": total,
+        write_json(json_path,
+                   {"problems": [{"number": p.number, "folder": p.folder, "passed": passed, "cases": total,
                                              "seconds": run.seconds, "error": run.error}
                                             for p, passed, total, run in counts],
                                "cases": [r.as_dict() for _, run in runs for r in run.results],

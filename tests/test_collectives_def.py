@@ -135,3 +135,12 @@ def test_no_second_definition_of_a_ring_formula() -> None:
 def test_the_formula_search_finds_a_formula() -> None:
     code = _code_only("t = 2 * (k - 1) * (alpha + n / (k * beta))  # '2 * (p - 1)' in a string is text\n")
     assert sum(len(f.findall(code)) for f in FORMULAS) == 1
+
+
+def test_every_collective_has_its_real_call() -> None:
+    """Adding a collective to the definition without its torch call (and gloo's workarounds) fails here."""
+    from common import collectives_real as real
+
+    assert list(real.REAL_CALLS) == list(cdef.COLLECTIVES)
+    with pytest.raises(ValueError):
+        real.run_collective("allreduce", None, 0)  # type: ignore[arg-type]  # no rank needed: refused first

@@ -24,35 +24,35 @@ def check_events(run: pp.PipelineRun, t_f: list[float], t_b: list[float], p2p: f
     tol = 1e-9 * max(1.0, run.makespan)
     v, n_v = run.virtual, run.stages * run.virtual
     events = list(run.events())
-    ends = {(e.kind, e.vstage, e.micro): e.end for e in events}
+    ends = {(e.kind, e.chunk, e.index): e.end_s for e in events}
     assert len(ends) == len(events) == 2 * n_v * run.micro_batches
     assert set(ends) == {(k, j, m) for k in "FB" for j in range(n_v) for m in range(run.micro_batches)}
     by_device = defaultdict(list)
     for e in events:
-        assert e.device == e.vstage % run.stages
-        assert e.end - e.start == pytest.approx((t_f if e.kind == "F" else t_b)[e.device] / v, abs=tol)
-        by_device[e.device].append(e)
+        assert e.row == e.chunk % run.stages
+        assert e.end_s - e.start_s == pytest.approx((t_f if e.kind == "F" else t_b)[e.row] / v, abs=tol)
+        by_device[e.row].append(e)
     for evs in by_device.values():
-        evs.sort(key=lambda e: e.start)
+        evs.sort(key=lambda e: e.start_s)
         for before, after in zip(evs, evs[1:]):
-            assert after.start >= before.end - tol, (before, after)          # one pass at a time
+            assert after.start_s >= before.end_s - tol, (before, after)          # one pass at a time
     for device, evs in by_device.items():
         free = 0.0
-        for e in sorted(evs, key=lambda e: e.start):
+        for e in sorted(evs, key=lambda e: e.start_s):
             if e.kind == "F":
                 # An input from another device arrives p2p later.
-                hop = p2p if (e.vstage - 1) % run.stages != device else 0
-                deps = [ends[("F", e.vstage - 1, e.micro)] + hop] if e.vstage > 0 else []
+                hop = p2p if (e.chunk - 1) % run.stages != device else 0
+                deps = [ends[("F", e.chunk - 1, e.index)] + hop] if e.chunk > 0 else []
             else:
-                deps = [ends[("F", e.vstage, e.micro)]]
-                if e.vstage < n_v - 1:
-                    hop = p2p if (e.vstage + 1) % run.stages != device else 0
-                    deps.append(ends[("B", e.vstage + 1, e.micro)] + hop)
+                deps = [ends[("F", e.chunk, e.index)]]
+                if e.chunk < n_v - 1:
+                    hop = p2p if (e.chunk + 1) % run.stages != device else 0
+                    deps.append(ends[("B", e.chunk + 1, e.index)] + hop)
             for dep in deps:
-                assert e.start >= dep - tol, e                                 # after its inputs
-            assert e.start == pytest.approx(max([free] + deps), abs=tol), e     # and no later
-            free = e.end
-    assert run.makespan == pytest.approx(max(e.end for e in events), abs=tol)
+                assert e.start_s >= dep - tol, e                                 # after its inputs
+            assert e.start_s == pytest.approx(max([free] + deps), abs=tol), e     # and no later
+            free = e.end_s
+    assert run.makespan == pytest.approx(max(e.end_s for e in events), abs=tol)
 
 
 def peak_from_events(run: pp.PipelineRun) -> list[float]:
@@ -62,8 +62,8 @@ def peak_from_events(run: pp.PipelineRun) -> list[float]:
     for d in range(run.stages):
         marks = []
         for e in run.events():
-            if e.device == d:
-                marks.append((e.end, 0 if e.kind == "B" else 1, -1 if e.kind == "B" else 1))
+            if e.row == d:
+                marks.append((e.end_s, 0 if e.kind == "B" else 1, -1 if e.kind == "B" else 1))
         held = peak = 0
         for _, _, delta in sorted(marks):
             held += delta

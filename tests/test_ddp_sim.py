@@ -245,7 +245,7 @@ def test_timeline_invariants_and_reference_on_random_cases() -> None:
         tail = next(b for b, bucket in enumerate(buckets) if last in bucket)
         assert on.exposed_comm_s >= sum(on.comm_s[tail:]) - 1e-12
         events = on.comm_events()
-        assert [e.bucket for e in events] == list(range(len(buckets)))
+        assert [e.index for e in events] == list(range(len(buckets)))
         for b, e in enumerate(events):
             assert e.start_s >= on.bucket_ready_s[b] - 1e-15
             if b:

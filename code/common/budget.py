@@ -90,11 +90,13 @@ def check_cost(cost: Cost, args: argparse.Namespace, defaults: dict[str, tuple[s
                              f"{_at_most(args, defaults, lambda a: cost.memory(a) <= limit, '; ')}")
     seconds, limit = wall_s(cost, args), budget_s()
     if seconds > limit:
-        raise UsageError(f"{_setting(args, defaults)}: about {_duration(seconds)} on this machine's {cores()} "
-                         f"core{'s' if cores() > 1 else ''} (CPU time ≈ {cost.growth(args)}, measured"
-                         f"{_waits(cost, args)}); the limit is {_duration(limit)}"
-                         f"{_at_most(args, defaults, lambda a: wall_s(cost, a) <= limit, ': ')}"
-                         " (COURSE_MAX_MINUTES changes the limit)")
+        raise UsageError(
+            f"{_setting(args, defaults)}: about {_duration(seconds)} on this machine's "
+            f"{cores()} core{'s' if cores() > 1 else ''} (CPU time ≈ {cost.growth(args)}, "
+            f"measured{_waits(cost, args)}); the limit is "
+            f"{_duration(limit)}{_at_most(args, defaults, lambda a: wall_s(cost, a) <= limit, ': ')} "
+            "(COURSE_MAX_MINUTES changes the limit)"
+        )
 
 
 def _waits(cost: Cost, args: argparse.Namespace) -> str:
@@ -102,7 +104,8 @@ def _waits(cost: Cost, args: argparse.Namespace) -> str:
     return f"; {_duration(waits)} of it waiting for --timeout-s on purpose" if waits >= 60 else ""
 
 
-def _changed(args: argparse.Namespace, defaults: dict[str, tuple[str, object]], whole: bool = False) -> list[str]:
+def _changed(args: argparse.Namespace, defaults: dict[str, tuple[str, object]],
+             whole: bool = False) -> list[str]:
     """Numeric flags set above their defaults (or given where the default is none), world size
     first: the ones to name; with `whole`, only integer flags (the ones to lower step by step)."""
     def raised(value: object, default: object) -> bool:
@@ -132,7 +135,8 @@ def _at_most(args: argparse.Namespace, defaults: dict[str, tuple[str, object]],
     options = []
     for dest in _changed(args, defaults, whole=True):
         low = int(defaults[dest][1])
-        best = _largest(lambda v, d=dest: fits(argparse.Namespace(**{**vars(args), d: v})), low, getattr(args, dest))
+        best = _largest(lambda v, d=dest: fits(argparse.Namespace(**{**vars(args), d: v})), low,
+                        getattr(args, dest))
         if best is not None:
             others = " at these sizes" if dest == "world_size" and len(_changed(args, defaults)) > 1 else ""
             options.append(f"{defaults[dest][0]} {best:,}{others}")

@@ -14,8 +14,9 @@ The notes are data, one TOML table per document, beside the scripts that check i
     notes = 53.3                        # the notes' figure (a number, true/false or a word)
     unit = "ms"
     basis = "stated assumption"         # see BASES
-    places = 1                          # agreement: rounds to the notes' digits; or factor = 2; or neither: exact
-                                        # (for a bound the notes give: below = 10, above = 5, between = [50, 200])
+    places = 1                          # agreement: rounds to the notes' digits; or factor = 2;
+                                        # or neither: exact (for a bound the notes give: below = 10,
+                                        # above = 5, between = [50, 200])
     depends = ["--world-size", "--alpha-us", "--beta-gbs", "--bucket-cap-mb"]  # flags that void it ([]: none)
     slip = false                        # true: the notes are wrong here, ours is the correct value
     # same_as = "scratch_bytes"         # a check of our own (PyTorch's engine against ours): compare
@@ -136,7 +137,7 @@ class Claim:
     kind: str
     status: str
     why: str
-    rule: str = ""      # how agreement was decided: "rounds to 1 decimal place", "within a factor of 3", "exact"
+    rule: str = ""  # how agreement was decided: "rounds to 1 decimal place", "within a factor of 3", "exact"
     decision: str = ""  # what the rule found: "53.08 rounds to 53.1; the notes print 53.3"
     ref: str = ""       # the row's id
     erratum: bool = False  # the notes are wrong here; `why` gives the reason, ours the correct value
@@ -229,8 +230,8 @@ def compare(ours: Any, notes: Any, places: int | None, factor: float | None) -> 
     if places is not None:
         agreed = rounded(ours, places) == rounded(notes, places)
         unit = f"{places} decimal place{'s' if places != 1 else ''}"
-        return agreed, f"rounds to {unit}", (f"{fmt_num(ours, 10)} rounds to {rounded(ours, places)} at {unit}; "
-                                             f"the notes print {fmt_num(notes, 10)}")
+        return agreed, f"rounds to {unit}", (f"{fmt_num(ours, 10)} rounds to {rounded(ours, places)} at "
+                                             f"{unit}; the notes print {fmt_num(notes, 10)}")
     if factor is not None:
         if not factor >= 1:
             raise ValueError(f"factor must be at least 1, got {factor}")
@@ -246,9 +247,17 @@ def within_bound(ours: Any, name: str, limit: Any) -> tuple[bool, str, str]:
     """(agreed, rule, decision) for a bound the notes give ("over 300 ms": above = 300)."""
     value = float(ours)
     if name == "below":
-        return value < limit, f"below {limit:g}", f"{fmt_num(value, 6)} {'<' if value < limit else '≥'} {limit:g}"
+        return (
+            value < limit,
+            f"below {limit:g}",
+            f"{fmt_num(value, 6)} {'<' if value < limit else '≥'} {limit:g}",
+        )
     if name == "above":
-        return value > limit, f"above {limit:g}", f"{fmt_num(value, 6)} {'>' if value > limit else '≤'} {limit:g}"
+        return (
+            value > limit,
+            f"above {limit:g}",
+            f"{fmt_num(value, 6)} {'>' if value > limit else '≤'} {limit:g}",
+        )
     low, high = limit
     inside = low <= value <= high
     return inside, f"between {low:g} and {high:g}", (
@@ -264,8 +273,8 @@ def decide(row: Row, part: str, values: dict[str, Any], off: Sequence[str]) -> C
         row = replace(row, notes=values.get(row.same_as))
     status, rule, decision = _status(row, ours, off)
     erratum = row.slip and status == "differs"
-    return Claim(part, row.what, ours, row.notes_shown, row.unit, row.basis, status, why, rule, decision, row.id,
-                 erratum, row.statement, row.section)
+    return Claim(part, row.what, ours, row.notes_shown, row.unit, row.basis, status, why, rule, decision,
+                 row.id, erratum, row.statement, row.section)
 
 
 def _status(row: Row, ours: Any, off: Sequence[str]) -> tuple[str, str, str]:
@@ -369,7 +378,8 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
     for (what, ours, notes, word), ok in zip(rows, fits):
         wrapped = wrap(what, "", width=what_width).splitlines() or [""]
         if ok:
-            lines.append(f"  {wrapped[0].ljust(what_width)}  {ours.rjust(widths[0])}  {notes.rjust(widths[1])}  {word}")
+            lines.append(f"  {wrapped[0].ljust(what_width)}  {ours.rjust(widths[0])}  "
+                         f"{notes.rjust(widths[1])}  {word}")
         else:
             lines.append(f"  {wrapped[0].ljust(what_width)}  {' ' * (widths[0] + widths[1] + 2)}  {word}")
         lines += [f"    {more}" for more in wrapped[1:]]
@@ -390,7 +400,8 @@ def summary_lines(claims: Sequence[Claim]) -> list[str]:
 
 def _reasons(claims: Sequence[Claim]) -> list[str]:
     """The reasons below the table: slips first, then differs and the rest; each text once."""
-    shown = [c for c in claims if c.status not in ("agrees", "calibration target")]  # calibration: the part's note
+    # calibration: the part's note
+    shown = [c for c in claims if c.status not in ("agrees", "calibration target")]
     order = sorted(shown, key=lambda c: (not c.erratum, c.status != "differs"))
     grouped: dict[str, list[str]] = {}
     for c in order:

@@ -157,7 +157,8 @@ FLAGS: dict[str, Flag] = {
     "tp": Flag(positive_int, "tensor-parallel ways", "N"),
     "pp": Flag(positive_int, "pipeline stages", "N"),
     # Timelines for the ecosystem's viewer: Chrome-trace JSON files (Perfetto, chrome://tracing) into DIR.
-    "trace": Flag(str, "write the timelines as Chrome-trace JSON (Perfetto, chrome://tracing) into DIR", "DIR"),
+    "trace": Flag(str, "write the timelines as Chrome-trace JSON (Perfetto, chrome://tracing) into DIR",
+                  "DIR"),
     # the suite's tools (reproduce.py, bench/): which scripts to run
     "only": Flag(str, "run only the scripts whose name contains this text", "TEXT"),
 }

@@ -4,6 +4,7 @@ Inside a rank (after common.launcher.launch has joined the group):
     whole = all_gather_uneven(piece, sizes)              # rank r's piece is sizes[r] long
     mine, how = reduce_scatter_uneven(x, sizes)          # rank r gets its sizes[r] of the sum
     mine = scatter_uneven(whole_or_none, sizes, src=0)
+    given, held = run_collective("all-gather", x, root=0)  # any of collectives_def's seven, by name
 
 gloo moves pieces of one shape only: all-gather and scatter pad every piece with zeros to the
 longest and trim afterwards. An older gloo has no reduce_scatter: the same result then comes from
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from common import collectives_def as cdef
 from common.capabilities import gloo_lacks
 
 Record = Callable[[str, int], None]
@@ -82,3 +84,63 @@ def scatter_uneven(whole: torch.Tensor | None, sizes: Sequence[int], src: int,
         pieces = [_pad_to(chunk, longest, 0) for chunk in whole.split(list(sizes))]
     dist.scatter(mine, pieces, src=src)
     return mine[:sizes[rank]].clone()
+
+
+# ---- each of collectives_def's collectives once, by its name --------------------------------------
+# A rank's 1-D buffer x in, pieces as collectives_def.split_sizes cuts it; each returns (what this
+# rank put in, what it holds after), None where nothing: the root alone gives to broadcast and
+# scatter; only the root holds a gather's result.
+Given = tuple[torch.Tensor | None, torch.Tensor | None]
+
+
+def _broadcast(x: torch.Tensor, root: int) -> Given:
+    buf = x.clone()
+    dist.broadcast(buf, src=root)  # in place: every other rank's buffer is overwritten
+    return (x if dist.get_rank() == root else None, buf)
+
+
+def _scatter(x: torch.Tensor, root: int) -> Given:
+    whole = x if dist.get_rank() == root else None
+    return (whole, scatter_uneven(whole, cdef.split_sizes(x.numel(), dist.get_world_size()), root, x.device))
+
+
+def _gather(x: torch.Tensor, root: int) -> Given:
+    is_root = dist.get_rank() == root
+    gathered = [torch.empty_like(x) for _ in range(dist.get_world_size())] if is_root else None
+    dist.gather(x, gathered, dst=root)  # only the root passes a list to receive into
+    return (x, torch.cat(gathered) if gathered is not None else None)
+
+
+def _reduce(x: torch.Tensor, root: int) -> Given:
+    buf = x.clone()
+    dist.reduce(buf, dst=root)  # the sum on the root; other buffers are scratch afterwards
+    return (x, buf)
+
+
+def _all_gather(x: torch.Tensor, root: int) -> Given:
+    return (x, all_gather_uneven(x, [x.numel()] * dist.get_world_size()))
+
+
+def _reduce_scatter(x: torch.Tensor, root: int) -> Given:
+    return (x, reduce_scatter_uneven(x, cdef.split_sizes(x.numel(), dist.get_world_size()))[0])
+
+
+def _all_reduce(x: torch.Tensor, root: int) -> Given:
+    buf = x.clone()
+    dist.all_reduce(buf)
+    return (x, buf)
+
+
+REAL_CALLS: dict[str, Callable[[torch.Tensor, int], Given]] = {
+    "broadcast": _broadcast, "scatter": _scatter, "gather": _gather, "reduce": _reduce,
+    "all-gather": _all_gather, "reduce-scatter": _reduce_scatter, "all-reduce": _all_reduce}
+
+
+def run_collective(name: str, x: torch.Tensor, root: int = 0) -> Given:
+    """Collective `name` (collectives_def's name) once on this rank's 1-D `x`, rooted ones at `root`:
+    (what this rank put in, what it holds after). An unknown name raises ValueError; a collective
+    defined without its call here, KeyError naming it."""
+    cdef.collective(name)
+    if name not in REAL_CALLS:
+        raise KeyError(f"collectives_def's {name!r} has no real call in common.collectives_real")
+    return REAL_CALLS[name](x, root)

@@ -27,6 +27,7 @@ def clip_values(message: str) -> str:
     for quote in "'\"":
         # a quote that opens a value follows no letter (a possessive's does: "the rank's")
         message = re.sub(f"(?<!\\w){quote}([^{quote}]{{{SHOWN_CHARS + 1},}}){quote}(?!\\w)",
-                         lambda m, q=quote: f"{q}{cut(m.group(1))}{q} ({len(m.group(1)):,} characters)", message)
+                         lambda m, q=quote: f"{q}{cut(m.group(1))}{q} ({len(m.group(1)):,} characters)",
+                         message)
     return re.sub(f"(?<!\\S)([^\\s'\"]{{{SHOWN_CHARS + 21},}})",
                   lambda m: f"{cut(m.group(1))} ({len(m.group(1)):,} characters)", message)

@@ -59,9 +59,9 @@ def check_world_size(world_size: int) -> None:
         raise UsageError(f"world size must be an integer >= 1, got {world_size}")
     limit, why = max_local_ranks()
     if world_size > limit:
-        raise UsageError(f"--world-size {world_size:,} is more ranks than this machine can run at once (at most "
-                         f"{limit}: {why}; gloo also connects every pair of ranks, so start-up grows as W²). "
-                         "Set COURSE_MAX_RANKS to raise the limit, or run across machines with torchrun")
+        raise UsageError(f"--world-size {world_size:,} is more ranks than this machine can run at once (at "
+                         f"most {limit}: {why}; gloo also connects every pair of ranks, so start-up grows as "
+                         "W²). Set COURSE_MAX_RANKS to raise the limit, or run across machines with torchrun")
 
 
 def check_backend(world_size: int, backend: str) -> str:

@@ -180,7 +180,8 @@ class Report:
         self.compare_with_notes()
         missing = [r for r in self.rows if r.value not in self._values]
         for row in missing:
-            self.claims.append(Claim(self._part, row.what, None, row.notes, row.unit, row.basis, "not recorded",
+            self.claims.append(Claim(self._part, row.what, None, row.notes, row.unit, row.basis, "not "
+                                                                                                 "recorded",
                                      f"{self.script} recorded no value {row.value!r}", ref=row.id))
         if missing:
             print(wrap("not recorded (rows of the notes this run has no value for): "

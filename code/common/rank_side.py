@@ -151,11 +151,7 @@ def child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any
         port = conn.recv()
         threading.Thread(target=_answer_where, args=(conn, lock), daemon=True).start()
         _send(conn, lock, ("started",))
-        # torchrun-style environment, so a worker sees what it would see under torchrun; gloo on
-        # the loopback interface whatever the host name resolves to.
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
-                          GLOO_SOCKET_IFNAME=loopback_interface())
+        _torchrun_environment(port, rank, world_size)
         setup_rank(rank, backend, threads)
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=start_s))
         _init_group(backend, rank, world_size, timeout_s, start_s, store)
@@ -177,6 +173,14 @@ def child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any
             pass
         os._exit(1)  # skip teardown: peers may be stuck in a collective with us
     os._exit(0)
+
+
+def _torchrun_environment(port: int, rank: int, world_size: int) -> None:
+    """torchrun-style environment, so a worker sees what it would see under torchrun; gloo on the
+    loopback interface whatever the host name resolves to."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+                      GLOO_SOCKET_IFNAME=loopback_interface())
 
 
 def _send(conn: Any, lock: threading.Lock, message: tuple) -> None:

@@ -52,7 +52,8 @@ def fmt_time(seconds: float) -> str:
 
 def fmt_bytes(nbytes: float, binary: bool = False) -> str:
     """Bytes with a unit: powers of 1000 (KB, MB) or, with binary=True, of 1024 (KiB, MiB)."""
-    base, units = (1024, ["B", "KiB", "MiB", "GiB", "TiB"]) if binary else (1000, ["B", "KB", "MB", "GB", "TB"])
+    base, units = ((1024, ["B", "KiB", "MiB", "GiB", "TiB"]) if binary
+                   else (1000, ["B", "KB", "MB", "GB", "TB"]))
     value, unit = float(nbytes), units[0]
     for unit in units:
         if abs(value) < base or unit == units[-1]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/ goes first
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -31,6 +31,8 @@ from common import staged
 from common.budget import Cost, Term
 from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
+from common.collectives_def import COLLECTIVES
+from common.collectives_real import run_collective
 from common.launcher import choose_backend, launch, rank_device
 from common.output import Report, fmt_num
 from common.torchrun import under_torchrun
@@ -38,7 +40,7 @@ from cs336 import primitives as prim
 from cs336.primitives import ROOT
 from lecture14 import collectives as col
 from lecture14 import rank_ops
-from lecture14.rank_ops import all_inputs, piece_sizes, reduce_scatter_real, show, yes
+from lecture14.rank_ops import all_inputs, piece_sizes, show, yes
 
 RANDOM_NUMBERS = 10_000   # random float32 numbers per rank (Parts 3 and 4): enough to see rounding
 SKIP_TIMEOUT_S = 1.0      # Part 5: a healthy collective here takes milliseconds (0.5 s with --quick)
@@ -50,8 +52,8 @@ COST = Cost([Term("1", 3.5, lambda a: 1), Term("W²", 0.015, lambda a: a.world_s
             memory=lambda a: 32 * a.world_size * (2 * a.world_size + 14) * a.numbers,
             waits_s=lambda a: 2 * (a.timeout_s or SKIP_TIMEOUT_S) + 1)
 # The functions the notes name (NCCL 与 torch.distributed), looked up on this torch.
-DIST_API = ("init_process_group", "all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "send", "recv",
-            "barrier", "destroy_process_group")
+DIST_API = ("init_process_group", "all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "send",
+            "recv", "barrier", "destroy_process_group")
 OPS = {"SUM": (dist.ReduceOp.SUM, np.add), "MIN": (dist.ReduceOp.MIN, np.minimum),
        "MAX": (dist.ReduceOp.MAX, np.maximum), "PRODUCT": (dist.ReduceOp.PRODUCT, np.multiply)}
 
@@ -69,30 +71,16 @@ def collectives_worker(rank: int, world_size: int, n: int, seed: int) -> dict:
             chains[op, way] = rank_ops.chain_reduce(data, prim.chain_order(world_size, way), op == "subtract")
     signs = rank_ops.op_data(rank, n).to(dev)  # ±1, ±2: exact under every op
     return {"seven": seven_primitives(x, world_size),
-            "split": {"exact": rank_ops.allreduce_two_routes(x), "random": rank_ops.allreduce_two_routes(noise)},
+            "split": {"exact": rank_ops.allreduce_two_routes(x),
+                      "random": rank_ops.allreduce_two_routes(noise)},
             "ops": {name: rank_ops.reduce_copy(signs, ROOT, op) for name, (op, _) in OPS.items()},
             "chains": chains}
 
 
 def seven_primitives(x: torch.Tensor, world_size: int) -> dict[str, tuple]:
-    """Each collective once: (what this rank put in, what it holds after), None where nothing."""
-    sizes, root = piece_sizes(x.numel(), world_size), dist.get_rank() == ROOT
-    out = {}
-    buf = x.clone()
-    dist.broadcast(buf, src=ROOT)  # in place: every other rank's buffer is overwritten
-    out["broadcast"] = (x if root else None, buf)  # only the root's data goes in
-    out["scatter"] = (x if root else None, rank_ops.scatter_real(x if root else None, sizes, ROOT, x.device))
-    gathered = [torch.empty_like(x) for _ in range(world_size)] if root else None
-    dist.gather(x, gathered, dst=ROOT)  # only the root passes a list to receive into
-    out["gather"] = (x, torch.cat(gathered) if root else None)
-    buf = x.clone()
-    dist.reduce(buf, dst=ROOT)  # the sum on the root; other buffers are scratch afterwards
-    out["reduce"] = (x, buf)
-    out["all-gather"] = (x, rank_ops.all_gather_real(x, [x.numel()] * world_size))
-    out["reduce-scatter"] = (x, reduce_scatter_real(x, world_size)[0])
-    buf = x.clone()
-    dist.all_reduce(buf)
-    out["all-reduce"] = (x, buf)
+    """Each of collectives_def's collectives once: (what this rank put in, what it holds after),
+    None where nothing (common.collectives_real.run_collective, gloo's workarounds included)."""
+    out = {name: run_collective(name, x, ROOT) for name in COLLECTIVES}
     return {k: tuple(None if t is None else t.tolist() for t in v) for k, v in out.items()}
 
 
@@ -114,9 +102,11 @@ def main() -> None:
                                   "numbers": "Part 1; 4 ranks do not divide the default"})
     args = parser.parse_args()
     if args.world_size < 2:
-        raise UsageError("--world-size must be >= 2 for collectives between ranks (Part 5 needs one that skips)")
+        raise UsageError("--world-size must be >= 2 for collectives between ranks "
+                         "(Part 5 needs one that skips)")
     ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
-    rep = Report(__file__, "the seven collectives: on real ranks, their shapes and volumes, two identities", args)
+    rep = Report(__file__, "the seven collectives: on real ranks, their shapes and volumes, two identities",
+                 args)
     real = part1_primitives(rep, args)   # every rank's buffer before and after each of the seven
     part2_table(rep, args, real)         # the notes' table: shapes, per-rank volume by formula, count
     split_ok = part3_split(rep, args, real)  # all-reduce = reduce-scatter + all-gather; bandwidth bound
@@ -140,14 +130,16 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> list[dict]:
         for r, res in enumerate(real):
             before, after = res["seven"][name]
             want = sim.outputs[r]
-            ok = want is not None and after is not None and np.array_equal(np.asarray(after, np.float32), want)
+            ok = (want is not None and after is not None
+                  and np.array_equal(np.asarray(after, np.float32), want))
             right[name].append(ok)
             check = "-" if want is None else yes(ok)  # reduce and gather define nothing off the root
             scratch = " (scratch)" if want is None and after is not None else ""
             rows.append([name if r == 0 else "", str(r), show(before, 5), show(after, 10) + scratch, check])
     rep.table(["primitive", "rank", "before", "after", "same as simulator"], rows, name="seven")
     rep.note(f"rank {ROOT} is the root. Pieces follow np.array_split (the first n mod p one number longer). "
-             "After reduce the other ranks' buffers are scratch (gloo leaves partial sums, NCCL nothing defined).")
+             "After reduce the other ranks' buffers are scratch (gloo leaves partial sums, NCCL nothing "
+             "defined).")
     missing = [f for f in DIST_API if not hasattr(dist, f)]
     rep.values(dist_api_present=not missing, dist_api_missing=", ".join(missing) or "none")
     for r, res in enumerate(real):
@@ -160,7 +152,8 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
     rep.part(2, "the notes' table: input and output shapes, per-rank send volume on a ring")
     rows = []
     for name in prim.SIM_ALGORITHM:
-        before, after = ([None if b is None else len(b) for b in (res["seven"][name][i] for res in real)] for i in (0, 1))
+        before, after = ([None if b is None else len(b) for b in (res["seven"][name][i] for res in real)]
+                         for i in (0, 1))
         ours = prim.shape_text(before, after, [res["right"][name] for res in real])
         rep.value(f"shape_{name.replace('-', '_')}", ours)
         rows.append([name, rep.notes_text(f"CS-coll-shape-{name}"), ours,
@@ -170,7 +163,8 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
     rep.note("ours: who holds something before and a right result after, in units of S (the smaller side)")
     rep.compare_with_notes(in_table=True)
     sizes = sorted({4, w} if args.quick else {2, 3, 4, 8, w})
-    rep.line(f"\n  bytes each rank sends, N = {args.size:,} B (S = N for broadcast, reduce, all-reduce; N/p for the rest):")
+    rep.line(f"\n  bytes each rank sends, N = {args.size:,} B (S = N for broadcast, reduce, all-reduce; "
+             "N/p for the rest):")
     for p in sizes:
         rep.line(f"\n  p = {p}: pieces of {show(sorted(set(piece_sizes(args.size, p)), reverse=True))} B")
         rep.table(["primitive", "notes (B)", "costmodel (B)", "simulator (B)", "every rank (B)", "≤ 1 B/msg"],
@@ -191,7 +185,8 @@ def notes_volumes(rep: Report) -> None:
         rep.value(f"volume_{name.replace('-', '_')}_S", ours)
         rows.append([name, "the root" if whose == "root" else "busiest rank", ours,
                      rep.notes_text(f"CS-coll-volume-{name}")])
-    rep.line(f"\n  the notes' volume column at their p = {p}, whatever --world-size (N = {n:,} B, which p divides):")
+    rep.line(f"\n  the notes' volume column at their p = {p}, whatever --world-size (N = {n:,} B, "
+             "which p divides):")
     rep.table(["primitive", "sends", "ours (S)", "notes"], rows, name="notes_volumes")
     rep.compare_with_notes(in_table=True)
     ag = col.traffic("ring all-gather", p, n)
@@ -208,7 +203,8 @@ def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool
     same = all(e["rs_ag"] == e["all_reduce"] for e in exact)
     sim = col.all_gather(col.reduce_scatter(all_inputs(w, n)).outputs).outputs
     same_sim = all(np.array_equal(np.asarray(e["rs_ag"], np.float32), s) for e, s in zip(exact, sim))
-    noisy = [np.subtract(res["split"]["random"]["rs_ag"], res["split"]["random"]["all_reduce"]) for res in real]
+    noisy = [np.subtract(res["split"]["random"]["rs_ag"], res["split"]["random"]["all_reduce"])
+             for res in real]
     worst, differ = max(float(np.abs(d).max()) for d in noisy), sum(int(np.count_nonzero(d)) for d in noisy)
     rep.table(["data", "all_reduce = reduce_scatter then all_gather", "same as simulator"],
               [[f"integers, {n} per rank", f"{yes(same)} (bit for bit)", yes(same_sim)],
@@ -222,10 +218,13 @@ def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool
                "busiest", "notes 2(p-1)/p·N"], prim.split_rows(sizes, size), name="split_bytes")
     part3_lower_bound(rep, w, size)
     p, n4 = prim.NOTES_P, prim.NOTES_N
-    rs, ag, ar = (col.traffic(a, p, n4) for a in ("ring reduce-scatter", "ring all-gather", "ring all-reduce"))
-    grows = [col.traffic("ring all-reduce", q, q * 1000).busiest_sent / (q * 1000) for q in (2, 4, 8, 64, 256)]
+    rs, ag, ar = (col.traffic(a, p, n4)
+                  for a in ("ring reduce-scatter", "ring all-gather", "ring all-reduce"))
+    grows = [col.traffic("ring all-reduce", q, q * 1000).busiest_sent / (q * 1000)
+             for q in (2, 4, 8, 64, 256)]
     ring, naive = (row[3] for row in prim.lower_bound_rows(p, n4) if row[0] in ("ring", "naive"))
-    rep.values(split_bit_for_bit=same and same_sim, rs_phase_S=rs.busiest_sent / n4, ag_phase_S=ag.busiest_sent / n4,
+    rep.values(split_bit_for_bit=same and same_sim, rs_phase_S=rs.busiest_sent / n4,
+               ag_phase_S=ag.busiest_sent / n4,
                ring_ar_S=ar.busiest_sent / n4, ring_rs_steps=rs.n_rounds,
                tends_to_2S=all(g < 2 for g in grows) and grows[-1] > 1.99,
                tends_to_2S_values=", ".join(f"{g:.3f}" for g in grows),
@@ -235,9 +234,9 @@ def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool
 
 
 def part3_lower_bound(rep: Report, w: int, size: int) -> None:
-    rep.line(f"\n  the lower bound, p = {w}, N = {size:,} B: to give every rank the sum of p numbers takes at "
-             "least 2(p-1) messages per number (one-way gossip: p-1 to bring the parts together, p-1 "
-             "to spread the sum), so 2(p-1)·N bytes in all:")
+    rep.line(f"\n  the lower bound, p = {w}, N = {size:,} B: to give every rank the sum of p numbers "
+             "takes at least 2(p-1) messages per number (one-way gossip: p-1 to bring the parts together, "
+             "p-1 to spread the sum), so 2(p-1)·N bytes in all:")
     rep.table(["all-reduce", "total sent / N", "fewest 2(p-1)", "busiest rank / N", "bound 2(p-1)/p"],
               prim.lower_bound_rows(w, size), name="lower_bound")
     rep.note("all three move the fewest bytes in all, but no busiest rank sends less than the average "
@@ -287,13 +286,16 @@ def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], sp
     for r, res in enumerate(real):
         after_r, after_ar = (np.asarray(res["seven"][k][1], np.float32) for k in ("reduce", "all-reduce"))
         holds[r] = (np.array_equal(after_r, total), np.array_equal(after_ar, total))
-        rows.append([r, show(after_r, 6), "yes" if holds[r][0] else "no", show(after_ar, 6), yes(holds[r][1])])
+        rows.append([r, show(after_r, 6), "yes" if holds[r][0] else "no", show(after_ar, 6),
+                     yes(holds[r][1])])
     rep.table(["rank", "after reduce", "the sum", "after all_reduce", "the sum"], rows, name="reduce_vs_all")
-    rep.line(f"  other ranks holding the sum after reduce: {sum(h[0] for r, h in holds.items() if r != ROOT)} of "
+    others = sum(h[0] for r, h in holds.items() if r != ROOT)
+    rep.line(f"  other ranks holding the sum after reduce: {others} of "
              f"{w - 1} (what is left there is the backend's business)")
     rep.line(f"\n  (c) all-reduce = reduce-scatter + all-gather, bit for bit (Part 3): {yes(split_ok)}; "
              "(p-1)/p·S twice = 2(p-1)/p·S a rank")
-    rep.values(order_free_ops=order_free and order_matters, all_reduce_everyone=all(h[1] for h in holds.values()),
+    rep.values(order_free_ops=order_free and order_matters,
+               all_reduce_everyone=all(h[1] for h in holds.values()),
                reduce_root_holds=holds[ROOT][0])
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -157,7 +158,8 @@ def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iter
         for _ in range(warmup + 1):
             step()
         shift = {"bytes": send.numel() * 4, "times": timed(step, 2 * iters, device)}  # one size: cheap
-    return {"backend": dist.get_backend(), "device": str(device), "copy_s": copy_s, "runs": runs, "shift": shift}
+    return {"backend": dist.get_backend(), "device": str(device), "copy_s": copy_s, "runs": runs,
+            "shift": shift}
 
 
 # ---- the parent --------------------------------------------------------------------------------
@@ -189,26 +191,29 @@ def main() -> None:
 
 def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
     n = args.world_size
-    results = launch(bench_worker, n, args.sizes, args.warmup, args.repeats, backend="auto", timeout_s=args.timeout_s)
+    results = launch(bench_worker, n, args.sizes, args.warmup, args.repeats, backend="auto",
+                     timeout_s=args.timeout_s)
     n = len(results)  # torchrun's world size if it runs us
     rep.part(1, f"the sweep: {len(COLLECTIVES)} collectives × {len(args.sizes)} sizes on {n} "
                 f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
-    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.repeats} timed, each after a barrier. "
-             "A call's time is its slowest rank's, t the median over calls (nccl-tests times a batch and "
-             "averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result.")
+    rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.repeats} timed, each after a "
+             "barrier. A call's time is its slowest rank's, t the median over calls (nccl-tests times a "
+             "batch and averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result.")
     m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}, "backend": results[0]["backend"]}
     for collective in COLLECTIVES:
         rows, table = [], []
         for i, requested in enumerate(args.sizes):
-            row = bw.result_row(collective, n, requested, [r["runs"][collective][i]["times"] for r in results],
-                             all(r["runs"][collective][i]["ok"] for r in results))
+            row = bw.result_row(collective, n, requested,
+                                [r["runs"][collective][i]["times"] for r in results],
+                                all(r["runs"][collective][i]["ok"] for r in results))
             rows.append(row)
             chunk = [fmt_bytes(row["S"] // n, True)] if collective in SLIPS else []
             table.append([fmt_bytes(row["S"], True) + "*" * bool(row["rounding"])] + chunk + [
                 fmt_time(row["t"]), f"{fmt_time(row['p10'])} … {fmt_time(row['p90'])}", row["algbw"] / 1e9,
                 row["busbw"] / 1e9] + [row["slip"] / 1e9] * bool(chunk) + ["yes" if row["ok"] else "NO"])
         m["rows"][collective] = rows
-        rep.line(f"\n  {collective}: S = {WHAT_S[collective]}; busbw = algbw × {bw.bus_factor(collective, n):.4g}")
+        rep.line(f"\n  {collective}: S = {WHAT_S[collective]}; busbw = algbw × "
+                 f"{bw.bus_factor(collective, n):.4g}")
         slip = collective in SLIPS  # the slip: S/n taken for S (Part 3)
         rep.table(["S"] + ["S/n"] * slip + ["t (p50)", "p10 … p90", "algbw GB/s", "busbw GB/s"]
                   + ["slip GB/s"] * slip + ["ok"], table, name=collective)
@@ -220,13 +225,14 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
         rep.note("one rank: no byte crosses a link, so bus bandwidth is undefined; shown as 0")
     m["copy"] = COPY_BYTES / bw.percentile(results[0]["copy_s"], 50)
     shift = [r["shift"] for r in results]
-    m["link"] = shift[0]["bytes"] / bw.Timing.from_ranks([s["times"] for s in shift]).median if n > 1 else None
-    rep.line(f"\n  memory copy on rank {ROOT} (copy_ of {fmt_bytes(COPY_BYTES, True)} on {results[0]['device']}, "
-             f"{'1 thread, ' * (results[0]['device'] == 'cpu')}median): "
+    link_s = bw.Timing.from_ranks([s["times"] for s in shift]).median if n > 1 else None
+    m["link"] = shift[0]["bytes"] / link_s if link_s else None
+    rep.line(f"\n  memory copy on rank {ROOT} (copy_ of {fmt_bytes(COPY_BYTES, True)} on "
+             f"{results[0]['device']}, {'1 thread, ' * (results[0]['device'] == 'cpu')}median): "
              f"{m['copy'] / 1e9:.3g} GB/s copied (read and written: twice that moves)")
     if m["link"]:
-        rep.line(f"  one ring step (each rank sends {fmt_bytes(shift[0]['bytes'], True)} right, receives from "
-                 f"the left): {m['link'] / 1e9:.3g} GB/s per link")
+        rep.line(f"  one ring step (each rank sends {fmt_bytes(shift[0]['bytes'], True)} right, receives "
+                 f"from the left): {m['link'] / 1e9:.3g} GB/s per link")
     rep.record("copy_Bps", m["copy"])
     rep.record("link_Bps", m["link"])
     rep.value("all_correct", all(r["ok"] for rows in m["rows"].values() for r in rows))
@@ -247,15 +253,17 @@ def part2_latency(rep: Report, m: dict) -> None:
         small = small if len(small) >= 2 else data[:2]
         fits[collective] = a, _ = fit_line_relative([r["S"] for r in small], [r["t"] for r in small])
         peak = max(r["algbw"] for r in data)
-        startup_share = 1 - data[0]["S"] / peak / data[0]["t"]  # what the bytes at the peak rate don't explain
+        # what the bytes at the peak rate don't explain
+        startup_share = 1 - data[0]["S"] / peak / data[0]["t"]
         # A fit can put a < 0 when noise beats the startup cost: that is no measurement of it.
         rows.append([collective, max(r["busbw"] for r in data) / 1e9, fmt_bytes(s_half, True),
                      fmt_time(a) if a > 0 else "< 0: noise", fmt_bytes(a * peak, True) if a > 0 else "-",
                      startup_share])
     rep.table(["collective", "peak busbw GB/s", "S at half peak", "fitted a", "a × peak algbw",
                "startup share, smallest"], rows, name="latency")
-    rep.note("t = a + b·S fitted up to the half-peak size: a is a call that carries nothing; algbw is half its "
-             f"peak at S = a·B. Startup share: 1 − S/(peak algbw · t) at S = {fmt_bytes(sizes[0], True)}.")
+    rep.note("t = a + b·S fitted up to the half-peak size: a is a call that carries nothing; algbw is half "
+             "its peak at S = a·B. Startup share: 1 − S/(peak algbw · t) at S = "
+             f"{fmt_bytes(sizes[0], True)}.")
     if n > 1:
         alpha, _ = ring_alpha_beta_from_line(n, *fits["all-reduce"])
         if alpha > 0:
@@ -277,7 +285,8 @@ def part3_reading(rep: Report, m: dict) -> None:
     ways = [["S (total) × (n−1)/n / t: nccl-tests' busbw", rs["busbw"] / 1e9, ag["busbw"] / 1e9],
             ["S/n (one rank's chunk) × (n−1)/n / t: the slip", rs["slip"] / 1e9, ag["slip"] / 1e9],
             ["one rank's input / t, no factor", rs["S"] / rs["t"] / 1e9, ag["S"] / n / ag["t"] / 1e9]]
-    rep.line(f"  reduce-scatter and all-gather at S = {fmt_bytes(rs['S'], True)} on {n} ranks, three ways (GB/s):")
+    rep.line(f"  reduce-scatter and all-gather at S = {fmt_bytes(rs['S'], True)} on {n} ranks, three ways "
+             "(GB/s):")
     rep.table(["bytes divided by t", "reduce-scatter", "all-gather"], ways, name="slip")
     rep.note("nccl-tests counts S as the whole result, all n chunks; reduce-scatter's output tensor (one\n"
              "rank's chunk, S/n) taken for S reads n times too low. One rank's input over t, no factor, is\n"
@@ -286,11 +295,13 @@ def part3_reading(rep: Report, m: dict) -> None:
     rep.values(lecture_rs_over_busbw=ratio, lecture_rs_reading=f"{ratio:.4g} of it here on {n} ranks")
     rows = [[c, r["busbw"] / 1e9, r["busbw"] / m["link"], r["t"] * m["link"] / r["S"], bw.bus_factor(c, n)]
             for c, r in last.items()]
-    rep.line(f"\n  the same largest size against one ring step's per-link bandwidth ({m['link'] / 1e9:.3g} GB/s):")
+    rep.line(f"\n  the same largest size against one ring step's per-link bandwidth ({m['link'] / 1e9:.3g} "
+             "GB/s):")
     rep.table(["collective", "busbw GB/s", "busbw / link", "t × link / S", "ring bytes per rank / S"],
               rows, name="ring_volume")
     rep.note("busbw × t is what each rank sends in a ring: if busbw ≈ the link's bandwidth, t × link / S "
-             "equals the ring's share (all-reduce: 2(p−1)/p); more, and the call costs more than its traffic.")
+             "equals the ring's share (all-reduce: 2(p−1)/p); more, and the call costs more than its "
+             "traffic.")
     ar = last["all-reduce"]
     volume, ring = ar["t"] * m["link"] / ar["S"], bw.bus_factor("all-reduce", n)
     rep.values(ar_time_link_ratio=volume, ar_time_reading=f"{volume:.3g}, against the ring's {ring:.3g}")
@@ -303,7 +314,8 @@ def part4_behind(rep: Report, m: dict) -> None:
     rows = [[c, r["busbw"] / 1e9, r["busbw"] / m["copy"], r["t"] / t_ar, r["t"] / r["t_fastest"]]
             for c, r in last.items()]
     rep.line(f"  at the largest size ({size}); memory copy {m['copy'] / 1e9:.3g} GB/s:")
-    rep.table(["collective", "busbw GB/s", "busbw / memory copy", "t / t(all-reduce)", "slowest / fastest rank"],
+    rep.table(["collective", "busbw GB/s", "busbw / memory copy", "t / t(all-reduce)", "slowest / fastest "
+                                                                                       "rank"],
               rows, name="behind")
     rep.value("ar_busbw_over_copy", rows[0][2] if m["n"] > 1 else None)
     rep.note("the notes' causes of a low number: a small tensor (Part 2); the wrong path (loopback TCP: "
@@ -326,8 +338,8 @@ def save_figure(rep: Report, m: dict) -> None:
         ax.legend(fontsize=7)
     for ax in axes[-1]:
         ax.set_xlabel("S (bytes, nccl-tests' total size)")
-    fig.suptitle(f"nccl-tests-style sweep on {m['backend']}, {m['n']} ranks on this machine: slowest rank per call, "
-                 "median of the iterations")
+    fig.suptitle(f"nccl-tests-style sweep on {m['backend']}, {m['n']} ranks on this machine: slowest rank "
+                 "per call, median of the iterations")
     fig.tight_layout()
     rep.save_figure(fig, "busbw")
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -68,7 +69,8 @@ LINKS = [("NVLink 4.0 (H100)", "nvlink", 18 * 25.0, "GPUs in a node"),
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=NOTES_P, alpha_us=NOTES_ALPHA_US, beta_gbs=None, size="64MiB",
-                         micro_batches=8, context={"beta_gbs": "Part 1; default: the notes' 50 GiB/s = 53.69 GB/s",
+                         micro_batches=8, context={"beta_gbs": "Part 1; default: the notes' 50 GiB/s = 53.69 "
+                                                               "GB/s",
                                                    "micro_batches": "Part 6's pipeline; the notes give none"})
     args = parser.parse_args()
     if args.world_size < 2:
@@ -100,14 +102,14 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     # The notes' first-order model with the counted messages and bytes: the same T as the closed form.
     first_order = alpha_beta_time(stand_in.n_rounds, counted, link)
     rep.line(f"  counted by lecture14.collectives (a p-byte stand-in): N_msg = {stand_in.n_rounds}, S_sent = "
-             f"{fmt_bytes(counted, binary=True)} per rank ({'same' if same else 'DIFFERENT'}): α·N_msg + S_sent/B = "
-             f"{fmt_time(first_order)}")
+             f"{fmt_bytes(counted, binary=True)} per rank ({'same' if same else 'DIFFERENT'}): α·N_msg + "
+             f"S_sent/B = {fmt_time(first_order)}")
     rep.values(latency_us=latency * 1e6, bandwidth_ms=bandwidth * 1e3, first_order_same=same and math.isclose(
         first_order, ring_allreduce_time(p, s, link), rel_tol=1e-12), ring_terms_counted=same)
     balance = ring_allreduce_balance_bytes(p, link)
     if balance > 0:
-        rep.line(f"  the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)}; below it start-ups "
-                 "take most of T")
+        rep.line(f"  the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)}; below it "
+                 "start-ups take most of T")
     else:
         rep.line("  α = 0: no start-up cost, the bandwidth term is all of T at every size")
     sizes = [KiB * 16**i for i in range(6)]   # 1 KiB … 1 GiB
@@ -125,13 +127,16 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
 def part2_interconnects(rep: Report) -> None:
     rep.part(2, "interconnects: one unit (GB/s), one direction")
     one_way = {key: gbs for _, key, gbs, _ in LINKS}
-    rows = [[name, rep.notes_text(f"CS-links-{key}-bw" if key in ("nvlink", "nvswitch") else f"CS-links-{key}"),
+    rows = [[name,
+             rep.notes_text(f"CS-links-{key}-bw" if key in ("nvlink", "nvswitch") else f"CS-links-{key}"),
              gbs, rep.notes_text(f"CS-links-{key}-row"), scope] for name, key, gbs, scope in LINKS]
     rep.table(["link", "notes", "one way GB/s (spec)", "latency (notes)", "scope"], rows, name="links")
-    rep.note("one way from each link's specification. The notes head their column 'one way', yet give\n"
-             f"NVLink's and PCIe's figures as two-way totals: like for like, '900 → 64 GB/s' is {one_way['nvlink']:g} → "
-             f"{PCIE5_X16_ONE_WAY_GBS:.0f} GB/s one way ({one_way['nvlink'] / PCIE5_X16_ONE_WAY_GBS:.1f}×, not {900 / 64:.1f}×)")
-    rep.values(ib_gbs=one_way["ib"], roce_gbs=one_way["roce"], nvlink_over_ib=one_way["nvlink"] / one_way["ib"],
+    rep.note("one way from each link's specification. The notes head their column 'one way', yet "
+             "give\nNVLink's and PCIe's figures as two-way totals: like for like, '900 → 64 GB/s' is "
+             f"{one_way['nvlink']:g} → {PCIE5_X16_ONE_WAY_GBS:.0f} GB/s one way "
+             f"({one_way['nvlink'] / PCIE5_X16_ONE_WAY_GBS:.1f}×, not {900 / 64:.1f}×)")
+    rep.values(ib_gbs=one_way["ib"], roce_gbs=one_way["roce"],
+               nvlink_over_ib=one_way["nvlink"] / one_way["ib"],
                ib_over_eth=one_way["ib"] / one_way["roce"], pcie_one_way_gbs=PCIE5_X16_ONE_WAY_GBS,
                pcie_two_way_gbs=2 * PCIE5_X16_ONE_WAY_GBS,
                nvlink_450_pct_of_peak=100 * CS336_NVLINK.beta_Bps / 1e9 / one_way["nvlink"],
@@ -146,7 +151,8 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     # The conversion box: 8 cards by its words, 4 cards by its numbers (computed at both, whatever p).
     box = {cards: ring_allreduce_bytes_per_device(cards, grads) for cards in (NOTES_P, BOX_CARDS)}
     rep.values(grads_gb=grads / 1e9, volume_8_cards_gb=box[BOX_CARDS] / 1e9,
-               box_nvlink_ms=box[NOTES_P] / CS336_NVLINK.beta_Bps * 1e3, box_ib_ms=box[NOTES_P] / CS336_INFINIBAND.beta_Bps * 1e3,
+               box_nvlink_ms=box[NOTES_P] / CS336_NVLINK.beta_Bps * 1e3,
+               box_ib_ms=box[NOTES_P] / CS336_INFINIBAND.beta_Bps * 1e3,
                box_nvlink_8_ms=box[BOX_CARDS] / CS336_NVLINK.beta_Bps * 1e3,
                box_ib_8_ms=box[BOX_CARDS] / CS336_INFINIBAND.beta_Bps * 1e3)
     rep.note("the notes' effective one-way bandwidths, α = 1 µs NVLink, 5 µs otherwise; compute: "
@@ -165,14 +171,16 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
               name="llama_links")
     rep.note("InfiniBand's 40 and Ethernet's 10 GB/s are 80 % of their 50 and 12.5 (the notes' 3900 ms is\n"
              "39 GB / 10 GB/s); NVLink's 450 is its whole one-way peak")
-    rep.values(volume_gb=ring_allreduce_bytes_per_device(p, grads) / 1e9, t_nvlink_ms=times[CS336_NVLINK.name] * 1e3,
+    rep.values(volume_gb=ring_allreduce_bytes_per_device(p, grads) / 1e9,
+               t_nvlink_ms=times[CS336_NVLINK.name] * 1e3,
                t_ib_ms=times[CS336_INFINIBAND.name] * 1e3, t_eth_ms=times[CS336_ETHERNET.name] * 1e3,
                nvlink_fits_backward=times[CS336_NVLINK.name] <= backward, backward_ms=backward * 1e3)
 
 
 def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     p, m = args.world_size, LLAMA2_13B
-    rep.part(4, f"DP vs TP traffic per step: {m.name}, L = {m.layers}, d = {m.width}, B = {NOTES_BATCH}, p = {p}")
+    rep.part(4, f"DP vs TP traffic per step: {m.name}, L = {m.layers}, d = {m.width}, B = {NOTES_BATCH}, p = "
+                f"{p}")
     act = activation_bytes(NOTES_BATCH, m.width, FP16)
     calls = 2 * m.layers
     tp_notes = tp_step_bytes_per_device(m.layers, act, p)
@@ -182,23 +190,27 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
                 CollectiveCall("reduce-scatter", "its gradient, backward", m.layers, act)]
     rows, ring_rounds = [], algorithm("ring all-reduce").rounds(p)
     for name, n_calls, nbytes, rounds, t in [
-            ("DP: all-reduce of 26 GB", 1, dp, ring_rounds, lambda lk: ring_allreduce_time(p, m.params * FP16, lk)),
+            ("DP: all-reduce of 26 GB", 1, dp, ring_rounds,
+             lambda lk: ring_allreduce_time(p, m.params * FP16, lk)),
             ("TP, the notes: 2L all-reduce-sized", calls, tp_notes, calls * ring_rounds,
              lambda lk: calls * ring_allreduce_time(p, act, lk)),
             ("TP: L all-gathers + L reduce-scatters", calls, tp_ag,
              sum(c.calls * c.rounds_per_call(p) for c in calls_tp),
              lambda lk: sum(c.time(p, lk) for c in calls_tp))]:
-        rows.append([name, n_calls, fmt_bytes(nbytes), rounds, fmt_time(t(CS336_NVLINK)), fmt_time(t(CS336_INFINIBAND))])
-    rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows, name="dp_tp")
-    rep.note(f"the notes charge one α per call; a ring call is {p - 1}-{2 * (p - 1)} rounds, each with its own α\n"
-             "(column 'α's'). Their A = B × d counts one token per sequence; with Llama 2's "
+        rows.append([name, n_calls, fmt_bytes(nbytes), rounds, fmt_time(t(CS336_NVLINK)),
+                     fmt_time(t(CS336_INFINIBAND))])
+    rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows,
+              name="dp_tp")
+    rep.note(f"the notes charge one α per call; a ring call is {p - 1}-{2 * (p - 1)} rounds, each with its "
+             "own α\n(column 'α's'). Their A = B × d counts one token per sequence; with Llama 2's "
              f"{LLAMA2_CONTEXT} tokens\nA = {fmt_bytes(act * LLAMA2_CONTEXT)} per layer and TP's "
              f"{fmt_bytes(tp_ag * LLAMA2_CONTEXT)} per step is {tp_ag * LLAMA2_CONTEXT / dp:.0f}× DP's")
     # The DP vs TP table's per-call and per-step formulas at the notes' p = 4, in units of LW and A.
     one_call = col.traffic("ring all-gather", NOTES_P, 4000).busiest_sent / 4000
     rep.values(act_5120_b=act, act_5120_mib=act / MiB, act_5120_mb=act / 1e6, tp_calls=calls,
                dp_calls=sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)),
-               dp_step_LW=ring_allreduce_bytes_per_device(NOTES_P, 1.0), tp_call_A=one_call, tp_step_LA=2 * one_call,
+               dp_step_LW=ring_allreduce_bytes_per_device(NOTES_P, 1.0), tp_call_A=one_call,
+               tp_step_LA=2 * one_call,
                tp_step_mb=tp_ag / 1e6, tp_step_mib=tp_ag / MiB, tp_step_doubled_mb=tp_notes / 1e6,
                tp_step_doubled_mib=tp_notes / MiB, tp_under_tenth=tp_ag < dp / 10, context=LLAMA2_CONTEXT,
                tp_context_over_dp=tp_ag * LLAMA2_CONTEXT / dp,
@@ -210,12 +222,14 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     act = int(activation_bytes(NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16))
     rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
-    gathered = col.traffic("ring all-gather", p, act).busiest_sent  # counted message by message, no data moved
+    # counted message by message, no data moved
+    gathered = col.traffic("ring all-gather", p, act).busiest_sent
     reduced = col.traffic("ring all-reduce", p, act).busiest_sent
     rep.table(["collective on A, per rank", "formula", "counted (collectives.py)"], [
         ["all-gather (forward)", f"(p-1)/p·A = {fmt_bytes((p - 1) / p * act, binary=True)}",
          fmt_bytes(gathered, binary=True)],
-        ["all-gather + reduce-scatter (fwd + bwd)", f"2(p-1)/p·A = {fmt_bytes(2 * (p - 1) / p * act, binary=True)}",
+        ["all-gather + reduce-scatter (fwd + bwd)", "2(p-1)/p·A = "
+                                                    f"{fmt_bytes(2 * (p - 1) / p * act, binary=True)}",
          fmt_bytes(2 * gathered, binary=True)],
         ["all-reduce", f"2(p-1)/p·A = {fmt_bytes(2 * (p - 1) / p * act, binary=True)}",
          fmt_bytes(reduced, binary=True)]], name="tp_layer")
@@ -234,19 +248,31 @@ def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
     tp_cols, pp_layers, local_batch = math.ceil(d / p), math.ceil(layers / stages), math.ceil(batch / p)
     held = {"DP": m.params, "TP": layers * d * tp_cols, "PP": pp_layers * d * d}
     acts = {"DP": layers * activation_bytes(local_batch, d, FP16), "TP": layers * act, "PP": pp_layers * act}
-    rep.note(f"per GPU: DP the whole model, local batch {local_batch}; TP {tp_cols} of {d} columns of every layer;\n"
-             f"PP {pp_layers} of {layers} layers (GPipe: all micro-batches' activations). Activations: one B × d\n"
-             "output a layer (the notes' measure; autograd keeps twice). Optimizer: master + Adam, 12 B/param")
+    rep.note(f"per GPU: DP the whole model, local batch {local_batch}; TP {tp_cols} of {d} columns of every "
+             f"layer;\nPP {pp_layers} of {layers} layers (GPipe: all micro-batches' activations). "
+             "Activations: one B × d\noutput a layer (the notes' measure; autograd keeps twice). Optimizer: "
+             "master + Adam, 12 B/param")
     rows = []
     for way in ("DP", "TP", "PP"):
         opt = sum(LEDGER[k] for k in OPTIMIZER_STATE) * held[way]
         parts = [LEDGER["fp16 parameters"] * held[way], LEDGER["fp16 gradients"] * held[way], opt, acts[way]]
         rows.append([way] + [fmt_bytes(x, binary=True) for x in parts + [sum(parts)]])
     rep.table(["", "weights", "gradients", "optimizer", "activations", "total per GPU"], rows, name="memory")
+    rep.table(["", "per step", "calls", "bytes per GPU", "NVLink", "InfiniBand"],
+              four_gpu_traffic_rows(p, mb, stages, act), name="traffic")
+    bubble = (stages - 1) / (mb + stages - 1)
+    rep.line(f"  PP costs idle time, not bytes: S = {stages}, M = {mb}, bubble (S-1)/(M+S-1) = "
+             f"{100 * bubble:.0f} % of the step" + (f"\n  (only {layers} stages: one layer each)"
+                                                    if p > layers else ""))
+
+
+def four_gpu_traffic_rows(p: int, mb: int, stages: int, act: float) -> list[list]:
+    """Part 6's traffic table: DP's and TP's collectives and PP's sends per step, bytes and α-β time."""
+    m = MLP_12
     collectives = {
         "DP": [CollectiveCall("all-reduce", "gradients", 1, FP16 * m.params)],
-        "TP": [CollectiveCall("all-gather", "activation, forward", layers, act),
-               CollectiveCall("reduce-scatter", "gradient, backward", layers, act)],
+        "TP": [CollectiveCall("all-gather", "activation, forward", m.layers, act),
+               CollectiveCall("reduce-scatter", "gradient, backward", m.layers, act)],
     }
     rows = []
     for way, calls in collectives.items():
@@ -256,13 +282,11 @@ def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
                      fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
     sends = 2 * mb if stages > 1 else 0
     pp_bytes = pp_step_bytes_per_device(act) if stages > 1 else 0.0
-    pp_t = {lk.name: pp_step_send_time(mb, act, lk) if stages > 1 else 0.0 for lk in (CS336_NVLINK, CS336_INFINIBAND)}
+    pp_t = {lk.name: pp_step_send_time(mb, act, lk) if stages > 1 else 0.0
+            for lk in (CS336_NVLINK, CS336_INFINIBAND)}
     rows.append(["PP", f"{sends} sends (middle stage)", sends, fmt_bytes(pp_bytes, binary=True),
                  fmt_time(pp_t[CS336_NVLINK.name]), fmt_time(pp_t[CS336_INFINIBAND.name])])
-    rep.table(["", "per step", "calls", "bytes per GPU", "NVLink", "InfiniBand"], rows, name="traffic")
-    bubble = (stages - 1) / (mb + stages - 1)
-    rep.line(f"  PP costs idle time, not bytes: S = {stages}, M = {mb}, bubble (S-1)/(M+S-1) = "
-             f"{100 * bubble:.0f} % of the step" + (f"\n  (only {layers} stages: one layer each)" if p > layers else ""))
+    return rows
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -64,8 +65,10 @@ def param_count(text: str) -> float:
 def main() -> None:
     parser = make_parser(__doc__, world_size=NOTES_P, batch=NOTES_BATCH, gpu_memory_gb=NOTES_GPU_GB,
                          layers=lg.LLAMA2_13B.layers, tp=NOTES_TP, pp=NOTES_PP, micro_batch_size=MICRO_BATCH,
-                         context={"batch": "Part 1's MLP", "layers": "Part 2: what ZeRO-3 gathers one at a time; "
-                                  "Llama 2 13B's", "tp": "Part 3", "pp": "Part 3", "micro_batch_size": "Part 3"})
+                         context={"batch": "Part 1's MLP", "layers": "Part 2: what ZeRO-3 gathers one at a "
+                                  "time; Llama 2 13B's", "tp": "Part 3", "pp": "Part 3",
+                                  "micro_batch_size": "Part "
+                                                                                                       "3"})
     add = parser.add_argument
     add("--params", type=param_count, default=NOTES_PARAMS, help="Parts 2 and 4: parameters P (default: 13B)")
     add("--dp", type=positive_int, default=NOTES_DP, help="Part 3: data-parallel replicas")
@@ -73,8 +76,8 @@ def main() -> None:
     add("--global-batch", type=positive_int, default=GLOBAL_BATCH, help="Part 3: sequences per step")
     args = parser.parse_args()
     if args.global_batch % (args.dp * args.micro_batch_size):
-        raise UsageError(f"--global-batch {args.global_batch} must be a multiple of --dp × --micro-batch-size "
-                         f"= {args.dp * args.micro_batch_size}")
+        raise UsageError(f"--global-batch {args.global_batch} must be a multiple of --dp × "
+                         f"--micro-batch-size = {args.dp * args.micro_batch_size}")
     rep = Report(__file__, "memory: the 16-byte ledger, ZeRO, Megatron 3D, frameworks", args)
     part1_ledger(rep, args)       # 2 + 2 + 4 + 8 bytes per parameter for the notes' models
     part2_zero(rep, args)         # ZeRO-1/2/3 per GPU from the ledger, and each stage's traffic
@@ -100,7 +103,8 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
     rows = []
     for name, b, key in entries:
         cells = [fmt_bytes(b * m.params, binary=not key and m is not lg.LLAMA2_13B) for m in models]
-        rows.append([name, b, rep.notes_text(f"CS-mem-ledger-{key}" if key else "CS-mem-bytes-per-param")] + cells
+        rows.append([name, b,
+                     rep.notes_text(f"CS-mem-ledger-{key}" if key else "CS-mem-bytes-per-param")] + cells
                     + [rep.notes_text(f"CS-llama-mem-{llama_rows[key]}")])
     rows[-1][3] += f" (notes: {rep.notes_text('CS-mem-200m')})"
     rep.table(["entry", "B/param", "notes", "200M", "12-layer MLP", "Llama 2 13B", "notes"], rows,
@@ -117,27 +121,57 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
     act = lg.activation_bytes(args.batch, d, FP16)
     mlp_state = lg.training_state_bytes(lg.MLP_12.params)
     rep.line(f"  activations beside the state, 12-layer MLP at B = {args.batch}: B × d × 2 B = "
-             f"{fmt_bytes(act, binary=True)} per layer,\n  {fmt_bytes(layers * act, binary=True)} for {layers} "
-             f"layers = {100 * layers * act / mlp_state:.2g} % of its {fmt_bytes(mlp_state, binary=True)} of state; "
-             f"they grow with B, the state does not")
+             f"{fmt_bytes(act, binary=True)} per layer,\n  {fmt_bytes(layers * act, binary=True)} for "
+             f"{layers} layers = {100 * layers * act / mlp_state:.2g} % of its "
+             f"{fmt_bytes(mlp_state, binary=True)} of state; they grow with B, the state does not")
 
 
 def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     P, p = args.params, args.world_size
     rep.part(2, f"ZeRO per GPU: P = {P / 1e9:g}B parameters on p = {p} GPUs")
+    zero_memory_table(rep, args)
+    zero_formula_values(rep, P, p)
+    rep.compare_with_notes()
+    zero_traffic_table(rep, args)
+    z = {stage: lg.zero_bytes_per_gpu(stage, P, p) for stage in lg.STAGES}
+    n_calls = {stage: sum(c.calls for c in zero_step_collectives(stage, 1.0, args.layers))
+               for stage in lg.STAGES}
+    rep.line(f"  ZeRO-2 saves {fmt_bytes(z['DDP'] - z['ZeRO-2'])} per GPU over DDP for no extra bytes; "
+             f"ZeRO-3 saves {fmt_bytes(z['ZeRO-2'] - z['ZeRO-3'])} more\n  for half of DDP's traffic again, "
+             f"in {n_calls['ZeRO-3'] - n_calls['ZeRO-2']} more collectives (the notes' case for ZeRO-2)")
+    rep.note(f"AR all-reduce, RS reduce-scatter, AG all-gather; fp16 gradients and parameters (2P bytes);\n"
+             f"ZeRO-3 gathers {args.layers} layers one at a time, forward and backward, and reduce-scatters\n"
+             "each layer's gradients: 3(p-1)/p·2P, 1.5× DDP. ZeRO-1's RS and AG are the two halves of the\n"
+             "all-reduce they replace: no extra bytes")
+    comm = {stage: " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))
+            for stage in lg.STAGES}
+    rep.values(comm_ddp=comm["DDP"], comm_zero1=comm["ZeRO-1"], comm_zero2=comm["ZeRO-2"],
+               comm_zero3=comm["ZeRO-3"], zero2_saves_for_no_bytes=zero2_is_best_value())
+    rep.compare_with_notes(in_table=True)
+
+
+def zero_memory_table(rep: Report, args: argparse.Namespace) -> None:
+    """Part 2's first table: each stage's bytes per GPU, from the ledger, the notes' formula and
+    the busiest rank of a real flattened buffer."""
+    P, p = args.params, args.world_size
     rows = []
     for stage in lg.STAGES:
         ours, notes = lg.zero_bytes_per_gpu(stage, P, p), lg.zero_notes_formula(stage, P, p)
         exact = max(lg.zero_bytes_per_rank(stage, round(P), p))
         rows.append([stage, ", ".join(ENTRY[n] for n in lg.SHARDED[stage]) or "nothing",
-                     fmt_bytes(ours), fmt_bytes(notes), fmt_bytes(exact), "yes" if ours <= args.gpu_memory_gb * 1e9
-                     else "no"])
-    rep.table(["stage", "sharded", "from the ledger", "notes' formula", "busiest rank", f"≤ {args.gpu_memory_gb:g} GB"],
-              rows, name="zero_memory")
+                     fmt_bytes(ours), fmt_bytes(notes), fmt_bytes(exact),
+                     "yes" if ours <= args.gpu_memory_gb * 1e9 else "no"])
+    rep.table(["stage", "sharded", "from the ledger", "notes' formula", "busiest rank",
+               f"≤ {args.gpu_memory_gb:g} GB"], rows, name="zero_memory")
     rep.note("from the ledger: kept entries whole, sharded ones / p; busiest rank: whole elements of the\n"
              "flattened buffer, the first P mod p ranks one more (cs336.ledger.zero_bytes_per_rank)")
+
+
+def zero_formula_values(rep: Report, P: float, p: int) -> None:
+    """The ledger against the notes' closed forms, and what ZeRO-1 and ZeRO-2 take off a card."""
     # the closed forms are linear in 1/p: a few p, odd and even, small and large, decide them
-    formulas_ok = {stage: all(math.isclose(lg.zero_bytes_per_gpu(stage, 1.0, k), lg.zero_notes_formula(stage, 1.0, k))
+    formulas_ok = {stage: all(math.isclose(lg.zero_bytes_per_gpu(stage, 1.0, k),
+                                           lg.zero_notes_formula(stage, 1.0, k))
                               for k in (1, 2, 3, 4, 7, 8, 64, 1000, 1024)) for stage in lg.STAGES}
     adam = sum(lg.ledger_bytes(P)[k] for k in ("Adam m (fp32)", "Adam v (fp32)"))
     rep.values(ddp_formula_ok=formulas_ok["DDP"], zero1_formula_ok=formulas_ok["ZeRO-1"],
@@ -145,8 +179,13 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
                zero1_adam_gb=adam / p / 1e9, zero2_grads_gb=lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9)
     opt = sum(lg.ledger_bytes(P)[k] for k in lg.OPTIMIZER_STATE)
     rep.note(f"ZeRO-1 shards the whole optimizer state, master weights too: {fmt_bytes(opt)} → "
-             f"{fmt_bytes(opt / p)} per card\n(Adam's m and v alone: {fmt_bytes(adam)} → {fmt_bytes(adam / p)})")
-    rep.compare_with_notes()
+             f"{fmt_bytes(opt / p)} per card\n(Adam's m and v alone: {fmt_bytes(adam)} → "
+             f"{fmt_bytes(adam / p)})")
+
+
+def zero_traffic_table(rep: Report, args: argparse.Namespace) -> None:
+    """Part 2's second table: each stage's collectives per step, bytes per rank and α-β times."""
+    P, p = args.params, args.world_size
     rows, ddp_bytes = [], None
     for stage in lg.STAGES:
         calls = zero_step_collectives(stage, FP16 * P, layers=args.layers)
@@ -157,21 +196,8 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
                      f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
                      fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
                      fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
-    rep.table(["stage", "collectives per step", "notes", "bytes per rank", "× DDP", "NVLink", "InfiniBand"], rows,
-              name="zero_traffic")
-    z = {stage: lg.zero_bytes_per_gpu(stage, P, p) for stage in lg.STAGES}
-    n_calls = {stage: sum(c.calls for c in zero_step_collectives(stage, 1.0, args.layers)) for stage in lg.STAGES}
-    rep.line(f"  ZeRO-2 saves {fmt_bytes(z['DDP'] - z['ZeRO-2'])} per GPU over DDP for no extra bytes; ZeRO-3 saves "
-             f"{fmt_bytes(z['ZeRO-2'] - z['ZeRO-3'])} more\n  for half of DDP's traffic again, in "
-             f"{n_calls['ZeRO-3'] - n_calls['ZeRO-2']} more collectives (the notes' case for ZeRO-2)")
-    rep.note(f"AR all-reduce, RS reduce-scatter, AG all-gather; fp16 gradients and parameters (2P bytes);\n"
-             f"ZeRO-3 gathers {args.layers} layers one at a time, forward and backward, and reduce-scatters\n"
-             "each layer's gradients: 3(p-1)/p·2P, 1.5× DDP. ZeRO-1's RS and AG are the two halves of the\n"
-             "all-reduce they replace: no extra bytes")
-    comm = {stage: " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0)) for stage in lg.STAGES}
-    rep.values(comm_ddp=comm["DDP"], comm_zero1=comm["ZeRO-1"], comm_zero2=comm["ZeRO-2"], comm_zero3=comm["ZeRO-3"],
-               zero2_saves_for_no_bytes=zero2_is_best_value())
-    rep.compare_with_notes(in_table=True)
+    rep.table(["stage", "collectives per step", "notes", "bytes per rank", "× DDP", "NVLink", "InfiniBand"],
+              rows, name="zero_traffic")
 
 
 def zero2_is_best_value() -> bool:
@@ -187,25 +213,42 @@ def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
     gpus = tp * pp * dp
     rep.part(3, f"Megatron 3D: {m.name} on TP {tp} × PP {pp} × DP {dp}")
     rep.value("megatron_gpus", gpus)
+    megatron_memory_table(rep, args)
+    stage_layers, micro = math.ceil(m.layers / pp), args.global_batch // (dp * args.micro_batch_size)
+    act = lg.activation_bytes(args.micro_batch_size, m.width, FP16, tokens_per_sample=args.seq_len)
+    rep.note(f"per step: {args.global_batch} sequences of {args.seq_len} tokens, {micro} micro-batches of "
+             f"{args.micro_batch_size} per replica;\none micro-batch's activation b × s × d × 2 B = "
+             f"{fmt_bytes(act)}; a stage holds {stage_layers} of {m.layers} layers.\nTP: 2 all-reduces "
+             "forward + 2 backward per layer (attention, MLP), no recomputation.\nPP: each GPU sends its "
+             "micro-batch's full activation and gradient (Megatron's scatter/gather\ncuts that by TP). DP: "
+             f"fp16 gradients. One InfiniBand port per GPU; {GPUS_PER_NODE} GPUs a node.")
+    rep.table(["axis", "ways", "link", "calls per step", "bytes per GPU", "α-β time"],
+              megatron_traffic_rows(args, stage_layers, micro, act), name="megatron_traffic")
+    rep.line(f"  {gpus // GPUS_PER_NODE if gpus >= GPUS_PER_NODE else 1} nodes of {GPUS_PER_NODE}; TP stays "
+             f"on NVLink{'' if tp <= GPUS_PER_NODE else ' only up to 8 ways: here it crosses nodes'}, PP and "
+             "DP cross nodes on InfiniBand")
+
+
+def megatron_memory_table(rep: Report, args: argparse.Namespace) -> None:
+    """Part 3's first table: a GPU's parameters and training state, without and with ZeRO-1."""
+    m, tp, pp, dp = lg.GPT3_175B, args.tp, args.pp, args.dp
     local = m.params / (tp * pp)
     plain = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp)
     dist = lg.model_split_bytes_per_gpu(m.params, tp, pp, dp, distributed_optimizer=True)
-    rep.table(["per GPU", "value"], [
-        ["parameters P/(TP·PP)", f"{local / 1e9:.4g}B"],
-        ["training state, 16 B each", both(plain)],
-        [f"with ZeRO-1 across the {dp} DP replicas", both(dist)],
-        [f"fits {args.gpu_memory_gb:g} GB (state only)", f"{'yes' if plain <= args.gpu_memory_gb * 1e9 else 'no'} / "
-                                                         f"{'yes' if dist <= args.gpu_memory_gb * 1e9 else 'no'}"]],
-        name="megatron_memory")
-    stage_layers, micro = math.ceil(m.layers / pp), args.global_batch // (dp * args.micro_batch_size)
-    act = lg.activation_bytes(args.micro_batch_size, m.width, FP16, tokens_per_sample=args.seq_len)
+    fits = {state: "yes" if state <= args.gpu_memory_gb * 1e9 else "no" for state in (plain, dist)}
+    rep.table(["per GPU", "value"],
+              [["parameters P/(TP·PP)", f"{local / 1e9:.4g}B"],
+               ["training state, 16 B each", both(plain)],
+               [f"with ZeRO-1 across the {dp} DP replicas", both(dist)],
+               [f"fits {args.gpu_memory_gb:g} GB (state only)", f"{fits[plain]} / {fits[dist]}"]],
+              name="megatron_memory")
+
+
+def megatron_traffic_rows(args: argparse.Namespace, stage_layers: int, micro: int, act: float) -> list[list]:
+    """Part 3's traffic rows, TP, PP, DP: calls, bytes and α-β time per GPU and step."""
+    tp, pp, dp = args.tp, args.pp, args.dp
+    local = lg.GPT3_175B.params / (tp * pp)
     tp_link = CS336_NVLINK if tp <= GPUS_PER_NODE else CS336_INFINIBAND
-    rep.note(f"per step: {args.global_batch} sequences of {args.seq_len} tokens, {micro} micro-batches of "
-             f"{args.micro_batch_size} per replica;\none micro-batch's activation b × s × d × 2 B = {fmt_bytes(act)}; "
-             f"a stage holds {stage_layers} of {m.layers} layers.\n"
-             "TP: 2 all-reduces forward + 2 backward per layer (attention, MLP), no recomputation.\n"
-             "PP: each GPU sends its micro-batch's full activation and gradient (Megatron's scatter/gather\n"
-             f"cuts that by TP). DP: fp16 gradients. One InfiniBand port per GPU; {GPUS_PER_NODE} GPUs a node.")
     axes = [("TP", tp, tp_link, [CollectiveCall("all-reduce", "activations", 4 * stage_layers * micro, act)])]
     axes.append(("DP", dp, CS336_INFINIBAND, [CollectiveCall("all-reduce", "gradients", 1, FP16 * local)]))
     rows = []
@@ -220,27 +263,27 @@ def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
               fmt_bytes(pp_step_bytes_per_device(micro * act) if pp > 1 else 0),
               fmt_time(pp_step_send_time(micro, micro * act, CS336_INFINIBAND)) if pp > 1 else "-"]
     rows.insert(1, pp_row)
-    rep.table(["axis", "ways", "link", "calls per step", "bytes per GPU", "α-β time"], rows, name="megatron_traffic")
-    rep.line(f"  {gpus // GPUS_PER_NODE if gpus >= GPUS_PER_NODE else 1} nodes of {GPUS_PER_NODE}; TP stays on "
-             f"NVLink{'' if tp <= GPUS_PER_NODE else ' only up to 8 ways: here it crosses nodes'}, "
-             "PP and DP cross nodes on InfiniBand")
+    return rows
 
 
 def part4_frameworks(rep: Report, args: argparse.Namespace) -> None:
     P, p = args.params, args.world_size
     tp = math.gcd(p, GPUS_PER_NODE)
     rep.part(4, f"frameworks: per-GPU training state for P = {P / 1e9:g}B on p = {p} GPUs")
-    rows = [[f.framework, f.setting, f.how, both(f.bytes_per_gpu)] for f in lg.framework_layouts(P, p, tp, p // tp)]
+    rows = [[f.framework, f.setting, f.how, both(f.bytes_per_gpu)]
+            for f in lg.framework_layouts(P, p, tp, p // tp)]
     rep.table(["framework", "setting", "per GPU", "bytes"], rows, name="frameworks")
-    rep.note(f"Megatron splits the model over all {p} GPUs here: TP {tp} inside a node, PP {p // tp} across;\n"
-             "with DP replicas its distributed optimizer shards the optimizer state as ZeRO-1 (Part 3)")
+    rep.note(f"Megatron splits the model over all {p} GPUs here: TP {tp} inside a node, PP {p // tp} "
+             "across;\nwith DP replicas its distributed optimizer shards the optimizer state as ZeRO-1 (Part "
+             "3)")
     gpu = args.gpu_memory_gb * 1e9
     sizes = [1e9, 10e9, 100e9, 1e12] + ([P] if P not in (1e9, 10e9, 100e9, 1e12) else [])
-    rows = [[f"{n / 1e12:g}T" if n >= 1e12 else f"{n / 1e9:g}B"] + [str(lg.gpus_to_hold(n, gpu, stage) or "never") for stage in lg.STAGES]
+    rows = [[f"{n / 1e12:g}T" if n >= 1e12
+             else f"{n / 1e9:g}B"] + [str(lg.gpus_to_hold(n, gpu, stage) or "never") for stage in lg.STAGES]
             for n in sorted(sizes)]
     rep.table(["P", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP full"], rows, name="gpus_to_hold")
-    rep.note(f"fewest {args.gpu_memory_gb:g} GB GPUs that hold the training state (no activations): what the\n"
-             "notes' 'typical scale' of each framework means in GPUs; their other rows are qualitative")
+    rep.note(f"fewest {args.gpu_memory_gb:g} GB GPUs that hold the training state (no activations): what "
+             "the\nnotes' 'typical scale' of each framework means in GPUs; their other rows are qualitative")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -45,8 +46,10 @@ MAX_PARAMS = 2**24      # 128 MiB of float64 per copy; every rank holds at least
 COST = Cost([Term("1", 6.0, lambda a: 1), Term("W²", 0.04, lambda a: a.world_size**2),
              Term("W·L·steps", 0.012, lambda a: a.world_size * a.layers * a.steps),
              Term("W³·L·steps", 0.00027, lambda a: a.world_size**3 * a.layers * a.steps),
-             Term("W·L·steps·(d/100)²", 0.003, lambda a: a.world_size * a.layers * a.steps * (a.width / 100) ** 2),
-             Term("L·steps·B·(d/1000)²", 0.013, lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2),
+             Term("W·L·steps·(d/100)²", 0.003,
+                  lambda a: a.world_size * a.layers * a.steps * (a.width / 100) ** 2),
+             Term("L·steps·B·(d/1000)²", 0.013,
+                  lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2),
              Term("M·W·steps", 0.0065, lambda a: a.micro_batches * a.world_size * a.steps)],
             memory=lambda a: ELEM * (a.world_size + 2) * 4 * a.layers * a.width * (a.batch + a.width))
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which the reference uses
@@ -114,7 +117,8 @@ def tensor_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int
     return res | {"params": ws}
 
 
-def tp_input_gradient(dz: torch.Tensor, w_local: torch.Tensor, widths: list[int], log: comm.CommLog) -> torch.Tensor:
+def tp_input_gradient(dz: torch.Tensor, w_local: torch.Tensor, widths: list[int],
+                      log: comm.CommLog) -> torch.Tensor:
     """dL/d input = Σ_r dz_r · W_rᵀ: each rank holds one term of the sum. The layer below owns the
     same columns, so it needs only its columns of the sum: one reduce-scatter."""
     return comm.reduce_scatter_columns(dz @ w_local.T, widths, log)
@@ -207,12 +211,14 @@ def sizes_text(sizes: list[int]) -> str:
 
 
 def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy: str, output: torch.Tensor,
-            loss: float, grads: list[torch.Tensor], params: list[torch.Tensor], extra: list | None = None) -> None:
+            loss: float, grads: list[torch.Tensor], params: list[torch.Tensor],
+            extra: list | None = None) -> None:
     """The table every strategy prints, max |diff| from one process (float64: round-off only), and
     the check that ends the run (exit 1, naming the strategy and the gap) beyond CHECK_TOL."""
     rows = [["output, step 1", mlp.max_abs_diff(output, ref.output)], ["loss, step 1", abs(loss - ref.loss)],
-            [f"gradient of each of the {args.layers} W, step 1", mlp.max_abs_diff(grads, ref.grads)], *(extra or []),
-            [f"parameters after {args.steps} SGD steps (lr {mlp.LR_SGD})", mlp.max_abs_diff(params, ref.params_after[-1])]]
+            [f"gradient of each of the {args.layers} W, step 1", mlp.max_abs_diff(grads, ref.grads)],
+            *(extra or []), [f"parameters after {args.steps} SGD steps (lr {mlp.LR_SGD})",
+             mlp.max_abs_diff(params, ref.params_after[-1])]]
     rep.table(["quantity", "max |diff| vs one process"], rows, name="vs_one_process")
     gap = max(r[1] for r in rows if r not in (extra or []))
     rep.record("max_diff", gap)
@@ -228,13 +234,15 @@ def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict]
             [["  the same with the sketch's op=AVG", avg_gap]])
     same = all(torch.equal(a, b) for r in dp for a, b in zip(r["params"], dp[0]["params"]))
     differ = len({r["loss"] for r in dp}) == len(dp)
-    rep.note(f"batch slices {sizes_text(sizes)}; a rank's loss is its slice's mean, so its gradient counts n_r/B "
-             "of the whole: × n_r, all-reduce (SUM), ÷ B. op=AVG weights every slice alike: right for equal slices.")
+    rep.note(f"batch slices {sizes_text(sizes)}; a rank's loss is its slice's mean, so its gradient counts "
+             "n_r/B of the whole: × n_r, all-reduce (SUM), ÷ B. op=AVG weights every slice alike: right for "
+             "equal slices.")
     rep.values(dp_losses_differ=differ, dp_replicas_same=same, dp_losses_differ_params_same=differ and same,
                avg_is_batch_gradient=avg_gap <= CHECK_TOL, slices=sizes_text(sizes))
 
 
-def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
+def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict],
+                          ref: mlp.Reference) -> None:
     rep.part(2, "tensor parallel: column slices of every W, all-gather forward, reduce-scatter backward")
     tp, widths = [r["TP"] for r in ranks], mlp.split_sizes(args.width, args.world_size)
     def joined(key: str) -> list[torch.Tensor]:
@@ -242,10 +250,10 @@ def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dic
     outputs = [r["output"] for r in tp]   # every rank holds the whole output: the worst of them
     worst = max(range(len(tp)), key=lambda i: mlp.max_abs_diff(outputs[i], ref.output))
     compare(rep, args, ref, "TP", outputs[worst], tp[worst]["loss"], joined("grads"), joined("params"))
-    rep.note(f"column slices of width {sizes_text(widths)}; z = x·W, y = gelu(z); rank r holds W_r = W[:, cols_r] "
-             "and the whole x. dL/dW_r = xᵀ · dz_r, dz_r = (dL/dy)[:, cols_r] ⊙ gelu'(z_r): local. dL/dx = "
-             "Σ_r dz_r · W_rᵀ is a sum over ranks, of which the layer below needs its columns: one reduce-scatter "
-             "(tp_input_gradient). L all-gathers, L − 1 reduce-scatters a step.")
+    rep.note(f"column slices of width {sizes_text(widths)}; z = x·W, y = gelu(z); rank r holds W_r = W[:, "
+             "cols_r] and the whole x. dL/dW_r = xᵀ · dz_r, dz_r = (dL/dy)[:, cols_r] ⊙ gelu'(z_r): local. "
+             "dL/dx = Σ_r dz_r · W_rᵀ is a sum over ranks, of which the layer below needs its columns: one "
+             "reduce-scatter (tp_input_gradient). L all-gathers, L − 1 reduce-scatters a step.")
 
 
 def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
@@ -255,13 +263,18 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
             [p for r in pp for p in r["params"]])
     rows = []
     for rank, (r, layers) in enumerate(zip(pp, mlp.stage_layers(args.layers, k))):
-        (sends, sent), recvs = r["log"].per_step(args.steps, ("send",)), r["log"].per_step(args.steps, ("recv",))[0]
+        (sends, sent), recvs = (
+            r["log"].per_step(args.steps, ("send",)),
+            r["log"].per_step(args.steps, ("recv",))[0],
+        )
         f_sends, f_sent = cm.pp_step_traffic(k, rank, args.micro_batches, args.batch, args.width, ELEM)
-        rows.append([rank, f"{layers.start}–{layers.stop - 1}", sends, f_sends, recvs, fmt_bytes(sent), fmt_bytes(f_sent)])
+        rows.append([rank, f"{layers.start}–{layers.stop - 1}", sends, f_sends, recvs, fmt_bytes(sent),
+                     fmt_bytes(f_sent)])
     rep.table(["rank", "layers", "sends/step", "formula", "recvs/step", "bytes sent/step", "formula"], rows,
               name="per_rank")
-    rep.note(f"micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; the backward "
-             "mirrors the notes' forward-only sketch: a middle stage sends 2M a step. GPipe holds O(M) activations.")
+    rep.note(f"micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; the "
+             "backward mirrors the notes' forward-only sketch: a middle stage sends 2M a step. GPipe holds "
+             "O(M) activations.")
 
 
 def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
@@ -269,9 +282,11 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
     k, n = args.world_size, args.layers * args.width**2
     z1, z2 = [r["ZeRO-1"] for r in ranks], [r["ZeRO-2"] for r in ranks]
     rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
-              [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p), mlp.max_abs_diff(z2[0]["params_after"][s], p)]
+              [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p),
+                mlp.max_abs_diff(z2[0]["params_after"][s], p)]
                for s, p in enumerate(ref.params_after)], name="vs_one_process")
-    gap = max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2) for s, p in enumerate(ref.params_after))
+    gap = max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
+              for s, p in enumerate(ref.params_after))
     rep.record("max_diff", gap)
     rep.check_close("ZeRO-1 and ZeRO-2 against Adam in one process", gap, CHECK_TOL)
     shard = ledger.padded_shard_elements(n, k)
@@ -280,10 +295,12 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
     rep.table(["rank", "shard", "m+v bytes held", "2e·⌈P/p⌉", "ZeRO-1 grad bytes", "ZeRO-2"], rows,
               name="state_bytes")
     pad = shard * k - n
-    rep.note(f"P = {n:,} parameters + {pad} zeros of padding: {k} equal shards (unsharded, m and v: {2 * ELEM * n:,} B a "
-             f"rank). float64, e = {ELEM} B: m and v are 2e·P/p (the notes' 12P/p is fp32 master + m + v). Gradient "
-             "bytes at the step: ZeRO-1 holds the whole gradient and its shard, ZeRO-2 the shard.")
-    rep.value("mv_is_shard", all(a["mv_bytes"] == ledger.optimizer_state_bytes(n, k, 2 * ELEM) for a in z1 + z2))
+    rep.note(f"P = {n:,} parameters + {pad} zeros of padding: {k} equal shards (unsharded, m and v: "
+             f"{2 * ELEM * n:,} B a rank). float64, e = {ELEM} B: m and v are 2e·P/p (the notes' 12P/p is "
+             "fp32 master + m + v). Gradient bytes at the step: ZeRO-1 holds the whole gradient and its "
+             "shard, ZeRO-2 the shard.")
+    rep.value("mv_is_shard",
+              all(a["mv_bytes"] == ledger.optimizer_state_bytes(n, k, 2 * ELEM) for a in z1 + z2))
 
 
 def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
@@ -297,21 +314,25 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
               f"2L·2(p−1)/p·A {fmt_bytes(2 * L * cm.ring_bytes_sent('all_reduce', k, act))}"),
              (f"PP rank {busiest}", ("send",), busiest, cm.pp_step_traffic(k, busiest, m, b, d, ELEM),
               f"A per boundary {fmt_bytes(act)}")]
-    cases += [(z, ("reduce_scatter", "all_gather"), 0, cm.zero_step_traffic(k, n, ELEM), "") for z in ("ZeRO-1", "ZeRO-2")]
+    cases += [(z, ("reduce_scatter", "all_gather"), 0, cm.zero_step_traffic(k, n, ELEM), "")
+              for z in ("ZeRO-1", "ZeRO-2")]
     rows, agree = [], True
     for name, ops, rank, (f_calls, f_sent), notes_sent in cases:
         key = name.split()[0]
         counted = [r[key]["log"].per_step(args.steps, ops) for r in ranks]
-        formulas = [cm.pp_step_traffic(k, r, m, b, d, ELEM) for r in range(k)] if key == "PP" else [(f_calls, f_sent)] * k
-        equal = all(c == f[0] and math.isclose(s, f[1], rel_tol=1e-12) for (c, s), f in zip(counted, formulas))
+        formulas = [cm.pp_step_traffic(k, r, m, b, d, ELEM)
+                    for r in range(k)] if key == "PP" else [(f_calls, f_sent)] * k
+        equal = all(c == f[0] and math.isclose(s, f[1], rel_tol=1e-12)
+                    for (c, s), f in zip(counted, formulas))
         agree &= equal
         rows.append([name, counted[rank][0], f_calls, fmt_bytes(counted[rank][1]), fmt_bytes(f_sent),
                      "yes" if equal else "NO", notes_sent])
     rep.table(["strategy", "calls", "formula", "bytes sent", "formula", "= all ranks", "notes' estimate"],
               rows, name="traffic")
     rep.record("counted_equals_formula", agree)
-    rep.note(f"e = {ELEM} B, A = B·d·e. DP all-reduces each W apart: L calls where the notes count one (the same "
-             "bytes). TP's calls send (p−1)/p each, the notes charge 2(p−1)/p. ZeRO's RS + AG move one all-reduce.")
+    rep.note(f"e = {ELEM} B, A = B·d·e. DP all-reduces each W apart: L calls where the notes count one (the "
+             "same bytes). TP's calls send (p−1)/p each, the notes charge 2(p−1)/p. ZeRO's RS + AG move one "
+             "all-reduce.")
     ops = {s: {op.replace("_", "-") for r in ranks for op in r[s]["log"].calls} for s in ("DP", "TP", "PP")}
     rep.values(dp_collectives=" + ".join(sorted(ops["DP"])), tp_collectives=" + ".join(sorted(ops["TP"])),
                pp_collectives=" / ".join(sorted(ops["PP"], reverse=True)))
@@ -341,24 +362,29 @@ def check_args(args: argparse.Namespace) -> None:
         if value < k:
             raise UsageError(f"{flag} {value} < --world-size {k}: every rank needs {what}")
     if args.micro_batches > args.batch:
-        raise UsageError(f"--micro-batches {args.micro_batches} > --batch {args.batch}: a micro-batch needs a row")
+        raise UsageError(f"--micro-batches {args.micro_batches} > --batch {args.batch}: a micro-batch needs "
+                         "a row")
     if args.layers * args.width**2 > MAX_PARAMS:
         raise UsageError(f"--layers × --width² must be at most {MAX_PARAMS:,} (a few seconds on a laptop)")
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3, seed=0,
-                         real=True, quick={"steps": 2}, cost=COST,
+    parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3,
+                         seed=0, real=True, quick={"steps": 2}, cost=COST,
                          context={"width": "d of every layer", "micro_batches": "the pipeline's M",
                                   "steps": "optimizer steps", "seed": "weights and data"})
     args = parser.parse_args()
     check_args(args)
     k = args.world_size
     ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
-    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)", args)
-    params, x = mlp.make_params(args.layers, args.width, args.seed), mlp.make_batch(args.batch, args.width, args.seed)
-    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
-             f"loss = mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
+    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)",
+                 args)
+    params, x = (
+        mlp.make_params(args.layers, args.width, args.seed),
+        mlp.make_batch(args.batch, args.width, args.seed),
+    )
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, loss "
+             f"= mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
     # One process first: its optimizer imports torch._dynamo (~1 s), which forked ranks then inherit
     # instead of importing it four times over on two cores (the launch: 5 s -> 1 s here).
     sgd = mlp.train_one_process(params, x, args.steps, "sgd")

@@ -17,7 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -80,7 +81,8 @@ def check_args(args: argparse.Namespace) -> None:
     if MOST_INTERLEAVED * args.virtual_stages > MAX_PASSES:
         raise UsageError(f"--virtual-stages {args.virtual_stages:,}: Part 4 would simulate "
                          f"{MOST_INTERLEAVED * args.virtual_stages:,} passes (S = 8, M = 32); at most "
-                         f"{MAX_PASSES // MOST_INTERLEAVED:,} virtual stages (a quick model, {MAX_PASSES:,} passes)")
+                         f"{MAX_PASSES // MOST_INTERLEAVED:,} virtual stages (a quick model, {MAX_PASSES:,} "
+                         "passes)")
     if args.slow_factor < 1:
         raise UsageError("--slow-factor must be >= 1 (it makes one stage slower)")
 
@@ -109,24 +111,32 @@ def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
         for row in rows:
             rep.line("  " + row)
         rep.note(how)
-    shown = list(range(s)) if s <= 16 else list(range(4)) + list(range(s - 4, s))
-    rep.table(["stage", "busy ms", "idle ms GPipe", "idle ms 1F1B", "peak act. GPipe", "peak act. 1F1B", "S - s"],
-              [[str(d), ms(runs["GPipe"].busy[d]), ms(runs["GPipe"].idle[d]), ms(runs["1F1B"].idle[d]),
-                runs["GPipe"].peak_activations[d], runs["1F1B"].peak_activations[d], s - d] for d in shown],
-              name="stages")
-    if len(shown) < s:
-        rep.note(f"{len(shown)} of {s} stages shown (the first and last four)")
-    rep.note("peak act. = most micro-batches whose forward has ended and backward has not, on that stage")
+    stage_table(rep, runs, s)
     if p2p and s > 1:
         extra = {name: ms(sim.makespan - pp.makespan_closed_form(s, m, tf, tb)) for name, sim in runs.items()}
-        rep.note(f"p2p time adds {extra['GPipe']:g} ms to GPipe (2(S-1)·p2p = {ms(2 * (s - 1) * p2p):g} ms: it waits "
-                 f"in the fill and the\ndrain only) and {extra['1F1B']:g} ms to 1F1B: its alternation makes "
-                 "stages wait for a gradient's\nround trip in the steady phase too")
+        rep.note(f"p2p time adds {extra['GPipe']:g} ms to GPipe (2(S-1)·p2p = {ms(2 * (s - 1) * p2p):g} ms: "
+                 f"it waits in the fill and the\ndrain only) and {extra['1F1B']:g} ms to 1F1B: its "
+                 "alternation makes stages wait for a gradient's\nround trip in the steady phase too")
     for name, sim in runs.items():
         rep.record(name, {"makespan_ms": ms(sim.makespan), "bubble_fraction": sim.bubble_fraction,
                           "peak_activations": sim.peak_activations})
     plot_runs(rep, list(runs.values()), "schedules",
-              f"S = {s} stages, M = {m} micro-batches, t_f = {ms(tf):g} ms, t_b = {ms(tb):g} ms, p2p = {ms(p2p):g} ms")
+              f"S = {s} stages, M = {m} micro-batches, t_f = {ms(tf):g} ms, t_b = {ms(tb):g} ms, p2p = "
+              f"{ms(p2p):g} ms")
+
+
+def stage_table(rep: Report, runs: dict, s: int) -> None:
+    """Part 1's table: each stage's busy and idle time and peak activations, GPipe beside 1F1B."""
+    shown = list(range(s)) if s <= 16 else list(range(4)) + list(range(s - 4, s))
+    gpipe, one_f_one_b = runs["GPipe"], runs["1F1B"]
+    rep.table(["stage", "busy ms", "idle ms GPipe", "idle ms 1F1B", "peak act. GPipe", "peak act. 1F1B",
+               "S - s"],
+              [[str(d), ms(gpipe.busy[d]), ms(gpipe.idle[d]), ms(one_f_one_b.idle[d]),
+                gpipe.peak_activations[d], one_f_one_b.peak_activations[d], s - d] for d in shown],
+              name="stages")
+    if len(shown) < s:
+        rep.note(f"{len(shown)} of {s} stages shown (the first and last four)")
+    rep.note("peak act. = most micro-batches whose forward has ended and backward has not, on that stage")
 
 
 def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
@@ -144,13 +154,15 @@ def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
              "stages, identical micro-batches and no time outside the passes (no p2p, launches or\n"
              "optimizer step); then it holds for GPipe and 1F1B and for any t_b/t_f")
     rep.values(**{f"eta_S{s}_M{m}": e for (s, m), e in eta.items()})
-    rep.value("eta_rises_with_m_falls_with_s", eta[(4, 4)] < eta[(4, 8)] < eta[(4, 16)] and eta[(8, 8)] < eta[(4, 8)])
+    rep.value("eta_rises_with_m_falls_with_s", eta[(4, 4)] < eta[(4, 8)] < eta[(4, 16)]
+              and eta[(8, 8)] < eta[(4, 8)])
     rep.compare_with_notes(in_table=True)
 
 
 def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
     tf, tb = args.tf_ms / 1e3, args.tb_ms / 1e3
-    rep.part(3, f"bubble time, t_f = {args.tf_ms:g} ms, t_b = {args.tb_ms:g} ms: the notes' formula and a real schedule")
+    rep.part(3, f"bubble time, t_f = {args.tf_ms:g} ms, t_b = {args.tb_ms:g} ms: the notes' formula and a "
+                "real schedule")
     rows = []
     for s, m in BUBBLE:
         sim, key, ids = run("1F1B", s, m, tf, tb), f"S{s}_M{m}", f"CS-bubble-S{s}-M{m}"
@@ -159,7 +171,8 @@ def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
         rep.values(**{f"work_{key}_ms": ms(work), f"fill_{key}_ms": ms(fill), f"notes_share_{key}_pct": share,
                       f"bubble_{key}_ms": ms(real_bubble), f"share_{key}_pct": 100 * sim.bubble_fraction})
         rows.append([s, m, ms(work), rep.notes_text(f"{ids}-work"), ms(fill), ms(real_bubble),
-                     rep.notes_text(f"{ids}-bubble"), share, 100 * sim.bubble_fraction, rep.notes_text(f"{ids}-share")])
+                     rep.notes_text(f"{ids}-bubble"), share, 100 * sim.bubble_fraction,
+                     rep.notes_text(f"{ids}-share")])
     rep.table(["S", "M", "M(t_f+t_b)", "notes", "(S-1)t_f", "real bubble", "notes", "(S-1)t_f share %",
                "real share %", "notes"], rows, name="bubble")
     rep.note("times in ms. The notes' formula: bubble = (S-1)·t_f, share = bubble/(M(t_f+t_b) + bubble).\n"
@@ -181,11 +194,15 @@ def five_percent(rep: Report, args: argparse.Namespace) -> None:
     tf, tb = args.tf_ms / 1e3, args.tb_ms / 1e3
     rows = []
     for s in (2, 4, 8, 16):
-        by_notes = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: pp.notes_bubble_share(s, m, tf, tb))
-        by_real = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: pp.bubble_fraction_closed_form(s, m))
-        # Narayanan et al.: bubble time over the ideal time M(t_f + t_b), a real schedule's and the notes' fill's.
+        by_notes = pp.smallest_micro_batches(s, FIVE_PERCENT,
+                                             lambda m, s=s: pp.notes_bubble_share(s, m, tf, tb))
+        by_real = pp.smallest_micro_batches(s, FIVE_PERCENT,
+                                            lambda m, s=s: pp.bubble_fraction_closed_form(s, m))
+        # Narayanan et al.: bubble time over the ideal time M(t_f + t_b), a real schedule's and the
+        # notes' fill's.
         by_ideal = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: (s - 1) / m)
-        by_ideal_fill = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: (s - 1) * tf / (m * (tf + tb)))
+        by_ideal_fill = pp.smallest_micro_batches(s, FIVE_PERCENT,
+                                                  lambda m, s=s: (s - 1) * tf / (m * (tf + tb)))
         # The real schedule simulated at that M and one below: the closed form's answer checked pass by pass.
         at, below = (run("1F1B", s, k, tf, tb).bubble_fraction if k else 1.0 for k in (by_real, by_real - 1))
         sim_ok = at <= FIVE_PERCENT and (by_real == 1 or below > FIVE_PERCENT)
@@ -259,12 +276,14 @@ def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
     slow = s // 2
     rep.part(5, f"unbalanced stages: stage {slow} of {s} is {f:g}× slower (1F1B, M = {m})")
     even = (s - 1 + f) / s   # the same total work spread evenly
-    cases = {"balanced": (1.0,) * s, f"stage {slow} × {f:g}": tuple(f if d == slow else 1.0 for d in range(s)),
+    cases = {"balanced": (1.0,) * s,
+             f"stage {slow} × {f:g}": tuple(f if d == slow else 1.0 for d in range(s)),
              "rebalanced": (even,) * s}
     rows, pace, runs = [], {}, []
     for name, scale in cases.items():
         # balanced: Part 1's arguments, so its run is reused (a tuple of equal times is the same pipeline)
-        tfs, tbs = (tf, tb) if name == "balanced" else (tuple(tf * x for x in scale), tuple(tb * x for x in scale))
+        tfs, tbs = ((tf, tb) if name == "balanced"
+                    else (tuple(tf * x for x in scale), tuple(tb * x for x in scale)))
         sim = run("1F1B", s, m, tfs, tbs)
         runs.append(sim)
         # The pace once the pipeline is full (M >= S): what one more micro-batch adds, measured at M = S.
@@ -292,7 +311,8 @@ def plot_runs(rep: Report, runs: list[pp.PipelineRun], name: str, setting: str,
     height = 1.2 + min(0.35 * runs[0].stages, 6.0)   # per schedule; many stages share the rows' height
     fig, axes = new_figure(len(runs), 1, figsize=(10, height * len(runs)), squeeze=False)
     for i, (ax, sim) in enumerate(zip(axes[:, 0], runs)):
-        title = f"{titles[i]}: makespan {fmt_time(sim.makespan)}, bubble {100 * sim.bubble_fraction:.1f} %" if titles else ""
+        title = (f"{titles[i]}: makespan {fmt_time(sim.makespan)}, bubble {100 * sim.bubble_fraction:.1f} %"
+                 if titles else "")
         pp.draw_gantt(ax, sim, title)
     fig.suptitle(setting)
     fig.tight_layout()

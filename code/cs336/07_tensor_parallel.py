@@ -17,7 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -135,8 +136,7 @@ def mesh_2d_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, tp: in
                 res.update(output=out.detach(), loss=loss.item(), grads=dt.pieces(model, grads=True))
             opt.step()
     dp_log = comm.CommLog(dp)
-    for name, _, nbytes in seen.tensors:
-        dp_log.add(name, nbytes)
+    dp_log.add_counts(seen)
     return res | {"params": dt.pieces(model), "tp_log": counted.logs["tp"], "dp_log": dp_log,
                   "rows": len(mine), "row": mesh.get_coordinate()[0],
                   "dtensor_dp_calls": sum(counted.logs["dp"].calls.values())}

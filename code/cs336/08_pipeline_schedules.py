@@ -21,7 +21,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -172,26 +173,8 @@ def part2_orders(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[
              f"and t_b = {TB_MS:g} ms (interleaved: 1/{VIRTUAL} of that per chunk); the order is what\n"
              "ran, the times a model")
     rep.value("stages", s)
-    for key, (kind, m) in runs.items():
-        v = VIRTUAL if kind == "interleaved" else 1
-        ran = [r[key]["passes"] for r in ranks]
-        sim = simulated(kind, s, m)
-        laid = pp.simulate(ran, m, TF_MS / 1e3, TB_MS / 1e3, virtual=v, name=kind)
-        same = [a == b for a, b in zip(ran, sim.orders)]
-        rep.line(f"\n  {label(key, runs)}: {sum(same)} of {s} ranks ran the simulator's order; makespan "
-                 f"{laid.makespan * 1e3:g} ms (the simulator's order: {sim.makespan * 1e3:g} ms)")
-        for row in pp.ascii_chart(laid)[0]:
-            rep.line("    " + row.replace("stage ", "rank "))
-        for rank in [r for r in range(s) if not same[r]]:
-            rep.line(f"    rank {rank} ran   {order_text(ran[rank], s)}\n"
-                     f"    simulator's  {order_text(sim.orders[rank], s)}")
-        predicted = [kind != "interleaved" or as_megatron(s, m, r) for r in range(s)]
-        rep.values(**{f"{key}_ranks_as_simulated": sum(same), f"{key}_ranks_predicted": sum(predicted),
-                      f"{key}_makespan_ms": round(laid.makespan * 1e3, 9),
-                      f"{key}_sim_makespan_ms": round(sim.makespan * 1e3, 9)})
-        # a rank off the simulator's order that no rule of PyTorch's explains is a failure, as a gap is
-        unexplained = sum(a != b for a, b in zip(same, predicted))
-        rep.check_close(f"{label(key, runs)} order against the simulator's, in ranks", unexplained, 0)
+    for key in runs:
+        compare_order(rep, key, runs, ranks, s)
     short = [r for r in range(s) if not as_megatron(s, runs["interleaved_ms"][1], r)]
     rep.note(f"interleaved at M = S: Megatron-LM runs every forward first when M = S, and so does the\n"
              "simulator; PyTorch keeps its general warm-up of (v-1)·S + 2(S-1-r) forwards on rank r, then\n"
@@ -206,6 +189,31 @@ def part2_orders(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[
         rep.note(f"Schedule1F1B.pipeline_order, PyTorch's own listing, gives the last rank {shown} …, off\n"
                  "by one micro-batch from what ran (F0 B0 F1 …): the orders here are recorded, not read\n"
                  "from it")
+
+
+def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int) -> None:
+    """One schedule's recorded orders against the simulator's: the timeline they make, the ranks
+    that differ, and the check that PyTorch's rules explain every difference."""
+    kind, m = runs[key]
+    v = VIRTUAL if kind == "interleaved" else 1
+    ran = [r[key]["passes"] for r in ranks]
+    sim = simulated(kind, s, m)
+    laid = pp.simulate(ran, m, TF_MS / 1e3, TB_MS / 1e3, virtual=v, name=kind)
+    same = [a == b for a, b in zip(ran, sim.orders)]
+    rep.line(f"\n  {label(key, runs)}: {sum(same)} of {s} ranks ran the simulator's order; makespan "
+             f"{laid.makespan * 1e3:g} ms (the simulator's order: {sim.makespan * 1e3:g} ms)")
+    for row in pp.ascii_chart(laid)[0]:
+        rep.line("    " + row.replace("stage ", "rank "))
+    for rank in [r for r in range(s) if not same[r]]:
+        rep.line(f"    rank {rank} ran   {order_text(ran[rank], s)}\n"
+                 f"    simulator's  {order_text(sim.orders[rank], s)}")
+    predicted = [kind != "interleaved" or as_megatron(s, m, r) for r in range(s)]
+    rep.values(**{f"{key}_ranks_as_simulated": sum(same), f"{key}_ranks_predicted": sum(predicted),
+                  f"{key}_makespan_ms": round(laid.makespan * 1e3, 9),
+                  f"{key}_sim_makespan_ms": round(sim.makespan * 1e3, 9)})
+    # a rank off the simulator's order that no rule of PyTorch's explains is a failure, as a gap is
+    unexplained = sum(a != b for a, b in zip(same, predicted))
+    rep.check_close(f"{label(key, runs)} order against the simulator's, in ranks", unexplained, 0)
 
 
 def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:

@@ -1,4 +1,4 @@
-"""CS336 lecture 8, ZeRO (ZeRO：在数据并行中消除冗余): PyTorch's ZeroRedundancyOptimizer and FSDP2 on real ranks.
+"""CS336 lecture 8, ZeRO (ZeRO：在数据并行中消除冗余): ZeroRedundancyOptimizer and FSDP2 on real ranks.
 
     python code/cs336/09_zero.py [--world-size 4] [--layers 6] [--width 130] [--batch 32] [--steps 3]
     torchrun --standalone --nproc-per-node=4 code/cs336/09_zero.py
@@ -21,7 +21,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -253,16 +254,16 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
     notes_z1 = cm.zero_step_bytes_per_device("ZeRO-1", k, whole)
     ours_z1 = cm.zero_step_bytes_per_device("DDP", k, whole) + cm.ring_all_gather_bytes_per_device(k, whole)
     rep.value("zero1_over_notes", ours_z1 / notes_z1)
-    rep.note("buffer bytes: a call's whole buffer (an all-gather's output). FSDP2 pads each W's shards\n"
-             f"to {chunk_rows(d, k)[0]} rows ({fmt_bytes(padded)} for {fmt_bytes(whole)} of weights) and "
-             "talks a unit (a layer) at a time:\nZeRO-3's 2L all-gathers + L reduce-scatters; without "
-             "resharding one all-gather a unit, ZeRO-2's\nRS + AG cut in L. ZeroRedundancyOptimizer keeps DDP's whole "
+    rep.note("buffer bytes: a call's whole buffer (an all-gather's output). FSDP2 pads each W's shards\nto "
+             f"{chunk_rows(d, k)[0]} rows ({fmt_bytes(padded)} for {fmt_bytes(whole)} of weights) and talks "
+             "a unit (a layer) at a time:\nZeRO-3's 2L all-gathers + L reduce-scatters; without resharding "
+             "one all-gather a unit, ZeRO-2's\nRS + AG cut in L. ZeroRedundancyOptimizer keeps DDP's whole "
              "all-reduce (not a reduce-scatter) and\nthen broadcasts each parameter from its owner: an "
              f"all-gather's bytes on top, {ours_z1 / notes_z1:g}× the notes'\nZeRO-1 per rank in the ring "
-             "model. The counted step is the last (the second rebuilds DDP's buckets).\n"
-             "DDP's all-reduce is counted through allreduce_hook (DDP's C++ reducer would bypass Python);\n"
-             "FSDP2's all-gathers and reduce-scatters pass ProcessGroup's methods, where common.dist_count\n"
-             f"counts them: {unseen} operation(s) ran on the groups that no counted method saw")
+             "model. The counted step is the last (the second rebuilds DDP's buckets).\nDDP's all-reduce is "
+             "counted through allreduce_hook (DDP's C++ reducer would bypass Python);\nFSDP2's all-gathers "
+             "and reduce-scatters pass ProcessGroup's methods, where common.dist_count\ncounts them: "
+             f"{unseen} operation(s) ran on the groups that no counted method saw")
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -144,7 +144,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 def slowest_rank_per_iteration(times_by_rank: Sequence[Sequence[float]]) -> list[float]:
     """times_by_rank[r][i] is rank r's time of iteration i; a collective is done only when its
     last rank is, so iteration i took the slowest rank's time."""
-    if not times_by_rank or any(len(t) != len(times_by_rank[0]) for t in times_by_rank) or not times_by_rank[0]:
+    if not times_by_rank or any(len(t) != len(times_by_rank[0])
+                                for t in times_by_rank) or not times_by_rank[0]:
         raise ValueError("need the same number (>= 1) of iterations from every rank")
     return [max(per_iter) for per_iter in zip(*times_by_rank)]
 
@@ -181,5 +182,6 @@ def result_row(collective: str, n: int, requested_bytes: int, times_by_rank: Seq
     t = Timing.from_ranks(times_by_rank)
     return {"S": b.total_bytes, "requested": requested_bytes, "rounding": b.rounding, "in": b.in_bytes,
             "out": b.out_bytes, "t": t.median, "p10": t.p10, "p90": t.p90, "t_fastest": t.fastest_rank_median,
-            "ok": ok, "algbw": algbw(b.total_bytes, t.median), "busbw": busbw(collective, n, b.total_bytes, t.median),
+            "ok": ok, "algbw": algbw(b.total_bytes, t.median),
+            "busbw": busbw(collective, n, b.total_bytes, t.median),
             "slip": chunk_slip_busbw(collective, n, b.total_bytes, t.median)}

@@ -1,5 +1,12 @@
 """Counted communication for cs336/05_parallel.py: the torch.distributed calls its strategies make,
-each recorded in the rank's `CommLog` (calls, and the bytes the rank sends) before it runs.
+each recorded in the rank's `CommLog` (calls, and the bytes the rank sends).
+
+The counting is common.dist_count's: each call here runs inside `dist_count.counting()`, and what it
+saw (a collective's input bytes, a send's or receive's) is folded into the log with `add_counts`, a
+collective at its size N (collectives_def's `nbytes_of_input`). So the log counts what reached the
+process group, gloo's padding and fallback included, never what the caller meant to send.
+CommLog keeps its own `add` for counters that dist_count cannot see (DTensor's functional
+collectives start in C++: cs336/dtensor_tp.py) and because the CS336 tables want a log per group.
 
 A collective's bytes are what a ring sends for the call's real size (`costmodel.ring_bytes_sent`,
 nccl-tests' bus factor); a send's are its tensor's bytes. gloo picks its own schedule by size, so
@@ -9,11 +16,15 @@ reduce_scatter is asked once (common.collectives_real, which holds gloo's workar
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
 
+from common import dist_count
+from common.collectives_def import BY_TORCH_NAME
 from common.collectives_real import all_gather_uneven, reduce_scatter_uneven
 from common.costmodel import ring_bytes_sent
 
@@ -34,6 +45,20 @@ class CommLog:
         elif op != "recv":
             self.sent[op] = self.sent.get(op, 0) + ring_bytes_sent(op, self.world_size, nbytes)
 
+    def add_counts(self, counts: dist_count.Counts) -> None:
+        """Fold in what common.dist_count saw: each collective call at its size N, sends and receives
+        at their bytes. A collective the definition does not know is an error, never a silent miss."""
+        for name, _, input_bytes in counts.tensors:
+            if name not in BY_TORCH_NAME:
+                raise ValueError(f"CommLog cannot price {name!r}; it knows {', '.join(BY_TORCH_NAME)}")
+            self.add(name, BY_TORCH_NAME[name].nbytes_of_input(self.world_size, input_bytes))
+        for op, calls, nbytes in (("send", counts.sends, counts.sent_bytes),
+                                  ("recv", counts.receives, counts.received_bytes)):
+            if calls:
+                self.calls[op] = self.calls.get(op, 0) + calls
+                if op == "send":
+                    self.sent[op] = self.sent.get(op, 0) + nbytes
+
     def per_step(self, steps: int, ops: tuple[str, ...]) -> tuple[int | float, float]:
         """(calls, bytes sent) per step of the operations `ops`, from the log of `steps` steps."""
         calls = sum(self.calls.get(op, 0) for op in ops)
@@ -41,30 +66,45 @@ class CommLog:
                 sum(self.sent.get(op, 0) for op in ops) / steps)
 
 
+@contextlib.contextmanager
+def counted(log: CommLog) -> Iterator[None]:
+    """Count the block's torch.distributed calls into `log` (common.dist_count sees them; a call that
+    fails is still counted, as it was started). Other threads' calls in the block would count too:
+    none of cs336's strategies has any (no DDP hooks here)."""
+    with dist_count.counting() as seen:
+        try:
+            yield
+        finally:
+            log.add_counts(seen)
+
+
 def all_reduce_sum(t: torch.Tensor, log: CommLog) -> None:
-    log.add("all_reduce", t.numel() * t.element_size())
-    dist.all_reduce(t)  # op=SUM, the default
+    with counted(log):
+        dist.all_reduce(t)  # op=SUM, the default
 
 
 def all_gather_columns(piece: torch.Tensor, widths: list[int], log: CommLog) -> torch.Tensor:
     """Every rank's column slice (rank r's has widths[r] columns), concatenated in rank order
     (gloo gathers equal shapes only: common.collectives_real pads each slice to the widest, trims after)."""
-    return all_gather_uneven(piece, widths, dim=-1, record=log.add)
+    with counted(log):
+        return all_gather_uneven(piece, widths, dim=-1)
 
 
 def reduce_scatter_columns(partial: torch.Tensor, widths: list[int], log: CommLog) -> torch.Tensor:
     """Sum a (rows, d) tensor over the ranks; rank r gets only its widths[r] columns of the sum
-    (on an older gloo through an all-reduce: twice the bytes, logged as such)."""
-    return reduce_scatter_uneven(partial, widths, dim=-1, record=log.add)[0]
+    (on an older gloo through an all-reduce: twice the bytes, counted as such)."""
+    with counted(log):
+        return reduce_scatter_uneven(partial, widths, dim=-1)[0]
 
 
 def send(t: torch.Tensor, dst: int, log: CommLog) -> None:
-    log.add("send", t.numel() * t.element_size())
-    dist.send(t.contiguous(), dst)
+    with counted(log):
+        dist.send(t.contiguous(), dst)
 
 
-def recv(shape: torch.Size | tuple[int, ...], src: int, log: CommLog, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def recv(shape: torch.Size | tuple[int, ...], src: int, log: CommLog,
+         dtype: torch.dtype = torch.float64) -> torch.Tensor:
     t = torch.empty(shape, dtype=dtype)
-    log.add("recv", t.numel() * t.element_size())
-    dist.recv(t, src)
+    with counted(log):
+        dist.recv(t, src)
     return t

@@ -178,8 +178,8 @@ def framework_layouts(params: float, p: int, tp: int, pp: int) -> list[Framework
     megatron = [FrameworkLayout("Megatron-LM", f"TP {tp} × PP {pp} × DP {dp}",
                                 model_split_bytes_per_gpu(params, tp, pp, dp), "16P/(TP·PP)")]
     if dp > 1:  # the distributed optimizer shards across DP replicas: nothing to shard with one
-        megatron.append(FrameworkLayout("Megatron-LM", "same + distributed optimizer",
-                                        model_split_bytes_per_gpu(params, tp, pp, dp, distributed_optimizer=True),
+        sharded = model_split_bytes_per_gpu(params, tp, pp, dp, distributed_optimizer=True)
+        megatron.append(FrameworkLayout("Megatron-LM", "same + distributed optimizer", sharded,
                                         "(4P + 12P/DP)/(TP·PP)"))
     return megatron + [
         FrameworkLayout("DeepSpeed", "ZeRO-1", z["ZeRO-1"], "4P + 12P/p"),

@@ -122,7 +122,8 @@ def shape_text(before: list[int | None], after: list[int | None], defined: list[
     def side(holders: list[int], mean: float) -> str:
         who = "each" if len(holders) == p else f"rank {holders[0]}" if len(holders) == 1 else \
             "ranks " + " ".join(map(str, holders))
-        amount = "S" if abs(mean - piece) < 1e-9 else "p·S" if abs(mean - p * piece) < 1e-9 else f"{mean / piece:g}·S"
+        amount = ("S" if abs(mean - piece) < 1e-9
+                  else "p·S" if abs(mean - p * piece) < 1e-9 else f"{mean / piece:g}·S")
         return f"{who}: {amount}"
     return f"{side(holders_in, mean_in)} → {side(holders_out, mean_out)}"
 
@@ -150,7 +151,8 @@ def volume_rows(p: int, nbytes: int) -> list[list]:
     as text), every rank's count, and whether each is within a byte per message of costmodel."""
     vols = volumes(p, nbytes)
     numbers = _columns([[v.notes, max(v.closed), v.busiest] for v in vols.values()])
-    return [[name, *nums, " ".join(map(str, v.sent[:8])) + (" …" if p > 8 else ""), "yes" if v.within else "NO"]
+    return [[name, *nums, " ".join(map(str, v.sent[:8])) + (" …" if p > 8 else ""), "yes" if v.within
+             else "NO"]
             for (name, v), nums in zip(vols.items(), numbers)]
 
 
@@ -159,7 +161,9 @@ def split_rows(ps: list[int], nbytes: int) -> list[list]:
     (p-1)/p·N, the ring all-reduce's (average and busiest) and the notes' 2(p-1)/p·N."""
     rows = []
     for p in ps:
-        rs, ag, ar = (col.traffic(a, p, nbytes) for a in ("ring reduce-scatter", "ring all-gather", "ring all-reduce"))
+        rs, ag, ar = (
+            col.traffic(a, p, nbytes) for a in ("ring reduce-scatter", "ring all-gather", "ring all-reduce")
+        )
         rows.append([rs.sent.mean(), ag.received.mean(), (p - 1) / p * nbytes, ar.sent.mean(),
                      ar.busiest_sent, 2 * (p - 1) / p * nbytes])
     return [[p, *cells] for p, cells in zip(ps, _columns(rows))]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -108,8 +109,10 @@ def ks_up_to(top: int) -> list[int]:
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB",
-                         peak_tflops=NOTES_PEAK_TFLOPS, tp=NOTES_TP, pp=NOTES_PP, gpu_memory_gb=NOTES_GPU_MEMORY_GB,
-                         context={"world_size": "the largest K in Part 4", "size": "Part 4's N: gradients = parameters",
+                         peak_tflops=NOTES_PEAK_TFLOPS, tp=NOTES_TP, pp=NOTES_PP,
+                         gpu_memory_gb=NOTES_GPU_MEMORY_GB,
+                         context={"world_size": "the largest K in Part 4", "size": "Part 4's N: gradients = "
+                                                                                   "parameters",
                                   "peak_tflops": "dense BF16", "tp": "Part 3", "pp": "Part 3"})
     args = parser.parse_args()
     rep = Report(__file__, "why distributed training: scale, two walls, parameter server", args)
@@ -138,8 +141,8 @@ def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
     ratio_hours = LLAMA_31.gpu_hours / DEEPSEEK_V3.gpu_hours
     days = DEEPSEEK_V3.gpu_hours / DEEPSEEK_V3.gpus / 24
     # MoE: DeepSeek-V3 holds more parameters than LLaMA yet pays for only the active ones per token.
-    rep.line(f"  DeepSeek-V3 holds {ratio_params:.2f}× LLaMA's parameters but used 1/{ratio_hours:.1f} of its "
-             f"GPU-hours: only {DEEPSEEK_V3.active_params / 1e9:g}B are active per token; with all "
+    rep.line(f"  DeepSeek-V3 holds {ratio_params:.2f}× LLaMA's parameters but used 1/{ratio_hours:.1f} of "
+             f"its GPU-hours: only {DEEPSEEK_V3.active_params / 1e9:g}B are active per token; with all "
              f"{DEEPSEEK_V3.gpus:,} GPUs busy it ran {days:.1f} days")
     rep.values(peak_tflops=args.peak_tflops,
                deepseek_peak_pct=100 * fraction_of_peak(DEEPSEEK_V3, peak),
@@ -206,12 +209,14 @@ def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
         rows.append([k, fmt_bytes(worker_bytes[-1]), fmt_bytes(server_bytes[-1]),
                      fmt_time(parameter_server_time(k, n, link)),
                      fmt_time(parameter_server_time(k, n, link, duplex=True)),
-                     fmt_bytes(2 * ring_allreduce_bytes_per_device(k, n)), fmt_time(ring_allreduce_time(k, n, link))])
+                     fmt_bytes(2 * ring_allreduce_bytes_per_device(k, n)),
+                     fmt_time(ring_allreduce_time(k, n, link))])
     rep.table(["K", "busiest worker s+r", "server s+r", "server time", "server, duplex", "ring: device s+r",
                "ring time"], rows, name="ps_traffic")
     rep.values(ps_ks=", ".join(map(str, ks)),
                ps_worker_moves_2n=all(math.isclose(w, 2 * n) for w in worker_bytes),
-               ps_server_moves_2kn=all(math.isclose(s / w, k) for k, s, w in zip(ks, server_bytes, worker_bytes)))
+               ps_server_moves_2kn=all(math.isclose(s / w, k)
+                                       for k, s, w in zip(ks, server_bytes, worker_bytes)))
     top = ks[-1]
     rep.line(f"  at K = {top}: the server moves {top}× what a worker moves and needs "
              f"{fmt_time(parameter_server_time(top, n, link))} per step; a ring all-reduce needs "

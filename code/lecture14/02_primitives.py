@@ -1,5 +1,6 @@
 """Lecture 14 §2 (多 GPU 通信): the five collective primitives on real torch.distributed ranks (gloo on
-CPU; NCCL where every rank has a GPU), the identities between them, and a point-to-point shift round the ring without deadlock.
+CPU; NCCL where every rank has a GPU), the identities between them, and a point-to-point shift round
+the ring without deadlock.
 
     python code/lecture14/02_primitives.py
     python code/lecture14/02_primitives.py --world-size 3 --numbers 7
@@ -16,7 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -114,7 +116,8 @@ def shift_worker(rank: int, world_size: int, n: int) -> dict[str, object]:
     # peer posts its recv, but the peer is itself stuck in its own send (NCCL always waits; gloo
     # might return early for small messages: never rely on it). Posting both at once cannot wait
     # on itself: batch_isend_irecv (like ncclGroupStart/End) starts the pair, then we wait.
-    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, right), dist.P2POp(dist.irecv, received, left)]):
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, right),
+                                        dist.P2POp(dist.irecv, received, left)]):
         work.wait()
     ring = ring_allreduce_by_shifts(x.clone(), rank, world_size)
     reference = x.clone()
@@ -154,7 +157,9 @@ def skip_collective_worker(rank: int, world_size: int) -> float:
 # ---- the parent: parts in the notes' order ---------------------------------------------------
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, numbers=4, real=True, cost=COST, context={"numbers": "as in the notes"})
+    parser = make_parser(__doc__, world_size=4, numbers=4, real=True, cost=COST, context={"numbers": "as in "
+                                                                                                     "the "
+                                                                                                     "notes"})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2 for collectives between ranks")
@@ -181,7 +186,8 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
             "all-gather": col.all_gather(inputs).outputs}
     meaning = {
         "broadcast": f"rank {ROOT}'s buffer copied to every rank",
-        "reduce": f"the sum lands on rank {ROOT} only; other ranks' buffers are scratch afterwards (gloo leaves partial sums)",
+        "reduce": f"the sum lands on rank {ROOT} only; other ranks' buffers are scratch afterwards (gloo "
+                  "leaves partial sums)",
         "all-reduce": "every rank gets the sum",
         "reduce-scatter": "rank r gets chunk r of the sum (output N/K)",
         "all-gather": "every rank gets every rank's buffer (output K times the input)",
@@ -200,8 +206,9 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
         rep.table(["rank", "before", "size", "after", "size"], rows, name=name)
     # Integer data: sums are exact in float32, so real ranks and the simulator agree bit for bit.
     rep.check_close(f"the five collectives on {w} real ranks vs collectives.py", gap, 0.0)
-    rep.note(f"reduce-scatter ran as {results[0]['reduce_scatter_method']}; with N not divisible by K, chunks "
-             "follow np.array_split: the first N mod K ranks get one number more (torch.tensor_split too)")
+    rep.note(f"reduce-scatter ran as {results[0]['reduce_scatter_method']}; with N not divisible by K, "
+             "chunks follow np.array_split: the first N mod K ranks get one number more (torch.tensor_split "
+             "too)")
     rep.values(numbers=n, rs_out_numbers=len(results[0]["reduce-scatter"][1]),
                rs_output_ratio=len(results[0]["reduce-scatter"][1]) / n,
                ag_output_ratio=len(results[0]["all-gather"][1]) / n)
@@ -215,31 +222,13 @@ IDENTITIES = [
 
 def part2_identities(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
-    rep.part(2, "identities: AllReduce = Reduce + Broadcast = ReduceScatter + AllGather; PS = Broadcast + Reduce")
+    rep.part(2, "identities: AllReduce = Reduce + Broadcast = ReduceScatter + AllGather; PS = Broadcast + "
+                "Reduce")
     results = launch(identities_worker, w, n, SEED, backend="auto", timeout_s=args.timeout_s)
     exact, noisy = [res["exact"] for res in results], [res["random"] for res in results]
     inputs = all_inputs(w, n)
-    ref = col.allreduce(inputs).outputs
-    reduced = col.reduce(inputs, ROOT).outputs[ROOT]
-    sim_rb = col.broadcast([reduced if r == ROOT else inputs[r] for r in range(w)], ROOT).outputs
-    sim_rsag = col.all_gather(col.reduce_scatter(inputs).outputs).outputs
-    sim = {"reduce_broadcast": sim_rb, "rs_ag": sim_rsag}
-    rows, real_ok, gap = [], {}, 0.0
-    for label, key in IDENTITIES:
-        real_equal = all(res[key] == res["all_reduce"] for res in exact)
-        route_gap = max(float(np.abs(np.asarray(res[key], np.float32) - s).max()) for res, s in zip(exact, sim[key]))
-        gap = max(gap, route_gap)
-        sim_equal = all(np.array_equal(a, b) for a, b in zip(sim[key], ref))
-        worst = max(np.abs(np.subtract(res[key], res["all_reduce"])).max() for res in noisy)
-        rows.append([label, yes(real_equal), yes(sim_equal), yes(route_gap == 0), float(worst)])
-        real_ok[key] = real_equal and route_gap == 0
-    # Parameter server: workers are ranks 1..W-1 with gradients x_r; the simulator has K = W-1 workers.
-    params0 = rank_data(ROOT, n).numpy() * 10
-    ps_sim = col.parameter_server(inputs[1:], params=params0, lr=LR)
-    ps_real = [np.asarray(res["ps"], np.float32) for res in exact]
-    ps_ref = params0 - LR * np.sum(inputs[1:], axis=0) / (w - 1)
-    ps_gap = max(float(np.abs(p - ps_ref).max()) for p in ps_real)  # real ranks vs numpy
-    ps_sim_gap = max(float(np.abs(p - q).max()) for p, q in zip(ps_real[1:], ps_sim.outputs))
+    rows, real_ok, gap = identity_rows(inputs, exact, noisy)
+    ps_sim, ps_gap, ps_sim_gap = parameter_server_step(inputs, exact, n)
     rows.append(["PS step = broadcast (pull) + reduce (push)", yes(ps_gap <= PS_TOLERANCE), "-",
                  yes(ps_sim_gap <= PS_TOLERANCE), "-"])
     rep.table(["identity", "real ranks: equal", "simulator: equal", "real = simulator",
@@ -250,23 +239,62 @@ def part2_identities(rep: Report, args: argparse.Namespace) -> None:
     rep.note("integer data: sums are exact, so 'equal' means bit for bit; random N(0,1) float32 data\n"
              "(seeded per rank): the routes add in different orders, so they may differ in the last bits")
     workers = "rank 1 is the worker" if w == 2 else f"ranks 1..{w - 1} are workers"
-    rep.note(f"parameter server: rank {ROOT} is the server (contributes no gradient), {workers};\n"
-             f"params = rank {ROOT}'s numbers × 10, update params - {LR:g} · sum / {w - 1}; the server's link "
-             f"carries K·N = {ps_sim.received[-1]:,} B each way, a worker's {ps_sim.sent[0]:,} B")
+    rep.note(f"parameter server: rank {ROOT} is the server (contributes no gradient), {workers};\nparams = "
+             f"rank {ROOT}'s numbers × 10, update params - {LR:g} · sum / {w - 1}; the server's link carries "
+             f"K·N = {ps_sim.received[-1]:,} B each way, a worker's {ps_sim.sent[0]:,} B")
     rep.values(reduce_broadcast_equal=real_ok["reduce_broadcast"], rs_ag_equal=real_ok["rs_ag"],
                ps_step_equal=max(ps_gap, ps_sim_gap) <= PS_TOLERANCE)
+
+
+def identity_rows(inputs: list[np.ndarray], exact: list[dict], noisy: list[dict]
+                  ) -> tuple[list[list], dict[str, bool], float]:
+    """Part 2's rows for the two all-reduce routes: real ranks (integer data, then random float32)
+    against their own all-reduce and against collectives.py. Also whether each route is exact on
+    real ranks and the largest real-vs-simulator gap."""
+    ref = col.allreduce(inputs).outputs
+    reduced = col.reduce(inputs, ROOT).outputs[ROOT]
+    sim_rb = col.broadcast([reduced if r == ROOT else inputs[r] for r in range(len(inputs))], ROOT).outputs
+    sim_rsag = col.all_gather(col.reduce_scatter(inputs).outputs).outputs
+    sim = {"reduce_broadcast": sim_rb, "rs_ag": sim_rsag}
+    rows, real_ok, gap = [], {}, 0.0
+    for label, key in IDENTITIES:
+        real_equal = all(res[key] == res["all_reduce"] for res in exact)
+        route_gap = max(float(np.abs(np.asarray(res[key], np.float32) - s).max())
+                        for res, s in zip(exact, sim[key]))
+        gap = max(gap, route_gap)
+        sim_equal = all(np.array_equal(a, b) for a, b in zip(sim[key], ref))
+        worst = max(np.abs(np.subtract(res[key], res["all_reduce"])).max() for res in noisy)
+        rows.append([label, yes(real_equal), yes(sim_equal), yes(route_gap == 0), float(worst)])
+        real_ok[key] = real_equal and route_gap == 0
+    return rows, real_ok, gap
+
+
+def parameter_server_step(inputs: list[np.ndarray], exact: list[dict], n: int
+                          ) -> tuple[col.Result, float, float]:
+    """The parameter-server step: workers are ranks 1..W-1 with gradients x_r (the simulator has
+    K = W-1 workers). Returns the simulation and the real ranks' gaps to numpy and to it."""
+    w = len(inputs)
+    params0 = rank_data(ROOT, n).numpy() * 10
+    ps_sim = col.parameter_server(inputs[1:], params=params0, lr=LR)
+    ps_real = [np.asarray(res["ps"], np.float32) for res in exact]
+    ps_ref = params0 - LR * np.sum(inputs[1:], axis=0) / (w - 1)
+    ps_gap = max(float(np.abs(p - ps_ref).max()) for p in ps_real)  # real ranks vs numpy
+    ps_sim_gap = max(float(np.abs(p - q).max()) for p, q in zip(ps_real[1:], ps_sim.outputs))
+    return ps_sim, ps_gap, ps_sim_gap
 
 
 def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
     rep.part(3, "point-to-point: everyone sends right, receives left (batch_isend_irecv)")
     results = launch(shift_worker, w, n, backend="auto", timeout_s=args.timeout_s)
-    rows = [[str(r), show(res["before"]), f"→ rank {(r + 1) % w}", f"rank {(r - 1) % w} →", show(res["after"])]
+    rows = [[str(r), show(res["before"]), f"→ rank {(r + 1) % w}", f"rank {(r - 1) % w} →",
+             show(res["after"])]
             for r, res in enumerate(results)]
     rep.table(["rank", "before", "sends to", "receives from", "after"], rows, name="shift")
     sim = col.ring_allreduce(all_inputs(w, n))
     gap = max(max(float(np.abs(np.subtract(res["ring"], res["all_reduce"])).max()),
-                  float(np.abs(np.asarray(res["ring"], np.float32) - s).max())) for res, s in zip(results, sim.outputs))
+                  float(np.abs(np.asarray(res["ring"], np.float32) - s).max()))
+              for res, s in zip(results, sim.outputs))
     rep.line(f"  a ring all-reduce made of 2(K-1) = {2 * (w - 1)} such shifts (chunk (r - i) mod K, then "
              f"(r + 1 - i) mod K); bytes each rank sent: {show([res['bytes_sent'] for res in results])}, "
              f"the simulator's count: {show(sim.sent.tolist())}")
@@ -279,7 +307,8 @@ def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
     rep.part(4, "extra (§2.2, §6): the most common deadlock, one rank skips a collective")
     if under_torchrun():
         rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
-        rep.values(skip_ranks=args.world_size, skip_outcome="not run under torchrun", skipped_collective_fails=None)
+        rep.values(skip_ranks=args.world_size, skip_outcome="not run under torchrun",
+                   skipped_collective_fails=None)
         return
     timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
     w = min(args.world_size, staged.MAX_RANKS)
@@ -290,8 +319,9 @@ def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
     seconds, report = staged.skipped_collective(
         skip_collective_worker, w, backend="auto", timeout_s=timeout, skippers=range(1, w), waiters=[ROOT],
         staged="Part 4 staged a skipped collective (only rank 0 calls all_reduce)")
-    rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher reports:\n"
-             f"    {report}" if report else "  no error: the collective completed (it should not have)")
+    rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher "
+             f"reports:\n    {report}" if report else "  no error: the collective completed (it should not "
+                                                      "have)")
     rep.note("every rank must make the same collective calls in the same order; without a timeout "
              "this run would wait for ever (NCCL's default timeout is minutes).")
     rep.values(skip_ranks=w, skipped_collective_fails=report is not None,

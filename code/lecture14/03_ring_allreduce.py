@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -53,17 +54,19 @@ FP_K, FP_SEED = 64, 0
 
 
 def main() -> None:
-    parser = make_parser(__doc__, alpha_us=NOTES_ALPHA_US, beta_gbs=NOTES_BETA_GBS, size=NOTES_SIZE, world_size=None,
-                         figs=True, context={"world_size": "Part 1's workers and Part 3's devices; default: the "
-                                             "notes' 4 and 8", "size": "Part 3's broadcast"})
+    parser = make_parser(__doc__, alpha_us=NOTES_ALPHA_US, beta_gbs=NOTES_BETA_GBS, size=NOTES_SIZE,
+                         world_size=None,
+                         figs=True, context={"world_size": "Part 1's workers and Part 3's devices; default: "
+                                             "the notes' 4 and 8", "size": "Part 3's broadcast"})
     parser.add_argument("--traffic-size", type=size_bytes, default=256 * 1024,
                         help="bytes per device in Part 2, float32 elements (default: 256KiB)")
     args = parser.parse_args()
     if args.world_size is not None and args.world_size < 2:
         raise UsageError("--world-size must be >= 2 (Part 3 broadcasts from one device to the others)")
     if args.traffic_size > MAX_TRAFFIC_BYTES:
-        raise UsageError(f"--traffic-size {args.traffic_size:,} B: Part 2 simulates 64 devices holding that much "
-                         f"each (about 400 B of memory per byte here); at most {MAX_TRAFFIC_BYTES // 2**20} MiB")
+        raise UsageError(f"--traffic-size {args.traffic_size:,} B: Part 2 simulates 64 devices holding that "
+                         "much each (about 400 B of memory per byte here); at most "
+                         f"{MAX_TRAFFIC_BYTES // 2**20} MiB")
     rep = Report(__file__, "ring all-reduce, its traffic, pipelined ring broadcast", args)
     part1_symbolic_ring(rep, args)     # every round of the ring, in the notes' a0+b0 notation
     part2_traffic(rep, args)           # bytes and rounds measured from the simulation; float32 order
@@ -86,7 +89,8 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
         res = col.ring_allreduce(col.symbolic_inputs(k), history=True)
         ring_views.show_rounds(rep, res, k, lambda buf: col.format_chunks(buf, res.bounds))
         total = col.Sym([(w, j) for w in range(k) for j in range(k)])
-        done = all(sum(buf, col.Sym()) == total and all(len(v.terms) == k for v in buf) for buf in res.outputs)
+        done = all(sum(buf, col.Sym()) == total and all(len(v.terms) == k for v in buf)
+                   for buf in res.outputs)
     else:
         res, done = ring_views.many_workers(rep, k)
     rep.line(f"  {res.n_rounds} rounds = 2(K - 1); each worker ends with every chunk summed over all {k}, "
@@ -96,7 +100,8 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
     # (r − i − 1) mod K; all-gather round i sends (r − i + 1) mod K. Checked on every simulated message.
     mpi = all(np.array_equal(rnd.dst, (rnd.src + 1) % k) and np.array_equal(
         rnd.chunk, (rnd.src - rnd.index + (rnd.phase != "reduce-scatter")) % k) and (
-        rnd.phase != "reduce-scatter" or np.array_equal(rnd.chunk, (rnd.dst - rnd.index - 1) % k)) for rnd in res.rounds)
+        rnd.phase != "reduce-scatter" or np.array_equal(rnd.chunk, (rnd.dst - rnd.index - 1) % k))
+              for rnd in res.rounds)
     rep.values(ring_k=k, ring_messages=sum(len(r.src) for r in res.rounds), mpi_chunk_indices=mpi,
                owner_chunk_complete=owner_chunk_complete(res, k, symbolic))
     rep.compare_with_notes()  # these rows hold at any K; the next two are the notes' K = 4 buffers
@@ -136,6 +141,26 @@ def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
              + ";\nsim = counted message by message in the simulation; formula = the closed form "
              "(common.costmodel.allreduce_traffic_bytes);\nparameter server: K workers + 1 server, "
              "the server's link is the busiest; 'sent' counts what a device sends (it receives as much)")
+    rows, ring_ratio, all_match = traffic_rows(ks, elems)
+    rep.table(["K", "algorithm", "rounds sim", "formula", "busiest sent sim", "formula", "busiest / N",
+               "total sent sim", "formula", "sim = formula"], rows, name="traffic")
+    rep.line(f"  ring: every device sends 2(K-1)/K·N, from {fmt_num(min(ring_ratio.values()))}·N to "
+             f"{fmt_num(max(ring_ratio.values()))}·N: bounded by 2N whatever K; the others' busiest "
+             "device grows with K (naive, server) or log2 K (tree)")
+    if any(elems % k for k in ks):
+        rep.note("where K does not divide N, ring chunks differ by one element: the busiest device sends\n"
+                 "a little more than 2(K-1)/K·N (tests check the exact chunk-size sum); the line above\n"
+                 "still requires those rows' rounds and total bytes to equal the closed forms")
+    rep.record("ring_bytes_over_n", ring_ratio)
+    rep.values(traffic_ks=", ".join(map(str, ks)), traffic_closed_forms=all_match,
+               ring_sent_over_n_at_64=ring_ratio[max(ks)])
+    fp_order_difference(rep, elems)
+
+
+def traffic_rows(ks: list[int], elems: int) -> tuple[list[list], dict[int, float], bool]:
+    """Part 2's rows: every algorithm simulated on K devices of `elems` float32 each, against the
+    closed forms; also the ring's busiest/N by K and whether every row agrees."""
+    nbytes = 4 * elems
     rng = np.random.default_rng(FP_SEED)
     rows, ring_ratio, all_match = [], {}, True
     for k in ks:
@@ -153,19 +178,7 @@ def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
                          fmt_bytes(total), "yes" if match else ("no: N/K not whole" if uneven else "NO")])
             if name == "ring":
                 ring_ratio[k] = res.busiest_sent / nbytes
-    rep.table(["K", "algorithm", "rounds sim", "formula", "busiest sent sim", "formula", "busiest / N",
-               "total sent sim", "formula", "sim = formula"], rows, name="traffic")
-    rep.line(f"  ring: every device sends 2(K-1)/K·N, from {fmt_num(min(ring_ratio.values()))}·N to "
-             f"{fmt_num(max(ring_ratio.values()))}·N: bounded by 2N whatever K; the others' busiest "
-             "device grows with K (naive, server) or log2 K (tree)")
-    if any(elems % k for k in ks):
-        rep.note("where K does not divide N, ring chunks differ by one element: the busiest device sends\n"
-                 "a little more than 2(K-1)/K·N (tests check the exact chunk-size sum); the line above\n"
-                 "still requires those rows' rounds and total bytes to equal the closed forms")
-    rep.record("ring_bytes_over_n", ring_ratio)
-    rep.values(traffic_ks=", ".join(map(str, ks)), traffic_closed_forms=all_match,
-               ring_sent_over_n_at_64=ring_ratio[max(ks)])
-    fp_order_difference(rep, elems)
+    return rows, ring_ratio, all_match
 
 
 def fp_order_difference(rep: Report, elems: int) -> None:
@@ -179,7 +192,8 @@ def fp_order_difference(rep: Report, elems: int) -> None:
     diff = np.abs(ring - numpy_sum)
     # float32 spacing (one unit in the last place) at the largest sum: the scale of one rounding
     spacing = float(np.spacing(np.float32(np.abs(exact).max())))
-    rep.line(f"  float32 order: K = {FP_K}, each device {elems:,} standard-normal float32 values (seed {FP_SEED})")
+    rep.line(f"  float32 order: K = {FP_K}, each device {elems:,} standard-normal float32 values (seed "
+             f"{FP_SEED})")
     rep.table(["quantity", "value"], [
         ["max |ring - np.sum| over all elements", float(diff.max())],
         ["mean |ring - np.sum|", float(diff.mean())],
@@ -203,6 +217,29 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     demo_ticks(rep, k)
     best_pow2 = best_broadcast_segments(k, n, link)
     top = min(20, max(12, best_pow2.bit_length() + 2))
+    sim_times, sim_ok = segments_table(rep, k, n, link, top)
+    rep.line(f"  tick simulation equals the closed form (ticks exactly, time to rounding): "
+             f"{'yes' if sim_ok else 'NO'}")
+    s_cont = continuous_best_segments(k, n, link)
+    t_best, t_one = ring_broadcast_time(k, n, link, best_pow2), ring_broadcast_time(k, n, link, 1)
+    rep.line(f"  best power of two S = {best_pow2}: {fmt_time(t_best)}; unsplit: {fmt_time(t_one)}; "
+             f"S >> K without α: N/β = {fmt_time(n / link.beta_Bps)}")
+    if link.alpha_s > 0 and k > 2:
+        best_int = best_integer_segments(k, n, link)
+        rep.line(f"  continuous optimum S* = sqrt((K-2)·N/(α·β)) = {fmt_num(s_cont)}; best integer S = "
+                 f"{best_int}: {fmt_time(ring_broadcast_time(k, n, link, best_int))}")
+    else:
+        rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
+                 "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
+    rep.values(ticks_k=k, ticks_top_s=2**top, tick_simulation_ok=sim_ok)
+    notes_setting_values(rep, (k, n, link))
+    if rep.figure_dir():
+        rep.save_figure(figures.broadcast_segments(k, n, link, sim_times, best_pow2), "broadcast_segments")
+
+
+def segments_table(rep: Report, k: int, n: int, link: Link, top: int) -> tuple[dict[int, float], bool]:
+    """Part 3's table, S = 1, 2, 4 … 2**top: the tick simulation (where it stays small) against the
+    closed form. Returns the simulated times by S and whether ticks and times all agree."""
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
     ticks = algorithm("pipelined ring broadcast").rounds  # K-2+S, from collectives_def
     scale = max(ring_broadcast_time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
@@ -219,25 +256,7 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
         else:
             rows.append([s, "-", ticks(k, s), "-", fmt_time(formula), bar(formula, scale, 30)])
     rep.table(["S", "ticks sim", "K-2+S", "time sim", "(K-2+S)(α+N/(Sβ))", ""], rows, name="segments")
-    rep.line(f"  tick simulation equals the closed form (ticks exactly, time to rounding): "
-             f"{'yes' if ticks_ok and time_ok else 'NO'}")
-    s_cont = continuous_best_segments(k, n, link)
-    t_best, t_one = ring_broadcast_time(k, n, link, best_pow2), ring_broadcast_time(k, n, link, 1)
-    rep.line(f"  best power of two S = {best_pow2}: {fmt_time(t_best)}; unsplit: {fmt_time(t_one)}; "
-             f"S >> K without α: N/β = {fmt_time(n / link.beta_Bps)}")
-    if link.alpha_s > 0 and k > 2:
-        best_int = best_integer_segments(k, n, link)
-        rep.line(f"  continuous optimum S* = sqrt((K-2)·N/(α·β)) = {fmt_num(s_cont)}; best integer S = "
-                 f"{best_int}: {fmt_time(ring_broadcast_time(k, n, link, best_int))}")
-    else:
-        rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
-                 "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
-    rep.values(ticks_k=k, ticks_top_s=2**top, tick_simulation_ok=ticks_ok and time_ok)
-    notes_setting_values(rep, (k, n, link))
-
-
-    if rep.figure_dir():
-        rep.save_figure(figures.broadcast_segments(k, n, link, sim_times, best_pow2), "broadcast_segments")
+    return sim_times, ticks_ok and time_ok
 
 
 def notes_setting_values(rep: Report, run: tuple[int, int, Link]) -> None:
@@ -245,7 +264,8 @@ def notes_setting_values(rep: Report, run: tuple[int, int, Link]) -> None:
     flags (the table above follows them), so they stay checked; said so when this run is elsewhere."""
     k, n, link = NOTES_K[3], NOTES_SIZE, Link(NOTES_ALPHA_US * 1e-6, NOTES_BETA_GBS * 1e9)
     if run != (k, n, link):
-        rep.line(f"  vs the notes: recomputed at their setting, K = {k}, N = {fmt_bytes(n)}, {link.describe()}")
+        rep.line(f"  vs the notes: recomputed at their setting, K = {k}, N = {fmt_bytes(n)}, "
+                 f"{link.describe()}")
     best = best_broadcast_segments(k, n, link)
     no_alpha = Link(0.0, link.beta_Bps)
     rep.values(limit_over_n_b=ring_broadcast_time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps),
@@ -272,7 +292,8 @@ def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:
         rep.note(f"K = {k} > {MAX_TICK_TABLE_K}: the tick-by-tick table (a column per link) is shown for "
                  f"K <= {MAX_TICK_TABLE_K} only;\nS = {segments} segments moved for real, counted below")
     ok = all(np.array_equal(out, np.arange(segments)) for out in res.outputs)
-    rep.line(f"  {res.n_rounds} ticks = K - 2 + S = {k - 2 + segments}; every device holds the data: {'yes' if ok else 'NO'}")
+    rep.line(f"  {res.n_rounds} ticks = K - 2 + S = {k - 2 + segments}; every device holds the data: "
+             f"{'yes' if ok else 'NO'}")
 
 
 if __name__ == "__main__":

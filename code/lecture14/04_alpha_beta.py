@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -77,8 +78,8 @@ def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: floa
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7, peak_tflops=PEAK_TFLOPS,
-                         real=True, figs=True, quick={"repeats": 3}, cost=COST,
+    parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7,
+                         peak_tflops=PEAK_TFLOPS, real=True, figs=True, quick={"repeats": 3}, cost=COST,
                          context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
     parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
                         help="Part 3: tokens per GPU per step")
@@ -99,36 +100,8 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     rep.part(1, "ring vs binary tree vs naive (all to rank 0) all-reduce in the α-β model")
     k, link = args.world_size, link_from_args(args)
     rep.note(f"K = {k}, {link.describe()}; N = bytes per device (MB = 1e6 B)")
-    rows, winners = [], {}
-    for n in MODEL_SIZES:
-        times = allreduce_times(k, n, link)
-        winners[n] = winner(times)
-        rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
-    rep.table(["N", "ring", "tree", "naive", "fastest"], rows, name="times")
-    for n, name in ((1e3, "1kb"), (1e4, "10kb"), (1e5, "100kb"), (1e6, "1mb"), (1e8, "100mb")):
-        times = allreduce_times(k, n, link)
-        rep.value(f"fastest_{name}", winners[int(n)])
-        rep.value(f"times_{name}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
-
-    ring = lambda n: ring_allreduce_time(k, n, link)  # noqa: E731 - small closures for the search
-    others = {"tree": ring_tree_crossover_bytes(k, link), "naive": ring_naive_crossover_bytes(k, link)}
-    crossovers: dict[str, float | None] = {}
-    for name, closed in others.items():
-        other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
-        searched = num.numeric_crossover(ring, other, *num.search_range(link))
-        below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
-        crossovers[name] = None if below_a_byte else closed
-        rep.value(f"ring_{name}_searched", fmt_bytes(searched) if searched else "no size")
-        if closed is None or below_a_byte:
-            assert below_a_byte or searched is None, f"no closed-form crossover but the search found {searched}"
-            where = f" (the formulas meet at {closed:.2g} B, below one byte)" if below_a_byte else ""
-            rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs{where} — "
-                     f"{'the ring is never slower' if ring(1e6) <= other(1e6) else 'the ring is never faster'}")
-            rep.value(f"ring_{name}_crossover_kb", None)
-            continue
-        # The closed form must land on the equal-time point the search finds.
-        assert searched is not None and math.isclose(closed, searched, rel_tol=1e-6), (closed, searched)
-        rep.value(f"ring_{name}_crossover_kb", closed / 1e3)
+    model_times_table(rep, k, link)
+    crossovers = ring_crossovers(rep, k, link)
     ranges = num.winner_ranges(k, link)
     if len(ranges) == 1:
         text = f"{ranges[0][1]} at every size"
@@ -145,6 +118,47 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
                ring_from_hundreds_kb=ring_from is not None and 1e5 <= ring_from < 1e6)
     if rep.figure_dir():
         rep.save_figure(figures.alpha_beta_sizes(k, link, [1e2, 1e9], crossovers), "allreduce_by_size")
+
+
+def model_times_table(rep: Report, k: int, link: Link) -> None:
+    """Part 1's table: each all-reduce's α-β time at every size, and the fastest."""
+    rows, winners = [], {}
+    for n in MODEL_SIZES:
+        times = allreduce_times(k, n, link)
+        winners[n] = winner(times)
+        rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
+    rep.table(["N", "ring", "tree", "naive", "fastest"], rows, name="times")
+    for n, name in ((1e3, "1kb"), (1e4, "10kb"), (1e5, "100kb"), (1e6, "1mb"), (1e8, "100mb")):
+        times = allreduce_times(k, n, link)
+        rep.value(f"fastest_{name}", winners[int(n)])
+        rep.value(f"times_{name}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
+
+
+def ring_crossovers(rep: Report, k: int, link: Link) -> dict[str, float | None]:
+    """Where the ring's time meets the tree's and the naive one's: the closed form, checked against
+    a numeric search (None where they never cross at a size of a byte or more)."""
+    ring = lambda n: ring_allreduce_time(k, n, link)  # noqa: E731 - small closures for the search
+    others = {"tree": ring_tree_crossover_bytes(k, link), "naive": ring_naive_crossover_bytes(k, link)}
+    crossovers: dict[str, float | None] = {}
+    for name, closed in others.items():
+        other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
+        searched = num.numeric_crossover(ring, other, *num.search_range(link))
+        below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
+        crossovers[name] = None if below_a_byte else closed
+        rep.value(f"ring_{name}_searched", fmt_bytes(searched) if searched else "no size")
+        if closed is None or below_a_byte:
+            assert below_a_byte or searched is None, \
+                f"no closed-form crossover but the search found {searched}"
+            where = f" (the formulas meet at {closed:.2g} B, below one byte)" if below_a_byte else ""
+            faster = "the ring is never slower" if ring(1e6) <= other(1e6) else "the ring is never faster"
+            rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs{where} — "
+                     f"{faster}")
+            rep.value(f"ring_{name}_crossover_kb", None)
+            continue
+        # The closed form must land on the equal-time point the search finds.
+        assert searched is not None and math.isclose(closed, searched, rel_tol=1e-6), (closed, searched)
+        rep.value(f"ring_{name}_crossover_kb", closed / 1e3)
+    return crossovers
 
 
 def time_allreduce_worker(rank: int, world_size: int, sizes: list[int], sweeps: int) -> dict:
@@ -172,11 +186,11 @@ def time_allreduce_worker(rank: int, world_size: int, sizes: list[int], sweeps: 
 def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
     rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
     sizes = QUICK_SIZES if args.quick else REAL_SIZES
-    rep.note(f"float32 all-reduce; one launch per process count: a checked call per size, a warm-up sweep, "
-             f"then {args.repeats} sweeps timing one call of every size; a call takes the slowest rank's time "
-             "after a barrier. Each sweep's line t = a + b·N (least relative error) read as a ring: α = a/2(K-1), "
-             f"β = 2(K-1)/(K·b); median [least … most] over the fits that succeeded. {os.cpu_count() or 1} CPU "
-             "cores here: more processes than cores take turns.")
+    rep.note("float32 all-reduce; one launch per process count: a checked call per size, a warm-up sweep, "
+             f"then {args.repeats} sweeps timing one call of every size; a call takes the slowest rank's "
+             "time after a barrier. Each sweep's line t = a + b·N (least relative error) read as a ring: α = "
+             "a/2(K-1), β = 2(K-1)/(K·b); median [least … most] over the fits that succeeded. "
+             f"{os.cpu_count() or 1} CPU cores here: more processes than cores take turns.")
     runs: dict[int, dict] = {}
     for asked in REAL_PROCS:  # one launch per process count: start-up is paid once each
         result = launch(time_allreduce_worker, asked, sizes, args.repeats, timeout_s=args.timeout_s)
@@ -195,13 +209,15 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
                for i, n in enumerate(sizes)], name="measured")
     fit_rows = []
     for k, run in runs.items():
-        fit_rows.append([k, f"{run['alpha'].used} of {run['alpha'].total}", num.spread_text(run["alpha"], fmt_time),
+        fit_rows.append([k, f"{run['alpha'].used} of {run['alpha'].total}",
+                         num.spread_text(run["alpha"], fmt_time),
                          num.spread_text(run["beta"], lambda v: f"{v / 1e9:.3g}"),
                          num.spread_text(run["ratio"], lambda v: f"{v:.2f}")])
         for f in run["fits"]:
             if f.failed:
                 rep.line(f"  {k} processes, a sweep's fit failed: {f.failed}")
-    rep.table(["processes", "fits ok", "α per round", "β (GB/s)", "t(16 KiB) / t(1 KiB)"], fit_rows, name="fit")
+    rep.table(["processes", "fits ok", "α per round", "β (GB/s)", "t(16 KiB) / t(1 KiB)"], fit_rows,
+              name="fit")
     rep.note("the shape is the point: a fixed cost per call plus a cost per byte, on any interconnect")
     record_fit(rep, runs)
     if rep.figure_dir():
@@ -217,7 +233,8 @@ def record_fit(rep: Report, runs: dict[int, dict]) -> None:
     rep.values(gloo_alpha_us=alpha.median * 1e6 if alpha.measured else None,
                gloo_beta_gbs=beta.median / 1e9 if beta.measured else None,
                gloo_fits_ok=alpha.used, gloo_fits=alpha.total,
-               gloo_alpha_range=f"{alpha.low * 1e6:.3g} … {alpha.high * 1e6:.3g} µs" if alpha.used else "none",
+               gloo_alpha_range=f"{alpha.low * 1e6:.3g} … {alpha.high * 1e6:.3g} µs" if alpha.used
+               else "none",
                gloo_beta_range=f"{beta.low / 1e9:.3g} … {beta.high / 1e9:.3g} GB/s" if beta.used else "none",
                link_alpha_us=link_alpha * 1e6,
                gloo_alpha_over_link=alpha.median / link_alpha if alpha.measured else None,
@@ -239,29 +256,32 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
     rep.part(3, "all-reduce vs compute in data parallelism: the share does not depend on model size")
     k, tokens = args.world_size, args.tokens_per_gpu
     flops_per_s = args.mfu * args.peak_tflops * 1e12
-    rep.note(f"K = {k} GPUs, {tokens} tokens per GPU per step; compute = 6·P·tokens at "
-             f"{args.mfu:g} × {args.peak_tflops:g} TFLOP/s;\n"
-             f"ring all-reduce of bf16 gradients ({GRAD_BYTES_PER_PARAM} B/param), latency neglected (α = 0);\n"
-             "share = comm / (comm + compute), nothing overlapped")
+    rep.note(f"K = {k} GPUs, {tokens} tokens per GPU per step; compute = 6·P·tokens at {args.mfu:g} × "
+             f"{args.peak_tflops:g} TFLOP/s;\nring all-reduce of bf16 gradients ({GRAD_BYTES_PER_PARAM} "
+             "B/param), latency neglected (α = 0);\nshare = comm / (comm + compute), nothing overlapped")
     links = [Link(0.0, preset.beta_Bps, preset.name) for preset in (NVLINK, INFINIBAND, ETHERNET)]
     params = [125e6, 1.3e9, 7e9, 70e9, 405e9]
-    rows = [[f"{p / 1e9:g}B"] + [f"{100 * comm_share(k, p, link, tokens, flops_per_s):.1f} %" for link in links]
+    rows = [[f"{p / 1e9:g}B"] + [f"{100 * comm_share(k, p, link, tokens, flops_per_s):.1f} %"
+                                 for link in links]
             for p in params]
-    rep.table(["parameters P"] + [f"{link.name.split(' (')[0]} ({link.beta_Bps / 1e9:g} GB/s)" for link in links],
+    rep.table(["parameters P"] + [f"{link.name.split(' (')[0]} ({link.beta_Bps / 1e9:g} GB/s)"
+                                  for link in links],
               rows, name="share")
     shares = {link.name: [comm_share(k, p, link, tokens, flops_per_s) for p in params] for link in links}
     rep.values(mfu=args.mfu, peak_tflops=args.peak_tflops,
-               share_nvlink_pct=100 * shares[NVLINK.name][0], share_infiniband_pct=100 * shares[INFINIBAND.name][0],
+               share_nvlink_pct=100 * shares[NVLINK.name][0],
+               share_infiniband_pct=100 * shares[INFINIBAND.name][0],
                share_ethernet_pct=100 * shares[ETHERNET.name][0],
                share_spread=max(max(v) - min(v) for v in shares.values()),
                share_independent_of_p=max(max(v) - min(v) for v in shares.values()) < 1e-12)
-    # A latency α (this run's --alpha-us) adds 2(K-1)·α per step: how much it moves the share for the smallest P.
+    # A latency α (this run's --alpha-us) adds 2(K-1)·α per step: how much it moves the share for the
+    # smallest P.
     latent = [Link(args.alpha_us * 1e-6, link.beta_Bps) for link in links]
     moved = 100 * max(abs(comm_share(k, params[0], a, tokens, flops_per_s) - shares[b.name][0])
                       for a, b in zip(latent, links))
     verdict = "latency is negligible" if moved < 1 else "latency is not negligible at this K"
-    rep.line(f"  with α = {args.alpha_us:g} µs the share for {params[0] / 1e6:g}M parameters moves by at most "
-             f"{moved:.2f} points: {verdict}")
+    rep.line(f"  with α = {args.alpha_us:g} µs the share for {params[0] / 1e6:g}M parameters moves by at "
+             f"most {moved:.2f} points: {verdict}")
     rep.record("alpha_moves_share_points", moved)
 
 

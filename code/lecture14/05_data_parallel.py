@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -107,12 +108,13 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
         once = sorted(i for p in parts for i in p) == list(range(n))
         naive_kept = sum(dp.naive_proportional_sizes(n, w))
         drops_remainder &= n - naive_kept == n % w
-        rows.append([n, " ".join(map(str, sizes)), "yes" if once else "NO", n % w, naive_kept, n - naive_kept])
+        rows.append([n, " ".join(map(str, sizes)), "yes" if once else "NO", n % w, naive_kept,
+                     n - naive_kept])
     rep.table(["size", f"sizes (W = {w})", "each index once", "ranks +1", "int(size/W) keeps", "drops"], rows,
               name="sizes")
     untouched = random.getstate() == state_before
-    rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: {covered}; "
-             f"global random state untouched by the shuffles: {untouched}")
+    rep.line(f"  {w} real ranks, size {size}, seed {args.seed}: union covers every index exactly once: "
+             f"{covered}; global random state untouched by the shuffles: {untouched}")
     rep.note("rank r gets size // W samples, the first size % W ranks one more; slicing by the "
              "fraction 1/W instead (naive, not used) drops the remainder.")
     rep.values(partition_ranks=w, seed=args.seed, partition_alone_covers=covered and untouched,
@@ -157,7 +159,8 @@ def hw5_on_real_ranks(rep: Report, args: argparse.Namespace, model: nn.Module, s
              f"{len(xr)} samples, {steps} steps:")
     # gloo may add the ranks' gradients in another order than the simulation's rank order: the last
     # bit may differ (with W = 2 it cannot: a + b = b + a). Every rank must hold the same bits.
-    rep.check_close(f"HW5 on {w} ranks, ranks 1–{w - 1} vs rank 0", max(dp.max_abs_diff(params[0], p) for p in params), 0.0)
+    rep.check_close(f"HW5 on {w} ranks, ranks 1–{w - 1} vs rank 0",
+                    max(dp.max_abs_diff(params[0], p) for p in params), 0.0)
     for what, one_process in (("simulated ranks", simulated), ("full batch", full)):
         rep.check_close(f"HW5 on {w} ranks vs one process, {what}",
                         dp.max_abs_diff(params[0], dp.flat_params(one_process)), ROUND_OFF)
@@ -252,16 +255,18 @@ def part5_async(rep: Report, args: argparse.Namespace) -> None:
                *[f"async τ={t}" for t in taus]], rows, name="final_loss")
     limits = ", ".join(f"τ={t}: {dp.delayed_gd_stable_limit(t):.3g}" for t in taus)
     rep.line(f"  full-batch gradient descent with τ-old gradients is stable for lr·λmax below {limits}")
-    rep.note(f"least squares L(w) = |Aw − b|²/2n, A: {PS_SAMPLES}×{PS_DIM} N(0,1), b = A·w* + 0.1·noise, "
-             f"w₀ = 0 (L = {sw.start:.3g}, optimum {sw.optimum:.3g}), seed {args.seed}; gradient j uses the j-th of "
-             f"{GRAD_COMPUTATIONS} fixed mini-batches of {PS_BATCH}, the same in every column. sync: each update "
-             f"averages {k} gradients at the current w; async τ: each gradient is one update, computed at w as it "
-             "was τ updates earlier. 'diverged' = overflowed or ended above the starting loss.")
+    rep.note(f"least squares L(w) = |Aw − b|²/2n, A: {PS_SAMPLES}×{PS_DIM} N(0,1), b = A·w* + 0.1·noise, w₀ "
+             f"= 0 (L = {sw.start:.3g}, optimum {sw.optimum:.3g}), seed {args.seed}; gradient j uses the "
+             f"j-th of {GRAD_COMPUTATIONS} fixed mini-batches of {PS_BATCH}, the same in every column. sync: "
+             f"each update averages {k} gradients at the current w; async τ: each gradient is one update, "
+             "computed at w as it was τ updates earlier. 'diverged' = overflowed or ended above the starting "
+             "loss.")
     rep.values(**async_sgd.findings(sw, problem, k, args.seed))  # the notes' §4.3 statements, read off
     if rep.figure_dir():
         panels = async_sgd.curve_panels(problem, k, (PS_LRS[0], 0.2), taus)
-        rep.save_figure(figures.async_curves(panels, k, sw.optimum, sw.start, f"seed {args.seed}, {GRAD_COMPUTATIONS} "
-                                            f"mini-batches of {PS_BATCH}"), "async_sgd_loss")
+        rep.save_figure(figures.async_curves(panels, k, sw.optimum, sw.start, f"seed {args.seed}, "
+                                            f"{GRAD_COMPUTATIONS} mini-batches of {PS_BATCH}"),
+                        "async_sgd_loss")
 
 
 def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
@@ -286,21 +291,25 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
                speedup_saturates=big[1] < 1.2 * big[0])
     budget = fraction * t1  # ring on 2 devices: 2(α + N/(2β)) ≤ budget  ⇒  N ≤ (budget − 2α)·β
     largest = max(0.0, (budget - 2 * link.alpha_s) * link.beta_Bps)
-    rep.line(f"  T_comm ≤ {budget * 1e3:.3g} ms: on this link, gradients up to {fmt_bytes(largest)} on 2 GPUs")
+    rep.line(f"  T_comm ≤ {budget * 1e3:.3g} ms: on this link, gradients up to {fmt_bytes(largest)} on 2 "
+             "GPUs")
     rep.record("largest_gradient_bytes_for_1.4x", largest)
     if rep.figure_dir():
-        by_size = {f"{mb} MB": [r[2 + len(GRAD_SIZES_MB) + i] for r in rows] for i, mb in enumerate(GRAD_SIZES_MB)}
+        by_size = {f"{mb} MB": [r[2 + len(GRAD_SIZES_MB) + i] for r in rows]
+                   for i, mb in enumerate(GRAD_SIZES_MB)}
         rep.save_figure(figures.speedup(ks, by_size, t1, link), "speedup")
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, alpha_us=5.0, beta_gbs=25.0, seed=0, real=True, figs=True, cost=COST,
-                         context={"seed": "data, model and partition"})
+    parser = make_parser(__doc__, world_size=4, alpha_us=5.0, beta_gbs=25.0, seed=0, real=True, figs=True,
+                         cost=COST, context={"seed": "data, model and partition"})
     parser.add_argument("--ps-workers", type=positive_int, default=8, help="Part 5 workers")
-    parser.add_argument("--step-ms", type=positive_float, default=20.0, help="Part 6: single-GPU step time in ms")
+    parser.add_argument("--step-ms", type=positive_float, default=20.0, help="Part 6: single-GPU step time "
+                                                                             "in ms")
     args = parser.parse_args()
     if args.world_size < 2:
-        raise UsageError(f"--world-size must be at least 2 (data parallelism needs two ranks), got {args.world_size}")
+        raise UsageError("--world-size must be at least 2 (data parallelism needs two ranks), got "
+                         f"{args.world_size}")
     if args.ps_workers > GRAD_COMPUTATIONS:
         raise UsageError(f"--ps-workers must be at most {GRAD_COMPUTATIONS}, got {args.ps_workers}")
     ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it

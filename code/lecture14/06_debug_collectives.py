@@ -1,4 +1,4 @@
-"""Lecture 14 §2.2 and §6 (集合操作必须一致): finding a mismatched collective, PyTorch's way and the launcher's.
+"""Lecture 14 §2.2, §6 (集合操作必须一致): finding a mismatched collective, PyTorch's way and the launcher's.
 
     python code/lecture14/06_debug_collectives.py [--world-size 4] [--timeout-s 1]
 

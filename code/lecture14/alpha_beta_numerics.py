@@ -139,6 +139,8 @@ def summarize_run(k: int, sizes: Sequence[int], sweeps: list[list[float]], corre
             "high": [max(t) for t in by_size],
             "alpha": spread([None if f.failed else f.alpha_s for f in fits]),
             "beta": spread([None if f.failed else f.beta_Bps for f in fits]),
-            "ratio": spread([s[small] / s[sizes.index(2**10)] for s in sweeps] if small is not None else [None]),
-            "fit": (statistics.median(f.intercept_s for f in good), statistics.median(f.slope_s_per_byte for f in good))
+            "ratio": spread([s[small] / s[sizes.index(2**10)] for s in sweeps] if small is not None
+                            else [None]),
+            "fit": (statistics.median(f.intercept_s for f in good),
+                    statistics.median(f.slope_s_per_byte for f in good))
             if good else None}

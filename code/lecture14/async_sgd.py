@@ -134,11 +134,13 @@ def findings(sw: Sweep, problem: LeastSquares, k: int, seed: int) -> dict[str, A
     done = [i for i, f in enumerate(sw.finals) if sw.converged(f[1])]
     seeds = range(seed, seed + 5)  # is "staler helps at the smallest lr" one seed's accident?
     helps = seeds_where_staler_helps(samples, dim, computations, batch, seeds, k, sw.lrs[0], sw.taus)
-    longer, longer_finals = longer_run_staler_worse(samples, dim, 10 * computations, batch, seed, k, sw.lrs[0],
-                                                    sw.taus)
+    longer, longer_finals = longer_run_staler_worse(
+        samples, dim, 10 * computations, batch, seed, k, sw.lrs[0], sw.taus
+    )
     firsts = [sw.first_diverging_lr(c) for c in range(1, len(sw.taus) + 1)]
     return dict(
-        tau0_is_sequential=simulate_parameter_server(problem, k, sw.lrs[0], 0) == sequential_sgd(problem, sw.lrs[0]),
+        tau0_is_sequential=simulate_parameter_server(problem, k, sw.lrs[0],
+                                                     0) == sequential_sgd(problem, sw.lrs[0]),
         updates_ratio=computations / (computations // k), computations=computations, ps_workers=k,
         sync_updates=computations // k, tau0_final=first[1], sync_final=first[0],
         tau0_beats_sync=first[1] < first[0], tau0_beats_sync_everywhere=not beaten, ps_batch=batch,
@@ -146,7 +148,8 @@ def findings(sw: Sweep, problem: LeastSquares, k: int, seed: int) -> dict[str, A
         converged_lrs=", ".join(f"{sw.lrs[i]:g}" for i in done) or "none",
         staler_worse_where_converged=bool(done) and all(sw.staler_worse(i) for i in done),
         staler_worse_smallest_lr=sw.staler_worse(0), smallest_over_optimum=first[1] / sw.optimum,
-        helping_seeds=len(helps), seeds_text=f"{seeds.start}-{seeds.stop - 1}", longer_computations=10 * computations,
+        helping_seeds=len(helps), seeds_text=f"{seeds.start}-{seeds.stop - 1}",
+                longer_computations=10 * computations,
         longer_staler_worse=longer, longer_answer="yes" if longer else "no",
         longer_finals=", ".join(f"{v:.6g}" for v in longer_finals),
         longer_finals_by_tau=", ".join(f"{t}: {v:.6g}" for t, v in zip(sw.taus, longer_finals)),

@@ -340,7 +340,9 @@ def pipelined_ring_reduce(inputs: Sequence[np.ndarray], segments: int = 1, root:
     """
     if int(segments) != segments or segments < 1:
         raise ValueError(f"segments must be an integer >= 1, got {segments}")
-    res, bufs = _simulate("pipelined ring reduce", _check_inputs(inputs, root=root), history, root, int(segments))
+    res, bufs = _simulate(
+        "pipelined ring reduce", _check_inputs(inputs, root=root), history, root, int(segments)
+    )
     res.outputs = [bufs[r].copy() if r == root else None for r in range(len(bufs))]
     return res
 
@@ -389,14 +391,16 @@ def _placed(pieces: list[np.ndarray]) -> tuple[list[np.ndarray], list[slice]]:
     bounds = bounds_from_sizes([p.size for p in pieces])
     bufs = []
     for r, piece in enumerate(pieces):
-        buf = np.empty(bounds[-1].stop, dtype=object) if piece.dtype == object else np.zeros(bounds[-1].stop, piece.dtype)
+        buf = np.empty(bounds[-1].stop,
+                       dtype=object) if piece.dtype == object else np.zeros(bounds[-1].stop, piece.dtype)
         buf[bounds[r]] = piece
         bufs.append(buf)
     return bufs, bounds
 
 
 def all_gather(inputs: Sequence[np.ndarray], history: bool = False) -> Result:
-    """Every device ends with the concatenation of all inputs (which may differ in length). Ring, K - 1 rounds."""
+    """Every device ends with the concatenation of all inputs (which may differ in length).
+    Ring, K - 1 rounds."""
     bufs, bounds = _placed(_check_inputs(inputs, same_length=False))
     res, out = _simulate("ring all-gather", bufs, history, bounds=bounds)
     res.outputs = [b.copy() for b in out]

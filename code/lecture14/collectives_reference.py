@@ -66,7 +66,8 @@ def _tree(net: _Network, k: int, root: int, up: bool) -> None:
         if up:
             msgs = [((v + root) % k, (v - step + root) % k, None, "add") for v in range(step, k, 2 * step)]
         else:
-            msgs = [((v + root) % k, (v + step + root) % k, None, "copy") for v in range(0, k, 2 * step) if v + step < k]
+            msgs = [((v + root) % k, (v + step + root) % k, None, "copy") for v in range(0, k, 2 * step)
+                    if v + step < k]
         net.round(msgs)
 
 
@@ -95,36 +96,32 @@ def _pass_along(net: _Network, k: int, root: int, queues: list[list[int]], to_ro
                 queues[nxt].append(piece)
 
 
-def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
-              inputs: Sequence[np.ndarray] | None = None, root: int = 0, segments: int = 1) -> Reference:
-    """Run `algorithm` (a name in collectives.ALGORITHMS) message by message: on `inputs` (moving
-    data; for all-gather and gather each device's piece) or on K devices and `nbytes` (counts
-    only), cut and numbered as in collectives.py."""
-    k = len(inputs) if inputs is not None else k
-    n_chunks = segments if algorithm.startswith("pipelined") else k
-    bufs, itemsize = None, 1
-    if inputs is not None:
-        arrs = [np.asarray(x) for x in inputs]
-        itemsize = 4 if arrs[0].dtype == object else arrs[0].itemsize
-        if algorithm in ("ring all-gather", "ring gather"):  # each piece at its place in the whole
-            edges = np.cumsum([0] + [a.size for a in arrs])
-            bounds = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
-            bufs = [np.zeros(edges[-1], dtype=arrs[0].dtype) for _ in arrs]
-            for buf, sl, a in zip(bufs, bounds, arrs):
-                buf[sl] = a
-        else:
-            bufs = [a.copy() for a in arrs]
-            if algorithm == "pipelined ring broadcast":
-                bufs = [a if r == root else np.zeros_like(a) for r, a in enumerate(bufs)]
-        nbytes = bufs[0].size
-    if algorithm not in ("ring all-gather", "ring gather") or inputs is None:
-        edges = [len(part) for part in np.array_split(np.zeros(nbytes, dtype=np.int8), n_chunks)]
-        edges = np.cumsum([0] + edges)
-        bounds = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
-    server = algorithm == "parameter server"
-    if server and bufs is not None:
-        bufs.append(np.zeros_like(bufs[0]))
-    net = _Network(k + server, bounds, bufs, itemsize)
+def _slices(sizes: Sequence[int]) -> list[slice]:
+    """Consecutive slices of the given sizes."""
+    edges = np.cumsum([0] + list(sizes))
+    return [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _starting_buffers(algorithm: str, inputs: Sequence[np.ndarray], root: int
+                      ) -> tuple[list[np.ndarray], int, list[slice] | None]:
+    """Each device's buffer before the first message, the item size, and (all-gather and gather
+    only: each piece at its place in the whole) the pieces' slices."""
+    arrs = [np.asarray(x) for x in inputs]
+    itemsize = 4 if arrs[0].dtype == object else arrs[0].itemsize
+    if algorithm in ("ring all-gather", "ring gather"):  # each piece at its place in the whole
+        bounds = _slices([a.size for a in arrs])
+        bufs = [np.zeros(bounds[-1].stop, dtype=arrs[0].dtype) for _ in arrs]
+        for buf, sl, a in zip(bufs, bounds, arrs):
+            buf[sl] = a
+        return bufs, itemsize, bounds
+    bufs = [a.copy() for a in arrs]
+    if algorithm == "pipelined ring broadcast":
+        bufs = [a if r == root else np.zeros_like(a) for r, a in enumerate(bufs)]
+    return bufs, itemsize, None
+
+
+def _send_messages(net: _Network, algorithm: str, k: int, root: int, segments: int) -> None:
+    """The algorithm's rounds of messages, as collectives.py schedules them."""
     if algorithm == "ring all-reduce":
         _ring(net, k, 0, "add")
         _ring(net, k, 1, "copy")
@@ -139,7 +136,7 @@ def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
     elif algorithm == "naive all-reduce":
         net.round([(r, 0, None, "add") for r in range(1, k)])
         net.round([(0, r, None, "copy") for r in range(1, k)])
-    elif server:
+    elif algorithm == "parameter server":
         net.round([(r, k, None, "add") for r in range(k)])
         net.round([(k, r, None, "copy") for r in range(k)])
     elif algorithm.startswith("pipelined ring"):
@@ -150,9 +147,35 @@ def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
         _pass_along(net, k, root, [[]] + [[v] for v in range(1, k)], to_root=True)
     else:
         raise ValueError(f"unknown algorithm {algorithm!r}")
-    outputs = None
-    if bufs is not None:
-        at_root = algorithm in ("tree reduce", "ring gather", "pipelined ring reduce")
-        outputs = [b[bounds[r]] if algorithm in ("ring reduce-scatter", "ring scatter") else b for r, b in enumerate(bufs)]
-        outputs = [o if not at_root or r == root else None for r, o in enumerate(outputs)]
+
+
+def _outputs(algorithm: str, bufs: list[np.ndarray], bounds: list[slice], root: int
+             ) -> list[np.ndarray | None]:
+    """What each device ends with: its piece (reduce-scatter, scatter), the whole, or None off the
+    root for the collectives whose result lands on the root alone."""
+    at_root = algorithm in ("tree reduce", "ring gather", "pipelined ring reduce")
+    outputs = [b[bounds[r]] if algorithm in ("ring reduce-scatter", "ring scatter") else b
+               for r, b in enumerate(bufs)]
+    return [o if not at_root or r == root else None for r, o in enumerate(outputs)]
+
+
+def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
+              inputs: Sequence[np.ndarray] | None = None, root: int = 0, segments: int = 1) -> Reference:
+    """Run `algorithm` (a name in collectives.ALGORITHMS) message by message: on `inputs` (moving
+    data; for all-gather and gather each device's piece) or on K devices and `nbytes` (counts
+    only), cut and numbered as in collectives.py."""
+    k = len(inputs) if inputs is not None else k
+    n_chunks = segments if algorithm.startswith("pipelined") else k
+    bufs, itemsize, bounds = None, 1, None
+    if inputs is not None:
+        bufs, itemsize, bounds = _starting_buffers(algorithm, inputs, root)
+        nbytes = bufs[0].size
+    if bounds is None:
+        bounds = _slices([len(part) for part in np.array_split(np.zeros(nbytes, dtype=np.int8), n_chunks)])
+    server = algorithm == "parameter server"
+    if server and bufs is not None:
+        bufs.append(np.zeros_like(bufs[0]))
+    net = _Network(k + server, bounds, bufs, itemsize)
+    _send_messages(net, algorithm, k, root, segments)
+    outputs = None if bufs is None else _outputs(algorithm, bufs, bounds, root)
     return Reference(net.sent, net.received, net.round_bytes, outputs)

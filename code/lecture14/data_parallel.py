@@ -323,7 +323,8 @@ def parameter_server_curve(problem: LeastSquares, workers: int, lr: float,
     xs, ys = [0], [problem.loss(w)]
     with np.errstate(over="ignore", invalid="ignore"):
         if staleness is None:
-            steps = [(u, [u * workers + i for i in range(workers)]) for u in range(problem.computations // workers)]
+            steps = [(u, [u * workers + i for i in range(workers)])
+                     for u in range(problem.computations // workers)]
             for u, js in steps:
                 w = w - lr * sum(problem.grad(w, j) for j in js) / workers
                 xs.append((u + 1) * workers)

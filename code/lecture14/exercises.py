@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split
@@ -75,8 +76,8 @@ def ex1_compute_budget(rep: Report) -> None:
     flops = 6 * 70e9 * 2e12  # 6ND
     gpu_seconds = flops / 350e12
     hours_1024 = gpu_seconds / 1024 / HOUR
-    rep.values(flops=flops, gpu_seconds=gpu_seconds, gpu_hours_1e4=gpu_seconds / HOUR / 1e4, hours_1024=hours_1024,
-               days_1024=hours_1024 * HOUR / DAY)
+    rep.values(flops=flops, gpu_seconds=gpu_seconds, gpu_hours_1e4=gpu_seconds / HOUR / 1e4,
+               hours_1024=hours_1024, days_1024=hours_1024 * HOUR / DAY)
 
 
 def ex2_buffer_sizes(rep: Report) -> None:
@@ -84,11 +85,12 @@ def ex2_buffer_sizes(rep: Report) -> None:
     k, n = 4, 12
     rs = reduce_scatter([np.arange(n, dtype=float) for _ in range(k)])
     ag = all_gather([np.arange(n // k, dtype=float) for _ in range(k)])
-    rep.line(f"  simulated, K = {k}: reduce-scatter of {n} numbers leaves {rs.outputs[0].size} on each device, "
-             f"all-gather of {n // k} leaves {ag.outputs[0].size}")
+    rep.line(f"  simulated, K = {k}: reduce-scatter of {n} numbers leaves {rs.outputs[0].size} on each "
+             f"device, all-gather of {n // k} leaves {ag.outputs[0].size}")
     rep.values(rs_output_ratio=rs.outputs[0].size / n, ag_output_ratio=ag.outputs[0].size / (n // k))
     uneven = reduce_scatter([np.arange(10.0) for _ in range(k)])
-    rep.note(f"N not divisible by K: 10 numbers split as {[o.size for o in uneven.outputs]} (sizes differ by one)")
+    rep.note(f"N not divisible by K: 10 numbers split as {[o.size for o in uneven.outputs]} (sizes differ by "
+             "one)")
 
 
 def ex3_ring_k3(rep: Report) -> None:
@@ -100,7 +102,8 @@ def ex3_ring_k3(rep: Report) -> None:
         sent = {t.src: f"{t.src}→{t.dst}: {t.payload[0]}" for t in rnd.transfers}
         rows += [[f"{rnd.phase} {rnd.index + 1}" if dev == 0 else "", dev, *map(str, buf), sent.get(dev, "")]
                  for dev, buf in enumerate(rnd.state)]
-    rep.table(["round", "device", "chunk 0", "chunk 1", "chunk 2", "sends (chunk contents)"], rows, name="rounds")
+    rep.table(["round", "device", "chunk 0", "chunk 1", "chunk 2", "sends (chunk contents)"], rows,
+              name="rounds")
     first, second = res.rounds[0].state, res.rounds[1].state
     for dev in range(3):
         rep.value(f"round1_device{dev}", f"[{', '.join(map(str, first[dev]))}]")
@@ -130,7 +133,8 @@ def ex4_ring_bytes(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["K", "N", "sent (least busy)", "sent (busiest)", "2(K-1)N/K", "rounds"], rows, name="bytes")
     rep.value("ring_bytes_exact", exact)
     # Our own check, no statement of the notes (they assume K divides N): the K = 5 row.
-    rep.line(f"  where K does not divide N (K = 5): 2N less the two chunks a device never sends: {'yes' if near else 'NO'}")
+    rep.line("  where K does not divide N (K = 5): 2N less the two chunks a device never sends: "
+             f"{'yes' if near else 'NO'}")
 
 
 def ex5_ring_time(rep: Report) -> None:
@@ -174,8 +178,10 @@ def ex8_parameter_server(rep: Report) -> None:
     sim = parameter_server([np.zeros(1000, dtype=np.float32) for _ in range(k)])  # 4 KB stand-in for 2 GB
     ratio = sim.received[k] / sim.sent[0], sim.sent[k] / sim.received[0]
     rep.line(f"  simulated: the server receives {ratio[0]:g}× and sends {ratio[1]:g}× what one worker sends")
-    rep.values(server_s=parameter_server_time(k, n, link), server_duplex_s=parameter_server_time(k, n, link, duplex=True),
-               ring_sent_gb=ring_allreduce_bytes_per_device(k, n) / 1e9, ring_s=ring_allreduce_time(k, n, link))
+    rep.values(server_s=parameter_server_time(k, n, link),
+               server_duplex_s=parameter_server_time(k, n, link, duplex=True),
+               ring_sent_gb=ring_allreduce_bytes_per_device(k, n) / 1e9,
+               ring_s=ring_allreduce_time(k, n, link))
 
 
 def sample_weights(counts: list[int]) -> list[float]:
@@ -212,8 +218,8 @@ def ex9_unequal_shards(rep: Report) -> None:
         rows.append([str(counts), f"1/{sum(counts)}",
                      ", ".join(f"{100 * (w / fair - 1):+.2f} %" for w in sorted(set(sample_weights(counts)))),
                      f"{100 * weight_vector_error(counts):.2f} %"])
-    rep.table(["shards", "fair weight", "deviation of a sample's weight", "gradient error (orthogonal)"], rows,
-              name="weights")
+    rep.table(["shards", "fair weight", "deviation of a sample's weight", "gradient error (orthogonal)"],
+              rows, name="weights")
     w, w4 = sample_weights([334, 333, 333]), sample_weights([3, 3, 2, 2])
     devs = [100 * abs(wi * 1000 - 1) for wi in w]
     # How far the gradient is off depends on the data. With orthogonal per-sample gradients of equal
@@ -223,8 +229,8 @@ def ex9_unequal_shards(rep: Report) -> None:
                smallest_deviation_pct=min(devs), weight_ratio_2_over_3=w4[2] / w4[0],
                gradient_error_3322_pct=100 * weight_vector_error([3, 3, 2, 2]))
     naive, fixed = correlated_errors([3, 3, 2, 2])  # random gradients with a common direction
-    rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by {100 * naive:.1f} %, sum-then-divide "
-             f"by {fixed:.1e}")
+    rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by {100 * naive:.1f} %, "
+             f"sum-then-divide by {fixed:.1e}")
 
 
 def effective_batch(ranks: int, per_rank: int, accumulation_steps: int = 1) -> int:
@@ -244,8 +250,8 @@ def ex11_speedup(rep: Report) -> None:
         comm = ring_allreduce_time(k, n, link)
         rep.values(**{f"allreduce_k{k}_ms": comm * 1e3, f"speedup_k{k}": data_parallel_speedup(t1, k, comm)})
     limit = t1 / (2 * n / link.beta_Bps)  # K → ∞: compute → 0, all-reduce → 2N/β
-    rep.line(f"  compute T1/K = {', '.join(f'{t1 / k * 1e3:g}' for k in (2, 4, 8))} ms; the all-reduce tends to 2N/β: "
-             f"at most {limit:.2f}× on any K")
+    rep.line(f"  compute T1/K = {', '.join(f'{t1 / k * 1e3:g}' for k in (2, 4, 8))} ms; the all-reduce tends "
+             f"to 2N/β: at most {limit:.2f}× on any K")
 
 
 def replica_drift(k: int, steps: int, init_seeds: list[int], skip_param: int | None = None,
@@ -288,8 +294,8 @@ def ex12_replicas_in_sync(rep: Report) -> None:
              ("per-rank noise with different seeds", dict(init_seeds=[0] * k, noise_seeds=[7, 8, 9])),
              ("each rank sums the gradients in its own order", dict(init_seeds=[0] * k, rank_order_sum=True))]
     diffs = [replica_drift(k, steps, **kw) for _, kw in cases]
-    rep.table(["case", "max |w_r - w_0| after 20 steps"], [[name, f"{d:.3g}"] for (name, _), d in zip(cases, diffs)],
-              name="drift")
+    rep.table(["case", "max |w_r - w_0| after 20 steps"],
+              [[name, f"{d:.3g}"] for (name, _), d in zip(cases, diffs)], name="drift")
     rep.values(replicas_stay_identical=diffs[0] == 0.0, every_cause_drifts=all(d > 0 for d in diffs[1:]))
     rep.note("DDP broadcasts rank 0's parameters once, at construction (lecture 15)")
 

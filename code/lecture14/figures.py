@@ -41,7 +41,8 @@ def broadcast_segments(k: int, n: float, link: Link, sim_times: dict[int, float]
     ax.plot(grid, [ring_broadcast_time(k, n, link, int(s)) for s in grid], label="(K−2+S)(α + N/(Sβ))")
     ax.plot(list(sim_times), list(sim_times.values()), "o", label="tick-by-tick simulation")
     ax.axvline(best, color="grey", linestyle=":", label=f"best power of two: S = {best}")
-    ax.axhline(n / link.beta_Bps, color="grey", linestyle="--", linewidth=0.8, label="N/β (the S ≫ K limit, α = 0)")
+    ax.axhline(n / link.beta_Bps, color="grey", linestyle="--", linewidth=0.8, label="N/β (the S ≫ K limit, "
+                                                                                     "α = 0)")
     ax.set(xscale="log", yscale="log", xlabel="segments S", ylabel="broadcast time")
     _ticks(ax, "x", lambda v: f"{v:g}")
     _ticks(ax, "y", fmt_time)
@@ -84,7 +85,8 @@ def gloo_fit(sizes: Sequence[int], runs: dict[int, dict[str, Any]], sweeps: int)
                            label=f"{k} processes: median, bar = range")
         if run.get("fit") is not None:
             a, b = run["fit"]
-            ax.plot(grid, a + b * grid, "-", color=bars.lines[0].get_color(), label=f"{k} processes: a + b·N, median of the fits")
+            ax.plot(grid, a + b * grid, "-", color=bars.lines[0].get_color(), label=f"{k} processes: a + "
+                                                                                    "b·N, median of the fits")
     ax.set(xscale="log", yscale="log", xlabel="bytes per process", ylabel="all-reduce time")
     from matplotlib.ticker import NullLocator
 
@@ -110,12 +112,14 @@ def speedup(ks: Sequence[int], by_size: dict[str, Sequence[float]], t1_s: float,
     ax.set_xticks(list(ks), [str(k) for k in ks])
     ax.xaxis.set_minor_locator(NullLocator())
     _ticks(ax, "y", lambda v: f"{v:g}×")
-    ax.set_title(f"speedup T1 / (T1/K + T_comm): T1 = {t1_s * 1e3:g} ms, ring, {_link_text(link)}", fontsize=9)
+    ax.set_title(f"speedup T1 / (T1/K + T_comm): T1 = {t1_s * 1e3:g} ms, ring, {_link_text(link)}",
+                 fontsize=9)
     ax.legend(fontsize=8)
     return fig
 
 
-def async_curves(panels: Sequence[dict[str, Any]], workers: int, optimum: float, start: float, setting: str) -> Any:
+def async_curves(panels: Sequence[dict[str, Any]], workers: int, optimum: float, start: float,
+                 setting: str) -> Any:
     """05 Part 5: loss against gradient computations, sync and async by staleness, one panel per lr.
 
     Each panel: {"lr": lr, "curves": {label: (computations, losses)}}; a curve whose last value is
@@ -136,5 +140,6 @@ def async_curves(panels: Sequence[dict[str, Any]], workers: int, optimum: float,
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("training loss (least squares)")
     fig.suptitle(f"parameter server, {workers} workers, {setting}: sync (averages {workers}) vs async with "
-                 "τ-old gradients;\n✕ = diverged (drawn until the loss passes 1000× the start)", fontsize=9, y=1.04)
+                 "τ-old gradients;\n✕ = diverged (drawn until the loss passes 1000× the start)", fontsize=9,
+                 y=1.04)
     return fig

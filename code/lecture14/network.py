@@ -157,7 +157,8 @@ class Schedule:
         return sum(p.n_rounds for p in self.phases)
 
 
-def _per_round_max(index: np.ndarray, dev: np.ndarray, nbytes: np.ndarray, n_rounds: int, n_dev: int) -> np.ndarray:
+def _per_round_max(index: np.ndarray, dev: np.ndarray, nbytes: np.ndarray, n_rounds: int,
+                   n_dev: int) -> np.ndarray:
     """Per round, the most bytes one device sends (dev = sources) or receives (dev = destinations)."""
     key = index * n_dev + dev
     if n_rounds * n_dev <= 4 * index.size + (1 << 16):  # a dense table is cheap next to the messages

@@ -42,10 +42,11 @@ def show_rounds(rep: Report, res: col.Result, k: int, cells: Callable[[np.ndarra
 
 def many_workers(rep: Report, k: int) -> tuple[col.Result, bool]:
     """K > 8: symbols would fill the screen (a full sum has K terms), so numbers stand in for them."""
-    rep.note(f"K = {k} > {MAX_PRINTED_K}: the round-by-round view with symbols is shown for K <= {MAX_PRINTED_K} only;\n"
-             "'each term once' is checked with numbers: worker r's elements are random 64-bit integers,\n"
-             "and every output must equal np.sum of the inputs exactly (integer sums wrap alike in any\n"
-             "order); a missing or doubled term would change a sum (except with probability ~2^-64)")
+    rep.note(f"K = {k} > {MAX_PRINTED_K}: the round-by-round view with symbols is shown for K <= "
+             f"{MAX_PRINTED_K} only;\n'each term once' is checked with numbers: worker r's elements are "
+             "random 64-bit integers,\nand every output must equal np.sum of the inputs exactly (integer "
+             "sums wrap alike in any\norder); a missing or doubled term would change a sum (except with "
+             "probability ~2^-64)")
     values = np.random.default_rng(SEED).integers(-2**63, 2**63 - 1, (k, k), dtype=np.int64)  # row = worker
     res, want = col.ring_allreduce(list(values)), np.sum(values, axis=0)
     done = all(np.array_equal(out, want) for out in res.outputs)

@@ -73,27 +73,47 @@ def cap_text(nbytes: int) -> str:
     return f"{nbytes / MB:g} MB" if nbytes % MB == 0 else f"{nbytes / MiB:g} MiB"
 
 
-
-
 def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tuple[str, Timeline]]:
     """ResNet-50, one step without and with overlap; the cap as given, and PyTorch's two readings."""
     model, k = resnet50(batch=32), args.world_size
     flops, compute = ComputeModel(), notes_resnet_compute()
     gmac = model.forward_flops / 2 / 32 / 1e9
-    rep.note(f"compute: backward of a layer = 2 × its forward FLOPs (conv at its output resolution, "
+    rep.note("compute: backward of a layer = 2 × its forward FLOPs (conv at its output resolution, "
              f"{model.description}: {gmac:.3f} GMAC per image), BatchNorm/bias ≈ 0; at "
              f"{flops.flops_per_s / 1e12:g} TFLOP/s the backward is {fmt_ms(flops.backward_s(model))} ms. "
-             "The "
-             f"notes do not state theirs: it is calibrated openly, × {compute.calibration:.4f} (backward "
-             f"{fmt_ms(compute.backward_s(model))} ms, {gmac * compute.calibration:.3f} GMAC per image), so that "
-             f"the model gives their Part 3 step of {calibration_target_s(RESNET_TARGET) * 1e3:g} ms at "
-             "their setting (K 16, α 10 µs, β 10 GB/s, 25 MB). Every other figure is a check; "
-             "'uncalibrated' = the plain FLOP count.")
+             f"The notes do not state theirs: it is calibrated openly, × {compute.calibration:.4f} (backward "
+             f"{fmt_ms(compute.backward_s(model))} ms, {gmac * compute.calibration:.3f} GMAC per image), so "
+             f"that the model gives their Part 3 step of {calibration_target_s(RESNET_TARGET) * 1e3:g} ms at "
+             "their setting (K 16, α 10 µs, β 10 GB/s, 25 MB). Every other figure is a check; 'uncalibrated' "
+             "= the plain FLOP count.")
     rep.note(f"comm: ring all-reduce 2(K−1)(α + n/(Kβ)) per bucket, K = {k}, {link.describe()}; "
              "buckets in index order on one stream")
     readings = (("--bucket-cap-mb", args.bucket_cap_bytes, None),
                 ("bucket_cap_mb=None (default)", EXPLICIT_25_MIB, MiB),
                 ("bucket_cap_mb=25", EXPLICIT_25_MIB, None))
+    rows, timelines = reading_rows(model, k, link, (compute, flops), readings)
+    rep.table(["bucket cap", "buckets", "bucket sizes (MB)", "comm (ms)", "no overlap (ms)", "overlap (ms)",
+               "faster by", "overlap, uncal. (ms)"], rows, name="steps")
+    rep.note("(flag) = --bucket-cap-mb; (None) = DDP's default, bucket_cap_mb=None: 25 MiB with a 1 MiB "
+             "first bucket; (=25) = an explicit bucket_cap_mb=25: 25 MiB, no separate first bucket")
+    off, on, raw = timelines["--bucket-cap-mb"]
+    print_charts(rep, off, on, args.bucket_cap_bytes)
+    uncal = simulate_ddp(model, k, link, args.bucket_cap_bytes, overlap=False, compute=flops)
+    rep.values(step_no_overlap_ms=off.step_s * 1e3, step_overlap_ms=on.step_s * 1e3,
+               overlap_gain_pct=100 * (off.step_s / on.step_s - 1),
+               backward_ms=compute.backward_s(model) * 1e3,
+               uncal_no_overlap_ms=uncal.step_s * 1e3, uncal_overlap_ms=raw.step_s * 1e3,
+               uncal_gain_pct=100 * (uncal.step_s / raw.step_s - 1),
+               last_bucket_exposed=on.exposed_comm_s >= on.comm_s[-1] - 1e-12)
+    return [("no overlap", off), ("overlap", on)]
+
+
+def reading_rows(model: ModelSpec, k: int, link: Link, computes: tuple[ComputeModel, ComputeModel],
+                 readings: tuple[tuple[str, int, int | None], ...]
+                 ) -> tuple[list[list], dict[str, tuple[Timeline, Timeline, Timeline]]]:
+    """Part 1's table rows, one per reading of the cap: the step without and with overlap with the
+    calibrated compute, and with overlap on the plain FLOP count (uncalibrated)."""
+    compute, flops = computes
     rows, timelines = [], {}
     for reading, cap, first in readings:
         off = simulate_ddp(model, k, link, cap, first, overlap=False, compute=compute)
@@ -106,26 +126,18 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
         rows.append([f"{label} ({READING_LABEL[reading]})", len(on.buckets), sizes, fmt_ms(on.comm_total_s),
                      fmt_ms(off.step_s), fmt_ms(on.step_s), f"{100 * (off.step_s / on.step_s - 1):.0f} %",
                      fmt_ms(raw.step_s)])
-    rep.table(["bucket cap", "buckets", "bucket sizes (MB)", "comm (ms)", "no overlap (ms)", "overlap (ms)",
-               "faster by", "overlap, uncal. (ms)"], rows, name="steps")
-    rep.note("(flag) = --bucket-cap-mb; (None) = DDP's default, bucket_cap_mb=None: 25 MiB with a 1 MiB "
-             "first bucket; (=25) = an explicit bucket_cap_mb=25: 25 MiB, no separate first bucket")
-    off, on, raw = timelines["--bucket-cap-mb"]
-    rep.line(f"\n  no overlap: step {fmt_ms(off.step_s)} ms (cap {cap_text(args.bucket_cap_bytes)}; "
+    return rows, timelines
+
+
+def print_charts(rep: Report, off: Timeline, on: Timeline, cap: int) -> None:
+    """Part 1's two ASCII timelines, without and with overlap."""
+    rep.line(f"\n  no overlap: step {fmt_ms(off.step_s)} ms (cap {cap_text(cap)}; "
              "each chart spans its own step)")
     for text in ascii_timeline(off):
         rep.line("    " + text)
     rep.line(f"  overlap (DDP): step {fmt_ms(on.step_s)} ms")
     for text in ascii_timeline(on):
         rep.line("    " + text)
-    uncal = simulate_ddp(model, k, link, args.bucket_cap_bytes, overlap=False, compute=flops)
-    rep.values(step_no_overlap_ms=off.step_s * 1e3, step_overlap_ms=on.step_s * 1e3,
-               overlap_gain_pct=100 * (off.step_s / on.step_s - 1),
-               backward_ms=compute.backward_s(model) * 1e3,
-               uncal_no_overlap_ms=uncal.step_s * 1e3, uncal_overlap_ms=raw.step_s * 1e3,
-               uncal_gain_pct=100 * (uncal.step_s / raw.step_s - 1),
-               last_bucket_exposed=on.exposed_comm_s >= on.comm_s[-1] - 1e-12)
-    return [("no overlap", off), ("overlap", on)]
 
 
 def sweep(models: list[tuple[str, ModelSpec, ComputeModel]], links: list[Link], caps_mib: list[float],
@@ -151,15 +163,9 @@ def part2_bucket_cap(rep: Report, args: argparse.Namespace, link: Link) -> None:
     took = time.perf_counter() - started
     columns = [(name, ln.name) for name, _, _ in models for ln in (fast, slow)]
     best = {col: min(range(len(caps) + 1), key=lambda i, c=col: results[c][i].step_s) for col in columns}
-    no_overlap = {(name, ln.name): simulate_ddp(m, args.world_size, ln, 25 * MiB, overlap=False,
-                                                compute=cc).step_s
-                  for name, m, cc in models for ln in (fast, slow)}
-    labels = [f"{c:g}" for c in caps] + ["one bucket"]
-    rows: list[list[object]] = [
-        [label, len(results[columns[0]][i].buckets), len(results[columns[2]][i].buckets)]
-        + [fmt_ms(results[col][i].step_s) + (" ◀" if best[col] == i else "  ") for col in columns]
-        for i, label in enumerate(labels)]
-    rows.append(["no overlap, 25 MiB", "", ""] + [fmt_ms(no_overlap[col]) + "  " for col in columns])
+    no_overlap = {(name, ln.name): simulate_ddp(m, args.world_size, ln, 25 * MiB, overlap=False, compute=cc)
+                  .step_s for name, m, cc in models for ln in (fast, slow)}
+    rows = sweep_rows(caps, results, best, no_overlap, columns)
     rep.table(["cap (MiB)", "ResNet buckets", "BERT buckets"] + [f"{n} {ln} (ms)" for n, ln in columns],
               rows, name="sweep")
     rep.line(f"  ◀ = best cap; {len(results) * (len(caps) + 1)} simulations in {took * 1e3:.0f} ms")
@@ -181,6 +187,19 @@ def part2_bucket_cap(rep: Report, args: argparse.Namespace, link: Link) -> None:
              "replaces measuring.")
     if args.save_figs:
         rep.save_figure(sweep_figure(args, caps, results, no_overlap, columns), "bucket_cap_sweep")
+
+
+def sweep_rows(caps: list[float], results: dict, best: dict, no_overlap: dict,
+               columns: list[tuple[str, str]]) -> list[list[object]]:
+    """Part 2's table: each cap's bucket counts and step per (model, link), the best marked ◀, then
+    the step without overlap."""
+    labels = [f"{c:g}" for c in caps] + ["one bucket"]
+    rows: list[list[object]] = [
+        [label, len(results[columns[0]][i].buckets), len(results[columns[2]][i].buckets)]
+        + [fmt_ms(results[col][i].step_s) + (" ◀" if best[col] == i else "  ") for col in columns]
+        for i, label in enumerate(labels)]
+    rows.append(["no overlap, 25 MiB", "", ""] + [fmt_ms(no_overlap[col]) + "  " for col in columns])
+    return rows
 
 
 def cap0_costs(rep: Report, args: argparse.Namespace, results: dict, no_overlap: dict,
@@ -280,27 +299,19 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
     """BERT-large registered in the right, a shuffled and the reversed order, with PyTorch 1.5's buckets
     (fixed at construction in reverse registration order, never rebuilt)."""
     bert, compute, flops_backward = bert_compute()
-    k, cap, n = args.world_size, args.bucket_cap_bytes, len(bert.params)
+    k, cap = args.world_size, args.bucket_cap_bytes
     rep.note(f"compute: {bert.description}, every weight matrix 2 · tokens · size FLOPs plus attention "
              f"scores, backward = 2 × forward at {ComputeModel().flops_per_s / 1e12:g} TFLOP/s = "
              f"{fmt_ms(flops_backward)} ms. The notes do not state theirs: it is calibrated openly, × "
-             f"{compute.calibration:.4f} (backward {fmt_ms(compute.backward_s(bert))} ms; perhaps the softmax, "
-             "GELU, LayerNorm a matmul count omits), so that the reversed order gives their "
-             f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms at their setting (K 16, α 10 µs, β 10 GB/s, "
-             "25 MB). Last column: the step without that calibration. Buckets as PyTorch 1.5 made them: at "
+             f"{compute.calibration:.4f} (backward {fmt_ms(compute.backward_s(bert))} ms; perhaps the "
+             "softmax, GELU, LayerNorm a matmul count omits), so that the reversed order gives their "
+             f"{calibration_target_s(BERT_TARGET) * 1e3:g} ms at their setting (K 16, α 10 µs, β 10 GB/s, 25 "
+             "MB). Last column: the step without that calibration. Buckets as PyTorch 1.5 made them: at "
              "construction, in reverse registration order, never rebuilt.")
     seeds = range(args.seed, args.seed + (2 if args.quick else SHUFFLE_SEEDS))
     orders = [("correct", "correct", 0)] + [(f"shuffled, seed {s}", "shuffled", s) for s in seeds]
     orders.append(("reversed", "reversed", 0))
-    rows, kept = [], {}
-    for label, kind, seed in orders:
-        registration = registration_order(n, kind, seed)
-        tl = simulate_ddp(bert, k, link, cap, registration=registration, compute=compute)
-        raw = simulate_ddp(bert, k, link, cap, registration=registration)
-        mib = simulate_ddp(bert, k, link, EXPLICIT_25_MIB, registration=registration, compute=compute)
-        kept[label] = tl
-        rows.append([label, len(tl.buckets), fmt_ms(tl.bucket_ready_s[0]), fmt_ms(tl.first_comm_start_s),
-                     fmt_ms(tl.step_s), fmt_ms(mib.step_s), fmt_ms(raw.step_s)])
+    rows, kept = order_rows(bert, k, link, cap, compute, orders)
     rep.table(["registration order", "buckets", "bucket 0 ready (ms)", "first comm (ms)", "step (ms)",
                "step, bucket_cap_mb=25", "step, uncalibrated"], rows, name="order")
     for label in ("correct", "reversed"):
@@ -312,12 +323,7 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
                step_reversed_ms=kept["reversed"].step_s * 1e3, shuffles=len(shuffled),
                shuffled_low_ms=min(shuffled), shuffled_high_ms=max(shuffled),
                uncal_correct_ms=float(rows[0][-1]), uncal_reversed_ms=float(rows[-1][-1]))
-    # Today's DDP (find_unused_parameters=False, the default): iteration 1 in one bucket, then buckets
-    # rebuilt in the order gradients became ready, whatever the registration order was.
-    ready = gradient_ready_times(bert, compute)
-    ready_order = sorted(range(n), key=lambda i: (ready[i], -i))
-    rebuilt = simulate_ddp(bert, k, link, cap, compute=compute,
-                           buckets=assign_buckets_in_order(bert.param_bytes(), ready_order, cap))
+    rebuilt = rebuilt_buckets_step(bert, k, link, cap, compute)
     rep.line(f"  today's DDP, buckets rebuilt in the gradients' ready order, any registration order: step "
              f"{fmt_ms(rebuilt.step_s)} ms, {len(rebuilt.buckets)} buckets")
     rep.note("when the rebuild happens (torch 2.13, checked in 02_buckets.py Part 1): with the default "
@@ -326,6 +332,30 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
              "iteration 3; with find_unused_parameters=True never: the constructor's buckets stay, and a "
              "wrong registration order costs what the table shows, as in PyTorch 1.5.")
     return [(label, kept[label]) for label in ("correct", f"shuffled, seed {args.seed}", "reversed")]
+
+
+def order_rows(bert: ModelSpec, k: int, link: Link, cap: int, compute: ComputeModel,
+               orders: list[tuple[str, str, int]]) -> tuple[list[list], dict[str, Timeline]]:
+    """Part 4's rows, one per registration order (PyTorch 1.5's buckets), and each order's timeline."""
+    rows, kept = [], {}
+    for label, kind, seed in orders:
+        registration = registration_order(len(bert.params), kind, seed)
+        tl = simulate_ddp(bert, k, link, cap, registration=registration, compute=compute)
+        raw = simulate_ddp(bert, k, link, cap, registration=registration)
+        mib = simulate_ddp(bert, k, link, EXPLICIT_25_MIB, registration=registration, compute=compute)
+        kept[label] = tl
+        rows.append([label, len(tl.buckets), fmt_ms(tl.bucket_ready_s[0]), fmt_ms(tl.first_comm_start_s),
+                     fmt_ms(tl.step_s), fmt_ms(mib.step_s), fmt_ms(raw.step_s)])
+    return rows, kept
+
+
+def rebuilt_buckets_step(bert: ModelSpec, k: int, link: Link, cap: int, compute: ComputeModel) -> Timeline:
+    """Today's DDP (find_unused_parameters=False, the default): iteration 1 in one bucket, then buckets
+    rebuilt in the order gradients became ready, whatever the registration order was."""
+    ready = gradient_ready_times(bert, compute)
+    ready_order = sorted(range(len(bert.params)), key=lambda i: (ready[i], -i))
+    return simulate_ddp(bert, k, link, cap, compute=compute,
+                        buckets=assign_buckets_in_order(bert.param_bytes(), ready_order, cap))
 
 
 def save_gantt(rep: Report, args: argparse.Namespace, link: Link, timelines: list[tuple[str, Timeline]],

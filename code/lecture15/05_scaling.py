@@ -121,13 +121,7 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
              "stragglers, congestion, slower links between machines and per-call overheads are not in an "
              "α-β ring with perfect overlap")
     ring_terms(rep, ks, link)
-    rows = []
-    for resnet, bert in zip(points["ResNet-50"], points["BERT-large"]):   # one row per K
-        cells = [cell for p in (resnet, bert)
-                 for cell in (f"{p.step_s * 1e3:.1f}", f"{p.throughput_speedup:.1f}", f"{p.efficiency:.0%}")]
-        rows.append([resnet.world_size, *cells, bar(bert.efficiency, 1.0, 20)])
-    rep.table(["K", "ResNet-50 step (ms)", "throughput ×", "efficiency", "BERT-large step (ms)",
-               "throughput ×", "efficiency", "BERT-large efficiency"], rows, name="throughput")
+    throughput_table(rep, points)
     rep.values(resnet_slowdown=steps["ResNet-50"][1] / steps["ResNet-50"][0],
                bert_slowdown=steps["BERT-large"][1] / steps["BERT-large"][0],
                bert_uncal_slowdown=steps["BERT-large, uncal."][1] / steps["BERT-large, uncal."][0],
@@ -136,6 +130,17 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
                throughput_text="; ".join(f"{n} " + ", ".join(f"{p.throughput_speedup:.1f}" for p in ps)
                                          for n, ps in points.items()))
     return steps
+
+
+def throughput_table(rep: Report, points: dict[str, list]) -> None:
+    """Part 1's second table: step, throughput and efficiency against K, one row per K."""
+    rows = []
+    for resnet, bert in zip(points["ResNet-50"], points["BERT-large"]):   # one row per K
+        cells = [cell for p in (resnet, bert)
+                 for cell in (f"{p.step_s * 1e3:.1f}", f"{p.throughput_speedup:.1f}", f"{p.efficiency:.0%}")]
+        rows.append([resnet.world_size, *cells, bar(bert.efficiency, 1.0, 20)])
+    rep.table(["K", "ResNet-50 step (ms)", "throughput ×", "efficiency", "BERT-large step (ms)",
+               "throughput ×", "efficiency", "BERT-large efficiency"], rows, name="throughput")
 
 
 def part2_skip_sync(rep: Report, args: argparse.Namespace, steps: dict[str, tuple[float, float]]) -> None:

@@ -295,11 +295,11 @@ def part4_broken(rep: Report, ranks: list[dict[str, Any]]) -> None:
         rep.record(f"{name}_whole_error", ranks[0]["broken"][name]["whole"])   # in --json, every line of it
     rep.note("bf16_compress_hook is refused by its name when it is registered, though gloo all-reduces "
              "bfloat16 on the CPU (handbook_details.py Part 2 runs it under another name). The batched "
-             "PowerSGD hook packs a bucket into one square matrix and hands its 2-D factor to _orthogonalize, "
-             "which in 2.13 takes only a batch of matrices (3-D): nothing here is gloo's doing. The "
-             "quantization hook takes fut.wait()[0] of its all-gather as the list of every rank's (scale, "
-             "zero), but here it is rank 0's pair alone: indexing it by rank, ranks 0 and 1 get a number, "
-             "the others run off its end; DDP reports the error wrapped twice.")
+             "PowerSGD hook packs a bucket into one square matrix and hands its 2-D factor to "
+             "_orthogonalize, which in 2.13 takes only a batch of matrices (3-D): nothing here is gloo's "
+             "doing. The quantization hook takes fut.wait()[0] of its all-gather as the list of every rank's "
+             "(scale, zero), but here it is rank 0's pair alone: indexing it by rank, ranks 0 and 1 get a "
+             "number, the others run off its end; DDP reports the error wrapped twice.")
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -40,7 +40,16 @@ from common.costmodel import Link, ring_allreduce_time
 from common.files import make_output_dir, write_json
 from common.launcher import capture_stderr, launch, preload_for_ddp
 from common.output import Report, fmt_bytes
-from lecture15.ddp_sim import Event, MiB, Timeline, assign_buckets, gantt_figure, simulate_backward
+from lecture15.ddp_sim import (
+    COMM,
+    COMPUTE,
+    MiB,
+    Span,
+    Timeline,
+    assign_buckets,
+    gantt_figure,
+    simulate_backward,
+)
 from lecture15.model_vs_real import fit_ring, make_mlp
 
 SWEEP_BYTES = [2**14, 2**16, 2**18, 2**20]   # 16 KiB … 1 MiB: around this model's buckets
@@ -139,9 +148,9 @@ def real_timeline(trace: dict[str, Any]) -> Timeline:
     def start_end(e: dict[str, Any]) -> tuple[float, float]:
         return (e["ts"] - t0) / 1e6, (e["ts"] + e["dur"] - t0) / 1e6
 
-    events = [Event("compute", e["name"][len(BACKWARD_OP):], *start_end(e)) for e in backward]
-    events += [Event("comm", f"all-reduce {i}", *start_end(e), bucket=i) for i, e in enumerate(comm)]
-    end = max(e.end_s for e in events if e.stream == "compute")
+    events = [Span(0, COMPUTE, *start_end(e), label=e["name"][len(BACKWARD_OP):]) for e in backward]
+    events += [Span(1, COMM, *start_end(e), index=i, label=f"all-reduce {i}") for i, e in enumerate(comm)]
+    end = max(e.end_s for e in events if e.kind == COMPUTE)
     return Timeline(events, [[] for _ in comm], [], [], end, True)
 
 
@@ -151,9 +160,9 @@ def chrome_trace(timeline: Timeline, title: str) -> dict[str, Any]:
     meta = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": title}}]
     meta += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}
              for tid, name in tracks.values()]
-    spans_ = [{"name": e.label, "cat": e.stream, "ph": "X", "ts": e.start_s * 1e6,
-               "dur": (e.end_s - e.start_s) * 1e6, "pid": 1, "tid": tracks[e.stream][0],
-               "args": {} if e.bucket is None else {"bucket": e.bucket}} for e in timeline.events]
+    spans_ = [{"name": e.label, "cat": e.kind, "ph": "X", "ts": e.start_s * 1e6,
+               "dur": (e.end_s - e.start_s) * 1e6, "pid": 1, "tid": tracks[e.kind][0],
+               "args": {} if e.index is None else {"bucket": e.index}} for e in timeline.events]
     return {"traceEvents": meta + spans_, "displayTimeUnit": "ms"}
 
 
@@ -191,15 +200,15 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
     rep.part(2, "a real DDP step under torch.profiler (rank 0): gloo's all-reduces beside the backward")
     real = real_timeline(ranks[0]["trace"])
     comm = real.comm_events()
-    rows = [[e.bucket, f"{e.start_s * 1e3:.2f}", f"{e.end_s * 1e3:.2f}",
+    rows = [[e.index, f"{e.start_s * 1e3:.2f}", f"{e.end_s * 1e3:.2f}",
              "yes" if e.start_s < real.backward_s else "no"] for e in comm]
     rep.table(["all-reduce", "starts (ms)", "ends (ms)", "before the backward ends"], rows, name="allreduces")
     buckets = assign_buckets(ranks[0]["param_bytes"], args.bucket_cap_bytes, args.bucket_cap_bytes)
     overlap = comm[0].start_s < real.backward_s
-    nodes = sum(e.stream == "compute" for e in real.events)
+    nodes = sum(e.kind == COMPUTE for e in real.events)
     rep.line(f"  backward: {real.backward_s * 1e3:.2f} ms of {nodes} nodes; the first all-reduce starts at "
-             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; ddp_sim's rule "
-             f"gives {len(buckets)} buckets at a {args.bucket_cap_bytes / MiB:g} MiB cap")
+             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; ddp_sim's "
+             f"rule gives {len(buckets)} buckets at a {args.bucket_cap_bytes / MiB:g} MiB cap")
     rep.note(f"times from the start of the first backward node; all-reduces are the '{ALLREDUCE_OP}' spans "
              "on gloo's worker threads (the main thread only launches them: 'c10d::allreduce_'). Their "
              "length is waiting as much as sending: on shared cores a rank's all-reduce waits for the "

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 from common import checker
 from common.costmodel import Link, ring_allreduce_time
+from common.timeline import Span, ascii_rows, gantt_row, painted
 from common.units import MB, MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
 from lecture15.models import FP32_BYTES, ModelSpec, Param, bert_large, resnet50
 
@@ -37,7 +38,8 @@ __all__ = [
     "Param", "ModelSpec", "resnet50", "bert_large",
     "assign_buckets", "assign_buckets_in_order", "bucket_sizes",
     "ComputeModel", "gradient_ready_times", "registration_order", "buckets_for_registration",
-    "Event", "Timeline", "simulate_backward", "simulate_ddp", "ascii_timeline", "gantt_figure",
+    "Span", "COMPUTE", "COMM", "Timeline", "simulate_backward", "simulate_ddp", "ascii_timeline",
+    "gantt_figure",
     "NOTES_S3", "RESNET_TARGET", "BERT_TARGET", "calibration_target_s", "calibrated_to",
     "calibrated_to_step", "notes_resnet_compute", "notes_bert_compute",
     "ScalingPoint", "throughput_speedup", "weak_scaling", "skip_sync_step_s", "skip_sync_speedup",
@@ -207,22 +209,16 @@ def buckets_for_registration(model: ModelSpec, registration: Sequence[int], cap_
 
 
 # ---- timeline ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Event:
-    """One span on a stream: 'compute' (a gradient being produced) or 'comm' (a bucket's all-reduce)."""
-
-    stream: str
-    label: str
-    start_s: float
-    end_s: float
-    bucket: int | None = None
+# The timeline's spans are common.timeline.Span: row 0 of kind 'compute' (a gradient being produced,
+# labelled with its parameter), row 1 of kind 'comm' (bucket `index`'s all-reduce).
+COMPUTE, COMM = "compute", "comm"
 
 
 @dataclass
 class Timeline:
     """The events of one backward pass and the numbers the notes quote about it."""
 
-    events: list[Event]
+    events: list[Span]
     buckets: list[list[int]]
     bucket_bytes: list[int]
     bucket_ready_s: list[float]
@@ -231,8 +227,8 @@ class Timeline:
     forward_s: float = 0.0
     comm_s: list[float] = field(default_factory=list)
 
-    def comm_events(self) -> list[Event]:
-        return [e for e in self.events if e.stream == "comm"]
+    def comm_events(self) -> list[Span]:
+        return [e for e in self.events if e.kind == COMM]
 
     @property
     def step_s(self) -> float:
@@ -272,11 +268,11 @@ def simulate_backward(ready_s: Sequence[float], param_bytes: Sequence[int], buck
         raise ValueError("buckets must hold every parameter exactly once")
     names = list(names) if names is not None else [f"p{i}" for i in range(n)]
     backward = max(ready_s, default=0.0)
-    events: list[Event] = []
+    events: list[Span] = []
     clock = 0.0
     for index in sorted(range(n), key=lambda i: (ready_s[i], -i)):   # compute spans; ties: backward order
         if ready_s[index] > clock:
-            events.append(Event("compute", names[index], clock, ready_s[index]))
+            events.append(Span(0, COMPUTE, clock, ready_s[index], label=names[index]))
             clock = ready_s[index]
     sizes = bucket_sizes(param_bytes, buckets)
     ready_b = [max(ready_s[i] for i in bucket) for bucket in buckets]
@@ -285,7 +281,7 @@ def simulate_backward(ready_s: Sequence[float], param_bytes: Sequence[int], buck
     for b, (ready, duration) in enumerate(zip(ready_b, durations)):
         start = max(ready if overlap else backward, free_at)
         free_at = start + duration
-        events.append(Event("comm", f"bucket {b}", start, free_at, bucket=b))
+        events.append(Span(1, COMM, start, free_at, index=b, label=f"bucket {b}"))
     return Timeline(events, [list(b) for b in buckets], sizes, ready_b, backward, overlap, forward_s,
                     durations)
 
@@ -314,19 +310,13 @@ def ascii_timeline(timeline: Timeline, width: int = 64, full_scale_s: float | No
     scale = full_scale_s or timeline.step_s
     if scale <= 0:
         return [f"{labels[0]} ||", f"{labels[1]} ||"]
+    rows = [(label, [e for e in timeline.events if e.row == row]) for row, label in enumerate(labels)]
+    def char(e: Span) -> str:
+        return "█" if e.kind == COMPUTE else str((e.index or 0) % 10)
+    return ascii_rows(rows, painted(width, scale, char))
 
-    def cells(start: float, end: float) -> range:
-        first = min(round(width * start / scale), width - 1)
-        last = max(round(width * end / scale), first + 1)       # a short span still shows
-        return range(first, min(last, width))
 
-    rows = [[" "] * width, [" "] * width]
-    for event in timeline.events:
-        row, char = (0, "█") if event.stream == "compute" else (1, str((event.bucket or 0) % 10))
-        for i in cells(event.start_s, event.end_s):
-            rows[row][i] = char
-    pad = max(len(label) for label in labels)
-    return [f"{label.ljust(pad)} |{''.join(row)}|" for label, row in zip(labels, rows)]
+BUCKET_COLOURS = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
 
 
 def gantt_figure(timelines: Sequence[tuple[str, Timeline]], title: str = "") -> Any:
@@ -338,16 +328,14 @@ def gantt_figure(timelines: Sequence[tuple[str, Timeline]], title: str = "") -> 
 
     fig, ax = new_figure(figsize=(10, 1.4 + 0.9 * len(timelines)))
     ticks, names = [], []
-    colours = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+    colours = BUCKET_COLOURS
     most = max(len(t.buckets) for _, t in timelines)
     for t, (name, timeline) in enumerate(timelines):
         base = 2 * (len(timelines) - 1 - t)
-        compute = [(e.start_s * 1e3, (e.end_s - e.start_s) * 1e3) for e in timeline.events
-                   if e.stream == "compute"]
-        ax.broken_barh(compute, (base + 1.05, 0.8), color="tab:blue")
-        for e in timeline.comm_events():
-            ax.broken_barh([(e.start_s * 1e3, (e.end_s - e.start_s) * 1e3)], (base + 0.1, 0.8),
-                           color=colours[(e.bucket or 0) % len(colours)], edgecolor="white", linewidth=0.3)
+        gantt_row(ax, base + 1.45, [e for e in timeline.events if e.kind == COMPUTE], lambda e: "tab:blue",
+                  edge=None)
+        gantt_row(ax, base + 0.5, timeline.comm_events(), lambda e: colours[(e.index or 0) % len(colours)],
+                  linewidth=0.3, in_order=True)
         end = timeline.step_s * 1e3
         ax.plot([end, end], [base, base + 1.95], color="black", linewidth=1.2)
         ax.text(end, base + 1.0, f" step {end:.2f} ms", va="center", fontsize=8)

@@ -140,7 +140,7 @@ def part4(rep: Report) -> None:
     serial = simulate_backward(ready, sizes, buckets, cost, overlap=False)
     one = simulate_backward(ready, sizes, [[4, 3, 2, 1, 0]], cost, overlap=False)
     for e in overlapped.comm_events():
-        rep.line(f"  {e.label}: ready {overlapped.bucket_ready_s[e.bucket] * 1e3:.1f} ms, "
+        rep.line(f"  {e.label}: ready {overlapped.bucket_ready_s[e.index] * 1e3:.1f} ms, "
                  f"all-reduce {e.start_s * 1e3:.1f}–{e.end_s * 1e3:.1f} ms")
     for row in ascii_timeline(overlapped, width=50, full_scale_s=serial.step_s):
         rep.line("  " + row)

@@ -83,7 +83,6 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
     """On every rank: all-reduce times, per-parameter gradient-ready times, real DDP step times."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)                                     # the same model on every rank
     model = make_mlp(layers, width)
@@ -98,6 +97,23 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
     allreduce = [_times(lambda b=b: dist.all_reduce(b), 2 * repeats + 1) for b in buffers]
 
     # Part 2: a plain backward, both ranks computing at once (the load they share in the DDP step).
+    forward_s, ready_runs = _backward_ready_times(model, x, target, repeats)
+    # Part 3: the real thing.
+    step_s, real_buckets = _ddp_step_times(model, x, target, cap_mib, repeats)
+    return {"allreduce_s": allreduce, "forward_runs": forward_s,
+            "backward_runs": [max(r) for r in ready_runs],
+            "ready_s": np.median(np.array(ready_runs), axis=0).tolist(), "ddp_step_s": step_s,
+            "real_buckets": real_buckets, "param_bytes": [p.numel() * p.element_size() for p in params],
+            "param_names": [n for n, _ in model.named_parameters()]}
+
+
+def _backward_ready_times(model: Any, x: Any, target: Any, repeats: int
+                          ) -> tuple[list[float], list[list[float]]]:
+    """Forward times, and each parameter's gradient-ready time after the backward starts, per run."""
+    import torch
+    import torch.distributed as dist
+
+    params = list(model.parameters())
     stamps: dict[int, float] = {}
     handles = [p.register_post_accumulate_grad_hook(lambda p, i=i: stamps.__setitem__(i, time.perf_counter()))
                for i, p in enumerate(params)]
@@ -114,8 +130,16 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
             ready_runs.append([stamps[i] - backward_start for i in range(len(params))])
     for handle in handles:
         handle.remove()
+    return forward_s, ready_runs
 
-    # Part 3: the real thing. An explicit bucket_cap_mb is also the first bucket's cap (torch 2.13).
+
+def _ddp_step_times(model: Any, x: Any, target: Any, cap_mib: float, repeats: int
+                    ) -> tuple[list[float], list[list[int]]]:
+    """Real DDP step times, and DDP's buckets after its rebuild. An explicit bucket_cap_mb is also
+    the first bucket's cap (torch 2.13)."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
     ddp = DDP(model, bucket_cap_mb=cap_mib)
 
     def ddp_step() -> None:
@@ -129,12 +153,7 @@ def measure_worker(rank: int, world_size: int, layers: int, width: int, batch: i
     # very step being timed: DDP skips its division by the world size and runs Python per bucket).
     logged = ddp._get_ddp_logging_data()
     rebuilt = str(logged.get("rebuilt_per_bucket_param_indices", ""))
-    real_buckets = [[int(i) for i in b.split()] for b in rebuilt.split(",") if b.strip()]
-    return {"allreduce_s": allreduce, "forward_runs": forward_s,
-            "backward_runs": [max(r) for r in ready_runs],
-            "ready_s": np.median(np.array(ready_runs), axis=0).tolist(), "ddp_step_s": step_s,
-            "real_buckets": real_buckets, "param_bytes": [p.numel() * p.element_size() for p in params],
-            "param_names": [n for n, _ in model.named_parameters()]}
+    return step_s, [[int(i) for i in b.split()] for b in rebuilt.split(",") if b.strip()]
 
 
 def combine_ranks(ranks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -222,16 +241,22 @@ def verdict(measured: list[float], serial_s: float, overlap_s: float) -> str:
             "alone, costs more than it does inside the step)")
 
 
-def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any], link: Link | None) -> None:
-    sizes = result["param_bytes"]
+def rule_buckets(rep: Report, args: argparse.Namespace, result: dict[str, Any]) -> list[list[int]]:
+    """DDP's bucket rule applied to the measured parameters, printed beside the real DDP's buckets."""
     cap = args.bucket_cap_bytes
-    buckets = assign_buckets(sizes, cap, first_cap_bytes=cap)
+    buckets = assign_buckets(result["param_bytes"], cap, first_cap_bytes=cap)
     real = result["real_buckets"]
     rep.line(f"  buckets by DDP's rule (gradient-ready order, sealed at >= the cap {cap / MiB:g} MiB): "
              f"{buckets}")
     rep.line(f"  the real DDP's after its rebuild: {'the same' if real == buckets else real} (the same on "
              f"every rank: {result['same_buckets_on_every_rank']})")
     rep.value("rule_equals_real_buckets", buckets == real)
+    return buckets
+
+
+def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any], link: Link | None) -> None:
+    sizes = result["param_bytes"]
+    buckets = rule_buckets(rep, args, result)
     measured, runs = result["ddp_step_s"], result["ddp_step_runs"]
     if link is None:
         rep.line(f"  measured DDP step (slowest rank): {spread_ms(runs, 1)} ms, median (min–max)")
@@ -253,11 +278,10 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     rep.table(["forward + backward", "ms", "÷ measured median"], rows, name="predicted_vs_measured")
     said = verdict(runs, serial.step_with_forward_s, overlapped.step_with_forward_s)
     rep.line("  " + said)
-    rep.record("verdict", said)
-    rep.record("predicted_overlap_s", overlapped.step_with_forward_s)
-    rep.record("predicted_serial_s", serial.step_with_forward_s)
-    rep.record("measured_s", measured)
-    rep.record("measured_runs_s", runs)
+    for key, value in (("verdict", said), ("predicted_overlap_s", overlapped.step_with_forward_s),
+                       ("predicted_serial_s", serial.step_with_forward_s), ("measured_s", measured),
+                       ("measured_runs_s", runs)):
+        rep.record(key, value)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rep.note(f"limits: {args.world_size} ranks share this machine's {cores} cores, so gloo's threads and the "
              "backward compete for them (the model lets the two streams run side by side for free); the "

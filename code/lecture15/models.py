@@ -72,6 +72,33 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
+def _conv(name: str, c_in: int, c_out: int, kernel: int, out_size: int, batch: int) -> Param:
+    """A bias-free conv's weight; its forward FLOPs are 2 × MACs at its output resolution."""
+    macs = batch * out_size * out_size * c_out * c_in * kernel * kernel
+    return Param(f"{name}.weight", (c_out, c_in, kernel, kernel), 2.0 * macs)
+
+
+def _batchnorm(name: str, channels: int) -> list[Param]:
+    """A BatchNorm's weight and bias (FLOPs ≈ 0)."""
+    return [Param(f"{name}.weight", (channels,)), Param(f"{name}.bias", (channels,))]
+
+
+def _bottleneck(prefix: str, c_in: int, width: int, stride: int, size: int, batch: int
+                ) -> tuple[list[Param], int]:
+    """One v1.5 bottleneck's tensors in registration order, and its output resolution."""
+    out = _conv_out(size, 3, stride, 1)
+    params = [_conv(f"{prefix}.conv1", c_in, width, 1, size, batch),   # v1.5: 1×1 at the input resolution
+              *_batchnorm(f"{prefix}.bn1", width),
+              _conv(f"{prefix}.conv2", width, width, 3, out, batch),   # the stride sits here
+              *_batchnorm(f"{prefix}.bn2", width),
+              _conv(f"{prefix}.conv3", width, 4 * width, 1, out, batch),
+              *_batchnorm(f"{prefix}.bn3", 4 * width)]
+    if stride != 1 or c_in != 4 * width:
+        params += [_conv(f"{prefix}.downsample.0", c_in, 4 * width, 1, out, batch),
+                   *_batchnorm(f"{prefix}.downsample.1", 4 * width)]
+    return params, out
+
+
 def resnet50(batch: int = 32, image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
     """ResNet-50 in torchvision's v1.5 layout (stride 2 in the 3×3 conv): 161 tensors, 25,557,032 parameters.
 
@@ -80,35 +107,16 @@ def resnet50(batch: int = 32, image_size: int = 224, num_classes: int = 1000) ->
     """
     if batch < 1 or image_size < 32 or num_classes < 1:
         raise ValueError("batch and num_classes must be >= 1 and image_size >= 32")
-    params: list[Param] = []
-
-    def conv(name: str, c_in: int, c_out: int, kernel: int, out_size: int) -> None:
-        macs = batch * out_size * out_size * c_out * c_in * kernel * kernel
-        params.append(Param(f"{name}.weight", (c_out, c_in, kernel, kernel), 2.0 * macs))
-
-    def batchnorm(name: str, channels: int) -> None:
-        params.extend([Param(f"{name}.weight", (channels,)), Param(f"{name}.bias", (channels,))])
-
     size = _conv_out(image_size, 7, 2, 3)           # 224 -> 112
-    conv("conv1", 3, 64, 7, size)
-    batchnorm("bn1", 64)
+    params = [_conv("conv1", 3, 64, 7, size, batch), *_batchnorm("bn1", 64)]
     size = _conv_out(size, 3, 2, 1)                 # max-pool 3×3 stride 2: 112 -> 56
     c_in = 64
     stages = [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]  # (width, blocks, first stride)
     for stage, (width, blocks, first_stride) in enumerate(stages, start=1):
         for block in range(blocks):
             stride = first_stride if block == 0 else 1
-            out = _conv_out(size, 3, stride, 1)
-            prefix = f"layer{stage}.{block}"
-            conv(f"{prefix}.conv1", c_in, width, 1, size)        # v1.5: 1×1 at the input resolution
-            batchnorm(f"{prefix}.bn1", width)
-            conv(f"{prefix}.conv2", width, width, 3, out)        # the stride sits here
-            batchnorm(f"{prefix}.bn2", width)
-            conv(f"{prefix}.conv3", width, 4 * width, 1, out)
-            batchnorm(f"{prefix}.bn3", 4 * width)
-            if stride != 1 or c_in != 4 * width:
-                conv(f"{prefix}.downsample.0", c_in, 4 * width, 1, out)
-                batchnorm(f"{prefix}.downsample.1", 4 * width)
+            block_params, out = _bottleneck(f"layer{stage}.{block}", c_in, width, stride, size, batch)
+            params += block_params
             c_in, size = 4 * width, out
     params.append(Param("fc.weight", (num_classes, c_in), 2.0 * batch * c_in * num_classes))
     params.append(Param("fc.bias", (num_classes,)))

@@ -1,6 +1,6 @@
-"""report/timeline.html: the handbook's DDP timeline to play with (数据并行与 DDP, 通信与反向重叠; Lecture 15 §3).
+"""report/timeline.html: the handbook's DDP timeline to play with (通信与反向重叠; Lecture 15 §3).
 
-    python code/report/timeline.py OUT_DIR      # writes OUT_DIR/timeline.html; reproduce.py calls write_timeline
+    python code/report/timeline.py OUT_DIR   # writes OUT_DIR/timeline.html (reproduce.py: write_timeline)
 
 Sliders for the model (ResNet-50, BERT-large, a uniform stack of N layers), bucket cap, α, β and K.
 One self-contained page (data, script and style inline; it fetches nothing): sliders pick a point
@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code/, ahead of anything installed
+# this checkout's code/, ahead of anything installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
 
 # isort: split

@@ -27,4 +27,5 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                inputs: torch.Tensor, targets: torch.Tensor) -> float:
     """One data-parallel step on this rank's batch; return this rank's loss as a float."""
-    raise NotImplementedError("write train_step(model, optimizer, loss_fn, inputs, targets) in 114's solution.py")
+    raise NotImplementedError("write train_step(model, optimizer, loss_fn, inputs, targets) in 114's "
+                              "solution.py")

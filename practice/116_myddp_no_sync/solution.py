@@ -53,7 +53,8 @@ class MyDDP(torch.nn.Module):
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
         """Backwards inside only accumulate .grad locally; the next backward outside syncs the sums."""
-        raise NotImplementedError("write MyDDP.no_sync() (and the check in _on_grad_ready) in 116's solution.py")
+        raise NotImplementedError("write MyDDP.no_sync() (and the check in _on_grad_ready) in 116's "
+                                  "solution.py")
         yield  # a context manager yields once (unreachable until you write it)
 
     def _on_grad_ready(self, p: torch.nn.Parameter) -> None:

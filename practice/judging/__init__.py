@@ -29,6 +29,7 @@ PROBLEMS = [
     Problem("113", "ddp_buckets", "DDP buckets and the communication timeline", "p113_ddp_buckets"),
     Problem("114", "hw5_data_parallel", "HW5: partition_indices, average_gradients, train_step", "p114_hw5"),
     Problem("115", "ring_allreduce", "ring all-reduce with send/recv on real ranks", "p115_ring"),
-    Problem("116", "myddp_no_sync", "MyDDP's no_sync: gradient accumulation without all-reduce", "p116_no_sync"),
+    Problem("116", "myddp_no_sync", "MyDDP's no_sync: gradient accumulation without all-reduce",
+            "p116_no_sync"),
     Problem("117", "tp_backward", "tensor-parallel backward of the CS336 MLP", "p117_tp_backward"),
 ]

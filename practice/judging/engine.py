@@ -246,7 +246,8 @@ def _result(problem: str, module: ModuleType, case: Case, outcome: dict[str, Any
     if outcome.get("passed"):
         return CaseResult(problem, case.name, True, seconds)
     message = outcome.get("message", "")
-    return CaseResult(problem, case.name, False, seconds, message=message, expected=outcome.get("expected", ""),
+    return CaseResult(problem, case.name, False, seconds, message=message,
+                      expected=outcome.get("expected", ""),
                       got=outcome.get("got", ""), hint=outcome.get("hint") or hint_for(module, case, message),
                       output=_printed(capture), inputs=outcome.get("inputs") or cut(show(case.inputs)))
 
@@ -273,7 +274,8 @@ def run_problem(problem: str, module: ModuleType, cases: list[Case], solution_pa
                 if "import_error" in outcome or outcome.get("loaded") is False:
                     run.error = (outcome.get("import_error")
                                  or f"importing {solution_path.name} took more than {limit_s:g} s")
-                    run.results += [CaseResult(problem, c.name, False, 0.0, message="not run: the file did not load",
+                    run.results += [CaseResult(problem, c.name, False, 0.0, message="not run: the file did "
+                                                                                    "not load",
                                                hint="") for c in cases[index:]]
                     break
                 result = _result(problem, module, case, outcome, time.perf_counter() - case_began, capture)

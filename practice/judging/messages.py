@@ -72,10 +72,12 @@ def kind(value: Any) -> str:
 def _student_frame(path: Path, err: BaseException | None, details: str) -> str:
     """' (solution.py:12 in f)': the student's innermost line in a traceback, or ''."""
     if err is not None:
-        frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == path.resolve()]
+        frames = [f for f in traceback.extract_tb(err.__traceback__)
+                  if Path(f.filename).resolve() == path.resolve()]
         if frames:
             return f" ({path.name}:{frames[-1].lineno} in {frames[-1].name})"
-    mine = [m for m in re.findall(r'File "([^"]*)", line (\d+), in (\S+)', details) if Path(m[0]).name == path.name]
+    mine = [m for m in re.findall(r'File "([^"]*)", line (\d+), in (\S+)', details)
+            if Path(m[0]).name == path.name]
     return f" ({path.name}:{mine[-1][1]} in {mine[-1][2]})" if mine else ""
 
 

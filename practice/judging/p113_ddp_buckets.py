@@ -41,7 +41,9 @@ S3_RING = {"world_size": 16, "alpha_s": 10e-6, "beta_Bps": 10e9}   # lecture 15 
 RANDOM_SEED = 113
 
 HINT_SEAL = "README hint 1: walk the parameters in reverse, seal AFTER adding once bytes >= the cap"
-HINT_FIRST = "README hint 2: the first bucket has its own cap (0 counts: only None means none); later ones cap_bytes"
+HINT_FIRST = (
+    "README hint 2: the first bucket has its own cap (0 counts: only None means none); later ones cap_bytes"
+)
 HINT_RING = "README hint 3: 2(K − 1) messages of n/K bytes, each α + size/β; K = 1 sends nothing"
 HINT_TIMELINE = "README hint 4: bucket b starts at max(its LATEST gradient's ready time, bucket b − 1's end)"
 HINT_EXPOSED = "README hint 5: backward ends at the last gradient; exposed = step end − backward end"
@@ -67,12 +69,14 @@ def collect_timeline(solution: ModuleType, inputs: dict[str, Any]) -> dict[str, 
 def _unchanged(sent: list[Any], came_back: Any, names: tuple[str, ...], inputs: Any) -> None:
     for name, before, after in zip(names, sent, came_back):
         if before != after:
-            raise Fail(f"{name} unchanged: {show(before)}", f"after the call: {show(after)}", HINT_ARGS, inputs)
+            raise Fail(f"{name} unchanged: {show(before)}", f"after the call: {show(after)}", HINT_ARGS,
+                       inputs)
 
 
 def _as_buckets(value: Any, hint: str, inputs: Any) -> list[list[int]]:
     ok = isinstance(value, (list, tuple)) and all(
-        isinstance(b, (list, tuple)) and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in b)
+        isinstance(b, (list, tuple)) and all(isinstance(i, numbers.Integral) and not isinstance(i, bool)
+                                             for i in b)
         for b in value)
     if not ok:
         raise Fail("a list of buckets, each a list of parameter indices (ints)", kind(value), hint, inputs)
@@ -87,8 +91,8 @@ def check_buckets(hint: str, notes: str = "") -> Any:
             expected = assign_buckets(*args)
             got = _as_buckets(result["returned"], hint, shown)
             if got != expected:
-                raise Fail(show(expected) + (f" (the notes' answer: {notes})" if notes else ""), show(got), hint,
-                           shown)
+                raise Fail(show(expected) + (f" (the notes' answer: {notes})" if notes else ""), show(got),
+                           hint, shown)
     return check
 
 
@@ -125,10 +129,14 @@ def check_timeline(notes_step_s: float | None = None) -> Any:
         if not (isinstance(got, (list, tuple)) and len(got) == 3 and isinstance(got[0], (list, tuple))):
             raise Fail("a tuple (spans, step_end_s, exposed_s)", kind(got), HINT_TIMELINE)
         got_spans, got_step, got_exposed = got
-        if len(got_spans) != len(spans) or not all(isinstance(s, (list, tuple)) and len(s) == 2 for s in got_spans):
+        if len(got_spans) != len(spans) or not all(isinstance(s, (list, tuple)) and len(s) == 2
+                                                   for s in got_spans):
             raise Fail(f"{len(spans)} spans (start_s, end_s), one per bucket", kind(got_spans), HINT_TIMELINE)
         for b, ((s, e), (gs, ge)) in enumerate(zip(spans, got_spans)):
-            gs, ge = _number(gs, f"bucket {b}'s start", HINT_TIMELINE), _number(ge, f"bucket {b}'s end", HINT_TIMELINE)
+            gs, ge = (
+                _number(gs, f"bucket {b}'s start", HINT_TIMELINE),
+                _number(ge, f"bucket {b}'s end", HINT_TIMELINE),
+            )
             if not (_close(gs, s) and _close(ge, e)):
                 raise Fail(f"bucket {b} all-reduce from {s * 1e3:.6g} to {e * 1e3:.6g} ms",
                            f"{gs * 1e3:.6g} to {ge * 1e3:.6g} ms", HINT_TIMELINE)
@@ -138,14 +146,15 @@ def check_timeline(notes_step_s: float | None = None) -> Any:
             raise Fail(f"step end {model.step_s * 1e3:.6g} ms{notes}", f"{step * 1e3:.6g} ms", HINT_EXPOSED)
         exposed = _number(got_exposed, "the exposed communication", HINT_EXPOSED)
         if not _close(exposed, model.exposed_comm_s):
-            raise Fail(f"exposed communication {model.exposed_comm_s * 1e3:.6g} ms", f"{exposed * 1e3:.6g} ms",
-                       HINT_EXPOSED)
+            raise Fail(f"exposed communication {model.exposed_comm_s * 1e3:.6g} ms",
+                       f"{exposed * 1e3:.6g} ms", HINT_EXPOSED)
     return check
 
 
 # ---- the cases ---------------------------------------------------------------------------------------------
 def bucket_case(name: str, calls: list[tuple], hint: str, notes: str = "", quick: bool = True) -> Case:
-    return Case(name, {"calls": [list(c) for c in calls]}, collect_buckets, check_buckets(hint, notes), hint, quick)
+    return Case(name, {"calls": [list(c) for c in calls]}, collect_buckets, check_buckets(hint, notes), hint,
+                quick)
 
 
 def timeline_case(name: str, sizes: list[int], cap: int, ready_s: list[float], ring: dict[str, Any],
@@ -173,35 +182,106 @@ _RESNET_READY = gradient_ready_times(_RESNET, ComputeModel())
 _MIXED_READY = [1e-3, 2e-3, 8e-3, 1e-3, 6e-3, 2e-3]
 
 CASES = [
-    bucket_case("buckets: lecture 15 exercise 3, 10, 2, 8, 20, 4 MB, cap 12 MB (the notes: {p4, p3}, {p2, p1, p0})",
-            [(EX3_SIZES, 12 * MB)], HINT_SEAL, "{p4, p3}, {p2, p1, p0}"),
-    bucket_case("buckets: a bucket that reaches the cap exactly is sealed", [([1, 3, 2, 2], 4)], HINT_SEAL + " (>=, not >)"),
-    bucket_case("buckets: cap 0 gives a bucket per parameter", [([8, 16, 4, 32, 8], 0)],
-            HINT_SEAL + ": with cap 0 every parameter seals"),
+    bucket_case(
+        "buckets: lecture 15 exercise 3, 10, 2, 8, 20, 4 MB, cap 12 MB (the notes: {p4, p3}, {p2, p1, p0})",
+        [(EX3_SIZES, 12 * MB)],
+        HINT_SEAL,
+        "{p4, p3}, {p2, p1, p0}",
+    ),
+    bucket_case(
+        "buckets: a bucket that reaches the cap exactly is sealed",
+        [([1, 3, 2, 2], 4)],
+        HINT_SEAL + " (>=, not >)",
+    ),
+    bucket_case(
+        "buckets: cap 0 gives a bucket per parameter",
+        [([8, 16, 4, 32, 8], 0)],
+        HINT_SEAL + ": with cap 0 every parameter seals",
+    ),
     bucket_case("buckets: a cap above the total gives one bucket", [([8, 16, 4, 32, 8], 1000)], HINT_SEAL),
-    bucket_case("buckets: a parameter larger than the cap", [([3, 100, 3], 10)],
-            HINT_SEAL + "; a large parameter joins the open bucket"),
-    bucket_case("buckets: ResNet-50, first bucket 1 MiB, then 25 MiB",
-            [(_RESNET_SIZES, 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES)], HINT_FIRST),
+    bucket_case(
+        "buckets: a parameter larger than the cap",
+        [([3, 100, 3], 10)],
+        HINT_SEAL + "; a large parameter joins the open bucket",
+    ),
+    bucket_case(
+        "buckets: ResNet-50, first bucket 1 MiB, then 25 MiB",
+        [(_RESNET_SIZES, 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES)],
+        HINT_FIRST,
+    ),
     bucket_case("buckets: a first-bucket cap larger than the cap", [([4, 4, 4, 4, 4, 4], 4, 12)], HINT_FIRST),
-    bucket_case("buckets: a first-bucket cap of 0 is given: the first bucket seals after one parameter",
-            [([4, 4, 4, 4], 8, 0)], HINT_FIRST),
-    bucket_case(f"buckets: 30 random size lists and caps (seed {RANDOM_SEED})", random_calls(), HINT_SEAL, quick=False),
-    Case("all-reduce time: ring α-β cost for K = 16, 2, 3, 8",
-         {"calls": [[25 * MiB, 16, 10e-6, 10e9], [10 * MB, 2, 0.25e-3, 10e9], [1000, 3, 5e-6, 25e9],
-                    [0, 8, 5e-6, 25e9]]}, collect_time, check_time, HINT_RING),
-    Case("all-reduce time: one rank sends nothing", {"calls": [[64 * MB, 1, 5e-6, 25e9]]}, collect_time, check_time,
-         HINT_RING),
-    timeline_case("timeline: lecture 15 exercise 4, 0.5 ms + 0.1 ms/MB per all-reduce (the notes: step 7.5 ms)",
-             EX3_SIZES, 12 * MB, EX4_READY_S, EX4_RING, 7.5e-3),
-    timeline_case("timeline: every gradient ready at once, no overlap possible", [4 * MB] * 4, 8 * MB, [3e-3] * 4,
-             EX4_RING),
-    timeline_case("timeline: bucket 1 ready before bucket 0 still waits", [4 * MB] * 4, 8 * MB,
-             [1e-3, 1e-3, 3e-3, 3e-3], EX4_RING),
-    timeline_case("timeline: inside a bucket, gradients ready out of index order (the latest one counts)",
-             [2 * MB] * 6, 6 * MB, _MIXED_READY, EX4_RING),
-    timeline_case("timeline: ResNet-50 in §3's setting, 16 ranks, 25 MB buckets (the notes: step 37.8 ms)",
-             _RESNET_SIZES, 25 * MB, _RESNET_READY, S3_RING, 37.8e-3),
-    timeline_case("timeline: ResNet-50 with cap 0 (161 all-reduces)", _RESNET_SIZES, 0, _RESNET_READY, S3_RING,
-             quick=False),
+    bucket_case(
+        "buckets: a first-bucket cap of 0 is given: the first bucket seals after one parameter",
+        [([4, 4, 4, 4], 8, 0)],
+        HINT_FIRST,
+    ),
+    bucket_case(
+        f"buckets: 30 random size lists and caps (seed {RANDOM_SEED})", random_calls(), HINT_SEAL, quick=False
+    ),
+    Case(
+        "all-reduce time: ring α-β cost for K = 16, 2, 3, 8",
+        {
+            "calls": [
+                [25 * MiB, 16, 10e-6, 10e9],
+                [10 * MB, 2, 0.25e-3, 10e9],
+                [1000, 3, 5e-6, 25e9],
+                [0, 8, 5e-6, 25e9],
+            ]
+        },
+        collect_time,
+        check_time,
+        HINT_RING,
+    ),
+    Case(
+        "all-reduce time: one rank sends nothing",
+        {"calls": [[64 * MB, 1, 5e-6, 25e9]]},
+        collect_time,
+        check_time,
+        HINT_RING,
+    ),
+    timeline_case(
+        "timeline: lecture 15 exercise 4, 0.5 ms + 0.1 ms/MB per all-reduce (the notes: step 7.5 ms)",
+        EX3_SIZES,
+        12 * MB,
+        EX4_READY_S,
+        EX4_RING,
+        7.5e-3,
+    ),
+    timeline_case(
+        "timeline: every gradient ready at once, no overlap possible",
+        [4 * MB] * 4,
+        8 * MB,
+        [3e-3] * 4,
+        EX4_RING,
+    ),
+    timeline_case(
+        "timeline: bucket 1 ready before bucket 0 still waits",
+        [4 * MB] * 4,
+        8 * MB,
+        [1e-3, 1e-3, 3e-3, 3e-3],
+        EX4_RING,
+    ),
+    timeline_case(
+        "timeline: inside a bucket, gradients ready out of index order (the latest one counts)",
+        [2 * MB] * 6,
+        6 * MB,
+        _MIXED_READY,
+        EX4_RING,
+    ),
+    timeline_case(
+        "timeline: ResNet-50 in §3's setting, 16 ranks, 25 MB buckets (the notes: step 37.8 ms)",
+        _RESNET_SIZES,
+        25 * MB,
+        _RESNET_READY,
+        S3_RING,
+        37.8e-3,
+    ),
+    timeline_case(
+        "timeline: ResNet-50 with cap 0 (161 all-reduces)",
+        _RESNET_SIZES,
+        0,
+        _RESNET_READY,
+        S3_RING,
+        quick=False,
+    ),
 ]

@@ -27,11 +27,14 @@ TOL = 1e-10          # float64: ranks and one process differ only in summation o
 D_IN, HIDDEN, LR, STEPS = 4, 8, 0.1, 3
 UNDER, OVER = 1.0, 0.2   # the loss's weight on (output − target)² below and above the target
 
-HINT_PART = "README hint 1: shuffle list(range(size)) with random.Random(seed); size // W each, +1 for the first size % W"
+HINT_PART = ("README hint 1: shuffle list(range(size)) with random.Random(seed); size // W each, "
+             "+1 for the first size % W")
 HINT_AVG = "README hint 2: all_reduce SUM each grad in place, then divide by the world size; skip grad None"
-HINT_STEP = ("README hint 3: zero_grad, forward, loss_fn(outputs, targets), backward, average_gradients, step; "
-             "return this rank's loss.item()")
-HINT_DEADLOCK = "README hint 2: every rank must call the same all-reduces in the same order (skip grad None only)"
+HINT_STEP = ("README hint 3: zero_grad, forward, loss_fn(outputs, targets), backward, average_gradients, "
+             "step; return this rank's loss.item()")
+HINT_DEADLOCK = (
+    "README hint 2: every rank must call the same all-reduces in the same order (skip grad None only)"
+)
 
 
 def prepare() -> None:
@@ -54,7 +57,8 @@ def collect_split(solution: ModuleType, inputs: dict[str, Any]) -> list[list[Any
 
 def _parts(got: list[Any], size: int, world: int, seed: int) -> list[list[int]]:
     for rank, part in enumerate(got):
-        if not (isinstance(part, list) and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in part)):
+        if not (isinstance(part, list)
+                and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in part)):
             raise Fail(f"a list of ints (rank {rank}'s sample indices)", kind(part), HINT_PART,
                        {"size": size, "world_size": world, "rank": rank, "seed": seed})
     return [[int(i) for i in p] for p in got]
@@ -65,8 +69,8 @@ def check_split_sizes(inputs: dict[str, Any], data: list[Any]) -> None:
         parts, shown = _parts(got, size, world, seed), {"size": size, "world_size": world, "seed": seed}
         sizes = dp.partition_sizes(size, world)
         if [len(p) for p in parts] != sizes:
-            raise Fail(f"shard sizes {sizes} for {size} samples on {world} ranks", f"{[len(p) for p in parts]}",
-                       HINT_PART, shown)
+            raise Fail(f"shard sizes {sizes} for {size} samples on {world} ranks",
+                       f"{[len(p) for p in parts]}", HINT_PART, shown)
         every = sorted(i for p in parts for i in p)
         if every != list(range(size)):
             raise Fail(f"every index 0…{size - 1} exactly once over the ranks", show(every), HINT_PART, shown)
@@ -88,7 +92,8 @@ def collect_global_random(solution: ModuleType, inputs: dict[str, Any]) -> float
 
 def check_global_random(inputs: dict[str, Any], data: Any) -> None:
     if data != random.Random(inputs["global_seed"]).random():
-        raise Fail("the global random module's state untouched", "it changed (random.seed or random.shuffle?)",
+        raise Fail("the global random module's state untouched",
+                   "it changed (random.seed or random.shuffle?)",
                    "README hint 1: a local random.Random(seed) leaves the global generator alone")
 
 
@@ -130,12 +135,20 @@ def check_average(inputs: dict[str, Any], data: list[Any]) -> None:
     for rank, res in enumerate(data):
         grads = res["grads"]
         if grads[2] is not None or grads[3] is not None:
-            raise Fail("grad None left as None (a parameter forward did not use)", f"rank {rank}: {kind(grads[2])}",
+            raise Fail("grad None left as None (a parameter forward did not use)", f"rank {rank}: "
+                                                                                   f"{kind(grads[2])}",
                        HINT_AVG)
         for i, (g, e) in enumerate(zip(grads[:2], expected)):
             if not isinstance(g, torch.Tensor) or g.shape != e.shape or (g - e).abs().max().item() > TOL:
-                got = "None" if g is None else show(g.flatten().tolist()) if isinstance(g, torch.Tensor) else kind(g)
-                raise Fail(f"rank {rank}, parameter {i}: the mean over {world} ranks {show(e.flatten().tolist())}",
+                got = (
+                    "None"
+                    if g is None
+                    else show(g.flatten().tolist())
+                    if isinstance(g, torch.Tensor)
+                    else kind(g)
+                )
+                raise Fail(f"rank {rank}, parameter {i}: the mean over {world} ranks "
+                           f"{show(e.flatten().tolist())}",
                            got, HINT_AVG)
 
 
@@ -187,7 +200,8 @@ def check_train(inputs: dict[str, Any], data: list[Any]) -> None:
             raise Fail("a float: this rank's loss (loss.item())", kind(losses[0]), HINT_STEP)
         first, swapped = _first_losses(size, world, rank)
         if abs(losses[0] - first) > TOL * max(1.0, abs(first)):
-            why = (": loss_fn(targets, outputs), the arguments swapped" if abs(losses[0] - swapped) <= TOL * max(1.0, abs(swapped))
+            why = (": loss_fn(targets, outputs), the arguments swapped"
+                   if abs(losses[0] - swapped) <= TOL * max(1.0, abs(swapped))
                    else "")
             raise Fail(f"rank {rank}'s first loss {first:.10g} (loss_fn(outputs, targets) on its shard)",
                        f"{losses[0]:.10g}{why}", HINT_STEP)

@@ -20,12 +20,15 @@ from judging.ranks import check_seen, counted, recorded_calls, run_ranks, soluti
 from judging.sandbox import function
 
 FUNCTIONS = ("ring_allreduce",)
-HINT_RESULT = "README hint 2: in step s rank r sends chunk (r − s) mod K; reduce-scatter adds, all-gather copies"
+HINT_RESULT = (
+    "README hint 2: in step s rank r sends chunk (r − s) mod K; reduce-scatter adds, all-gather copies"
+)
 HINT_P2P = "README hint 1: only send/recv (or isend/irecv, batch_isend_irecv), no collective"
 HINT_BYTES = "README hint 3: 2(K − 1) messages per rank, each ONE chunk (about N/K elements)"
 HINT_DEADLOCK = ("README hint 1: a send waits for its receive on gloo, whatever the size: post both at once "
                  "(batch_isend_irecv) or alternate by parity")
-HINT_CHUNKS = "README hint 2: tensor.tensor_split(K) always gives K chunks; tensor.chunk(K) may give fewer (N = 5, K = 4: 3)"
+HINT_CHUNKS = ("README hint 2: tensor.tensor_split(K) always gives K chunks; tensor.chunk(K) may give fewer "
+               "(N = 5, K = 4: 3)")
 ERROR_HINTS = [("IndexError", HINT_CHUNKS)]
 DATA_ONLY = ("barrier",)     # a collective that moves no data: allowed beside the ring
 
@@ -64,7 +67,8 @@ def _check_traffic(data: list[Any]) -> None:
 def _check_sum(data: list[Any], expected: torch.Tensor) -> None:
     for rank, res in enumerate(data):
         result = res["result"]
-        if isinstance(result, torch.Tensor) and result.dtype == expected.dtype and torch.equal(result, expected):
+        if isinstance(result,
+                      torch.Tensor) and result.dtype == expected.dtype and torch.equal(result, expected):
             continue
         returned = res["returned"]
         if isinstance(returned, torch.Tensor) and returned.shape == expected.shape and torch.equal(
@@ -90,7 +94,8 @@ def check(inputs: dict[str, Any], data: list[Any]) -> None:
     per_rank = ring.busiest_bytes(world, n * elem)     # 2(K − 1)N/K, N in bytes
     sent = [res["traffic"]["sent_bytes"] for res in data]
     chunk_slack = ring.rounds(world) * elem   # a chunk a round, each within one element of N/K
-    if sum(sent) != ring.total_bytes(world, n * elem) or any(abs(s - per_rank) >= max(chunk_slack, 1) and world > 1
+    if sum(sent) != ring.total_bytes(world,
+                                     n * elem) or any(abs(s - per_rank) >= max(chunk_slack, 1) and world > 1
                                                    for s in sent):
         raise Fail(f"about 2(K − 1)N/K = {per_rank:,.0f} B per rank, {world * per_rank:,.0f} B in all",
                    "sent " + ", ".join(f"{s:,}" for s in sent) + " B", HINT_BYTES)

@@ -111,7 +111,8 @@ def _check_quiet(data: list[Any]) -> None:
 def _check_synced(data: list[Any]) -> None:
     for rank, res in enumerate(data):
         if not res["after"]["collectives"].get("all_reduce") or res["after"]["ran"] == 0:
-            raise Fail("all-reduces in the first backward after no_sync", f"rank {rank} called none", HINT_SYNC)
+            raise Fail("all-reduces in the first backward after no_sync", f"rank {rank} called none",
+                       HINT_SYNC)
 
 
 def _check_grads(data: list[Any], what: str) -> None:
@@ -138,20 +139,23 @@ def checker(*parts: str, what: str = f"one process on all {BATCH} samples") -> A
     return check
 
 
-def case(name: str, world: int, micro: int, check: Any, hint: str, scenario: str = "once", quick: bool = True) -> Case:
-    return Case(name, {"world_size": world, "micro_batches": micro, "scenario": scenario}, collect, check, hint,
-                quick, ranks=True)
+def case(name: str, world: int, micro: int, check: Any, hint: str, scenario: str = "once",
+         quick: bool = True) -> Case:
+    return Case(name, {"world_size": world, "micro_batches": micro, "scenario": scenario}, collect, check,
+                hint, quick, ranks=True)
 
 
 CASES = [
     case("2 ranks, 2 micro-batches: no collective inside no_sync", 2, 2, checker("quiet"), HINT_NO_COMM),
     case("2 ranks: the backward after no_sync all-reduces", 2, 2, checker("quiet", "synced"), HINT_SYNC),
-    case("2 ranks, 2 micro-batches: gradients = one process on the whole batch", 2, 2, checker("quiet", "grads"),
+    case("2 ranks, 2 micro-batches: gradients = one process on the whole batch", 2, 2,
+         checker("quiet", "grads"), HINT_GRADS),
+    case("3 ranks, 3 micro-batches, shards 10, 10, 11: = one process", 3, 3, checker("quiet", "grads"),
          HINT_GRADS),
-    case("3 ranks, 3 micro-batches, shards 10, 10, 11: = one process", 3, 3, checker("quiet", "grads"), HINT_GRADS),
     case("2 ranks, two accumulation rounds in a row", 2, 2,
          checker("quiet", "synced", "grads", what="one process, in the second accumulation round too"),
          HINT_SYNC, "twice", quick=False),
     case("an exception inside no_sync leaves syncing on", 2, 1,
-         checker("synced", "grads", what="one process (syncing is back on after the exception)"), HINT_SYNC, "raises"),
+         checker("synced", "grads", what="one process (syncing is back on after the exception)"), HINT_SYNC,
+         "raises"),
 ]

@@ -25,7 +25,9 @@ TOL = 1e-12          # float64; only the summation order differs from one proces
 SEED = 17
 HINT_LOCAL = "README hint 1: dz = (dL/dy)[:, my columns] · gelu'(z); dL/dW_r = inputᵀ · dz"
 HINT_DX = "README hint 2: dL/dx = Σ_r dz_r · W_rᵀ is a sum over ranks: reduce-scatter (or all-reduce) it"
-HINT_DEADLOCK = "README hint 2: every rank calls the same collective for each layer below the top, in the same order"
+HINT_DEADLOCK = (
+    "README hint 2: every rank calls the same collective for each layer below the top, in the same order"
+)
 
 
 def tp_worker(rank: int, world: int, layers: int, width: int, batch: int) -> dict[str, Any]:
@@ -40,8 +42,8 @@ def tp_worker(rank: int, world: int, layers: int, width: int, batch: int) -> dic
         pre.append(h @ w)
         h = comm.all_gather_columns(F.gelu(pre[-1]), widths, log)
     grad_output = 2 / h.numel() * h                     # loss = mean(h²)
-    grads = function(solution_in_rank(), "tp_backward")(list(inputs), list(pre), list(ws), grad_output.clone(),
-                                                        list(widths))
+    grads = function(solution_in_rank(), "tp_backward")(list(inputs), list(pre), list(ws),
+                                                        grad_output.clone(), list(widths))
     return {"grads": grads}      # any collectives will do here: the traffic is not judged
 
 
@@ -78,8 +80,8 @@ def check(inputs: dict[str, Any], data: list[Any]) -> None:
 
 
 def case(name: str, world: int, layers: int, width: int, batch: int, hint: str, quick: bool = True) -> Case:
-    return Case(name, {"world_size": world, "layers": layers, "width": width, "batch": batch}, collect, check, hint,
-                quick, ranks=True)
+    return Case(name, {"world_size": world, "layers": layers, "width": width, "batch": batch}, collect, check,
+                hint, quick, ranks=True)
 
 
 CASES = [

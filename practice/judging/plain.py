@@ -54,7 +54,8 @@ def encode(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, numbers.Integral):
-        return int(value) if type(value) is int else {"$": "number", "type": type(value).__name__, "value": int(value)}
+        return int(value) if type(value) is int else {"$": "number", "type": type(value).__name__,
+                                                      "value": int(value)}
     if isinstance(value, numbers.Real):
         if type(value) is float:
             return _float(value)
@@ -69,7 +70,8 @@ def encode(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (set, frozenset)):
         return {"$": "set", "items": sorted((encode(v, depth + 1) for v in value), key=repr)}
     if type(value) is dict:
-        return {"$": "dict", "items": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+        return {"$": "dict",
+                "items": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
     return {"$": "object", "type": type(value).__name__, "repr": _repr(value)}
 
 

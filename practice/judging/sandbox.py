@@ -192,7 +192,8 @@ def keeper_main(case: Case, path: Path, judge_pid: int, judge_fd: int, capture_f
         _write_all(judge_fd, header + b"\n" + report)
     except BaseException as err:  # noqa: BLE001 - the keeper's own failure is reported, not raised
         try:
-            _write_all(judge_fd, json.dumps({"keeper_error": f"{type(err).__name__}: {err}"}).encode() + b"\n")
+            _write_all(judge_fd,
+                       json.dumps({"keeper_error": f"{type(err).__name__}: {err}"}).encode() + b"\n")
         except OSError:
             pass
     finally:

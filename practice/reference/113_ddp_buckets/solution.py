@@ -4,7 +4,8 @@ compares it with lecture15/ddp_sim.py and common/costmodel.py."""
 from __future__ import annotations
 
 
-def assign_buckets(param_bytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[list[int]]:
+def assign_buckets(param_bytes: list[int], cap_bytes: int,
+                   first_cap_bytes: int | None = None) -> list[list[int]]:
     buckets: list[list[int]] = []
     current: list[int] = []
     filled = 0
