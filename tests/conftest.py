@@ -24,7 +24,8 @@ def code_env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
-def run_script(relpath: str, *args: str, timeout: float = 120, expect_rc: int | None = 0) -> subprocess.CompletedProcess:
+def run_script(relpath: str, *args: str, timeout: float = 120,
+               expect_rc: int | None = 0) -> subprocess.CompletedProcess:
     """Run code/<relpath> with args; check the exit status (None: don't) and return the result."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], cwd=ROOT, env=env,
@@ -107,8 +108,9 @@ def _reproduction(tmp_path_factory: pytest.TempPathFactory, name: str, *flags: s
         where = ["--report", str(pages_dir)] if pages else ["--no-report"]
         proc = run_script("reproduce.py", *flags, "--json", str(out), *where, timeout=540, expect_rc=None)
         if not out.is_file():
-            raise AssertionError(f"reproduce.py {' '.join(flags)} exited {proc.returncode} and wrote no --json\n"
-                                 f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
+            raise AssertionError(f"reproduce.py {' '.join(flags)} exited {proc.returncode} and wrote no "
+                                 f"--json\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr "
+                                 f"---\n{proc.stderr[-3000:]}")
         (folder / "stdout.txt").write_text(proc.stdout, encoding="utf-8")
 
     computed_once(folder, run)
@@ -203,7 +205,8 @@ def open_page(browser, tmp_path_factory):
         contexts.append((context, path))
         page = context.new_page()
         errors = PageErrors()
-        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error"
+                else None)
         page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
         page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
         page.goto(Path(path).resolve().as_uri())

@@ -37,7 +37,8 @@ def test_busbw_by_hand(collective: str) -> None:
 def test_the_chunk_size_slip_reads_n_times_low() -> None:
     # reduce-scatter of S = 1 MiB on 4 ranks in 1 ms: the output is 256 KiB; 256 KiB × 3/4 / 1 ms
     assert bw.chunk_slip_busbw("reduce-scatter", 4, MIB, 1e-3) == pytest.approx(0.196608e9, rel=1e-12)
-    assert bw.chunk_slip_busbw("all-gather", 3, 3 * MIB, 1e-3) == pytest.approx(bw.busbw("all-gather", 3, 3 * MIB,
+    assert bw.chunk_slip_busbw("all-gather", 3, 3 * MIB,
+                               1e-3) == pytest.approx(bw.busbw("all-gather", 3, 3 * MIB,
                                                                                          1e-3) / 3)
 
 
@@ -45,7 +46,8 @@ def test_factors_for_other_world_sizes() -> None:
     for n in (1, 2, 3, 5, 8):
         assert bw.bus_factor("all-reduce", n) == pytest.approx(ring_allreduce_bytes_per_device(n, 1.0))
         assert bw.bus_factor("all-reduce", n) == pytest.approx(2 * (n - 1) / n)
-        assert bw.bus_factor("reduce-scatter", n) == bw.bus_factor("all-gather", n) == pytest.approx((n - 1) / n)
+        assert bw.bus_factor("reduce-scatter",
+                             n) == bw.bus_factor("all-gather", n) == pytest.approx((n - 1) / n)
     assert bw.bus_factor("broadcast", 3) == 1.0
     # one rank: nothing crosses a link, every factor (broadcast's too) is 0, no division by zero
     assert [bw.bus_factor(c, 1) for c in bw.COLLECTIVES] == [0.0] * 4
@@ -141,7 +143,11 @@ def test_quick_run_on_four_ranks(tmp_path: Path, quick_run) -> None:
     assert "startup term 6α" not in claims  # the notes' worked example is 03_costs.py's, counted once
     # the lecture code's reduce-scatter figure, from one rank's output bytes: busbw / n, a row of its own
     lecture = claims["the lecture code's reduce-scatter GB/s ÷ busbw"]
-    assert lecture["ours"] == pytest.approx(0.25) and lecture["status"] == "ours only" and "1024³" in lecture["why"]
+    assert (
+        lecture["ours"] == pytest.approx(0.25)
+        and lecture["status"] == "ours only"
+        and "1024³" in lecture["why"]
+    )
     assert claims["all-reduce of 1 KiB mostly startup (share > 1/2)"]["rule"] == "above 0.5"
     assert part1["copy_Bps"] > 1e8 and part1["link_Bps"] > 0
     assert (proc.figures / "cs336_02_busbw.png").stat().st_size > 10_000
@@ -149,8 +155,8 @@ def test_quick_run_on_four_ranks(tmp_path: Path, quick_run) -> None:
 
 
 def test_one_and_three_ranks_with_uneven_sizes(tmp_path: Path) -> None:
-    run_script(SCRIPT, "--world-size", "3", "--min-bytes", "1000", "--max-bytes", "64KB", "--step-factor", "8",
-               "--repeats", "2", "--json", str(tmp_path / "three.json"))
+    run_script(SCRIPT, "--world-size", "3", "--min-bytes", "1000", "--max-bytes", "64KB", "--step-factor",
+               "8", "--repeats", "2", "--json", str(tmp_path / "three.json"))
     part1 = load(tmp_path / "three.json")["parts"]["Part 1"]
     assert [r["S"] for r in part1["all-gather"]] == [996, 7992, 63996]  # multiples of 3 × 4 B, rounded down
     assert [r["S"] for r in part1["all-reduce"]] == [1000, 8000, 64000]
@@ -173,7 +179,8 @@ def test_bad_flags() -> None:
 def test_under_torchrun(tmp_path: Path) -> None:
     """torchrun owns the processes: its 2 ranks replace --world-size, rank 0 alone prints."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(ROOT / "code" / SCRIPT), "--max-bytes", "4KiB", "--repeats", "2", "--json", str(tmp_path / "t.json")]
+           str(ROOT / "code" / SCRIPT), "--max-bytes", "4KiB", "--repeats", "2", "--json",
+           str(tmp_path / "t.json")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("02_benchmark.py:") == 1 and "on 2 gloo ranks" in proc.stdout

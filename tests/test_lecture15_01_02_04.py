@@ -81,7 +81,8 @@ def test_recorded_buckets_equal_ddp_sim(buckets: ModuleType) -> None:
         assert len(first_iteration) == 1 and sorted(first_iteration[0][3]) == sorted(names)
         predicted = assign_buckets(sizes, cap_bytes, first)
         for it in (2, 3):
-            recorded = sorted((index, [names.index(n) for n in ns], nbytes) for i, index, nbytes, ns in log if i == it)
+            recorded = sorted((index, [names.index(n) for n in ns], nbytes) for i, index, nbytes, ns in log
+                              if i == it)
             assert [r[1] for r in recorded] == predicted
             assert [r[2] for r in recorded] == [sum(sizes[i] for i in b) for b in predicted]
         counts[cap] = len(predicted)
@@ -99,7 +100,8 @@ def test_no_sync_counts_and_equal_results(details: ModuleType) -> None:
     model = details.mlp()
     for step in range(steps):
         model.zero_grad()
-        loss = sum(nn.functional.mse_loss(model(x[step, m, r]), y[step, m, r]) for m in range(micro) for r in range(2))
+        loss = sum(nn.functional.mse_loss(model(x[step, m, r]), y[step, m, r]) for m in range(micro)
+                   for r in range(2))
         (loss / (micro * 2)).backward()
         with torch.no_grad():
             for p in model.parameters():

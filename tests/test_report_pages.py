@@ -28,7 +28,8 @@ def open_page(browser, tmp_path_factory):
         context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
         page = context.new_page()
         errors: list[str] = []
-        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error"
+                else None)
         page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
         page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
         page.goto(Path(path).resolve().as_uri())
@@ -58,7 +59,8 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
         if script.draws:
             prefix = f"{script.path.parent.name}_{script.path.stem.split('_')[0]}_"
             assert any(name.startswith(prefix) for name in written), f"{script.name}: no figure in the report"
-    shown = page.eval_on_selector_all("figure img", "imgs => imgs.map(i => [i.dataset.name, i.complete && i.naturalWidth])")
+    shown = page.eval_on_selector_all("figure img", "imgs => imgs.map(i => [i.dataset.name, i.complete && "
+                                                    "i.naturalWidth])")
     assert sorted(name for name, _ in shown) == written
     assert all(width > 100 for _, width in shown)
     assert all(src.startswith("data:image/png;base64,")
@@ -83,7 +85,8 @@ def test_the_filters_show_one_kind_of_claim(quick_reproduction: dict, open_page)
                        ("other machine", sum(c["status"] == "other machine" for c in claims)),
                        ("all", len(claims))):
         page.click(f"#filters button[data-filter='{key}']")
-        visible = page.eval_on_selector_all("tr.claim", "rows => rows.filter(r => r.offsetParent !== null).length")
+        visible = page.eval_on_selector_all("tr.claim", "rows => rows.filter(r => r.offsetParent !== "
+                                                        "null).length")
         assert visible == count, key
     assert errors == []
 
@@ -115,8 +118,8 @@ def test_the_readme_lists_every_error_in_the_notes(quick_reproduction: dict) -> 
     end = readme.find("\n## ", start + 1)
     section = readme[start:end if end > 0 else len(readme)].strip()
     expected = errata_markdown(quick_reproduction["claims"]).strip()
-    assert section == expected, ("README's errata section is out of step with the claims; regenerate it with\n"
-                                 "python code/reproduce.py --quick --errata > /tmp/errata.md")
+    assert section == expected, ("README's errata section is out of step with the claims; regenerate it "
+                                 "with\npython code/reproduce.py --quick --errata > /tmp/errata.md")
 
 
 def test_a_report_folder_that_cannot_be_written_is_a_usage_error(tmp_path) -> None:

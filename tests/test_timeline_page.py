@@ -125,9 +125,15 @@ def test_grid_equals_the_full_simulation(grid: dict) -> None:
                 off = simulate_ddp(model.spec, WORLD_SIZES[k], link, cap_bytes, first, overlap=False,
                                    compute=model.compute)
                 point = point_of(grid, m, c, b, a, k)
-                where = f"{model.key}, cap {CAPS[c][0]}, β {BETAS_GBS[b]}, α {ALPHAS_US[a]}, K {WORLD_SIZES[k]}"
+                where = (
+                    f"{model.key}, cap {CAPS[c][0]}, β {BETAS_GBS[b]}, α {ALPHAS_US[a]}, K {WORLD_SIZES[k]}"
+                )
                 assert (point["on"], point["off"], point["exposed"], point["comm"]) == (
-                    units(on.step_s), units(off.step_s), units(on.exposed_comm_s), units(on.comm_total_s)), where
+                    units(on.step_s),
+                    units(off.step_s),
+                    units(on.exposed_comm_s),
+                    units(on.comm_total_s),
+                ), where
                 stored = grid["models"][m]["caps"][c]
                 assert stored["bytes"] == on.bucket_bytes, where
                 assert [(low, n) for low, n in zip(stored["low"], stored["tensors"])] == [
@@ -206,12 +212,17 @@ def test_page_opens_on_the_scripts_default(open_page, page_file: tuple[Path, flo
 
 
 def move(page, element_id: str, value: str) -> None:
-    page.eval_on_selector(f"#{element_id}", """(e, v) => { e.value = v;
-        e.dispatchEvent(new Event("input", {bubbles: true})); e.dispatchEvent(new Event("change", {bubbles: true})); }""",
-                          value)
+    page.eval_on_selector(
+        f"#{element_id}",
+        """(e, v) => { e.value = v;
+        e.dispatchEvent(new Event("input", {bubbles: true}));
+        e.dispatchEvent(new Event("change", {bubbles: true})); }""",
+        value,
+    )
 
 
-def test_every_slider_moves_to_its_precomputed_point(open_page, page_file: tuple[Path, float], grid: dict) -> None:
+def test_every_slider_moves_to_its_precomputed_point(open_page, page_file: tuple[Path, float],
+                                                     grid: dict) -> None:
     page, errors = open_page(page_file[0])
     at = dict(grid["default"])
     keys = [m["key"] for m in grid["models"]]

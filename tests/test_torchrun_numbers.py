@@ -40,7 +40,8 @@ pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(300), pytest.mark.xdist_
 # keeps the columns that name a row or a size:
 TIMED = {
     "lecture14/04_alpha_beta.py": [r"^Part 2/"],
-    "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)", r"^Part 3/values/speedup_here$"],
+    "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)",
+                                   r"^Part 3/values/speedup_here$"],
     "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|x one tensor|)$",
                                 r"^Part 3/values/(one_tensor_ms|small_over_one)$"],
     "lecture15/04_details.py": [r"^Part 2/tables/cost/\d+/(median|range)"],
@@ -49,17 +50,20 @@ TIMED = {
     "lecture15/my_ddp_check.py": [r"^Part 5/steps_s", r"^Part 5/tables/timing/\d+/median"],
     "lecture15/07_traces.py": [r"^Part 1/", r"^Part 2/tables/", r"^Part 2/values/real_(first|backward)",
                                r"^Part 3/tables/"],
-    "cs336/02_benchmark.py": [r"^Part 1/tables/[^/]+/\d+/(t \(p50\)|p10 … p90|algbw GB/s|busbw GB/s|slip GB/s)$",
+    "cs336/02_benchmark.py": [r"^Part 1/tables/[^/]+/\d+/(t \(p50\)|p10 … p90|algbw GB/s|busbw GB/s"
+                              r"|slip GB/s)$",
                               r"^Part 1/[^/]+\[\d+\]/(t|p10|p90|t_fastest|algbw|busbw|slip)$",
                               r"^Part 1/(copy|link)_Bps$", r"^Part [^/]+/values/ar_time_reading$",
-                              r"^Part [234]/tables/[^/]+/\d+/(?!(collective|bytes divided by t|ring bytes per rank / S)$)"],
+                              r"^Part [234]/tables/[^/]+/\d+/(?!(collective|bytes divided by t"
+                              r"|ring bytes per rank / S)$)"],
 }
 # What a torchrun run does differently on purpose:
 BY_DESIGN = {
     # the store's address and port are torchrun's (localhost, its port), not the launcher's
     "lecture15/01_ddp_basics.py": [r"^Part 1/tables/environment/\d+/MASTER_(ADDR|PORT)"],
     # a skipped collective would break torchrun's one group: those parts say "not run"
-    "lecture14/02_primitives.py": [r"^claim Part 4: ", r"^Part 4/values/(skip_outcome|skipped_collective_fails)$"],
+    "lecture14/02_primitives.py": [r"^claim Part 4: ",
+                                   r"^Part 4/values/(skip_outcome|skipped_collective_fails)$"],
     "cs336/01_collectives.py": [r"^claim Part 5: a rank that skips a collective",
                                 r"^Part 5/values/skip_(waits|outcome)$"],
     # every part stages a mismatched collective, which would end torchrun's one group: none runs there
@@ -126,7 +130,8 @@ def differences(script: str, standalone: dict, torchrun: dict) -> list[str]:
         if any(p.search(name) for p in skip):
             continue
         if name not in a or name not in b or not _same(a[name], b[name]):
-            out.append(f"{name}: standalone {a.get(name, '(absent)')!r}, torchrun {b.get(name, '(absent)')!r}")
+            out.append(f"{name}: standalone {a.get(name, '(absent)')!r}, torchrun "
+                       f"{b.get(name, '(absent)')!r}")
     return out
 
 
@@ -175,7 +180,8 @@ def _torchrun(ranks: int, program: list[str], nodes: int = 1,
     # Which agent hosts the rendezvous store is said, not raced for (both are on 127.0.0.1).
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *where,
                                f"--nproc-per-node={ranks // nodes}",
-                               *([f"--node-rank={n}", f"--rdzv-conf=is_host={int(n == 0)}"] if nodes > 1 else []),
+                               *([f"--node-rank={n}", f"--rdzv-conf=is_host={int(n == 0)}"] if nodes > 1
+                                 else []),
                                *program], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for n in range(nodes)]
     try:
@@ -300,7 +306,8 @@ def test_two_torchrun_nodes_give_the_standalone_numbers(tmp_path: Path) -> None:
 def test_the_comparison_sees_a_difference() -> None:
     # The check is not empty: a changed table cell and a changed claim are both reported.
     base = {"parts": {"Part 1": {"tables": {"t": {"headers": ["x"], "rows": [[1.0]]}}}},
-            "claims": [{"part": "Part 1", "what": "w", "ours": 1, "notes": 1, "status": "agrees", "kind": "exact"}]}
+            "claims": [{"part": "Part 1", "what": "w", "ours": 1, "notes": 1, "status": "agrees",
+                        "kind": "exact"}]}
     changed = json.loads(json.dumps(base))
     changed["parts"]["Part 1"]["tables"]["t"]["rows"][0][0] = 1.5
     changed["claims"][0]["status"] = "differs"
