@@ -43,17 +43,21 @@ TIMED = {
     "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)",
                                    r"^Part 3/values/speedup_here$"],
     "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|x one tensor|)$",
+                                r"^Part 3/tables/sweep/\d+/range$",
                                 r"^Part 3/values/(one_tensor_ms|small_over_one)$"],
-    "lecture15/04_details.py": [r"^Part 2/tables/cost/\d+/(median|range)"],
+    "lecture15/04_details.py": [r"^Part 2/tables/cost/\d+/(median|range)",
+                                r"^Part 2/values/(find_unused_extra_ms|t_off_ms|t_on_ms)$"],
     "lecture15/model_vs_real.py": [r"^Part 1/(alpha_s|beta_Bps)$", r"^Part 1/tables/allreduce/\d+/(?!size$)",
                                    r"^Part 2/tables/ready/\d+/(?!parameter)", r"^Part 3/"],
-    "lecture15/my_ddp_check.py": [r"^Part 5/steps_s", r"^Part 5/tables/timing/\d+/median"],
+    "lecture15/my_ddp_check.py": [r"^Part \d+/steps_s", r"^Part \d+/tables/timing/\d+/median"],
     "lecture15/07_traces.py": [r"^Part 1/", r"^Part 2/tables/", r"^Part 2/values/real_(first|backward)",
                                r"^Part 3/tables/"],
     "cs336/02_benchmark.py": [r"^Part 1/tables/[^/]+/\d+/(t \(p50\)|p10 … p90|algbw GB/s|busbw GB/s"
                               r"|slip GB/s)$",
                               r"^Part 1/[^/]+\[\d+\]/(t|p10|p90|t_fastest|algbw|busbw|slip)$",
-                              r"^Part 1/(copy|link)_Bps$", r"^Part [^/]+/values/ar_time_reading$",
+                              r"^Part 1/(copy|link)_Bps$",
+                              r"^Part [^/]+/values/(ar_time_reading|startup_share_smallest"
+                              r"|ar_busbw_over_copy)$",
                               r"^Part [234]/tables/[^/]+/\d+/(?!(collective|bytes divided by t"
                               r"|ring bytes per rank / S)$)"],
 }
