@@ -245,8 +245,19 @@ def part3_lower_bound(rep: Report, w: int, size: int) -> None:
 
 
 def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], split_ok: bool) -> None:
-    w, n = args.world_size, args.numbers
     rep.part(4, "three easy-to-confuse points, each run")
+    order_free, order_matters = _reduce_order(rep, args, real)
+    holds = _all_means_every_rank(rep, args, real)
+    rep.line(f"\n  (c) all-reduce = reduce-scatter + all-gather, bit for bit (Part 3): {yes(split_ok)}; "
+             "(p-1)/p·S twice = 2(p-1)/p·S a rank")
+    rep.values(order_free_ops=order_free and order_matters,
+               all_reduce_everyone=all(h[1] for h in holds.values()),
+               reduce_root_holds=holds[ROOT][0])
+
+
+def _reduce_order(rep: Report, args: argparse.Namespace, real: list[dict]) -> tuple[bool, bool]:
+    """(a): whether sums come out the same whatever the order, and whether subtraction's does not."""
+    w, n = args.world_size, args.numbers
     rep.line("  (a) reduce needs an associative and commutative op: dist.reduce vs numpy in two orders")
     inputs = [rank_ops.op_data(r, n).numpy() for r in range(w)]
     rows, ops_ok = [], True
@@ -280,6 +291,12 @@ def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], sp
              f"exact). The first order's sum = the simulator's chain reduce: {yes(same_sim)}.")
     order_free = ops_ok and chains["sum"] == 0 and same_sim
     order_matters = chains["numpy"] > 0 and (w == 2 or chains["subtract"] > 0)
+    return order_free, order_matters
+
+
+def _all_means_every_rank(rep: Report, args: argparse.Namespace, real: list[dict]) -> dict[int, tuple]:
+    """(b): which ranks hold the sum after reduce and after all_reduce."""
+    w, n = args.world_size, args.numbers
     rep.line("\n  (b) 'all' means every rank gets the result: dist.reduce vs dist.all_reduce (Part 1)")
     total = np.sum(all_inputs(w, n), axis=0)
     rows, holds = [], {}
@@ -292,11 +309,7 @@ def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], sp
     others = sum(h[0] for r, h in holds.items() if r != ROOT)
     rep.line(f"  other ranks holding the sum after reduce: {others} of "
              f"{w - 1} (what is left there is the backend's business)")
-    rep.line(f"\n  (c) all-reduce = reduce-scatter + all-gather, bit for bit (Part 3): {yes(split_ok)}; "
-             "(p-1)/p·S twice = 2(p-1)/p·S a rank")
-    rep.values(order_free_ops=order_free and order_matters,
-               all_reduce_everyone=all(h[1] for h in holds.values()),
-               reduce_root_holds=holds[ROOT][0])
+    return holds
 
 
 def part5_skip(rep: Report, args: argparse.Namespace) -> None:
