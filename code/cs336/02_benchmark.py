@@ -201,28 +201,41 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
              "batch and averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result.")
     m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}, "backend": results[0]["backend"]}
     for collective in COLLECTIVES:
-        rows, table = [], []
-        for i, requested in enumerate(args.sizes):
-            row = bw.result_row(collective, n, requested,
-                                [r["runs"][collective][i]["times"] for r in results],
-                                all(r["runs"][collective][i]["ok"] for r in results))
-            rows.append(row)
-            chunk = [fmt_bytes(row["S"] // n, True)] if collective in SLIPS else []
-            table.append([fmt_bytes(row["S"], True) + "*" * bool(row["rounding"])] + chunk + [
-                fmt_time(row["t"]), f"{fmt_time(row['p10'])} … {fmt_time(row['p90'])}", row["algbw"] / 1e9,
-                row["busbw"] / 1e9] + [row["slip"] / 1e9] * bool(chunk) + ["yes" if row["ok"] else "NO"])
-        m["rows"][collective] = rows
-        rep.line(f"\n  {collective}: S = {WHAT_S[collective]}; busbw = algbw × "
-                 f"{bw.bus_factor(collective, n):.4g}")
-        slip = collective in SLIPS  # the slip: S/n taken for S (Part 3)
-        rep.table(["S"] + ["S/n"] * slip + ["t (p50)", "p10 … p90", "algbw GB/s", "busbw GB/s"]
-                  + ["slip GB/s"] * slip + ["ok"], table, name=collective)
-        rep.record(collective, rows)
+        m["rows"][collective] = _collective_table(rep, collective, args.sizes, results)
     if any(row["rounding"] for rows in m["rows"].values() for row in rows):
         rep.note(f"* S rounded to whole float32 elements (per rank for reduce-scatter and all-gather, so a\n"
                  f"multiple of n × 4 = {4 * n} B, down as nccl-tests does, up where that leaves nothing).")
     if n == 1:
         rep.note("one rank: no byte crosses a link, so bus bandwidth is undefined; shown as 0")
+    _copy_and_link(rep, results, m)
+    rep.value("all_correct", all(r["ok"] for rows in m["rows"].values() for r in rows))
+    return m
+
+
+def _collective_table(rep: Report, collective: str, sizes: list[int], results: list[dict]) -> list[dict]:
+    """One collective's rows of the sweep: printed, recorded, returned."""
+    n, rows, table = len(results), [], []
+    for i, requested in enumerate(sizes):
+        row = bw.result_row(collective, n, requested,
+                            [r["runs"][collective][i]["times"] for r in results],
+                            all(r["runs"][collective][i]["ok"] for r in results))
+        rows.append(row)
+        chunk = [fmt_bytes(row["S"] // n, True)] if collective in SLIPS else []
+        table.append([fmt_bytes(row["S"], True) + "*" * bool(row["rounding"])] + chunk + [
+            fmt_time(row["t"]), f"{fmt_time(row['p10'])} … {fmt_time(row['p90'])}", row["algbw"] / 1e9,
+            row["busbw"] / 1e9] + [row["slip"] / 1e9] * bool(chunk) + ["yes" if row["ok"] else "NO"])
+    rep.line(f"\n  {collective}: S = {WHAT_S[collective]}; busbw = algbw × "
+             f"{bw.bus_factor(collective, n):.4g}")
+    slip = collective in SLIPS  # the slip: S/n taken for S (Part 3)
+    rep.table(["S"] + ["S/n"] * slip + ["t (p50)", "p10 … p90", "algbw GB/s", "busbw GB/s"]
+              + ["slip GB/s"] * slip + ["ok"], table, name=collective)
+    rep.record(collective, rows)
+    return rows
+
+
+def _copy_and_link(rep: Report, results: list[dict], m: dict) -> None:
+    """The two reference speeds: a memory copy on one rank, and one ring step between ranks."""
+    n = len(results)
     m["copy"] = COPY_BYTES / bw.percentile(results[0]["copy_s"], 50)
     shift = [r["shift"] for r in results]
     link_s = bw.Timing.from_ranks([s["times"] for s in shift]).median if n > 1 else None
@@ -235,8 +248,6 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
                  f"from the left): {m['link'] / 1e9:.3g} GB/s per link")
     rep.record("copy_Bps", m["copy"])
     rep.record("link_Bps", m["link"])
-    rep.value("all_correct", all(r["ok"] for rows in m["rows"].values() for r in rows))
-    return m
 
 
 def part2_latency(rep: Report, m: dict) -> None:
