@@ -84,7 +84,11 @@ def test_the_filters_show_one_kind_of_claim(quick_reproduction: dict, open_page)
                        ("erratum", sum(bool(c["erratum"]) for c in claims)),
                        ("other machine", sum(c["status"] == "other machine" for c in claims)),
                        ("all", len(claims))):
-        page.click(f"#filters button[data-filter='{key}']")
+        button = f"#filters button[data-filter='{key}']"
+        if count == 0:      # a timing may land every row on one side: no button for an empty filter
+            assert page.query_selector(button) is None, key
+            continue
+        page.click(button)
         visible = page.eval_on_selector_all("tr.claim", "rows => rows.filter(r => r.offsetParent !== "
                                                         "null).length")
         assert visible == count, key

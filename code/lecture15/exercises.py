@@ -73,7 +73,7 @@ def pair_by_call_order(calls: list[list[int]], buffers: list[list[np.ndarray]]) 
     for j in range(len(calls[0])):
         parts = [buffers[rank][calls[rank][j]] for rank in range(len(calls))]
         if len({p.size for p in parts}) > 1:
-            outcome.append(f"sizes {[p.size for p in parts]} differ: error/hang")
+            outcome.append(f"sizes {[p.size for p in parts]}: error/hang")
             continue
         total = sum(parts)
         correct = all(np.array_equal(total, sum(buffers[r][calls[rank][j]] for r in range(len(calls))))
@@ -171,7 +171,7 @@ def part6(rep: Report) -> None:
     rows = []
     for label, sizes in (("equal", (3, 3)), ("different", (3, 2))):
         buffers = [[rng.integers(0, 10, s).astype(float) for s in sizes] for _ in range(2)]
-        for rule, in_order in (("naive: first ready, first sent", False), ("DDP: bucket-index order", True)):
+        for rule, in_order in (("naive: first ready", False), ("DDP: index order", True)):
             calls = [launch_order(r, in_order) for r in ready]
             rows.append([label, rule, *pair_by_call_order(calls, buffers)])
     rep.line(f"  ready order: rank 0 {ready[0]}, rank 1 {ready[1]}")
