@@ -63,6 +63,34 @@ def load_script(relpath: str) -> ModuleType:
     return module
 
 
+PATCHED = """
+import sys
+sys.path.insert(0, {code!r})
+sys.argv = [{argv0!r}, *{args!r}]
+import importlib.util
+spec = importlib.util.spec_from_file_location("patched", {script!r})
+module = importlib.util.module_from_spec(spec)
+sys.modules["patched"] = module
+spec.loader.exec_module(module)
+{patch}
+from common.cli import run_main
+run_main(module.main)   # forked ranks inherit the patch
+"""
+
+
+def run_patched(tmp_path: Path, relpath: str, patch: str, args: list[str]) -> str:
+    """`relpath` run with `patch` (code that edits `module`, the script) applied first; it must end
+    as a failed self-check does: exit 1 and one line on stderr, which is returned."""
+    wrapper = tmp_path / "patched.py"
+    script = ROOT / "code" / relpath
+    wrapper.write_text(PATCHED.format(code=str(ROOT / "code"), argv0=script.name, args=args,
+                                      script=str(script), patch=patch), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    return lines[0]
+
+
 @pytest.fixture
 def script():
     return run_script

@@ -7,11 +7,9 @@ and its gap from one process; PyTorch's GPipe run where the script expects 1F1B 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import assert_usage_error, run_script
+from conftest import assert_usage_error, run_patched, run_script
 
 from common import checker
 
@@ -41,20 +39,6 @@ def test_quick_run_every_row_agrees(tmp_path: Path) -> None:
     assert held["GPipe_held"] == "8 8 8 8" and held["1F1B_held"] == "4 3 2 1"   # M; S - s
 
 
-WRAPPER = """
-import sys
-sys.path.insert(0, {code!r})
-sys.argv = ["08_pipeline_schedules.py", *{args!r}]
-import importlib.util
-spec = importlib.util.spec_from_file_location("schedules", {script!r})
-module = importlib.util.module_from_spec(spec)
-sys.modules["schedules"] = module
-spec.loader.exec_module(module)
-{patch}
-from common.cli import run_main
-run_main(module.main)   # forked ranks inherit the patch
-"""
-
 # Stage 1's layers scaled by 1.001 on PyTorch's side only: every schedule drifts from one process.
 WRONG_STAGE = """
 forward = module.StageBlock.forward
@@ -65,13 +49,7 @@ GPIPE_AS_1F1B = "module.Schedule1F1B = module.ScheduleGPipe"
 
 
 def _broken(tmp_path: Path, patch: str) -> list[str]:
-    wrapper = tmp_path / "broken.py"
-    wrapper.write_text(WRAPPER.format(code=str(CODE), args=SMALL, script=str(CODE / SCRIPT), patch=patch),
-                       encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=120)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    return lines
+    return [run_patched(tmp_path, SCRIPT, patch, SMALL)]
 
 
 def test_a_stage_that_differs_ends_the_run_naming_its_gap(tmp_path: Path) -> None:

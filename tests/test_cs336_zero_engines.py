@@ -7,11 +7,9 @@ resharding where the script asks for ZeRO-3 must end it naming FSDP2's collectiv
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import assert_usage_error, load_script, run_script
+from conftest import assert_usage_error, load_script, run_patched, run_script
 
 from common import checker
 
@@ -48,20 +46,6 @@ def test_the_engines_rules_on_uneven_sizes() -> None:
     assert module.chunk_rows(250, 4) == [63, 63, 63, 61] and module.chunk_rows(5, 4) == [2, 2, 1, 0]
 
 
-WRAPPER = """
-import sys
-sys.path.insert(0, {code!r})
-sys.argv = ["09_zero.py", *{args!r}]
-import importlib.util
-spec = importlib.util.spec_from_file_location("zero", {script!r})
-module = importlib.util.module_from_spec(spec)
-sys.modules["zero"] = module
-spec.loader.exec_module(module)
-{patch}
-from common.cli import run_main
-run_main(module.main)   # forked ranks inherit the patch
-"""
-
 # Each rank updates only the parameters it owns and never sends them: the others keep stale copies.
 NO_BROADCAST = """
 class Stale(module.ZeroRedundancyOptimizer):
@@ -77,13 +61,7 @@ module.fully_shard = lambda m, reshard_after_forward: shard(m, reshard_after_for
 
 
 def _broken(tmp_path: Path, patch: str) -> str:
-    wrapper = tmp_path / "broken.py"
-    wrapper.write_text(WRAPPER.format(code=str(CODE), args=SMALL, script=str(CODE / SCRIPT), patch=patch),
-                       encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=120)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    return lines[0]
+    return run_patched(tmp_path, SCRIPT, patch, SMALL)
 
 
 def test_unsent_shards_end_the_run_naming_zero1(tmp_path: Path) -> None:
