@@ -149,7 +149,7 @@ def part2_train(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
 def part3_no_sync(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
     acc, plain = ranks[0]["no_sync"], ranks[0]["train"]
     gap = max(r["no_sync"]["mine_vs_ref"] for r in ranks)
-    rep.check_close(f"MyDDP, no_sync accumulation = one full batch, {args.steps} steps", gap, MATCH_TOL)
+    rep.check_close(f"MyDDP no_sync accumulation = one full batch, {args.steps} steps", gap, MATCH_TOL)
     rep.check_close("PyTorch DDP, the same", max(r["no_sync"]["official_vs_ref"] for r in ranks), MATCH_TOL)
     synced_both = 2 * len(acc["buckets"])
     rep.line(f"  all-reduces per step: MyDDP {acc['launches_per_step']:g} with no_sync ({synced_both} if "

@@ -99,7 +99,7 @@ def part1_no_sync_placement(rep: Report, ranks: list[dict[str, Any]]) -> None:
              "step and skip the 'backward only' one, so a loop written for DDP (backward after the block) "
              "would silently sync every micro-step. DDP decides in the forward, where it readies buckets.")
     differ = sum(a != b for a, b in zip(placement["MyDDP"], placement["PyTorch DDP"]))
-    rep.check_close("MyDDP's no_sync acts where PyTorch DDP's does (placements that differ)", differ, 0)
+    rep.check_close("MyDDP's no_sync acts where DDP's does (placements that differ)", differ, 0)
 
 
 # ---- Part 2: launch order when gradients arrive out of order ------------------------------------
@@ -234,7 +234,7 @@ def part3_buffers(rep: Report, ranks: list[dict[str, Any]]) -> None:
              "in an accumulation window only at its first forward, in a no_grad evaluation loop only at its "
              "first forward and not at the next training one; eval() mode by itself changes nothing")
     differ = sum(a != b for a, b in zip(seen["MyDDP"], seen["PyTorch DDP"]))
-    rep.check_close("MyDDP broadcasts buffers before the forwards DDP does (forwards that differ)", differ, 0)
+    rep.check_close("MyDDP broadcasts buffers as DDP does (forwards that differ)", differ, 0)
     rep.line(f"  sparse gradients: {ranks[0]['buffers']['sparse']}")
 
 
