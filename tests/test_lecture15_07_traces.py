@@ -41,7 +41,7 @@ def test_both_traces_are_valid_and_the_real_one_overlaps(tmp_path: Path) -> None
         real = complete_events(json.loads((traces / f"lecture15_07_real_rank{rank}.json").read_text()))
         backward_end = max(e["ts"] + e["dur"] for e in real if e["name"].startswith(BACKWARD))
         first_launch = min(e["ts"] for e in real if e["name"] == "c10d::allreduce_")
-        assert first_launch < backward_end, rank   # launched from the hook: load can delay gloo's threads only
+        assert first_launch < backward_end, rank   # from the hook: load delays gloo's threads only
         assert sum(e["name"] == "gloo:all_reduce" for e in real) == sum(e["name"] == "c10d::allreduce_"
                                                                         for e in real), rank
     sim = json.loads((traces / "lecture15_07_ddp_sim.json").read_text())
