@@ -104,6 +104,12 @@ class Report:
         for name, value in named.items():
             self.value(name, value)
 
+    def timings(self, **named: Any) -> None:
+        """Values read off a clock (or computed from one), listed in --json under the part's
+        "timed": another run, torchrun's included, gives other numbers by nature."""
+        self.values(**named)
+        self.parts[self._part].setdefault("timed", []).extend(named)
+
     def notes_text(self, row_id: str) -> str:
         """A row's notes' value with its unit, read from the notes' table, for a script's own table
         that shows it beside ours (the script never types a notes' value)."""

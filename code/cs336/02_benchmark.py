@@ -255,7 +255,7 @@ def part2_latency(rep: Report, m: dict) -> None:
     sizes, n = m["sizes"], m["n"]
     if len(sizes) < 2:
         rep.note("one size only: nothing to fit here (give --max-bytes above --min-bytes)")
-        rep.value("startup_share_smallest", None)
+        rep.timings(startup_share_smallest=None)
         return
     rows, fits = [], {}
     for collective, data in m["rows"].items():
@@ -280,7 +280,7 @@ def part2_latency(rep: Report, m: dict) -> None:
         if alpha > 0:
             rep.line(f"  all-reduce read as a ring of 2(n−1) = {2 * (n - 1)} steps: α ≈ a / {2 * (n - 1)} = "
                      f"{fmt_time(alpha)} per step")
-    rep.value("startup_share_smallest", rows[0][-1] if n > 1 else None)  # one rank: no link, no startup
+    rep.timings(startup_share_smallest=rows[0][-1] if n > 1 else None)  # one rank: no link, no startup
 
 
 def part3_reading(rep: Report, m: dict) -> None:
@@ -290,7 +290,8 @@ def part3_reading(rep: Report, m: dict) -> None:
     if n == 1:
         rep.note("one rank: S/n is S, every factor is 0 and there is no link: nothing to read here")
         rep.values(lecture_rs_over_busbw=None, lecture_rs_reading="nothing to compare on one rank",
-                   ar_time_link_ratio=None, ar_time_reading="nothing: one rank has no link")
+                   ar_time_link_ratio=None)
+        rep.timings(ar_time_reading="nothing: one rank has no link")
         return
     rs, ag = last["reduce-scatter"], last["all-gather"]
     ways = [["S (total) × (n−1)/n / t: nccl-tests' busbw", rs["busbw"] / 1e9, ag["busbw"] / 1e9],
@@ -315,7 +316,8 @@ def part3_reading(rep: Report, m: dict) -> None:
              "traffic.")
     ar = last["all-reduce"]
     volume, ring = ar["t"] * m["link"] / ar["S"], bw.bus_factor("all-reduce", n)
-    rep.values(ar_time_link_ratio=volume, ar_time_reading=f"{volume:.3g}, against the ring's {ring:.3g}")
+    rep.value("ar_time_link_ratio", volume)
+    rep.timings(ar_time_reading=f"{volume:.3g}, against the ring's {ring:.3g}")
 
 
 def part4_behind(rep: Report, m: dict) -> None:
@@ -328,7 +330,7 @@ def part4_behind(rep: Report, m: dict) -> None:
     rep.table(["collective", "busbw GB/s", "busbw / memory copy", "t / t(all-reduce)", "slowest / fastest "
                                                                                        "rank"],
               rows, name="behind")
-    rep.value("ar_busbw_over_copy", rows[0][2] if m["n"] > 1 else None)
+    rep.timings(ar_busbw_over_copy=rows[0][2] if m["n"] > 1 else None)
     rep.note("the notes' causes of a low number: a small tensor (Part 2); the wrong path (loopback TCP: "
              "against a memory copy); a late rank (slowest / fastest); no overlap (not measured). gloo's "
              "reduce-scatter runs a whole all-reduce (ProcessGroupGloo): about 1, where a ring takes 0.5.")

@@ -283,7 +283,7 @@ def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]
              "slower rank's median of up to 5 repeats. Each extra tensor adds about "
              f"{fmt_time(per_message)} whatever its size: a fixed cost per message, the shape of the "
              "paper's figure 2. A bucket pays it once.")
-    rep.values(many_small_ms=t[many] * 1e3, one_tensor_ms=t[1] * 1e3, small_over_one=t[many] / t[1])
+    rep.timings(many_small_ms=t[many] * 1e3, one_tensor_ms=t[1] * 1e3, small_over_one=t[many] / t[1])
     if rep.figure_dir() is not None:  # matplotlib only when a figure was asked for
         rep.save_figure(small_tensors_figure(counts, t, results, elements), "small_tensors")
 
