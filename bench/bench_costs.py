@@ -32,7 +32,7 @@ import numpy as np
 from common import cli
 from common.files import write_json
 from common.output import format_table
-from common.suite import CODE
+from common.suite import CODE, named_by
 
 # Each real script's grid: world sizes at the defaults and at --quick, then each size flag raised.
 GRIDS: dict[str, list[list[str]]] = {
@@ -173,7 +173,7 @@ def main() -> None:
     rows: list[list[object]] = []
     record: dict = {}
     for script in GRIDS:
-        if args.only in script:
+        if named_by(args.only, script):
             bench(script, rows, record)
     print(format_table(["script", "term", "COST's s", "fitted here"], rows))
     for script, data in record.items():

@@ -33,7 +33,7 @@ import time
 
 from common.cli import make_parser, run_main
 from common.output import format_table
-from common.suite import Script, scripts
+from common.suite import Script, named_by, scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_ONLY_TARGET_S = 1.5
@@ -95,7 +95,7 @@ def main() -> None:
           "ratio)")
     rows = []
     for script in scripts():
-        if args.only not in script.name:
+        if not named_by(args.only, script.name):
             continue
         commands = [(script.name, ())]
         if not script.real and has_world_size(script):
@@ -119,7 +119,7 @@ def main() -> None:
     print()
     print(format_table(["what", "kind", "median s", "import torch s", "x import torch", "target", "verdict"],
                        rows))
-    if args.only in "lecture15/03_overlap.py":
+    if named_by(args.only, "lecture15/03_overlap.py"):
         sweep = statistics.median(sweep_seconds() for _ in range(runs))
         print(f"\nlecture 15 bucket-cap sweep (every cap x 2 models x 2 links): {sweep:.3f} s, "
               f"target {SWEEP_TARGET_S} s: {'meets' if sweep <= SWEEP_TARGET_S else 'SLOWER'}")

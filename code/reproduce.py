@@ -38,7 +38,7 @@ from typing import Any
 from common.cli import UsageError, make_parser, run_main
 from common.files import check_output_dir, make_output_dir, write_json
 from common.output import wrap
-from common.suite import Script, scripts
+from common.suite import Script, named_by, scripts
 
 
 def run_one(script: Script, json_path: Path, quick: bool, label: str,
@@ -78,7 +78,7 @@ def _tick(label: str, start: float, done: threading.Event) -> None:
 
 def main() -> None:
     args = parse_args()
-    chosen = [s for s in scripts() if args.only in s.name]
+    chosen = [s for s in scripts() if named_by(args.only, s.name)]
     if not chosen:
         raise UsageError(f"--only {args.only!r} matches no script (names look like lecture15/02_buckets.py)")
     runs, claims, data, pages, total = run_scripts(chosen, args)

@@ -7,7 +7,7 @@ import re
 
 from conftest import ROOT, run_script
 
-from common.suite import scripts
+from common.suite import CODE, LECTURES, SHORTENS, scripts
 
 
 def test_suite_lists_every_numbered_script_and_no_module() -> None:
@@ -22,9 +22,24 @@ def test_suite_lists_every_numbered_script_and_no_module() -> None:
     assert "lecture15/02_buckets.py" in real and "lecture15/03_overlap.py" not in real
 
 
+def test_every_file_that_sees_quick_belongs_to_a_shortened_script() -> None:
+    # The tests run the full reproduction for shortened scripts only (conftest.full_reproduction):
+    # a module that reads --quick but is no script's own nor imported by one would escape it.
+    covered = {source for s in scripts() if s.shortened for source in s.sources}
+    for lecture in LECTURES:
+        for path in (CODE / lecture).glob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if re.search(SHORTENS, text):
+                assert text in covered, f"{path.name} reads --quick, and no shortened script imports it"
+    shortened = {s.name for s in scripts() if s.shortened}
+    assert {"lecture15/02_buckets.py", "lecture14/05_data_parallel.py"} <= shortened   # quick=, args.quick
+    assert "cs336/09_zero.py" not in shortened
+
+
 def test_reproduce_collects_every_claim(tmp_path) -> None:
     out_json = tmp_path / "claims.json"
-    proc = run_script("reproduce.py", "--quick", "--only", "exercises", "--json", str(out_json))
+    proc = run_script("reproduce.py", "--quick", "--only", "14/exercises,15/exercises",   # either text
+                      "--json", str(out_json))
     assert "lecture14/exercises.py" in proc.stdout and "lecture15/exercises.py" in proc.stdout
     data = json.loads(out_json.read_text())
     per_script = {c["script"] for c in data["claims"]}

@@ -160,7 +160,7 @@ FLAGS: dict[str, Flag] = {
     "trace": Flag(str, "write the timelines as Chrome-trace JSON (Perfetto, chrome://tracing) into DIR",
                   "DIR"),
     # the suite's tools (reproduce.py, bench/): which scripts to run
-    "only": Flag(str, "run only the scripts whose name contains this text", "TEXT"),
+    "only": Flag(str, "run only the scripts whose name contains this text (or one of several: a,b)", "TEXT"),
 }
 
 

@@ -10,6 +10,7 @@ CODE = Path(__file__).resolve().parents[1]
 LECTURES = ("lecture14", "lecture15", "cs336")
 # Scripts that start real processes; the rest run models only.
 _REAL_MARKERS = ("common.launcher",)
+SHORTENS = r"\bquick=|\.quick\b"   # how a script's code sees --quick (common/cli.py applies quick=)
 
 
 @dataclass(frozen=True)
@@ -21,14 +22,24 @@ class Script:
         return f"{self.path.parent.name}/{self.path.name}"
 
     @property
+    def sources(self) -> list[str]:
+        """Its text, then that of each module of the suite it imports (`from lecture15.x import`)."""
+        text = self.path.read_text(encoding="utf-8")
+        modules = re.findall(rf"^from ({'|'.join(LECTURES)})\.(\w+) import", text, flags=re.M)
+        return [text] + [(CODE / package / f"{module}.py").read_text(encoding="utf-8")
+                         for package, module in modules if (CODE / package / f"{module}.py").is_file()]
+
+    @property
     def draws(self) -> bool:
         """It draws figures (so it offers --save-figs): it calls Report.save_figure, itself or in a
         module of the suite it imports (a part moved into a module keeps its figure)."""
-        text = self.path.read_text(encoding="utf-8")
-        modules = re.findall(rf"^from ({'|'.join(LECTURES)})\.(\w+) import", text, flags=re.M)
-        return any("save_figure(" in source for source in [text] + [
-            (CODE / package / f"{module}.py").read_text(encoding="utf-8") for package, module in modules
-            if (CODE / package / f"{module}.py").is_file()])
+        return any("save_figure(" in source for source in self.sources)
+
+    @property
+    def shortened(self) -> bool:
+        """--quick changes what it runs: it gives make_parser quick= defaults or reads args.quick,
+        itself or in a module it imports. Otherwise its --quick run is its full run."""
+        return any(re.search(SHORTENS, source) for source in self.sources)
 
     @property
     def doc(self) -> str:
@@ -53,6 +64,11 @@ def scripts(include_extras: bool = True) -> list[Script]:
         extras = sorted(p for p in folder.glob("*.py") if p not in numbered and _is_runnable(p))
         found += [Script(p) for p in numbered + (extras if include_extras else [])]
     return found
+
+
+def named_by(only: str, name: str) -> bool:
+    """--only's test: the name contains the text, or one of its comma-separated texts."""
+    return any(text in name for text in only.split(","))
 
 
 def _is_runnable(path: Path) -> bool:
