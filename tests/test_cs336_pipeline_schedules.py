@@ -6,10 +6,9 @@ and its gap from one process; PyTorch's GPipe run where the script expects 1F1B 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from conftest import assert_usage_error, run_patched, run_script
+from conftest import assert_usage_error, run_patched
 
 from common import checker
 
@@ -18,10 +17,9 @@ CODE = Path(__file__).resolve().parents[1] / "code"
 SMALL = ["--pp", "2", "--micro-batches", "2", "--layers", "4", "--width", "8", "--batch", "4"]
 
 
-def test_quick_run_every_row_agrees(tmp_path: Path) -> None:
-    out = tmp_path / "08.json"
-    proc = run_script(SCRIPT, "--quick", "--json", str(out))
-    data = json.loads(out.read_text())
+def test_quick_run_every_row_agrees(quick_run) -> None:
+    proc = quick_run(SCRIPT)      # the session's reproduction ran it
+    data = proc.data
     rows = checker.rows_for(SCRIPT)
     claims = {c["ref"]: c for c in data["claims"]}
     assert rows and {r.id for r in rows} == set(claims)           # every row decided, none unrecorded

@@ -9,13 +9,12 @@ backward loses its reduce): the run must end in exit 1 with one line naming the 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, load_script, run_script
+from conftest import ROOT, load_script
 
 from common.cli import UsageError
 from common.launcher import launch
@@ -25,10 +24,9 @@ SCRIPT = "cs336/07_tensor_parallel.py"
 DIFFERS_BY_DESIGN = {"EN-tp-colout-bytes-hand"}  # PyTorch all-reduces what 05 reduce-scatters
 
 
-def test_quick_run_agrees_row_by_row_and_byte_for_byte(tmp_path: Path) -> None:
-    out = tmp_path / "tp.json"
-    proc = run_script(SCRIPT, "--quick", "--json", str(out), timeout=300)
-    data = json.loads(out.read_text(encoding="utf-8"))
+def test_quick_run_agrees_row_by_row_and_byte_for_byte(quick_run) -> None:
+    proc = quick_run(SCRIPT)      # the session's reproduction ran it
+    data = proc.data
     claims = {c["ref"]: c for c in data["claims"]}
     assert len(claims) == 24 and all(ref.startswith("EN-tp-") for ref in claims)
     assert {r for r, c in claims.items() if c["status"] != "agrees"} == DIFFERS_BY_DESIGN

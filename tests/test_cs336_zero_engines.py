@@ -6,10 +6,9 @@ resharding where the script asks for ZeRO-3 must end it naming FSDP2's collectiv
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from conftest import assert_usage_error, load_script, run_patched, run_script
+from conftest import assert_usage_error, load_script, run_patched
 
 from common import checker
 
@@ -18,10 +17,9 @@ CODE = Path(__file__).resolve().parents[1] / "code"
 SMALL = ["--world-size", "3", "--layers", "4", "--width", "10", "--batch", "6"]
 
 
-def test_quick_run_every_row_agrees(tmp_path: Path) -> None:
-    out = tmp_path / "09.json"
-    proc = run_script(SCRIPT, "--quick", "--json", str(out))
-    data = json.loads(out.read_text())
+def test_quick_run_every_row_agrees(quick_run) -> None:
+    proc = quick_run(SCRIPT)      # the session's reproduction ran it
+    data = proc.data
     claims = {c["ref"]: c for c in data["claims"]}
     assert {r.id for r in checker.rows_for(SCRIPT)} == set(claims)      # every row decided
     assert all(c["status"] == "agrees" for c in claims.values()), [c for c in claims.values()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -17,11 +16,11 @@ SCRIPT = "lecture15/06_comm_hooks.py"
 CODE = Path(__file__).resolve().parents[1] / "code"
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
-    out = tmp_path_factory.mktemp("hooks") / "06.json"
-    proc = run_script(SCRIPT, "--quick", "--json", str(out), timeout=240)
-    return json.loads(out.read_text()), proc.stdout
+@pytest.fixture
+def run(quick_run) -> tuple[dict, str]:
+    """The script's --quick run, from the session's reproduction."""
+    found = quick_run(SCRIPT)
+    return found.data, found.stdout
 
 
 def test_every_row_is_decided_and_holds(run) -> None:
