@@ -135,6 +135,29 @@ def test_an_interrupted_run_leaves_no_file_and_no_rank(tmp_path: Path) -> None:
                for c in children)
 
 
+CLEANUP_FAILS = """
+import os, signal, sys
+sys.path.insert(0, {code!r})
+from common.exits import run_main
+def main():
+    read, write = os.pipe()
+    try:
+        os.kill(os.getpid(), signal.{sig})   # the signal lands while the run works
+    finally:
+        os.close(read)
+        os.close(read)                       # clean-up then fails: EBADF, as a closed rank pipe gives
+run_main(main)
+"""
+
+
+@pytest.mark.parametrize("sig, code, word", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_a_clean_up_that_fails_after_a_signal_ends_as_the_signal(sig: str, code: int, word: str) -> None:
+    # CI once saw "OSError: [Errno 9] Bad file descriptor", exit 1, after a Ctrl-C.
+    proc = subprocess.run([sys.executable, "-c", CLEANUP_FAILS.format(code=str(ROOT / "code"), sig=sig)],
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (code, f"{word}\n")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ctrl_c_while_torch_is_still_importing_is_one_word() -> None:

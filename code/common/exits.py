@@ -49,10 +49,25 @@ def run_main(main: Callable[[], object]) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)
     except Exception as err:  # noqa: BLE001 - the one place a run-time failure becomes one line
+        _reraise_the_signal(err)
         if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
             sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
         _error_line(_one_line(err))
         sys.exit(1)
+
+
+def _reraise_the_signal(err: BaseException) -> None:
+    """A failure raised while cleaning up after Ctrl-C or SIGTERM (a pipe a rank closed as it was
+    stopped: EBADF) ends the run as that signal does, not as a failure of its own."""
+    seen = err.__context__
+    while seen is not None and seen is not err:
+        if isinstance(seen, KeyboardInterrupt):
+            sys.stderr.write("interrupted\n")
+            sys.exit(130)
+        if isinstance(seen, _Terminated):
+            sys.stderr.write("terminated\n")
+            sys.exit(128 + signal.SIGTERM)
+        seen = seen.__context__
 
 
 class _Terminated(BaseException):
