@@ -85,9 +85,10 @@ def seven_primitives(x: torch.Tensor, world_size: int) -> dict[str, tuple]:
 
 
 def skip_worker(rank: int, world_size: int) -> float:
-    """The bug: the last rank takes a branch without the second all_reduce (say, it logs nothing)."""
+    """The bug: the last rank takes a branch without the all_reduce the others call (say, it logs
+    nothing). No healthy collective comes first: it would run under the lesson's short timeout, and
+    a rank the loaded cores start late would time it out instead of the skip."""
     value = torch.ones(1, device=rank_device())
-    dist.all_reduce(value)
     if rank != world_size - 1:
         dist.all_reduce(value)
     return value.item()
@@ -329,7 +330,7 @@ def part5_skip(rep: Report, args: argparse.Namespace) -> None:
         skip_worker, w, backend="auto", timeout_s=timeout, skippers=[last], waiters=range(last),
         staged=f"Part 5 staged a skipped collective (rank {last} skips one)")
     waited = report is not None
-    rep.line(f"  rank {last} skips the second all_reduce; after {seconds:.2f} s "
+    rep.line(f"  rank {last} skips the all_reduce the others call; after {seconds:.2f} s "
              f"(timeout {timeout:g} s) the launcher reports:")
     rep.line(f"    {report or 'no error: every rank got through (it should not have)'}")
     rep.note(f"ranks 0..{last - 1} wait in the all_reduce for rank {last}, which went on to the end; without "
