@@ -186,6 +186,7 @@ def test_a_stopped_rank_under_torchrun_is_named_by_rank_0(mode: str) -> None:
     run = _Torchrun(mode, "3", str(timeout_s))
     stopped_at = run.wait_for_a_stopped_rank()
     errors = run.errors()
+    ended = time.monotonic()
     assert run.proc.returncode != 0
     assert len(errors) == 1, run.lines
     named_at, line = errors[0]
@@ -193,6 +194,8 @@ def test_a_stopped_rank_under_torchrun_is_named_by_rank_0(mode: str) -> None:
     assert line.startswith(f"launch_probe.py: error: rank 1 stopped responding while {phase} "
                            "(it is stopped"), line
     assert named_at - stopped_at < 2 * timeout_s, f"named {named_at - stopped_at:.1f} s after the stop"
+    # the stopped rank is ended once the line is out: torchrun's SIGTERM would wait 30 s for it
+    assert ended - named_at < 20, f"torchrun ended {ended - named_at:.1f} s after the line"
 
 
 @pytest.mark.torchrun

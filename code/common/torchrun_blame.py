@@ -58,7 +58,7 @@ class Diagnosis:
                 continue  # this process is running: its own helper is what is busy deciding
             if rank not in self.beats or self.beats[rank][0] == before.get(rank, (None,))[0]:
                 _, phase, _, _, host, pid = self.beats.get(rank, (None, "starting", None, None, None, None))
-                why = "it is stopped: SIGSTOP or Ctrl-Z?" if _kill_if_stopped_here(host, pid) else \
+                why = "it is stopped: SIGSTOP or Ctrl-Z?" if _end_if_stopped_here(host, pid) else \
                     f"no heartbeat for {self.stale_s:g} s: stopped, or its machine is gone"
                 return RankError(rank, f"stopped responding while {phase} ({why}); {waited}",
                                  kind=HUNG, peers=peers)
@@ -72,16 +72,31 @@ class Diagnosis:
                          kind=failure.kind, peers=tuple(r for r in peers if r != rank))
 
 
-def _kill_if_stopped_here(host: str | None, pid: int | None) -> bool:
-    """A rank named as stopped, on this machine: end it (and say it was stopped). torchrun would
-    send it SIGTERM, which a stopped process does not take, and wait 30 s before its SIGKILL."""
+# Stopped ranks to end once the verdict is printed (end_stopped_ranks, called on the way out).
+_STOPPED: list[int] = []
+
+
+def _end_if_stopped_here(host: str | None, pid: int | None) -> bool:
+    """A rank named as stopped, on this machine: end it once the line is out (and say it was
+    stopped). torchrun would send it SIGTERM, which a stopped process does not take, and wait 30 s
+    before its SIGKILL. Not now: torchrun notices a rank that died within 0.1 s and SIGTERMs the
+    others, rank 0 too, which must print the verdict first."""
     if host != socket.gethostname() or pid is None:
         return False
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
             if fh.read().rsplit(")", 1)[1].split()[0] != "T":
                 return False
-        os.kill(pid, signal.SIGKILL)
-        return True
     except (OSError, IndexError):
         return False
+    _STOPPED.append(pid)
+    return True
+
+
+def end_stopped_ranks() -> None:
+    """SIGKILL for the ranks the verdict named as stopped here (after it was printed)."""
+    while _STOPPED:
+        try:
+            os.kill(_STOPPED.pop(), signal.SIGKILL)
+        except OSError:
+            pass

@@ -42,7 +42,7 @@ import torch.distributed as dist
 from common.loopback import is_loopback_host, loopback_interface
 from common.rank_side import Failure, RankError, failure_of, setup_rank, where_main_thread
 from common.torchrun import speak
-from common.torchrun_blame import Diagnosis
+from common.torchrun_blame import Diagnosis, end_stopped_ranks
 
 _BEAT_S = 0.1          # how often a rank's helper writes its heartbeat and whereabouts
 _STALE_S = 1.0         # a heartbeat unchanged this long: that rank's process is not running
@@ -303,4 +303,5 @@ def _exit_with(verdict: RankError | None, status: int = 1) -> None:
             sys.stderr.write(verdict.details)
         sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {verdict}\n")  # as run_main writes it
         sys.stderr.flush()
+    end_stopped_ranks()   # the line is out: torchrun may now stop the others
     os._exit(status)
