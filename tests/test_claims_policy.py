@@ -98,7 +98,8 @@ def test_the_tables_and_the_claims_name_each_other(quick_reproduction: dict) -> 
 
 
 @pytest.mark.timeout(600)
-def test_a_claims_status_does_not_depend_on_quick(quick_reproduction: dict, full_reproduction: dict) -> None:
+def test_a_claims_status_does_not_depend_on_quick(full_reproduction: dict, quick_reproduction: dict) -> None:
+    # full first: a worker computes it while another computes the quick one others wait for
     def statuses(data: dict) -> dict[tuple[str, str, int], str]:
         seen: dict[tuple[str, str], int] = {}
         found = {}

@@ -287,10 +287,12 @@ def test_every_real_script_is_compared() -> None:
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("script", REAL)
-def test_torchrun_gives_the_standalone_numbers(script: str, tmp_path: Path, quick_run,
-                                                under_torchrun) -> None:
-    alone = standalone_json(script, RANKS[script], tmp_path, quick_run)
+def test_torchrun_gives_the_standalone_numbers(script: str, tmp_path: Path, under_torchrun,
+                                                request: pytest.FixtureRequest) -> None:
+    # torchrun's side first: the session's quick reproduction (the standalone side) is meanwhile
+    # computed on the other worker, instead of this one waiting for it idle
     under = under_torchrun(script)
+    alone = standalone_json(script, RANKS[script], tmp_path, request.getfixturevalue("quick_run"))
     assert isinstance(under, dict), f"{script}: {under}"
     found = differences(script, alone, under)
     assert not found, f"{len(found)} differences:\n" + "\n".join(found)

@@ -10,6 +10,7 @@ never the words of its error) and its heartbeat (a counter, its phase, where its
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -89,6 +90,8 @@ def _end_if_stopped_here(host: str | None, pid: int | None) -> bool:
                 return False
     except (OSError, IndexError):
         return False
+    if not _STOPPED:   # every way out: run_main's exit (atexit) or _exit_with's os._exit (it calls it)
+        atexit.register(end_stopped_ranks)
     _STOPPED.append(pid)
     return True
 
