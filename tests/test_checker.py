@@ -138,3 +138,20 @@ def test_the_comparison_fits_the_page_whether_values_fit_their_column_or_not(val
     lines = checker.comparison_lines([claim])
     assert max(len(line) for line in lines) <= checker.PAGE_WIDTH
     assert any("differs (the notes' slip)" in line for line in lines)
+
+
+def test_our_own_checks_are_headed_as_ours_and_the_notes_rows_as_the_notes() -> None:
+    # An engines' row's "notes" field is what we expect, not a figure of the notes: printing it
+    # under "notes" would put words in the notes' mouth.
+    own = next(r for r in checker.all_rows() if r.own)
+    theirs = next(r for r in checker.all_rows() if not r.own)
+    assert own.id.startswith("EN-") and not theirs.id.startswith("EN-")
+
+    def claim(row: Row) -> checker.Claim:
+        return checker.Claim("Part 1", row.what, 1, 1, "", row.basis, "agrees", "", ref=row.id)
+
+    heading = ["our", "checks", "ours", "expected", "verdict"]
+    assert checker.comparison_lines([claim(own)])[0].split() == heading
+    for claims in ([claim(theirs)], [claim(theirs), claim(own)]):   # one of the notes' rows: theirs
+        assert checker.comparison_lines(claims)[0].split() == ["vs", "the", "notes", "ours", "notes",
+                                                               "verdict"]

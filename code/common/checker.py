@@ -48,9 +48,11 @@ from common.text import PAGE_WIDTH, wrap
 from common.units import fmt_num
 
 CODE = Path(__file__).resolve().parents[1]
+# Checks of our own, not statements of the notes: PyTorch's engines beside ours. Their rows'
+# "notes" field is what we expect, and the printed tables say so ("expected", not "notes").
+OWN_TABLES = ("lecture14/engines.toml", "lecture15/engines.toml", "cs336/engines.toml")
 TABLES = ("lecture14/notes.toml", "lecture15/notes.toml", "lecture15/handbook.toml", "cs336/notes.toml",
-          # checks of our own, not statements of the notes: PyTorch's engines beside ours
-          "lecture14/engines.toml", "lecture15/engines.toml", "cs336/engines.toml")
+          *OWN_TABLES)
 
 # What our value is, against the notes' (a row's `basis`), and the verdict word each gives.
 EXACT = "exact formula"             # a closed form: must agree
@@ -101,6 +103,7 @@ class Row:
     why: str = ""
     digits: int = 4
     unchecked: str = ""
+    own: bool = False                   # from OWN_TABLES: a check of ours, not the notes' statement
 
     @property
     def compares(self) -> bool:
@@ -155,7 +158,8 @@ def load_table(relpath: str) -> tuple[Row, ...]:
     document = data.get("document", relpath)
     rows = []
     for raw in data.get("row", []):
-        entry = dict(raw, document=document, depends=tuple(raw.get("depends", ())))
+        entry = dict(raw, document=document, depends=tuple(raw.get("depends", ())),
+                     own=relpath in OWN_TABLES)
         if "between" in raw:
             entry["between"] = tuple(raw["between"])
         row = Row(**entry)
@@ -369,12 +373,14 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
         rows.append((c.what, _shown(c.ours, c.unit, shown_digits(c.ours, digits, places)),
                      _shown(c.notes, c.unit, shown_digits(c.notes, digits, places)), verdict(c)))
     fits = [max(len(r[1]), len(r[2])) <= VALUE_COLUMN for r in rows]
-    table = [r for r, ok in zip(rows, fits) if ok] + [("", "ours", "notes", "verdict")]
+    title, other = ("our checks", "expected") if all(
+        (row := _row_of(c)) is not None and row.own for c in claims) else ("vs the notes", "notes")
+    table = [r for r, ok in zip(rows, fits) if ok] + [("", "ours", other, "verdict")]
     # the verdict column holds every row's word, the value columns only the rows that fit them
     widths = [max(len(r[i]) for r in table) for i in (1, 2)] + [max(len(r[3]) for r in table + rows)]
     what_width = max(24, PAGE_WIDTH - 4 - sum(widths) - 6)
-    lines = ["  vs the notes" + " " * (what_width - 12) + "  " + "ours".rjust(widths[0]) + "  "
-             + "notes".rjust(widths[1]) + "  verdict"]
+    lines = [f"  {title}" + " " * (what_width - len(title)) + "  " + "ours".rjust(widths[0]) + "  "
+             + other.rjust(widths[1]) + "  verdict"]
     for (what, ours, notes, word), ok in zip(rows, fits):
         wrapped = wrap(what, "", width=what_width).splitlines() or [""]
         if ok:
@@ -384,7 +390,8 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
             lines.append(f"  {wrapped[0].ljust(what_width)}  {' ' * (widths[0] + widths[1] + 2)}  {word}")
         lines += [f"    {more}" for more in wrapped[1:]]
         if not ok:
-            lines += [wrap(ours, "           ", "      ours: "), wrap(notes, "           ", "     notes: ")]
+            lines += [wrap(ours, "           ", "      ours: "),
+                      wrap(notes, "           ", f"{other + ': ':>12}")]
     return lines + _reasons(claims)
 
 
