@@ -5,8 +5,9 @@
 
 One launch (gloo, CPU): each rank measures its gloo all-reduce at a few sizes (fitted to the ring α-β
 model, Part 1) and when each gradient is ready in a plain backward, then records one DDP step with
-torch.profiler (Part 2): gloo's all-reduces, on their own threads, start while the backward is
-still running. Part 3 feeds the same model, bucket cap and fitted link to lecture15/ddp_sim.py and
+torch.profiler (Part 2): DDP launches each bucket's all-reduce from its autograd hook while the
+backward is still running, and gloo runs it on its own threads (which usually start at once; on
+busy cores they may wait). Part 3 feeds the same model, bucket cap and fitted link to lecture15/ddp_sim.py and
 writes its step as a trace too, one track per stream. --trace DIR writes both (every rank's real
 one) for Perfetto or chrome://tracing; --save-figs DIR draws them one above the other.
 """
