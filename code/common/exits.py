@@ -38,36 +38,34 @@ def run_main(main: Callable[[], object]) -> None:
     except UsageError as err:
         _error_line(clip_values(str(err)))
         sys.exit(2)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
-    except _Terminated:
-        sys.stderr.write("terminated\n")
-        sys.exit(128 + signal.SIGTERM)
+    except (KeyboardInterrupt, _Terminated) as err:
+        _end_by_signal(err)
     except BrokenPipeError:
         # Python would complain again when it flushes stdout at exit: point stdout at nothing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)
     except Exception as err:  # noqa: BLE001 - the one place a run-time failure becomes one line
-        _reraise_the_signal(err)
+        _end_by_signal(err.__context__)   # a clean-up that failed after Ctrl-C or SIGTERM
         if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
             sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
         _error_line(_one_line(err))
         sys.exit(1)
 
 
-def _reraise_the_signal(err: BaseException) -> None:
-    """A failure raised while cleaning up after Ctrl-C or SIGTERM (a pipe a rank closed as it was
-    stopped: EBADF) ends the run as that signal does, not as a failure of its own."""
-    seen = err.__context__
-    while seen is not None and seen is not err:
-        if isinstance(seen, KeyboardInterrupt):
+def _end_by_signal(err: BaseException | None) -> None:
+    """Ctrl-C: "interrupted", 130; SIGTERM: "terminated", 143; for `err` or an exception it was
+    raised while handling, so that a clean-up failing after the signal (a pipe a stopped rank
+    closed: EBADF) ends the run as the signal does. Returns when none of them is a signal."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, KeyboardInterrupt):
             sys.stderr.write("interrupted\n")
             sys.exit(130)
-        if isinstance(seen, _Terminated):
+        if isinstance(err, _Terminated):
             sys.stderr.write("terminated\n")
             sys.exit(128 + signal.SIGTERM)
-        seen = seen.__context__
+        err = err.__context__
 
 
 class _Terminated(BaseException):
