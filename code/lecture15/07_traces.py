@@ -7,9 +7,10 @@ One launch (gloo, CPU): each rank measures its gloo all-reduce at a few sizes (f
 model, Part 1) and when each gradient is ready in a plain backward, then records one DDP step with
 torch.profiler (Part 2): DDP launches each bucket's all-reduce from its autograd hook while the
 backward is still running, and gloo runs it on its own threads (which usually start at once; on
-busy cores they may wait). Part 3 feeds the same model, bucket cap and fitted link to lecture15/ddp_sim.py and
-writes its step as a trace too, one track per stream. --trace DIR writes both (every rank's real
-one) for Perfetto or chrome://tracing; --save-figs DIR draws them one above the other.
+busy cores they may wait). Part 3 feeds the same model, bucket cap and fitted link to
+lecture15/ddp_sim.py and writes its step as a trace too, one track per stream. --trace DIR writes
+both (every rank's real one) for Perfetto or chrome://tracing; --save-figs DIR draws them one above
+the other.
 """
 
 from __future__ import annotations
@@ -138,14 +139,18 @@ def spans(trace: dict[str, Any], test: Any) -> list[dict[str, Any]]:
                   key=lambda e: e["ts"])
 
 
+def found(trace: dict[str, Any], name: str, prefix: bool = False) -> list[dict[str, Any]]:
+    """The spans named `name` (or starting with it), of which the profiled DDP step has some."""
+    got = spans(trace, (lambda n: n.startswith(name)) if prefix else (lambda n: n == name))
+    if not got:
+        raise RuntimeError(f"the profiled DDP step has no '{name}' spans: this torch names them otherwise")
+    return got
+
+
 def real_timeline(trace: dict[str, Any]) -> Timeline:
     """The profiled step as ddp_sim's Timeline: the backward's nodes (main thread) and gloo's
     all-reduces (its threads), in seconds since the first backward node began."""
-    backward = spans(trace, lambda n: n.startswith(BACKWARD_OP))
-    comm = spans(trace, lambda n: n == ALLREDUCE_OP)
-    if not backward or not comm:
-        raise RuntimeError(f"the profiled DDP step has {len(backward)} backward nodes and {len(comm)} "
-                           f"'{ALLREDUCE_OP}' spans: this torch names them otherwise")
+    backward, comm = found(trace, BACKWARD_OP, prefix=True), found(trace, ALLREDUCE_OP)
     t0 = backward[0]["ts"]
     def start_end(e: dict[str, Any]) -> tuple[float, float]:
         return (e["ts"] - t0) / 1e6, (e["ts"] + e["dur"] - t0) / 1e6
@@ -160,11 +165,7 @@ def launched_during_backward(trace: dict[str, Any]) -> tuple[float, float]:
     """(first all-reduce launch, backward end) in s since the first backward node. DDP launches a
     bucket from its autograd hook, so this holds on every rank whatever the load; when gloo's worker
     threads start running it depends on when the shared cores give them time."""
-    backward = spans(trace, lambda n: n.startswith(BACKWARD_OP))
-    launches = spans(trace, lambda n: n == LAUNCH_OP)
-    if not backward or not launches:
-        raise RuntimeError(f"the profiled DDP step has {len(backward)} backward nodes and {len(launches)} "
-                           f"'{LAUNCH_OP}' calls: this torch names them otherwise")
+    backward, launches = found(trace, BACKWARD_OP, prefix=True), found(trace, LAUNCH_OP)
     t0, end = backward[0]["ts"], max(e["ts"] + e["dur"] for e in backward)
     return (launches[0]["ts"] - t0) / 1e6, (end - t0) / 1e6
 
