@@ -28,7 +28,6 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import argparse
 import json
 import os
-import subprocess
 import tempfile
 import threading
 import time
@@ -38,13 +37,15 @@ from typing import Any
 from common.cli import UsageError, make_parser, run_main
 from common.files import check_output_dir, make_output_dir, write_json
 from common.output import wrap
+from common.prestarted import Prestarted
 from common.suite import Script, named_by, scripts
 
 
-def run_one(script: Script, json_path: Path, quick: bool, label: str,
+def run_one(runner: Prestarted, script: Script, json_path: Path, quick: bool, label: str,
             figure_dir: Path | None) -> dict[str, Any]:
     """Run one script as a student would, with --json (and --save-figs where it draws, when the
-    pages want its figures); show progress on the terminal meanwhile."""
+    pages want its figures), in a process forked from one that has imported torch already (a
+    fresh start per script was half of the reproduction's time); show progress meanwhile."""
     args = [sys.executable, str(script.path), "--json", str(json_path)] + (["--quick"] if quick else [])
     if figure_dir is not None and script.draws:
         args += ["--save-figs", str(figure_dir)]
@@ -56,7 +57,7 @@ def run_one(script: Script, json_path: Path, quick: bool, label: str,
     if ticker:
         ticker.start()
     try:
-        proc = subprocess.run(args, capture_output=True, text=True)
+        proc = runner.run(args)
     finally:
         done.set()
         if ticker:
@@ -126,12 +127,12 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
     each script's own --json by name, the pages written and the seconds it all took."""
     runs, claims, data = [], [], {}
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, Prestarted() as runner:
         figure_dir = None if args.no_report else Path(tmp) / "figures"
         for i, script in enumerate(chosen):
             label = f"[{i + 1:2d}/{len(chosen)}] {script.name:30s} (at {time.perf_counter() - start:4.0f} s)"
             out = Path(tmp) / f"{i}.json"
-            run = run_one(script, out, args.quick, label, figure_dir)
+            run = run_one(runner, script, out, args.quick, label, figure_dir)
             runs.append(run)
             if run["rc"] == 0:
                 data[script.name] = json.loads(out.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Helpers for the tests: run a numbered script as a student would, in a fresh process."""
+"""Helpers for the tests: run a numbered script as a student would, in a process of its own."""
 
 from __future__ import annotations
 
@@ -24,12 +24,35 @@ def code_env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
+_RUNNER: list = []   # this worker's prestarted interpreter, made on the first run_script
+
+
+def _runner():  # type: ignore[no-untyped-def]
+    """The worker's common.prestarted.Prestarted: each run forks from an interpreter that has
+    imported torch once (a fresh start per run was most of the suite's time). Tests of how a
+    process starts, signals and torchrun start theirs with subprocess."""
+    if not _RUNNER:
+        import atexit
+
+        from common.prestarted import Prestarted
+
+        _RUNNER.append(Prestarted(dict(os.environ, PYTHONUNBUFFERED="1")))
+        atexit.register(_RUNNER[0].close)
+    return _RUNNER[0]
+
+
+def python(*args: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python FILE ARGS` with its output captured (subprocess.run's result), with the test's
+    environment plus `env`; forked from the worker's prestarted interpreter where it can be."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    return _runner().run([sys.executable, *map(str, args)], cwd=cwd, env=env, timeout=timeout)
+
+
 def run_script(relpath: str, *args: str, timeout: float = 120,
                expect_rc: int | None = 0) -> subprocess.CompletedProcess:
     """Run code/<relpath> with args; check the exit status (None: don't) and return the result."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = python(ROOT / "code" / relpath, *args, timeout=timeout)
     if expect_rc is not None and proc.returncode != expect_rc:
         raise AssertionError(f"{relpath} {' '.join(args)} exited {proc.returncode}, expected {expect_rc}\n"
                              f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
@@ -85,7 +108,7 @@ def run_patched(tmp_path: Path, relpath: str, patch: str, args: list[str]) -> st
     script = ROOT / "code" / relpath
     wrapper.write_text(PATCHED.format(code=str(ROOT / "code"), argv0=script.name, args=args,
                                       script=str(script), patch=patch), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=120)
+    proc = python(wrapper)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     return lines[0]

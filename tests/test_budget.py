@@ -5,13 +5,10 @@ line that says the estimate, what it grows with and the largest setting that fit
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, python
 from test_runtime import _parser_of
 
 from common import budget, cli
@@ -23,8 +20,7 @@ REAL = [s.name for s in scripts() if s.real]
 
 
 def _refused(relpath: str, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, **(env or {})))
+    proc = python(ROOT / "code" / relpath, *args, timeout=60, env=env)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", (proc.stdout[-500:], proc.stderr)
     return lines[0]
@@ -91,8 +87,7 @@ def test_memory_beyond_the_machines_share_is_refused(monkeypatch: pytest.MonkeyP
 def test_a_models_world_size_is_not_the_ranks_a_script_starts() -> None:
     """04_alpha_beta's --world-size is Part 1's and 3's K; Part 2 always starts 2 and 4 ranks: K = 256
     (the notes reach it) passes the machine's rank limit, K = 5,000 the models' bound does not."""
-    proc = subprocess.run([sys.executable, str(ROOT / "code/lecture14/04_alpha_beta.py"),
-                           "--world-size", "256", "--mfu", "2"], capture_output=True, text=True, timeout=60)
+    proc = python(ROOT / "code/lecture14/04_alpha_beta.py", "--world-size", "256", "--mfu", "2", timeout=60)
     assert proc.returncode == 2 and "--mfu is a fraction of peak" in proc.stderr  # past the parser's checks
     assert "4,096" in _refused("lecture14/04_alpha_beta.py", "--world-size", "5000")
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_usage_error, load_script
+from conftest import assert_usage_error, load_script, python
 from rank_faults import assert_named_at_once
 from torch import nn
 
@@ -240,7 +238,7 @@ def test_a_lost_tp_reduce_ends_the_run_naming_tp(tmp_path: Path) -> None:
     code = Path(__file__).resolve().parents[1] / "code"
     wrapper = tmp_path / "broken_tp.py"
     wrapper.write_text(BROKEN_TP.format(code=str(code), script=str(code / SCRIPT)), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=300)
+    proc = python(wrapper, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("05_parallel.py: error: TP against one process: max |difference| "), lines[0]

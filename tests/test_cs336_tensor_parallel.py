@@ -9,12 +9,10 @@ backward loses its reduce): the run must end in exit 1 with one line naming the 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, load_script
+from conftest import ROOT, load_script, python
 
 from common.cli import UsageError
 from common.launcher import launch
@@ -122,7 +120,7 @@ def test_a_broken_side_ends_the_run_in_one_line(tmp_path: Path, patch: str, firs
     wrapper = tmp_path / "broken.py"
     text = BROKEN.format(code=str(code), script=str(code / SCRIPT), patch=patch)
     wrapper.write_text(text, encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=300)
+    proc = python(wrapper, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"07_tensor_parallel.py: error: {first}: max |difference| "), lines[0]

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import run_script
+from conftest import python, run_script
 
 from common import checker
 
@@ -50,7 +48,7 @@ run_main(module.main)
 def test_without_detail_the_run_fails_naming_the_check(tmp_path: Path) -> None:
     wrapper = tmp_path / "without_detail.py"
     wrapper.write_text(WITHOUT_DETAIL.format(code=str(CODE), script=str(CODE / SCRIPT)), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=180)
+    proc = python(wrapper, timeout=180)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("06_debug_collectives.py: error: rank "), lines[0]
@@ -66,7 +64,7 @@ NO_MISMATCH = WITHOUT_DETAIL.replace("module.debug_detail = contextlib.nullconte
 def test_a_collective_that_matches_is_no_lesson(tmp_path: Path) -> None:
     wrapper = tmp_path / "no_mismatch.py"
     wrapper.write_text(NO_MISMATCH.format(code=str(CODE), script=str(CODE / SCRIPT)), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=180)
+    proc = python(wrapper, timeout=180)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "Part 1 staged a mismatched collective (all_reduce against all_gather), but it completed" \

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_script, run_script
+from conftest import load_script, python, run_script
 
 from common import checker
 
@@ -83,7 +81,7 @@ run_main(module.main)
 def test_a_disagreement_ends_the_run_naming_it(tmp_path: Path) -> None:
     wrapper = tmp_path / "broken_hooks.py"
     wrapper.write_text(BROKEN.format(code=str(CODE), script=str(CODE / SCRIPT)), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=240)
+    proc = python(wrapper, timeout=240)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("06_comm_hooks.py: error: allreduce_hook against DDP without a hook: "

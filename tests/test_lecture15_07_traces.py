@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import run_script
+from conftest import python, run_script
 
 from common import checker
 
@@ -74,7 +72,7 @@ run_main(module.main)
 def test_buckets_that_disagree_end_the_run_naming_the_check(tmp_path: Path) -> None:
     wrapper = tmp_path / "one_bucket.py"
     wrapper.write_text(ONE_BUCKET.format(code=str(CODE), script=str(CODE / SCRIPT)), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=240)
+    proc = python(wrapper, timeout=240)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0] == ("07_traces.py: error: all-reduces in the profiled step against ddp_sim's buckets: "

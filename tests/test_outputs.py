@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, python
 
 from common import files
 from common.errors import RunFailure, UsageError
@@ -39,9 +39,7 @@ def node(folder: Path, name: str, numbers: tuple[int, int]) -> Path:
 
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "code" / MODEL), "--quick", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+    return python(ROOT / "code" / MODEL, "--quick", *args, env=env, timeout=timeout)
 
 
 def one_error_line(proc: subprocess.CompletedProcess, rc: int) -> str:

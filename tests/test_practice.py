@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, python
 
 sys.path.insert(0, str(ROOT / "practice"))
 from judging import PROBLEMS, engine, plain, sandbox  # noqa: E402
@@ -41,8 +41,7 @@ def judge(*args: str, expect_rc: int, tmp_path: Path | None = None, timeout: flo
     """Run the judge; check its exit status; return (stdout, the --json record or {})."""
     json_path = tmp_path / "judge.json" if tmp_path is not None else None
     extra = ["--json", str(json_path)] if json_path else []
-    proc = subprocess.run([sys.executable, str(JUDGE), *args, *extra], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    proc = python(JUDGE, *args, *extra, timeout=timeout, env=env)
     assert proc.returncode == expect_rc, (f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n"
                                           f"{proc.stderr[-3000:]}")
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -330,8 +329,7 @@ def test_the_judge_keeps_one_copy_of_its_helpers() -> None:
 # ---- the command line -----------------------------------------------------------------------------------
 def _judge_cli(*args: str) -> subprocess.CompletedProcess:
     """The judge run with these arguments, its output captured."""
-    return subprocess.run([sys.executable, str(JUDGE), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    return python(JUDGE, *args, timeout=60)
 
 
 @pytest.mark.parametrize("args", [["999"], ["113", "--solution", "no/such/file.py"],

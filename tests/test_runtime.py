@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, load_script
+from conftest import ROOT, load_script, python
 
 from common import cli, machine
 from common.files import write_json
@@ -28,8 +28,7 @@ MODEL = "lecture15/03_overlap.py"       # model only, draws figures
 
 
 def _usage_error_before_any_work(relpath: str, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "code" / relpath), *args], capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, **(env or {})))
+    proc = python(ROOT / "code" / relpath, *args, timeout=60, env=env)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout == "", "the script started work before it checked its input"

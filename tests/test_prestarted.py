@@ -1,0 +1,133 @@
+"""common.prestarted: a run forked from the prestarted interpreter ends as `python FILE ARGS` does.
+
+The reference is a fresh interpreter (subprocess.run) on the same file: output, exit status,
+argv, path, working folder and environment must be equal, for every way a script can end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from common.prestarted import Prestarted
+
+PROBE = '''
+import atexit, dataclasses, json, os, sys
+print(json.dumps({"argv": sys.argv[1:], "path0": sys.path[0], "cwd": os.getcwd(),
+                  "name": __name__, "var": os.environ.get("PROBE_VAR"), "file": __file__}))
+sys.stderr.write("to stderr\\n")
+atexit.register(lambda: print("atexit ran"))
+
+@dataclasses.dataclass
+class Point:    # dataclasses look their module up in sys.modules while the file runs
+    x: int
+
+how = sys.argv[1]
+if how == "exit3":
+    sys.exit(3)
+if how == "message":
+    sys.exit("a message on stderr")
+if how == "raise":
+    raise ValueError("uncaught")
+if how == "interrupt":
+    raise KeyboardInterrupt
+if how == "sleep":
+    import time
+    time.sleep(60)
+print("ends", Point(1))
+'''
+
+WHO = "import sys; print('torch' in sys.modules)"
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with Prestarted() as prestarted:
+        yield prestarted
+
+
+def _fresh(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["ok", "exit3", "message", "raise", "interrupt"])
+def test_a_forked_run_ends_as_a_fresh_one(runner, tmp_path: Path, how: str) -> None:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE, encoding="utf-8")
+    (tmp_path / "elsewhere").mkdir()
+    argv = [sys.executable, str(script), how, "two words"]
+    env = dict(runner.env, PROBE_VAR="x")   # not the runner's: this one runs fresh...
+    forked = runner.run(argv, cwd=tmp_path / "elsewhere", env=dict(runner.env))
+    fresh = _fresh(argv, cwd=tmp_path / "elsewhere", env=dict(runner.env))
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        fresh.returncode, fresh.stdout, fresh.stderr)
+    assert "atexit ran" in forked.stdout
+    if how == "interrupt":
+        assert forked.returncode == -signal.SIGINT
+    again = runner.run(argv, cwd=tmp_path, env=env)   # ...and still gives what a fresh one gives
+    assert '"var": "x"' in again.stdout and again.returncode == fresh.returncode
+
+
+def test_a_real_script_prints_the_same_forked_or_fresh(runner) -> None:
+    for args in (["cs336/03_costs.py", "--world-size", "6"],
+                 ["lecture14/02_primitives.py", "--world-size", "0"]):
+        argv = [sys.executable, str(ROOT / "code" / args[0]), *args[1:]]
+        forked, fresh = runner.run(argv, cwd=ROOT), _fresh(argv, cwd=ROOT)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (
+            fresh.returncode, fresh.stdout, fresh.stderr)
+
+
+def test_runs_fork_only_from_the_environment_the_interpreter_imported_torch_in(runner, tmp_path) -> None:
+    script = tmp_path / "who.py"
+    script.write_text(WHO, encoding="utf-8")
+    argv = [sys.executable, str(script)]
+    assert runner.run(argv).stdout == "True\n"   # forked: torch came with the interpreter
+    assert runner.run(argv, env=dict(runner.env, TORCH_CPP_LOG_LEVEL="INFO")).stdout == "False\n"
+    for ours in ({"PYTEST_CURRENT_TEST": "other"}, {"COURSE_MAX_RANKS": "3"}):
+        assert runner.run(argv, env=dict(runner.env, **ours)).stdout == "True\n"
+
+
+def test_imports_that_write_to_stderr_make_every_run_fresh(tmp_path: Path) -> None:
+    """A warning at import would be on a fresh run's stderr and not on a forked one's."""
+    (tmp_path / "sitecustomize.py").write_text("import sys; sys.stderr.write('a warning\\n')\n")
+    script = tmp_path / "who.py"
+    script.write_text(WHO, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    with Prestarted(env) as warned:
+        assert not warned.usable
+        proc = warned.run([sys.executable, str(script)], env=env)
+    assert (proc.stdout, proc.stderr) == ("False\n", "a warning\n")
+
+
+def test_a_run_past_its_timeout_is_killed(runner, tmp_path: Path) -> None:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE, encoding="utf-8")
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        runner.run([sys.executable, str(script), "sleep"], timeout=1)
+    assert time.monotonic() - start < 10
+    assert runner.run([sys.executable, str(script), "ok"]).returncode == 0   # and it serves on
+
+
+def test_a_second_run_at_once_runs_fresh(runner, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    (tmp_path / "slow.py").write_text(f"import time; open({str(started)!r}, 'w').close(); time.sleep(2)\n"
+                                      + WHO, encoding="utf-8")
+    (tmp_path / "who.py").write_text(WHO, encoding="utf-8")
+    first: list[str] = []
+    thread = threading.Thread(target=lambda: first.append(
+        runner.run([sys.executable, str(tmp_path / "slow.py")]).stdout))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = runner.run([sys.executable, str(tmp_path / "who.py")]).stdout
+    thread.join()
+    assert (first, second) == (["True\n"], "False\n")
