@@ -269,19 +269,25 @@ def part3_convergence(rep: Report, args: argparse.Namespace, ranks: list[dict[st
              f"{START_ITER} steps. "
              "Without error feedback rank-1 PowerSGD applies only the gradient's top direction each step and "
              "drops the rest; with it each rank adds back what compression dropped the step before.")
+    if rep.figure_dir() is not None:   # matplotlib (1-2 s to import) only when a figure was asked for
+        rep.save_figure(convergence_figure(curves, exact, args.world_size), "convergence")
+
+
+def convergence_figure(curves: dict[str, list[float]], exact: list[float], world_size: int) -> Any:
+    """Each hook's loss against the step, exact DDP's among them."""
     fig, ax = new_figure(figsize=(7, 4))
     for name, losses in curves.items():
         ax.semilogy(range(1, len(losses) + 1), losses, label=name,
                     linestyle="--" if "allreduce" in name else "-")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (whole batch)")
-    ax.set_title(f"DDP comm hooks on {args.world_size} gloo ranks: loss against exact DDP")
+    ax.set_title(f"DDP comm hooks on {world_size} gloo ranks: loss against exact DDP")
     # curves within 0.1 % of exact DDP's at the end draw one line: say so, or the legend names lines
     # the reader cannot find
     same = [name for name, losses in curves.items() if abs(losses[-1] / exact[-1] - 1) < 1e-3]
     ax.legend(fontsize=8, title_fontsize=8,
               title=f"one line: {', '.join(same)}" if len(same) > 1 else None)
-    rep.save_figure(fig, "convergence")
+    return fig
 
 
 def part4_broken(rep: Report, ranks: list[dict[str, Any]]) -> None:

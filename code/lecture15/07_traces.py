@@ -269,9 +269,10 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
             rep.record(f"trace_{name}", os.path.basename(path))
         rep.line(f"  traces written to {args.trace}: {len(traces)} files (open them in ui.perfetto.dev or "
                  "chrome://tracing)")
-    rep.save_figure(gantt_figure([("real DDP (torch.profiler)", real), ("ddp_sim", sim)],
-                                 f"one DDP step, {args.world_size} gloo ranks, {args.layers} × "
-                                 f"Linear({args.width}), cap {cap / MiB:g} MiB"), "timelines")
+    if rep.figure_dir() is not None:   # matplotlib (1-2 s to import) only when a figure was asked for
+        rep.save_figure(gantt_figure([("real DDP (torch.profiler)", real), ("ddp_sim", sim)],
+                                     f"one DDP step, {args.world_size} gloo ranks, {args.layers} × "
+                                     f"Linear({args.width}), cap {cap / MiB:g} MiB"), "timelines")
 
 
 def main() -> None:
