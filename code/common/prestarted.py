@@ -53,7 +53,7 @@ class Prestarted:
     """One prestarted interpreter and the runs it forks, one at a time; close() (or leaving the
     `with` block) ends it. A run it cannot take runs fresh (subprocess.run)."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, preload: tuple[str, ...] = PRELOAD) -> None:
         self.env = dict(os.environ if env is None else env)
         self._lock = threading.Lock()
         self._tmp = tempfile.TemporaryDirectory(prefix="prestarted-")
@@ -62,7 +62,7 @@ class Prestarted:
         self._replies, replies_w = os.pipe()
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(requests_r), str(replies_w)], env=self.env,
+                [sys.executable, "-c", _BOOT, str(requests_r), str(replies_w), *preload], env=self.env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                 pass_fds=(requests_r, replies_w))
         os.close(requests_r)
@@ -155,9 +155,10 @@ def _comparable(env: dict[str, str]) -> dict[str, str]:
 # ---- the prestarted interpreter's side ---------------------------------------------------------
 
 def serve() -> None:
-    """Import PRELOAD, say ready, then fork a child for each request until the requests end."""
+    """Import the modules named after the two descriptors, say ready, then fork a child for each
+    request until the requests end."""
     requests, replies = (int(fd) for fd in sys.argv[1:3])
-    for name in PRELOAD:
+    for name in sys.argv[3:]:
         __import__(name)
     base_path = [p for p in sys.path if p]   # without -c's "" (the folder it started in)
     reply = _replier(replies)
