@@ -48,6 +48,9 @@ IMPORT_TORCH = [sys.executable, "-c", "import torch"]
 def wall(command: list[str]) -> tuple[float, int]:
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, capture_output=True)
+    if proc.returncode:   # the table says FAILED; say what failed, or nobody can tell afterwards
+        tail = (proc.stdout + proc.stderr).decode(errors="replace").splitlines()[-15:]
+        print(f"  {' '.join(command[1:])} exited {proc.returncode}:", *tail, sep="\n    ", file=sys.stderr)
     return time.perf_counter() - start, proc.returncode
 
 

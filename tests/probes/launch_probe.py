@@ -54,8 +54,19 @@ def fail(rank: int, world_size: int, how: str) -> float:
             while True:
                 pass
         if how == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)
+            stop_self()
     return sum_ranks(rank, world_size)
+
+
+def stop_self() -> None:
+    """SIGSTOP this rank, having written when to $PROBE_STOPPED_AT (time.monotonic(): one clock for
+    every process on the machine). A test reads the time there: the stopped state itself lasts only
+    until rank 0 has named the rank and ended it, which a test polling /proc on loaded cores missed."""
+    path = os.environ.get("PROBE_STOPPED_AT")
+    if path:
+        with open(path, "w") as fh:
+            fh.write(repr(time.monotonic()))
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def stop_rank_1_at(name: str, before: bool) -> None:
@@ -65,10 +76,10 @@ def stop_rank_1_at(name: str, before: bool) -> None:
 
     def stop_then_call(*args: object, **kwargs: object) -> object:
         if before and os.environ.get("RANK") == "1":
-            os.kill(os.getpid(), signal.SIGSTOP)
+            stop_self()
         result = real(*args, **kwargs)
         if not before and os.environ.get("RANK") == "1":
-            os.kill(os.getpid(), signal.SIGSTOP)
+            stop_self()
         return result
 
     setattr(dist, name, stop_then_call)
