@@ -6,6 +6,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,12 @@ from typing import Callable, NamedTuple
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A shell starts a background job (`… &`, a CI runner's step) with SIGINT ignored, and every process
+# inherits that across exec: each test of Ctrl-C would then wait for an interrupt that never comes.
+# A handler of Python's own here is reset to the default in every process the tests start.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def code_env(**extra: str) -> dict[str, str]:
