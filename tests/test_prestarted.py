@@ -46,6 +46,26 @@ print("ends", Point(1))
 
 WHO = "import sys; print('torch' in sys.modules)"
 
+SPAWN = """
+import atexit, dataclasses, multiprocessing, pickle
+
+@dataclasses.dataclass
+class P:
+    x: int
+
+def make(queue):
+    queue.put(P(3))
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    rank = ctx.Process(target=make, args=(queue,))
+    rank.start()
+    print(queue.get())
+    rank.join()
+    atexit.register(lambda: print(len(pickle.dumps(P(1))) > 0))
+"""
+
 
 @pytest.fixture(scope="module")
 def runner():
@@ -106,14 +126,50 @@ def test_imports_that_write_to_stderr_make_every_run_fresh(tmp_path: Path) -> No
     assert (proc.stdout, proc.stderr) == ("False\n", "a warning\n")
 
 
-def test_a_run_past_its_timeout_is_killed(runner, tmp_path: Path) -> None:
+def test_a_run_past_its_timeout_is_killed_and_later_runs_start_fresh(tmp_path: Path) -> None:
+    """After a run cut short, a reply may be left unread: taken for the next run's, it would give
+    that run the wrong exit status and output, so the runner forks no more."""
     script = tmp_path / "probe.py"
     script.write_text(PROBE, encoding="utf-8")
-    start = time.monotonic()
-    with pytest.raises(subprocess.TimeoutExpired):
-        runner.run([sys.executable, str(script), "sleep"], timeout=1)
-    assert time.monotonic() - start < 10
-    assert runner.run([sys.executable, str(script), "ok"]).returncode == 0   # and it serves on
+    (tmp_path / "json_loaded.py").write_text("import sys; print('json' in sys.modules)\n", encoding="utf-8")
+    with Prestarted(preload=("json",)) as light:
+        assert light.run([sys.executable, str(tmp_path / "json_loaded.py")]).stdout == "True\n"  # forked
+        start = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired):
+            light.run([sys.executable, str(script), "sleep"], timeout=1)
+        assert time.monotonic() - start < 10
+        assert light.run([sys.executable, str(tmp_path / "json_loaded.py")]).stdout == "False\n"  # fresh
+        assert light.run([sys.executable, str(script), "ok"]).returncode == 0
+
+
+def test_output_left_by_a_run_never_lands_in_the_next(runner, tmp_path: Path) -> None:
+    late = tmp_path / "late.py"
+    late.write_text("import os, sys, time\nif os.fork() == 0:\n    time.sleep(1); print('late line'); "
+                    "sys.stdout.flush(); os._exit(0)\nprint('done')\n", encoding="utf-8")
+    (tmp_path / "hello.py").write_text("print('hello')\n", encoding="utf-8")
+    assert runner.run([sys.executable, str(late)]).stdout == "done\n"
+    time.sleep(1.5)
+    assert runner.run([sys.executable, str(tmp_path / "hello.py")]).stdout == "hello\n"
+
+
+def test_spawned_ranks_and_exit_functions_find_the_scripts_classes(runner, tmp_path: Path) -> None:
+    script = tmp_path / "spawn.py"
+    script.write_text(SPAWN, encoding="utf-8")
+    argv = [sys.executable, str(script)]
+    forked, fresh = runner.run(argv), _fresh(argv)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, "P(x=3)\nTrue\n", "")
+
+
+def test_a_caller_folder_that_shadows_the_standard_library_does_not_break_it(tmp_path: Path) -> None:
+    (tmp_path / "glob.py").write_text("raise SystemExit('shadowed')\n", encoding="utf-8")
+    (tmp_path / "json_loaded.py").write_text("import sys; print('json' in sys.modules)\n", encoding="utf-8")
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with Prestarted(preload=("json", "glob")) as light:
+            assert light.run([sys.executable, "json_loaded.py"]).stdout == "True\n"
+    finally:
+        os.chdir(here)
 
 
 def test_a_second_run_at_once_runs_fresh(runner, tmp_path: Path) -> None:

@@ -12,8 +12,14 @@ own ranks. Where that could differ from a fresh start, a fresh one runs instead:
 
 - the environment asked for is not the one the interpreter started with (torch reads some
   variables when it is imported);
-- the imports wrote anything on stderr (a warning a fresh run would show among its own lines);
-- the runner is busy with another run (two runs asked for at once from two threads).
+- the imports wrote anything (a warning a fresh run would show among its own lines);
+- the file or the folder does not exist (Python's own error, as a fresh start words it);
+- the runner is busy with another run (two runs asked for at once from two threads);
+- the interpreter has died, or a run was cut short (a timeout, Ctrl-C) and its reply left unread.
+
+What stays different: the hash seed (the interpreter's, for every run), stdin (/dev/null), and
+output that a process the script left behind writes after the script ended (subprocess.run waits
+for it on the pipe; here it goes to a file already read).
 
 reproduce.py and the tests run scripts this way; bench/bench_scripts.py times fresh starts, which
 is what a student sees. A child's exit status is the one a fresh interpreter gives: SystemExit's
@@ -27,7 +33,6 @@ import contextlib
 import json
 import locale
 import os
-import runpy
 import select
 import signal
 import subprocess
@@ -44,7 +49,9 @@ PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "
 # when a script runs, never by torch) and the one a test session changes for every test.
 FORKS_WITH = ("COURSE_", "PYTEST_CURRENT_TEST")
 # This file, loaded by path: the interpreter imports nothing of code/ that a script would import.
-_BOOT = ("import importlib.util as u; s = u.spec_from_file_location('prestarted', {!r}); "
+# `del sys.path[0]`: -c puts the caller's folder first, where a stray glob.py would shadow stdlib.
+_BOOT = ("import sys; del sys.path[0]; "
+         "import importlib.util as u; s = u.spec_from_file_location('prestarted', {!r}); "
          "m = u.module_from_spec(s); s.loader.exec_module(m); m.serve()"
          ).format(str(Path(__file__).resolve()))
 
@@ -63,7 +70,7 @@ class Prestarted:
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, str(requests_r), str(replies_w), *preload], env=self.env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 pass_fds=(requests_r, replies_w))
         os.close(requests_r)
         os.close(replies_w)
@@ -76,21 +83,25 @@ class Prestarted:
         env = dict(os.environ if env is None else env)
         if self._lock.acquire(blocking=False):
             try:
-                if self._can_fork(argv, env):
-                    return self._forked(argv, cwd, env, timeout)
+                if self._can_fork(argv, cwd, env):
+                    return self._forked(argv, os.path.abspath(cwd or os.getcwd()), env, timeout)
+            except _Gone:
+                self._ready = False   # the interpreter died: this run and every later one start fresh
             finally:
                 self._lock.release()
         return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
     def close(self) -> None:
-        if self._proc.poll() is None:
-            os.close(self._requests)   # the interpreter ends when it reads the end of its requests
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        if self._requests < 0:
+            return
+        os.close(self._requests)   # the interpreter ends when it reads the end of its requests
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
         os.close(self._replies)
+        self._requests = self._replies = -1
         self._tmp.cleanup()
 
     def __enter__(self) -> Prestarted:
@@ -103,30 +114,55 @@ class Prestarted:
     def usable(self) -> bool:
         """Whether it imported everything, writing nothing on stderr (waits for the imports)."""
         if self._ready is None:
-            self._ready = self._read_reply(None) == {"ready": True} and not self._log.read_bytes()
+            try:
+                self._ready = self._read_reply(None) == {"ready": True} and not self._log.read_bytes()
+            except _Gone:
+                self._ready = False
         return self._ready
 
-    def _can_fork(self, argv: list[str], env: dict[str, str]) -> bool:
+    def _can_fork(self, argv: list[str], cwd: str | Path | None, env: dict[str, str]) -> bool:
+        """A plain `python FILE ...` whose file and folder exist (else a fresh start gives the
+        error as Python words it), in the interpreter's environment."""
         plain = argv[:1] == [sys.executable] and len(argv) > 1 and not argv[1].startswith("-")
-        return plain and _comparable(env) == _comparable(self.env) and self.usable
+        folder = os.path.abspath(cwd or os.getcwd())
+        return (plain and os.path.isdir(folder) and os.path.isfile(os.path.join(folder, argv[1]))
+                and _comparable(env) == _comparable(self.env) and self.usable)
 
-    def _forked(self, argv: list[str], cwd: str | Path | None, env: dict[str, str],
+    def _forked(self, argv: list[str], cwd: str, env: dict[str, str],
                 timeout: float | None) -> subprocess.CompletedProcess:
-        out, err = (Path(self._tmp.name) / name for name in ("stdout", "stderr"))
-        request = {"argv": argv[1:], "cwd": str(cwd or os.getcwd()), "env": env,
-                   "stdout": str(out), "stderr": str(err)}
-        os.write(self._requests, json.dumps(request).encode() + b"\n")
+        # Files of this run's own: a process the script left behind writes into these, never into
+        # the next run's output.
+        out, err = (tempfile.mkstemp(dir=self._tmp.name, suffix=name)[1] for name in (".out", ".err"))
+        request = {"argv": argv[1:], "cwd": cwd, "env": env, "stdout": out, "stderr": err}
+        try:
+            os.write(self._requests, json.dumps(request).encode() + b"\n")
+        except OSError as broken:
+            raise _Gone(str(broken)) from None
         pid = self._read_reply(None)["pid"]
         try:
             reply = self._read_reply(timeout)
-        except BaseException as err:   # a timeout, Ctrl-C, SIGTERM: as subprocess.run, kill the child
-            with contextlib.suppress(Exception):
-                os.kill(pid, signal.SIGKILL)
-                self._read_reply(10)    # its exit status, so the next run reads its own
-            if isinstance(err, subprocess.TimeoutExpired):
+        except BaseException as interrupted:
+            self._end(pid, interrupted)
+            if isinstance(interrupted, subprocess.TimeoutExpired):
                 raise subprocess.TimeoutExpired(argv, timeout or 0) from None
             raise
-        return subprocess.CompletedProcess(argv, reply["rc"], _text(out), _text(err))
+        try:
+            return subprocess.CompletedProcess(argv, reply["rc"], _text(Path(out)), _text(Path(err)))
+        finally:
+            os.unlink(out)
+            os.unlink(err)
+
+    def _end(self, pid: int, interrupted: BaseException) -> None:
+        """As subprocess.run ends its child on a timeout, Ctrl-C or SIGTERM: after a Ctrl-C it gives
+        the child 0.25 s to clean up (it had the SIGINT too), then kills it. Any reply left unread
+        would be taken for the next run's, so the interpreter serves no more runs after this."""
+        self._ready = False
+        with contextlib.suppress(Exception):
+            if isinstance(interrupted, KeyboardInterrupt):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._read_reply(0.25)
+                    return
+            os.kill(pid, signal.SIGKILL)
 
     def _read_reply(self, timeout: float | None) -> dict[str, Any]:
         line = b""
@@ -135,10 +171,14 @@ class Prestarted:
                 raise subprocess.TimeoutExpired("prestarted", timeout or 0)
             chunk = os.read(self._replies, 1)
             if not chunk:
-                raise RuntimeError(f"the prestarted interpreter ended (exit {self._proc.wait()}): "
-                                   f"{self._log.read_text(errors='replace')[-500:]}")
+                raise _Gone(f"the prestarted interpreter ended (exit {self._proc.wait()}): "
+                            f"{self._log.read_text(errors='replace')[-500:]}")
             line += chunk
         return json.loads(line)
+
+
+class _Gone(Exception):
+    """The prestarted interpreter has ended: its runs start fresh."""
 
 
 def _text(path: Path) -> str:
@@ -186,17 +226,20 @@ def _replier(fd: int):  # type: ignore[no-untyped-def]
 def _child(request: dict[str, Any], base_path: list[str]) -> None:
     """Become `python FILE ARGS` run in `cwd` with `env`, its output into the two files."""
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+        opened = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        os.dup2(opened, fd)
+        os.close(opened)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    _reseed()
     script = os.path.abspath(request["argv"][0])  # relative to cwd, as python resolves it
-    sys.argv = [script, *request["argv"][1:]]
+    sys.argv = list(request["argv"])               # argv[0] as typed; __file__ absolute, as Python
     sys.path[:] = [os.path.dirname(os.path.realpath(script)), *base_path]
     code: int = 0
     interrupted = False
     try:
-        runpy.run_path(script, run_name="__main__")
+        _run_as_main(script)
     except SystemExit as exit_:
         code = _exit_status(exit_.code)
     except KeyboardInterrupt as err:
@@ -208,11 +251,41 @@ def _child(request: dict[str, Any], base_path: list[str]) -> None:
     _finish(code, interrupted)
 
 
+def _run_as_main(script: str) -> None:
+    """Run the file as Python runs `python FILE`: in a module that is `__main__` (and, as for
+    multiprocessing's spawn, `__mp_main__`) until the process ends, so that pickling its classes
+    works in spawned ranks and at exit alike."""
+    import builtins
+    import importlib.machinery
+    import io
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=script, __cached__=None, __package__=None, __spec__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", script),
+                         __builtins__=builtins)
+    with io.open_code(script) as source:
+        code = compile(source.read(), script, "exec")
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = main
+    exec(code, main.__dict__)
+
+
+def _reseed() -> None:
+    """A fresh interpreter seeds `random` and numpy's global generator from the OS: so does each
+    child, instead of every run drawing the interpreter's one sequence. (The hash seed cannot
+    change after start: every forked run shares the interpreter's.)"""
+    import random
+
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+
+
 def _uncaught(err: BaseException) -> None:
     """sys.excepthook with the traceback a fresh run shows: from the script's frame on, without
-    this file's and runpy's."""
+    this file's."""
     tb = err.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>", runpy.__file__):
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     sys.excepthook(type(err), err.with_traceback(tb), tb)  # Python prints the exception's own
 
@@ -228,15 +301,16 @@ def _finish(code: int, interrupted: bool) -> None:
     """Interpreter shutdown as a fresh process has it: non-daemon threads joined, atexit functions
     run, streams flushed; then the exit status, or death by SIGINT after an uncaught Ctrl-C."""
     import atexit
+    import gc
 
-    try:
-        threading._shutdown()  # type: ignore[attr-defined]
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            if stream is not None:
-                stream.flush()
-    except BaseException:  # noqa: BLE001 - a failing exit function is reported, as Python does
-        sys.excepthook(*sys.exc_info())
+    steps = (threading._shutdown, atexit._run_exitfuncs,  # type: ignore[attr-defined]
+             lambda: sys.modules["__main__"].__dict__.clear(), gc.collect,   # files left open: flushed
+             lambda: [s.flush() for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s])
+    for step in steps:   # one by one: a Ctrl-C or a failure in one leaves the rest to run
+        try:
+            step()
+        except BaseException:  # noqa: BLE001 - reported, as Python reports a failing exit function
+            sys.excepthook(*sys.exc_info())
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
