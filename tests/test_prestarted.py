@@ -104,6 +104,15 @@ def test_a_real_script_prints_the_same_forked_or_fresh(runner) -> None:
             fresh.returncode, fresh.stdout, fresh.stderr)
 
 
+def test_the_script_is_compiled_without_the_runners_future_imports(runner, tmp_path: Path) -> None:
+    """prestarted.py has `from __future__ import annotations`; compile() would pass it on, and DDP's
+    register_comm_hook refuses a hook whose annotation is then a string."""
+    script = tmp_path / "annotated.py"
+    script.write_text("def hook(x: int) -> None: ...\nprint(hook.__annotations__['x'] is int)\n",
+                      encoding="utf-8")
+    assert runner.run([sys.executable, str(script)]).stdout == "True\n"
+
+
 def test_runs_fork_only_from_the_environment_the_interpreter_imported_torch_in(runner, tmp_path) -> None:
     script = tmp_path / "who.py"
     script.write_text(WHO, encoding="utf-8")

@@ -265,7 +265,7 @@ def _run_as_main(script: str) -> None:
                          __loader__=importlib.machinery.SourceFileLoader("__main__", script),
                          __builtins__=builtins)
     with io.open_code(script) as source:
-        code = compile(source.read(), script, "exec")
+        code = compile(source.read(), script, "exec", dont_inherit=True)  # not this file's __future__
     sys.modules["__main__"] = sys.modules["__mp_main__"] = main
     exec(code, main.__dict__)
 
