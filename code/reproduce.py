@@ -68,7 +68,8 @@ def run_one(runner: Prestarted, script: Script, json_path: Path, quick: bool, la
     print(f"\r{label} {wall:5.1f} s  {status}" if ticker else f"    {wall:5.1f} s  {status}", flush=True)
     # The figures' temporary folder is gone after the run: name them where the pages keep them.
     stdout = proc.stdout if figure_dir is None else proc.stdout.replace(f"{figure_dir}{os.sep}", "figures/")
-    return {"script": script.name, "rc": proc.returncode, "wall_s": wall, "stdout": stdout,
+    return {"script": script.name, "rc": proc.returncode, "wall_s": wall,
+            "forked": getattr(proc, "forked", False), "stdout": stdout,
             "stderr": proc.stderr}
 
 

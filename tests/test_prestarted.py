@@ -117,7 +117,8 @@ def test_runs_fork_only_from_the_environment_the_interpreter_imported_torch_in(r
     script = tmp_path / "who.py"
     script.write_text(WHO, encoding="utf-8")
     argv = [sys.executable, str(script)]
-    assert runner.run(argv).stdout == "True\n"   # forked: torch came with the interpreter
+    forked = runner.run(argv)
+    assert forked.stdout == "True\n" and forked.forked   # torch came with the interpreter
     assert runner.run(argv, env=dict(runner.env, TORCH_CPP_LOG_LEVEL="INFO")).stdout == "False\n"
     for ours in ({"PYTEST_CURRENT_TEST": "other"}, {"COURSE_MAX_RANKS": "3"}):
         assert runner.run(argv, env=dict(runner.env, **ours)).stdout == "True\n"

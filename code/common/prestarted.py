@@ -147,7 +147,9 @@ class Prestarted:
                 raise subprocess.TimeoutExpired(argv, timeout or 0) from None
             raise
         try:
-            return subprocess.CompletedProcess(argv, reply["rc"], _text(Path(out)), _text(Path(err)))
+            done = subprocess.CompletedProcess(argv, reply["rc"], _text(Path(out)), _text(Path(err)))
+            done.forked = True   # type: ignore[attr-defined]  (its time lacks the start's imports)
+            return done
         finally:
             os.unlink(out)
             os.unlink(err)

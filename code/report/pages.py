@@ -150,6 +150,7 @@ def _script_view(run: dict[str, Any], data: dict[str, Any] | None, figures: dict
         for key, part in data["parts"].items():
             parts.append(_part_view(script, key, part, data, figures, claims_by_part.get(key, [])))
     return dict(name=script, anchor=anchor(script), doc=doc, rc=run["rc"], wall_s=run["wall_s"],
+                forked=run.get("forked", False),
                 stdout=run["stdout"], stderr=run["stderr"], parts=parts,
                 statuses=sorted({c["status"] for p in parts for c in p["claims"]}))
 
