@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import ROOT
 
 from common import parent_side
 from common.launcher import RankError, launch
@@ -176,6 +177,35 @@ def test_ctrl_c_to_the_parent_alone_takes_the_ranks_down() -> None:
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and err.strip() == "interrupted"
     assert _gone(children, 5)
+
+
+SIGTERM_IN_BOOTSTRAP = """
+import os, signal, sys, time
+sys.path.insert(0, {code!r})
+from common import launcher, rank_side
+from common.exits import run_main
+
+def slow_bootstrap(*args):  # rank 0 interrupts the parent before the rank's own set-up has run
+    if args[1] == 0 and args[3].poll(20):  # once the parent sends the port, its forks are done
+        os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(0.5)
+    rank_side.child_main(*args)
+
+def work(rank, world_size):
+    return rank
+
+launcher.child_main = slow_bootstrap
+run_main(lambda: launcher.launch(work, 2, timeout_s=5))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ranks_terminated_before_their_set_up_end_quietly() -> None:
+    # Seen once in CI: a Ctrl-C right after the fork, the clean-up's SIGTERM reached a rank still in
+    # multiprocessing's bootstrap, which ran the parent's SIGTERM handler and printed a traceback.
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_IN_BOOTSTRAP.format(code=str(ROOT / "code"))],
+                          capture_output=True, text=True, timeout=50)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
 
 
 @pytest.mark.timeout(60)

@@ -159,8 +159,9 @@ def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwar
                 for rank in range(world_size)]
     store = None
     try:
-        for child in children:
-            child.start()
+        with _sigterm_blocked():  # each rank unblocks it once SIGTERM kills it (rank_side)
+            for child in children:
+                child.start()
         for _, child_end in pipes:
             child_end.close()
         store = _loopback_store(world_size, start_s)  # after the fork, so no store thread is forked
@@ -176,6 +177,23 @@ def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwar
     for rank in sorted(collector.stderr):  # what the ranks wrote to stderr, now that no rank is waiting
         sys.stderr.write(collector.stderr[rank])
     return results
+
+
+@contextmanager
+def _sigterm_blocked() -> Iterator[None]:
+    """SIGTERM held back while ranks are started. A rank inherits the signal mask (through fork, and
+    across spawn's exec) but also this process's SIGTERM handler, which raises into whatever runs:
+    a rank terminated in multiprocessing's bootstrap, before `child_main` resets the handler, printed
+    a traceback (seen once in CI after a Ctrl-C). Held back, the signal waits until the rank's own
+    default is in place, and then ends it quietly. Here it is delivered once the ranks are started."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def startup_allowance_s(world_size: int, spawned: bool = False) -> float:

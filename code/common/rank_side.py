@@ -143,6 +143,8 @@ def child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any
     # come along, so destructors that join them would hang): keep the collector off it.
     gc.freeze()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's "SIGTERM cleans up" is not ours: die at once
+    if hasattr(signal, "pthread_sigmask"):  # the launcher held SIGTERM back until this default was set
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     _die_with_parent()
     lock = threading.Lock()
     stderr_text = _fold_stderr()
