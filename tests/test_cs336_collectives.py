@@ -180,8 +180,8 @@ def test_quick_run_claims(tmp_path: Path, quick_run) -> None:
 ])
 def test_a_rank_killed_or_stopped_in_part_5_is_a_failure(rank: int, sig: int, says: str) -> None:
     """Part 5 stages a skipped collective: another fault during it fails the run, named."""
-    proc = signal_a_rank_during(SCRIPT, 5, rank, sig, "--quick", "--timeout-s", "15",
-                                after_s=3.0 if sig == signal.SIGSTOP else 0.0)
+    proc = signal_a_rank_during(SCRIPT, 5, rank, sig, "--quick", "--timeout-s", "8",
+                                after_s=2.5 if sig == signal.SIGSTOP else 0.0)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "error: Part 5 staged a skipped collective" in lines[0] and says in lines[0]

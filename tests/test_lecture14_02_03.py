@@ -55,8 +55,8 @@ def test_02_an_error_in_a_rank_is_that_ranks(call: str, error: type) -> None:
 def test_02_a_rank_killed_or_stopped_in_part_4_is_a_failure(rank: int, sig: int, says: str) -> None:
     """Part 4 stages a skipped collective; another fault during it is not the lesson's result (it
     once printed the fault as the finding and its claim as agreeing, and exited 0)."""
-    proc = signal_a_rank_during(S02, 4, rank, sig, "--quick", "--timeout-s", "15",
-                                after_s=3.0 if sig == signal.SIGSTOP else 0.0)
+    proc = signal_a_rank_during(S02, 4, rank, sig, "--quick", "--timeout-s", "8",
+                                after_s=2.5 if sig == signal.SIGSTOP else 0.0)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("02_primitives.py: error: Part 4 staged a skipped collective")
