@@ -56,6 +56,16 @@ def python(*args: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = Non
     return _runner().run([sys.executable, *map(str, args)], cwd=cwd, env=env, timeout=timeout)
 
 
+def popen(*args: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None,
+          start_new_session: bool = False):  # type: ignore[no-untyped-def]
+    """`python FILE ARGS` as subprocess.Popen(stdout=PIPE, stderr=PIPE, text=True) starts it (read
+    as it comes, signalled, waited), forked where it can be, like `python`. For tests of what a
+    script does with signals and its ranks, not of how a process starts: those Popen their own."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return _runner().popen([sys.executable, *map(str, args)], cwd=cwd, env=env,
+                           start_new_session=start_new_session)
+
+
 def run_script(relpath: str, *args: str, timeout: float = 120,
                expect_rc: int | None = 0) -> subprocess.CompletedProcess:
     """Run code/<relpath> with args; check the exit status (None: don't) and return the result."""

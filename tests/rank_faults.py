@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from typing import Any, Callable
 
 import pytest
 import torch.distributed
-from conftest import ROOT
+from conftest import ROOT, popen
 
 from common.launcher import RankError, launch
 
@@ -54,9 +53,7 @@ def signal_a_rank_during(relpath: str, part: int, rank: int, sig: int, *args: st
     `sig` to `rank`. The ranks are found in /proc (Linux), in the order they were forked: rank
     order. (A rank stopped before its group has formed holds the others in start-up, whose
     timeout is minutes: give a stop time for the group to form.)"""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / relpath), *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = popen(ROOT / "code" / relpath, *args)   # forked after torch's import (conftest), unbuffered
     seen = ""
     try:
         while f"== Part {part}:" not in seen:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import ROOT
+from conftest import ROOT, popen
 
 from common import parent_side
 from common.launcher import RankError, launch
@@ -125,8 +125,7 @@ def _alive(pids: list[int]) -> list[int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ctrl_c_leaves_no_process_behind() -> None:
-    proc = subprocess.Popen([sys.executable, str(PROBE), "sleep", "3"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = popen(PROBE, "sleep", "3", start_new_session=True)
     assert proc.stdout.readline().strip() == "ready"
     children: list[int] = []
     deadline = time.monotonic() + 30
@@ -145,8 +144,15 @@ def test_ctrl_c_leaves_no_process_behind() -> None:
 # ---- the safety nets, each with a test that fails without it ---------------------------------
 
 def _probe(*args: str, **kwargs: object) -> subprocess.Popen:
+    """The probe, forked after torch's import where it can be (conftest's popen)."""
+    return popen(PROBE, *args, **kwargs)
+
+
+def _tagged_probe(*args: str) -> subprocess.Popen:
+    """The probe started fresh, for a test that looks for what is left by `pgrep -f TAG`: a forked
+    process's command line is the prestarted interpreter's, which names no tag."""
     return subprocess.Popen([sys.executable, str(PROBE), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+                            stderr=subprocess.PIPE, text=True)
 
 
 def _children(pid: int, at_least: int, within_s: float = 30) -> list[int]:
@@ -291,7 +297,7 @@ def test_nothing_listens_beyond_loopback(gloo_env: str | None) -> None:
 def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expected: str) -> None:
     tag = f"probe-{mode}-{os.getpid()}-{time.monotonic_ns()}"
     start = time.monotonic()
-    proc = _probe(mode, "2", "2", tag)
+    proc = _tagged_probe(mode, "2", "2", tag)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     lines = err.strip().splitlines()
@@ -318,7 +324,7 @@ def test_a_stopped_rank_is_named_within_twice_the_timeout(mode: str, expected: s
     # after it left the group once the others delivered their results: every wait has a deadline.
     timeout_s = 4
     tag = f"probe-{mode}-{os.getpid()}-{time.monotonic_ns()}"
-    proc = _probe(mode, "4", str(timeout_s), tag)
+    proc = _tagged_probe(mode, "4", str(timeout_s), tag)
     assert proc.stdout.readline().strip() == "started"
     stopped_at = _when_a_child_stops(proc.pid)
     # Timed to the error line itself, not to the process's exit (its clean-up is no deadline's).

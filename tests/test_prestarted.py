@@ -197,3 +197,57 @@ def test_a_second_run_at_once_runs_fresh(runner, tmp_path: Path) -> None:
     second = runner.run([sys.executable, str(tmp_path / "who.py")]).stdout
     thread.join()
     assert (first, second) == (["True\n"], "False\n")
+
+
+# ---- popen: a forked process read as it runs and signalled, as subprocess.Popen's --------------
+
+LIVE = """
+import os, sys, time
+print("ready", os.getpgid(0) == os.getpid(), flush=True)
+sys.stderr.write("on stderr\\n")
+for line in range(100000):
+    print("line", line)
+    time.sleep(0.001)
+"""
+
+
+def _popen_fresh(argv: list[str], **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c to its group", "kill", "reader gone"])
+def test_a_popen_is_read_signalled_and_ends_as_a_fresh_one(runner, tmp_path: Path, how: str) -> None:
+    script = tmp_path / "live.py"
+    script.write_text(LIVE, encoding="utf-8")
+    argv, session = [sys.executable, str(script)], how == "ctrl-c to its group"
+    ended = []
+    for start in (runner.popen, _popen_fresh):
+        proc = start(argv, env=runner.env, start_new_session=session)
+        first = proc.stdout.readline()
+        if how == "reader gone":   # `| head -1`: the next write finds no reader
+            proc.stdout.close()
+            err = proc.stderr.read()
+            proc.wait(timeout=30)
+        else:
+            if session:
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        ended.append((first, proc.returncode, err.splitlines()[0], err.splitlines()[-1],
+                      getattr(proc, "forked", False)))
+    assert ended[0][:-1] == ended[1][:-1] and ended[0][0] == f"ready {session}\n"
+    assert ended[0][-1] and not ended[1][-1]   # the first was forked, the second fresh
+
+
+def test_a_live_popen_keeps_other_runs_fresh_until_it_is_waited_for(runner, tmp_path: Path) -> None:
+    (tmp_path / "who.py").write_text(WHO, encoding="utf-8")
+    (tmp_path / "live.py").write_text(LIVE, encoding="utf-8")
+    live = runner.popen([sys.executable, str(tmp_path / "live.py")])
+    with pytest.raises(subprocess.TimeoutExpired):
+        live.communicate(timeout=0.2)
+    assert live.poll() is None
+    assert runner.run([sys.executable, str(tmp_path / "who.py")]).stdout == "False\n"   # fresh meanwhile
+    live.kill()
+    assert live.wait(timeout=30) == -signal.SIGKILL
+    assert runner.run([sys.executable, str(tmp_path / "who.py")]).stdout == "True\n"    # forked again

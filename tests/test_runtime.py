@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, load_script, python
+from conftest import ROOT, load_script, popen, python
 
 from common import cli, machine
 from common.files import write_json
@@ -116,8 +116,7 @@ def test_json_is_strict_and_numbers_stay_readable(tmp_path: Path, capsys: pytest
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_an_interrupted_run_leaves_no_file_and_no_rank(tmp_path: Path) -> None:
     out = tmp_path / "o.json"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / "lecture14/04_alpha_beta.py"),
-                             "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen(ROOT / "code" / "lecture14/04_alpha_beta.py", "--json", out)
     deadline = time.monotonic() + 60
     children: list[str] = []
     while not children and time.monotonic() < deadline:  # interrupt while ranks run (Part 2)
@@ -179,8 +178,7 @@ def test_ctrl_c_while_torch_is_still_importing_is_one_word() -> None:
 
 @pytest.mark.timeout(120)
 def test_a_closed_pipe_ends_quietly() -> None:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "code" / REAL)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = popen(ROOT / "code" / REAL)  # forked after torch's import (conftest), unbuffered
     assert proc.stdout.readline()  # `| head -1`: read the title, then stop reading
     proc.stdout.close()
     err = proc.stderr.read()

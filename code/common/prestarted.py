@@ -2,6 +2,7 @@
 
     with Prestarted() as runner:
         proc = runner.run([sys.executable, "code/lecture15/02_buckets.py", "--quick"], timeout=120)
+        live = runner.popen([sys.executable, "tests/probes/launch_probe.py", "sleep", "3"])  # as Popen
 
 A script's own start is one `import torch`, 1-4 s on a laptop: a reproduction runs some thirty
 scripts and the tests a few hundred, so starting each from scratch is most of their time. A
@@ -14,17 +15,19 @@ own ranks. Where that could differ from a fresh start, a fresh one runs instead:
   variables when it is imported);
 - the imports wrote anything (a warning a fresh run would show among its own lines);
 - the file or the folder does not exist (Python's own error, as a fresh start words it);
-- the runner is busy with another run (two runs asked for at once from two threads);
+- the runner is busy with another run (two at once from two threads, or a popen not yet ended);
 - the interpreter has died, or a run was cut short (a timeout, Ctrl-C) and its reply left unread.
 
 What stays different: the hash seed (the interpreter's, for every run), stdin (/dev/null), and
 output that a process the script left behind writes after the script ended (subprocess.run waits
-for it on the pipe; here it goes to a file already read).
+for it on the pipe; here it goes to a file already read). A popen's process is the interpreter's
+child, not the caller's: its pid may be signalled, but only the interpreter can reap it.
 
 reproduce.py and the tests run scripts this way; bench/bench_scripts.py times fresh starts, which
 is what a student sees. A child's exit status is the one a fresh interpreter gives: SystemExit's
 code, 1 after an uncaught exception (with its traceback), killed by SIGINT after a Ctrl-C that
-nothing caught, and it runs the atexit functions first.
+nothing caught, and it runs the atexit functions first. The interpreter's side (the fork, the
+child's set-up, its end) is `common.prestarted_serve`.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ import json
 import locale
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +53,12 @@ PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "
 # Variables that may differ from the interpreter's and still fork: ours (COURSE_MAX_RANKS, …, read
 # when a script runs, never by torch) and the one a test session changes for every test.
 FORKS_WITH = ("COURSE_", "PYTEST_CURRENT_TEST")
-# This file, loaded by path: the interpreter imports nothing of code/ that a script would import.
+# The interpreter's side, loaded by path: it imports nothing of code/ that a script would import.
 # `del sys.path[0]`: -c puts the caller's folder first, where a stray glob.py would shadow stdlib.
 _BOOT = ("import sys; del sys.path[0]; "
-         "import importlib.util as u; s = u.spec_from_file_location('prestarted', {!r}); "
+         "import importlib.util as u; s = u.spec_from_file_location('prestarted_serve', {!r}); "
          "m = u.module_from_spec(s); s.loader.exec_module(m); m.serve()"
-         ).format(str(Path(__file__).resolve()))
+         ).format(str(Path(__file__).resolve().with_name("prestarted_serve.py")))
 
 
 class Prestarted:
@@ -90,6 +95,27 @@ class Prestarted:
             finally:
                 self._lock.release()
         return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+    def popen(self, argv: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+              start_new_session: bool = False) -> Any:
+        """subprocess.Popen(argv, cwd=cwd, env=env, stdout=PIPE, stderr=PIPE, text=True,
+        start_new_session=...), forked when it can be: for a caller that reads the output as it
+        comes or signals the process. The runner serves nothing else until it has ended (waited)."""
+        env = dict(os.environ if env is None else env)
+        if self._lock.acquire(blocking=False):
+            handed = False
+            try:
+                if self._can_fork(argv, cwd, env):
+                    proc = Forked(self, argv, os.path.abspath(cwd or os.getcwd()), env, start_new_session)
+                    handed = True   # it releases the lock once it has ended
+                    return proc
+            except _Gone:
+                self._ready = False
+            finally:
+                if not handed:
+                    self._lock.release()
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=start_new_session)
 
     def close(self) -> None:
         if self._requests < 0:
@@ -133,12 +159,7 @@ class Prestarted:
         # Files of this run's own: a process the script left behind writes into these, never into
         # the next run's output.
         out, err = (tempfile.mkstemp(dir=self._tmp.name, suffix=name)[1] for name in (".out", ".err"))
-        request = {"argv": argv[1:], "cwd": cwd, "env": env, "stdout": out, "stderr": err}
-        try:
-            os.write(self._requests, json.dumps(request).encode() + b"\n")
-        except OSError as broken:
-            raise _Gone(str(broken)) from None
-        pid = self._read_reply(None)["pid"]
+        pid = self._submit({"argv": argv[1:], "cwd": cwd, "env": env, "stdout": out, "stderr": err})
         try:
             reply = self._read_reply(timeout)
         except BaseException as interrupted:
@@ -153,6 +174,14 @@ class Prestarted:
         finally:
             os.unlink(out)
             os.unlink(err)
+
+    def _submit(self, request: dict[str, Any]) -> int:
+        """Hand the interpreter a run; the child's pid."""
+        try:
+            os.write(self._requests, json.dumps(request).encode() + b"\n")
+        except OSError as broken:
+            raise _Gone(str(broken)) from None
+        return self._read_reply(None)["pid"]
 
     def _end(self, pid: int, interrupted: BaseException) -> None:
         """As subprocess.run ends its child on a timeout, Ctrl-C or SIGTERM: after a Ctrl-C it gives
@@ -179,6 +208,86 @@ class Prestarted:
         return json.loads(line)
 
 
+class Forked:
+    """A child forked by the interpreter, as subprocess.Popen(..., stdout=PIPE, stderr=PIPE,
+    text=True) shows one: pid, stdout and stderr (named pipes, read as the output comes), poll,
+    wait, communicate, send_signal, terminate, kill, returncode. The interpreter reaps it and
+    replies its exit status; the runner serves again once that is read."""
+
+    forked = True
+
+    def __init__(self, runner: Prestarted, argv: list[str], cwd: str, env: dict[str, str],
+                 new_session: bool) -> None:
+        self.args, self.returncode, self._runner = argv, None, runner
+        self._texts: dict[str, str] = {}
+        self._readers: list[threading.Thread] = []
+        folder = tempfile.mkdtemp(dir=runner._tmp.name)
+        paths = [os.path.join(folder, name) for name in ("out", "err")]
+        ends: list[int] = []
+        try:
+            for path in paths:
+                os.mkfifo(path)
+                ends.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # opens with no writer yet
+                os.set_blocking(ends[-1], True)
+            self.pid = runner._submit({"argv": argv[1:], "cwd": cwd, "env": env, "stdout": paths[0],
+                                       "stderr": paths[1], "new_session": new_session})
+        except BaseException:
+            for fd in ends:
+                os.close(fd)
+            raise
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)   # what is open stays open
+        encoding = locale.getpreferredencoding(False)
+        self.stdout, self.stderr = (open(fd, encoding=encoding) for fd in ends)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.wait(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                reply = self._runner._read_reply(timeout)
+            except subprocess.TimeoutExpired:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+            self.returncode = reply["rc"]
+            self._runner._lock.release()
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Both outputs to their end, then the exit status; TimeoutExpired leaves it going, as
+        Popen's does, for a later call to go on with."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._readers:
+            self._readers = [threading.Thread(target=self._drain, args=(name,), daemon=True)
+                             for name in ("stdout", "stderr")]
+            for reader in self._readers:
+                reader.start()
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self._texts["stdout"], self._texts["stderr"]
+
+    def _drain(self, name: str) -> None:
+        stream = getattr(self, name)
+        self._texts[name] = stream.read()
+        stream.close()
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:   # not yet reaped: the pid is still the child's
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 class _Gone(Exception):
     """The prestarted interpreter has ended: its runs start fresh."""
 
@@ -194,126 +303,3 @@ def _comparable(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(FORKS_WITH)}
 
 
-# ---- the prestarted interpreter's side ---------------------------------------------------------
-
-def serve() -> None:
-    """Import the modules named after the two descriptors, say ready, then fork a child for each
-    request until the requests end."""
-    requests, replies = (int(fd) for fd in sys.argv[1:3])
-    for name in sys.argv[3:]:
-        __import__(name)
-    base_path = [p for p in sys.path if p]   # without -c's "" (the folder it started in)
-    reply = _replier(replies)
-    reply({"ready": True})
-    with os.fdopen(requests, "rb") as lines:
-        for line in lines:
-            request = json.loads(line)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                os.close(replies)
-                os.close(requests)
-                _child(request, base_path)   # never returns
-            reply({"pid": pid})
-            reply({"rc": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])})
-
-
-def _replier(fd: int):  # type: ignore[no-untyped-def]
-    def reply(message: dict[str, Any]) -> None:
-        os.write(fd, json.dumps(message).encode() + b"\n")
-    return reply
-
-
-def _child(request: dict[str, Any], base_path: list[str]) -> None:
-    """Become `python FILE ARGS` run in `cwd` with `env`, its output into the two files."""
-    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        opened = os.open(path, os.O_WRONLY | os.O_TRUNC)
-        os.dup2(opened, fd)
-        os.close(opened)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    _reseed()
-    script = os.path.abspath(request["argv"][0])  # relative to cwd, as python resolves it
-    sys.argv = list(request["argv"])               # argv[0] as typed; __file__ absolute, as Python
-    sys.path[:] = [os.path.dirname(os.path.realpath(script)), *base_path]
-    code: int = 0
-    interrupted = False
-    try:
-        _run_as_main(script)
-    except SystemExit as exit_:
-        code = _exit_status(exit_.code)
-    except KeyboardInterrupt as err:
-        _uncaught(err)
-        interrupted = True
-    except BaseException as err:  # noqa: BLE001 - what a fresh interpreter does with it: traceback, 1
-        _uncaught(err)
-        code = 1
-    _finish(code, interrupted)
-
-
-def _run_as_main(script: str) -> None:
-    """Run the file as Python runs `python FILE`: in a module that is `__main__` (and, as for
-    multiprocessing's spawn, `__mp_main__`) until the process ends, so that pickling its classes
-    works in spawned ranks and at exit alike."""
-    import builtins
-    import importlib.machinery
-    import io
-    import types
-
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=script, __cached__=None, __package__=None, __spec__=None,
-                         __loader__=importlib.machinery.SourceFileLoader("__main__", script),
-                         __builtins__=builtins)
-    with io.open_code(script) as source:
-        code = compile(source.read(), script, "exec", dont_inherit=True)  # not this file's __future__
-    sys.modules["__main__"] = sys.modules["__mp_main__"] = main
-    exec(code, main.__dict__)
-
-
-def _reseed() -> None:
-    """A fresh interpreter seeds `random` and numpy's global generator from the OS: so does each
-    child, instead of every run drawing the interpreter's one sequence. (The hash seed cannot
-    change after start: every forked run shares the interpreter's.)"""
-    import random
-
-    random.seed()
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
-
-
-def _uncaught(err: BaseException) -> None:
-    """sys.excepthook with the traceback a fresh run shows: from the script's frame on, without
-    this file's."""
-    tb = err.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    sys.excepthook(type(err), err.with_traceback(tb), tb)  # Python prints the exception's own
-
-
-def _exit_status(code: object) -> int:
-    if code is None or isinstance(code, int):
-        return code or 0
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _finish(code: int, interrupted: bool) -> None:
-    """Interpreter shutdown as a fresh process has it: non-daemon threads joined, atexit functions
-    run, streams flushed; then the exit status, or death by SIGINT after an uncaught Ctrl-C."""
-    import atexit
-    import gc
-
-    steps = (threading._shutdown, atexit._run_exitfuncs,  # type: ignore[attr-defined]
-             lambda: sys.modules["__main__"].__dict__.clear(), gc.collect,   # files left open: flushed
-             lambda: [s.flush() for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s])
-    for step in steps:   # one by one: a Ctrl-C or a failure in one leaves the rest to run
-        try:
-            step()
-        except BaseException:  # noqa: BLE001 - reported, as Python reports a failing exit function
-            sys.excepthook(*sys.exc_info())
-    if interrupted:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code)
