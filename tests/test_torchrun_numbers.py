@@ -2,7 +2,9 @@
 scripts that start ranks through common.launcher), each running it with `--quick --json` both ways
 and comparing what does not depend on timing, exactly (floats to rounding). Under torchrun the
 --json goes into a named pipe, read as it comes: a second rank writing it would show as a second
-document. One script also runs on two torchrun "nodes" on this machine, alone, as a student runs it.
+document; each title is printed once (rank 0 alone prints), and torchrun's world size replaces a
+script's default. Two scripts also run on two torchrun "nodes" on this machine, as a student runs
+them: the numbers, and each node's local ranks.
 
 torchrun imports torch in every process (about 10 s before a script starts here), so the scripts
 with the same number of ranks run one after another in one torchrun (tests/probes/torchrun_batch.py),
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import pytest
 from conftest import ROOT, load_script, run_script
@@ -67,8 +69,9 @@ BY_DESIGN = {
     # every part stages a mismatched collective, which would end torchrun's one group: none runs there
     "lecture14/06_debug_collectives.py": [r"^(claim |Part )"],
 }
-# Ranks for each: the script's default (the notes' setting), but 04_alpha_beta's 8 (all timing).
-RANKS = {"lecture14/02_primitives.py": 4, "lecture14/04_alpha_beta.py": 2, "lecture14/05_data_parallel.py": 4,
+# Ranks for each: the script's default (the notes' setting), but 04_alpha_beta's 8 (all timing) and
+# 02_primitives' 4: at 2, torchrun's world size is seen to replace the default.
+RANKS = {"lecture14/02_primitives.py": 2, "lecture14/04_alpha_beta.py": 2, "lecture14/05_data_parallel.py": 4,
          "lecture15/01_ddp_basics.py": 4, "lecture15/02_buckets.py": 2, "lecture15/04_details.py": 2,
          "lecture15/model_vs_real.py": 2, "lecture15/my_ddp_check.py": 2, "cs336/01_collectives.py": 4,
          "cs336/02_benchmark.py": 4, "cs336/05_parallel.py": 4, "cs336/07_tensor_parallel.py": 4,
@@ -76,6 +79,8 @@ RANKS = {"lecture14/02_primitives.py": 4, "lecture14/04_alpha_beta.py": 2, "lect
          "lecture14/06_debug_collectives.py": 4, "lecture15/07_traces.py": 4,
          "lecture15/handbook_details.py": 2, "lecture15/my_ddp_vs_ddp.py": 2}
 REAL = sorted(s.name for s in scripts() if s.real)
+PRIMITIVES, DATA_PARALLEL = "lecture14/02_primitives.py", "lecture14/05_data_parallel.py"
+DDP_BASICS = "lecture15/01_ddp_basics.py"
 
 
 def _values(data: dict) -> dict[str, Any]:
@@ -194,31 +199,28 @@ def _torchrun(ranks: int, program: list[str], nodes: int = 1,
     return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs)]
 
 
-def _one_document(pipe: _Pipe) -> dict:
-    documents = pipe.documents()
-    assert len(documents) == 1, f"{len(documents)} JSON documents written: only rank 0 may write"
-    return documents[0]
+class Batch(NamedTuple):
+    documents: dict[str, dict | str]   # each script's JSON document, or why it has none
+    agents: list[tuple[int, str, str]]  # each torchrun agent's exit status, stdout and stderr
+
+    def printed(self, script: str) -> str:
+        """What rank 0 printed for `script`: from the batch's line before it to the one after."""
+        out = self.agents[0][1]
+        end = out.index(f"== batch: {ROOT / 'code' / script} exit")
+        before = out.rfind("== batch: ", 0, end)
+        return out[0 if before < 0 else out.index("\n", before) + 1:end]
 
 
-def torchrun_json(script: str, ranks: int, folder: Path, nodes: int = 1) -> dict:
-    """Run `script --quick --json` under torchrun (`nodes` simulated on this machine) and return
-    its one JSON document."""
-    pipe = _Pipe(folder)
-    runs = _torchrun(ranks, [str(ROOT / "code" / script), "--quick", "--json", str(pipe.path)], nodes)
-    for rc, _, err in runs:
-        assert rc == 0, err[-3000:]
-    return _one_document(pipe)
-
-
-def torchrun_batch(scripts_: list[str], ranks: int, folder: Path) -> dict[str, dict | str]:
+def torchrun_batch(scripts_: list[str], ranks: int, folder: Path, nodes: int = 1) -> Batch:
     """Each script's `--quick --json` document, all run in one torchrun (tests/probes/
-    torchrun_batch.py: torchrun's start-up paid once), or why it has none (a failure, with its
-    output; a script after the one that failed did not run)."""
+    torchrun_batch.py: torchrun's start-up paid once; `nodes` simulated on this machine), or why
+    it has none (a failure, with its output; a script after the one that failed did not run)."""
     pipes = {s: _Pipe(folder, f"{i}.json") for i, s in enumerate(scripts_)}
     program = [str(ROOT / "tests" / "probes" / "torchrun_batch.py")]
     for script, pipe in pipes.items():
         program += [str(ROOT / "code" / script), str(pipe.path)]
-    [(rc, out, err)] = _torchrun(ranks, program, timeout=180 + 60 * len(scripts_))
+    agents = _torchrun(ranks, program, nodes, timeout=180 + 60 * len(scripts_))
+    rc, out, err = agents[0]   # node 0's agent: rank 0 is there
     found: dict[str, dict | str] = {}
     for script, pipe in pipes.items():
         ended = re.search(rf"^== batch: {re.escape(str(ROOT / 'code' / script))} exit (\d+)$", out, re.M)
@@ -232,7 +234,7 @@ def torchrun_batch(scripts_: list[str], ranks: int, folder: Path) -> dict[str, d
             found[script] = f"{len(documents)} JSON documents written: only rank 0 may write"
         else:
             found[script] = documents[0]
-    return found
+    return Batch(found, agents)
 
 
 class _Parsed(Exception):
@@ -267,18 +269,24 @@ def standalone_json(script: str, ranks: int, folder: Path, quick_run: Any = None
 
 
 @pytest.fixture(scope="module")
-def under_torchrun(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict | str]:
-    """under_torchrun(script): its document from one torchrun per rank count, run when first asked."""
-    batches: dict[int, dict[str, dict | str]] = {}
+def under_torchrun(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Batch]:
+    """under_torchrun(script): the batch it ran in, one torchrun per rank count, run when first asked."""
+    batches: dict[int, Batch] = {}
 
-    def get(script: str) -> dict | str:
+    def get(script: str) -> Batch:
         ranks = RANKS[script]
         if ranks not in batches:
             batches[ranks] = torchrun_batch([s for s in REAL if RANKS[s] == ranks], ranks,
                                             tmp_path_factory.mktemp(f"torchrun{ranks}"))
-        return batches[ranks][script]
+        return batches[ranks]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Batch:
+    """Two torchrun "nodes" of one rank each on this machine, as a student runs them: one batch."""
+    return torchrun_batch([DATA_PARALLEL, DDP_BASICS], 2, tmp_path_factory.mktemp("two_nodes"), nodes=2)
 
 
 def test_every_real_script_is_compared() -> None:
@@ -291,19 +299,40 @@ def test_torchrun_gives_the_standalone_numbers(script: str, tmp_path: Path, unde
                                                 request: pytest.FixtureRequest) -> None:
     # torchrun's side first: the session's quick reproduction (the standalone side) is meanwhile
     # computed on the other worker, instead of this one waiting for it idle
-    under = under_torchrun(script)
+    under = under_torchrun(script).documents[script]
     alone = standalone_json(script, RANKS[script], tmp_path, request.getfixturevalue("quick_run"))
     assert isinstance(under, dict), f"{script}: {under}"
     found = differences(script, alone, under)
     assert not found, f"{len(found)} differences:\n" + "\n".join(found)
 
 
-def test_two_torchrun_nodes_give_the_standalone_numbers(tmp_path: Path) -> None:
-    script = "lecture14/05_data_parallel.py"
-    alone = standalone_json(script, 2, tmp_path)
-    under = torchrun_json(script, 2, tmp_path, nodes=2)
-    found = differences(script, alone, under)
+@pytest.mark.parametrize("ranks", sorted(set(RANKS.values())))
+def test_rank_0_alone_prints_under_torchrun(ranks: int, under_torchrun) -> None:
+    # Every rank runs the script; one title each, and --world-size is torchrun's where they differ.
+    batch = under_torchrun(next(s for s in REAL if RANKS[s] == ranks))
+    for script in (s for s in REAL if RANKS[s] == ranks):
+        assert len(re.findall(rf"^{re.escape(Path(script).name)}: ", batch.agents[0][1], re.M)) == 1, script
+    if ranks == RANKS[PRIMITIVES]:   # its default is 4: torchrun's world size wins
+        printed = batch.printed(PRIMITIVES)
+        assert f"--world-size is torchrun's {ranks}" in printed and f"on {ranks} gloo ranks" in printed
+        assert "differs" not in printed   # the identities hold on torchrun's ranks
+
+
+def test_two_torchrun_nodes_give_the_standalone_numbers(tmp_path: Path, two_nodes: Batch) -> None:
+    alone = standalone_json(DATA_PARALLEL, 2, tmp_path)
+    under = two_nodes.documents[DATA_PARALLEL]
+    assert isinstance(under, dict), under
+    found = differences(DATA_PARALLEL, alone, under)
     assert not found, f"{len(found)} differences:\n" + "\n".join(found)
+
+
+def test_two_nodes_keep_torchruns_local_rank(two_nodes: Batch) -> None:
+    """Rank 1 is local rank 0 on its node; only node 0's rank 0 prints."""
+    assert isinstance(two_nodes.documents[DDP_BASICS], dict), two_nodes.documents[DDP_BASICS]
+    table = two_nodes.printed(DDP_BASICS)
+    rows = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^\s+2\s+(\d)\s+(\d)\s", table, re.M)}
+    assert rows == {0: 0, 1: 0}  # WORLD_SIZE 2; RANK -> LOCAL_RANK
+    assert [out for _, out, _ in two_nodes.agents[1:]] == [""]
 
 
 def test_the_comparison_sees_a_difference() -> None:
