@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_usage_error, code_env, flat, load_script, run_script
+from conftest import ROOT, assert_usage_error, flat, load_script, python, run_script
 from rank_faults import assert_named_at_once
 
 SCRIPT = "lecture14/05_data_parallel.py"
@@ -150,6 +148,7 @@ def test_average_gradients_claims_from_real_ranks(tmp_path: Path, quick_run) -> 
 # the script runs: forked ranks inherit it.
 _BROKEN_AVERAGE = """
 import runpy, sys
+sys.path.insert(0, {code!r})
 from lecture14 import data_parallel as dp
 
 def average_without_divide(model):
@@ -158,18 +157,19 @@ def average_without_divide(model):
             dp.dist.all_reduce(param.grad)
 
 dp.average_gradients = average_without_divide
-sys.argv = [sys.argv[1], *sys.argv[2:]]
+sys.argv = [{script!r}, *sys.argv[1:]]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def test_real_ranks_that_differ_from_one_process_fail_the_run() -> None:
+def test_real_ranks_that_differ_from_one_process_fail_the_run(tmp_path: Path) -> None:
     """A data-parallel run whose ranks sum gradients but never divide by W trains differently from
     one process: the run prints its results, then exits 1 with one line naming the comparison and
     the gap (the claims of such a run once all read 'agrees')."""
-    proc = subprocess.run([sys.executable, "-c", _BROKEN_AVERAGE, str(ROOT / "code" / SCRIPT), "--quick",
-                           "--world-size", "2"], cwd=ROOT, env=code_env(PYTHONUNBUFFERED="1"),
-                          capture_output=True, text=True, timeout=300)
+    broken = tmp_path / "broken_average.py"
+    broken.write_text(_BROKEN_AVERAGE.format(code=str(ROOT / "code"), script=str(ROOT / "code" / SCRIPT)),
+                      encoding="utf-8")
+    proc = python(broken, "--quick", "--world-size", "2", timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-2000:]
     match = re.fullmatch(r"05_data_parallel\.py: error: HW5 on 2 ranks vs one process, simulated ranks: "

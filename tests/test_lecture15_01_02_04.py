@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo  # noqa: F401 - DDP() needs it; imported before the ranks fork, as the scripts do
-from conftest import assert_usage_error, code_env, flat, load_script, run_script
+from conftest import assert_usage_error, flat, load_script, python, run_script
 from torch import nn
 
 from common.launcher import launch
@@ -172,7 +170,7 @@ def test_smoke_01_world_size_3(tmp_path: Path) -> None:
 # (the mistake shard_loss's docstring warns about) weights 10 samples on shards of 4, 3, 3 unequally.
 BROKEN_SHARD_LOSS = """
 import sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {code!r}]
 from conftest import load_script
 from common.cli import run_main
 basics = load_script("lecture15/01_ddp_basics.py")
@@ -182,9 +180,12 @@ run_main(basics.main)
 """
 
 
-def test_ddp_unequal_to_one_process_fails_the_run_in_one_line() -> None:
-    proc = subprocess.run([sys.executable, "-c", BROKEN_SHARD_LOSS.format(tests=str(Path(__file__).parent))],
-                          capture_output=True, text=True, timeout=180, env=code_env())
+def test_ddp_unequal_to_one_process_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken_shard_loss.py"
+    tests = Path(__file__).parent
+    broken.write_text(BROKEN_SHARD_LOSS.format(tests=str(tests), code=str(tests.parent / "code")),
+                      encoding="utf-8")
+    proc = python(broken, timeout=180)
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
