@@ -203,8 +203,9 @@ def test_a_second_run_at_once_runs_fresh(runner, tmp_path: Path) -> None:
 
 LIVE = """
 import os, sys, time
-print("ready", os.getpgid(0) == os.getpid(), flush=True)
 sys.stderr.write("on stderr\\n")
+sys.stderr.flush()
+print("ready", os.getpgid(0) == os.getpid(), flush=True)
 for line in range(100000):
     print("line", line)
     time.sleep(0.001)
