@@ -24,6 +24,34 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# What the scripts write when given no path (reproduce.py's pages, --save-figs' figures): a student's
+# own results in the checkout, which no test may replace. The controlling process checks it.
+_DEFAULT_OUTPUTS = ("report", "figs", "out")
+
+
+def _default_outputs() -> dict[str, tuple[int, int]]:
+    found = {}
+    for folder in _DEFAULT_OUTPUTS:
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file():
+                found[str(path.relative_to(ROOT))] = (path.stat().st_mtime_ns, path.stat().st_size)
+    return found
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        session.config._default_outputs = _default_outputs()  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = getattr(session.config, "_default_outputs", None)
+    if before is not None and _default_outputs() != before:
+        changed = sorted(set(before.items()) ^ set(_default_outputs().items()))
+        sys.stderr.write(f"the tests wrote into the checkout's {'/, '.join(_DEFAULT_OUTPUTS)}/: "
+                         f"{', '.join(sorted({name for name, _ in changed})[:5])}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def code_env(**extra: str) -> dict[str, str]:
     """The environment for a `python -c` child that imports this checkout's code/ (scripts run by
     path find it themselves)."""

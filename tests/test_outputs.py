@@ -190,9 +190,8 @@ def test_figures_go_into_a_new_folder_and_through_a_symlinked_one(tmp_path: Path
 
 # ---- reproduce.py's pages ---------------------------------------------------------------------------
 
-def reproduce(*args: str, **kwargs: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "code" / "reproduce.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, **kwargs)
+def reproduce(*args: str) -> subprocess.CompletedProcess:
+    return python(ROOT / "code" / "reproduce.py", *args, timeout=300)
 
 
 def test_reproduce_refuses_an_empty_report_path_and_a_run_of_nothing(tmp_path: Path) -> None:
