@@ -212,7 +212,10 @@ def test_sigterm_leaves_no_temporary_file(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, str(ROOT / "code" / "reproduce.py"), "--quick",
                              "--only", "lecture15/0", "--report", str(report)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, TMPDIR=str(tmp)))
+                            # torch's own cache (torchinductor_USER, kept by design) elsewhere: TMPDIR
+                            # then holds only what reproduce.py makes
+                            env=dict(os.environ, TMPDIR=str(tmp),
+                                     TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch_cache")))
     assert proc.stdout.readline().startswith("[ 1/")   # the first script is running
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)
