@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import ROOT, run_script
+from conftest import ROOT, load_script, python, run_script
 
 from common.suite import CODE, LECTURES, SHORTENS, scripts
 
@@ -46,6 +46,31 @@ def test_reproduce_collects_every_claim(tmp_path) -> None:
     assert per_script == {"lecture14/exercises.py", "lecture15/exercises.py"}
     total = int(re.search(r"(\d+) claims:", proc.stdout).group(1))
     assert total == len(data["claims"]) > 20
+
+
+def test_scripts_still_fork_where_matplotlibs_import_always_speaks(tmp_path) -> None:
+    # The reproduction's interpreter imports matplotlib for the pages only if that import is quiet:
+    # here it warns at every import (its config folder is a file), which would make every script
+    # start fresh, the ones that never draw too. Drawn, the warning is the script's own, as fresh.
+    (tmp_path / "not_a_folder").write_text("", encoding="utf-8")
+    out = tmp_path / "run.json"
+    proc = python(ROOT / "code" / "reproduce.py", "--quick", "--only", "lecture14/03", "--json", out,
+                  "--report", tmp_path / "report", env={"MPLCONFIGDIR": str(tmp_path / "not_a_folder")},
+                  timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    [run] = json.loads(out.read_text(encoding="utf-8"))["runs"]
+    assert run["forked"] and list((tmp_path / "report" / "figures").glob("*.png")), run
+
+
+def test_an_import_that_speaks_once_is_quiet_the_second_time(tmp_path, monkeypatch) -> None:
+    # matplotlib's first import on a new machine may say it builds its font cache; not the next.
+    (tmp_path / "speaks_once.py").write_text(
+        f"import os\nif not os.path.exists({str(tmp_path / 'built')!r}):\n"
+        f"    print('building a cache'); open({str(tmp_path / 'built')!r}, 'w').close()\n", encoding="utf-8")
+    (tmp_path / "speaks_always.py").write_text("print('always')\n", encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    reproduce = load_script("reproduce.py")
+    assert reproduce.quiet_import("speaks_once") and not reproduce.quiet_import("speaks_always")
 
 
 def test_bench_prints_a_row_per_script() -> None:
