@@ -158,7 +158,11 @@ def quiet_import(module: str) -> bool:
     """Whether a fresh interpreter imports `module` printing nothing, asked twice: a first import may
     say something once (matplotlib's font cache, built on a new machine, when that takes over 5 s)."""
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, timeout=600)
+        try:
+            proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                                  timeout=600)
+        except subprocess.TimeoutExpired:
+            return False
         if proc.returncode == 0 and not proc.stdout and not proc.stderr:
             return True
     return False

@@ -33,8 +33,11 @@ def _default_outputs() -> dict[str, tuple[int, int]]:
     found = {}
     for folder in _DEFAULT_OUTPUTS:
         for path in (ROOT / folder).rglob("*"):
-            if path.is_file():
-                found[str(path.relative_to(ROOT))] = (path.stat().st_mtime_ns, path.stat().st_size)
+            try:
+                if path.is_file():
+                    found[str(path.relative_to(ROOT))] = (path.stat().st_mtime_ns, path.stat().st_size)
+            except FileNotFoundError:   # removed meanwhile (by something else than the tests, say)
+                pass
     return found
 
 
@@ -45,7 +48,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     before = getattr(session.config, "_default_outputs", None)
-    if before is not None and _default_outputs() != before:
+    if before is not None and exitstatus == 0 and _default_outputs() != before:
         changed = sorted(set(before.items()) ^ set(_default_outputs().items()))
         sys.stderr.write(f"the tests wrote into the checkout's {'/, '.join(_DEFAULT_OUTPUTS)}/: "
                          f"{', '.join(sorted({name for name, _ in changed})[:5])}\n")
@@ -90,8 +93,28 @@ def popen(*args: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None
     as it comes, signalled, waited), forked where it can be, like `python`. For tests of what a
     script does with signals and its ranks, not of how a process starts: those Popen their own."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return _runner().popen([sys.executable, *map(str, args)], cwd=cwd, env=env,
+    proc = _runner().popen([sys.executable, *map(str, args)], cwd=cwd, env=env,
                            start_new_session=start_new_session)
+    _POPENS.append(proc)
+    return proc
+
+
+_POPENS: list = []   # this test's popens: ended after it, so that a failed test leaves none running
+
+
+@pytest.fixture(autouse=True)
+def _end_popens():  # type: ignore[no-untyped-def]
+    """A popen the test did not wait for (it failed first) is killed and waited for: the runner
+    serves nothing else until then, and every later run of the worker would start fresh."""
+    yield
+    while _POPENS:
+        proc = _POPENS.pop()
+        if proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - the test's own failure is the one to report
+                pass
 
 
 def run_script(relpath: str, *args: str, timeout: float = 120,

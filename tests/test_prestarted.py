@@ -252,3 +252,22 @@ def test_a_live_popen_keeps_other_runs_fresh_until_it_is_waited_for(runner, tmp_
     live.kill()
     assert live.wait(timeout=30) == -signal.SIGKILL
     assert runner.run([sys.executable, str(tmp_path / "who.py")]).stdout == "True\n"    # forked again
+
+
+def test_a_popen_in_a_session_of_its_own_has_its_group_when_it_returns(runner, tmp_path: Path) -> None:
+    # As Popen returns after its child's exec, popen returns after the child's setsid: a Ctrl-C
+    # to the group at once must find it (it once lost that race 7 times in 20).
+    (tmp_path / "sleeps.py").write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
+    for _ in range(10):
+        proc = runner.popen([sys.executable, str(tmp_path / "sleeps.py")], start_new_session=True)
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL and proc.forked
+
+
+def test_closing_the_runner_ends_a_live_popen(tmp_path: Path) -> None:
+    (tmp_path / "sleeps.py").write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
+    light = Prestarted(preload=("json",))
+    proc = light.popen([sys.executable, str(tmp_path / "sleeps.py")])
+    start = time.monotonic()
+    light.close()
+    assert time.monotonic() - start < 5 and proc.returncode == -signal.SIGKILL

@@ -333,6 +333,7 @@ def test_two_nodes_keep_torchruns_local_rank(two_nodes: Batch) -> None:
     rows = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^\s+2\s+(\d)\s+(\d)\s", table, re.M)}
     assert rows == {0: 0, 1: 0}  # WORLD_SIZE 2; RANK -> LOCAL_RANK
     assert [out for _, out, _ in two_nodes.agents[1:]] == [""]
+    assert [rc for rc, _, _ in two_nodes.agents] == [0, 0], two_nodes.agents[1][2][-3000:]
 
 
 def test_the_comparison_sees_a_difference() -> None:

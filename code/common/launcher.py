@@ -159,7 +159,7 @@ def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwar
                 for rank in range(world_size)]
     store = None
     try:
-        with _sigterm_blocked():  # each rank unblocks it once SIGTERM kills it (rank_side)
+        with _sigterm_blocked(use_fork):  # each rank unblocks it once SIGTERM kills it (rank_side)
             for child in children:
                 child.start()
         for _, child_end in pipes:
@@ -180,13 +180,14 @@ def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwar
 
 
 @contextmanager
-def _sigterm_blocked() -> Iterator[None]:
-    """SIGTERM held back while ranks are started. A rank inherits the signal mask (through fork, and
-    across spawn's exec) but also this process's SIGTERM handler, which raises into whatever runs:
-    a rank terminated in multiprocessing's bootstrap, before `child_main` resets the handler, printed
-    a traceback (seen once in CI after a Ctrl-C). Held back, the signal waits until the rank's own
-    default is in place, and then ends it quietly. Here it is delivered once the ranks are started."""
-    if not hasattr(signal, "pthread_sigmask"):
+def _sigterm_blocked(forking: bool) -> Iterator[None]:
+    """SIGTERM held back while ranks are forked. A forked rank inherits the signal mask but also this
+    process's SIGTERM handler, which raises into whatever runs: a rank terminated in multiprocessing's
+    bootstrap, before `child_main` resets the handler, printed a traceback (seen once in CI after a
+    Ctrl-C). Held back, the signal waits until the rank's own default is in place, and then ends it
+    quietly. Here it is delivered once the ranks are started. A spawned rank needs none of it: exec
+    resets the handler (and a held-back SIGTERM would wait through its import of torch)."""
+    if not forking or not hasattr(signal, "pthread_sigmask"):
         yield
         return
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})

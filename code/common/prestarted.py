@@ -80,6 +80,7 @@ class Prestarted:
         os.close(requests_r)
         os.close(replies_w)
         self._ready: bool | None = None
+        self._live: Forked | None = None   # the popen being served
 
     def run(self, argv: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
             timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -106,9 +107,10 @@ class Prestarted:
             handed = False
             try:
                 if self._can_fork(argv, cwd, env):
-                    proc = Forked(self, argv, os.path.abspath(cwd or os.getcwd()), env, start_new_session)
+                    folder = os.path.abspath(cwd or os.getcwd())
+                    self._live = Forked(self, argv, folder, env, start_new_session)
                     handed = True   # it releases the lock once it has ended
-                    return proc
+                    return self._live
             except _Gone:
                 self._ready = False
             finally:
@@ -120,6 +122,10 @@ class Prestarted:
     def close(self) -> None:
         if self._requests < 0:
             return
+        if self._live is not None and self._live.returncode is None:   # a popen not yet waited for
+            with contextlib.suppress(Exception):
+                self._live.kill()
+                self._live.wait(timeout=10)
         os.close(self._requests)   # the interpreter ends when it reads the end of its requests
         try:
             self._proc.wait(timeout=10)
@@ -176,12 +182,17 @@ class Prestarted:
             os.unlink(err)
 
     def _submit(self, request: dict[str, Any]) -> int:
-        """Hand the interpreter a run; the child's pid."""
+        """Hand the interpreter a run; the child's pid. Interrupted before that reply, the runner
+        forks no more: the replies left unread would be taken for the next run's."""
         try:
             os.write(self._requests, json.dumps(request).encode() + b"\n")
         except OSError as broken:
             raise _Gone(str(broken)) from None
-        return self._read_reply(None)["pid"]
+        try:
+            return self._read_reply(None)["pid"]
+        except BaseException:
+            self._ready = False
+            raise
 
     def _end(self, pid: int, interrupted: BaseException) -> None:
         """As subprocess.run ends its child on a timeout, Ctrl-C or SIGTERM: after a Ctrl-C it gives
@@ -231,14 +242,19 @@ class Forked:
                 os.set_blocking(ends[-1], True)
             self.pid = runner._submit({"argv": argv[1:], "cwd": cwd, "env": env, "stdout": paths[0],
                                        "stderr": paths[1], "new_session": new_session})
+            encoding = locale.getpreferredencoding(False)
+            self.stdout, self.stderr = (open(fd, encoding=encoding) for fd in ends)
         except BaseException:
             for fd in ends:
-                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if hasattr(self, "pid"):   # started, but not handed to the caller: end it, fork no more
+                runner._ready = False
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signal.SIGKILL)
             raise
         finally:
             shutil.rmtree(folder, ignore_errors=True)   # what is open stays open
-        encoding = locale.getpreferredencoding(False)
-        self.stdout, self.stderr = (open(fd, encoding=encoding) for fd in ends)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -252,6 +268,10 @@ class Forked:
                 reply = self._runner._read_reply(timeout)
             except subprocess.TimeoutExpired:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+            except _Gone:   # the interpreter died: its child's status is lost with it
+                self._runner._ready = False
+                self._runner._lock.release()
+                raise
             self.returncode = reply["rc"]
             self._runner._lock.release()
         return self.returncode
@@ -270,11 +290,17 @@ class Forked:
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for text in self._texts.values():
+            if isinstance(text, BaseException):
+                raise text
         return self._texts["stdout"], self._texts["stderr"]
 
     def _drain(self, name: str) -> None:
         stream = getattr(self, name)
-        self._texts[name] = stream.read()
+        try:
+            self._texts[name] = stream.read()
+        except (OSError, ValueError, UnicodeDecodeError) as err:   # raised by communicate, as Popen's
+            self._texts[name] = err   # type: ignore[assignment]
         stream.close()
 
     def send_signal(self, sig: int) -> None:

@@ -34,13 +34,17 @@ def serve() -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             outputs = _open_outputs(request)
+            settled_r, settled_w = os.pipe()
             pid = os.fork()
             if pid == 0:
                 os.close(replies)
                 os.close(requests)
-                _child(request, outputs, base_path)   # never returns
-            for fd in outputs:
+                os.close(settled_r)
+                _child(request, outputs, base_path, settled_w)   # never returns
+            for fd in (*outputs, settled_w):
                 os.close(fd)
+            os.read(settled_r, 1)   # its session is set (or it died): the caller may signal its group
+            os.close(settled_r)
             reply({"pid": pid})
             reply({"rc": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])})
 
@@ -57,13 +61,15 @@ def _open_outputs(request: dict[str, Any]) -> list[int]:
     return [os.open(request[name], os.O_WRONLY | os.O_TRUNC) for name in ("stdout", "stderr")]
 
 
-def _child(request: dict[str, Any], outputs: list[int], base_path: list[str]) -> None:
-    """Become `python FILE ARGS` run in `cwd` with `env`, its output into the two opened files."""
+def _child(request: dict[str, Any], outputs: list[int], base_path: list[str], settled: int) -> None:
+    """Become `python FILE ARGS` run in `cwd` with `env`, its output into the two opened files;
+    `settled` is closed once the caller may signal it (as Popen returns after its child's exec)."""
     for fd, opened in zip((1, 2), outputs):
         os.dup2(opened, fd)
         os.close(opened)
     if request.get("new_session"):
         os.setsid()   # as Popen(start_new_session=True): its own process group, for a Ctrl-C to all of it
+    os.close(settled)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])

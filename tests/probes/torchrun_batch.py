@@ -23,11 +23,22 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 import torch
 
-from common.torchrun import is_rank0
+from common.torchrun import is_rank0, speak
+
+
+def unquiet() -> None:
+    """Stdout and stderr where torchrun pointed them, as a fresh process has them: a script's start
+    quiets every rank but 0 (common.torchrun.quiet_unless_rank0) and nothing undoes it, so without
+    this only the batch's first script would show that it quiets them itself."""
+    if sys.stdout is not sys.__stdout__:
+        sys.stdout.close()
+        sys.stdout = sys.__stdout__
+    speak()
 
 
 def run_one(script: str, json_path: str, seed: int) -> int:
     """The script's main as its own process would run it; its exit status."""
+    unquiet()
     torch.manual_seed(seed)  # a fresh process's default generator, whatever the previous script drew
     sys.argv = [script, "--quick", "--json", json_path]
     try:
