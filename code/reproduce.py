@@ -129,7 +129,8 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
     each script's own --json by name, the pages written and the seconds it all took."""
     runs, claims, data = [], [], {}
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, prestarted(drawing=not args.no_report) as runner:
+    drawing = not args.no_report and any(s.draws for s in chosen)
+    with tempfile.TemporaryDirectory() as tmp, prestarted(drawing) as runner:
         figure_dir = None if args.no_report else Path(tmp) / "figures"
         for i, script in enumerate(chosen):
             label = f"[{i + 1:2d}/{len(chosen)}] {script.name:30s} (at {time.perf_counter() - start:4.0f} s)"
@@ -146,9 +147,10 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
 
 
 def prestarted(drawing: bool) -> Prestarted:
-    """The interpreter the scripts fork from; with pages to draw, it imports matplotlib too (0.75 s
-    a drawing script here), if that import is quiet: a Prestarted whose imports printed anything
-    forks nothing (a fresh run would show it), not even the scripts that never draw."""
+    """The interpreter the scripts fork from; when a script draws for the pages, it imports
+    matplotlib too (0.75 s a drawing script here), if that import is quiet: a Prestarted whose
+    imports printed anything forks nothing (a fresh run would show it), not even the scripts that
+    never draw."""
     if drawing and quiet_import("matplotlib.pyplot"):
         return Prestarted(preload=PRELOAD + ("matplotlib", "matplotlib.pyplot"))
     return Prestarted()

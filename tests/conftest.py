@@ -48,8 +48,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     before = getattr(session.config, "_default_outputs", None)
-    if before is not None and exitstatus == 0 and _default_outputs() != before:
-        changed = sorted(set(before.items()) ^ set(_default_outputs().items()))
+    after = _default_outputs() if before is not None and exitstatus == 0 else before
+    if after != before:
+        changed = set(before.items()) ^ set(after.items())
         sys.stderr.write(f"the tests wrote into the checkout's {'/, '.join(_DEFAULT_OUTPUTS)}/: "
                          f"{', '.join(sorted({name for name, _ in changed})[:5])}\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
