@@ -94,3 +94,22 @@ def test_a_disagreement_ends_the_run_naming_it(tmp_path: Path) -> None:
 def test_bad_input_is_refused_before_any_launch() -> None:
     proc = run_script(SCRIPT, "--batch", "30", expect_rc=2, timeout=60)   # 30 do not split over 4 ranks
     assert len(proc.stderr.strip().splitlines()) == 1 and "multiple of --world-size" in proc.stderr
+
+
+# The quantization hook's error as DDP wraps it, its first callback run at once (the caller's whole
+# stack under "At:") or later on gloo's thread (its own frame only): both happened in one suite.
+TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/algorithms/ddp_comm_hooks/"
+INLINE = ("RuntimeError: Got the following error when running the callback: RuntimeError: Got the "
+          "following error when running the callback: IndexError: invalid index\n\nAt:\n"
+          f"  {TORCH}quantization_hooks.py(92): quantize_and_allgather\n"
+          f"  {TORCH}quantization_hooks.py(119): quantization_pertensor_hook\n"
+          "  /work/code/lecture15/06_comm_hooks.py(129): try_broken\n  <string>(1): <module>\n\n\n"
+          f"At:\n  {TORCH}quantization_hooks.py(105): dequantize_and_aggregate\n")
+
+
+def test_the_whole_error_does_not_depend_on_which_thread_ran_the_callback() -> None:
+    keep = load_script(SCRIPT).innermost_frames
+    lines = INLINE.splitlines(keepends=True)
+    on_gloo_thread = "".join(lines[:4] + lines[7:])       # only the hook's own frame in the first list
+    assert keep(INLINE) == keep(on_gloo_thread) != keep(INLINE.replace("(92)", "(93)"))
+    assert keep(INLINE).count("At:\n  torch/distributed/") == 2 and "try_broken" not in keep(INLINE)

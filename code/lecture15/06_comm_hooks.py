@@ -143,7 +143,19 @@ def described(err: Exception) -> dict[str, str]:
     at = re.search(r"/([^/\s]+\.py)\(\d+\): (\w+)", text)    # the callback's frame, innermost first
     frame = traceback.extract_tb(err.__traceback__)[-1]
     where = (at.group(2), at.group(1)) if at else (frame.name, os.path.basename(frame.filename))
-    return {"error": inner, "raised_in": f"{where[0]} ({where[1]})", "whole": text}
+    return {"error": inner, "raised_in": f"{where[0]} ({where[1]})", "whole": innermost_frames(text)}
+
+
+def innermost_frames(text: str) -> str:
+    """The error's text with each "At:" list of frames cut to its innermost, path from the package.
+
+    A callback that runs at once (its future already done) is given the caller's whole stack, one
+    run later on gloo's thread only its own frame: which happens is a race, so the rest is dropped.
+    """
+    def first(block: re.Match) -> str:
+        frame = block.group(1).strip().splitlines()[0].strip()
+        return "At:\n  " + re.sub(r"^.*/site-packages/", "", frame) + "\n"
+    return re.sub(r"At:\n((?:  .*\n?)+)", first, text)
 
 
 def hooks_worker(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
