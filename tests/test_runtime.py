@@ -300,3 +300,41 @@ def test_every_script_runs_fits_the_page_and_keeps_stderr_clean(quick_reproducti
         if re.search(r"Traceback", run["stdout"]):
             problems.append(f"{name} printed a traceback")
     assert not problems, "\n".join(problems)
+
+
+ENDING = """
+import atexit, json, os, sys, threading, time
+sys.path.insert(0, {code!r})
+from common import exits
+exits.ENDS_PROCESS = {ends}
+class Teardown:
+    def __del__(self):
+        os.write(1, b"[modules torn down]")
+json.probe = Teardown()   # in a module of its own: only the modules' teardown deletes it
+kept = []
+def main():
+    atexit.register(print, "atexit ran")
+    kept.append(open({out!r}, "w"))
+    kept[0].write("written, never closed")
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread joined"))).start()
+    print("printed")
+    if {fail}:
+        raise exits.UsageError("bad")
+exits.run_main(main)
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_run_main_ends_as_python_does_less_the_modules_teardown(tmp_path: Path, fail: bool) -> None:
+    # What a fresh process's end guarantees still holds; only the teardown (about 1 s with torch
+    # loaded) is left out, and without ENDS_PROCESS the same probe sees it.
+    outcomes = {}
+    for ends in (True, False):
+        out = tmp_path / f"{ends}.txt"
+        source = ENDING.format(code=str(ROOT / "code"), ends=ends, out=str(out), fail=fail)
+        proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=60)
+        assert out.read_text() == "written, never closed"
+        outcomes[ends] = (proc.returncode, proc.stdout, proc.stderr)
+    said = "-c: error: bad\n" if fail else ""
+    assert outcomes[True] == (2 if fail else 0, "printed\nthread joined\natexit ran\n", said)
+    assert outcomes[False][1] == "printed\nthread joined\natexit ran\n[modules torn down]"

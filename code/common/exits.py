@@ -18,9 +18,16 @@ import traceback
 from typing import Any, Callable
 
 from common.errors import RunFailure, UsageError, clip_values
+from common.prestarted_serve import end_process, exit_status
 from common.torchrun import quiet_unless_rank0
 
 __all__ = ["run_main"]
+
+
+# Whether run_main ends the process itself (without the teardown of torch's modules, about 1 s
+# here: common.prestarted_serve.end_process). tests/probes/torchrun_batch.py runs several scripts
+# in one process and sets it False.
+ENDS_PROCESS = True
 
 
 def run_main(main: Callable[[], object]) -> None:
@@ -29,7 +36,19 @@ def run_main(main: Callable[[], object]) -> None:
     bad input -> exit 2; a failure at run time (a rank, a file) -> exit 1 (COURSE_DEBUG=1 shows
     the traceback too); Ctrl-C -> "interrupted", 130; SIGTERM -> "terminated", 143, after the
     same clean-up as an error (no temporary file is left); a closed pipe (`| head`) -> quiet,
-    141, as a shell reports a reader that stopped early."""
+    141, as a shell reports a reader that stopped early. The process then ends as Python would
+    end it, less the modules' teardown (ENDS_PROCESS)."""
+    try:
+        _run(main)
+    except SystemExit as done:
+        if not ENDS_PROCESS:
+            raise
+        end_process(exit_status(done.code))
+    if ENDS_PROCESS:
+        end_process(0)
+
+
+def _run(main: Callable[[], object]) -> None:
     quiet_unless_rank0()  # under torchrun only rank 0 speaks: set where the script starts, not at import
     signal.signal(signal.SIGTERM, _terminated)
     try:

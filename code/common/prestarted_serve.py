@@ -47,6 +47,7 @@ def serve() -> None:
             os.close(settled_r)
             reply({"pid": pid})
             reply({"rc": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])})
+    end_process(0)   # the requests ended: its children are reaped, nothing else to wait for
 
 
 def _replier(fd: int):  # type: ignore[no-untyped-def]
@@ -82,14 +83,14 @@ def _child(request: dict[str, Any], outputs: list[int], base_path: list[str], se
     try:
         _run_as_main(script)
     except SystemExit as exit_:
-        code = _exit_status(exit_.code)
+        code = exit_status(exit_.code)
     except KeyboardInterrupt as err:
         _uncaught(err)
         interrupted = True
     except BaseException as err:  # noqa: BLE001 - what a fresh interpreter does with it: traceback, 1
         _uncaught(err)
         code = 1
-    _finish(code, interrupted)
+    end_process(code, interrupted)
 
 
 def _run_as_main(script: str) -> None:
@@ -131,16 +132,20 @@ def _uncaught(err: BaseException) -> None:
     sys.excepthook(type(err), err.with_traceback(tb), tb)  # Python prints the exception's own
 
 
-def _exit_status(code: object) -> int:
+def exit_status(code: object) -> int:
+    """A SystemExit's code as the exit status Python gives it (a text is printed, then 1)."""
     if code is None or isinstance(code, int):
         return code or 0
     print(code, file=sys.stderr)
     return 1
 
 
-def _finish(code: int, interrupted: bool) -> None:
-    """Interpreter shutdown as a fresh process has it: non-daemon threads joined, atexit functions
-    run, streams flushed; then the exit status, or death by SIGINT after an uncaught Ctrl-C."""
+def end_process(code: int, interrupted: bool = False) -> None:
+    """Interpreter shutdown as a fresh process has it, but for the modules' teardown: non-daemon
+    threads joined, atexit functions run, `__main__` cleared and garbage collected (a file left
+    open is flushed), streams flushed; then the exit status, or death by SIGINT after an uncaught
+    Ctrl-C. The teardown of torch's thousands of modules is what it leaves out: about 1 s of every
+    run that imported torch here (common.exits.run_main ends every script through this too)."""
     import atexit
     import gc
 
