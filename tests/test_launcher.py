@@ -148,11 +148,21 @@ def _probe(*args: str, **kwargs: object) -> subprocess.Popen:
     return popen(PROBE, *args, **kwargs)
 
 
-def _tagged_probe(*args: str) -> subprocess.Popen:
-    """The probe started fresh, for a test that looks for what is left by `pgrep -f TAG`: a forked
-    process's command line is the prestarted interpreter's, which names no tag."""
-    return subprocess.Popen([sys.executable, str(PROBE), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def _left_in_session(sid: int) -> list[int]:
+    """Processes still alive in session `sid` (zombies aside): what a run started with a session
+    of its own (popen's start_new_session) left behind, its ranks included, forked or not: none
+    of ours calls setsid. (`pgrep -f TAG` would see only fresh processes: a forked one's command
+    line is the prestarted interpreter's.)"""
+    left = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:   # it ended meanwhile
+            continue
+        if fields[3] == str(sid) and fields[0] != "Z":
+            left.append(int(entry))
+    return left
 
 
 def _children(pid: int, at_least: int, within_s: float = 30) -> list[int]:
@@ -295,9 +305,8 @@ def test_nothing_listens_beyond_loopback(gloo_env: str | None) -> None:
              r"rank 0 timed out"),
 ])
 def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expected: str) -> None:
-    tag = f"probe-{mode}-{os.getpid()}-{time.monotonic_ns()}"
     start = time.monotonic()
-    proc = _tagged_probe(mode, "2", "2", tag)
+    proc = _probe(mode, "2", "2", start_new_session=True)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     lines = err.strip().splitlines()
@@ -305,8 +314,7 @@ def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expe
     assert re.search(expected, lines[0]), lines[0]
     assert time.monotonic() - start < 30
     time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
-    assert left == [], f"processes left behind: {left}"
+    assert _left_in_session(proc.pid) == [], "processes left behind"
 
 
 @pytest.mark.timeout(90)
@@ -323,8 +331,7 @@ def test_a_stopped_rank_is_named_within_twice_the_timeout(mode: str, expected: s
     # SIGSTOP before rank 1 joins the group, in its work while the others wait in an all-reduce, and
     # after it left the group once the others delivered their results: every wait has a deadline.
     timeout_s = 4
-    tag = f"probe-{mode}-{os.getpid()}-{time.monotonic_ns()}"
-    proc = _tagged_probe(mode, "4", str(timeout_s), tag)
+    proc = _probe(mode, "4", str(timeout_s), start_new_session=True)
     assert proc.stdout.readline().strip() == "started"
     stopped_at = _when_a_child_stops(proc.pid)
     # Timed to the error line itself, not to the process's exit (its clean-up is no deadline's).
@@ -337,7 +344,7 @@ def test_a_stopped_rank_is_named_within_twice_the_timeout(mode: str, expected: s
     assert re.search(expected, lines[0]), lines[0]
     assert took < 2 * timeout_s, f"named after {took:.1f} s"
     time.sleep(0.5)
-    assert subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split() == []
+    assert _left_in_session(proc.pid) == []
 
 
 def _when_a_child_stops(pid: int, within_s: float = 30) -> float:

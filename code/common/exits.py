@@ -24,27 +24,26 @@ from common.torchrun import quiet_unless_rank0
 __all__ = ["run_main"]
 
 
-# Whether run_main ends the process itself (without the teardown of torch's modules, about 1 s
-# here: common.prestarted_serve.end_process). tests/probes/torchrun_batch.py runs several scripts
-# in one process and sets it False.
-ENDS_PROCESS = True
-
-
 def run_main(main: Callable[[], object]) -> None:
     """Run a script's main() so that it ends in one line, never a traceback, every line with the
     same prefix as a usage error's ("02_buckets.py: error: …"):
     bad input -> exit 2; a failure at run time (a rank, a file) -> exit 1 (COURSE_DEBUG=1 shows
     the traceback too); Ctrl-C -> "interrupted", 130; SIGTERM -> "terminated", 143, after the
     same clean-up as an error (no temporary file is left); a closed pipe (`| head`) -> quiet,
-    141, as a shell reports a reader that stopped early. The process then ends as Python would
-    end it, less the modules' teardown (ENDS_PROCESS)."""
+    141, as a shell reports a reader that stopped early.
+
+    Run by `python FILE`, the process then ends as Python would end it less the teardown of
+    torch's modules, about 1 s here (common.prestarted_serve.end_process). Under a tool that
+    runs the file and waits for it to return (cProfile, pdb, runpy: its frame is below the
+    script's), it returns or raises SystemExit as before, for the tool to finish its work."""
+    program = sys._getframe(1).f_back is None   # the script's module frame is the bottom one
     try:
         _run(main)
     except SystemExit as done:
-        if not ENDS_PROCESS:
+        if not program:
             raise
         end_process(exit_status(done.code))
-    if ENDS_PROCESS:
+    if program:
         end_process(0)
 
 

@@ -5,8 +5,8 @@ the failures the launcher must name: raise, kill (SIGKILL), oom (an allocation t
 stall and busy (rank 1 stops responding, asleep or spinning, while the others wait in an
 all-reduce), and rank 1 stopped by SIGSTOP: stop-start (before it joins the group), stop (in its
 work, while the others wait in an all-reduce), stop-end (after it left the group, once the others
-have delivered their results). Extra words on the command line are ignored (tests add a tag to
-find the processes). The same modes run under torchrun.
+have delivered their results). Extra words on the command line are ignored. The same modes run
+under torchrun.
 """
 
 import sys

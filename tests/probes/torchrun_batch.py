@@ -18,9 +18,7 @@ from pathlib import Path
 # This checkout's code/, ahead of anything installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "code"))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
-from common import exits
-
-exits.ENDS_PROCESS = False   # each script's run_main returns here (a SystemExit), for the next script
+from common.prestarted_serve import end_process
 
 # isort: split
 
@@ -65,4 +63,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    exits.end_process(0)   # as each script would have ended, less the modules' teardown
+    end_process(0)   # as each script ends (common.exits.run_main), less the modules' teardown
