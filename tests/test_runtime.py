@@ -315,6 +315,8 @@ def main():
     atexit.register(print, "atexit ran")
     kept.append(open({out!r}, "w"))
     kept[0].write("written, never closed")
+    local = open({out!r} + ".local", "w")   # main's own: its frame lives on in a failure's traceback
+    local.write("written in main, never closed")
     threading.Thread(target=lambda: (time.sleep(0.3), print("thread joined"))).start()
     print("printed")
     if {fail}:
@@ -336,9 +338,20 @@ def test_run_main_ends_as_python_does_less_the_modules_teardown(tmp_path: Path, 
         proc = subprocess.run([sys.executable, *tool, str(script)], capture_output=True, text=True,
                               timeout=60)
         assert out.read_text() == "written, never closed"
+        assert Path(f"{out}.local").read_text() == "written in main, never closed"
         outcomes[bool(tool)] = (proc.returncode, proc.stdout, proc.stderr)
     said = "ending.py: error: bad\n" if fail else ""
     assert outcomes[False] == (2 if fail else 0, "printed\nthread joined\natexit ran\n", said)
     # (cProfile drops the script's exit status: it catches SystemExit)
     assert outcomes[True][1:] == ("printed\nthread joined\natexit ran\n[modules torn down]", said)
     assert (tmp_path / "profile").stat().st_size > 0
+
+
+def test_python_i_still_reaches_the_prompt_after_run_main(tmp_path: Path) -> None:
+    script = tmp_path / "inspect_me.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'code')!r})\n"
+                      "from common.exits import run_main\nanswer = 42\nrun_main(lambda: print('ran'))\n",
+                      encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-i", str(script)], input="print('prompt', answer)\n",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["ran", "prompt", "42"], proc

@@ -32,19 +32,22 @@ def run_main(main: Callable[[], object]) -> None:
     same clean-up as an error (no temporary file is left); a closed pipe (`| head`) -> quiet,
     141, as a shell reports a reader that stopped early.
 
-    Run by `python FILE`, the process then ends as Python would end it less the teardown of
+    Run by `python FILE` (not -i), the process then ends as Python would end it less the teardown of
     torch's modules, about 1 s here (common.prestarted_serve.end_process). Under a tool that
     runs the file and waits for it to return (cProfile, pdb, runpy: its frame is below the
     script's), it returns or raises SystemExit as before, for the tool to finish its work."""
     program = sys._getframe(1).f_back is None   # the script's module frame is the bottom one
+    status = 0
     try:
         _run(main)
     except SystemExit as done:
         if not program:
             raise
-        end_process(exit_status(done.code))
-    if program:
-        end_process(0)
+        status = exit_status(done.code)
+    # Out of the except block: the exception, and main's frames with their locals (an open file,
+    # a temporary one), are freed first. `python -i` (or PYTHONINSPECT set meanwhile): the prompt.
+    if program and not (sys.flags.inspect or os.environ.get("PYTHONINSPECT")):
+        end_process(status)
 
 
 def _run(main: Callable[[], object]) -> None:

@@ -11,6 +11,7 @@ will wait for. Replies are JSON lines too: "ready" once, then "pid" and "rc" for
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ def serve() -> None:
             request = json.loads(line)
             sys.stdout.flush()
             sys.stderr.flush()
+            _flush_c_stdio()   # or each child would write the interpreter's C buffers again
             outputs = _open_outputs(request)
             settled_r, settled_w = os.pipe()
             pid = os.fork()
@@ -150,8 +152,9 @@ def end_process(code: int, interrupted: bool = False) -> None:
     import gc
 
     steps = (threading._shutdown, atexit._run_exitfuncs,  # type: ignore[attr-defined]
-             lambda: sys.modules["__main__"].__dict__.clear(), gc.collect,   # files left open: flushed
-             lambda: [s.flush() for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s])
+             _clear_main, gc.collect,   # files left open: flushed
+             *(functools.partial(_flush, stream)
+               for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)))
     for step in steps:   # one by one: a Ctrl-C or a failure in one leaves the rest to run
         try:
             step()
@@ -160,4 +163,34 @@ def end_process(code: int, interrupted: bool = False) -> None:
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code)
+    _flush_c_stdio()
+    os._exit(code & 0xFF)   # as exit() takes a status: sys.exit(256) ends 0
+
+
+def _clear_main() -> None:
+    """__main__'s data first, then (after a collection) its modules, functions and classes: as the
+    teardown does, a __del__ still finds the names it uses."""
+    import gc
+    import types
+
+    names = sys.modules["__main__"].__dict__
+    for name in [n for n, v in names.items() if n != "__builtins__"
+                 and not isinstance(v, (types.ModuleType, types.FunctionType, type))]:
+        names.pop(name, None)
+    gc.collect()
+    names.clear()
+
+
+def _flush(stream: Any) -> None:
+    if stream is not None and not getattr(stream, "closed", False):   # a script may close stderr
+        stream.flush()
+
+
+def _flush_c_stdio() -> None:
+    """C's stdio buffers (printf, std::cout in an extension): exit() flushes them, os._exit not."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except Exception:  # noqa: BLE001 - no libc to ask: nothing buffered there either
+        pass
