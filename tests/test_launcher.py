@@ -16,9 +16,8 @@ import torch
 import torch.distributed as dist
 from conftest import ROOT, popen
 
-from common import parent_side
 from common.launcher import RankError, launch
-from common.rank_side import RAISED, TORCH, Failure
+from common.rank_side import RAISED
 
 PROBE = Path(__file__).parent / "probes" / "launch_probe.py"
 
@@ -366,55 +365,6 @@ def test_a_slow_start_is_not_a_stall() -> None:
     # Spawned ranks (two threads each) import torch before they can answer: longer than the 1 s
     # timeout here, but they are starting, not stuck, so the start-up allowance covers them.
     assert launch(threads, 2, threads=2, timeout_s=1) == [2, 2]
-
-
-class _Gone:
-    """A child process that has already exited (what _blame sees after the grace period)."""
-
-    def is_alive(self) -> bool:
-        return False
-
-
-@pytest.mark.parametrize("waiter_saw", ["failed: RuntimeError: [gloo] Connection closed by peer "
-                                        "[127.0.0.1]:1234",
-                                        "failed: RuntimeError: Timed out waiting 2000ms for recv operation",
-                                        "failed: DistBackendError: words no matcher knows"])
-def test_the_skipper_is_blamed_even_when_its_own_teardown_fails_first(waiter_saw: str) -> None:
-    # Rank 1 returned from its work (it skipped a collective), timed out in its teardown barrier and
-    # exited; rank 0, left in the collective, then lost its peer or timed out. Blame rank 1.
-    collector = parent_side.Collector([_Gone(), _Gone()], [None, None], 2.0)
-    collector.worker_done = {1}
-    collector.failures = {0: Failure(TORCH, waiter_saw, at=2.0, in_group_s=2.5),
-                          1: Failure(TORCH, "failed: RuntimeError: Timed out waiting 500ms for recv", at=1.0)}
-    error = collector._blame(set())
-    assert error.rank == 1 and error.message.startswith("finished its work while rank 0 waited")
-    assert (error.kind, error.peers, error.also) == ("skipped", (0,), ())
-
-
-# The words the launcher once matched to tell an echo from a cause ("timed out", "Connection closed
-# by peer"), and words that match nothing: a verdict must not move when a rank's text changes.
-_WORDINGS = ["failed: RuntimeError: Timed out waiting 2000ms; Connection closed by peer [127.0.0.1]:1",
-             "failed: ValueError: deliberate failure", ""]
-
-
-@pytest.mark.parametrize("own_words", _WORDINGS)
-@pytest.mark.parametrize("echo_words", _WORDINGS)
-def test_blame_follows_what_ranks_did_not_their_words(own_words: str, echo_words: str) -> None:
-    # Rank 2 raised in its own code; rank 0 then lost it inside torch; rank 1 had finished its work
-    # and lost it in its teardown. Rank 2 is to blame, whatever either text says.
-    collector = parent_side.Collector([_Gone()] * 3, [None] * 3, 2.0)
-    collector.worker_done = {1}
-    collector.failures = {2: Failure(RAISED, own_words, at=1.0, in_group_s=3.0),
-                          0: Failure(TORCH, echo_words, at=1.1, in_group_s=3.1),
-                          1: Failure(TORCH, echo_words, at=1.2, in_group_s=3.1)}
-    error = collector._blame(set())
-    assert (error.rank, error.kind, error.peers) == (2, RAISED, (0, 1)), str(error)
-    # Only torch's failures: the first one is named, and a wait that lasted the timeout says so.
-    collector.failures = {1: Failure(TORCH, own_words, at=5.0, in_group_s=2.1),
-                          0: Failure(TORCH, echo_words, at=4.0, in_group_s=2.0)}
-    collector.worker_done = set()
-    error = collector._blame(set())
-    assert error.rank == 0 and error.message.endswith("(timeout 2 s) (then rank 1 failed too)"), str(error)
 
 
 def raise_in_own_code_with_torchs_words(rank: int, world_size: int) -> int:

@@ -127,7 +127,7 @@ class Collector:
             self.silent_before = silent
             if named:
                 return self._stalled(named, f"did not join the group within {now - self.began:.0f} s",
-                                     NOT_JOINED)
+                                     NOT_JOINED, silent_only=True)
         elif not unjoined and self.first_result and now >= self.first_result[0] + self.timeout_s:
             return self._stalled(sorted(pending), f"did not finish within {self.timeout_s:g} s after "
                                                   f"rank {self.first_result[1]} did", NOT_FINISHED)
@@ -138,11 +138,14 @@ class Collector:
                 return self._stalled(silent, "stopped responding, and so did every other rank", HUNG)
         return None
 
-    def _stalled(self, ranks: list[int], what: str, kind: str) -> RankError | None:
+    def _stalled(self, ranks: list[int], what: str, kind: str, silent_only: bool = False) -> RankError | None:
         """The error for the rank most likely to be stuck among `ranks`, asked where they are first;
-        None when a rank reported a failure meanwhile (the failures then say who is to blame)."""
+        None when a rank reported a failure meanwhile (the failures then say who is to blame), or,
+        with `silent_only` (named for their silence alone, before any deadline), when each answers
+        now: a rank on a loaded machine can miss two looks and still be at work."""
         self._ask(ranks)
-        ranks = [r for r in ranks if r in self.pending]
+        ranks = [r for r in ranks if r in self.pending and not (
+            silent_only and r in self.where and not is_stopped(self.children[r].pid))]
         if self.failures or not ranks:
             return None
         rank = min(ranks, key=lambda r: (self._stuck_order(r), r))
