@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from common.cli import UsageError, make_parser, run_main
 from common.files import check_output_dir, make_output_dir, write_json
@@ -130,6 +130,7 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
     runs, claims, data = [], [], {}
     start = time.perf_counter()
     drawing = not args.no_report and any(s.draws for s in chosen)
+    timeline = None if args.no_report else timeline_in_background()
     with tempfile.TemporaryDirectory() as tmp, prestarted(drawing) as runner:
         figure_dir = None if args.no_report else Path(tmp) / "figures"
         for i, script in enumerate(chosen):
@@ -142,18 +143,51 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
                 claims += [(script.name, c) for c in data[script.name]["claims"]]
         pages = []
         if not args.no_report and data:  # a run where every script failed does not replace a report
-            pages = write_pages(Path(args.report), chosen, runs, data, figure_dir, start, args.quick)
+            pages = write_pages(Path(args.report), chosen, runs, data, figure_dir, start, args.quick,
+                                timeline)
     return runs, claims, data, pages, time.perf_counter() - start
 
 
-def prestarted(drawing: bool) -> Prestarted:
+def timeline_in_background() -> Callable[[], str]:
+    """The timeline page's HTML, computed in a thread started now: its grid is 3-4 s of pure Python
+    that needs no run, done while the interpreter imports torch and this process only waits on the
+    scripts. Returns what waits for it (and raises what the thread raised)."""
+    from report.timeline import render_timeline  # imported here, not raced with the thread
+
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["html"] = render_timeline()
+        except BaseException as err:  # raised again in the caller's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=work, daemon=True, name="timeline-page")
+    thread.start()
+
+    def html() -> str:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["html"]
+
+    return html
+
+
+def prestarted(drawing: bool, figures: tuple[str, ...] = ("matplotlib", "matplotlib.pyplot")) -> Prestarted:
     """The interpreter the scripts fork from; when a script draws for the pages, it imports
     matplotlib too (0.75 s a drawing script here), if that import is quiet: a Prestarted whose
     imports printed anything forks nothing (a fresh run would show it), not even the scripts that
-    never draw."""
-    if drawing and quiet_import("matplotlib.pyplot"):
-        return Prestarted(preload=PRELOAD + ("matplotlib", "matplotlib.pyplot"))
-    return Prestarted()
+    never draw. The check runs while that interpreter starts, and a first import may be the one
+    that speaks once (quiet_import): then a second interpreter imports it again."""
+    if not drawing:
+        return Prestarted()
+    with_figures = Prestarted(preload=PRELOAD + figures)
+    quiet = quiet_import(figures[-1])
+    if quiet and with_figures.usable:
+        return with_figures
+    with_figures.close()
+    return Prestarted(preload=PRELOAD + figures if quiet else PRELOAD)
 
 
 def quiet_import(module: str) -> bool:
@@ -201,15 +235,15 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
 
 
 def write_pages(directory: Path, chosen: list[Script], runs: list[dict[str, Any]], data: dict[str, Any],
-                figure_dir: Path, start: float, quick: bool) -> list[Path]:
-    """The timeline page (precomputed by lecture15.timeline_grid), then index.html and report.md."""
+                figure_dir: Path, start: float, quick: bool, timeline_html: Callable[[], str]) -> list[Path]:
+    """The timeline page (its HTML from timeline_in_background), then index.html and report.md."""
     print(f"[pages] {directory}/ (at {time.perf_counter() - start:4.0f} s)", flush=True)
     figure_dir.mkdir(exist_ok=True)
     make_output_dir(str(directory))
     from report.pages import write_report
     from report.timeline import write_timeline
 
-    timeline = write_timeline(directory)
+    timeline = write_timeline(directory, timeline_html())
     pages = write_report(directory, runs, data, figure_dir, {s.name: s.doc for s in chosen},
                          time.perf_counter() - start, quick, timeline.name)
     return [pages[0], timeline, pages[1]]

@@ -153,12 +153,22 @@ def test_a_run_past_its_timeout_is_killed_and_later_runs_start_fresh(tmp_path: P
 
 
 def test_output_left_by_a_run_never_lands_in_the_next(runner, tmp_path: Path) -> None:
+    # The script's child prints once the run has returned (it is told so: a sleep was once too short
+    # for a script's exit on loaded cores), or after 10 s if the run waits for it.
+    go, written = tmp_path / "go", tmp_path / "written"
     late = tmp_path / "late.py"
-    late.write_text("import os, sys, time\nif os.fork() == 0:\n    time.sleep(1); print('late line'); "
-                    "sys.stdout.flush(); os._exit(0)\nprint('done')\n", encoding="utf-8")
+    late.write_text("import os, sys, time\nif os.fork() == 0:\n    end = time.monotonic() + 10\n"
+                    f"    while not os.path.exists({str(go)!r}) and time.monotonic() < end:\n"
+                    "        time.sleep(0.02)\n"
+                    f"    print('late line'); sys.stdout.flush(); open({str(written)!r}, 'w').close(); "
+                    "os._exit(0)\nprint('done')\n", encoding="utf-8")
     (tmp_path / "hello.py").write_text("print('hello')\n", encoding="utf-8")
     assert runner.run([sys.executable, str(late)]).stdout == "done\n"
-    time.sleep(1.5)
+    go.touch()
+    end = time.monotonic() + 30
+    while not written.exists() and time.monotonic() < end:
+        time.sleep(0.02)
+    assert written.exists()
     assert runner.run([sys.executable, str(tmp_path / "hello.py")]).stdout == "hello\n"
 
 
@@ -271,3 +281,13 @@ def test_closing_the_runner_ends_a_live_popen(tmp_path: Path) -> None:
     start = time.monotonic()
     light.close()
     assert time.monotonic() - start < 5 and proc.returncode == -signal.SIGKILL
+
+
+def test_closing_a_runner_still_importing_ends_it_at_once(tmp_path: Path, monkeypatch) -> None:
+    # reproduce.py closes one it will not use (its figures' import spoke) while it may still import
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    slow = Prestarted(preload=("slow_import",))
+    start = time.monotonic()
+    slow.close()
+    assert time.monotonic() - start < 5 and slow._proc.returncode is not None

@@ -172,6 +172,25 @@ def test_page_is_small_and_quick_to_write(page_file: tuple[Path, float]) -> None
     assert "python code/lecture15/03_overlap.py" in html
 
 
+def test_the_reproductions_page_is_the_one_written_alone(page_file: tuple[Path, float],
+                                                         quick_reproduction: dict) -> None:
+    # reproduce.py computes the page in a thread while its scripts run (timeline_in_background)
+    written = (quick_reproduction["report_dir"] / "timeline.html").read_bytes()
+    assert written == page_file[0].read_bytes()
+
+
+def test_a_failure_in_the_pages_thread_reaches_the_caller(monkeypatch) -> None:
+    import report.timeline
+
+    def broken() -> str:
+        raise OSError("no templates")
+
+    monkeypatch.setattr(report.timeline, "render_timeline", broken)
+    html = load_script("reproduce.py").timeline_in_background()
+    with pytest.raises(OSError, match="no templates"):
+        html()
+
+
 # ---- the page in a browser ---------------------------------------------------------------------
 def shown(page, element_id: str) -> tuple[str, int]:
     """A displayed time: the text written (with its unit) and the stored value it came from (0.1 µs)."""

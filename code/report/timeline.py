@@ -76,11 +76,11 @@ def render_timeline(grid: dict[str, Any] | None = None) -> str:
         uniform_width=timeline_grid.UNIFORM_WIDTH, uniform_tokens=timeline_grid.UNIFORM_TOKENS)
 
 
-def write_timeline(directory: Path) -> Path:
-    """Write `directory`/timeline.html (whole or not at all) and return its path."""
+def write_timeline(directory: Path, html: str | None = None) -> Path:
+    """Write `directory`/timeline.html (`html`, default render_timeline()'s), whole or not at all;
+    return its path."""
     path = Path(directory) / PAGE_NAME
-    html = render_timeline()
-    write_text(str(path), html)
+    write_text(str(path), render_timeline() if html is None else html)
     return path
 
 
