@@ -174,20 +174,14 @@ def timeline_in_background() -> Callable[[], str]:
     return html
 
 
-def prestarted(drawing: bool, figures: tuple[str, ...] = ("matplotlib", "matplotlib.pyplot")) -> Prestarted:
+def prestarted(drawing: bool) -> Prestarted:
     """The interpreter the scripts fork from; when a script draws for the pages, it imports
     matplotlib too (0.75 s a drawing script here), if that import is quiet: a Prestarted whose
     imports printed anything forks nothing (a fresh run would show it), not even the scripts that
-    never draw. The check runs while that interpreter starts, and a first import may be the one
-    that speaks once (quiet_import): then a second interpreter imports it again."""
-    if not drawing:
-        return Prestarted()
-    with_figures = Prestarted(preload=PRELOAD + figures)
-    quiet = quiet_import(figures[-1])
-    if quiet and with_figures.usable:
-        return with_figures
-    with_figures.close()
-    return Prestarted(preload=PRELOAD + figures if quiet else PRELOAD)
+    never draw."""
+    if drawing and quiet_import("matplotlib.pyplot"):
+        return Prestarted(preload=PRELOAD + ("matplotlib", "matplotlib.pyplot"))
+    return Prestarted()
 
 
 def quiet_import(module: str) -> bool:

@@ -282,12 +282,3 @@ def test_closing_the_runner_ends_a_live_popen(tmp_path: Path) -> None:
     light.close()
     assert time.monotonic() - start < 5 and proc.returncode == -signal.SIGKILL
 
-
-def test_closing_a_runner_still_importing_ends_it_at_once(tmp_path: Path, monkeypatch) -> None:
-    # reproduce.py closes one it will not use (its figures' import spoke) while it may still import
-    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    slow = Prestarted(preload=("slow_import",))
-    start = time.monotonic()
-    slow.close()
-    assert time.monotonic() - start < 5 and slow._proc.returncode is not None

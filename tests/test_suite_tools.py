@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 from conftest import ROOT, load_script, python, run_script
 
@@ -72,24 +71,6 @@ def test_an_import_that_speaks_once_is_quiet_the_second_time(tmp_path, monkeypat
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     reproduce = load_script("reproduce.py")
     assert reproduce.quiet_import("speaks_once") and not reproduce.quiet_import("speaks_always")
-
-
-def test_an_interpreter_whose_import_spoke_is_started_again(tmp_path, monkeypatch) -> None:
-    # The check (quiet_import) runs while the interpreter imports: the interpreter's import may be
-    # the one that speaks once (a cache built), and it then forks nothing; a second one is started.
-    # Here the module speaks the first time it is imported beside the preloaded json: in the first
-    # interpreter, never in the check.
-    (tmp_path / "figs.py").write_text(
-        f"import os, sys\nif 'json' in sys.modules and not os.path.exists({str(tmp_path / 'built')!r}):\n"
-        f"    print('building a cache'); open({str(tmp_path / 'built')!r}, 'w').close()\n", encoding="utf-8")
-    (tmp_path / "probe.py").write_text("import sys\nprint('figs' in sys.modules)\n", encoding="utf-8")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    reproduce = load_script("reproduce.py")
-    monkeypatch.setattr(reproduce, "PRELOAD", ("json",))
-    with reproduce.prestarted(True, figures=("figs",)) as runner:
-        assert runner.usable and (tmp_path / "built").exists()
-        run = runner.run([sys.executable, str(tmp_path / "probe.py")])
-        assert (run.stdout, getattr(run, "forked", False)) == ("True\n", True)
 
 
 def test_bench_prints_a_row_per_script() -> None:

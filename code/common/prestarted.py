@@ -126,8 +126,6 @@ class Prestarted:
             with contextlib.suppress(Exception):
                 self._live.kill()
                 self._live.wait(timeout=10)
-        if self._ready is None:   # still importing, never asked for: nothing of its work to keep
-            self._proc.kill()
         os.close(self._requests)   # the interpreter ends when it reads the end of its requests
         try:
             self._proc.wait(timeout=10)
