@@ -131,7 +131,7 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
     start = time.perf_counter()
     drawing = not args.no_report and any(s.draws for s in chosen)
     timeline = None if args.no_report else timeline_in_background()
-    with tempfile.TemporaryDirectory() as tmp, prestarted(drawing) as runner:
+    with tempfile.TemporaryDirectory() as tmp, prestarted(chosen, drawing) as runner:
         figure_dir = None if args.no_report else Path(tmp) / "figures"
         for i, script in enumerate(chosen):
             label = f"[{i + 1:2d}/{len(chosen)}] {script.name:30s} (at {time.perf_counter() - start:4.0f} s)"
@@ -174,14 +174,16 @@ def timeline_in_background() -> Callable[[], str]:
     return html
 
 
-def prestarted(drawing: bool) -> Prestarted:
-    """The interpreter the scripts fork from; when a script draws for the pages, it imports
-    matplotlib too (0.75 s a drawing script here), if that import is quiet: a Prestarted whose
-    imports printed anything forks nothing (a fresh run would show it), not even the scripts that
-    never draw."""
+def prestarted(chosen: list[Script], drawing: bool) -> Prestarted:
+    """The interpreter the scripts fork from: it imports torch's modules when a chosen script starts
+    ranks (a model-only script never imports torch: a run of those alone skips its 3-4 s), numpy
+    always; when a script draws for the pages, matplotlib too (0.75 s a drawing script here), if that
+    import is quiet: a Prestarted whose imports printed anything forks nothing (a fresh run would
+    show it), not even the scripts that never draw."""
+    preload = PRELOAD if any(s.real for s in chosen) else ("numpy",)
     if drawing and quiet_import("matplotlib.pyplot"):
-        return Prestarted(preload=PRELOAD + ("matplotlib", "matplotlib.pyplot"))
-    return Prestarted()
+        return Prestarted(preload=preload + ("matplotlib", "matplotlib.pyplot"))
+    return Prestarted(preload=preload)
 
 
 def quiet_import(module: str) -> bool:

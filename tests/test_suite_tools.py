@@ -73,6 +73,17 @@ def test_an_import_that_speaks_once_is_quiet_the_second_time(tmp_path, monkeypat
     assert reproduce.quiet_import("speaks_once") and not reproduce.quiet_import("speaks_always")
 
 
+def test_the_interpreter_imports_torch_only_for_scripts_that_start_ranks(monkeypatch) -> None:
+    # A reproduction of model-only scripts (`--only lecture14/01`) does not wait for torch's import.
+    reproduce = load_script("reproduce.py")
+    monkeypatch.setattr(reproduce, "Prestarted", lambda preload: preload)
+    model_only = [s for s in scripts() if not s.real]
+    real = [s for s in scripts() if s.real]
+    assert model_only and real
+    assert reproduce.prestarted(model_only, drawing=False) == ("numpy",)
+    assert reproduce.prestarted(model_only + real[:1], drawing=False) == reproduce.PRELOAD
+
+
 def test_bench_prints_a_row_per_script() -> None:
     proc = run_script("../bench/bench_scripts.py", "--quick", "--only", "lecture14/01")
     row = [ln for ln in proc.stdout.splitlines()
