@@ -4,7 +4,7 @@ the median of one over the median of the other: a machine busy with other work s
 every model-only script again at the largest world size it should handle (--world-size 1024), the
 time of lecture 15's full bucket-cap sweep (target 0.5 s), and, when asked, the whole reproduction
 with its pages (`reproduce.py --quick`, --with-reproduce) and the test suite (the README's test
-command, --with-suite), each timed once beside import torch.
+command, --with-suite), each timed once between three imports of torch before and three after.
 
     python bench/bench_scripts.py [--repeats 3] [--only lecture15] [--with-reproduce] [--with-suite]
 
@@ -54,12 +54,17 @@ def wall(command: list[str]) -> tuple[float, int]:
     return time.perf_counter() - start, proc.returncode
 
 
-def beside_import(command: list[str], runs: int) -> tuple[float, float, bool]:
-    """Median seconds of `command` and of import torch, each run of one after one of the other;
-    whether every run of the command succeeded."""
-    pairs = [(wall(IMPORT_TORCH)[0], wall(command)) for _ in range(runs)]
-    return (statistics.median(t for _, (t, _) in pairs), statistics.median(i for i, _ in pairs),
-            all(rc == 0 for _, (_, rc) in pairs))
+def beside_import(command: list[str], runs: int, imports: int = 1) -> tuple[float, float, bool]:
+    """Median seconds of `command` and of import torch: each run of the command after `imports` of
+    import torch (and, with more than one, before as many again: one sample swung 2.7-3.9 s here,
+    which moved a once-timed row's ratio by a fifth); whether every run of the command succeeded."""
+    torch_s, timed = [], []
+    for _ in range(runs):
+        torch_s += [wall(IMPORT_TORCH)[0] for _ in range(imports)]
+        timed.append(wall(command))
+        torch_s += [wall(IMPORT_TORCH)[0] for _ in range(imports if imports > 1 else 0)]
+    return (statistics.median(t for t, _ in timed), statistics.median(torch_s),
+            all(rc == 0 for _, rc in timed))
 
 
 def has_world_size(script: Script) -> bool:
@@ -113,12 +118,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             command = [sys.executable, str(ROOT / "code" / "reproduce.py"), "--quick", "--report", f"{tmp}"
                                                                                                    "/report"]
-            rows.append(row("reproduce.py --quick (with its pages)", "all scripts", beside_import(command, 1),
-                            target_x=REPRODUCE_TARGET_X))
+            rows.append(row("reproduce.py --quick (with its pages)", "all scripts",
+                            beside_import(command, 1, imports=3), target_x=REPRODUCE_TARGET_X))
     if args.with_suite:
         command = readme_test_command()
-        rows.append(row(" ".join(["python3", *command[1:]]), "the tests", beside_import(command, 1),
-                        target_x=SUITE_TARGET_X))
+        rows.append(row(" ".join(["python3", *command[1:]]), "the tests",
+                        beside_import(command, 1, imports=3), target_x=SUITE_TARGET_X))
     print()
     print(format_table(["what", "kind", "median s", "import torch s", "x import torch", "target", "verdict"],
                        rows))

@@ -8,6 +8,7 @@ import os
 import pickle
 import threading
 from multiprocessing import Pipe
+from typing import Any
 
 import pytest
 
@@ -74,10 +75,15 @@ class _Running:
     def is_alive(self) -> bool:
         return True
 
+    def close(self) -> None:
+        os.close(self.sentinel)
+        os.close(self._keep)
 
-def _answering_rank(answer_from: int | None) -> tuple[object, list[bytes]]:
-    """The parent's end of a pipe to a made-up started rank that answers "where" from its
-    `answer_from`-th question on (None: never), and the questions it got."""
+
+def _answering_rank(answer_from: int | None) -> tuple[Any, Any, list[bytes]]:
+    """Both ends of a pipe to a made-up started rank that answers "where" from its `answer_from`-th
+    question on (None: never), served by a thread until the rank's end is closed, and the questions
+    it got."""
     parent, rank = Pipe()
     asked: list[bytes] = []
 
@@ -91,23 +97,34 @@ def _answering_rank(answer_from: int | None) -> tuple[object, list[bytes]]:
                 rank.send_bytes(pickle.dumps(("where", (False, "work (probe.py:7)"))))
 
     threading.Thread(target=serve, daemon=True).start()
-    return parent, asked
+    return parent, rank, asked
 
 
-@pytest.mark.parametrize("answer_from", [3, None])
-def test_a_started_rank_that_answers_late_is_not_named_for_its_silence(answer_from, monkeypatch) -> None:
+@pytest.mark.parametrize("answer_from, start_s, named", [(3, 600, False), (None, 600, True), (1, 0, True)])
+def test_a_started_rank_that_answers_late_is_not_named_for_its_silence(answer_from, start_s, named,
+                                                                        monkeypatch) -> None:
     # Before its join deadline a started rank is named for silence alone: two looks unanswered. On
     # a loaded machine (two test suites at once) one missed both and answered the third look, the
-    # one taken to say where it was, and was named all the same ("it is at _send").
-    monkeypatch.setattr(parent_side, "_WHERE_WAIT_S", 0.2)
-    conn, asked = _answering_rank(answer_from)
-    collector = parent_side.Collector([_Running()], [conn], timeout_s=0.1, start_s=600)
-    collector.pending, collector.started = {0}, {0}
-    for _ in range(2):
-        collector.next_look = 0.0
-        stall = collector._watch({0})
-    assert len(asked) == 3    # two looks, then the one before naming
-    if answer_from is None:
-        assert stall is not None and stall.rank == 0 and "did not join" in stall.message, stall
-    else:
-        assert stall is None, stall
+    # one taken to say where it was, and was named all the same ("it is at _send"). Past the
+    # deadline (start_s) an answer does not save it: it is named, saying where it is.
+    monkeypatch.setattr(parent_side, "_WHERE_WAIT_S", 0.5)
+    conn, rank_end, asked = _answering_rank(answer_from)
+    child = _Running()
+    try:
+        collector = parent_side.Collector([child], [conn], timeout_s=0.1, start_s=start_s)
+        collector.pending, collector.started = {0}, {0}
+        stall = None
+        for _ in range(2):
+            collector.next_look = 0.0
+            stall = stall or collector._watch({0})
+        if not named:
+            assert stall is None, stall
+            assert len(asked) == 3   # two looks, then the one before naming
+        elif answer_from is None:
+            assert stall.rank == 0 and stall.message.startswith("did not join the group within"), stall
+        else:
+            assert stall.message == "did not join the group within 0 s (it is at work (probe.py:7))", stall
+    finally:
+        for end in (conn, rank_end):
+            end.close()
+        child.close()

@@ -126,8 +126,10 @@ class Collector:
                      or (r in self.started and r in self.silent_before)]
             self.silent_before = silent
             if named:
-                return self._stalled(named, f"did not join the group within {now - self.began:.0f} s",
-                                     NOT_JOINED, silent_only=True)
+                stall = self._stalled(named, f"did not join the group within {now - self.began:.0f} s",
+                                      NOT_JOINED, silent_only=True)
+                self.silent_before -= set(self.where)   # those that answered start again from one
+                return stall
         elif not unjoined and self.first_result and now >= self.first_result[0] + self.timeout_s:
             return self._stalled(sorted(pending), f"did not finish within {self.timeout_s:g} s after "
                                                   f"rank {self.first_result[1]} did", NOT_FINISHED)
