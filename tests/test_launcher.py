@@ -313,7 +313,8 @@ def test_every_failure_is_one_line_naming_the_rank_and_its_cause(mode: str, expe
     assert re.search(expected, lines[0]), lines[0]
     assert time.monotonic() - start < 30
     time.sleep(0.5)
-    assert _left_in_session(proc.pid) == [], "processes left behind"
+    if sys.platform.startswith("linux"):   # the session is read from /proc; the one line holds anywhere
+        assert _left_in_session(proc.pid) == [], "processes left behind"
 
 
 @pytest.mark.timeout(90)
