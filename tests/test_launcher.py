@@ -110,16 +110,18 @@ def test_two_runs_started_together_both_work() -> None:
         assert "results [3.0, 3.0, 3.0]" in out
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state first, then ppid, pgrp,
+    session), read after its last ")": a name may hold spaces or brackets; [] once it has ended."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _alive(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().split()[2] != "Z":
-                    alive.append(pid)
-        except FileNotFoundError:
-            pass
-    return alive
+    return [pid for pid in pids if _stat(pid)[:1] not in ([], ["Z"])]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -152,16 +154,9 @@ def _left_in_session(sid: int) -> list[int]:
     of its own (popen's start_new_session) left behind, its ranks included, forked or not: none
     of ours calls setsid. (`pgrep -f TAG` would see only fresh processes: a forked one's command
     line is the prestarted interpreter's.)"""
-    left = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:   # it ended meanwhile
-            continue
-        if fields[3] == str(sid) and fields[0] != "Z":
-            left.append(int(entry))
-    return left
+    in_session = [int(entry) for entry in filter(str.isdigit, os.listdir("/proc"))
+                  if _stat(entry)[3:4] == [str(sid)]]
+    return _alive(in_session)
 
 
 def _children(pid: int, at_least: int, within_s: float = 30) -> list[int]:
@@ -352,12 +347,8 @@ def _when_a_child_stops(pid: int, within_s: float = 30) -> float:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         for child in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split():
-            try:
-                with open(f"/proc/{child}/stat") as fh:
-                    if fh.read().rsplit(")", 1)[1].split()[0] == "T":
-                        return time.monotonic()
-            except (OSError, IndexError):
-                pass
+            if _stat(child)[:1] == ["T"]:
+                return time.monotonic()
         time.sleep(0.02)
     raise AssertionError("no rank stopped")
 

@@ -281,4 +281,3 @@ def test_closing_the_runner_ends_a_live_popen(tmp_path: Path) -> None:
     start = time.monotonic()
     light.close()
     assert time.monotonic() - start < 5 and proc.returncode == -signal.SIGKILL
-
