@@ -17,6 +17,7 @@ import socket
 import time
 from typing import Any
 
+from common.parent_side import is_stopped
 from common.rank_side import HUNG, TORCH, Failure, RankError, short
 
 
@@ -82,13 +83,7 @@ def _end_if_stopped_here(host: str | None, pid: int | None) -> bool:
     stopped). torchrun would send it SIGTERM, which a stopped process does not take, and wait 30 s
     before its SIGKILL. Not now: torchrun notices a rank that died within 0.1 s and SIGTERMs the
     others, rank 0 too, which must print the verdict first."""
-    if host != socket.gethostname() or pid is None:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] != "T":
-                return False
-    except (OSError, IndexError):
+    if host != socket.gethostname() or pid is None or not is_stopped(pid):
         return False
     if not _STOPPED:   # every way out: run_main's exit (atexit) or _exit_with's os._exit (it calls it)
         atexit.register(end_stopped_ranks)
