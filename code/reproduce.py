@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import tempfile
 import threading
 import time
@@ -38,33 +37,35 @@ from typing import Any, Callable
 
 from common.cli import UsageError, make_parser, run_main
 from common.files import check_output_dir, make_output_dir, write_json
+from common.lanes import Lanes
 from common.output import wrap
-from common.prestarted import PRELOAD, Prestarted
 from common.suite import Script, named_by, scripts
 
 
-def run_one(runner: Prestarted, script: Script, json_path: Path, quick: bool, label: str,
-            figure_dir: Path | None) -> dict[str, Any]:
-    """Run one script as a student would, with --json (and --save-figs where it draws, when the
-    pages want its figures), in a process forked from one that has imported torch already (a
-    fresh start per script was half of the reproduction's time); show progress meanwhile."""
+def command(script: Script, json_path: Path, quick: bool, figure_dir: Path | None) -> list[str]:
+    """The script as a student would run it, with --json (and --save-figs where it draws, when the
+    pages want its figures)."""
     args = [sys.executable, str(script.path), "--json", str(json_path)] + (["--quick"] if quick else [])
     if figure_dir is not None and script.draws:
         args += ["--save-figs", str(figure_dir)]
-    start = time.perf_counter()
+    return args
+
+
+def run_one(lanes: Lanes, i: int, script: Script, label: str, figure_dir: Path | None) -> dict[str, Any]:
+    """The i-th script's run, from whichever lane runs it (common.lanes), its line shown in order
+    with a ticker while it is awaited."""
     done = threading.Event()
-    ticker = threading.Thread(target=_tick, args=(label, start, done),
+    ticker = threading.Thread(target=_tick, args=(label, time.perf_counter(), done),
                               daemon=True) if sys.stdout.isatty() else None
     print(label, end="" if ticker else "\n", flush=True)
     if ticker:
         ticker.start()
     try:
-        proc = runner.run(args)
+        proc, wall = lanes.run(i)
     finally:
         done.set()
         if ticker:
             ticker.join()
-    wall = time.perf_counter() - start
     tail = (proc.stderr.strip().splitlines() or [""])[-1]
     status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}): {tail}"
     print(f"\r{label} {wall:5.1f} s  {status}" if ticker else f"    {wall:5.1f} s  {status}", flush=True)
@@ -128,25 +129,35 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
                 ) -> tuple[list[dict[str, Any]], list[tuple[str, dict]], dict[str, Any], list[Path], float]:
     """Run each script in turn (a line each), then write the pages: the runs, every (script, claim),
     each script's own --json by name, the pages written and the seconds it all took."""
-    runs, claims, data = [], [], {}
     start = time.perf_counter()
     drawing = not args.no_report and any(s.draws for s in chosen)
     timeline = None if args.no_report else timeline_in_background()
-    with tempfile.TemporaryDirectory() as tmp, prestarted(chosen, drawing) as runner:
+    with tempfile.TemporaryDirectory() as tmp:
         figure_dir = None if args.no_report else Path(tmp) / "figures"
-        for i, script in enumerate(chosen):
-            label = f"[{i + 1:2d}/{len(chosen)}] {script.name:30s} (at {time.perf_counter() - start:4.0f} s)"
-            out = Path(tmp) / f"{i}.json"
-            run = run_one(runner, script, out, args.quick, label, figure_dir)
-            runs.append(run)
-            if run["rc"] == 0:
-                data[script.name] = json.loads(out.read_text(encoding="utf-8"))
-                claims += [(script.name, c) for c in data[script.name]["claims"]]
+        if figure_dir is not None:
+            figure_dir.mkdir()   # before two lanes' scripts race to make it
+        outs = [Path(tmp) / f"{i}.json" for i in range(len(chosen))]
+        commands = [command(s, out, args.quick, figure_dir) for s, out in zip(chosen, outs)]
+        with Lanes(chosen, commands, drawing) as lanes:
+            runs, claims, data = collect(lanes, chosen, outs, figure_dir, start)
         pages = []
         if not args.no_report and data:  # a run where every script failed does not replace a report
             pages = write_pages(Path(args.report), chosen, runs, data, figure_dir, start, args.quick,
                                 timeline)
     return runs, claims, data, pages, time.perf_counter() - start
+
+
+def collect(lanes: Lanes, chosen: list[Script], outs: list[Path], figure_dir: Path | None, start: float
+            ) -> tuple[list[dict[str, Any]], list[tuple[str, dict]], dict[str, Any]]:
+    """Each script's run in the order chosen, a line each, with its claims and its own --json."""
+    runs, claims, data = [], [], {}
+    for i, script in enumerate(chosen):
+        label = f"[{i + 1:2d}/{len(chosen)}] {script.name:30s} (at {time.perf_counter() - start:4.0f} s)"
+        runs.append(run_one(lanes, i, script, label, figure_dir))
+        if runs[-1]["rc"] == 0:
+            data[script.name] = json.loads(outs[i].read_text(encoding="utf-8"))
+            claims += [(script.name, c) for c in data[script.name]["claims"]]
+    return runs, claims, data
 
 
 def timeline_in_background() -> Callable[[], str]:
@@ -177,32 +188,6 @@ def timeline_in_background() -> Callable[[], str]:
         return box["html"]
 
     return html
-
-
-def prestarted(chosen: list[Script], drawing: bool) -> Prestarted:
-    """The interpreter the scripts fork from: it imports torch's modules when a chosen script starts
-    ranks (a model-only script never imports torch: a run of those alone skips its 3-4 s), numpy
-    always; when a script draws for the pages, matplotlib too (0.75 s a drawing script here), if that
-    import is quiet: a Prestarted whose imports printed anything forks nothing (a fresh run would
-    show it), not even the scripts that never draw."""
-    preload = PRELOAD if any(s.real for s in chosen) else ("numpy",)
-    if drawing and quiet_import("matplotlib.pyplot"):
-        return Prestarted(preload=preload + ("matplotlib", "matplotlib.pyplot"))
-    return Prestarted(preload=preload)
-
-
-def quiet_import(module: str) -> bool:
-    """Whether a fresh interpreter imports `module` printing nothing, asked twice: a first import may
-    say something once (matplotlib's font cache, built on a new machine, when that takes over 5 s)."""
-    for _ in range(2):
-        try:
-            proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
-                                  timeout=600)
-        except subprocess.TimeoutExpired:
-            return False
-        if proc.returncode == 0 and not proc.stdout and not proc.stderr:
-            return True
-    return False
 
 
 def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], total: float,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import ROOT, load_script, python, run_script
+from conftest import ROOT, python, run_script
 
+from common import lanes
 from common.suite import CODE, LECTURES, SHORTENS, scripts
 
 
@@ -69,19 +70,16 @@ def test_an_import_that_speaks_once_is_quiet_the_second_time(tmp_path, monkeypat
         f"    print('building a cache'); open({str(tmp_path / 'built')!r}, 'w').close()\n", encoding="utf-8")
     (tmp_path / "speaks_always.py").write_text("print('always')\n", encoding="utf-8")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    reproduce = load_script("reproduce.py")
-    assert reproduce.quiet_import("speaks_once") and not reproduce.quiet_import("speaks_always")
+    assert lanes.quiet_import("speaks_once") and not lanes.quiet_import("speaks_always")
 
 
-def test_the_interpreter_imports_torch_only_for_scripts_that_start_ranks(monkeypatch) -> None:
+def test_the_interpreter_imports_torch_only_for_scripts_that_start_ranks() -> None:
     # A reproduction of model-only scripts (`--only lecture14/01`) does not wait for torch's import.
-    reproduce = load_script("reproduce.py")
-    monkeypatch.setattr(reproduce, "Prestarted", lambda preload: preload)
     model_only = [s for s in scripts() if not s.real]
     real = [s for s in scripts() if s.real]
     assert model_only and real
-    assert reproduce.prestarted(model_only, drawing=False) == ("numpy",)
-    assert reproduce.prestarted(model_only + real[:1], drawing=False) == reproduce.PRELOAD
+    assert lanes.preload(model_only) == ("numpy",)
+    assert lanes.preload(model_only + real[:1]) == lanes.PRELOAD
 
 
 def test_bench_prints_a_row_per_script() -> None:

@@ -10,6 +10,7 @@ CODE = Path(__file__).resolve().parents[1]
 LECTURES = ("lecture14", "lecture15", "cs336")
 # Scripts that start real processes; the rest run models only.
 _REAL_MARKERS = ("common.launcher",)
+_CLOCKS = r"\bperf_counter\(|\btime\.time\(|\bmonotonic\(|\.timings\("   # how a script reads a clock
 SHORTENS = r"\bquick=|\.quick\b"   # how a script's code sees --quick (common/cli.py applies quick=)
 
 
@@ -48,6 +49,15 @@ class Script:
 
         text = ast.get_docstring(ast.parse(self.path.read_text(encoding="utf-8"))) or ""
         return text.strip().splitlines()[0] if text.strip() else ""
+
+    @property
+    def timed(self) -> bool:
+        """It prints a number read off a clock (itself or in a module it imports), or records a row
+        the notes' tables mark as measured here: a reproduction gives its run the machine alone."""
+        from common import checker
+
+        return (any(re.search(_CLOCKS, source) for source in self.sources)
+                or any(r.basis == checker.MEASURED for r in checker.rows_for(self.name)))
 
     @property
     def real(self) -> bool:
