@@ -131,7 +131,6 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
     each script's own --json by name, the pages written and the seconds it all took."""
     start = time.perf_counter()
     drawing = not args.no_report and any(s.draws for s in chosen)
-    timeline = None if args.no_report else timeline_in_background()
     with tempfile.TemporaryDirectory() as tmp:
         figure_dir = None if args.no_report else Path(tmp) / "figures"
         if figure_dir is not None:
@@ -139,6 +138,9 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
         outs = [Path(tmp) / f"{i}.json" for i in range(len(chosen))]
         commands = [command(s, out, args.quick, figure_dir) for s, out in zip(chosen, outs)]
         with Lanes(chosen, commands, drawing) as lanes:
+            # after what this thread reads from disk: the page's thread holds the GIL most of its
+            # 3-4 s, and each read here waited for it (1.5 s before the first script)
+            timeline = None if args.no_report else timeline_in_background()
             runs, claims, data = collect(lanes, chosen, outs, figure_dir, start)
         pages = []
         if not args.no_report and data:  # a run where every script failed does not replace a report

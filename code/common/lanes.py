@@ -26,7 +26,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, Iterator
@@ -34,6 +33,7 @@ from typing import Any, Iterator
 from common.prestarted import PRELOAD, Prestarted
 from common.suite import Script
 
+MATPLOTLIB = ("matplotlib", "matplotlib.pyplot")
 Result = tuple[subprocess.CompletedProcess, float]   # the run, and its own seconds
 
 
@@ -79,11 +79,11 @@ class Turns:
 
 
 class SideLane:
-    """Runs `commands` (key -> argv) in order in a thread of its own, forked from `runner`;
+    """Runs `commands` (key -> argv) in order in a thread of its own, forked from `interpreter`;
     result(key) waits for one. stop() starts nothing more and kills the run in flight."""
 
-    def __init__(self, runner: Prestarted, commands: dict[int, list[str]], turns: Turns) -> None:
-        self.runner, self.commands, self.turns = runner, commands, turns
+    def __init__(self, interpreter: Interpreter, commands: dict[int, list[str]], turns: Turns) -> None:
+        self.interpreter, self.commands, self.turns = interpreter, commands, turns
         self._results: dict[int, Result | BaseException] = {}
         self._done = {key: threading.Event() for key in commands}
         self._guard = threading.Lock()        # the live process, between this thread and stop()
@@ -124,10 +124,11 @@ class SideLane:
 
     def _one(self, argv: list[str]) -> Result:
         start = time.perf_counter()
+        runner = self.interpreter.runner()   # outside the guard: it may wait for the imports
         with self._guard:
             if self.turns.stopped:
                 raise RuntimeError("the side lane was stopped")
-            self._live = self.runner.popen(argv)
+            self._live = runner.popen(argv)
         try:
             out, err = self._live.communicate()
         finally:
@@ -146,13 +147,12 @@ class Lanes:
         side = {i: commands[i] for i, s in enumerate(chosen) if not s.real and not s.timed}
         self.commands, self.chosen = commands, chosen
         mine = [s for i, s in enumerate(chosen) if i not in side]
-        extra = ("matplotlib", "matplotlib.pyplot") if drawing and quiet_import("matplotlib.pyplot") else ()
-        self.runners: list[Prestarted] = []
+        self.interpreters: list[Interpreter] = []
         self.turns, self.side = Turns(), None
         try:
-            self.main = self._start(preload(mine) + extra) if mine else None
+            self.main = self._start(preload(mine), drawing) if mine else None
             if side:
-                self.side = SideLane(self._start(("numpy",) + extra), side, self.turns)
+                self.side = SideLane(self._start(("numpy",), drawing), side, self.turns)
         except BaseException:
             self.close()
             raise
@@ -163,14 +163,14 @@ class Lanes:
         assert self.main is not None
         with self.turns.alone() if self.chosen[i].timed else contextlib.nullcontext():
             start = time.perf_counter()
-            proc = self.main.run(self.commands[i])
+            proc = self.main.runner().run(self.commands[i])
             return proc, time.perf_counter() - start
 
     def close(self) -> None:
         if self.side is not None:
             self.side.stop()
-        for runner in self.runners:
-            runner.close()
+        for interpreter in self.interpreters:
+            interpreter.close()
 
     def __enter__(self) -> Lanes:
         return self
@@ -178,28 +178,36 @@ class Lanes:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _start(self, modules: tuple[str, ...]) -> Prestarted:
-        self.runners.append(Prestarted(preload=modules))
-        return self.runners[-1]
+    def _start(self, modules: tuple[str, ...], drawing: bool) -> Interpreter:
+        self.interpreters.append(Interpreter(modules, drawing))
+        return self.interpreters[-1]
+
+
+class Interpreter:
+    """A lane's prestarted interpreter. When the pages want figures it imports matplotlib too (0.75 s
+    a drawing script here), started at once, without first asking whether that import is quiet: if
+    it printed anything (a warning at every import, or a font cache built once on a new machine),
+    that interpreter forks nothing (a fresh run would show it), so the lane's first run starts
+    another without matplotlib, and the drawing scripts import it themselves."""
+
+    def __init__(self, modules: tuple[str, ...], drawing: bool) -> None:
+        self.modules, self._checked = modules, not drawing
+        self._runners = [Prestarted(preload=modules + (MATPLOTLIB if drawing else ()))]
+
+    def runner(self) -> Prestarted:
+        """The runner to fork from (waits for its imports)."""
+        if not self._runners[-1].usable and not self._checked:
+            self._runners[-1].close()
+            self._runners.append(Prestarted(preload=self.modules))
+        self._checked = True
+        return self._runners[-1]
+
+    def close(self) -> None:
+        for runner in self._runners:
+            runner.close()
 
 
 def preload(scripts: list[Script]) -> tuple[str, ...]:
     """What an interpreter imports before it forks these scripts: torch's modules when one of them
     starts ranks (a model-only script never imports torch: 3-4 s saved here), numpy always."""
     return PRELOAD if any(s.real for s in scripts) else ("numpy",)
-
-
-def quiet_import(module: str) -> bool:
-    """Whether a fresh interpreter imports `module` printing nothing, asked twice: a first import may
-    say something once (matplotlib's font cache, built on a new machine, when that takes over 5 s).
-    A Prestarted whose imports printed anything forks nothing (a fresh run would show it), so the
-    interpreters import matplotlib (0.75 s a drawing script here) only when this holds."""
-    for _ in range(2):
-        try:
-            proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
-                                  timeout=600)
-        except subprocess.TimeoutExpired:
-            return False
-        if proc.returncode == 0 and not proc.stdout and not proc.stderr:
-            return True
-    return False
