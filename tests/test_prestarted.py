@@ -281,3 +281,14 @@ def test_closing_the_runner_ends_a_live_popen(tmp_path: Path) -> None:
     start = time.monotonic()
     light.close()
     assert time.monotonic() - start < 5 and proc.returncode == -signal.SIGKILL
+
+
+def test_closing_a_runner_still_importing_does_not_wait_for_its_imports(tmp_path: Path) -> None:
+    # Ctrl-C or SIGTERM in the first seconds of a reproduction: the interpreter is importing torch
+    # and has forked nothing, so there is nothing to wait for (it would read its end only after).
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
+    importing = Prestarted(dict(os.environ, PYTHONPATH=str(tmp_path)), preload=("slow_import",))
+    time.sleep(0.5)   # the interpreter has started and is in its import
+    start = time.monotonic()
+    importing.close()
+    assert time.monotonic() - start < 5 and importing._proc.returncode == -signal.SIGKILL

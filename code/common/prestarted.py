@@ -126,6 +126,8 @@ class Prestarted:
             with contextlib.suppress(Exception):
                 self._live.kill()
                 self._live.wait(timeout=10)
+        if self._ready is None:   # it forked nothing, and may be importing still: nothing to wait for
+            self._proc.kill()
         os.close(self._requests)   # the interpreter ends when it reads the end of its requests
         try:
             self._proc.wait(timeout=10)
