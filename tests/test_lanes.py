@@ -84,3 +84,17 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_script_with_a_row_measured_here_is_timed_without_a_clock_in_its_text(tmp_path: Path,
+                                                                                monkeypatch) -> None:
+    # A timing may come from a module of common/ (whose text Script.timed does not read): a row the
+    # notes' tables mark "measured here" is enough to run the script alone.
+    from common import checker
+
+    plain = tmp_path / "01_plain.py"
+    plain.write_text("print('no clock here')\n", encoding="utf-8")
+    assert not Script(plain).timed
+    row = type("Row", (), {"basis": checker.MEASURED})()
+    monkeypatch.setattr(checker, "rows_for", lambda name: [row] if name == Script(plain).name else [])
+    assert Script(plain).timed
