@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from common.cli import UsageError, make_parser, run_main
 from common.files import check_output_dir, make_output_dir, write_json
-from common.lanes import Lanes
+from common.lanes import Lanes, Turns
 from common.output import wrap
 from common.suite import Script, named_by, scripts
 
@@ -140,7 +140,7 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
         with Lanes(chosen, commands, drawing) as lanes:
             # after what this thread reads from disk: the page's thread holds the GIL most of its
             # 3-4 s, and each read here waited for it (1.5 s before the first script)
-            timeline = None if args.no_report else timeline_in_background()
+            timeline = None if args.no_report else timeline_in_background(lanes.turns)
             runs, claims, data = collect(lanes, chosen, outs, figure_dir, start)
         pages = []
         if not args.no_report and data:  # a run where every script failed does not replace a report
@@ -162,21 +162,25 @@ def collect(lanes: Lanes, chosen: list[Script], outs: list[Path], figure_dir: Pa
     return runs, claims, data
 
 
-def timeline_in_background() -> Callable[[], str]:
+def timeline_in_background(turns: Turns | None = None) -> Callable[[], str]:
     """The timeline page's HTML, computed in a thread started now: its grid is 3-4 s of pure Python
     that needs no run, done while the interpreter imports torch and this process only waits on the
-    scripts. Returns what waits for it (and raises what the thread raised)."""
+    scripts. It is work beside the scripts (`turns`): a script that reads a clock runs without it.
+    Returns what waits for it (and raises what the thread raised)."""
     from report.timeline import render_timeline  # imported here, not raced with the thread
 
     box: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            # Below the scripts (nice 10 on Linux, where a thread has its own): their ranks and
-            # timings come first; a free core still runs it at full speed.
+            # Below the scripts (nice 10 on Linux, where a thread has its own): their ranks come
+            # first; a free core still runs it at full speed.
             with contextlib.suppress(AttributeError, OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-            box["html"] = render_timeline()
+            with turns.beside() if turns else contextlib.nullcontext(True) as started:
+                if not started:
+                    raise RuntimeError("the reproduction was stopped")
+                box["html"] = render_timeline()
         except BaseException as err:  # raised again in the caller's thread
             box["error"] = err
 

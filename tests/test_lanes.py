@@ -4,12 +4,16 @@ reads a clock alone on the machine, and leave nothing running when they are left
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
-from common.lanes import Lanes
-from common.suite import Script
+from conftest import load_script
+
+from common.lanes import Lanes, Turns
+from common.suite import Script, scripts
 
 # Each run appends "<event> <name>" to a log: the order of the events is what the tests read.
 SIDE = '''import sys, time
@@ -19,25 +23,37 @@ time.sleep(0.15)
 open(log, "a").write(f"end {name}\\n")
 print(name)
 '''
-# The same, read off a clock as far as Script.timed can tell (the text names perf_counter()).
-TIMED = SIDE.replace("import sys, time", "import sys, time  # perf_counter()")
+# The same, read off a clock as far as Script.timed can tell (the text names perf_counter()), and
+# one that runs in this thread's lane as a script with ranks would (the text names common.launcher).
+RANKS = SIDE.replace("import sys, time", "import os, sys, time  # common.launcher\n"
+                    "open(os.path.join(os.path.dirname(sys.argv[2]), 'ranks_ran'), 'w').close()")
+# A timed one waits (10 s at most) until a script with ranks has run: were it in the side lane, it
+# would then run beside the next one (this thread's lane starts late: it imports torch first).
+TIMED = SIDE.replace("import sys, time", "import os, sys, time  # perf_counter()\n"
+                     "waited = 0\n"
+                     "while not os.path.exists(os.path.join(os.path.dirname(sys.argv[2]), 'ranks_ran')) "
+                     "and waited < 200:\n    time.sleep(0.05); waited += 1")
 
 
 def _scripts(tmp_path: Path, kinds: str) -> tuple[list[Script], list[list[str]], Path]:
-    """A script per letter of `kinds` (s: side lane, t: reads a clock), each with its command."""
+    """A script per letter of `kinds` (s: side lane, t: reads a clock, r: has ranks), each with its
+    command."""
     log = tmp_path / "events.txt"
     chosen, commands = [], []
     for i, kind in enumerate(kinds):
         path = tmp_path / f"{i:02d}_{kind}.py"
-        path.write_text(TIMED if kind == "t" else SIDE, encoding="utf-8")
+        path.write_text({"s": SIDE, "t": TIMED, "r": RANKS}[kind], encoding="utf-8")
         chosen.append(Script(path))
         commands.append([sys.executable, str(path), path.stem, str(log)])
     return chosen, commands, log
 
 
-def test_results_in_order_and_a_timed_run_never_beside_a_side_run(tmp_path: Path) -> None:
-    chosen, commands, log = _scripts(tmp_path, "sstssts")
-    assert [s.timed for s in chosen] == [c == "t" for c in "sstssts"]
+def test_results_in_order_and_a_timed_run_never_beside_another(tmp_path: Path) -> None:
+    # A timed script without ranks (as lecture15/03_overlap.py) stays out of the side lane too: it
+    # would run there beside the scripts with ranks.
+    kinds = "srtsrtsrs"
+    chosen, commands, log = _scripts(tmp_path, kinds)
+    assert [(s.timed, s.real) for s in chosen] == [(c == "t", c == "r") for c in kinds]
     with Lanes(chosen, commands, drawing=False) as lanes:
         results = [lanes.run(i) for i in range(len(chosen))]
     assert [proc.stdout.strip() for proc, _ in results] == [s.path.stem for s in chosen]
@@ -52,6 +68,85 @@ def test_results_in_order_and_a_timed_run_never_beside_a_side_run(tmp_path: Path
             running.add(name)
         else:
             running.remove(name)
+
+
+def test_a_timed_run_waiting_goes_before_the_side_lanes_next_run() -> None:
+    turns, order = Turns(), []
+    side_in, timed_waits = threading.Event(), threading.Event()
+
+    def timed() -> None:
+        side_in.wait()
+        timed_waits.set()
+        with turns.alone():
+            order.append("timed")
+
+    thread = threading.Thread(target=timed)
+    thread.start()
+    with turns.beside():
+        side_in.set()
+        timed_waits.wait()
+        time.sleep(0.2)   # the timed run is waiting in alone()
+        order.append("side 1")
+    with turns.beside():   # straight after: the timed run that waited goes first
+        order.append("side 2")
+    thread.join()
+    assert order == ["side 1", "timed", "side 2"]
+    turns.stop()
+    with turns.beside() as started:
+        assert not started
+
+
+def test_a_side_run_whose_interpreter_died_runs_again_fresh(tmp_path: Path) -> None:
+    # Killed under a run (the OOM killer, say), the interpreter takes the run's exit status with
+    # it: the run starts again fresh, as Prestarted.run does, and the reproduction goes on.
+    first = tmp_path / "first"
+    script = tmp_path / "00_once.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"if os.path.exists({str(first)!r}):\n    print('fresh'); sys.exit(0)\n"
+        f"open({str(first)!r}, 'w').write(str(os.getppid()))\n"
+        "parent = os.getppid()\nwhile os.getppid() == parent:\n    time.sleep(0.05)\n"
+        "print('forked')\n", encoding="utf-8")
+    with Lanes([Script(script)], [[sys.executable, str(script)]], drawing=False) as lanes:
+        deadline = time.monotonic() + 60
+        while not (first.exists() and first.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(int(first.read_text()), signal.SIGKILL)   # the interpreter, the script's parent
+        proc, _ = lanes.run(0)
+    assert (proc.returncode, proc.stdout, proc.forked) == (0, "fresh\n", False)
+
+
+def test_every_script_that_records_a_timing_is_timed(quick_reproduction: dict) -> None:
+    # Independent of Script.timed's reading of the text: what each script's --json says it timed
+    # (Report.timings) or the rows the notes' tables mark "measured here".
+    from common import checker
+
+    timed = {s.name for s in scripts() if s.timed}
+    for run in quick_reproduction["runs"]:
+        parts = run["json"]["parts"].values()
+        measured = any(r.basis == checker.MEASURED for r in checker.rows_for(run["script"]))
+        if measured or any(part.get("timed") for part in parts):
+            assert run["script"] in timed, run["script"]
+
+
+def test_the_timeline_page_is_not_computed_beside_a_timed_run(monkeypatch) -> None:
+    import report.timeline
+
+    events: list[str] = []
+
+    def render() -> str:
+        events.append("page start")
+        time.sleep(0.3)
+        events.append("page end")
+        return "<html></html>"
+
+    monkeypatch.setattr(report.timeline, "render_timeline", render)
+    turns = Turns()
+    with turns.alone():
+        html = load_script("reproduce.py").timeline_in_background(turns)
+        time.sleep(0.3)
+        events.append("timed end")
+    assert html() == "<html></html>" and events == ["timed end", "page start", "page end"]
 
 
 def test_leaving_early_ends_the_side_runs_live_child(tmp_path: Path) -> None:

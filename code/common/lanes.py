@@ -13,11 +13,13 @@ interpreter's import.
 
 What a reader could doubt, and why it holds:
 - A number read off a clock must not include another script's work: a script that reads one
-  (Script.timed) runs in this thread with the side lane paused (Turns), as alone as in a
-  sequential run; a model-only one that reads a clock runs here too.
+  (Script.timed) runs in this thread with the work beside it paused (Turns: the side lane, and
+  the reproduction's timeline page), as alone as in a sequential run; a model-only one that
+  reads a clock runs here too.
 - The results come back in the caller's order: run(i) of a side script waits for its result.
+- A side run whose interpreter died under it runs again fresh, as Prestarted.run does.
 - Ctrl-C and SIGTERM end the side lane's live run too: leaving the `with` block stops the lane,
-  kills the run in flight and ends both interpreters.
+  kills the run in flight and an interpreter still importing, and ends both interpreters.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from common.prestarted import PRELOAD, Prestarted
+from common.prestarted import PRELOAD, InterpreterGone, Prestarted
 from common.suite import Script
 
 MATPLOTLIB = ("matplotlib", "matplotlib.pyplot")
@@ -38,20 +40,21 @@ Result = tuple[subprocess.CompletedProcess, float]   # the run, and its own seco
 
 
 class Turns:
-    """The gate between the lanes: a timed run waits for the side lane's run in flight; the side
-    lane starts nothing while a timed run waits or runs, nor once stopped."""
+    """The gate between a timed run and the work beside it (the side lane's runs, the timeline
+    page's thread): a timed run waits for the work in flight; no work starts beside while a timed
+    run waits or runs, nor once stopped."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._side_running = False
-        self._timed_waiting = 0
+        self._beside = 0          # pieces of work running beside
+        self._timed_waiting = 0   # timed runs waiting or running
         self.stopped = False
 
     @contextlib.contextmanager
     def alone(self) -> Iterator[None]:
         with self._cond:
             self._timed_waiting += 1
-            self._cond.wait_for(lambda: not self._side_running)
+            self._cond.wait_for(lambda: not self._beside)
         try:
             yield
         finally:
@@ -59,18 +62,20 @@ class Turns:
                 self._timed_waiting -= 1
                 self._cond.notify_all()
 
-    def side_may_start(self) -> bool:
-        """Wait until no timed run waits or runs, then mark the side lane running; False once
-        stopped (the lane ends). side_done() must follow a True."""
+    @contextlib.contextmanager
+    def beside(self) -> Iterator[bool]:
+        """Wait until no timed run waits or runs, then hold a turn beside for the block; yields
+        False, holding nothing, once stopped (the work is not to start)."""
         with self._cond:
             self._cond.wait_for(lambda: self.stopped or not self._timed_waiting)
-            self._side_running = not self.stopped
-            return self._side_running
-
-    def side_done(self) -> None:
-        with self._cond:
-            self._side_running = False
-            self._cond.notify_all()
+            started = not self.stopped
+            self._beside += started
+        try:
+            yield started
+        finally:
+            with self._cond:
+                self._beside -= started
+                self._cond.notify_all()
 
     def stop(self) -> None:
         with self._cond:
@@ -99,44 +104,57 @@ class SideLane:
         return found
 
     def stop(self) -> None:
+        """Start nothing more, stop an interpreter still importing (nothing of it to wait for),
+        kill the run in flight, and wait for the thread."""
         self.turns.stop()
+        self.interpreter.stop_importing()
         with self._guard:
-            if self._live is not None:
+            if self._live is not None and self._live.returncode is None:
+                # its pid is the child's until its status is read (a Forked: the interpreter
+                # reaps it just before it replies, milliseconds in which the pid is free)
                 with contextlib.suppress(OSError):
                     os.kill(self._live.pid, signal.SIGKILL)
         self._thread.join(timeout=10)
 
     def _work(self) -> None:
         for key, argv in self.commands.items():
-            if not self.turns.side_may_start():
-                break
-            try:
-                self._results[key] = self._one(argv)
-            except BaseException as err:   # raised again by result(), in the caller's thread
-                self._results[key] = err
-            finally:
-                self.turns.side_done()
-                self._done[key].set()
+            with self.turns.beside() as started:
+                if not started:
+                    break
+                try:
+                    self._results[key] = self._one(argv)
+                except BaseException as err:   # raised again by result(), in the caller's thread
+                    self._results[key] = err
+                finally:
+                    self._done[key].set()
         for key, done in self._done.items():   # stopped: whoever still waits is woken
             if not done.is_set():
                 self._results[key] = RuntimeError("the side lane was stopped")
                 done.set()
 
     def _one(self, argv: list[str]) -> Result:
-        start = time.perf_counter()
-        runner = self.interpreter.runner()   # outside the guard: it may wait for the imports
-        with self._guard:
-            if self.turns.stopped:
-                raise RuntimeError("the side lane was stopped")
-            self._live = runner.popen(argv)
-        try:
-            out, err = self._live.communicate()
-        finally:
+        """The run, forked; fresh again if the interpreter died under it (its status died with
+        it), as Prestarted.run does."""
+        for attempt in (1, 2):
+            start = time.perf_counter()
+            runner = self.interpreter.runner()   # outside the guard: it may wait for the imports
             with self._guard:
-                proc, self._live = self._live, None
-        done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
-        done.forked = getattr(proc, "forked", False)   # type: ignore[attr-defined]
-        return done, time.perf_counter() - start
+                if self.turns.stopped:
+                    raise RuntimeError("the side lane was stopped")
+                self._live = runner.popen(argv)   # fresh once that runner is gone
+            try:
+                out, err = self._live.communicate()
+            except InterpreterGone:
+                if attempt == 2:
+                    raise
+                continue
+            finally:
+                with self._guard:
+                    proc, self._live = self._live, None
+            done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+            done.forked = getattr(proc, "forked", False)   # type: ignore[attr-defined]
+            return done, time.perf_counter() - start
+        raise AssertionError("unreachable")
 
 
 class Lanes:
@@ -161,12 +179,14 @@ class Lanes:
         if self.side is not None and i in self.side.commands:
             return self.side.result(i)
         assert self.main is not None
+        runner = self.main.runner()   # its imports first: the side lane goes on meanwhile
         with self.turns.alone() if self.chosen[i].timed else contextlib.nullcontext():
             start = time.perf_counter()
-            proc = self.main.runner().run(self.commands[i])
+            proc = runner.run(self.commands[i])
             return proc, time.perf_counter() - start
 
     def close(self) -> None:
+        self.turns.stop()
         if self.side is not None:
             self.side.stop()
         for interpreter in self.interpreters:
@@ -191,16 +211,26 @@ class Interpreter:
     another without matplotlib, and the drawing scripts import it themselves."""
 
     def __init__(self, modules: tuple[str, ...], drawing: bool) -> None:
-        self.modules, self._checked = modules, not drawing
+        self.modules, self._checked, self._stopped = modules, not drawing, False
         self._runners = [Prestarted(preload=modules + (MATPLOTLIB if drawing else ()))]
 
     def runner(self) -> Prestarted:
-        """The runner to fork from (waits for its imports)."""
-        if not self._runners[-1].usable and not self._checked:
+        """The runner to fork from, its imports done (RuntimeError once stopped)."""
+        if not self._runners[-1].usable and not self._checked and not self._stopped:
             self._runners[-1].close()
             self._runners.append(Prestarted(preload=self.modules))
+            self._runners[-1].usable   # noqa: B018  (its imports, here: not under a lane's guard)
         self._checked = True
+        if self._stopped:
+            raise RuntimeError("the lane was stopped")
         return self._runners[-1]
+
+    def stop_importing(self) -> None:
+        """From another thread, on the way out: no replacement is started, and an interpreter
+        still importing is killed (whoever waits for it finds it unusable)."""
+        self._stopped = True
+        for runner in list(self._runners):
+            runner.stop_importing()
 
     def close(self) -> None:
         for runner in self._runners:

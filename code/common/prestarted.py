@@ -91,7 +91,7 @@ class Prestarted:
             try:
                 if self._can_fork(argv, cwd, env):
                     return self._forked(argv, os.path.abspath(cwd or os.getcwd()), env, timeout)
-            except _Gone:
+            except InterpreterGone:
                 self._ready = False   # the interpreter died: this run and every later one start fresh
             finally:
                 self._lock.release()
@@ -111,7 +111,7 @@ class Prestarted:
                     self._live = Forked(self, argv, folder, env, start_new_session)
                     handed = True   # it releases the lock once it has ended
                     return self._live
-            except _Gone:
+            except InterpreterGone:
                 self._ready = False
             finally:
                 if not handed:
@@ -126,8 +126,7 @@ class Prestarted:
             with contextlib.suppress(Exception):
                 self._live.kill()
                 self._live.wait(timeout=10)
-        if self._ready is None:   # it forked nothing, and may be importing still: nothing to wait for
-            self._proc.kill()
+        self.stop_importing()
         os.close(self._requests)   # the interpreter ends when it reads the end of its requests
         try:
             self._proc.wait(timeout=10)
@@ -137,6 +136,12 @@ class Prestarted:
         os.close(self._replies)
         self._requests = self._replies = -1
         self._tmp.cleanup()
+
+    def stop_importing(self) -> None:
+        """Kill the interpreter if it has forked nothing yet (it may be importing still: there is
+        nothing of it to wait for); from any thread: one waiting for its imports finds it unusable."""
+        if self._ready is None:
+            self._proc.kill()
 
     def __enter__(self) -> Prestarted:
         return self
@@ -150,7 +155,7 @@ class Prestarted:
         if self._ready is None:
             try:
                 self._ready = self._read_reply(None) == {"ready": True} and not self._log.read_bytes()
-            except _Gone:
+            except InterpreterGone:
                 self._ready = False
         return self._ready
 
@@ -189,7 +194,7 @@ class Prestarted:
         try:
             os.write(self._requests, json.dumps(request).encode() + b"\n")
         except OSError as broken:
-            raise _Gone(str(broken)) from None
+            raise InterpreterGone(str(broken)) from None
         try:
             return self._read_reply(None)["pid"]
         except BaseException:
@@ -215,7 +220,7 @@ class Prestarted:
                 raise subprocess.TimeoutExpired("prestarted", timeout or 0)
             chunk = os.read(self._replies, 1)
             if not chunk:
-                raise _Gone(f"the prestarted interpreter ended (exit {self._proc.wait()}): "
+                raise InterpreterGone(f"the prestarted interpreter ended (exit {self._proc.wait()}): "
                             f"{self._log.read_text(errors='replace')[-500:]}")
             line += chunk
         return json.loads(line)
@@ -270,7 +275,7 @@ class Forked:
                 reply = self._runner._read_reply(timeout)
             except subprocess.TimeoutExpired:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
-            except _Gone:   # the interpreter died: its child's status is lost with it
+            except InterpreterGone:   # the interpreter died: its child's status is lost with it
                 self._runner._ready = False
                 self._runner._lock.release()
                 raise
@@ -316,7 +321,7 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
-class _Gone(Exception):
+class InterpreterGone(Exception):
     """The prestarted interpreter has ended: its runs start fresh."""
 
 
