@@ -193,3 +193,17 @@ def test_a_script_with_a_row_measured_here_is_timed_without_a_clock_in_its_text(
     row = type("Row", (), {"basis": checker.MEASURED})()
     monkeypatch.setattr(checker, "rows_for", lambda name: [row] if name == Script(plain).name else [])
     assert Script(plain).timed
+
+
+def test_the_timeline_page_is_computed_when_the_lanes_close_before_its_turn(monkeypatch) -> None:
+    # The lanes close (Turns.stop) as soon as the last script has run: a page whose thread waited
+    # for a timed last script must still be computed, not given up as if interrupted.
+    import report.timeline
+
+    monkeypatch.setattr(report.timeline, "render_timeline", lambda: "<html></html>")
+    turns = Turns()
+    with turns.alone():
+        html = load_script("reproduce.py").timeline_in_background(turns)
+        time.sleep(0.2)   # the page's thread waits for its turn
+    turns.stop()
+    assert html() == "<html></html>"

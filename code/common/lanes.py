@@ -134,27 +134,27 @@ class SideLane:
 
     def _one(self, argv: list[str]) -> Result:
         """The run, forked; fresh again if the interpreter died under it (its status died with
-        it), as Prestarted.run does."""
-        for attempt in (1, 2):
-            start = time.perf_counter()
-            runner = self.interpreter.runner()   # outside the guard: it may wait for the imports
+        it; that runner forks no more), as Prestarted.run does."""
+        try:
+            return self._attempt(argv)
+        except InterpreterGone:
+            return self._attempt(argv)
+
+    def _attempt(self, argv: list[str]) -> Result:
+        start = time.perf_counter()
+        runner = self.interpreter.runner()   # outside the guard: it may wait for the imports
+        with self._guard:
+            if self.turns.stopped:
+                raise RuntimeError("the side lane was stopped")
+            self._live = runner.popen(argv)   # fresh once that runner is gone
+        try:
+            out, err = self._live.communicate()
+        finally:
             with self._guard:
-                if self.turns.stopped:
-                    raise RuntimeError("the side lane was stopped")
-                self._live = runner.popen(argv)   # fresh once that runner is gone
-            try:
-                out, err = self._live.communicate()
-            except InterpreterGone:
-                if attempt == 2:
-                    raise
-                continue
-            finally:
-                with self._guard:
-                    proc, self._live = self._live, None
-            done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
-            done.forked = getattr(proc, "forked", False)   # type: ignore[attr-defined]
-            return done, time.perf_counter() - start
-        raise AssertionError("unreachable")
+                proc, self._live = self._live, None
+        done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        done.forked = getattr(proc, "forked", False)   # type: ignore[attr-defined]
+        return done, time.perf_counter() - start
 
 
 class Lanes:
