@@ -373,3 +373,24 @@ def test_a_rank_raising_torchs_words_is_blamed_for_its_own_error() -> None:
         launch(raise_in_own_code_with_torchs_words, 2, timeout_s=30)
     assert (info.value.rank, info.value.kind) == (1, RAISED), str(info.value)
     assert "Connection closed by peer" in info.value.message
+
+
+
+def test_ddp_preload_in_the_parent_when_ranks_outnumber_cores_or_the_parent_needs_it(monkeypatch) -> None:
+    # With a core per rank the ranks import torch._dynamo side by side; a parent that steps an
+    # optimizer of its own after them (parent_too) would import it again alone, so it goes first.
+    import builtins
+
+    from common import launcher
+
+    imported: list[str] = []
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (imported.append(name),
+                                                                       real_import(name, *a, **k))[1])
+    monkeypatch.setattr(launcher, "_cores", lambda: 2)
+    seen = []
+    for ranks, parent_too in ((2, False), (3, False), (2, True)):
+        imported.clear()
+        launcher.preload_for_ddp(ranks, parent_too=parent_too)
+        seen.append("torch._dynamo" in imported)
+    assert seen == [False, True, True]

@@ -304,7 +304,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError(f"--world-size {args.world_size}: these parts compare ranks, use at least 2")
-    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
+    # DDP() imports torch._dynamo, and so does Part 1's one-process reference (its optimizer)
+    preload_for_ddp(args.world_size, parent_too=True)
     rep = Report(__file__, "no_sync, unused parameters and buffers in real DDP", args)
     rep.part(1, "no_sync and gradient accumulation")  # where no_sync must go, counted by a comm hook
     part1_no_sync(rep, args)
