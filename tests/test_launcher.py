@@ -375,7 +375,6 @@ def test_a_rank_raising_torchs_words_is_blamed_for_its_own_error() -> None:
     assert "Connection closed by peer" in info.value.message
 
 
-
 def test_ddp_preload_in_the_parent_when_ranks_outnumber_cores_or_the_parent_needs_it(monkeypatch) -> None:
     # With a core per rank the ranks import torch._dynamo side by side; a parent that steps an
     # optimizer of its own after them (parent_too) would import it again alone, so it goes first.
@@ -385,8 +384,14 @@ def test_ddp_preload_in_the_parent_when_ranks_outnumber_cores_or_the_parent_need
 
     imported: list[str] = []
     real_import = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (imported.append(name),
-                                                                       real_import(name, *a, **k))[1])
+
+    def recording_import(name: str, *args: object, **kwargs: object) -> object:
+        imported.append(name)
+        if name == "torch._dynamo":   # recorded, not loaded: this worker's later tests stay as they were
+            return sys.modules["torch"]
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", recording_import)
     monkeypatch.setattr(launcher, "_cores", lambda: 2)
     seen = []
     for ranks, parent_too in ((2, False), (3, False), (2, True)):

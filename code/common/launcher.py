@@ -81,9 +81,9 @@ def preload_for_ddp(world_size: int, parent_too: bool = False) -> None:
     """Import what DDP's constructor and a first optimizer import (torch._dynamo, 1-1.5 s here) in
     the parent when ranks outnumber cores: forked ranks inherit it instead of paying it one after
     another on shared cores (4 ranks on 2 cores: 5.2 s -> 3.6 s). With a core per rank they import
-    it side by side, which is as fast as the parent doing it first, unless the parent imports it
-    anyway (parent_too: it steps an optimizer of its own after the ranks, as a one-process
-    reference does): then once, here, is that import alone (04_details: 5.7 s -> 4.4 s)."""
+    it side by side, as fast as the parent doing it first, unless the parent imports it later
+    anyway (parent_too: a one-process reference steps its own optimizer): importing it here first
+    saves that second import (04_details: 5.7 s -> 4.0-4.4 s)."""
     if parent_too or world_size > _cores():
         import torch._dynamo  # noqa: F401
 
