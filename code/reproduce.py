@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
+from common import errata
 from common.cli import UsageError, make_parser, run_main
 from common.files import check_output_dir, make_output_dir, write_json
 from common.lanes import Lanes, Turns
@@ -86,19 +87,22 @@ def main() -> None:
     chosen = [s for s in scripts() if named_by(args.only, s.name)]
     if not chosen:
         raise UsageError(f"--only {args.only!r} matches no script (names look like lecture15/02_buckets.py)")
-    runs, claims, data, pages, total = run_scripts(chosen, args)
+    # --errata's standard output is docs/errata.md alone: the run's lines go to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.errata else contextlib.nullcontext():
+        runs, claims, data, pages, total = run_scripts(chosen, args)
     failures = [r["script"] for r in runs if r["rc"] != 0]
+    every = [dict(c, script=s) for s, c in claims]
     if args.errata:
-        from report.pages import errata_markdown
-
-        print("\n" + errata_markdown([dict(c, script=s) for s, c in claims]), end="")
+        print(errata.markdown(errata.group(every), errata.readings(every)), end="")
         sys.exit(1 if failures else 0)
     print_claims(runs, claims, total, args.all_claims)
     if args.json:
         # Each run keeps its script's own --json too: the tests read a script's --quick run from here
         # instead of running it again.
         write_json(args.json, {"total_s": total, "runs": [dict(r, json=data.get(r["script"])) for r in runs],
-                               "claims": [dict(c, script=s) for s, c in claims]})
+                               "claims": every,
+                               "errata": [dict(g, instances=[c["ref"] for c in g["instances"]])
+                                          for g in errata.group(every)]})
     if pages:
         print("\nThe pages: " + ", ".join(str(p) for p in pages) + f" (all done in {total:.1f} s)")
     elif not args.no_report:
@@ -118,8 +122,10 @@ def parse_args() -> argparse.Namespace:
                              "report)")
     parser.add_argument("--no-report", action="store_true", help="write no pages")
     parser.add_argument("--errata", action="store_true",
-                        help="print only the README's errata section (markdown), from this run's claims")
+                        help="print only docs/errata.md (markdown) on standard output, from this run's "
+                             "claims; the run's lines go to stderr and no pages are written")
     args = parser.parse_args()
+    args.no_report = args.no_report or args.errata
     if not args.no_report:
         check_output_dir(args.report, "--report")
     return args
@@ -209,7 +215,7 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
               else "\nClaims that do not simply agree (ours beside the notes', and why):")
     for script, c in shown:
         print(f"\n  {script} · {c['part']} · {c['what']}")
-        status = "differs: an error in the notes" if c.get("erratum") else c["status"]
+        status = errata.label(c)
         line = (f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} "
                 f"({c['kind']}")
         print(wrap(line + (f"; {c['rule']})" if c.get("rule") else ")"), "      ", "    "))
@@ -217,13 +223,9 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
             print(wrap(c["decision"], "         ", "    found: "))
         if c["why"]:
             print(wrap(c["why"], "         ", "    why: "))
-    errata = [(s, c) for s, c in claims if c.get("erratum")]
-    if errata:
-        print(f"\nErrors in the notes ({len(errata)}; each listed above with its reason): the notes print, "
-              "the model gives")
-        for script, c in errata:
-            print(wrap(f"{script} · {c['what']}: {_num(c['notes'], c['unit'])} → "
-                       f"{_num(c['ours'], c['unit'])}", "      ", "  "))
+    found = errata.group([dict(c, script=s) for s, c in claims])
+    if found:
+        print("\n".join(errata.terminal_lines(found)))
 
 
 def write_pages(directory: Path, chosen: list[Script], runs: list[dict[str, Any]], data: dict[str, Any],

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from common import checker
+from common import checker, verdicts
 from common.checker import Row, decide
 from common.errors import RunFailure
 from common.output import Report
@@ -48,7 +48,8 @@ def test_rounding_to_the_notes_digits(ours: float, status: str) -> None:
 def test_editing_a_rows_notes_value_makes_it_differ() -> None:
     """The same recorded value, the notes' figure edited in the table: the checker says differs."""
     for row in checker.all_rows():
-        if row.unchecked or row.basis in (checker.MEASURED, checker.CALIBRATION) or row.bound or row.same_as:
+        if (row.unchecked or row.basis in (checker.MEASURED, checker.CALIBRATION) or row.bound or row.same_as
+                or not row.compares):
             continue   # a same_as row has no notes' figure to edit: test_same_as_compares_two_values_of_ours
         edited = dataclasses.replace(row, notes=(not row.notes) if isinstance(row.notes, bool)
                                      else f"{row.notes}?" if isinstance(row.notes, str)
@@ -59,6 +60,25 @@ def test_editing_a_rows_notes_value_makes_it_differ() -> None:
         assert decide(edited, "Part 1", values, []).status == "differs", row.id
 
 
+def test_editing_a_rows_bound_makes_it_differ() -> None:
+    """The same for a bound the notes give ("under 3", "300 多"): a value inside it agrees, and
+    the bound moved past it differs."""
+    inside = {"below": lambda b: (b - 0.5, ("below", b - 0.5)),
+              "above": lambda b: (b + 0.5, ("above", b + 0.5)),
+              "between": lambda b: ((b[0] + b[1]) / 2, ("between", ((b[0] + b[1]) / 2 + 1, b[1] + 2))),
+              "n_odd": lambda b: (b, ("n_odd", b * 10))}
+    bounded = [r for r in checker.all_rows() if not r.unchecked and r.bound and r.basis not in
+               (checker.MEASURED, checker.CALIBRATION)]
+    assert bounded
+    for row in bounded:
+        name, limit = row.bound
+        ours, (name, moved) = inside[name](limit)
+        values = _AnyValue({row.value: ours})
+        assert decide(row, "Part 1", values, []).status == "agrees", row.id
+        moved_row = dataclasses.replace(row, **{name: moved})
+        assert decide(moved_row, "Part 1", values, []).status == "differs", row.id
+
+
 def test_bounds_and_calibration_and_measured() -> None:
     assert decide(_row(notes=None, places=None, below=10), "P", {"x": 9.9}, []).status == "agrees"
     assert decide(_row(notes=None, places=None, below=10), "P", {"x": 10}, []).status == "differs"
@@ -67,9 +87,89 @@ def test_bounds_and_calibration_and_measured() -> None:
     calibrated = decide(_row(basis=checker.CALIBRATION), "P", {"x": 53.3}, [])
     assert calibrated.status == "calibration target" and calibrated.rule == "not compared"
     assert decide(_row(basis=checker.MEASURED), "P", {"x": 60.0}, []).status == "other machine"
-    slip = decide(_row(slip=True, why="the notes write {x:.1f}"), "P", {"x": 60.0}, [])
-    assert slip.erratum and slip.status == "differs" and slip.why == "the notes write 60.0"
-    assert not decide(_row(slip=True), "P", {"x": 53.3}, []).erratum   # a slip that agrees is none
+    some = checker.all_errata()[0]
+    slip = decide(_row(erratum=some.id, why="the notes write {x:.1f}"), "P", {"x": 60.0}, [])
+    assert slip.erratum == some.id and slip.error == some.kind and slip.status == "differs"
+    assert slip.why == "the notes write 60.0"
+    assert not decide(_row(erratum=some.id), "P", {"x": 53.3}, []).erratum   # one that agrees is none
+
+
+@pytest.mark.parametrize("ours, status", [(299.9, "differs"), (300, "agrees"), (399.9, "agrees"),
+                                          (400, "differs"), (3000, "differs")])
+def test_n_odd_is_the_notes_words_n_duo(ours: float, status: str) -> None:
+    """"300 多 ms" is 300-odd: at least 300, below the next round figure (3 s does not agree)."""
+    row = _row(notes=None, places=None, n_odd=300)
+    assert decide(row, "P", {"x": ours}, []).status == status
+    assert row.notes_shown == "300-odd"
+    assert [checker.next_round_figure(n) for n in (100, 300, 20, 1.5)] == [200, 400, 30, 2.5]
+
+
+def _table(tmp_path, monkeypatch, text: str) -> str:
+    """A table file of a test's own under code/ (load_table reads paths relative to it)."""
+    monkeypatch.setattr(checker, "CODE", tmp_path)
+    (tmp_path / "t.toml").write_text(text, encoding="utf-8")
+    checker.load_table.cache_clear()
+    checker.load_errata.cache_clear()
+    return "t.toml"
+
+
+ROW = """[[row]]
+id = "T-2"
+section = "§1"
+statement = "s"
+script = "lecture15/03_overlap.py"
+value = "x"
+what = "x"
+notes = 150
+unit = "MB"
+"""
+
+
+def test_an_erratum_whose_ours_and_notes_units_differ_is_refused(tmp_path, monkeypatch) -> None:
+    """The notes' 150 (MiB, as their own A) beside our MB is not like for like."""
+    table = _table(tmp_path, monkeypatch, ROW + 'erratum = "E"\nprinted_unit = "MiB"\n')
+    with pytest.raises(ValueError, match="like with like"):
+        checker.load_table(table)
+    table = _table(tmp_path, monkeypatch, ROW + 'erratum = "E"\nprinted_unit = "MiB"\nreading = "r"\n')
+    assert checker.load_table(table)[0].printed_unit == "MiB"   # a stated reading makes them one unit
+    checker.load_table.cache_clear()
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('kind = "typo"\ntitle = "t"\nplaces = ["§1"]\nargument = "a"', "kind"),
+    ('kind = "inconsistency"\ntitle = "t"\nplaces = ["§1"]\nargument = "a"', "both places"),
+    ('kind = "slip"\ntitle = "t"\nplaces = []\nargument = "a"', "places"),
+    ('kind = "slip"\ntitle = "t"\nplaces = ["§1"]\nargument = "{x} MB"', "template"),
+])
+def test_an_erratum_says_what_its_kind_needs(tmp_path, monkeypatch, entry: str, message: str) -> None:
+    table = _table(tmp_path, monkeypatch, f'[[erratum]]\nid = "E"\n{entry}\n')
+    with pytest.raises(ValueError, match=message):
+        checker.load_errata(table)
+    checker.load_errata.cache_clear()
+
+
+def test_every_erratum_is_shown_by_a_row_and_every_named_one_exists() -> None:
+    rows = checker.all_rows()
+    named = {r.erratum for r in rows if r.erratum}
+    assert named == {e.id for e in checker.all_errata()}
+    for row in rows:
+        if row.erratum:
+            assert row.compares and not row.own and row.why, row.id
+
+
+def test_the_same_statement_gets_the_same_judgement_in_every_table() -> None:
+    """Rows that state one thing (a shared `states` key, in one table or several) are judged alike:
+    the same kind of error, or the same reading, or neither; and one of them judged otherwise fails."""
+    rows = checker.all_rows()
+    assert checker.judgement_conflicts(rows) == {}
+    shared = [r for r in rows if r.states and sum(o.states == r.states for o in rows) > 1]
+    assert shared, "no statement is shared between rows: the check would check nothing"
+    slip = next(e for e in checker.all_errata() if e.kind == checker.SLIP)
+    for twin in shared:
+        changed = dataclasses.replace(twin, erratum="" if twin.erratum else slip.id,
+                                      reading="" if twin.reading else "another reading")
+        mutated = [changed if r.id == twin.id else r for r in rows]
+        assert twin.states in checker.judgement_conflicts(mutated), twin.id
 
 
 def test_same_as_compares_two_values_of_ours() -> None:
@@ -129,15 +229,15 @@ def test_reasons_name_only_recorded_values() -> None:
         checker.reason(_row(why="{nothing_recorded}"), {})
 
 
-@pytest.mark.parametrize("value", ["x" * 5, "y" * (checker.VALUE_COLUMN + 1)])
+@pytest.mark.parametrize("value", ["x" * 5, "y" * (verdicts.VALUE_COLUMN + 1)])
 def test_the_comparison_fits_the_page_whether_values_fit_their_column_or_not(value: str) -> None:
     # A table where no value fits its column still holds the verdict words: its lines were 104
     # columns when the verdict column was measured on the fitting rows alone.
     claim = checker.Claim("Part 1", "a statement", value, value, "", checker.EXACT,
-                          "differs (the notes' slip)", "why")
-    lines = checker.comparison_lines([claim])
-    assert max(len(line) for line in lines) <= checker.PAGE_WIDTH
-    assert any("differs (the notes' slip)" in line for line in lines)
+                          "differs", "why", erratum="E", error=checker.SLIP)
+    lines = verdicts.comparison_lines([claim])
+    assert max(len(line) for line in lines) <= verdicts.PAGE_WIDTH
+    assert any("notes' slip" in line for line in lines)
 
 
 def test_our_own_checks_are_headed_as_ours_and_the_notes_rows_as_the_notes() -> None:
@@ -151,7 +251,7 @@ def test_our_own_checks_are_headed_as_ours_and_the_notes_rows_as_the_notes() -> 
         return checker.Claim("Part 1", row.what, 1, 1, "", row.basis, "agrees", "", ref=row.id)
 
     heading = ["our", "checks", "ours", "expected", "verdict"]
-    assert checker.comparison_lines([claim(own)])[0].split() == heading
+    assert verdicts.comparison_lines([claim(own)])[0].split() == heading
     for claims in ([claim(theirs)], [claim(theirs), claim(own)]):   # one of the notes' rows: theirs
-        assert checker.comparison_lines(claims)[0].split() == ["vs", "the", "notes", "ours", "notes",
+        assert verdicts.comparison_lines(claims)[0].split() == ["vs", "the", "notes", "ours", "notes",
                                                                "verdict"]

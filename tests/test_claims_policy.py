@@ -38,6 +38,9 @@ def _meets_policy(claim: dict) -> bool:
     if match := re.fullmatch(r"(below|above) ([0-9.e+-]+)", rule):
         limit = float(match[2])
         return float(ours) < limit if match[1] == "below" else float(ours) > limit
+    if match := re.fullmatch(r"([0-9.e+-]+)-odd: at least \1, below ([0-9.e+-]+)", rule):
+        low, high = float(match[1]), float(match[2])   # "N 多": high the next round figure
+        return high == low + 10 ** math.floor(math.log10(low)) and low <= float(ours) < high
     if match := re.fullmatch(r"between ([0-9.e+-]+) and ([0-9.e+-]+)", rule):
         return float(match[1]) <= float(ours) <= float(match[2])
     if match := re.fullmatch(r"within a factor of ([0-9.e+]+)", rule):
@@ -56,6 +59,9 @@ def test_the_policy_refuses_loose_agreement() -> None:
     assert _meets_policy({"ours": 0.26, "notes": "< 10", "rule": "below 10"})
     assert not _meets_policy({"ours": 10, "notes": "< 10", "rule": "below 10"})
     assert not _meets_policy({"ours": 201, "notes": "50–200", "rule": "between 50 and 200"})
+    assert _meets_policy({"ours": 350, "notes": "300-odd", "rule": "300-odd: at least 300, below 400"})
+    assert not _meets_policy({"ours": 3000, "notes": "300-odd", "rule": "300-odd: at least 300, below 400"})
+    assert not _meets_policy({"ours": 3000, "notes": "300-odd", "rule": "300-odd: at least 300, below 4000"})
 
 
 def test_every_agreement_meets_the_policy(quick_reproduction: dict) -> None:
@@ -72,6 +78,22 @@ def test_every_comparison_records_its_rule_and_reason(quick_reproduction: dict) 
                 assert claim["why"].strip(), f"{claim['script']}: {claim['what']}: no reason given"
         if claim["erratum"]:
             assert claim["status"] == "differs" and claim["why"], claim
+            assert claim["error"] in checker.ERROR_KINDS, claim
+
+
+def test_errata_say_their_kind_and_inconsistencies_name_both_places(quick_reproduction: dict) -> None:
+    """--json lists each distinct error once, with its kind and its rows; an inconsistency quotes
+    both places of the notes; ours and the notes' share one unit in every row."""
+    entries = {e["id"]: e for e in quick_reproduction["errata"]}
+    shown = [c for c in quick_reproduction["claims"] if c["erratum"]]
+    assert shown and {c["erratum"] for c in shown} == set(entries)
+    for entry in entries.values():
+        assert entry["kind"] in checker.ERROR_KINDS and entry["instances"]
+        assert len(entry["places"]) >= (2 if entry["kind"] == checker.INCONSISTENCY else 1), entry["id"]
+    for claim in shown:
+        assert entries[claim["erratum"]]["kind"] == claim["error"]
+        row = checker.row(claim["ref"])
+        assert not row.printed_unit or row.printed_unit == row.unit or row.reading, claim["ref"]
 
 
 def table_problems(claims: list[dict], scripts: set[str]) -> list[str]:

@@ -112,11 +112,12 @@ def test_claim_rules_are_strict() -> None:
     with pytest.raises(ValueError):
         checker.compare(1.0, 1.0, None, 0.5)
     # Agrees, so no slip.
-    assert not checker.decide(_row("x", notes=2.0, slip=True), "P", {"x": 2.0}, []).erratum
+    some = checker.all_errata()[0].id
+    assert not checker.decide(_row("x", notes=2.0, erratum=some), "P", {"x": 2.0}, []).erratum
     with pytest.raises(TypeError):                        # no tolerance to reach for
         _row("x", notes=3.15, rtol=0.05)
-    slip = checker.decide(_row("x", notes=1.92, unit="ms", places=2, slip=True, why="MiB read as MB"), "P",
-                          {"x": 1.875}, [])
+    slip = checker.decide(_row("x", notes=1.92, unit="ms", places=2, erratum=some, why="MiB read as MB"),
+                          "P", {"x": 1.875}, [])
     assert slip.status == "differs" and slip.erratum
 
 

@@ -210,7 +210,7 @@ def test_the_legend_explains_every_status_word(screens, reproduction: dict) -> N
     page, _ = screens("index", 768)
     words = page.eval_on_selector_all("#legend dt", "ds => ds.map(d => d.textContent)")
     shown = {c["status"] for c in reproduction["claims"]}
-    assert shown <= set(words) and "differs: an error in the notes" in words
+    assert shown <= set(words) and "differs: the notes' slip or inconsistency" in words
     assert all(STATUS_MEANING[s] for s in shown)
     kinds = page.eval_on_selector_all("#kinds dt", "ds => ds.map(d => d.textContent)")
     assert {c["kind"] for c in reproduction["claims"]} <= set(kinds)

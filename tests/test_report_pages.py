@@ -1,7 +1,7 @@
 """The reproduction's pages, opened in a real browser (headless Chromium): report/index.html shows
 every script, part, figure and claim of the run that wrote it, with the counts --json gives; its
-filters work; it fetches nothing; report.md holds the same claims; the README's errata section is
-the run's list of the notes' errors."""
+filters work; it fetches nothing; report.md holds the same claims; docs/errata.md is the run's list
+of the notes' errors."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 from conftest import ROOT, assert_usage_error
 
+from common import errata
 from common.suite import scripts
-from report.pages import errata_markdown
 
 
 @pytest.fixture
@@ -116,14 +116,15 @@ def test_the_markdown_report_holds_every_claim(quick_reproduction: dict) -> None
         assert (quick_reproduction["report_dir"] / "figures" / name).is_file()
 
 
-def test_the_readme_lists_every_error_in_the_notes(quick_reproduction: dict) -> None:
+def test_docs_errata_lists_every_error_in_the_notes(quick_reproduction: dict) -> None:
+    """docs/errata.md is what the reproduction's claims say, entry by entry (generated, kept in step)."""
+    page = (ROOT / "docs" / "errata.md").read_text(encoding="utf-8")
+    claims = quick_reproduction["claims"]
+    expected = errata.markdown(errata.group(claims), errata.readings(claims))
+    assert page == expected, ("docs/errata.md is out of step with the claims; regenerate it with\n"
+                              "python code/reproduce.py --quick --errata > docs/errata.md")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## Errors in the notes")
-    end = readme.find("\n## ", start + 1)
-    section = readme[start:end if end > 0 else len(readme)].strip()
-    expected = errata_markdown(quick_reproduction["claims"]).strip()
-    assert section == expected, ("README's errata section is out of step with the claims; regenerate it "
-                                 "with\npython code/reproduce.py --quick --errata > /tmp/errata.md")
+    assert "docs/errata.md" in readme and errata.count_sentence(errata.group(claims)) in readme
 
 
 def test_a_report_folder_that_cannot_be_written_is_a_usage_error(tmp_path) -> None:

@@ -18,16 +18,40 @@ The notes are data, one TOML table per document, beside the scripts that check i
                                         # or neither: exact (for a bound the notes give: below = 10,
                                         # above = 5, between = [50, 200])
     depends = ["--world-size", "--alpha-us", "--beta-gbs", "--bucket-cap-mb"]  # flags that void it ([]: none)
-    slip = false                        # true: the notes are wrong here, ours is the correct value
+    # erratum = "L15-err-…"             # the notes are wrong here: the [[erratum]] this row is an
+                                        # instance of (a slip or an inconsistency, below)
+    # reading = "MB written for MiB"    # a convention the notes follow consistently, under which the
+                                        # row is read: shown beside the row, never an error
+    # printed_unit = "MB"               # the unit the notes print, where the reading makes it `unit`
+    # states = "pytorch-default-cap"    # rows of several tables that say the same thing: judged alike
     # same_as = "scratch_bytes"         # a check of our own (PyTorch's engine against ours): compare
                                         # with another recorded value instead of a notes' figure
     why = "uncalibrated: {uncal_ms:.2f} ms"   # the reason, a template over recorded values
 
+Agreement rules, in the notes' words: `places` (the digits the notes print), `factor` (their 约,
+"about", within a factor the row states), `below` / `above` / `between` (a bound they give), `n_odd`
+("300 多 ms", 300-odd: at least N, below the next round figure, 300 ≤ ours < 400), or none: exact.
+
+When the notes are wrong, the row names an erratum, one per distinct error however many rows show it:
+
+    [[erratum]]
+    id = "CS-err-forward-only-bubble"
+    kind = "slip"            # slip: the notes contradict their own stated model, units or arithmetic
+                             # inconsistency: two places of the notes disagree (no one correct value)
+    title = "the bubble counts the forward fill only"
+    places = ["§流水线并行: '气泡 = (S−1)·t_f' (the bubble is (S−1)·t_f)"]  # the notes' words, translated;
+                             # an inconsistency names both places
+    argument = "…"           # the most charitable reading, what it gives, and why the verdict stands
+                             # (an inconsistency: what each place gives and which one we follow, why)
+    source = "…"             # an external fact's source (PyTorch's source, a specification, a paper)
+
 A row that cannot be checked has `unchecked = "why"` instead of script/value/notes. A script only
 records named values (`rep.value("step_no_overlap_ms", 53.28)`); when a part ends its Report asks
 `decide` for each row of that part and prints one compact "vs the notes" table, the reasons of
-what does not agree below it (the notes' slips first), and the legend of the verdict words once.
-reproduce.py, the report pages, the README's errata and the tests all read what this decided.
+what does not agree below it (the notes' errors first), and the legend of the verdict words once
+(common/verdicts.py prints them).
+reproduce.py, the report pages, docs/errata.md (common/errata.py) and the tests all read what this
+decided.
 """
 
 from __future__ import annotations
@@ -44,7 +68,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (requirements.txt)
     import tomli as tomllib
 
-from common.text import PAGE_WIDTH, wrap
 from common.units import fmt_num
 
 CODE = Path(__file__).resolve().parents[1]
@@ -62,20 +85,26 @@ OBSERVED = "observed on real ranks"  # something seen happen on real processes h
 CALIBRATION = "calibration target"  # the model was fitted to this figure: shown, never counted as a check
 BASES = (EXACT, ASSUMPTION, MEASURED, OBSERVED, CALIBRATION)
 
-# One line each, printed once per run for the words that appeared (the report pages show them all).
-LEGEND = {
-    "agrees: exact": "a closed form that rounds to the notes' figure",
-    "agrees: assumption": "rounds to it under the stated assumption",
-    "agrees: measured": "timed here, rounds to it",
-    "observed": "seen on real ranks here",
-    "calibration": "the model was fitted to it, no check",
-    "other machine": "timed here, the notes elsewhere",
-    "other setting": "a flag moved this run off the notes' setting",
-    "differs": "see why",
-    "notes' slip": "the notes are wrong, ours is right (see why)",
-    "not measured": "see why",
-    "ours only": "the notes give no figure",
-}
+# What an erratum is (an [[erratum]] entry's `kind`). A reading (a row's `reading`) is none of them:
+# a convention the notes keep throughout is read their way and never listed as an error.
+SLIP = "slip"                    # the notes contradict their own stated model, units or arithmetic
+INCONSISTENCY = "inconsistency"  # two places of the notes disagree: each reading shown, no one value
+ERROR_KINDS = (SLIP, INCONSISTENCY)
+
+
+
+@dataclass(frozen=True)
+class Erratum:
+    """One distinct error of the notes (see the module's docstring); its instances are the rows
+    that name it."""
+
+    id: str
+    document: str
+    kind: str
+    title: str
+    places: tuple[str, ...]
+    argument: str
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,9 +126,13 @@ class Row:
     below: float | None = None          # the notes bound ours: ours < below
     above: float | None = None          # ours > above
     between: tuple[float, float] | None = None  # low <= ours <= high
+    n_odd: float | None = None          # "N 多": N <= ours < the next round figure
     same_as: str = ""                   # a check of our own: ours against another recorded value
     depends: tuple[str, ...] = ()
-    slip: bool = False
+    erratum: str = ""                   # the [[erratum]] this row is an instance of
+    reading: str = ""                   # the convention of the notes the row is read under
+    printed_unit: str = ""              # the unit the notes print, where the reading makes it `unit`
+    states: str = ""                    # the key of a statement several tables make
     why: str = ""
     digits: int = 4
     unchecked: str = ""
@@ -112,7 +145,7 @@ class Row:
 
     @property
     def bound(self) -> tuple[str, Any] | None:
-        for name in ("below", "above", "between"):
+        for name in BOUNDS:
             if getattr(self, name) is not None:
                 return name, getattr(self, name)
         return None
@@ -125,7 +158,12 @@ class Row:
         name, limit = self.bound
         if name == "between":
             return f"{limit[0]:g}–{limit[1]:g}"
+        if name == "n_odd":
+            return f"{limit:g}-odd"
         return f"{'<' if name == 'below' else '>'} {limit:g}"
+
+
+BOUNDS = ("below", "above", "between", "n_odd")  # the notes bound ours instead of giving a figure
 
 
 @dataclass
@@ -143,7 +181,9 @@ class Claim:
     rule: str = ""  # how agreement was decided: "rounds to 1 decimal place", "within a factor of 3", "exact"
     decision: str = ""  # what the rule found: "53.08 rounds to 53.1; the notes print 53.3"
     ref: str = ""       # the row's id
-    erratum: bool = False  # the notes are wrong here; `why` gives the reason, ours the correct value
+    erratum: str = ""   # the notes are wrong here: the id of the [[erratum]] (its entry says why)
+    error: str = ""     # that erratum's kind: SLIP or INCONSISTENCY ("" when none)
+    reading: str = ""   # the convention of the notes this row is read under
     statement: str = field(default="", compare=False)
     section: str = field(default="", compare=False)
 
@@ -158,6 +198,8 @@ def load_table(relpath: str) -> tuple[Row, ...]:
     document = data.get("document", relpath)
     rows = []
     for raw in data.get("row", []):
+        if "slip" in raw:
+            raise ValueError(f"{relpath}: row {raw.get('id')}: 'slip' is gone: name an [[erratum]]")
         entry = dict(raw, document=document, depends=tuple(raw.get("depends", ())),
                      own=relpath in OWN_TABLES)
         if "between" in raw:
@@ -168,9 +210,48 @@ def load_table(relpath: str) -> tuple[Row, ...]:
     return tuple(rows)
 
 
+@lru_cache(maxsize=None)
+def load_errata(relpath: str) -> tuple[Erratum, ...]:
+    """The [[erratum]] entries of one document's table, each checked for what its kind needs."""
+    with open(CODE / relpath, "rb") as fh:
+        data = tomllib.load(fh)
+    errata = []
+    for raw in data.get("erratum", []):
+        entry = Erratum(**dict(raw, document=data.get("document", relpath),
+                               places=tuple(raw.get("places", ()))))
+        where = f"{relpath}: erratum {entry.id}"
+        if entry.kind not in ERROR_KINDS:
+            raise ValueError(f"{where}: kind {entry.kind!r} is none of {', '.join(ERROR_KINDS)}")
+        if not (entry.title and entry.argument and entry.places):
+            raise ValueError(f"{where}: needs a title, the notes' places and the argument")
+        if entry.kind == INCONSISTENCY and len(entry.places) < 2:
+            raise ValueError(f"{where}: an inconsistency names both places of the notes")
+        if "{" in entry.argument + entry.title + "".join(entry.places):
+            raise ValueError(f"{where}: an erratum's words are no template: its rows' reasons carry "
+                             "the recorded values")
+        errata.append(entry)
+    return tuple(errata)
+
+
+def judgement_conflicts(rows: Sequence[Row]) -> dict[str, set[tuple[str, str]]]:
+    """The statements (`states` keys) whose rows are judged differently: {key: the judgements},
+    each (the erratum's kind or "", the reading or ""). Empty when the same statement is judged alike
+    in every table."""
+    judged: dict[str, set[tuple[str, str]]] = {}
+    for r in rows:
+        if r.states:
+            judged.setdefault(r.states, set()).add((erratum(r.erratum).kind if r.erratum else "", r.reading))
+    return {key: kinds for key, kinds in judged.items() if len(kinds) > 1}
+
+
 def _check_row(row: Row, relpath: str) -> None:
     where = f"{relpath}: row {row.id}"
+    if row.printed_unit and row.printed_unit != row.unit and not row.reading:
+        raise ValueError(f"{where}: the notes print {row.printed_unit}, ours is in {row.unit}: compare like "
+                         "with like (convert), or state the reading that makes them one unit")
     if row.unchecked:
+        if row.erratum or row.reading:
+            raise ValueError(f"{where}: an unchecked row is neither an erratum nor a reading")
         return
     if not (row.script and row.value and row.what):
         raise ValueError(f"{where}: a checked row needs script, value and what (or unchecked = 'why')")
@@ -178,7 +259,7 @@ def _check_row(row: Row, relpath: str) -> None:
         raise ValueError(f"{where}: basis {row.basis!r} is none of {', '.join(BASES)}")
     if row.factor is not None and not row.factor >= 1:
         raise ValueError(f"{where}: factor must be at least 1")
-    rules = [n for n in ("places", "factor", "below", "above", "between") if getattr(row, n) is not None]
+    rules = [n for n in ("places", "factor", *BOUNDS) if getattr(row, n) is not None]
     if len(rules) > 1:
         raise ValueError(f"{where}: one rule at most, not {', '.join(rules)}")
     if row.same_as and (row.notes is not None or row.bound is not None):
@@ -187,6 +268,12 @@ def _check_row(row: Row, relpath: str) -> None:
         raise ValueError(f"{where}: a bound is the notes' value: give below/above/between or notes, not both")
     if row.between is not None and not (len(row.between) == 2 and row.between[0] <= row.between[1]):
         raise ValueError(f"{where}: between = [low, high] with low <= high")
+    if row.n_odd is not None and not row.n_odd > 0:
+        raise ValueError(f"{where}: n_odd ('N 多') needs N > 0")
+    if (row.erratum or row.reading) and (row.own or row.same_as or not row.compares):
+        raise ValueError(f"{where}: only a row compared with the notes' figure is an erratum or a reading")
+    if row.erratum and row.basis in (MEASURED, CALIBRATION):
+        raise ValueError(f"{where}: a timing here or a calibration target cannot show the notes wrong")
 
 
 def all_rows() -> list[Row]:
@@ -196,7 +283,37 @@ def all_rows() -> list[Row]:
         if row.id in seen:
             raise ValueError(f"row {row.id} appears twice")
         seen.add(row.id)
+    named = {r.erratum for r in rows if r.erratum}
+    entries = _errata_by_id()
+    if named - set(entries):
+        raise ValueError(f"rows name errata no table has: {', '.join(sorted(named - set(entries)))}")
+    if set(entries) - named:
+        raise ValueError(f"errata no row shows: {', '.join(sorted(set(entries) - named))}")
     return rows
+
+
+@lru_cache(maxsize=None)
+def _errata_by_id() -> dict[str, Erratum]:
+    found: dict[str, Erratum] = {}
+    for table in TABLES:
+        for entry in load_errata(table) if (CODE / table).is_file() else ():
+            if entry.id in found:
+                raise ValueError(f"erratum {entry.id} appears twice")
+            found[entry.id] = entry
+    return found
+
+
+def erratum(erratum_id: str) -> Erratum:
+    """The [[erratum]] with this id (KeyError naming it when there is none)."""
+    found = _errata_by_id().get(erratum_id)
+    if found is None:
+        raise KeyError(f"no erratum {erratum_id} in the notes' tables")
+    return found
+
+
+def all_errata() -> list[Erratum]:
+    """Every distinct error of the notes, in the tables' order."""
+    return list(_errata_by_id().values())
 
 
 @lru_cache(maxsize=None)
@@ -247,9 +364,19 @@ def compare(ours: Any, notes: Any, places: int | None, factor: float | None) -> 
     return agreed, "exact", f"{fmt_num(ours, 10)} {'=' if agreed else '≠'} {fmt_num(notes, 10)}"
 
 
+def next_round_figure(n: float) -> float:
+    """The round figure after `n` that "N 多" stops below: 300 -> 400, 100 -> 200, 20 -> 30, 1.5 -> 2.5."""
+    return n + 10.0 ** math.floor(math.log10(n))
+
+
 def within_bound(ours: Any, name: str, limit: Any) -> tuple[bool, str, str]:
-    """(agreed, rule, decision) for a bound the notes give ("over 300 ms": above = 300)."""
+    """(agreed, rule, decision) for a bound the notes give ("under 3": below = 3; "300 多": n_odd)."""
     value = float(ours)
+    if name == "n_odd":
+        high = next_round_figure(limit)
+        inside = limit <= value < high
+        return inside, f"{limit:g}-odd: at least {limit:g}, below {high:g}", (
+            f"{fmt_num(value, 6)} is {'inside' if inside else 'outside'} {limit:g} … {high:g}")
     if name == "below":
         return (
             value < limit,
@@ -276,9 +403,9 @@ def decide(row: Row, part: str, values: dict[str, Any], off: Sequence[str]) -> C
     if row.same_as:  # both sides ours: the other is what the row compares with (and shows as "notes")
         row = replace(row, notes=values.get(row.same_as))
     status, rule, decision = _status(row, ours, off)
-    erratum = row.slip and status == "differs"
+    wrong = row.erratum if status == "differs" else ""   # an erratum row that agrees shows none
     return Claim(part, row.what, ours, row.notes_shown, row.unit, row.basis, status, why, rule, decision,
-                 row.id, erratum, row.statement, row.section)
+                 row.id, wrong, erratum(wrong).kind if wrong else "", row.reading, row.statement, row.section)
 
 
 def _status(row: Row, ours: Any, off: Sequence[str]) -> tuple[str, str, str]:
@@ -321,110 +448,3 @@ def setting_dests(row: Row, defaults: dict[str, tuple[str, Any]]) -> list[str]:
         elif defaults:
             raise KeyError(f"row {row.id} depends on {flag}, which {row.script} does not have")
     return dests
-
-
-# ---- printing: one compact table per part -------------------------------------------------------
-
-def shown_digits(value: Any, digits: int, places: int | None) -> int:
-    """Significant digits that show `value` to `places` decimals (so a reader sees the rounding)."""
-    if places is None:
-        return digits
-    try:
-        magnitude = math.floor(math.log10(abs(float(value)))) + 1 if float(value) else 1
-    except (TypeError, ValueError, OverflowError):
-        return digits
-    return max(digits, min(15, magnitude + places + 1))
-
-
-def verdict(claim: Claim) -> str:
-    """The verdict word printed for a decided row (LEGEND explains each)."""
-    if claim.status == "agrees":
-        return {EXACT: "agrees: exact", ASSUMPTION: "agrees: assumption", MEASURED: "agrees: measured",
-                OBSERVED: "observed"}[claim.kind]
-    if claim.erratum:
-        return "notes' slip"
-    return {"calibration target": "calibration"}.get(claim.status, claim.status)
-
-
-def _shown(value: Any, unit: str, digits: int) -> str:
-    if value is None:
-        return "-"
-    text = fmt_num(value, digits) if not isinstance(value, str) else value
-    return f"{text} {unit}".strip() if not isinstance(value, bool) else text
-
-
-def legend_lines(words: set[str]) -> list[str]:
-    """The verdict words in `words`, each explained, as few lines as fit the page."""
-    text = "; ".join(f"{word} = {LEGEND[word]}" for word in LEGEND if word in words)
-    return wrap("verdicts: " + text, "    ", "  ").splitlines() if text else []
-
-
-VALUE_COLUMN = 22  # a value wider than this (a buffer's contents, a sentence) gets lines of its own
-
-
-def comparison_lines(claims: Sequence[Claim]) -> list[str]:
-    """"vs the notes": statement, ours, notes, verdict, one row each; then the reasons of what did
-    not simply agree (the notes' slips first; a reason shared by several rows printed once). A
-    value too wide for its column is printed under its row instead, so no line passes the page."""
-    rows = []
-    for c in claims:
-        row = _row_of(c)
-        digits, places = (row.digits, row.places) if row else (4, None)
-        rows.append((c.what, _shown(c.ours, c.unit, shown_digits(c.ours, digits, places)),
-                     _shown(c.notes, c.unit, shown_digits(c.notes, digits, places)), verdict(c)))
-    fits = [max(len(r[1]), len(r[2])) <= VALUE_COLUMN for r in rows]
-    title, other = ("our checks", "expected") if all(
-        (row := _row_of(c)) is not None and row.own for c in claims) else ("vs the notes", "notes")
-    table = [r for r, ok in zip(rows, fits) if ok] + [("", "ours", other, "verdict")]
-    # the verdict column holds every row's word, the value columns only the rows that fit them
-    widths = [max(len(r[i]) for r in table) for i in (1, 2)] + [max(len(r[3]) for r in table + rows)]
-    what_width = max(24, PAGE_WIDTH - 4 - sum(widths) - 6)
-    lines = [f"  {title}" + " " * (what_width - len(title)) + "  " + "ours".rjust(widths[0]) + "  "
-             + other.rjust(widths[1]) + "  verdict"]
-    for (what, ours, notes, word), ok in zip(rows, fits):
-        wrapped = wrap(what, "", width=what_width).splitlines() or [""]
-        if ok:
-            lines.append(f"  {wrapped[0].ljust(what_width)}  {ours.rjust(widths[0])}  "
-                         f"{notes.rjust(widths[1])}  {word}")
-        else:
-            lines.append(f"  {wrapped[0].ljust(what_width)}  {' ' * (widths[0] + widths[1] + 2)}  {word}")
-        lines += [f"    {more}" for more in wrapped[1:]]
-        if not ok:
-            lines += [wrap(ours, "           ", "      ours: "),
-                      wrap(notes, "           ", f"{other + ': ':>12}")]
-    return lines + _reasons(claims)
-
-
-def summary_lines(claims: Sequence[Claim]) -> list[str]:
-    """For rows a script's own table already shows beside the notes' figures (Report.notes_text):
-    one line counting the verdicts instead of the rows again, then the reasons as comparison_lines."""
-    counts: dict[str, int] = {}
-    for c in claims:
-        counts[verdict(c)] = counts.get(verdict(c), 0) + 1
-    text = ", ".join(f"{n} {word}" for word, n in counts.items())
-    return [wrap(f"vs the notes (their figures in the table above): {text}", "    ", "  ")] + _reasons(claims)
-
-
-def _reasons(claims: Sequence[Claim]) -> list[str]:
-    """The reasons below the table: slips first, then differs and the rest; each text once."""
-    # calibration: the part's note
-    shown = [c for c in claims if c.status not in ("agrees", "calibration target")]
-    order = sorted(shown, key=lambda c: (not c.erratum, c.status != "differs"))
-    grouped: dict[str, list[str]] = {}
-    for c in order:
-        text = c.decision if c.status == "other setting" else c.why
-        if text:
-            grouped.setdefault(text, []).append(c.what)
-    lines = []
-    for text, whats in grouped.items():
-        head = whats[0] if len(whats) == 1 else f"{whats[0]} (and {len(whats) - 1} more)"
-        lines.append(wrap(f"{head}: {text}", "         ", "    why: "))
-    return lines
-
-
-def _row_of(claim: Claim) -> Row | None:
-    """The claim's row, for its digits (None for a row that is in no table: a test's own)."""
-    try:
-        return row(claim.ref) if claim.ref else None
-    except KeyError:
-        return None

@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict
 from typing import Any, Sequence
 
-from common import checker
+from common import checker, verdicts
 from common.checker import Claim
 from common.cli import off_setting
 from common.errors import RunFailure
@@ -127,9 +127,9 @@ class Report:
             return
         claims = [checker.decide(r, self._part, self._values, self._off(r)) for r in rows]
         self.claims += claims
-        for text in (checker.summary_lines if in_table else checker.comparison_lines)(claims):
+        for text in (verdicts.summary_lines if in_table else verdicts.comparison_lines)(claims):
             print(text)
-        self._words |= {checker.verdict(c) for c in claims}
+        self._words |= {verdicts.verdict(c) for c in claims}
 
     def _off(self, row: checker.Row) -> list[str]:
         if self.args is None:
@@ -194,7 +194,7 @@ class Report:
                        + ", ".join(r.id for r in missing), "    ", "  "))
         if self._words:
             print()
-            for text in checker.legend_lines(self._words):
+            for text in verdicts.legend_lines(self._words):
                 print(text)
         if self.failures:
             more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""

@@ -17,7 +17,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from common import checker
+from common import checker, errata
 from common.files import make_output_dir, write_bytes, write_text
 from common.output import fmt_num
 
@@ -37,7 +37,8 @@ STATUS_MEANING = {
     "not recorded": "the script recorded no value for this row of the notes (a test fails on it)",
     "calibration target": "the model was fitted to this figure, so agreeing checks nothing",
     "ours only": "the notes give no figure; ours is shown for the record",
-    "erratum": "a \"differs\" where the notes are wrong: ours is right, and the reason says why",
+    "erratum": "a \"differs\" where the notes are wrong: a slip (they contradict their own model, units or "
+               "arithmetic; ours is the value) or an inconsistency (two places of the notes disagree)",
 }
 # What each kind of claim (a row's basis) means.
 KIND_MEANING = {
@@ -88,7 +89,7 @@ def _claim_view(claim: dict[str, Any], script: str, claim_id: str) -> dict[str, 
                 part_id=anchor(script, claim["part"]),
                 short=[isinstance(v, (int, float)) or len(_value(v, claim["unit"])) <= 24
                        for v in (claim["ours"], claim["notes"])],
-                label="differs: an error in the notes" if claim.get("erratum") else claim["status"])
+                label=errata.label(claim))
 
 
 # A printed line with a bar's characters, or framed in | … |, is a drawing (a bar, a timeline): it
@@ -179,6 +180,8 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         counts=[(s, counts[s]) for s in _ordered(counts)],
         differs=[c for c in claims if c["status"] == "differs" and not c.get("erratum")],
         errata=[c for c in claims if c.get("erratum")],
+        errata_groups=errata.group(claims), errata_sentence=errata.count_sentence(errata.group(claims)),
+        readings=errata.readings(claims),
         failed=[r["script"] for r in runs if r["rc"] != 0],
         filters=_filters(counts, sum(1 for c in claims if c.get("erratum"))),
         meanings=[(s, STATUS_MEANING.get(s, "")) for s in _ordered(counts)]
@@ -204,23 +207,8 @@ def _ordered(counts: Counter[str]) -> list[str]:
     return [s for s in STATUS_ORDER if counts[s]] + sorted(s for s in counts if s not in STATUS_ORDER)
 
 
-def _filters(counts: Counter[str], errata: int) -> list[tuple[str, str, int]]:
+def _filters(counts: Counter[str], erratum_rows: int) -> list[tuple[str, str, int]]:
     """The claim filters: (key, label, claims it shows): every claim, the notes' errors, each status."""
-    notes = [("erratum", "errors in the notes", errata)] if errata else []
+    notes = [("erratum", "errors in the notes", erratum_rows)] if erratum_rows else []
     each = [(s, s, counts[s]) for s in _ordered(counts)]
     return [("all", "every claim", sum(counts.values()))] + notes + each
-
-
-ERRATA_INTRO = """Slips the suite finds in the notes: each row is a claim marked as an error in the notes,
-with what the notes print, what the stated model gives, and why. `python code/reproduce.py
---errata` prints this section from a fresh run; a test keeps it in step with the claims."""
-
-
-def errata_markdown(claims: list[dict[str, Any]]) -> str:
-    """The README's errata section, from a reproduction's claims (each with its "script")."""
-    rows = [f"| `{c['script']}` | {_md_cell(c['what'])} | {_md_cell(_value(c['notes'], c['unit']))} | "
-            f"{_md_cell(_value(c['ours'], c['unit']))} | {_md_cell(' '.join(c['why'].split()))} |"
-            for c in claims if c.get("erratum")]
-    return "\n".join(["## Errors in the notes", "", ERRATA_INTRO, "",
-                      "| script | what | the notes print | the model gives | why |",
-                      "| --- | --- | --- | --- | --- |", *rows]) + "\n"
