@@ -201,7 +201,7 @@ def test_04_runs_with_other_knobs(tmp_path: Path) -> None:
     measured_table = data["parts"]["Part 2"]["tables"]["measured"]
     assert measured_table["headers"][-1] == "correct"
     assert [r[-1] for r in measured_table["rows"]] == ["yes"] * 4  # every quick size summed right on 2 and 4
-    measured = [c for c in data["claims"] if c["kind"] == "measured here"]
+    measured = [c for c in data["claims"] if c["kind"] == "measured here" and c["notes"] is not None]
     assert {c["notes"] for c in measured} >= {130, 4}  # printed beside ours, whatever this machine gives
     assert all(c["status"] in ("other setting", "not measured") for c in measured)  # --quick: fewer sizes
     share = [c for c in data["claims"] if c["part"] == "Part 3"]
@@ -317,19 +317,19 @@ def test_a_fit_with_a_negative_intercept_is_not_measured(alpha_beta: ModuleType)
 
 
 def test_loopback_latency_against_the_links_alpha(alpha_beta: ModuleType) -> None:
-    """A clean line whose ring α is 500 µs: 100× the 5 µs link α, two orders of magnitude. The
-    notes' own 130 µs over the same 5 µs is 26×: log10 = 1.41, which does not round to 2."""
+    """A clean line whose ring α is 500 µs: 100× the α-β examples' 5 µs, shown as ours only. The
+    notes give no NVLink / InfiniBand latency, so their 'two orders of magnitude' is unchecked; their
+    own 130 µs over the same 5 µs (26×) is printed in the reason, not held against them."""
     from lecture14 import alpha_beta_numerics as num
 
     sizes = [2**10 * 4**i for i in range(8)]
     times = [6 * 500e-6 + n / 1e9 for n in sizes]  # a = 2(K−1)·α with K = 4
     run = num.summarize_run(4, sizes, [times] * 3, [True] * len(sizes))
     claims = _fit_claims(alpha_beta, run)
-    measured, notes_own = claims["L14-3.4-loopback-100x"], claims["L14-3.4-loopback-100x-notes"]
-    assert measured.ours == pytest.approx(100) and measured.status == "agrees"
-    assert measured.rule == "within a factor of 3.16228"
-    assert notes_own.ours == pytest.approx(26) and notes_own.status == "differs"
-    assert round(math.log10(notes_own.ours)) == 1  # an independent reading of 'orders of magnitude'
+    measured = claims["L14-3.4-loopback-100x"]
+    assert measured.ours == pytest.approx(100) and measured.status == "ours only"
+    assert "their own 130 µs is 26×" in measured.why
+    assert "L14-3.4-loopback-100x-notes" not in claims  # unchecked: no link latency in the notes
     assert alpha_beta.notes_gloo_alpha_s() == pytest.approx(130e-6)  # read from the notes' table
 
 

@@ -147,9 +147,9 @@ def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
     rep.values(peak_tflops=args.peak_tflops,
                deepseek_peak_pct=100 * fraction_of_peak(DEEPSEEK_V3, peak),
                llama_peak_pct=100 * fraction_of_peak(LLAMA_31, peak),
-               both_over_third_of_peak=all(1 / 3 < fraction_of_peak(run, peak) < 0.4 for run in RUNS),
                params_ratio=ratio_params, gpu_hours_ratio=ratio_hours,
-               deepseek_days=days, deepseek_months=days / DAYS_PER_MONTH)
+               deepseek_days=days, deepseek_months=days / DAYS_PER_MONTH,
+               deepseek_tokens_t=DEEPSEEK_V3.tokens / 1e12, llama_tokens_t=LLAMA_31.tokens / 1e12)
 
 
 def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
@@ -169,9 +169,8 @@ def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
     state_405b = training_state_bytes(LLAMA_31.total_params)
     shortfall = state_405b / gpu_bytes
     rep.values(state_405b_tb=state_405b / 1e12, gpu_memory_gb=args.gpu_memory_gb, memory_shortfall=shortfall,
-               memory_shortfall_log10=math.log10(shortfall), memory_wall_orders=round(math.log10(shortfall)),
-               llama_years_at_peak=years_on_one_gpu(LLAMA_31, peak),
-               over_1000_years_at_peak=years_on_one_gpu(LLAMA_31, peak) > 1000)
+               memory_shortfall_log10=math.log10(shortfall),
+               llama_years_at_peak=years_on_one_gpu(LLAMA_31, peak))
 
 
 def part3_data_vs_model(rep: Report, args: argparse.Namespace) -> None:

@@ -270,6 +270,8 @@ def notes_setting_values(rep: Report, run: tuple[int, int, Link]) -> None:
     no_alpha = Link(0.0, link.beta_Bps)
     rep.values(limit_over_n_b=ring_broadcast_time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps),
                best_s=best, best_s_ms=ring_broadcast_time(k, n, link, best) * 1e3,
+               best_integer_s=best_integer_segments(k, n, link),
+               best_integer_s_ms=ring_broadcast_time(k, n, link, best_integer_segments(k, n, link)) * 1e3,
                best_s_ticks=algorithm("pipelined ring broadcast").rounds(k, best),
                best_s_tick_us=(link.alpha_s + n / best / link.beta_Bps) * 1e6,
                unsplit_ms=ring_broadcast_time(k, n, link, 1) * 1e3, unsplit_ticks=k - 1,

@@ -51,7 +51,9 @@ REAL_PROCS = (2, 4)                           # the notes' two process counts
 REAL_SIZES = [2**10 * 4**i for i in range(8)]  # 1 KiB … 16 MiB by factors of 4
 QUICK_SIZES = [2**10, 2**14, 2**18, 2**20]      # 1 KiB, 16 KiB, 256 KiB, 1 MiB
 GLOO_ALPHA_ROW = "L14-3.4-gloo-fit"      # the notes' fitted gloo α, 4 processes (Part 2)
-PEAK_TFLOPS, MFU, TOKENS_PER_GPU = 989.0, 0.40, 2048  # the notes' compute assumptions (Part 3)
+# Part 3: the notes give 2048 tokens per GPU but no compute rate: an H100's dense bf16 peak at 40 %
+# MFU is our assumption, printed beside the shares it decides.
+PEAK_TFLOPS, MFU, TOKENS_PER_GPU = 989.0, 0.40, 2048
 GRAD_BYTES_PER_PARAM = 2                      # bf16 gradients
 # The ranks Part 2 starts are REAL_PROCS, whatever --world-size (the model's K, up to 4,096 devices)
 # says. CPU time here (bench/bench_costs.py): start-up and the models, then about 0.25 s per sweep of
@@ -115,7 +117,7 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
              f"{f'from {fmt_bytes(ring_from)} up' if ring_from else 'at no size or every size'}\n"
              "(bandwidth-bound). NCCL likewise picks ring or tree by message size and device count.")
     rep.values(ring_from=fmt_bytes(ring_from) if ring_from else "no size",
-               ring_from_hundreds_kb=ring_from is not None and 1e5 <= ring_from < 1e6)
+               ring_from_kb=ring_from / 1e3 if ring_from else None)
     if rep.figure_dir():
         rep.save_figure(figures.alpha_beta_sizes(k, link, [1e2, 1e9], crossovers), "allreduce_by_size")
 
@@ -242,7 +244,7 @@ def record_fit(rep: Report, runs: dict[int, dict]) -> None:
                notes_alpha_orders=math.log10(notes_gloo_alpha_s() / link_alpha),
                small_sizes_ratio=ratio.median if ratio.used else float("nan"), small_sizes_sweeps=ratio.used,
                small_sizes_low=ratio.low, small_sizes_high=ratio.high,
-               small_sizes_alike=bool(ratio.median < 2) if ratio.used else None)
+               small_sizes_median=ratio.median if ratio.used else None)
 
 
 def notes_gloo_alpha_s() -> float:
@@ -272,8 +274,7 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
                share_nvlink_pct=100 * shares[NVLINK.name][0],
                share_infiniband_pct=100 * shares[INFINIBAND.name][0],
                share_ethernet_pct=100 * shares[ETHERNET.name][0],
-               share_spread=max(max(v) - min(v) for v in shares.values()),
-               share_independent_of_p=max(max(v) - min(v) for v in shares.values()) < 1e-12)
+               share_spread=max(max(v) - min(v) for v in shares.values()))
     # A latency α (this run's --alpha-us) adds 2(K-1)·α per step: how much it moves the share for the
     # smallest P.
     latent = [Link(args.alpha_us * 1e-6, link.beta_Bps) for link in links]

@@ -155,7 +155,7 @@ def ex6_pipelined_broadcast(rep: Report) -> None:
     rep.line(f"  simulated: S = 100 takes {ticks.n_rounds} ticks of {fmt_bytes(ticks.round_bytes()[0])}")
     slow, unsplit_alpha = ring_broadcast_time(k, n, with_alpha, 100), ring_broadcast_time(k, n, with_alpha, 1)
     rep.values(unsplit_ms=unsplit * 1e3, split_ms=split * 1e3, split_alpha_ms=slow * 1e3,
-               unsplit_alpha=fmt_time(unsplit_alpha), split_under_half=slow < unsplit_alpha / 2)
+               unsplit_alpha=fmt_time(unsplit_alpha), split_alpha_over_unsplit=slow / unsplit_alpha)
     best = best_integer_segments(k, n, with_alpha)
     rep.line(f"  good, not best: the optimum is S ≈ {continuous_best_segments(k, n, with_alpha):.1f} "
              f"(best integer {best}: {fmt_time(ring_broadcast_time(k, n, with_alpha, best))})")
