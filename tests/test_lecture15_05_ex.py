@@ -184,7 +184,12 @@ def test_exercise_claims_against_independent_numbers(exercises_run: tuple[str, d
     disagreeing = [c for c in data["claims"] if c["status"] != "agrees"]
     assert not disagreeing, disagreeing
     assert f"latency alone {161 * 2 * 15 * 10e-3:.1f} ms" in out           # 161 × 2(K−1)α
-    assert [f"Part {i}" for i in range(1, 13)] == [p for p in data["parts"] if p != "intro"]
+    # the twelve exercises, then Part 13: the figures of §10's preview (bubble, Megatron's MLP, 405B)
+    assert [f"Part {i}" for i in range(1, 14)] == [p for p in data["parts"] if p != "intro"]
+    assert claims["L15-8-ex4-bucket0-comm"]["ours"] == pytest.approx(0.5 + 0.1 * 24)
+    assert claims["L15-8-ex4-bucket1-comm"]["ours"] == pytest.approx(0.5 + 0.1 * 20)
+    assert claims["L15-10-405b-state"]["ours"] == pytest.approx(405e9 * 16 / 1e12)
+    assert claims["L15-10-megatron-mlp"]["ours"] == 1
 
 
 def test_exercise3_buckets_equal_pytorch(exercises: ModuleType) -> None:

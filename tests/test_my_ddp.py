@@ -293,7 +293,10 @@ def test_check_script_quick(quick_run) -> None:
     assert "MyDDP step / PyTorch DDP step" in out and "per-repeat ratios" in out
     # Every row compares at the notes' setting with --quick: none depends on the timing's length.
     statuses = {ref: c["status"] for ref, c in claims.items()}
-    assert statuses.pop("HB-default-bucket-25MB") == "differs" and claims["HB-default-bucket-25MB"]["erratum"]
+    # PyTorch's default cap, 25 "MB" as bucket_cap_mb counts it (MiB): a reading, not an error
+    default_cap = claims["HB-default-bucket-25MB"]
+    assert statuses.pop("HB-default-bucket-25MB") == "agrees" and default_cap["reading"]
+    assert not default_cap["erratum"] and default_cap["unit"] == "MiB" and default_cap["ours"] == 25
     assert statuses.pop("HB-myddp-step-ratio") == "ours only" and claims["HB-myddp-step-ratio"]["unit"] == "×"
     assert all(s == "agrees" for s in statuses.values()), statuses
     assert claims["HB-check-summary-line"]["ours"] == ("2 个 rank，2 个梯度桶，"

@@ -217,7 +217,7 @@ def part3_cpu_timing(rep: Report, args) -> None:
     rep.line(f"  gloo cost per step by rank: median {statistics.median(costs) * 1e3:.1f} ms, range "
              f"{costs[0] * 1e3:.1f} – {costs[-1] * 1e3:.1f} ms over {len(costs)} ranks "
              f"({steps} steps each)")
-    rep.timings(speedup_here=single / ddp, gloo_cost_ms=(ddp - local) * 1e3)
+    rep.timings(speedup_here=single / ddp, gloo_cost_ms=(ddp - local) * 1e3, local_speedup=single / local)
     speedup = f"{'No speed-up' if single / ddp < 1 else 'Only'} {single / ddp:.2f}x"
     rep.note(f"3 Linear layers of width {width} ({grad_bytes / 1e6:.2f} MB of float32 gradients), batch "
              f"{batch}, {steps} timed steps, medians over all ranks, one thread per rank, {os.cpu_count()} "

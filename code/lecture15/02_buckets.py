@@ -190,6 +190,7 @@ def part1_real_buckets(rep: Report, args, runs: list[list[dict]]) -> None:
              "the buckets in the order the gradients became ready ('= ready order'), here the reverse "
              "registration order ddp_sim assumes.")
     first = next(entry for entry in runs[0][0]["log"] if entry[0] == 2)
+    rep.values(layer_mb=(sizes[0] + sizes[1]) / MB, layer_bytes=sizes[0] + sizes[1])
     rep.values(first_iteration_buckets=max(sum(1 for e in run["log"] if e[0] == 1) for run in runs[0][:2]),
                recorded_equal_rule=all(matches), bucket0_first=" ".join(first[3][:2]))
 
@@ -233,7 +234,12 @@ def part2_model_buckets(rep: Report, args) -> None:
                hundreds_of_tensors=min(resnet[1], bert[1]) >= 100)
     for name, row in (("resnet", resnet), ("bert", bert)):
         rep.values(**{f"{name}_buckets_25mb": row[5], f"{name}_buckets_default": row[6],
-                      f"{name}_buckets_25mib": row[7]})
+                      f"{name}_buckets_25mib": row[7], f"{name}_tiny": row[3],
+                      f"{name}_tiny_pct": 100 * row[3] / row[1]})
+    # the notes' 25 MB as 25e6 B, with PyTorch's default 1 MiB first bucket (for the erratum's argument)
+    for name, spec in (("resnet", resnet50()), ("bert", bert_large())):
+        rep.value(f"{name}_buckets_25mb_first_1mib", len(assign_buckets(spec.param_bytes(), 25 * MB,
+                                                                         DEFAULT_FIRST_BUCKET_BYTES)))
 
 
 # ---- Part 3: the same floats as one tensor or thousands ------------------------------------------

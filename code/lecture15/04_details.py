@@ -181,8 +181,15 @@ def time_find_unused(layers: int, steps: int) -> tuple[list[float], list[float],
                 ddp(x).sum().backward()
                 if i >= 2:  # two warm-up steps: the first builds, the second rebuilds the buckets
                     samples.append(time.perf_counter() - start)
+        # One more step of each under the profiler: the all-reduces DDP issued (the gradient bucket's,
+        # and with find_unused_parameters=True the 'used' bitmap's, which no comm hook sees).
+        calls = []
+        for ddp in (plain, searching):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                ddp(x).sum().backward()
+            calls.append(sum(1 for e in prof.events() if e.name == "c10d::allreduce_"))
     del plain, searching
-    return times[0], times[1], "".join(warned)
+    return times[0], times[1], "".join(warned), calls
 
 
 def unused_worker(rank: int, world_size: int, layers: int, steps: int) -> dict[str, Any]:
@@ -207,7 +214,8 @@ def unused_worker(rank: int, world_size: int, layers: int, steps: int) -> dict[s
     out["local"] = {n: grad_or_none(p) for n, p in local.named_parameters() if n.endswith("weight")}
     out["ddp"] = {n: grad_or_none(p) for n, p in ddp.module.named_parameters() if n.endswith("weight")}
     del ddp
-    out["time_default"], out["time_find_unused"], out["torch_warned"] = time_find_unused(layers, steps)
+    (out["time_default"], out["time_find_unused"], out["torch_warned"],
+     out["allreduce_calls"]) = time_find_unused(layers, steps)
     return out
 
 
@@ -258,6 +266,12 @@ def part2_unused_parameters(rep: Report, args) -> None:
                                     for r in results),
                partial_use_averaged=all(r[5] for r in rows if r[0] == "b.weight"),
                never_grad_none=all(r["ddp"]["never.weight"] is None for r in results))
+    calls = [r["allreduce_calls"] for r in results]   # per rank: [without, with] find_unused_parameters
+    rep.line(f"  all-reduces in one step, every parameter used (profiler, c10d::allreduce_): "
+             f"{calls[0][0]} without find_unused_parameters, {calls[0][1]} with it"
+             + ("" if all(c == calls[0] for c in calls) else f" (ranks: {calls})"))
+    rep.values(bitmap_extra_allreduces=min(c[1] - c[0] for c in calls),
+               allreduce_calls_text=f"{calls[0][0]} without, {calls[0][1]} with")
     rep.timings(find_unused_extra_ms=(t_on - t_off) * 1e3, t_on_ms=t_on * 1e3, t_off_ms=t_off * 1e3)
 
 

@@ -2,9 +2,11 @@
 
     python code/lecture15/exercises.py
 
-Each part is one exercise (Part 1 = exercise 1 …). Numbers come from lecture15.ddp_sim and
-common.costmodel and are compared with the notes' reference answers (code/lecture15/notes.toml); the
-prose exercises print our explanation (marked "note:") and, where it is cheap, a computed check.
+Each part is one exercise (Part 1 = exercise 1 …); Part 13 checks the figures of §10's preview of
+lecture 16 (GPipe's bubble, Megatron's MLP split, 405B's training state). Numbers come from
+lecture15.ddp_sim and common.costmodel and are compared with the notes' reference answers
+(code/lecture15/notes.toml); the prose exercises print our explanation (marked "note:") and, where
+it is cheap, a computed check.
 Model only: numpy, no processes, no torch. (The handbook's 7B question: handbook_details.py.)
 """
 
@@ -94,6 +96,14 @@ def part1(rep: Report) -> None:
     first = [r for r in range(world) if rank_placement(r, 3, 4)[0] == machine]
     rep.line(f"  ranks {first[0]}–{first[-1]} live on machine {machine} (counting from 0)")
     rep.values(ex1_machine=machine, ex1_local_rank=local, ex1_world_size=world)
+    # §1.3's example: 2 machines × 2 GPUs
+    layout = [rank_placement(r, 2, 2) for r in range(2 * 2)]
+    per_machine = {m: sorted(lr for mm, lr, _ in layout if mm == m) for m in range(2)}
+    rep.line(f"  §1.3: 2 machines × 2 GPUs: global ranks 0–{layout[0][2] - 1}, local ranks per machine "
+             f"{per_machine}")
+    same = len({tuple(v) for v in per_machine.values()}) == 1
+    rep.values(s13_global_ranks=f"0–{layout[0][2] - 1}",
+               s13_local_ranks=", ".join(map(str, per_machine[0])) if same else str(per_machine))
 
 
 def part2(rep: Report) -> None:
@@ -146,6 +156,11 @@ def part4(rep: Report) -> None:
         rep.line("  " + row)
     rep.values(ex4_overlapped_ms=overlapped.step_s * 1e3, ex4_serial_ms=serial.step_s * 1e3,
                ex4_one_bucket_ms=one.step_s * 1e3)
+    events = {e.index: e for e in overlapped.comm_events()}
+    for b in (0, 1):
+        rep.values(**{f"ex4_bucket{b}_ready_ms": overlapped.bucket_ready_s[b] * 1e3,
+                      f"ex4_bucket{b}_comm_ms": (events[b].end_s - events[b].start_s) * 1e3,
+                      f"ex4_bucket{b}_end_ms": events[b].end_s * 1e3})
 
 
 def part5(rep: Report) -> None:
@@ -262,6 +277,60 @@ def part12(rep: Report) -> None:
              f"kept mean (rank 0's) {local[0][0]:.2f}, global {np.concatenate(shards).mean():.2f}")
 
 
+def megatron_mlp(k: int, seed: int = 13) -> tuple[int, float, float]:
+    """Y = GeLU(X·W1)·W2 on k emulated ranks, W1 split by columns and W2 by rows (Megatron-LM): each
+    rank's GeLU(X·W1_k)·W2_k is a partial sum of Y, so one all-reduce (a sum) finishes the forward.
+    Returns (all-reduces made, max |Δ| against the unsplit MLP, max |Δ| when W1 is split by rows
+    instead and the GeLU is applied to partial sums without first summing them)."""
+    def gelu(z: np.ndarray) -> np.ndarray:
+        return 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3)))
+
+    rng = np.random.default_rng(seed)
+    d = 8
+    x, w1, w2 = rng.standard_normal((4, d)), rng.standard_normal((d, 4 * d)), rng.standard_normal((4 * d, d))
+    whole = gelu(x @ w1) @ w2
+    calls: list[str] = []
+
+    def all_reduce(parts: list[np.ndarray]) -> np.ndarray:   # every rank gets the sum
+        calls.append("all-reduce")
+        return sum(parts)
+
+    cols, rows = np.array_split(np.arange(4 * d), k), np.array_split(np.arange(d), k)
+    y = all_reduce([gelu(x @ w1[:, c]) @ w2[c, :] for c in cols])
+    made = len(calls)
+    # W1 split by rows: each rank holds a partial sum of X·W1, and GeLU(a) + GeLU(b) ≠ GeLU(a + b)
+    wrong = sum(gelu(x[:, r] @ w1[r, :]) for r in rows) @ w2
+    return made, float(np.max(np.abs(y - whole))), float(np.max(np.abs(wrong - whole)))
+
+
+def part13(rep: Report) -> None:
+    # the event-by-event simulator (cs336 script 06) against the closed form (p − 1)/(m + p − 1)
+    from cs336.pipeline import bubble_fraction_closed_form, run_schedule
+
+    rows, gaps = [], {"plain": 0.0, "micro": 0.0}   # m = 1 is the plain pipeline
+    for stages in (2, 4, 8):
+        for micro in (1, 4, 16):
+            run = run_schedule("GPipe", stages, micro, 1.0, 2.0)
+            formula = bubble_fraction_closed_form(stages, micro)   # m = 1: the plain pipeline's (p − 1)/p
+            kind = "plain" if micro == 1 else "micro"
+            gaps[kind] = max(gaps[kind], abs(run.bubble_fraction - formula))
+            rows.append([stages, micro, f"{run.bubble_fraction:.4f}", f"{formula:.4f}"])
+    rep.table(["p (stages)", "m (micro-batches)", "GPipe bubble, simulated", "(p − 1)/(m + p − 1)"], rows,
+              name="gpipe_bubble")
+    rep.note("simulated pass by pass (cs336.pipeline, t_b = 2 t_f, no p2p time): idle device-time / "
+             "(p × makespan); m = 1 is the plain pipeline's (p − 1)/p.")
+    made, gap, wrong = megatron_mlp(4)
+    rep.line(f"  Megatron MLP on 4 emulated ranks (W1 by columns, W2 by rows): {made} all-reduce, max |Δ| "
+             f"against the unsplit MLP {gap:.1e};\n  W1 by rows without a sum before the GeLU: max |Δ| "
+             f"{wrong:.2f}")
+    params, per_param = 405e9, 16   # lecture 14's ledger: 16 bytes per parameter (mixed-precision Adam)
+    tb = params * per_param / 1e12
+    rep.line(f"  405B parameters × {per_param} B (lecture 14's ledger) = {tb:.2f} TB of training state")
+    rep.values(gpipe_bubble_plain_gap=gaps["plain"], gpipe_bubble_micro_gap=gaps["micro"],
+               megatron_mlp_allreduces=made, megatron_gap=gap, megatron_rows_first_gap=wrong,
+               state_405b_tb=tb)
+
+
 def main() -> None:
     parser = make_parser(__doc__, figs=False)
     args: argparse.Namespace = parser.parse_args()
@@ -279,9 +348,10 @@ def main() -> None:
         (10, "throughput at 256 ranks", part10),
         (11, "synchronise every 4 steps", part11),                # ddp_sim.skip_sync_step_s
         (12, "BatchNorm with class-sharded data", part12),
+        (13, "§10's preview: GPipe's bubble, Megatron's MLP, 405B", part13),
     ]
     for number, title, answer in steps:
-        rep.part(number, f"exercise {number}: {title}")
+        rep.part(number, f"exercise {number}: {title}" if number <= 12 else title)
         answer(rep)
     rep.finish()
 
