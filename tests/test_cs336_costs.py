@@ -167,15 +167,15 @@ EXPECTED_03 = {  # claim → status at the notes' settings; every 'differs' is a
     "all-reduce time, NVLink 450 GB/s": "agrees",
     "all-reduce time, InfiniBand 40 GB/s": "agrees",
     "all-reduce time, 100G Ethernet": "agrees",
-    "NVLink's all-reduce fits in a 200 ms step's backward": "agrees",
-    "TP activation A = 128 × 5120 × 2 B": "differs",
+    "NVLink's all-reduce / a 200 ms step's backward": "agrees",
+    "TP activation A = 128 × 5120 × 2 B": "agrees",
     "TP collectives per step (2L)": "agrees",
     "DP collectives per step": "agrees",
     "DP per step per rank, in LW (p = 4)": "agrees",
     "TP per call per rank, in A (p = 4)": "differs",
     "TP per step per rank, in L·A (p = 4)": "differs",
     "TP per step per rank, 80 calls × (p-1)/p × A": "differs",
-    "TP moves under a tenth of DP's bytes": "agrees",
+    "TP's bytes / DP's a step": "agrees",
     "TP start-ups, 80 calls × 1 µs (NVLink)": "agrees",
     "TP start-ups, 80 calls × 5 µs (InfiniBand)": "agrees",
     "activation A = 128 × 1024 × 2 B": "agrees",
@@ -209,10 +209,14 @@ def test_03_claims_at_the_notes_settings(quick_03: tuple[str, dict[str, dict]]) 
     assert ours["NVLink / InfiniBand, one way each"] == 9
     assert ours["ring volume per rank, 8 cards"] == pytest.approx(45.5)
     assert ours["all-reduce time, NVLink 450 GB/s"] == pytest.approx(39e9 / 450e9 * 1e3 + 6e-3)
-    assert ours["TP activation A = 128 × 5120 × 2 B"] == pytest.approx(1.31072)
-    # 40 all-gathers and 40 reduce-scatters of (p-1)/p·A each: 75 MiB, not the notes' doubled 150
+    # the notes' MB is MiB (a reading): 1.25 MiB, ours in their unit
+    act = found["TP activation A = 128 × 5120 × 2 B"]
+    assert act["ours"] == pytest.approx(1.25) and act["unit"] == "MiB" and act["reading"]
+    # 40 all-gathers and 40 reduce-scatters of (p-1)/p·A each: 75 MiB beside the notes' 150 (MiB, read so),
+    # the notes inconsistent (all-gathers by name, all-reduces by volume)
     step = found["TP per step per rank, 80 calls × (p-1)/p × A"]
-    assert step["ours"] == pytest.approx(80 * 0.75 * 1.31072)
+    assert step["ours"] == pytest.approx(75) and step["unit"] == "MiB" and step["notes"] == 150
+    assert step["error"] == "inconsistency" and step["reading"]
     assert "75 MiB" in step["why"] and "150 MiB" in step["why"]
     assert ours["TP per call per rank, in A (p = 4)"] == 0.75
     assert ours["TP per step per rank, in L·A (p = 4)"] == 1.5

@@ -259,8 +259,10 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
              "a unit (a layer) at a time:\nZeRO-3's 2L all-gathers + L reduce-scatters; without resharding "
              "one all-gather a unit, ZeRO-2's\nRS + AG cut in L. ZeroRedundancyOptimizer keeps DDP's whole "
              "all-reduce (not a reduce-scatter) and\nthen broadcasts each parameter from its owner: an "
-             f"all-gather's bytes on top, {ours_z1 / notes_z1:g}× the notes'\nZeRO-1 per rank in the ring "
-             "model. The counted step is the last (the second rebuilds DDP's buckets).\nDDP's all-reduce is "
+             f"all-gather's bytes on top, {ours_z1 / notes_z1:g}× the ZeRO paper's\nZeRO-1 (RS + AG) per "
+             "rank in the ring model, the reading of the notes' ZeRO table our rows take.\n"
+             "The counted step is the last "
+             "(the second rebuilds DDP's buckets). DDP's all-reduce is "
              "counted through allreduce_hook (DDP's C++ reducer would bypass Python);\nFSDP2's all-gathers "
              "and reduce-scatters pass ProcessGroup's methods, where common.dist_count\ncounts them: "
              f"{unseen} operation(s) ran on the groups that no counted method saw")
