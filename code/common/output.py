@@ -17,10 +17,31 @@ from typing import Any, Sequence
 from common import checker, verdicts
 from common.checker import Claim
 from common.cli import off_setting
-from common.errors import RunFailure
+from common.errors import RunFailure, UsageError
 from common.files import make_output_dir, write_bytes, write_json
 from common.text import PAGE_WIDTH, bar, format_table, paragraphs, wrap  # noqa: F401 (the scripts' names)
 from common.units import fmt_bytes, fmt_num, fmt_time  # noqa: F401 (the scripts' names for them)
+
+# "= one process" for trained weights is judged against how far they moved there: a right engine
+# differs from one process by round-off, a wrong one (no update, a missing average, a stale shard)
+# by a share of the movement. An absolute tolerance alone passes a wrong engine whose weights barely
+# moved (9e-11 in 07 and 08 at --layers 16, under their 1e-9).
+MOVED_SHARE = 1e-6        # the largest gap a right engine leaves, as a share of the movement
+ROUND_OFF_ULPS = 64       # the round-off a gap may carry, in units of the largest weight's last place
+
+
+def movement_floor(largest_weight: float, eps: float) -> float:
+    """The least movement a check can judge: MOVED_SHARE of it must exceed the weights' round-off."""
+    return ROUND_OFF_ULPS * eps * largest_weight / MOVED_SHARE
+
+
+def refuse_still_weights(moved: float, largest_weight: float, eps: float, setting: str) -> None:
+    """A usage error, before any rank starts, for a setting whose weights move too little in one
+    process for check_trained to tell a wrong engine from round-off."""
+    floor = movement_floor(largest_weight, eps)
+    if not moved >= floor:
+        raise UsageError(f"{setting}: the weights move {moved:.1e} in one process, under {floor:.1e}: too "
+                         "little to tell a wrong engine from round-off (fewer --layers, or another --seed)")
 
 
 class Report:
@@ -147,6 +168,28 @@ class Report:
         print("  " + text)
         if not ok:
             self.failures.append(f"{what}: max |difference| {gap:.3g}, above the tolerance {tolerance:g}")
+        return ok
+
+    def check_trained(self, what: str, gap: float, moved: float, step_one: float | None = None,
+                      tolerance: float = 0.0) -> bool:
+        """A self-check of training against one process, in one line: `gap` (the largest |ours − one
+        process| of the trained weights) within MOVED_SHARE of `moved` (the largest |after − before|
+        in one process); and `step_one` (step 1's outputs and gradients, before any update), if given,
+        within `tolerance`. A failure ends the run as check_close's does."""
+        share = gap / moved if moved > 0 else float("inf")
+        trained_ok = share <= MOVED_SHARE  # a NaN gap fails
+        first_ok = step_one is None or step_one <= tolerance
+        first = "" if step_one is None else (f"step 1 max |difference| {step_one:.3g} "
+                                             f"{'≤' if first_ok else '>'} {tolerance:g}; ")
+        trained = (f"trained weights {gap:.3g} = {share:.1e} × the {moved:.2g} they moved "
+                   f"{'≤' if trained_ok else '>'} {MOVED_SHARE:g}")
+        ok = first_ok and trained_ok
+        text = f"check: {what} against one process: {first}{trained}: {'ok' if ok else 'FAILED'}"
+        self._keep("check", text)
+        print(wrap(text, "    ", "  "))
+        if not ok:
+            wrong = ([first.rstrip("; ")] if not first_ok else []) + ([trained] if not trained_ok else [])
+            self.failures.append(f"{what} against one process: {'; '.join(wrong)}")
         return ok
 
     def at_notes_setting(self, setting: Sequence[str] | None = None) -> bool:

@@ -222,7 +222,8 @@ def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy:
     rep.table(["quantity", "max |diff| vs one process"], rows, name="vs_one_process")
     gap = max(r[1] for r in rows if r not in (extra or []))
     rep.record("max_diff", gap)
-    rep.check_close(f"{strategy} against one process", gap, CHECK_TOL)
+    # step 1 to round-off; the trained weights (the last row) against how far they moved
+    rep.check_trained(strategy, rows[-1][1], ref.moved, max(r[1] for r in rows[:3]), CHECK_TOL)
 
 
 def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
@@ -288,7 +289,7 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
     gap = max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
               for s, p in enumerate(ref.params_after))
     rep.record("max_diff", gap)
-    rep.check_close("ZeRO-1 and ZeRO-2 against Adam in one process", gap, CHECK_TOL)
+    rep.check_trained("ZeRO-1 and ZeRO-2 (Adam)", gap, ref.moved)
     shard = ledger.padded_shard_elements(n, k)
     rows = [[r, a["shard"], a["mv_bytes"], ledger.optimizer_state_bytes(n, k, 2 * ELEM), a["grad_bytes"],
              b["grad_bytes"]] for r, (a, b) in enumerate(zip(z1, z2))]
@@ -377,18 +378,19 @@ def main() -> None:
     check_args(args)
     k = args.world_size
     ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
-    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)",
-                 args)
     params, x = (
         mlp.make_params(args.layers, args.width, args.seed),
         mlp.make_batch(args.batch, args.width, args.seed),
     )
-    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, loss "
-             f"= mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
     # One process first: its optimizer imports torch._dynamo (~1 s), which forked ranks then inherit
     # instead of importing it four times over on two cores (the launch: 5 s -> 1 s here).
     sgd = mlp.train_one_process(params, x, args.steps, "sgd")
     adam = mlp.train_one_process(params, x, args.steps, "adam")
+    sgd.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
+    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)",
+                 args)
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, loss "
+             f"= mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
     ranks = launch(strategies_worker, k, params, x, args.steps, args.micro_batches, timeout_s=args.timeout_s)
     part1_data_parallel(rep, args, ranks, sgd)       # the notes' DP loop: slices, SUM then ÷ B
     part2_tensor_parallel(rep, args, ranks, sgd)     # column slices, all-gather, the backward derived

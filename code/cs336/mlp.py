@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from common.collectives_def import split_sizes  # also the cs336 scripts' mlp.split_sizes
+from common.output import refuse_still_weights
 
 LR_SGD = 0.5    # loss = mean of squares gives small gradients; 0.5 moves the weights visibly
 LR_ADAM = 1e-3  # Adam's step is ~lr per element whatever the gradient's size
@@ -52,6 +53,23 @@ class Reference:
     loss: float
     grads: list[torch.Tensor]
     params_after: list[list[torch.Tensor]]  # [step][layer]
+    params_before: list[torch.Tensor]
+
+    @property
+    def moved(self) -> float:
+        """How far training moved the weights: the largest |after − before| (what a check of the
+        trained weights is judged against: Report.check_trained)."""
+        return max_abs_diff(self.params_after[-1], self.params_before)
+
+    @property
+    def largest_weight(self) -> float:
+        return max(float(w.abs().max()) for w in self.params_before)
+
+    def refuse_still_weights(self, setting: str) -> None:
+        """A usage error, before any rank starts, where the weights barely move
+        (output.refuse_still_weights)."""
+        eps = torch.finfo(self.params_before[0].dtype).eps
+        refuse_still_weights(self.moved, self.largest_weight, eps, setting)
 
 
 def train_one_process(params: list[torch.Tensor], x: torch.Tensor, steps: int, optimizer: str) -> Reference:
@@ -68,7 +86,7 @@ def train_one_process(params: list[torch.Tensor], x: torch.Tensor, steps: int, o
             first = (out.detach().clone(), loss.item(), [w.grad.clone() for w in ws])
         opt.step()
         after.append([w.detach().clone() for w in ws])
-    return Reference(first[0], first[1], first[2], after)
+    return Reference(first[0], first[1], first[2], after, [w.detach().clone() for w in params])
 
 
 # ---- how sizes are split over ranks -------------------------------------------------------------
