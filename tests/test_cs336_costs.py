@@ -144,13 +144,14 @@ def test_bad_arguments() -> None:
 
 # ---- the script ----------------------------------------------------------------------------------
 
-EXPECTED_03 = {  # claim → status at the notes' settings; every 'differs' is a slip the script explains
+EXPECTED_03 = {  # claim → status at the notes' settings; every 'differs' is an erratum the script explains
     "α·N_msg + S/B with counted messages and bytes = ring T": "agrees",
     "ring all-reduce: 2(p-1) rounds, 2(p-1)/p·S per rank (counted)": "agrees",
     "α's share of T falls as S grows (Part 1's sweep)": "agrees",
     "latency term 6α": "agrees",
-    "bandwidth term 1.5 × S/B": "differs",
+    "bandwidth term 1.5 × 64 MB / 50 GB/s": "agrees",  # a reading: MiB and GiB/s worked as MB and GB/s
     "the bandwidth term is close to 2 ms": "agrees",
+    "NVLink 4.0 two-way (18 links × 25 GB/s each way)": "agrees",
     "InfiniBand NDR 400 Gb/s in GB/s": "agrees",
     "RoCE 100 Gb/s in GB/s": "agrees",
     "NVLink / InfiniBand, one way each": "differs",
@@ -176,14 +177,15 @@ EXPECTED_03 = {  # claim → status at the notes' settings; every 'differs' is a
     "TP per step per rank, in L·A (p = 4)": "differs",
     "TP per step per rank, 80 calls × (p-1)/p × A": "differs",
     "TP's bytes / DP's a step": "agrees",
+    "TP's bytes / DP's a step, Llama 2's 4096-token sequences": "differs",
     "TP start-ups, 80 calls × 1 µs (NVLink)": "agrees",
     "TP start-ups, 80 calls × 5 µs (InfiniBand)": "agrees",
     "activation A = 128 × 1024 × 2 B": "agrees",
-    "4-way all-gather per layer per rank": "differs",
+    "a layer per rank: forward AG + backward RS": "agrees",
     "parameters per layer d²": "agrees",
     "one layer's weights, fp16": "agrees",
     "parameters, 12 layers": "agrees",
-    "training state 201M × 16 B": "differs",
+    "training state 201M × 16 B": "agrees",  # a reading: GiB written for GB
     "activation 128 × 4096 × 2 B": "agrees",
 }
 
@@ -205,7 +207,8 @@ def test_03_claims_at_the_notes_settings(quick_03: tuple[str, dict[str, dict]]) 
     assert all(c["why"] and c["erratum"] for c in found.values() if c["status"] == "differs")
     assert all(c["rule"] for c in found.values())
     ours = {w: c["ours"] for w, c in found.items()}
-    assert ours["bandwidth term 1.5 × S/B"] == pytest.approx(1.875)
+    assert ours["bandwidth term 1.5 × 64 MB / 50 GB/s"] == pytest.approx(1.92)
+    assert found["bandwidth term 1.5 × 64 MB / 50 GB/s"]["reading"]
     assert ours["NVLink / InfiniBand, one way each"] == 9
     assert ours["ring volume per rank, 8 cards"] == pytest.approx(45.5)
     assert ours["all-reduce time, NVLink 450 GB/s"] == pytest.approx(39e9 / 450e9 * 1e3 + 6e-3)
@@ -220,13 +223,18 @@ def test_03_claims_at_the_notes_settings(quick_03: tuple[str, dict[str, dict]]) 
     assert "75 MiB" in step["why"] and "150 MiB" in step["why"]
     assert ours["TP per call per rank, in A (p = 4)"] == 0.75
     assert ours["TP per step per rank, in L·A (p = 4)"] == 1.5
-    assert ours["4-way all-gather per layer per rank"] == 192
-    assert ours["training state 201M × 16 B"] == 3.0
+    assert ours["a layer per rank: forward AG + backward RS"] == 384
+    state = found["training state 201M × 16 B"]
+    assert state["ours"] == pytest.approx(3.221225472) and state["unit"] == "GB" and state["reading"]
+    assert ours["NVLink 4.0 two-way (18 links × 25 GB/s each way)"] == 900
+    assert found["PCIe 5.0 x16 two-way"]["erratum"] == found["NVLink / InfiniBand, one way each"]["erratum"]
+    assert found["PCIe 5.0 x16 two-way"]["error"] == "inconsistency"
+    assert ours["TP's bytes / DP's a step, Llama 2's 4096-token sequences"] == pytest.approx(8.26, abs=0.01)
     assert ours["PCIe 5.0 x16 two-way"] == pytest.approx(2 * 32 * 16 * 128 / 130 / 8)
     assert ours["NVLink's 450 GB/s is 60-85 % of peak"] == 100
     assert ours["InfiniBand's 40 GB/s is 60-85 % of peak"] == 80
     assert "same" in out and "DIFFERENT" not in out
-    assert "1.875 ms" in out and "1.92 ms" in out  # ours beside the notes' reading of 1.5 × 64/50
+    assert "1.88 ms" in out and "1.92 ms" in out  # in MiB and GiB/s, and as the notes worked it
     lines = [ln for ln in out.splitlines() if len(ln) > 100]
     assert not lines, lines
 
@@ -235,15 +243,16 @@ def test_03_other_world_size_voids_only_what_depends_on_it(tmp_path: Path) -> No
     out = run_script(S03, "--world-size", "8", "--alpha-us", "2", "--beta-gbs", "25", "--size", "1MiB",
                      "--json", str(tmp_path / "o.json")).stdout
     found = claims(tmp_path / "o.json")
-    for what in ("latency term 6α", "bandwidth term 1.5 × S/B", "all-reduce time, NVLink 450 GB/s",
-                 "4-way all-gather per layer per rank", "TP per step per rank, 80 calls × (p-1)/p × A"):
+    for what in ("latency term 6α", "bandwidth term 1.5 × 64 MB / 50 GB/s",
+                 "all-reduce time, NVLink 450 GB/s", "a layer per rank: forward AG + backward RS",
+                 "TP per step per rank, 80 calls × (p-1)/p × A"):
         assert found[what]["status"] == "other setting", what
     # the rows at a fixed setting keep their verdict: 39 GB is the 4-card figure whatever --world-size
     assert found["ring volume per rank, 8 cards"]["status"] == "differs"
     assert found["TP per call per rank, in A (p = 4)"]["status"] == "differs"
     assert found["ring volume per rank, p = --world-size"]["ours"] == pytest.approx(45.5)
     assert found["latency term 6α"]["ours"] == pytest.approx(14 * 2)  # 2(p-1)α with α = 2 µs
-    assert found["bandwidth term 1.5 × S/B"]["ours"] == pytest.approx(1.75 * 2**20 / 25e9 * 1e3)
+    assert found["the bandwidth term is close to 2 ms"]["ours"] == pytest.approx(1.75 * 2**20 / 25e9 * 1e3)
     assert "S = p·α·B = 390.6 KiB" in out  # 8 × 2 µs × 25 GB/s = 400,000 B
 
 

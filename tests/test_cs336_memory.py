@@ -116,7 +116,7 @@ EXPECTED_04 = {
     "ledger: fp32 master weight": "agrees",
     "ledger: Adam m + v": "agrees",
     "bytes per parameter": "agrees",
-    "200M × 16 B": "differs",
+    "200M × 16 B": "agrees",  # a reading: GiB written for GB
     "Llama 2 13B fp16 parameters": "agrees",
     "Llama 2 13B fp16 gradients": "agrees",
     "Llama 2 13B fp32 master weights": "agrees",
@@ -130,7 +130,7 @@ EXPECTED_04 = {
     "ZeRO-1: Adam m + v per card": "agrees",
     "ZeRO-2: gradients per card": "agrees",
     "DDP communicates": "agrees",
-    "ZeRO-1 communicates": "differs",
+    "ZeRO-1 communicates (the notes' text)": "differs",
     "ZeRO-2 communicates": "agrees",
     "ZeRO-3 communicates": "differs",
     "ZeRO-2 saves memory for DDP's bytes; ZeRO-3 costs 1.5× (13B, 4 cards)": "agrees",
@@ -142,16 +142,27 @@ def claims(path: Path) -> dict[str, dict]:
     return {c["what"]: c for c in json.loads(path.read_text(encoding="utf-8"))["claims"]}
 
 
+def tables_of(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))["parts"]
+
+
 def test_04_claims_at_the_notes_settings(tmp_path: Path, quick_run) -> None:
     out = quick_run(S04, json_to=tmp_path / "o.json").stdout
     found = claims(tmp_path / "o.json")
     assert {w: c["status"] for w, c in found.items()} == EXPECTED_04
     assert all(c["why"] and c["erratum"] for c in found.values() if c["status"] == "differs")
-    assert found["200M × 16 B"]["ours"] == pytest.approx(3.2e9 / 2**30)
+    state = found["200M × 16 B"]
+    assert state["ours"] == pytest.approx(3.2) and state["unit"] == "GB" and state["reading"]
     assert found["ZeRO-3 communicates"]["ours"] == "AG + AG + RS"
-    # ZeRO-1's "AG" is decided a slip, with why it is no reading of the column's "extra"
-    assert found["ZeRO-1 communicates"]["ours"] == "RS + AG"
-    assert "extra" in found["ZeRO-1 communicates"]["why"]
+    # the notes' own ZeRO-1 (their ZeRO-2 replaces DDP's all-reduce, so ZeRO-1 keeps it) beside the cell's
+    # "AG": the column's inconsistency, argued with the column's "extra"
+    zero1 = found["ZeRO-1 communicates (the notes' text)"]
+    assert zero1["ours"] == "AR + AG" and zero1["error"] == "inconsistency"
+    assert "extra" in zero1["why"] and "1.5× DDP" in zero1["why"]
+    zero_traffic = {r[0]: r for r in tables_of(tmp_path)["Part 2"]["tables"]["zero_traffic"]["rows"]}
+    notes_zero1 = zero_traffic["ZeRO-1 (notes' text)"]
+    assert notes_zero1[1] == "1 AR + 1 AG" and notes_zero1[4] == "1.5"
+    assert zero_traffic["ZeRO-1 (paper)"][1] == "1 RS + 1 AG" and zero_traffic["ZeRO-1 (paper)"][4] == "1"
     tables = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))["parts"]
     traffic = {r[0]: r for r in tables["Part 3"]["tables"]["megatron_traffic"]["rows"]}
     assert traffic["TP"][3] == 4 * 12 * 96  # 4 all-reduces × 12 layers a stage × 96 micro-batches
@@ -167,7 +178,7 @@ def test_04_other_model_and_uneven_parameters(tmp_path: Path) -> None:
     found = {c["what"]: c for c in data["claims"]}
     # The notes' 13B on 4 cards only.
     assert found["ZeRO-1: Adam m + v per card"]["status"] == "other setting"
-    assert found["ZeRO-1 communicates"]["status"] == "differs"                 # no flag changes that one
+    assert found["ZeRO-1 communicates (the notes' text)"]["status"] == "differs"  # no flag changes that one
     rows = {r[0]: r for r in data["parts"]["Part 2"]["tables"]["zero_memory"]["rows"]}
     # 1001 parameters on 3 ranks: the busiest holds 334 of the sharded elements.
     assert rows["ZeRO-3"][4] == f"{16 * 334 / 1000:.4g} KB"

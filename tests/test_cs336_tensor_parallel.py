@@ -128,7 +128,8 @@ def test_a_broken_side_ends_the_run_in_one_line(tmp_path: Path, patch: str, firs
                                "|difference| "), lines[0]
     assert "> 1e-09" in lines[0] and "Traceback" not in proc.stderr
     # each check's line, joined where it wraps: "check: WHAT against one process: …" or "check: WHAT: max …"
-    checks = [" ".join(c.split()) for c in re.split(r"\n(?!    \S)", proc.stdout) if c.startswith("  check: ")]
+    blocks = re.split(r"\n(?!    \S)", proc.stdout)
+    checks = [" ".join(c.split()) for c in blocks if c.startswith("  check: ")]
     named = {re.match(r"check: (.+?)(?: against one process)?: ", c)[1]: c.endswith("FAILED") for c in checks}
     assert also in named and named[first], named
     if patch is LOST_REDUCE:  # DTensor's own runs stay equal to one process

@@ -36,7 +36,8 @@ When the notes are wrong, the row names an erratum, one per distinct error howev
 
     [[erratum]]
     id = "CS-err-forward-only-bubble"
-    kind = "slip"            # slip: the notes contradict their own stated model, units or arithmetic
+    kind = "slip"            # slip: the notes contradict their own stated model, units or arithmetic,
+                             # or a fact they cite (PyTorch's source, a specification); one value
                              # inconsistency: two places of the notes disagree (no one correct value)
     title = "the bubble counts the forward fill only"
     places = ["§流水线并行: '气泡 = (S−1)·t_f' (the bubble is (S−1)·t_f)"]  # the notes' words, translated;
@@ -86,8 +87,8 @@ CALIBRATION = "calibration target"  # the model was fitted to this figure: shown
 BASES = (EXACT, ASSUMPTION, MEASURED, OBSERVED, CALIBRATION)
 
 # What an erratum is (an [[erratum]] entry's `kind`). A reading (a row's `reading`) is none of them:
-# a convention the notes keep throughout is read their way and never listed as an error.
-SLIP = "slip"                    # the notes contradict their own stated model, units or arithmetic
+# a unit written as the notes (or PyTorch's own names) write it, read their way, never an error.
+SLIP = "slip"                    # the notes contradict their own model, units, arithmetic or a cited fact
 INCONSISTENCY = "inconsistency"  # two places of the notes disagree: each reading shown, no one value
 ERROR_KINDS = (SLIP, INCONSISTENCY)
 

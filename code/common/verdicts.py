@@ -120,7 +120,7 @@ def _reasons(claims: Sequence[Claim]) -> list[str]:
     for c in order:
         text = c.decision if c.status == "other setting" else c.why
         if c.reading and c.status == "agrees":
-            text = f"read as the notes write throughout: {c.reading}" + (f"; {text}" if text else "")
+            text = f"read as: {c.reading}" + (f"; {text}" if text else "")
         if text:
             grouped.setdefault(text, []).append(c.what)
     lines = []

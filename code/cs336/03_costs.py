@@ -106,7 +106,12 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  counted by lecture14.collectives (a p-byte stand-in): N_msg = {stand_in.n_rounds}, S_sent = "
              f"{fmt_bytes(counted, binary=True)} per rank ({'same' if same else 'DIFFERENT'}): α·N_msg + "
              f"S_sent/B = {fmt_time(first_order)}")
-    rep.values(latency_us=latency * 1e6, bandwidth_ms=bandwidth * 1e3, first_order_same=same and math.isclose(
+    # The notes' 1.5 × 64/50 ms works their MiB and GiB/s as MB and GB/s: the same term in those units.
+    bandwidth_decimal = bandwidth * (1e6 / MiB) * (GiB / 1e9)   # S in MB, B in GB/s
+    rep.line(f"  the same figures in MB and GB/s: {2 * (p - 1) / p:g} × {s / MiB:g} MB / "
+             f"{beta / GiB:.4g} GB/s = {fmt_time(bandwidth_decimal)}")
+    rep.values(latency_us=latency * 1e6, bandwidth_ms=bandwidth * 1e3,
+               bandwidth_decimal_ms=bandwidth_decimal * 1e3, first_order_same=same and math.isclose(
         first_order, ring_allreduce_time(p, s, link), rel_tol=1e-12), ring_terms_counted=same)
     balance = ring_allreduce_balance_bytes(p, link)
     if balance > 0:
@@ -133,11 +138,12 @@ def part2_interconnects(rep: Report) -> None:
              rep.notes_text(f"CS-links-{key}-bw" if key in ("nvlink", "nvswitch") else f"CS-links-{key}"),
              gbs, rep.notes_text(f"CS-links-{key}-row"), scope] for name, key, gbs, scope in LINKS]
     rep.table(["link", "notes", "one way GB/s (spec)", "latency (notes)", "scope"], rows, name="links")
-    rep.note("one way from each link's specification. The notes head their column 'one way', yet "
-             "give\nNVLink's and PCIe's figures as two-way totals: like for like, '900 → 64 GB/s' is "
-             f"{one_way['nvlink']:g} → {PCIE5_X16_ONE_WAY_GBS:.0f} GB/s one way "
-             f"({one_way['nvlink'] / PCIE5_X16_ONE_WAY_GBS:.1f}×, not {900 / 64:.1f}×)")
-    rep.values(ib_gbs=one_way["ib"], roce_gbs=one_way["roce"],
+    rep.note("one way from each link's specification. The notes head their column 'one way', yet tag "
+             "NVLink's\n900 and PCIe's 64 two-way ('双向'): NVLink's two-way total is "
+             f"{2 * one_way['nvlink']:g}, PCIe's {2 * PCIE5_X16_ONE_WAY_GBS:.0f} (its 64 is one way).\n"
+             f"Like for like, '900 → 64 GB/s' is {one_way['nvlink']:g} → {PCIE5_X16_ONE_WAY_GBS:.0f} GB/s "
+             f"one way ({one_way['nvlink'] / PCIE5_X16_ONE_WAY_GBS:.1f}×, not {900 / 64:.1f}×)")
+    rep.values(ib_gbs=one_way["ib"], roce_gbs=one_way["roce"], nvlink_two_way_gbs=2 * one_way["nvlink"],
                nvlink_over_ib=one_way["nvlink"] / one_way["ib"],
                ib_over_eth=one_way["ib"] / one_way["roce"], pcie_one_way_gbs=PCIE5_X16_ONE_WAY_GBS,
                pcie_two_way_gbs=2 * PCIE5_X16_ONE_WAY_GBS,
@@ -226,6 +232,7 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
                tp_step_mb=tp_ag / 1e6, tp_step_mib=tp_ag / MiB, tp_step_doubled_mb=tp_notes / 1e6,
                tp_step_doubled_mib=tp_notes / MiB, tp_over_dp=tp_ag / dp, tp_doubled_over_dp=tp_notes / dp,
                context=LLAMA2_CONTEXT, tp_context_over_dp=tp_ag * LLAMA2_CONTEXT / dp,
+               tp_equals_dp_tokens=dp / tp_ag,
                tp_startups_nvlink_us=calls * CS336_NVLINK.alpha_s * 1e6,
                tp_startups_ib_us=calls * CS336_INFINIBAND.alpha_s * 1e6)
 
@@ -236,16 +243,19 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
     rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
     # counted message by message, no data moved
     gathered = col.traffic("ring all-gather", p, act).busiest_sent
+    scattered = col.traffic("ring reduce-scatter", p, act).busiest_sent
     reduced = col.traffic("ring all-reduce", p, act).busiest_sent
     rep.table(["collective on A, per rank", "formula", "counted (collectives.py)"], [
         ["all-gather (forward)", f"(p-1)/p·A = {fmt_bytes((p - 1) / p * act, binary=True)}",
          fmt_bytes(gathered, binary=True)],
         ["all-gather + reduce-scatter (fwd + bwd)", "2(p-1)/p·A = "
                                                     f"{fmt_bytes(2 * (p - 1) / p * act, binary=True)}",
-         fmt_bytes(2 * gathered, binary=True)],
+         fmt_bytes(gathered + scattered, binary=True)],
         ["all-reduce", f"2(p-1)/p·A = {fmt_bytes(2 * (p - 1) / p * act, binary=True)}",
          fmt_bytes(reduced, binary=True)]], name="tp_layer")
-    rep.values(act_1024_kib=act / KiB, ag_kib=gathered / KiB)
+    # a layer's traffic: the forward all-gather and the backward reduce-scatter (the TP table's
+    # '每层 2 次（前向+反向）', two calls a layer)
+    rep.values(act_1024_kib=act / KiB, ag_kib=gathered / KiB, layer_fwd_bwd_kib=(gathered + scattered) / KiB)
 
 
 def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:

@@ -113,7 +113,8 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
     fits = total <= args.gpu_memory_gb * 1e9
     rep.line(f"  Llama 2 13B's state fits one {args.gpu_memory_gb:g} GB card: {'yes' if fits else 'no'}")
     rep.values(**{f"ledger_{key}_b": b for _, b, key in entries[:4]}, bytes_per_param=lg.BYTES_PER_PARAM,
-               state_200m_gib=lg.training_state_bytes(lg.NOTES_200M.params) / GiB, llama_state_gb=total / 1e9,
+               state_200m_gib=lg.training_state_bytes(lg.NOTES_200M.params) / GiB,
+               state_200m_gb=lg.training_state_bytes(lg.NOTES_200M.params) / 1e9, llama_state_gb=total / 1e9,
                **{f"llama_{llama_rows[key]}_gb": b * lg.LLAMA2_13B.params / 1e9 for _, b, key in entries[:4]},
                llama_fits_one_card=fits)
     rep.compare_with_notes(in_table=True)
@@ -141,12 +142,24 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
              f"in {n_calls['ZeRO-3'] - n_calls['ZeRO-2']} more collectives (the notes' case for ZeRO-2)")
     rep.note(f"AR all-reduce, RS reduce-scatter, AG all-gather; fp16 gradients and parameters (2P bytes);\n"
              f"ZeRO-3 gathers {args.layers} layers one at a time, forward and backward, and reduce-scatters\n"
-             "each layer's gradients: 3(p-1)/p·2P, 1.5× DDP. ZeRO-1's RS and AG are the two halves of the\n"
-             "all-reduce they replace: no extra bytes")
+             "each layer's gradients: 3(p-1)/p·2P, 1.5× DDP. The paper's ZeRO-1 RS and AG are the two\n"
+             "halves of the all-reduce they replace: no extra bytes. The notes' text has ZeRO-2 put a\n"
+             "reduce-scatter in place of the all-reduce, so their ZeRO-1 keeps DDP's AR and all-gathers\n"
+             "after it: AR + AG (PyTorch's ZeroRedundancyOptimizer under DDP likewise keeps the all-reduce)")
     comm = {stage: " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))
             for stage in lg.STAGES}
+    # The notes' own ZeRO-1: their ZeRO-2 'reduce-scatter 代替 all-reduce' (puts a reduce-scatter in
+    # place of the all-reduce), so their ZeRO-1 keeps DDP's all-reduce, then all-gathers the updated
+    # parameters (their ZeRO-1 text); PyTorch's ZeroRedundancyOptimizer under DDP likewise keeps the
+    # all-reduce (then broadcasts each shard from its owner).
+    notes_zero1 = notes_zero1_collectives(FP16 * P)
+    ranks = max(p, 2)   # the ratio is the same for every p >= 2; at p = 1 nothing is sent at all
+    notes_zero1_bytes = sum(c.bytes_per_device(ranks) for c in notes_zero1)
+    ddp_bytes = zero_step_bytes_per_device("DDP", ranks, FP16 * P)
     rep.values(comm_ddp=comm["DDP"], comm_zero1=comm["ZeRO-1"], comm_zero2=comm["ZeRO-2"],
-               comm_zero3=comm["ZeRO-3"], zero2_saves_for_no_bytes=zero2_is_best_value())
+               comm_zero3=comm["ZeRO-3"], comm_zero1_notes=" + ".join(SHORT[c.kind] for c in notes_zero1),
+               zero1_notes_over_ddp=notes_zero1_bytes / ddp_bytes,
+               zero2_saves_for_no_bytes=zero2_is_best_value())
     rep.compare_with_notes(in_table=True)
 
 
@@ -187,17 +200,29 @@ def zero_traffic_table(rep: Report, args: argparse.Namespace) -> None:
     """Part 2's second table: each stage's collectives per step, bytes per rank and α-β times."""
     P, p = args.params, args.world_size
     rows, ddp_bytes = [], None
-    for stage in lg.STAGES:
-        calls = zero_step_collectives(stage, FP16 * P, layers=args.layers)
-        sent = zero_step_bytes_per_device(stage, p, FP16 * P)
+    # ZeRO-1 twice: the ZeRO paper's (RS + AG) and the notes' text's (DDP's AR kept, then AG): the
+    # notes' cell is set beside the latter, the ZeRO-1 their own words describe
+    stages = [(stage, stage, zero_step_collectives(stage, FP16 * P, layers=args.layers))
+              for stage in lg.STAGES]
+    stages.insert(2, ("ZeRO-1 (notes' text)", "ZeRO-1", notes_zero1_collectives(FP16 * P)))
+    for label, stage, calls in stages:
+        sent = sum(c.bytes_per_device(p) for c in calls)
         ddp_bytes = sent if ddp_bytes is None else ddp_bytes
-        rows.append([stage, " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls),
-                     rep.notes_text(f"CS-zero-comm-{stage.lower().replace('-', '')}"), fmt_bytes(sent),
+        notes = "-" if label == "ZeRO-1" else rep.notes_text(f"CS-zero-comm-{stage.lower().replace('-', '')}")
+        rows.append([label + (" (paper)" if label == "ZeRO-1" else ""),
+                     " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls), notes, fmt_bytes(sent),
                      f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
                      fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
                      fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
     rep.table(["stage", "collectives per step", "notes", "bytes per rank", "× DDP", "NVLink", "InfiniBand"],
               rows, name="zero_traffic")
+
+
+def notes_zero1_collectives(param_bytes: float) -> list[CollectiveCall]:
+    """ZeRO-1 as the notes' text describes it: DDP's collectives (the gradients' all-reduce, which
+    their ZeRO-2 replaces by a reduce-scatter), then the all-gather of the updated parameters."""
+    return [*zero_step_collectives("DDP", param_bytes),
+            CollectiveCall("all-gather", "updated parameters", 1, param_bytes)]
 
 
 def zero2_is_best_value() -> bool:
