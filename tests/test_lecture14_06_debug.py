@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import python, run_script
 
 from common import checker
@@ -18,7 +19,7 @@ def test_detail_names_the_mismatch_at_once_where_plain_gloo_waits(tmp_path: Path
     proc = run_script(SCRIPT, "--world-size", "3", "--json", str(out), timeout=180)
     data = json.loads(out.read_text())
     claims = {c["ref"]: c for c in data["claims"]}
-    assert sorted(claims) == sorted(r.id for r in checker.rows_for(SCRIPT)) and len(claims) == 4
+    assert sorted(claims) == sorted(r.id for r in checker.rows_for(SCRIPT)) and len(claims) == 5
     assert all(c["status"] == "agrees" for c in claims.values()), claims
     values = {k: v for part in data["parts"].values() for k, v in part.get("values", {}).items()}
     assert values["plain_seconds"] >= values["timeout_s"] > values["detail_seconds"]
@@ -26,6 +27,14 @@ def test_detail_names_the_mismatch_at_once_where_plain_gloo_waits(tmp_path: Path
     assert any(s in values["plain_line"] for s in ("Timed out", "Connection closed", "pair closure"))
     assert "ALL" not in values["plain_line"]
     assert proc.stderr == "" and all(len(line) <= 100 for line in proc.stdout.splitlines())
+    # DETAIL's cost, counted: 2 all-gathers + a monitored barrier a collective (rank 0's barrier
+    # exchanges a message with each of the 2 others), not the one extra collective once guessed
+    assert values["detail_extra_ops"] == 3
+    assert values["detail_extra_text"] == "2 all-gathers and 1 monitored barrier"
+    rows = {row[0]: row for row in data["parts"]["Part 2"]["tables"]["detail_cost"]["rows"]}
+    assert rows[0][2] == rows[0][3] == "2 all_gather + 2 recv + 2 send", rows
+    assert rows[1][2] == rows[2][2] == "2 all_gather + 1 recv + 1 send", rows
+    assert "(call 0)" in values["detail_error"]   # the count ran on groups of its own
 
 
 # DETAIL switched off: Part 2 then meets the same silent timeout as Part 1, and the run must fail in one
@@ -69,3 +78,45 @@ def test_a_collective_that_matches_is_no_lesson(tmp_path: Path) -> None:
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "Part 1 staged a mismatched collective (all_reduce against all_gather), but it completed" \
         in lines[0]
+
+
+def wrapper(tmp_path: Path, mutation: str) -> list[str]:
+    """The script run at 2 ranks with `mutation` applied; its one line of error (exit 1 asserted)."""
+    path = tmp_path / "mutated.py"
+    path.write_text(WITHOUT_DETAIL.format(code=str(CODE), script=str(CODE / SCRIPT)).replace(
+        "module.debug_detail = contextlib.nullcontext", mutation), encoding="utf-8")
+    proc = python(path, timeout=180)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    return lines
+
+
+# Under DETAIL only (Part 1 keeps its all_reduce against all_gather): every rank all-reduces, but
+# with a tensor of its own length. DETAIL still stops it, naming ALLREDUCE on both sides and no
+# ALLGATHER: the check that every rank names both ops must end the run.
+SHAPES_ONLY = """right_worker = module.detail_worker
+def detail_worker(rank, world_size):
+    module.mismatched_call = lambda rank, world: module.dist.all_reduce(module.torch.ones(4 + rank))
+    return right_worker(rank, world_size)
+module.detail_worker = detail_worker"""
+
+
+def test_a_detail_error_without_both_ops_fails_the_check(tmp_path: Path) -> None:
+    lines = wrapper(tmp_path, SHAPES_ONLY)
+    assert lines[0] == ("06_debug_collectives.py: error: DETAIL: ranks not naming both ops: "
+                        "max |difference| 2, above the tolerance 0"), lines[0]
+
+
+# DETAIL's cost: the "plain" group made under DETAIL too (nothing added to count), or ours the guess
+# this script once printed (one extra collective, an all-gather): the counted check must end the run.
+BOTH_WRAPPED = """right_group = module.group_at
+module.group_at = lambda level: right_group(module.dist.DebugLevel.DETAIL)"""
+ONE_GATHER = """module.wrapper_ops = lambda rank, world_size: {"all_gather": 1}"""
+
+
+@pytest.mark.parametrize(("mutation", "gap"), [(BOTH_WRAPPED, 8), (ONE_GATHER, 6)],
+                         ids=["both_wrapped", "guess"])
+def test_detail_cost_not_the_wrappers_fails_the_check(tmp_path: Path, mutation: str, gap: int) -> None:
+    lines = wrapper(tmp_path, mutation)
+    assert lines[0] == ("06_debug_collectives.py: error: DETAIL's added gloo ops against "
+                        f"ProcessGroupWrapper's: max |difference| {gap}, above the tolerance 0"), lines[0]

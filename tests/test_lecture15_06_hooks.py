@@ -1,7 +1,8 @@
-"""lecture15/06_comm_hooks.py: torch's DDP comm hooks against exact DDP and against our byte counts."""
+"""lecture15/06_comm_hooks.py: torch's DDP comm hooks against plain DDP and against our byte counts."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -35,12 +36,36 @@ def test_every_row_is_decided_and_holds(run) -> None:
 def test_bytes_counted_are_ours_and_compression_shrinks_them(run) -> None:
     values = {k: v for part in run[0]["parts"].values() for k, v in part.get("values", {}).items()}
     for short in ("allreduce", "fp16", "psgd_ef", "psgd_noef"):
-        assert values[f"{short}_sent_counted"] == values[f"{short}_sent_predicted"] > 0
-    assert values["fp16_sent_counted"] * 2 == values["allreduce_sent_counted"]
+        assert values[f"{short}_bytes_counted"] == values[f"{short}_bytes_predicted"] > 0
+        # the ring model's price of what was counted: 2(K−1)/K of it at K = 4, a price and named so
+        assert values[f"{short}_ring_sent"] == 1.5 * values[f"{short}_bytes_counted"]
+    assert values["fp16_bytes_counted"] * 2 == values["allreduce_bytes_counted"]
     assert values["psgd_ef_calls_counted"] == 3 * values["allreduce_calls_counted"]
-    assert values["psgd_ef_sent_counted"] < values["allreduce_sent_counted"] / 10
-    assert values["allreduce_hook_vs_ddp"] == 0.0
+    assert values["psgd_ef_bytes_counted"] < values["allreduce_bytes_counted"] / 10
+    assert values["allreduce_hook_vs_ddp"] == 0.0 and values["allreduce_hook_match"] == "bit-exact"
     assert values["psgd_noef_loss_ratio"] > values["psgd_ef_loss_ratio"] > 1.0
+    stdout = run[1]
+    assert "ring model: sent/rank" in stdout and "counted, B" in stdout and "not measured on the" in stdout
+    assert "exact DDP" not in stdout   # "exact" only where a gap of 0 was found: "bit-exact"
+
+
+def test_three_ranks_are_within_round_off_not_exact(tmp_path: Path) -> None:
+    """At K = 3 the Reducer's ×(1/3) and the hook's ÷3 round differently: the output says so, with the gap."""
+    out = tmp_path / "06.json"
+    proc = run_script(SCRIPT, "--world-size", "3", "--batch", "63", "--steps", "3", "--json", str(out),
+                      timeout=240)
+    values = {k: v for part in json.loads(out.read_text())["parts"].values()
+              for k, v in part.get("values", {}).items()}
+    gap = values["allreduce_hook_vs_ddp"]
+    assert 0 < gap < 1e-6 and values["allreduce_hook_match"] == f"within round-off, {gap:.3g}"
+    part1 = " ".join(proc.stdout.split("== Part 2")[0].split("note:")[0].split())
+    assert f"every rank: {gap:.3g} (within round-off)" in part1 and "bit-exact" not in part1, part1
+
+
+def test_the_words_follow_the_gap() -> None:
+    words = load_script(SCRIPT).match_words
+    assert words(0.0) == "bit-exact"
+    assert words(2.98e-08) == "within round-off, 2.98e-08" and words(1e-30) != "bit-exact"
 
 
 def test_the_payload_formula_agrees_with_torchs_own_test() -> None:
@@ -88,7 +113,7 @@ def test_a_disagreement_ends_the_run_naming_it(tmp_path: Path) -> None:
                                "max |difference| "), lines[0]
     assert lines[0].endswith("above the tolerance 1e-06 (and 1 more)"), lines[0]
     assert proc.stdout.count("FAILED") == 2
-    assert "check: bytes each hook all-reduces against ours" in proc.stdout
+    assert "check: bytes handed to all_reduce (counted, every rank) against ours" in proc.stdout
 
 
 def test_bad_input_is_refused_before_any_launch() -> None:
@@ -113,3 +138,34 @@ def test_the_whole_error_does_not_depend_on_which_thread_ran_the_callback() -> N
     on_gloo_thread = "".join(lines[:4] + lines[7:])       # only the hook's own frame in the first list
     assert keep(INLINE) == keep(on_gloo_thread) != keep(INLINE.replace("(92)", "(93)"))
     assert keep(INLINE).count("At:\n  torch/distributed/") == 2 and "try_broken" not in keep(INLINE)
+
+
+# One check at a time. Ours made wrong: DDP's buckets as one per parameter (4 all-reduces predicted
+# where DDP makes 1). Theirs made uneven: rank 1 reports one more all_reduce in its last step than
+# rank 0 (whose counts alone fill the table), which only the every-rank part of the check sees.
+ONE_CHECK = BROKEN.split("from torch.distributed")[0] + """{mutation}
+from common.cli import run_main
+run_main(module.main)
+"""
+PER_PARAMETER = "module.assign_buckets = lambda sizes, cap, first: [[i] for i in range(len(sizes))]"
+UNEVEN = """right_worker = module.hooks_worker
+def hooks_worker(rank, world, cfg):
+    got = right_worker(rank, world, cfg)
+    if rank == 1:
+        got["runs"]["allreduce_hook"]["calls"][-1].append(("float32", 4))
+    return got
+module.hooks_worker = hooks_worker"""
+
+
+@pytest.mark.parametrize("mutation", [PER_PARAMETER, UNEVEN], ids=["buckets", "uneven_ranks"])
+def test_the_byte_check_fails_on_its_own(tmp_path: Path, mutation: str) -> None:
+    wrapper = tmp_path / "one_check.py"
+    wrapper.write_text(ONE_CHECK.format(code=str(CODE), script=str(CODE / SCRIPT), mutation=mutation),
+                       encoding="utf-8")
+    proc = python(wrapper, timeout=240)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("06_comm_hooks.py: error: bytes handed to all_reduce (counted, every rank) "
+                               "against ours: max |difference| "), lines[0]
+    assert lines[0].endswith("above the tolerance 0") and proc.stdout.count("FAILED") == 1, lines[0]
+    assert "check: allreduce_hook against DDP without a hook: max |difference| 0 ≤ 1e-06: ok" in proc.stdout

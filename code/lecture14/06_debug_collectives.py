@@ -7,7 +7,9 @@ the others call all_gather on the same tensor. Part 1: plain gloo has no idea; e
 until its timeout (kept short here: 1 s) and the launcher can only say which rank's wait ran out
 first. Part 2: with TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps the process group and compares
 every collective's fingerprint (op, shapes, dtypes) across ranks before it runs: the mismatch is
-named, op by op, in a fraction of a second. Part 3 puts the two side by side.
+named, op by op, in a fraction of a second; what that check costs is counted there too, from
+the profiler's gloo spans: every collective gets two all-gathers and a monitored barrier more.
+Part 3 puts the two side by side.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import re
 import time
 import warnings
+from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -34,7 +37,7 @@ import torch.distributed as dist
 from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.errors import RunFailure
-from common.launcher import launch, launch_expecting_failure
+from common.launcher import capture_stderr, launch, launch_expecting_failure
 from common.output import Report
 from common.torchrun import under_torchrun
 
@@ -53,6 +56,39 @@ COST = Cost([Term("1", 3.5, lambda a: 1), Term("W²", 0.03, lambda a: a.world_si
 
 
 # ---- rank code ------------------------------------------------------------------------------------
+def healthy_calls(group: Any, world_size: int) -> None:
+    """The lesson's two collectives, matched on every rank: what DETAIL's cost is counted on."""
+    tensor = torch.ones(ELEMENTS)
+    dist.all_reduce(tensor, group=group)
+    dist.all_gather([torch.empty(ELEMENTS) for _ in range(world_size)], tensor, group=group)
+
+
+HEALTHY_CALLS = 2   # collectives healthy_calls makes
+
+
+def gloo_ops(group: Any, world_size: int) -> dict[str, int]:
+    """The gloo operations healthy_calls runs on `group`, this rank's, counted from the profiler's
+    'gloo:*' spans (gloo's own, on its threads: a helper group's too). torch.autograd.profiler's
+    profile, the one torch.profiler builds on: the latter's first use imports torch._dynamo (1.4 s)."""
+    with capture_stderr():                  # the profiler's start/stop lines from C++, not for the reader
+        with torch.autograd.profiler.profile() as prof:
+            healthy_calls(group, world_size)
+    return dict(Counter(e.name.removeprefix("gloo:") for e in prof.function_events
+                        if e.name.startswith("gloo:")))
+
+
+def group_at(level: Any) -> Any:
+    """A new group of every rank made at debug level `level` (read when a group is made): OFF gives
+    plain gloo, DETAIL gloo wrapped in ProcessGroupWrapper. Its own group, so the default group's
+    calls (the mismatch's sequence number) are untouched."""
+    before = dist.get_debug_level()
+    dist.set_debug_level(level)
+    try:
+        return dist.new_group(backend="gloo")
+    finally:
+        dist.set_debug_level(before)
+
+
 def mismatched_call(rank: int, world_size: int) -> None:
     """The bug: rank 0 all-reduces (say, a metric) where every other rank all-gathers."""
     tensor = torch.full((ELEMENTS,), float(rank))
@@ -69,14 +105,17 @@ def plain_worker(rank: int, world_size: int) -> None:
 def detail_worker(rank: int, world_size: int) -> dict[str, Any]:
     """The same call under DETAIL, timed on the rank from the call to torch's error; the clock is
     the machine's monotonic one, which every rank reads alike, so the parent can also time the
-    error from the moment the last rank arrived."""
+    error from the moment the last rank arrived. First, matched calls on a plain group and on a
+    DETAIL one, their gloo operations counted: what DETAIL costs."""
+    groups = {"plain": group_at(dist.DebugLevel.OFF), "detail": group_at(dist.DebugLevel.DETAIL)}
+    ops = {name: gloo_ops(group, world_size) for name, group in groups.items()}
     start, error = time.monotonic(), ""
     try:
         mismatched_call(rank, world_size)
     except RuntimeError as err:
         error = str(err)
     end = time.monotonic()
-    return {"seconds": end - start, "error": error, "called_at": start, "erred_at": end}
+    return {"seconds": end - start, "error": error, "called_at": start, "erred_at": end, "ops": ops}
 
 
 @contextmanager
@@ -139,14 +178,64 @@ def part2_detail(rep: Report, args: argparse.Namespace) -> dict[str, Any]:
         rep.line(f"  rank {rank}, after {r['seconds'] * 1e3:.0f} ms: {said}")
     rep.note("DETAIL wraps the process group (ProcessGroupWrapper): before each collective every rank "
              "sends its fingerprint (sequence number, op, shapes, dtypes) through a helper gloo group and "
-             "compares; a difference raises on every rank at once, naming the ops. It costs a collective per "
-             "collective: a debugging switch, not a setting for training.")
+             "compares; a difference raises on every rank at once, naming the ops.")
     named = all(names_both(r["error"]) for r in ranks)
     rep.check_close("DETAIL: ranks not naming both ops",
                     sum(not names_both(r["error"]) for r in ranks), 0)
     rep.values(detail_names_ops=named, detail_error=short_fingerprints(ranks[0]["error"]))
     rep.timings(detail_seconds=slowest)
-    return {"seconds": slowest, "line": short_fingerprints(ranks[0]["error"])}
+    added = detail_cost(rep, [r["ops"] for r in ranks])
+    return {"seconds": slowest, "line": short_fingerprints(ranks[0]["error"]), "added": added}
+
+
+def wrapper_ops(rank: int, world_size: int) -> dict[str, int]:
+    """Ours, from ProcessGroupWrapper's runCollectiveChecks (torch 2.13): per collective, on its
+    helper gloo group, a monitored barrier (rank 0 receives from each other rank, then answers
+    each; the others send once and receive once), then the fingerprint's all-gathers: its size,
+    then itself."""
+    messages = world_size - 1 if rank == 0 else 1
+    return {"all_gather": 2, "send": messages, "recv": messages}
+
+
+def extra_per_call(ops: dict[str, dict[str, int]]) -> dict[str, float]:
+    """One rank's gloo operations with DETAIL less those without, per collective called."""
+    names = set(ops["plain"]) | set(ops["detail"])
+    extra = {n: (ops["detail"].get(n, 0) - ops["plain"].get(n, 0)) / HEALTHY_CALLS for n in sorted(names)}
+    return {n: v for n, v in extra.items() if v}
+
+
+def ops_text(ops: dict[str, float]) -> str:
+    return " + ".join(f"{v:g} {n}" for n, v in sorted(ops.items())) or "none"
+
+
+def detail_cost(rep: Report, ops: list[dict[str, dict[str, int]]]) -> float:
+    """DETAIL's cost per collective, counted on every rank, beside what ProcessGroupWrapper does."""
+    world = len(ops)
+    extra = [extra_per_call(o) for o in ops]
+    ours = [wrapper_ops(rank, world) for rank in range(world)]
+    rep.table(["rank", "gloo ops: plain → DETAIL", "DETAIL adds a collective (counted)", "ours"],
+              [[rank, f"{sum(o['plain'].values())} → {sum(o['detail'].values())}", ops_text(e),
+                ops_text(want)] for rank, (o, e, want) in enumerate(zip(ops, extra, ours))],
+              name="detail_cost")
+    gathers = max(e.get("all_gather", 0) for e in extra)
+    barriers = max((e.get("send", 0) for e in extra[1:]), default=0)   # one send per barrier off rank 0
+    added = gathers + barriers
+    rep.line(f"  DETAIL's cost, counted: {added:g} operations more per collective, on every rank: "
+             f"{gathers:g} all-gathers and {barriers:g} monitored barrier"
+             f"{'s' if barriers != 1 else ''} (rank 0 receives from and answers every other rank, "
+             f"{2 * (world - 1)} messages; every other rank 2)")
+    rep.note(f"counted from the profiler's gloo spans around {HEALTHY_CALLS} matched collectives (one "
+             "all_reduce, one all_gather) on a group made with the debug level off and on one made under "
+             "DETAIL: the difference is the helper group's work. Ours: ProcessGroupWrapper's "
+             "runCollectiveChecks, a monitored barrier, then an all-gather of the fingerprint's size and "
+             f"one of the fingerprint. {added:g} operations more before every collective: a debugging "
+             "switch, not a setting for training.")
+    rep.values(detail_extra_ops=added,
+               detail_extra_text=f"{gathers:g} all-gathers and {barriers:g} monitored barrier"
+                                 f"{'s' if barriers != 1 else ''}")
+    gap = sum(abs(e.get(n, 0) - want.get(n, 0)) for e, want in zip(extra, ours) for n in set(e) | set(want))
+    rep.check_close("DETAIL's added gloo ops against ProcessGroupWrapper's", gap, 0)
+    return added
 
 
 FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
@@ -170,7 +259,8 @@ def part3_side_by_side(rep: Report, plain: dict[str, Any], detail: dict[str, Any
                ["names the two ops", "yes" if names_both(plain["line"]) else "no",
                 "yes" if names_both(detail["line"]) else "no"],
                ["names the culprit", "no: the first rank to give up",
-                "rank 0 vs rank 1, not which is wrong"]],
+                "rank 0 vs rank 1, not which is wrong"],
+               ["costs each collective", "nothing", f"{detail['added']:g} gloo operations more (counted)"]],
               name="side_by_side")
     rep.note("neither knows which call was meant: DETAIL shows that rank 0 differs from rank 1, and the "
              "reader decides. The launcher's own blame helps where a rank is not in a collective at all (a "

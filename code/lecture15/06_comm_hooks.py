@@ -3,13 +3,14 @@
     python code/lecture15/06_comm_hooks.py [--world-size 4] [--steps 30] [--save-figs DIR]
 
 One launch (gloo, CPU, float32 as DDP hooks are used) trains the same small network with plain DDP
-and with torch's hooks: allreduce_hook (Part 1: the same numbers as plain DDP), fp16_compress_hook
-and PowerSGD of rank 1 with and without error feedback. Part 2 puts what each hook hands to
-all_reduce in a compressed step (counted in the process group) beside our prediction: DDP's buckets
-by ddp_sim's rule, the hook's payload from the layers' shapes, the bytes a rank sends from
-costmodel's ring formula. Part 3: how far each hook's parameters end from exact DDP, and the loss
-curves (the handbook: low-rank compression affects convergence). Part 4: the hooks torch 2.13
-refuses or breaks on gloo, each with its exact error.
+and with torch's hooks: allreduce_hook (Part 1: plain DDP's numbers, bit-exact or within round-off,
+as found), fp16_compress_hook and PowerSGD of rank 1 with and without error feedback. Part 2 puts
+what each hook hands to all_reduce in a compressed step (counted in the process group) beside our
+prediction (DDP's buckets by ddp_sim's rule, the hook's payload from the layers' shapes) and the
+ring model's price of it (costmodel: what a rank would send on a ring; nothing is measured on the
+wire). Part 3: how far each hook's parameters end from plain DDP, and the loss curves (the
+handbook: low-rank compression affects convergence). Part 4: the hooks torch 2.13 refuses or
+breaks on gloo, each with its exact error.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import math
 import os
 import re
 import traceback
+from itertools import zip_longest
 from typing import Any, Callable
 
 import torch
@@ -46,9 +48,9 @@ from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
 D_IN, HIDDEN, D_OUT = 32, 64, 32   # Linear(32, 64) → tanh → Linear(64, 32): two matrices PowerSGD compresses
 ELEM = 4                           # float32: what DDP's hooks are written for (fp16 halves it)
 START_ITER = 2                     # PowerSGD's plain steps first: the fewest torch allows with error feedback
-DISTANCE_STEP = 8                  # Part 3: the distance from exact DDP after this many steps, and at the end
-EXACT_TOL = 1e-6                   # allreduce_hook vs plain DDP: the same division and all-reduce (0 here)
-# "DDP (no hook)" is exact DDP; the rest are torch's hooks, each with the state it takes.
+DISTANCE_STEP = 8                  # Part 3: the distance from plain DDP after this many steps, and at the end
+EXACT_TOL = 1e-6                   # allreduce_hook vs plain DDP: 0 at K = 2, 4; round-off (3e-8) at K = 3
+# "DDP (no hook)" is plain DDP; the rest are torch's hooks, each with the state it takes.
 HOOKS: dict[str, tuple[Callable[[], Any], Callable[..., Any]] | None] = {
     "DDP (no hook)": None,
     "allreduce_hook": (lambda: None, default_hooks.allreduce_hook),
@@ -71,7 +73,7 @@ BROKEN: dict[str, tuple[Callable[[], Any], Callable[..., Any]]] = {
 # CPU time here (measured at W = 4, steps 3 and 30, on 2 loaded cores: 9.3 and 12.3 s): start-up (torch
 # and dynamo, 5 s of it), W ranks each making eight DDP objects, then five trainings of `steps` steps,
 # each step one to three small all-reduces that W ranks take turns at. 30 steps: the two PowerSGD
-# runs already part there (loss 1.3× and 2.6× exact DDP's), and all-reduces are most of the run.
+# runs already part there (loss 1.3× and 2.6× plain DDP's), and all-reduces are most of the run.
 COST = Cost([Term("1", 8.0, lambda a: 1), Term("W²", 0.05, lambda a: a.world_size**2),
              Term("W·steps", 0.013, lambda a: a.world_size * a.steps),
              Term("steps·B", 2e-6, lambda a: a.steps * a.batch)],   # five trainings of a 32-64-32 network
@@ -200,8 +202,9 @@ def predicted_calls(name: str, shapes: list[tuple[int, ...]]) -> list[int]:
     return calls
 
 
-def sent_per_rank(world: int, call_bytes: list[int]) -> float:
-    """Bytes a rank sends for these all-reduces on a ring (costmodel): 2(K−1)/K of each."""
+def ring_price(world: int, call_bytes: list[int]) -> float:
+    """Ring model (costmodel): the bytes a rank would send for these all-reduces on a ring, 2(K−1)/K
+    of each input. A price, not a measurement: gloo's own algorithm may route them otherwise."""
     return sum(ring_allreduce_bytes_per_device(world, n) for n in call_bytes)
 
 
@@ -209,16 +212,27 @@ def max_gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max(float((x - y).abs().max()) for x, y in zip(a, b))
 
 
+def match_words(gap: float) -> str:
+    """What a gap between two trainings is, in the words the output uses: "bit-exact" only at 0."""
+    return "bit-exact" if gap == 0 else f"within round-off, {gap:.3g}"
+
+
 # ---- the parts: the parent compares and prints ----------------------------------------------------
 def part1_allreduce_hook(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
-    rep.part(1, "allreduce_hook against plain DDP: the same division by K, the same all-reduce")
+    rep.part(1, "allreduce_hook against plain DDP: the hook divides by K, DDP multiplies by 1/K")
     gap = max(max_gap(r["runs"]["allreduce_hook"]["params"], r["runs"]["DDP (no hook)"]["params"])
               for r in ranks)
+    words = match_words(gap)
     rep.line(f"  {args.steps} SGD steps (lr {args.lr:g}), {args.world_size} ranks: max |Δparam| between "
-             f"allreduce_hook and DDP without a hook, every rank: {gap:.3g}")
-    rep.note("with a hook registered DDP no longer divides the gradients by the world size: allreduce_hook "
-             "divides the bucket itself, then all-reduces it, which is what the Reducer does without one.")
-    rep.value("allreduce_hook_vs_ddp", gap)
+             f"allreduce_hook and DDP without a hook, every rank: {gap:.3g} "
+             f"({'bit-exact' if gap == 0 else 'within round-off'})")
+    rep.note("with a hook registered DDP no longer scales the gradients itself: allreduce_hook divides the "
+             "bucket by K, then all-reduces it; without a hook the Reducer multiplies each gradient by 1/K "
+             "as it copies it into the bucket (its 'reducer::mul_out'), then all-reduces. The two round "
+             "alike when 1/K is exact in binary (K = 2, 4, 8: bit-exact); at other K they may differ in "
+             "the last bit of a step, and the training carries that on (a hook that multiplies by 1/K "
+             "instead is bit-exact at 3 ranks too).")
+    rep.values(allreduce_hook_vs_ddp=gap, allreduce_hook_match=words)
     rep.check_close("allreduce_hook against DDP without a hook", gap, EXACT_TOL)
 
 
@@ -227,31 +241,36 @@ SHORT = {"allreduce_hook": "allreduce", "fp16_compress_hook": "fp16",
 
 
 def part2_bytes(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
-    rep.part(2, "bytes per step: counted in the process group against buckets, payload and the ring formula")
+    rep.part(2, "bytes a step: handed to all_reduce (counted) against ours; the ring model's price")
     k, shapes, rows, gaps = args.world_size, param_shapes(), [], []
-    plain_sent = sent_per_rank(k, predicted_calls("allreduce_hook", shapes))
+    plain = sum(predicted_calls("allreduce_hook", shapes))
     same = all(r["runs"][n]["calls"] == ranks[0]["runs"][n]["calls"] for n in SHORT for r in ranks)
     for name, short in SHORT.items():
         counted = ranks[0]["runs"][name]["calls"][-1]            # the last step: PowerSGD compresses by then
         got, want = [n for _, n in counted], predicted_calls(name, shapes)
-        sent, predicted = sent_per_rank(k, got), sent_per_rank(k, want)
-        gaps.append(abs(sent - predicted) + abs(len(got) - len(want)))
-        rows.append([name, f"{len(got)} ({len(want)})", "/".join(sorted({d for d, _ in counted})),
-                     "+".join(map(str, got)), fmt_bytes(sent), fmt_bytes(predicted),
-                     f"{sent / plain_sent:.3f}"])
-        rep.values(**{f"{short}_sent_counted": sent, f"{short}_sent_predicted": predicted,
+        gaps.append(sum(abs(a - b) for a, b in zip_longest(got, want, fillvalue=0))
+                    + abs(len(got) - len(want)))
+        rows.append([name, "/".join(sorted({d for d, _ in counted})), "+".join(map(str, got)),
+                     "+".join(map(str, want)), f"{sum(got) / plain:.3f}", fmt_bytes(ring_price(k, got))])
+        rep.values(**{f"{short}_bytes_counted": sum(got), f"{short}_bytes_predicted": sum(want),
+                      f"{short}_ring_sent": ring_price(k, got),
                       f"{short}_calls_counted": len(got), f"{short}_calls_predicted": len(want)})
-    rep.table(["hook", "calls (ours)", "dtype", "inputs, B", "sent/rank", "ours", "÷ plain"], rows,
+    rep.table(["hook", "dtype", "counted, B", "ours, B", "÷ plain", "ring model: sent/rank"], rows,
               name="bytes_per_step")
     rep.line(f"  every rank counted the same calls at every step: {'yes' if same else 'NO'}")
     early = [n for _, n in ranks[0]["runs"]["PowerSGD r=1, error feedback"]["calls"][0]]
-    rep.note(f"a compressed step (the last of {args.steps}); sent per rank = Σ 2(K−1)/K × input over the "
-             f"step's all-reduces (costmodel's ring; gloo's own algorithm may route them otherwise). Ours: "
-             f"DDP's buckets by ddp_sim's rule ({len(predicted_calls('allreduce_hook', shapes))} here), "
+    buckets = len(predicted_calls("allreduce_hook", shapes))
+    rep.note(f"a compressed step (the last of {args.steps}), one figure per all_reduce call. Counted: the "
+             "bytes of each tensor the hook handed to all_reduce, seen in the process group (dist_count). "
+             f"Ours: DDP's buckets by ddp_sim's rule ({buckets} here), "
              "fp16 2 bytes an element, PowerSGD three all-reduces a bucket: the tensors it leaves whole (the "
-             "biases), P = Σ n·r and Q = Σ m·r over the matrices it factors. Its first "
-             f"{START_ITER} steps all-reduce the whole bucket ({' + '.join(fmt_bytes(n) for n in early)}).")
-    rep.check_close("bytes each hook all-reduces against ours", max(gaps), 0.0)
+             "biases), P = Σ n·r and Q = Σ m·r over the matrices it factors. Ring model: costmodel's price "
+             "of the counted calls, 2(K−1)/K of each input sent by a rank on a ring; not measured on the "
+             "wire here (gloo's own algorithm may route them otherwise). Its first "
+             f"{START_ITER} steps all-reduce the whole bucket ({' + '.join(fmt_bytes(n) for n in early)}, "
+             "counted).")
+    gaps.append(0 if same else 1)   # a rank that handed over other calls is a disagreement too
+    rep.check_close("bytes handed to all_reduce (counted, every rank) against ours", max(gaps), 0.0)
 
 
 def global_losses(ranks: list[dict[str, Any]], name: str) -> list[float]:
@@ -261,7 +280,7 @@ def global_losses(ranks: list[dict[str, Any]], name: str) -> list[float]:
 
 
 def part3_convergence(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
-    rep.part(3, "distance from exact DDP and convergence: the handbook's 'low-rank compression affects it'")
+    rep.part(3, "distance from plain DDP and convergence: the handbook's 'low-rank compression affects it'")
     exact = global_losses(ranks, "DDP (no hook)")
     curves, rows = {}, []
     for name in HOOKS:
@@ -275,7 +294,7 @@ def part3_convergence(rep: Report, args: argparse.Namespace, ranks: list[dict[st
                           f"{SHORT[name]}_loss_ratio": losses[-1] / exact[-1]})
     at = min(DISTANCE_STEP, args.steps)
     rep.table(["hook", f"max |Δparam| after {at} steps", f"after {args.steps}", "loss, step 1",
-               f"step {args.steps}", "÷ exact DDP's"], rows, name="convergence")
+               f"step {args.steps}", "÷ plain DDP's"], rows, name="convergence")
     rep.note(f"SGD, lr {args.lr:g}, the same {args.batch} samples every step (a teacher network labels "
              f"them, so the loss can reach 0); PowerSGD all-reduces whole gradients for its first "
              f"{START_ITER} steps. "
@@ -286,15 +305,15 @@ def part3_convergence(rep: Report, args: argparse.Namespace, ranks: list[dict[st
 
 
 def convergence_figure(curves: dict[str, list[float]], exact: list[float], world_size: int) -> Any:
-    """Each hook's loss against the step, exact DDP's among them."""
+    """Each hook's loss against the step, plain DDP's among them."""
     fig, ax = new_figure(figsize=(7, 4))
     for name, losses in curves.items():
         ax.semilogy(range(1, len(losses) + 1), losses, label=name,
                     linestyle="--" if "allreduce" in name else "-")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (whole batch)")
-    ax.set_title(f"DDP comm hooks on {world_size} gloo ranks: loss against exact DDP")
-    # curves within 0.1 % of exact DDP's at the end draw one line: say so, or the legend names lines
+    ax.set_title(f"DDP comm hooks on {world_size} gloo ranks: loss against plain DDP")
+    # curves within 0.1 % of plain DDP's at the end draw one line: say so, or the legend names lines
     # the reader cannot find
     same = [name for name, losses in curves.items() if abs(losses[-1] / exact[-1] - 1) < 1e-3]
     ax.legend(fontsize=8, title_fontsize=8,
@@ -342,15 +361,15 @@ def main() -> None:
                          context={"steps": "every hook trains this long", "batch": "split over the ranks"})
     args = parser.parse_args()
     check_args(args)
-    rep = Report(__file__, "DDP communication hooks: exact, fp16, PowerSGD; bytes, distance, convergence",
+    rep = Report(__file__, "DDP communication hooks: allreduce, fp16, PowerSGD; bytes, distance, convergence",
                  args)
     preload_for_ddp(args.world_size)   # DDP() imports torch._dynamo: once here, not on every rank
     cfg = {"steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed}
     ranks = launch(hooks_worker, args.world_size, cfg, timeout_s=args.timeout_s)
     args.world_size = len(ranks)              # under torchrun the group's size wins over the flag
-    part1_allreduce_hook(rep, args, ranks)    # allreduce_hook = DDP without a hook
-    part2_bytes(rep, args, ranks)             # counted bytes = buckets × payload × ring formula
-    part3_convergence(rep, args, ranks)       # distance from exact DDP, loss curves (figure)
+    part1_allreduce_hook(rep, args, ranks)    # allreduce_hook against DDP without a hook
+    part2_bytes(rep, args, ranks)             # counted bytes = buckets × payload; the ring's price
+    part3_convergence(rep, args, ranks)       # distance from plain DDP, loss curves (figure)
     part4_broken(rep, ranks)                  # bf16, batched PowerSGD, quantization on gloo
     rep.finish()
 
