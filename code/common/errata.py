@@ -114,7 +114,7 @@ def markdown(groups: Sequence[dict[str, Any]], read: Sequence[dict[str, Any]]) -
     if read:
         out += ["## Readings, not errors", ""]
         for r in read:
-            rows = "; ".join(f"`{c['script']}` {c['what']}" for c in r["claims"])
+            rows = "; ".join(f"`{c['script']}` {c['what']} (the notes' {c['section']})" for c in r["claims"])
             out.append(f"- {_md(r['reading'])} ({rows})")
         out.append("")
     return "\n".join(out)
