@@ -122,6 +122,7 @@ value = "x"
 what = "x"
 notes = 150
 unit = "MB"
+bytes = "size"
 """
 
 
@@ -133,6 +134,29 @@ def test_an_erratum_whose_ours_and_notes_units_differ_is_refused(tmp_path, monke
     table = _table(tmp_path, monkeypatch, ROW + 'erratum = "E"\nprinted_unit = "MiB"\nreading = "r"\n')
     assert checker.load_table(table)[0].printed_unit == "MiB"   # a stated reading makes them one unit
     checker.load_table.cache_clear()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ('', "says what it is"),                                    # a byte figure that does not say
+    ('bytes = "sent"', "none of"),                              # a kind that is none of the four
+    ('bytes = "ring model"', "says so in its `what`"),          # traffic whose label hides which
+])
+def test_a_byte_figure_says_whether_it_is_a_size_counted_sent_or_priced(tmp_path, monkeypatch, fields: str,
+                                                                        message: str) -> None:
+    table = _table(tmp_path, monkeypatch, ROW.replace('bytes = "size"\n', fields + "\n"))
+    with pytest.raises(ValueError, match=message):
+        checker.load_table(table)
+    table = _table(tmp_path, monkeypatch, ROW.replace('what = "x"', 'what = "x (ring model)"')
+                   .replace('bytes = "size"', 'bytes = "ring model"'))
+    assert checker.load_table(table)[0].bytes == "ring model"
+    checker.load_table.cache_clear()
+
+
+def test_every_byte_claim_in_the_json_says_what_it_is() -> None:
+    rows = [r for r in checker.all_rows() if r.unit in checker.BYTE_UNITS and not r.unchecked]
+    assert rows and all(r.bytes in checker.BYTE_KINDS for r in rows)
+    claim = checker.decide(rows[0], "P", {rows[0].value: 1}, [])
+    assert claim.bytes == rows[0].bytes
 
 
 @pytest.mark.parametrize("entry, message", [

@@ -161,10 +161,10 @@ EXPECTED_03 = {  # claim → status at the notes' settings; every 'differs' is a
     "InfiniBand's 40 GB/s is 60-85 % of peak": "agrees",
     "InfiniBand's 5 µs (TP paragraph) in 1-2 µs": "differs",
     "gradients 13B × 2 B": "agrees",
-    "ring volume per rank, 8 cards": "differs",
+    "ring volume per rank, 8 cards (ring model)": "differs",
     "39 GB / 450 GB/s (the conversion box)": "agrees",
     "39 GB / 40 GB/s (the conversion box)": "agrees",
-    "ring volume per rank, p = --world-size": "agrees",
+    "ring volume per rank, p = --world-size (ring model)": "agrees",
     "all-reduce time, NVLink 450 GB/s": "agrees",
     "all-reduce time, InfiniBand 40 GB/s": "agrees",
     "all-reduce time, 100G Ethernet": "agrees",
@@ -175,13 +175,13 @@ EXPECTED_03 = {  # claim → status at the notes' settings; every 'differs' is a
     "DP per step per rank, in LW (p = 4)": "agrees",
     "TP per call per rank, in A (p = 4)": "differs",
     "TP per step per rank, in L·A (p = 4)": "differs",
-    "TP per step per rank, 80 calls × (p-1)/p × A": "differs",
+    "TP per step per rank, 80 calls × (p-1)/p × A (ring model)": "differs",
     "TP's bytes / DP's a step": "agrees",
     "TP's bytes / DP's a step, Llama 2's 4096-token sequences": "differs",
     "TP start-ups, 80 calls × 1 µs (NVLink)": "agrees",
     "TP start-ups, 80 calls × 5 µs (InfiniBand)": "agrees",
     "activation A = 128 × 1024 × 2 B": "agrees",
-    "a layer per rank: forward AG + backward RS": "agrees",
+    "a layer per rank: forward AG + backward RS (ring model)": "agrees",
     "parameters per layer d²": "agrees",
     "one layer's weights, fp16": "agrees",
     "parameters, 12 layers": "agrees",
@@ -210,20 +210,20 @@ def test_03_claims_at_the_notes_settings(quick_03: tuple[str, dict[str, dict]]) 
     assert ours["bandwidth term 1.5 × 64 MB / 50 GB/s"] == pytest.approx(1.92)
     assert found["bandwidth term 1.5 × 64 MB / 50 GB/s"]["reading"]
     assert ours["NVLink / InfiniBand, one way each"] == 9
-    assert ours["ring volume per rank, 8 cards"] == pytest.approx(45.5)
+    assert ours["ring volume per rank, 8 cards (ring model)"] == pytest.approx(45.5)
     assert ours["all-reduce time, NVLink 450 GB/s"] == pytest.approx(39e9 / 450e9 * 1e3 + 6e-3)
     # the notes' MB is MiB (a reading): 1.25 MiB, ours in their unit
     act = found["TP activation A = 128 × 5120 × 2 B"]
     assert act["ours"] == pytest.approx(1.25) and act["unit"] == "MiB" and act["reading"]
     # 40 all-gathers and 40 reduce-scatters of (p-1)/p·A each: 75 MiB beside the notes' 150 (MiB, read so),
     # the notes inconsistent (all-gathers by name, all-reduces by volume)
-    step = found["TP per step per rank, 80 calls × (p-1)/p × A"]
+    step = found["TP per step per rank, 80 calls × (p-1)/p × A (ring model)"]
     assert step["ours"] == pytest.approx(75) and step["unit"] == "MiB" and step["notes"] == 150
     assert step["error"] == "inconsistency" and step["reading"]
     assert "75 MiB" in step["why"] and "150 MiB" in step["why"]
     assert ours["TP per call per rank, in A (p = 4)"] == 0.75
     assert ours["TP per step per rank, in L·A (p = 4)"] == 1.5
-    assert ours["a layer per rank: forward AG + backward RS"] == 384
+    assert ours["a layer per rank: forward AG + backward RS (ring model)"] == 384
     state = found["training state 201M × 16 B"]
     assert state["ours"] == pytest.approx(3.221225472) and state["unit"] == "GB" and state["reading"]
     assert ours["NVLink 4.0 two-way (18 links × 25 GB/s each way)"] == 900
@@ -244,13 +244,14 @@ def test_03_other_world_size_voids_only_what_depends_on_it(tmp_path: Path) -> No
                      "--json", str(tmp_path / "o.json")).stdout
     found = claims(tmp_path / "o.json")
     for what in ("latency term 6α", "bandwidth term 1.5 × 64 MB / 50 GB/s",
-                 "all-reduce time, NVLink 450 GB/s", "a layer per rank: forward AG + backward RS",
-                 "TP per step per rank, 80 calls × (p-1)/p × A"):
+                 "all-reduce time, NVLink 450 GB/s",
+                 "a layer per rank: forward AG + backward RS (ring model)",
+                 "TP per step per rank, 80 calls × (p-1)/p × A (ring model)"):
         assert found[what]["status"] == "other setting", what
     # the rows at a fixed setting keep their verdict: 39 GB is the 4-card figure whatever --world-size
-    assert found["ring volume per rank, 8 cards"]["status"] == "differs"
+    assert found["ring volume per rank, 8 cards (ring model)"]["status"] == "differs"
     assert found["TP per call per rank, in A (p = 4)"]["status"] == "differs"
-    assert found["ring volume per rank, p = --world-size"]["ours"] == pytest.approx(45.5)
+    assert found["ring volume per rank, p = --world-size (ring model)"]["ours"] == pytest.approx(45.5)
     assert found["latency term 6α"]["ours"] == pytest.approx(14 * 2)  # 2(p-1)α with α = 2 µs
     assert found["the bandwidth term is close to 2 ms"]["ours"] == pytest.approx(1.75 * 2**20 / 25e9 * 1e3)
     assert "S = p·α·B = 390.6 KiB" in out  # 8 × 2 µs × 25 GB/s = 400,000 B

@@ -125,7 +125,7 @@ def test_ex7_crossover(claims: dict) -> None:
 def test_ex8_parameter_server(claims: dict) -> None:
     assert ours(claims, 8, "server, send and receive in turn") == pytest.approx(2 * 16 * 2e9 / 25e9)
     assert ours(claims, 8, "server, full duplex") == pytest.approx(16 * 2e9 / 25e9)
-    assert ours(claims, 8, "ring: bytes each device sends") == pytest.approx(2 * 15 / 16 * 2)
+    assert ours(claims, 8, "bytes each device sends (ring model)") == pytest.approx(2 * 15 / 16 * 2)
     assert ours(claims, 8, "ring all-reduce time") == pytest.approx(2 * 15 / 16 * 2e9 / 25e9)
 
 

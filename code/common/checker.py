@@ -24,6 +24,7 @@ The notes are data, one TOML table per document, beside the scripts that check i
                                         # row is read: shown beside the row, never an error
     # printed_unit = "MB"               # the unit the notes print, where the reading makes it `unit`
     # states = "pytorch-default-cap"    # rows of several tables that say the same thing: judged alike
+    # bytes = "ring model"              # a byte figure says what it is (BYTE_KINDS); its `what` says so too
     # same_as = "scratch_bytes"         # a check of our own (PyTorch's engine against ours): compare
                                         # with another recorded value instead of a notes' figure
     why = "uncalibrated: {uncal_ms:.2f} ms"   # the reason, a template over recorded values
@@ -92,6 +93,17 @@ SLIP = "slip"                    # the notes contradict their own model, units, 
 INCONSISTENCY = "inconsistency"  # two places of the notes disagree: each reading shown, no one value
 ERROR_KINDS = (SLIP, INCONSISTENCY)
 
+# What a byte figure is (a row's `bytes`, required where its unit is one of BYTE_UNITS). Traffic is
+# one of three things that differ on gloo, so a row saying which names it in its `what` as well.
+BYTE_KINDS = {
+    "size": "a size: of a tensor, of state held, of a cap; no traffic",
+    "counted": "what the process group was handed, call by call (dtype × elements)",
+    "on the wire here": "what gloo ran here (a reduce-scatter runs as an all-reduce of the whole input)",
+    "ring model": "the cost model's price (the ring's bytes for the collective named)",
+}
+TRAFFIC_WORDS = ("counted", "on the wire here", "ring model")
+BYTE_UNITS = ("B", "KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB")
+
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,7 @@ class Row:
     between: tuple[float, float] | None = None  # low <= ours <= high
     n_odd: float | None = None          # "N 多": N <= ours < the next round figure
     same_as: str = ""                   # a check of our own: ours against another recorded value
+    bytes: str = ""                     # a byte figure: which of BYTE_KINDS it is
     depends: tuple[str, ...] = ()
     erratum: str = ""                   # the [[erratum]] this row is an instance of
     reading: str = ""                   # the convention of the notes the row is read under
@@ -185,6 +198,7 @@ class Claim:
     erratum: str = ""   # the notes are wrong here: the id of the [[erratum]] (its entry says why)
     error: str = ""     # that erratum's kind: SLIP or INCONSISTENCY ("" when none)
     reading: str = ""   # the convention of the notes this row is read under
+    bytes: str = ""     # a byte figure: size, counted, on the wire here or ring model (BYTE_KINDS)
     statement: str = field(default="", compare=False)
     section: str = field(default="", compare=False)
 
@@ -250,6 +264,7 @@ def _check_row(row: Row, relpath: str) -> None:
     if row.printed_unit and row.printed_unit != row.unit and not row.reading:
         raise ValueError(f"{where}: the notes print {row.printed_unit}, ours is in {row.unit}: compare like "
                          "with like (convert), or state the reading that makes them one unit")
+    _check_bytes(row, where)
     if row.unchecked:
         if row.erratum or row.reading:
             raise ValueError(f"{where}: an unchecked row is neither an erratum nor a reading")
@@ -275,6 +290,17 @@ def _check_row(row: Row, relpath: str) -> None:
         raise ValueError(f"{where}: only a row compared with the notes' figure is an erratum or a reading")
     if row.erratum and row.basis in (MEASURED, CALIBRATION):
         raise ValueError(f"{where}: a timing here or a calibration target cannot show the notes wrong")
+
+
+def _check_bytes(row: Row, where: str) -> None:
+    """A byte figure says what it is; traffic says it in the words printed beside it."""
+    if row.bytes and row.bytes not in BYTE_KINDS:
+        raise ValueError(f"{where}: bytes {row.bytes!r} is none of {', '.join(BYTE_KINDS)}")
+    if row.unit in BYTE_UNITS and not row.unchecked and not row.bytes:
+        raise ValueError(f"{where}: a figure in {row.unit} says what it is: bytes = one of "
+                         f"{', '.join(BYTE_KINDS)}")
+    if row.bytes in TRAFFIC_WORDS and row.bytes not in row.what:
+        raise ValueError(f"{where}: traffic that is {row.bytes!r} says so in its `what`")
 
 
 def all_rows() -> list[Row]:
@@ -406,7 +432,8 @@ def decide(row: Row, part: str, values: dict[str, Any], off: Sequence[str]) -> C
     status, rule, decision = _status(row, ours, off)
     wrong = row.erratum if status == "differs" else ""   # an erratum row that agrees shows none
     return Claim(part, row.what, ours, row.notes_shown, row.unit, row.basis, status, why, rule, decision,
-                 row.id, wrong, erratum(wrong).kind if wrong else "", row.reading, row.statement, row.section)
+                 row.id, wrong, erratum(wrong).kind if wrong else "", row.reading, row.bytes, row.statement,
+                 row.section)
 
 
 def _status(row: Row, ours: Any, off: Sequence[str]) -> tuple[str, str, str]:
