@@ -304,3 +304,60 @@ def test_dash_on_a_silent_rank_stays_silent_and_a_closed_pipe_is_141(monkeypatch
     closed = subprocess.run(["bash", "-c", f"{sys.executable} {script} --quick --json - | true; "
                              "exit ${PIPESTATUS[0]}"], capture_output=True, text=True, timeout=120)
     assert closed.returncode == 141 and "error" not in closed.stderr.splitlines()[-1], closed.stderr[-300:]
+
+
+# ---- names the file system cannot hold, folders two runs make at once -------------------------------
+
+@pytest.mark.parametrize("name", ["a" * 300, "é" * 130], ids=["300-bytes", "260-bytes-in-130-characters"])
+def test_a_name_the_file_system_cannot_hold_is_a_short_usage_error(tmp_path: Path, name: str) -> None:
+    for flag in ("--json", "--save-figs"):
+        line = one_error_line(run(flag, str(tmp_path / name)), 2)
+        assert f"{flag}: a name of {len(name.encode())} bytes" in line and len(line) < 200, line
+    line = one_error_line(reproduce("--only", "03_costs", "--report", str(tmp_path / name)), 2)
+    assert "the file system holds 255" in line and len(line) < 200, line
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_name_of_the_longest_length_is_written_whole(tmp_path: Path) -> None:
+    """255 bytes is a name the file system holds: its temporary file must fit too."""
+    target = tmp_path / ("b" * 255)
+    assert run("--json", str(target)).returncode == 0
+    assert json.loads(target.read_text())["script"] and leftovers(tmp_path) == []
+
+
+def test_a_folder_another_run_made_first_is_used(tmp_path: Path, monkeypatch) -> None:
+    """Check-then-create raced: the other run's mkdir lands between our check and ours."""
+    target, mkdir = tmp_path / "report", os.mkdir
+
+    def the_other_run_first(path: str, *args: object) -> None:
+        mkdir(path)
+        mkdir(path, *args)          # ours, second: FileExistsError
+
+    monkeypatch.setattr(os, "mkdir", the_other_run_first)
+    files.make_output_dir(str(target))
+    assert target.is_dir()
+
+
+DELAYED_MKDIR = """
+import os, sys, time, runpy
+mkdir = os.mkdir
+def late(path, *args, **kwargs):
+    time.sleep(0.5)       # both runs have checked that the folder is not there yet
+    return mkdir(path, *args, **kwargs)
+os.mkdir = late
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_two_reproductions_into_one_new_folder_both_succeed(tmp_path: Path) -> None:
+    wrapper, report = tmp_path / "late_mkdir.py", tmp_path / "report"
+    wrapper.write_text(DELAYED_MKDIR, encoding="utf-8")
+    args = [sys.executable, str(wrapper), str(ROOT / "code" / "reproduce.py"), "--only", "03_costs",
+            "--quick", "--report", str(report)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "code")}
+    procs = [subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert (report / "index.html").stat().st_size > 1000 and leftovers(report) == []

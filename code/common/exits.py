@@ -106,7 +106,7 @@ def _prog() -> str:
 
 
 def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    text = clip_values(str(err).strip().splitlines()[0]) if str(err).strip() else ""
     if isinstance(err, RunFailure):
         return text
     return f"{type(err).__name__}: {text}" if text else type(err).__name__

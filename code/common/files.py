@@ -37,6 +37,7 @@ from common.torchrun import is_rank0
 
 _MAX_LINKS = 40  # as the kernel's limit on a chain of symlinks (ELOOP)
 _OWN_FD = re.compile(r"/proc/(?:self|(\d+)(?:/task/\d+)?)/fd/(\d+)")   # also /proc/thread-self/fd/N
+_TMP_NAME_ROOM = 200  # bytes of a target's name its temporary file repeats (NAME_MAX is 255 here)
 _FIFO_WAIT_S = 30.0  # how long a FIFO may wait for its reader at the end of a run
 
 
@@ -87,6 +88,31 @@ def divert_stdout(*paths: str | None) -> None:
 def _not_empty(path: str, flag: str, what: str) -> None:
     if not path or not path.strip():
         raise UsageError(f"{flag}: an empty path; give {what}")
+    _fits_the_file_system(path, flag)
+
+
+def _fits_the_file_system(path: str, flag: str) -> None:
+    """A name the file system can hold: each part within its NAME_MAX bytes, the whole within
+    PATH_MAX (else the write at the end would fail after all the work, quoting the whole value)."""
+    whole = os.path.join(os.getcwd(), path)
+    existing = whole
+    while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    name_max, path_max = (_limit(existing, "PC_NAME_MAX", 255), _limit(existing, "PC_PATH_MAX", 4096))
+    longest = max(whole.split(os.sep), key=lambda part: len(os.fsencode(part)))
+    if len(os.fsencode(longest)) > name_max:
+        raise UsageError(f"{flag}: a name of {len(os.fsencode(longest)):,} bytes ('{longest}'); "
+                         f"the file system holds {name_max}")
+    if len(os.fsencode(whole)) >= path_max:
+        raise UsageError(f"{flag}: a path of {len(os.fsencode(whole)):,} bytes; the file system "
+                         f"holds {path_max - 1}")
+
+
+def _limit(folder: str, name: str, default: int) -> int:
+    try:
+        return int(os.pathconf(folder, name))
+    except (OSError, ValueError):
+        return default
 
 
 def check_output_file(path: str, flag: str) -> None:
@@ -148,9 +174,17 @@ def _try_writing_in(folder: str, flag: str, path: str) -> None:
 
 
 def make_output_dir(path: str) -> None:
-    """The folder check_output_dir accepted, created if it is not there yet (one level)."""
-    if is_rank0() and not os.path.isdir(path):
+    """The folder check_output_dir accepted, created if it is not there yet (one level). Two runs
+    may make it at once: whichever comes second finds it made (not an error)."""
+    if not is_rank0():
+        return
+    try:
         os.mkdir(os.path.realpath(path))  # through a symlink to a folder not made yet
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise RunFailure(f"making the folder {path} failed: a file of that name appeared") from None
+    except OSError as err:
+        raise RunFailure(f"making the folder {path} failed: {err.strerror or err}") from None
 
 
 # ---- writing ----------------------------------------------------------------------------------
@@ -239,7 +273,10 @@ def _replace_file(target: str, data: bytes) -> None:
     """A temporary file beside `target`, renamed over it once whole, with the old file's mode
     (and owner, where allowed); removed if anything goes wrong, interruptions included."""
     folder = os.path.dirname(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
+    name = os.path.basename(target)
+    # the temporary name must fit where the target's does: a long name gives way to "output"
+    prefix = f".{name if len(os.fsencode(name)) <= _TMP_NAME_ROOM else 'output'}."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
     try:
         try:
             _take_over_mode(fd, target)
