@@ -138,6 +138,9 @@ def test_quick_run_on_four_ranks(tmp_path: Path, quick_run) -> None:
             assert row["busbw"] == pytest.approx(row["S"] / row["t"] * bw.bus_factor(collective, 4))
             assert row["p10"] <= row["t"] <= row["p90"]
     assert [r["S"] for r in part1["reduce-scatter"]] == [1024 * 4**k for k in range(7)]
+    text = " ".join(proc.stdout.split())   # busbw is the ring model's rate; gloo's reduce-scatter is none
+    assert text.count("the ring model's share") == 4
+    assert "gloo runs it here as an all-reduce of the whole input" in text
     claims = {c["what"]: c for c in data["claims"]}
     assert claims["every collective and size correct (column ok)"]["status"] == "agrees"
     assert "startup term 6α" not in claims  # the notes' worked example is 03_costs.py's, counted once

@@ -158,6 +158,8 @@ def test_quick_run_claims(tmp_path: Path, quick_run) -> None:
     assert "rank 0: 5 → 2 1 1 1" in text  # scatter of 5 numbers on 4 ranks
     assert "rank 3 finished its work while rank 0, rank 1, rank 2 waited" in flat(text)
     assert "rank 3 skips" in text
+    assert "bytes each rank sends on a ring, the ring model" in text   # priced, never sent here
+    assert "bytes per rank, ring model" in text
     data = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))
     claims = {c["what"]: c for c in data["claims"]}
     differs = {what for what, c in claims.items() if c["status"] != "agrees"}

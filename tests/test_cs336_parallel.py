@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_usage_error, load_script, python
+from conftest import assert_usage_error, flat, load_script, python
 from rank_faults import assert_named_at_once
 from torch import nn
 
@@ -206,6 +206,11 @@ def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path, quick_run) -
     assert proc.stdout.count("check: ") == 4 and "FAILED" not in proc.stdout  # DP, TP, PP, ZeRO
     rows = {r[0]: r for r in data["parts"]["Part 4"]["tables"]["state_bytes"]["rows"]}
     assert all(r[2] == 2 * 8 * 8 * 128 * 128 // 4 for r in rows.values())       # m + v: 16P/p at float64
+    # every byte figure says what it is: PP's sends counted, the collectives priced by the ring model,
+    # and the reduce-scatters said not to be what gloo ran
+    assert "bytes sent/step, counted" in data["parts"]["Part 3"]["tables"]["per_rank"]["headers"]
+    assert "bytes sent: ring model, PP counted" in traffic["headers"]
+    assert "not what gloo ran here: gloo runs each reduce-scatter" in flat(proc.stdout)
 
 
 # The TP backward with its reduce lost: each rank keeps its own term of dL/dx = Σ_r dz_r · W_rᵀ.

@@ -2,13 +2,15 @@
 as a student would (--quick --json: every row of engines.toml agrees), and made to disagree: a
 stage that computes something else must end the run in exit 1 with one line naming the schedule
 and its gap from one process; PyTorch's GPipe run where the script expects 1F1B must end it naming
-1F1B's order against the simulator's."""
+the ranks off 1F1B's own rule. The order PyTorch's rule gives is written apart from the simulator
+(so that the rows judge the simulator, the check PyTorch): both agree with what ran at the notes'
+setting and on 2 and 3 ranks. tests/test_mutations_cs336_pp_dp.py makes every row and check fail."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import assert_usage_error, run_patched
+from conftest import assert_usage_error, load_script, run_patched, run_script
 
 from common import checker
 
@@ -33,6 +35,10 @@ def test_quick_run_every_row_agrees(quick_run) -> None:
     part2 = data["parts"]["Part 2"]["values"]
     # PyTorch's interleaved 1F1B at M = S parts ways with Megatron's order on some ranks, not all
     assert 0 < part2["interleaved_ms_ranks_as_simulated"] < part2["stages"] == 4
+    # the charts' reading printed once, each chart's scale beside it
+    assert proc.stdout.count("digit m = forward of micro-batch m") == 1
+    assert proc.stdout.count("one column = ") == 4
+    assert "bytes sent, counted, all ranks" in data["parts"]["Part 4"]["tables"]["sends"]["headers"]
     held = data["parts"]["Part 3"]["values"]
     assert held["GPipe_held"] == "8 8 8 8" and held["1F1B_held"] == "4 3 2 1"   # M; S - s
 
@@ -58,9 +64,29 @@ def test_a_stage_that_differs_ends_the_run_naming_its_gap(tmp_path: Path) -> Non
 
 def test_another_schedule_than_asked_ends_the_run_naming_its_order(tmp_path: Path) -> None:
     line = _broken(tmp_path, GPIPE_AS_1F1B)[0]
-    assert line.startswith("08_pipeline_schedules.py: error: 1F1B, M = 2 order against the simulator's, "
-                           "in ranks: max |difference| 1"), line
+    assert line.startswith("08_pipeline_schedules.py: error: 1F1B, M = 2: ranks off PyTorch's own rule: "
+                           "max |difference| 1"), line
 
 
 def test_bad_input_is_one_line() -> None:
     assert_usage_error(SCRIPT, "--pp", "3", "--micro-batches", "4")
+
+
+def test_pytorchs_rule_meets_the_simulator_where_megatron_and_pytorch_agree() -> None:
+    """The script's two orders, written apart: PyTorch's rule (pytorch_order) is the simulator's on
+    every rank of GPipe and 1F1B, and of interleaved 1F1B wherever as_megatron says they agree; at
+    M = S it differs exactly on the ranks as_megatron names."""
+    script = load_script(SCRIPT)
+    for s in range(2, 7):
+        for m in (s, 2 * s, 3 * s):
+            for kind in ("GPipe", "1F1B", "interleaved"):
+                sim = script.simulated(kind, s, m).orders
+                rule = [script.pytorch_order(kind, s, m, r) for r in range(s)]
+                agree = [kind != "interleaved" or script.as_megatron(s, m, r) for r in range(s)]
+                assert [a == b for a, b in zip(rule, sim)] == agree, (kind, s, m)
+                assert all(sorted(o) == sorted(x) for o, x in zip(rule, sim))   # the same passes
+
+
+def test_three_ranks_run_pytorchs_rule() -> None:
+    """At 3 ranks (M = 6, and M = S = 3) every rank runs what pytorch_order says: the run passes."""
+    run_script(SCRIPT, "--pp", "3", "--micro-batches", "6", "--layers", "6", "--width", "16", "--batch", "12")

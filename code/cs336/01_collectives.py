@@ -164,8 +164,8 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
     rep.note("ours: who holds something before and a right result after, in units of S (the smaller side)")
     rep.compare_with_notes(in_table=True)
     sizes = sorted({4, w} if args.quick else {2, 3, 4, 8, w})
-    rep.line(f"\n  bytes each rank sends, N = {args.size:,} B (S = N for broadcast, reduce, all-reduce; "
-             "N/p for the rest):")
+    rep.line(f"\n  bytes each rank sends on a ring, the ring model (formulas and the simulator, no rank "
+             f"runs them), N = {args.size:,} B (S = N for broadcast, reduce, all-reduce; N/p for the rest):")
     for p in sizes:
         rep.line(f"\n  p = {p}: pieces of {show(sorted(set(piece_sizes(args.size, p)), reverse=True))} B")
         rep.table(["primitive", "notes (B)", "costmodel (B)", "simulator (B)", "every rank (B)", "≤ 1 B/msg"],
@@ -187,7 +187,7 @@ def notes_volumes(rep: Report) -> None:
         rows.append([name, "the root" if whose == "root" else "busiest rank", ours,
                      rep.notes_text(f"CS-coll-volume-{name}")])
     rep.line(f"\n  the notes' volume column at their p = {p}, whatever --world-size (N = {n:,} B, "
-             "which p divides):")
+             "which p divides), in the ring model:")
     rep.table(["primitive", "sends", "ours (S)", "notes"], rows, name="notes_volumes")
     rep.compare_with_notes(in_table=True)
     ag = col.traffic("ring all-gather", p, n)
@@ -214,7 +214,8 @@ def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool
               name="two_routes")
     rep.note("integer sums are exact in float32: bit for bit. Random floats: the two routes add the p parts "
              "in orders of their own, and float addition is not associative: the last bits may differ.")
-    rep.line(f"\n  bytes per rank, N = {size:,} B (average over ranks; busiest where chunks differ):")
+    rep.line(f"\n  bytes per rank, ring model (the simulator's count), N = {size:,} B (average over ranks; "
+             "busiest where chunks differ):")
     rep.table(["p", "reduce-scatter sends", "all-gather receives", "bound (p-1)/p·N", "ring all-reduce sends",
                "busiest", "notes 2(p-1)/p·N"], prim.split_rows(sizes, size), name="split_bytes")
     part3_lower_bound(rep, w, size)
@@ -235,7 +236,8 @@ def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool
 
 
 def part3_lower_bound(rep: Report, w: int, size: int) -> None:
-    rep.line(f"\n  the lower bound, p = {w}, N = {size:,} B: to give every rank the sum of p numbers "
+    rep.line(f"\n  the lower bound, p = {w}, N = {size:,} B (the simulator's ring, tree and naive counts): "
+             "to give every rank the sum of p numbers "
              "takes at least 2(p-1) messages per number (one-way gossip: p-1 to bring the parts together, "
              "p-1 to spread the sum), so 2(p-1)·N bytes in all:")
     rep.table(["all-reduce", "total sent / N", "fewest 2(p-1)", "busiest rank / N", "bound 2(p-1)/p"],

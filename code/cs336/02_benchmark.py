@@ -198,7 +198,9 @@ def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
                 f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
     rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.repeats} timed, each after a "
              "barrier. A call's time is its slowest rank's, t the median over calls (nccl-tests times a "
-             "batch and averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result.")
+             "batch and averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result. busbw "
+             "prices a call at the ring model's bytes (what a rank sends in NCCL's ring, S × the factor) "
+             "over the measured t: a rate of the model's bytes, not of bytes counted on the wire here.")
     m: dict[str, Any] = {"n": n, "sizes": args.sizes, "rows": {}, "backend": results[0]["backend"]}
     for collective in COLLECTIVES:
         m["rows"][collective] = _collective_table(rep, collective, args.sizes, results)
@@ -224,8 +226,10 @@ def _collective_table(rep: Report, collective: str, sizes: list[int], results: l
         table.append([fmt_bytes(row["S"], True) + "*" * bool(row["rounding"])] + chunk + [
             fmt_time(row["t"]), f"{fmt_time(row['p10'])} … {fmt_time(row['p90'])}", row["algbw"] / 1e9,
             row["busbw"] / 1e9] + [row["slip"] / 1e9] * bool(chunk) + ["yes" if row["ok"] else "NO"])
+    ran = (" (gloo runs it here as an all-reduce of the whole input, which the ring model prices at twice "
+           "this)" if collective == "reduce-scatter" and results[0]["backend"] == "gloo" else "")
     rep.line(f"\n  {collective}: S = {WHAT_S[collective]}; busbw = algbw × "
-             f"{bw.bus_factor(collective, n):.4g}")
+             f"{bw.bus_factor(collective, n):.4g}, the ring model's share{ran}")
     slip = collective in SLIPS  # the slip: S/n taken for S (Part 3)
     rep.table(["S"] + ["S/n"] * slip + ["t (p50)", "p10 … p90", "algbw GB/s", "busbw GB/s"]
               + ["slip GB/s"] * slip + ["ok"], table, name=collective)

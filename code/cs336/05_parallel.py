@@ -271,10 +271,11 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
         f_sends, f_sent = cm.pp_step_traffic(k, rank, args.micro_batches, args.batch, args.width, ELEM)
         rows.append([rank, f"{layers.start}–{layers.stop - 1}", sends, f_sends, recvs, fmt_bytes(sent),
                      fmt_bytes(f_sent)])
-    rep.table(["rank", "layers", "sends/step", "formula", "recvs/step", "bytes sent/step", "formula"], rows,
-              name="per_rank")
-    rep.note(f"micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; the "
-             "backward mirrors the notes' forward-only sketch: a middle stage sends 2M a step. GPipe holds "
+    rep.table(["rank", "layers", "sends/step", "formula", "recvs/step", "bytes sent/step, counted",
+               "formula"], rows, name="per_rank")
+    rep.note(f"micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; sends "
+             "and their bytes counted by cs336/comm.py (point-to-point: what went on the wire). The backward "
+             "mirrors the notes' forward-only sketch: a middle stage sends 2M a step. GPipe holds "
              "O(M) activations.")
 
 
@@ -293,7 +294,7 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
     shard = ledger.padded_shard_elements(n, k)
     rows = [[r, a["shard"], a["mv_bytes"], ledger.optimizer_state_bytes(n, k, 2 * ELEM), a["grad_bytes"],
              b["grad_bytes"]] for r, (a, b) in enumerate(zip(z1, z2))]
-    rep.table(["rank", "shard", "m+v bytes held", "2e·⌈P/p⌉", "ZeRO-1 grad bytes", "ZeRO-2"], rows,
+    rep.table(["rank", "shard", "m+v bytes held", "2e·⌈P/p⌉", "ZeRO-1 grad bytes held", "ZeRO-2"], rows,
               name="state_bytes")
     pad = shard * k - n
     rep.note(f"P = {n:,} parameters + {pad} zeros of padding: {k} equal shards (unsharded, m and v: "
@@ -305,7 +306,8 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
 
 
 def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
-    rep.part(5, "traffic per rank per step: counted on the ranks, costmodel's formula, the notes' estimate")
+    rep.part(5, "traffic per rank per step: calls counted on the ranks, their bytes in the ring model, "
+                "costmodel's formula, the notes' estimate")
     k, L, d, b, m = args.world_size, args.layers, args.width, args.batch, args.micro_batches
     n, act = L * d * d, b * d * ELEM
     busiest = max(range(k), key=lambda r: ranks[r]["PP"]["log"].sent.get("send", 0))
@@ -328,12 +330,19 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
         agree &= equal
         rows.append([name, counted[rank][0], f_calls, fmt_bytes(counted[rank][1]), fmt_bytes(f_sent),
                      "yes" if equal else "NO", notes_sent])
-    rep.table(["strategy", "calls", "formula", "bytes sent", "formula", "= all ranks", "notes' estimate"],
-              rows, name="traffic")
+    rep.table(["strategy", "calls, counted", "formula", "bytes sent: ring model, PP counted", "formula",
+               "= all ranks", "notes' estimate"], rows, name="traffic")
     rep.record("counted_equals_formula", agree)
-    rep.note(f"e = {ELEM} B, A = B·d·e. DP all-reduces each W apart: L calls where the notes count one (the "
-             "same bytes). TP's calls send (p−1)/p each, the notes charge 2(p−1)/p. ZeRO's RS + AG move one "
-             "all-reduce.")
+    rep.note(f"e = {ELEM} B, A = B·d·e. Bytes: a collective's are the ring model's price of each counted "
+             "call (costmodel.ring_bytes_sent at the call's size: what NCCL's ring sends), PP's sends are "
+             "counted (what went on the wire). DP all-reduces each W apart: L calls where the notes count "
+             "one (the same bytes). TP's calls send (p−1)/p each, the notes charge 2(p−1)/p. ZeRO's RS + AG "
+             "move one all-reduce.")
+    rep.note("not what gloo ran here: gloo runs each reduce-scatter (TP's backward, ZeRO's gradients) as "
+             "an all-reduce of every chunk (the profiler's gloo spans say so: common/gloo_ran.py), "
+             "which a ring prices at 2(p−1)/p of the input a rank where a reduce-scatter's is (p−1)/p. The "
+             "ring model's figure is NCCL's, which has a real reduce-scatter; 07_tensor_parallel.py shows "
+             "both.")
     ops = {s: {op.replace("_", "-") for r in ranks for op in r[s]["log"].calls} for s in ("DP", "TP", "PP")}
     rep.values(dp_collectives=" + ".join(sorted(ops["DP"])), tp_collectives=" + ".join(sorted(ops["TP"])),
                pp_collectives=" / ".join(sorted(ops["PP"], reverse=True)))

@@ -8,8 +8,12 @@ The deep MLP of 05_parallel.py (x = gelu(x @ W), float64, SGD) on real ranks, la
 slices gathered) with ColwiseParallel, against 05 Part 2's hand-written code and one process, and the
 collectives each side issues: where the plan declares the gather decides whether PyTorch's backward
 all-reduces or, as the hand-written code, reduce-scatters. Part 2: Megatron's column -> row pair.
-Part 3: a dp × tp mesh (2 × 2 on 4 ranks), with the bytes on each mesh dimension. A gap beyond
-round-off ends the run in exit 1, naming the strategy.
+Part 3: a dp × tp mesh (2 × 2 on 4 ranks), with the bytes on each mesh dimension. Parts 1 and 2 run
+on any --world-size from 2 that divides --width; Part 3 needs --world-size = --tp × a dp of at least
+2, and is left out, saying so, where it is not. Bytes are counted (what the process group was
+handed), priced by the ring model (what NCCL sends for it), and read on the wire here (what gloo
+ran: it runs a reduce-scatter as all-reduces). A gap from one process beyond round-off (the trained
+weights: beyond a share of how far they moved) ends the run in exit 1, naming the strategy.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module
 
 from common import costmodel as cm
-from common import dist_count
+from common import dist_count, gloo_ran
 from common.budget import Cost, Term
 from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
@@ -80,14 +84,15 @@ def dtensor_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, mesh: 
     counted = dt.DTensorComm({"tp": mesh.get_group()})
     with dist_count.counting() as seen, counted:
         for step in range(steps):
-            opt.zero_grad()
-            out = dt.whole(model(x))
-            loss = out.square().mean()
-            loss.backward()
-            if step == 0:
-                res.update(output=out.detach(), loss=loss.item(), grads=dt.pieces(model, grads=True))
-            opt.step()
-    return res | {"params": dt.pieces(model), "log": counted.logs["tp"],
+            with gloo_ran.watching(on=step == steps - 1) as ran:   # what gloo ran: the last step's
+                opt.zero_grad()
+                out = dt.whole(model(x))
+                loss = out.square().mean()
+                loss.backward()
+                if step == 0:
+                    res.update(output=out.detach(), loss=loss.item(), grads=dt.pieces(model, grads=True))
+                opt.step()
+    return res | {"params": dt.pieces(model), "log": counted.logs["tp"], "ran": ran.by_kind(mesh.size()),
                   "python_calls": seen.collective_calls(), "group_ops_unseen": seen.unseen}
 
 
@@ -98,11 +103,13 @@ def input_grad_rank(params: list[torch.Tensor], x: torch.Tensor, mesh: DeviceMes
     parallelize_module(model, mesh, dt.PLANS["Megatron"](len(params)))
     x = x.clone().requires_grad_()
     forward, backward = dt.DTensorComm({"tp": mesh.get_group()}), dt.DTensorComm({"tp": mesh.get_group()})
-    with forward:
-        out = dt.whole(model(x))
-    with backward:
-        out.square().mean().backward()
-    return {"input_grad": x.grad, "forward": forward.logs["tp"], "backward": backward.logs["tp"]}
+    with gloo_ran.watching() as ran:
+        with forward:
+            out = dt.whole(model(x))
+        with backward:
+            out.square().mean().backward()
+    return {"input_grad": x.grad, "forward": forward.logs["tp"], "backward": backward.logs["tp"],
+            "ran": ran.by_kind(mesh.size())}
 
 
 def average_shards(model: torch.nn.Module, group: dist.ProcessGroup, rows: int, batch: int) -> None:
@@ -125,133 +132,103 @@ def mesh_2d_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, tp: in
     mine = x.tensor_split(dp)[mesh.get_local_rank("dp")]
     opt, res = torch.optim.SGD(model.parameters(), lr=mlp.LR_SGD), {}
     counted = dt.DTensorComm({"tp": mesh.get_group("tp"), "dp": mesh.get_group("dp")})
-    with dist_count.counting() as seen, counted:  # dist_count: the dp all-reduce (a method), not DTensor's
+    # dist_count: the dp all-reduce (a method), not DTensor's; gloo_ran: the last step, both dimensions
+    with dist_count.counting() as seen, counted:
         for step in range(steps):
-            opt.zero_grad()
-            out = model(mine)
-            loss = out.square().mean()                  # the mean over MY rows, as 05's data parallel
-            loss.backward()
-            average_shards(model, mesh.get_group("dp"), len(mine), len(x))
-            if step == 0:
-                res.update(output=out.detach(), loss=loss.item(), grads=dt.pieces(model, grads=True))
-            opt.step()
+            with gloo_ran.watching(on=step == steps - 1) as ran:
+                opt.zero_grad()
+                out = model(mine)
+                loss = out.square().mean()              # the mean over MY rows, as 05's data parallel
+                loss.backward()
+                average_shards(model, mesh.get_group("dp"), len(mine), len(x))
+                if step == 0:
+                    res.update(output=out.detach(), loss=loss.item(), grads=dt.pieces(model, grads=True))
+                opt.step()
     dp_log = comm.CommLog(dp)
     dp_log.add_counts(seen)
     return res | {"params": dt.pieces(model), "tp_log": counted.logs["tp"], "dp_log": dp_log,
-                  "rows": len(mine), "row": mesh.get_coordinate()[0],
+                  "rows": len(mine), "row": mesh.get_coordinate()[0], "ran": ran.by_kind(tp),
                   "dtensor_dp_calls": sum(counted.logs["dp"].calls.values())}
 
 
 def engines_worker(rank: int, world_size: int, params: list[torch.Tensor], x: torch.Tensor, steps: int,
-                   tp: int) -> dict:
-    """Every side in turn on this rank: 05's hand-written TP, the DTensor plans, the 2-D mesh."""
+                   tp: int | None) -> dict:
+    """Every side in turn on this rank: 05's hand-written TP, the DTensor plans, the 2-D mesh (tp
+    None: not at this world size)."""
     log = comm.CommLog(world_size)
-    hand = HAND.tensor_parallel_rank(params, x, steps, log)   # column slices: cut along W's dim 1
-    out = {"hand": hand | {"grads": [(g, 1) for g in hand["grads"]], "log": log,
-                           "params": [(w, 1) for w in hand["params"]]}}
+    with gloo_ran.watching() as ran:
+        hand = HAND.tensor_parallel_rank(params, x, steps, log)   # column slices: cut along W's dim 1
+    pieces = {"grads": [(g, 1) for g in hand["grads"]], "params": [(w, 1) for w in hand["params"]]}
+    out = {"hand": hand | pieces | {"log": log, "ran": gloo_ran.per_step(ran.by_kind(world_size), steps)}}
     mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",))
     for plan in dt.PLANS:
         out[plan] = dtensor_rank(params, x, steps, mesh, plan)
     out["input grad"] = input_grad_rank(params, x, mesh)
-    out["2-D"] = mesh_2d_rank(params, x, steps, tp)
+    if tp is not None:
+        out["2-D"] = mesh_2d_rank(params, x, steps, tp)
     return out
 
 
-# ---- the parent: compare with one process and with each other, count, print ------------------------
-QUANTITIES = ["output, step 1", "loss, step 1", "gradient of every W, step 1", "every W after the SGD steps"]
-
-
-def side_gaps(runs: list[dict], ref: mlp.Reference) -> list[float]:
-    """max |diff| from one process of QUANTITIES: every rank's output and loss, the joined W's."""
-    return [max(mlp.max_abs_diff(r["output"], ref.output) for r in runs),
-            max(abs(r["loss"] - ref.loss) for r in runs),
-            mlp.max_abs_diff(dt.joined([r["grads"] for r in runs]), ref.grads),
-            mlp.max_abs_diff(dt.joined([r["params"] for r in runs]), ref.params_after[-1])]
-
-
+# ---- the parent: compare with one process, count, print ----------------------------------------------
 def check_sides(rep: Report, what: str, gaps: list[float], ref: mlp.Reference) -> None:
     """Step 1's output, loss and gradients (and any more) within round-off of one process; the
-    trained weights (QUANTITIES' last) within a share of how far they moved there."""
-    weights = QUANTITIES.index("every W after the SGD steps")
+    trained weights (dt.QUANTITIES' last) within a share of how far they moved there."""
+    weights = dt.QUANTITIES.index("every W after the SGD steps")
     rep.check_trained(what, gaps[weights], ref.moved, max(gaps[:weights] + gaps[weights + 1:]), CHECK_TOL)
-
-
-def dtensor_vs_hand(sides: dict[str, list[dict]]) -> float:
-    """The largest |difference| between a DTensor plan's output, gradients or W's and 05's."""
-    hand, gaps = sides["hand"], []
-    for plan in ("at input", "at output"):
-        gaps += [mlp.max_abs_diff(r["output"], h["output"]) for r, h in zip(sides[plan], hand)]
-        gaps += [mlp.max_abs_diff(dt.joined([r[key] for r in sides[plan]]), dt.joined([h[key] for h in hand]))
-                 for key in ("grads", "params")]
-    return max(gaps)
 
 
 def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
     rep.part(1, "the notes' layout by parallelize_module: ColwiseParallel on every layer, gathered")
-    k, L, d, b = args.world_size, args.layers, args.width, args.batch
+    k, L, d, b, n = args.world_size, args.layers, args.width, args.batch, args.steps
     sides = {s: [r[s] for r in ranks] for s in ("hand", "at input", "at output")}
-    found = {s: side_gaps(runs, ref) for s, runs in sides.items()}
+    found = {s: dt.side_gaps(runs, ref) for s, runs in sides.items()}
     rep.table(["max |diff| vs one process", "by hand (05)", "DTensor: gather at input", "… at output"],
-              [[q, *(g[i] for g in found.values())] for i, q in enumerate(QUANTITIES)], name="vs_one_process")
-    vs_hand = dtensor_vs_hand(sides)
-    for s, what in [("hand", "TP by hand (05 Part 2)"),
-                    ("at input", "DTensor TP (gather at input)"),
+              [[q, *(g[i] for g in found.values())] for i, q in enumerate(dt.QUANTITIES)],
+              name="vs_one_process")
+    for s, what in [("hand", "TP by hand (05 Part 2)"), ("at input", "DTensor TP (gather at input)"),
                     ("at output", "DTensor TP (gather at output)")]:
         check_sides(rep, what, found[s], ref)
-    rep.check_close("DTensor TP against TP by hand (05 Part 2)", vs_hand, CHECK_TOL)
-    rep.values(p1_hand_gap=max(found["hand"]), p1_at_input_gap=max(found["at input"]),
-               p1_at_output_gap=max(found["at output"]), p1_dtensor_vs_hand_gap=vs_hand)
-    scatter, reduce = cm.tp_step_traffic(k, L, d, b, ELEM), dt.colwise_traffic(k, L, d, b, ELEM, "all_reduce")
+    scatter, reduce = (dt.colwise_traffic(k, L, d, b, ELEM, op) for op in ("reduce_scatter", "all_reduce"))
     logs = {s: [r["log"] for r in runs] for s, runs in sides.items()}
-    n = args.steps
-    dt.traffic_table(rep, [("by hand (05 Part 2)", "p1_hand", logs["hand"], n, [scatter] * k),
-                       ("DTensor, at input", "p1_at_input", logs["at input"], n, [scatter] * k),
-                       ("DTensor, at output", "p1_at_output", logs["at output"], n, [reduce] * k)])
+    labels = {"hand": ("by hand (05 Part 2)", "p1_hand"), "at input": ("DTensor, at input", "p1_at_input"),
+              "at output": ("DTensor, at output", "p1_at_output")}
+    formulas = {"hand": scatter, "at input": scatter, "at output": reduce}
+    dt.traffic_table(rep, [(*labels[s], logs[s], n, [formulas[s]] * k) for s in sides])
     a = b * d * ELEM
-    # a backward call of each DTensor plan (the same L-1 calls; "at input" sends what 05 sends)
-    first = ranks[0]
-    ratio = first["at output"]["log"].sent["all_reduce"] / first["at input"]["log"].sent["reduce_scatter"]
+    ratio = dt.backward_call_bytes(logs["at output"][0]) / dt.backward_call_bytes(logs["at input"][0])
     rep.values(p1_backward_ratio=ratio, p1_backward_ratio_formula=cm.ring_bytes_sent("all_reduce", k, a)
                / cm.ring_bytes_sent("reduce_scatter", k, a))
-    rep.note(f"formula: cm.tp_step_traffic, 05's (gather at output: its backward calls priced as "
-             f"all-reduces). e = {ELEM} B, A = B·d·e = {fmt_bytes(a)}. Forward, every side all-gathers L = "
-             f"{L} times. Backward, the gradient of a layer's input, Σ_r dz_r·W_rᵀ, is a sum over ranks "
-             f"(DTensor: Partial). Where the plan gathers at the next layer's input (declared Shard(-1)), "
-             f"DTensor reduces it back to Shard(-1): a reduce-scatter, what 05 writes by hand. Where it "
-             f"gathers at a layer's output, the next input is Replicate, and so is its gradient: an "
-             f"all-reduce, {ratio:.2f}× the bytes ((p−1)/p·A → 2(p−1)/p·A), of which each rank uses only its "
-             f"columns; and GELU runs on the whole tensor, p times.")
-    counting_note(rep, ranks)
-
-
-def counting_note(rep: Report, ranks: list[dict]) -> None:
-    """How DTensor's collectives were counted, and what dist_count's patched methods saw of them."""
-    python = sum(r[s]["python_calls"] for r in ranks for s in dt.PLANS)
-    recorded = sum(sum(r[s]["log"].calls.values()) for r in ranks for s in dt.PLANS)
-    unseen = sum(r[s]["group_ops_unseen"] or 0 for r in ranks for s in dt.PLANS)
-    rep.values(dtensor_calls_recorded=recorded, dtensor_group_ops_unseen=unseen,
-               dtensor_calls_through_python=python)
-    rep.note(f"DTensor's collectives (every plan and rank): {recorded} logged by a dispatch mode, as "
-             f"CommDebugMode counts them (cs336/dtensor_tp.py); common.dist_count's patched ProcessGroup "
-             f"methods saw {python}: they are functional collectives (torch.ops._c10d_functional), which "
-             f"reach the group from C++. The groups' own operation counters moved {unseen} times: none was "
-             f"missed.")
+    rep.note(f"counted: the calls each side handed its group (05: comm.CommLog; DTensor: a dispatch mode); "
+             f"ring model: what a ring sends for them (formula: dt.colwise_traffic; its reduce-scatter side "
+             f"is cm.tp_step_traffic). e = {ELEM} B, A = B·d·e = {fmt_bytes(a)}. Forward, every side "
+             f"all-gathers L = {L} times. Backward, the gradient of a layer's input, Σ_r dz_r·W_rᵀ, is a sum "
+             f"over ranks (DTensor: Partial). Where the plan gathers at the next layer's input (declared "
+             f"Shard(-1)), DTensor reduces it back to Shard(-1): a reduce-scatter, what 05 writes by hand. "
+             f"Where it gathers at a layer's output, the next input is Replicate, and so is its gradient: an "
+             f"all-reduce, of which each rank uses only its columns (and GELU runs on the whole tensor, p "
+             f"times): in the ring model, NCCL's price, {ratio:.2f}× the bytes a backward call "
+             f"((p−1)/p·A → 2(p−1)/p·A).")
+    moved = gloo_ran.report(rep, [dt.wire_case(*labels[s], sides[s], logs[s], n) for s in sides], k)
+    same = "the same bytes as" if moved["p1_at_output"] == moved["p1_hand"] else "other bytes than"
+    rep.note(f"On the wire here the plan gathered at the output moves {same} 05 (a row below): the ring "
+             f"model's {ratio:.2f}× is NCCL's price, not what gloo ran.")
+    dt.counting_note(rep, [r[s] for r in ranks for s in dt.PLANS])
 
 
 def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference,
                    input_grad: torch.Tensor) -> None:
     rep.part(2, "Megatron's pair: ColwiseParallel, then RowwiseParallel, on each block of two layers")
-    k, d, b, blocks = args.world_size, args.width, args.batch, args.layers // 2
-    found = side_gaps([r["Megatron"] for r in ranks], ref)
+    k, d, b, blocks, n = args.world_size, args.width, args.batch, args.layers // 2, args.steps
+    found = dt.side_gaps([r["Megatron"] for r in ranks], ref)
     found.append(max(mlp.max_abs_diff(r["input grad"]["input_grad"], input_grad) for r in ranks))
     rep.table(["max |diff| vs one process", "DTensor, Megatron"],
-              [*zip(QUANTITIES, found[:4]), ["dL/dx, x needing a gradient", found[4]]], name="vs_one_process")
+              [*zip(dt.QUANTITIES, found[:4]), ["dL/dx, x needing a gradient", found[4]]],
+              name="vs_one_process")
     check_sides(rep, "Megatron TP (DTensor)", found, ref)
-    rep.value("p2_megatron_gap", max(found))
     one = [dt.megatron_traffic(k, blocks, b, d, ELEM)] * k
-    grad_runs = [r["input grad"] for r in ranks]
+    steps, grad_runs = [r["Megatron"] for r in ranks], [r["input grad"] for r in ranks]
     dt.traffic_table(rep, [
-        ("a step, x is data", "p2_step", [r["Megatron"]["log"] for r in ranks], args.steps,
+        ("a step, x is data", "p2_step", [r["log"] for r in steps], n,
          [dt.megatron_traffic(k, 2 * blocks - 1, b, d, ELEM)] * k),
         ("dL/dx too: forward", "p2_forward", [r["forward"] for r in grad_runs], 1, one),
         ("… and backward", "p2_backward", [r["backward"] for r in grad_runs], 1, one)])
@@ -263,32 +240,37 @@ def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
              f"output (Partial), one all-reduce makes it whole (Megatron's g). Backward mirrors it: the "
              f"block's input gradient Σ_r dz_r·W₁_rᵀ is all-reduced (Megatron's f), except where the input "
              f"is data: block 1 of a step. Each all-reduce carries A = B·d·e = {fmt_bytes(a)}: 2(p−1)/p·A a "
-             f"call. With x needing dL/dx, forward and backward together are the notes' 2L all-reduces of A "
-             f"(cm.tp_step_bytes_per_device, L = {blocks} blocks): {fmt_bytes(both)}.")
+             f"call in the ring model. With x needing dL/dx, forward and backward together are the notes' 2L "
+             f"all-reduces of A (cm.tp_step_bytes_per_device, L = {blocks} blocks): {fmt_bytes(both)} in the "
+             f"ring model.")
+    gloo_ran.report(rep, [dt.wire_case("a step, x is data", "p2_step", steps, [r["log"] for r in steps], n),
+                          dt.wire_case("dL/dx too: both", "p2_input_grad", grad_runs,
+                                       [r["forward"] + r["backward"] for r in grad_runs], 1)], k)
 
 
 def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
     k, tp, L, d, b = args.world_size, args.tp, args.layers, args.width, args.batch
     dp = k // tp
-    rep.part(3, f"a {dp} × {tp} mesh (dp, tp): Megatron's blocks within each row, data parallel across")
+    shape = f"{dp} × {tp}" if "2-D" in ranks[0] else "dp × tp"
+    rep.part(3, f"a {shape} mesh (dp, tp): Megatron's blocks within each row, data parallel across")
+    if "2-D" not in ranks[0]:
+        rep.line(f"  not run: Part 3 needs --world-size = --tp × a data-parallel size of at least 2 (4 ranks "
+                 f"at --tp 2); here {k} ranks, --tp {tp}")
+        names = [f"p3_{dim}_{what}" for dim in ("tp", "dp") for what in ("calls", "bytes", "formula_calls",
+                                                                           "formula_bytes")]
+        rep.values(p3_dtensor_dp_calls=None, **dict.fromkeys(names))
+        return
     runs = [r["2-D"] for r in ranks]
-    by_row = [[r for r in runs if r["row"] == i] for i in range(dp)]
-    output = torch.cat([row[0]["output"] for row in by_row])
-    loss = sum(row[0]["rows"] * row[0]["loss"] for row in by_row) / b
-    per_row = [[mlp.max_abs_diff(output, ref.output), abs(loss - ref.loss),
-                mlp.max_abs_diff(dt.joined([r["grads"] for r in row]), ref.grads),
-                mlp.max_abs_diff(dt.joined([r["params"] for r in row]), ref.params_after[-1])]
-               for row in by_row]
-    found = [max(g) for g in zip(*per_row)]
-    rep.table(["max |diff| vs one process (worst row)", f"DTensor, {dp} × {tp}"], [*zip(QUANTITIES, found)],
-              name="vs_one_process")
+    found = dt.mesh_gaps(runs, ref, dp, b)
+    rep.table(["max |diff| vs one process (worst row)", f"DTensor, {dp} × {tp}"],
+              [*zip(dt.QUANTITIES, found)], name="vs_one_process")
     check_sides(rep, f"DP × TP ({dp} × {tp} mesh)", found, ref)
-    rep.value("p3_mesh_gap", max(found))
     local = sum(p.numel() for p, _ in runs[0]["params"])
+    tp_logs, dp_logs = [r["tp_log"] for r in runs], [r["dp_log"] for r in runs]
     dt.traffic_table(rep, [
-        ("tp: activations", "p3_tp", [r["tp_log"] for r in runs], args.steps,
+        ("tp: activations", "p3_tp", tp_logs, args.steps,
          [dt.megatron_traffic(tp, L - 1, r["rows"], d, ELEM) for r in runs]),
-        ("dp: gradient shards", "p3_dp", [r["dp_log"] for r in runs], args.steps,
+        ("dp: gradient shards", "p3_dp", dp_logs, args.steps,
          [dt.shard_average_traffic(dp, local, ELEM)] * k)])
     rep.value("p3_dtensor_dp_calls", sum(r["dtensor_dp_calls"] for r in runs))
     rep.note(f"each rank holds {local:,} of the {L * d * d:,} weights (1/{tp}) and {runs[0]['rows']} of the "
@@ -296,25 +278,34 @@ def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref:
              f"backward) in groups of {tp}, counted by DTensorComm; dp carries gradients: one all-reduce of "
              f"my shards, 1/{tp} of the model, with the {dp} ranks holding the same ones, counted by "
              f"dist_count (a method call). The notes' Megatron keeps tp inside a node's fast links for that.")
+    gloo_ran.report(rep, [dt.wire_case("a step, tp and dp", "p3_step", runs, [tp_logs[0] + dp_logs[0]],
+                                    args.steps)], tp)
     rep.note("The dp average is written out (× my rows, SUM over the dp group, ÷ B, as 05's data parallel, "
              "in one bucket as DDP): Megatron's DP, on shards. DDP itself refuses DTensor parameters in "
              "torch 2.13 (its first broadcast has no DTensor sharding strategy); FSDP2's fully_shard over dp "
              "would shard the parameters as well (ZeRO-3).")
 
 
+def mesh_fits(args: argparse.Namespace) -> bool:
+    """Part 3's mesh: --world-size = --tp × a data-parallel size of at least 2."""
+    return args.world_size % args.tp == 0 and args.world_size // args.tp >= 2
+
+
 def check_args(args: argparse.Namespace) -> None:
-    """Sizes every part can split evenly: a row of at least 2 tp ranks, at least 2 rows; pairs of layers."""
+    """Sizes Parts 1 and 2 can split evenly (pairs of layers, columns per rank), and Part 3's rows."""
     k, tp = args.world_size, args.tp
-    if tp < 2 or k % tp or k // tp < 2:
-        raise UsageError(f"--world-size {k} must be --tp {tp} (at least 2) times a data-parallel size "
-                         "of at least 2")
+    if k < 2:
+        raise UsageError(f"--world-size {k}: tensor parallelism splits each layer over at least 2 ranks")
+    if tp < 2:
+        raise UsageError(f"--tp {tp}: Part 3's rows of the mesh need at least 2 tensor-parallel ranks")
     if args.layers < 2 or args.layers % 2:
         raise UsageError(f"--layers {args.layers}: Megatron's blocks pair the layers, so an even number, "
                          "at least 2")
     if args.width % k:
-        raise UsageError(f"--width {args.width} must be a multiple of --world-size {k}: DTensor cuts "
-                         "uneven widths as torch.chunk, 05 as tensor_split: they would hold other columns")
-    if args.batch < k // tp:
+        raise UsageError(f"--width {args.width} must be a multiple of --world-size {k} (e.g. --width "
+                         f"{max(k, args.width - args.width % k)}): DTensor cuts uneven widths as "
+                         "torch.chunk, 05 as tensor_split: they would hold other columns")
+    if mesh_fits(args) and args.batch < k // tp:
         raise UsageError(f"--batch {args.batch} < {k // tp} data-parallel rows: every row needs a sample")
     if args.layers * args.width**2 > MAX_PARAMS:
         raise UsageError(f"--layers × --width² must be at most {MAX_PARAMS:,} (a few seconds on a laptop)")
@@ -322,7 +313,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=4, tp=2, layers=8, width=128, batch=32, steps=3, seed=0,
-                         real=True, quick={"steps": 2}, cost=COST,
+                         real=True, cost=COST,
                          context={"tp": "Part 3: ranks in a row of the mesh", "steps": "SGD steps",
                                   "width": "d of every layer", "seed": "weights and data"})
     args = parser.parse_args()
@@ -338,7 +329,8 @@ def main() -> None:
              f"  {args.world_size} real ranks (gloo), one launch for every part")
     xg = x.clone().requires_grad_()
     (input_grad,) = torch.autograd.grad(mlp.forward(params, xg).square().mean(), xg)
-    ranks = launch(engines_worker, args.world_size, params, x, args.steps, args.tp, timeout_s=args.timeout_s)
+    tp = args.tp if mesh_fits(args) else None             # None: Part 3 is left out, saying why
+    ranks = launch(engines_worker, args.world_size, params, x, args.steps, tp, timeout_s=args.timeout_s)
     part1_notes_layout(rep, args, ranks, ref)          # ColwiseParallel on each layer, 05 by hand
     part2_megatron(rep, args, ranks, ref, input_grad)  # column -> row: an all-reduce a block forward
     part3_mesh_2d(rep, args, ranks, ref)               # dp × tp: the bytes on each mesh dimension

@@ -11,9 +11,12 @@ parameters, gradients and Adam state from its local shards against the engine's 
 (ZeroRedundancyOptimizer: whole parameters, greedily; FSDP2: dim 0 cut like torch.chunk) and
 against cs336/ledger.py's ZeRO table (04_memory.py) at the same parameter count and world size:
 equal over all ranks, uneven per rank, and why. Part 3 counts the collectives of a step
-(common.dist_count, FSDP2's included) against costmodel.zero_step_collectives, the notes' ZeRO
-communication. A gap from one process, a byte off the split or a collective off the formula ends
-the run in exit 1, in one line naming the engine.
+(common.dist_count, FSDP2's included: what the process group was handed) against
+costmodel.zero_step_collectives, the notes' ZeRO communication, and shows what gloo ran for them (its
+profiler spans, common.gloo_ran): FSDP2's reduce-scatters run here as all-reduces of the padded
+buffer. Trained weights off one process by more than a share of how far they moved end the run in
+exit 1, in one line naming the engine; a byte off the split or a collective off the formula is a
+row of engines.toml that differs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from common import costmodel as cm
+from common import gloo_ran
 from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.dist_count import counting
@@ -85,9 +89,10 @@ def train(engine: str, rank: int, k: int, params: list[torch.Tensor], x: torch.T
         opt = torch.optim.Adam(model.parameters(), lr=mlp.LR_ADAM)
     mine = x.tensor_split(k)[rank]
     res: dict = {"params_after": []}
-    for _ in range(steps):
+    for step in range(steps):
         opt.zero_grad()
-        with counting() as counts:                     # the last step's are kept
+        # the last step's counts are kept, and what gloo ran in it (the profiler's spans: that step only)
+        with counting() as counts, gloo_ran.watching(on=step == steps - 1) as ran:
             out = run(mine)
             held_forward = local_elements(model.parameters())  # between forward and backward
             # my slice's share of the batch's mean, × k: DDP and FSDP2 average the gradients over ranks
@@ -100,7 +105,8 @@ def train(engine: str, rank: int, k: int, params: list[torch.Tensor], x: torch.T
     return res | {"params": local_elements(model.parameters()), "held_forward": held_forward,
                   "grads": local_elements(p.grad for p in model.parameters()),
                   "state": local_elements(v for s in state.values() for key, v in s.items() if key != "step"),
-                  "calls": [(name, nbytes) for name, _, nbytes in counts.tensors], "unseen": counts.unseen}
+                  "calls": [(name, nbytes) for name, _, nbytes in counts.tensors], "unseen": counts.unseen,
+                  "ran": ran.by_kind(k)}
 
 
 def zero_worker(rank: int, world_size: int, params: list[torch.Tensor], x: torch.Tensor, steps: int) -> dict:
@@ -184,8 +190,6 @@ def part2_memory(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> No
                       f"{engine}_rule_bytes": joined([row_bytes(*e)[3] for e in rule]),
                       f"{engine}_sum": sum(row[4] for row in rows),
                       f"{engine}_ledger_sum": sum(row[6] for row in rows)})
-        gap = max(abs(ELEM * (a - b)) for m, e in zip(measured, rule) for a, b in zip(m, e))
-        rep.check_close(f"{engine} bytes per rank against its split", gap, 0)
     z1 = [r["ZeRO-1"] for r in ranks]
     rep.values(zero1_params_grads=joined([ELEM * (r["params"] + r["grads"]) for r in z1]),
                ledger_zero1_params_grads=joined([ELEM * sum(ledger_elements("ZeRO-1", n, k, r)[:2])
@@ -225,6 +229,16 @@ def formula(stage: str, param_bytes: float, layers: int, per_unit: bool) -> dict
     return out
 
 
+def as_all_reduces(counted: dict[str, tuple[int, float]]) -> dict[str, tuple[int, float]]:
+    """`counted` with each reduce-scatter an all-reduce of the same buffer: what gloo in torch 2.13 runs
+    for them (the rows EN-09-*-wire check that it still does)."""
+    out = {kind: v for kind, v in counted.items() if kind != "reduce-scatter"}
+    if "reduce-scatter" in counted:
+        (c, b), (c2, b2) = counted["reduce-scatter"], out.get("all-reduce", (0, 0))
+        out["all-reduce"] = (c + c2, b + b2)
+    return out
+
+
 def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
     k, L, d = args.world_size, args.layers, args.width
     rep.part(3, "collectives per step, counted on the ranks, against costmodel.zero_step_collectives")
@@ -233,36 +247,36 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
     cases = {"ZeRO-1": formula("DDP", whole, L, False) | {"broadcast": (L, whole)},
              "FSDP2": formula("ZeRO-3", padded, L, True),
              "FSDP2-no-reshard": formula("ZeRO-2", padded, L, True)}
-    rows = []
+    rows, wire = [], []
     for engine, want in cases.items():
         got = [collectives_by_kind(r[engine]["calls"], k) for r in ranks]
-        same = all(g == got[0] for g in got)
-        for kind in sorted(set(got[0]) | set(want)):
-            (c, b), (fc, fb) = got[0].get(kind, (0, 0)), want.get(kind, (0, 0))
+        worst, same = next((g for g in got if g != want), got[0]), all(g == got[0] for g in got)
+        for kind in sorted(set(worst) | set(want)):              # worst: a rank off the formula, if any
+            (c, b), (fc, fb) = worst.get(kind, (0, 0)), want.get(kind, (0, 0))
             rows.append([engine, kind, c, fc, fmt_bytes(b), fmt_bytes(fb), "yes" if same else "NO"])
-        rep.values(**{f"{engine}_counted": calls_text(got[0]), f"{engine}_formula": calls_text(want)})
-        gap = max(abs(a - b) for g in got for kd in set(g) | set(want)
-                  for a, b in zip(g.get(kd, (0, 0)), want.get(kd, (0, 0))))
-        rep.check_close(f"{engine} collectives (calls, bytes) against the formula", gap, 0)
-    rep.table(["engine", "collective", "calls", "formula", "buffer bytes", "formula", "same on every rank"],
+        rep.values(**{f"{engine}_counted": calls_text(worst), f"{engine}_formula": calls_text(want),
+                      f"{engine}_wire_expected": gloo_ran.ops_text(as_all_reduces(got[0]))})
+        wire.append((engine, engine, got[0], ranks[0][engine]["ran"]))
+    rep.table(["engine", "collective", "calls", "formula", "counted B", "formula B", "same on every rank"],
               rows, name="collectives")
     unseen = rep.value("unseen", max(r[e]["unseen"] or 0 for r in ranks for e in ENGINES))
-    rep.check_close("operations no counting method saw (uncounted traffic)", unseen, 0)
     notes_z1 = cm.zero_step_bytes_per_device("ZeRO-1", k, whole)
     ours_z1 = cm.zero_step_bytes_per_device("DDP", k, whole) + cm.ring_all_gather_bytes_per_device(k, whole)
     rep.value("zero1_over_notes", ours_z1 / notes_z1)
-    rep.note("buffer bytes: a call's whole buffer (an all-gather's output). FSDP2 pads each W's shards\nto "
-             f"{chunk_rows(d, k)[0]} rows ({fmt_bytes(padded)} for {fmt_bytes(whole)} of weights) and talks "
-             "a unit (a layer) at a time:\nZeRO-3's 2L all-gathers + L reduce-scatters; without resharding "
-             "one all-gather a unit, ZeRO-2's\nRS + AG cut in L. ZeroRedundancyOptimizer keeps DDP's whole "
-             "all-reduce (not a reduce-scatter) and\nthen broadcasts each parameter from its owner: an "
-             f"all-gather's bytes on top, {ours_z1 / notes_z1:g}× the ZeRO paper's\nZeRO-1 (RS + AG) per "
-             "rank in the ring model, the reading of the notes' ZeRO table our rows take.\n"
-             "The counted step is the last "
-             "(the second rebuilds DDP's buckets). DDP's all-reduce is "
-             "counted through allreduce_hook (DDP's C++ reducer would bypass Python);\nFSDP2's all-gathers "
-             "and reduce-scatters pass ProcessGroup's methods, where common.dist_count\ncounts them: "
-             f"{unseen} operation(s) ran on the groups that no counted method saw")
+    rep.note("counted B: what the process group was handed, a call's whole buffer (an all-gather's "
+             "output); formula B: the same buffers by costmodel.zero_step_collectives. FSDP2 pads each W's "
+             f"shards to {chunk_rows(d, k)[0]} rows ({fmt_bytes(padded)} for "
+             f"{fmt_bytes(whole)} of weights) and talks a unit (a layer) at a time: ZeRO-3's 2L "
+             "all-gathers + L reduce-scatters; without resharding one all-gather a unit, ZeRO-2's RS + AG "
+             "cut in L. ZeroRedundancyOptimizer keeps DDP's whole all-reduce (not a reduce-scatter) and "
+             "then broadcasts each parameter from its owner: an all-gather's bytes on top, "
+             f"{ours_z1 / notes_z1:g}× the ZeRO paper's ZeRO-1 (RS + AG) per rank in the ring model, the "
+             "reading of the notes' ZeRO table our rows take. The counted step is the last (the second "
+             "rebuilds DDP's buckets). DDP's all-reduce is counted through allreduce_hook (DDP's C++ "
+             "reducer would bypass Python); FSDP2's all-gathers and reduce-scatters pass ProcessGroup's "
+             f"methods, where common.dist_count counts them: {unseen} operation(s) ran on the groups that "
+             "no counted method saw")
+    gloo_ran.report(rep, wire, k)
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -8,10 +8,11 @@ process group, gloo's padding and fallback included, never what the caller meant
 CommLog keeps its own `add` for counters that dist_count cannot see (DTensor's functional
 collectives start in C++: cs336/dtensor_tp.py) and because the CS336 tables want a log per group.
 
-A collective's bytes are what a ring sends for the call's real size (`costmodel.ring_bytes_sent`,
-nccl-tests' bus factor); a send's are its tensor's bytes. gloo picks its own schedule by size, so
-the ring figure is the model's count of the real calls, not a packet capture. Whether gloo has
-reduce_scatter is asked once (common.collectives_real, which holds gloo's workarounds).
+Two figures a call: `handed` is what the process group was handed (counted: the collective's size
+N); `sent` is what a ring sends for it (the ring model, `costmodel.ring_bytes_sent`, nccl-tests'
+bus factor: NCCL's price); a send's are its tensor's bytes in both. Neither is what gloo ran: in
+torch 2.13 gloo runs a reduce-scatter as all-reduces (common.gloo_ran reads what it ran). Whether
+gloo has reduce_scatter at all is asked once (common.collectives_real holds gloo's workarounds).
 """
 
 from __future__ import annotations
@@ -31,15 +32,18 @@ from common.costmodel import ring_bytes_sent
 
 @dataclass
 class CommLog:
-    """What one rank sent: per operation, its calls and bytes."""
+    """What one rank handed its group: per operation, its calls, their bytes (counted) and what a ring
+    sends for them (ring model)."""
 
     world_size: int
     calls: dict[str, int] = field(default_factory=dict)
-    sent: dict[str, float] = field(default_factory=dict)
+    sent: dict[str, float] = field(default_factory=dict)      # ring model; a send's own bytes
+    handed: dict[str, float] = field(default_factory=dict)    # counted: each call's N
 
     def add(self, op: str, nbytes: int) -> None:
         """Record one call; `nbytes` is a collective's whole result, or a send's or recv's message."""
         self.calls[op] = self.calls.get(op, 0) + 1
+        self.handed[op] = self.handed.get(op, 0) + nbytes
         if op == "send":
             self.sent[op] = self.sent.get(op, 0) + nbytes
         elif op != "recv":
@@ -56,8 +60,16 @@ class CommLog:
                                   ("recv", counts.receives, counts.received_bytes)):
             if calls:
                 self.calls[op] = self.calls.get(op, 0) + calls
+                self.handed[op] = self.handed.get(op, 0) + nbytes
                 if op == "send":
                     self.sent[op] = self.sent.get(op, 0) + nbytes
+
+    def __add__(self, other: CommLog) -> CommLog:
+        """Both logs' calls and bytes together (two passes, or two groups of one rank)."""
+        def both(a: dict, b: dict) -> dict:
+            return {op: a.get(op, 0) + b.get(op, 0) for op in a.keys() | b.keys()}
+        return CommLog(self.world_size, both(self.calls, other.calls), both(self.sent, other.sent),
+                       both(self.handed, other.handed))
 
     def per_step(self, steps: int, ops: tuple[str, ...]) -> tuple[int | float, float]:
         """(calls, bytes sent) per step of the operations `ops`, from the log of `steps` steps."""
@@ -91,8 +103,9 @@ def all_gather_columns(piece: torch.Tensor, widths: list[int], log: CommLog) -> 
 
 
 def reduce_scatter_columns(partial: torch.Tensor, widths: list[int], log: CommLog) -> torch.Tensor:
-    """Sum a (rows, d) tensor over the ranks; rank r gets only its widths[r] columns of the sum
-    (on an older gloo through an all-reduce: twice the bytes, counted as such)."""
+    """Sum a (rows, d) tensor over the ranks; rank r gets only its widths[r] columns of the sum. The
+    group is handed a reduce-scatter (a gloo without one: an all-reduce, counted as such); gloo in
+    torch 2.13 runs it as an all-reduce of each rank's chunk (common.gloo_ran sees what it ran)."""
     with counted(log):
         return reduce_scatter_uneven(partial, widths, dim=-1)[0]
 

@@ -1,10 +1,10 @@
 """What cs336/07_tensor_parallel.py needs besides its lesson: the deep MLP as torch.nn and the plans
 that lay it out over a mesh, DTensor's collectives counted, the formulas of each layout's traffic,
-and the ranks' pieces of each W joined again.
+and the ranks' pieces of each W joined again and compared with one process.
 
     with DTensorComm({"tp": mesh.get_group("tp")}) as counted:
         model(x).square().mean().backward()
-    counted.logs["tp"].per_step(1, ("all_reduce",))     # (calls, bytes this rank sends): a comm.CommLog
+    counted.logs["tp"].per_step(1, ("all_reduce",))     # (calls, ring-model bytes): a comm.CommLog
 
 DTensor does not call torch.distributed's Python functions: a redistribution (Shard -> Replicate,
 Partial -> Replicate, Partial -> Shard) runs a *functional* collective, `torch.ops._c10d_functional.
@@ -13,9 +13,10 @@ from C++. So neither cs336/comm.py nor common.dist_count's patched ProcessGroup 
 (dist_count only notices the groups' operation counters move: `Counts.unseen`). A TorchDispatchMode
 does: every op dispatched while it is active passes through `__torch_dispatch__`, the backward's
 too. That is how PyTorch's own `CommDebugMode` counts calls (it logs no bytes, and its import pulls
-in torch._inductor, 1.2 s here); this one logs each call as comm.py logs the hand-written ones, the
-whole result's bytes priced by costmodel's ring formula for the group's size, so both sides of a
-comparison are counted by one rule.
+in torch._inductor, 1.2 s here); this one logs each call as comm.py logs the hand-written ones: the
+whole result's bytes N, handed to the group (counted), and their price in costmodel's ring formula
+for the group's size (ring model), so both sides of a comparison are counted by one rule. What gloo
+then runs for them is another figure (common.gloo_ran: a reduce-scatter runs as an all-reduce).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from common import costmodel as cm
+from common.collectives_def import BY_TORCH_NAME
 from common.output import Report, fmt_bytes
-from cs336 import comm
+from cs336 import comm, mlp
 
 Pieces = list[tuple[torch.Tensor, int]]  # a rank's piece of each W, and the dim of W it was cut along
 
@@ -118,64 +120,139 @@ class DTensorComm(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-# ---- each layout's traffic: costmodel's ring bytes per call, times the calls the layout makes -------
-def colwise_traffic(k: int, layers: int, width: int, batch: int, elem: int,
-                    backward: str) -> tuple[int, float]:
-    """(calls, bytes a rank sends) a step of the notes' layout when the input gradient of layers
-    2 … L is reduced by `backward`: "reduce_scatter" is cm.tp_step_traffic (05's); "all_reduce"
-    sends twice a reduce-scatter's bytes for each of those calls."""
+# ---- each layout's traffic: the calls of each collective, and the ring model's price of them --------
+Formula = dict[str, tuple[int, float]]   # torch's name of a collective -> (calls a step, ring-model bytes)
+
+
+def colwise_traffic(k: int, layers: int, width: int, batch: int, elem: int, backward: str) -> Formula:
+    """A step of the notes' layout: L all-gathers forward, and the input gradient of layers 2 … L
+    reduced by `backward`: "reduce_scatter" (05's: cm.tp_step_traffic's calls and bytes) or
+    "all_reduce" (twice a reduce-scatter's ring bytes a call)."""
     gather = cm.ring_bytes_sent("all_gather", k, k * batch * math.ceil(width / k) * elem)
     reduce = cm.ring_bytes_sent(backward, k, batch * width * elem)
-    return 2 * layers - 1, layers * gather + (layers - 1) * reduce
+    return {"all_gather": (layers, layers * gather), backward: (layers - 1, (layers - 1) * reduce)}
 
 
-def megatron_traffic(k: int, calls: int, rows: int, width: int, elem: int) -> tuple[int, float]:
-    """(calls, bytes a rank sends) for `calls` of Megatron's all-reduces, each of a block's output or
-    input gradient (rows × d): a step makes one a block forward, one a block backward but the first's."""
-    return calls, calls * cm.ring_bytes_sent("all_reduce", k, rows * width * elem)
+def megatron_traffic(k: int, calls: int, rows: int, width: int, elem: int) -> Formula:
+    """`calls` of Megatron's all-reduces, each of a block's output or input gradient (rows × d): a
+    step makes one a block forward, one a block backward but the first's."""
+    return {"all_reduce": (calls, calls * cm.ring_bytes_sent("all_reduce", k, rows * width * elem))}
 
 
-def shard_average_traffic(dp: int, n_local: int, elem: int) -> tuple[int, float]:
-    """(calls, bytes a rank sends) a step of data parallelism over a tp-sharded model: one all-reduce of
-    this rank's gradient shards (n_local elements, flattened) with the dp ranks holding the same shards."""
-    return 1, cm.ring_bytes_sent("all_reduce", dp, n_local * elem)
+def shard_average_traffic(dp: int, n_local: int, elem: int) -> Formula:
+    """Data parallelism over a tp-sharded model: one all-reduce a step of this rank's gradient shards
+    (n_local elements, flattened) with the dp ranks holding the same shards."""
+    return {"all_reduce": (1, cm.ring_bytes_sent("all_reduce", dp, n_local * elem))}
 
 
-# ---- the parent's side: the ranks' pieces, joined -------------------------------------------------
+def calls_text(calls: dict[str, float]) -> str:
+    """'8 all-gather + 7 reduce-scatter': the calls of each kind (torch's names, OPS' order)."""
+    return " + ".join(f"{calls[op]:g} {op.replace('_', '-')}" for op in OPS if calls.get(op)) or "none"
+
+
+def counted_calls(log: comm.CommLog, steps: int) -> dict[str, float]:
+    """A step's calls of each kind, from a log of `steps` steps (whole where they divide)."""
+    return {op: n // steps if n % steps == 0 else n / steps for op in OPS if (n := log.calls.get(op, 0))}
+
+
+def handed(log: comm.CommLog, steps: int) -> dict[str, tuple[float, float]]:
+    """A step's calls and bytes handed to the group (counted), by collective ("all-gather")."""
+    return {BY_TORCH_NAME[op].name: (log.calls[op] / steps, log.handed[op] / steps) for op in OPS
+            if log.calls.get(op)}
+
+
+# ---- the parent's side: the ranks' pieces joined, compared with one process ----------------------
+QUANTITIES = ["output, step 1", "loss, step 1", "gradient of every W, step 1", "every W after the SGD steps"]
+
+
 def joined(ranks: list[Pieces]) -> list[torch.Tensor]:
     """Each W whole again from the ranks' pieces (in the order the ranks hold them)."""
     return [torch.cat([r[i][0] for r in ranks], dim=ranks[0][i][1]) for i in range(len(ranks[0]))]
 
 
+def side_gaps(runs: list[dict], ref: mlp.Reference) -> list[float]:
+    """max |diff| from one process of QUANTITIES: every rank's output and loss, the joined W's."""
+    return [max(mlp.max_abs_diff(r["output"], ref.output) for r in runs),
+            max(abs(r["loss"] - ref.loss) for r in runs),
+            mlp.max_abs_diff(joined([r["grads"] for r in runs]), ref.grads),
+            mlp.max_abs_diff(joined([r["params"] for r in runs]), ref.params_after[-1])]
+
+
+def mesh_gaps(runs: list[dict], ref: mlp.Reference, dp: int, batch: int) -> list[float]:
+    """side_gaps of a dp × tp mesh, the worst row of it: each row's output and mean loss make the whole
+    batch's, each row's tp ranks the whole W's."""
+    by_row = [[r for r in runs if r["row"] == i] for i in range(dp)]
+    output = torch.cat([row[0]["output"] for row in by_row])
+    loss = sum(row[0]["rows"] * row[0]["loss"] for row in by_row) / batch
+    per_row = [[mlp.max_abs_diff(output, ref.output), abs(loss - ref.loss),
+                mlp.max_abs_diff(joined([r["grads"] for r in row]), ref.grads),
+                mlp.max_abs_diff(joined([r["params"] for r in row]), ref.params_after[-1])] for row in by_row]
+    return [max(g) for g in zip(*per_row)]
+
+
+def backward_call_bytes(log: comm.CommLog) -> float:
+    """The ring model's bytes of one backward call of the notes' layout (any call but an all-gather)."""
+    ops = [op for op in OPS if op != "all_gather"]
+    return sum(log.sent.get(op, 0) for op in ops) / sum(log.calls.get(op, 0) for op in ops)
+
+
 def traffic_row(name: str, logs: list[comm.CommLog], steps: int,
-                formulas: list[tuple[int, float]]) -> tuple[list[Any], int]:
-    """A table row: the calls of each collective and the bytes sent a step, counted and by formula,
-    shown for the rank farthest from its formula (and whether every rank equals its own); and that
-    rank."""
-    counted = [log.per_step(steps, OPS) for log in logs]
-    worst = max(range(len(logs)), key=lambda r: (abs(counted[r][0] - formulas[r][0]),
-                                                 abs(counted[r][1] - formulas[r][1])))
-    equal = all(c[0] == f[0] and math.isclose(c[1], f[1], rel_tol=1e-12) for c, f in zip(counted, formulas))
-    per_op = [logs[worst].calls.get(op, 0) / steps for op in OPS]
-    per_op = [int(n) if n == int(n) else n for n in per_op]
-    row = [name, *per_op, counted[worst][1], formulas[worst][0], formulas[worst][1], "yes" if equal else "NO"]
+                formulas: list[Formula]) -> tuple[list[Any], int]:
+    """A table row: the calls of each collective a step, counted, and the ring model's bytes of them,
+    beside the formula's, for the rank farthest from its formula (and whether every rank equals its
+    own); and that rank."""
+    def off(r: int) -> tuple[bool, float]:
+        want_calls = {op: c for op, (c, _) in formulas[r].items()}
+        want_bytes = sum(b for _, b in formulas[r].values())
+        sent = logs[r].per_step(steps, OPS)[1]
+        return counted_calls(logs[r], steps) != want_calls, abs(sent - want_bytes) / max(want_bytes, 1)
+
+    worst = max(range(len(logs)), key=off)
+    equal = all(not off(r)[0] and off(r)[1] <= 1e-12 for r in range(len(logs)))
+    calls, want = counted_calls(logs[worst], steps), formulas[worst]
+    row = [name, *(calls.get(op, 0) for op in OPS), fmt_bytes(logs[worst].per_step(steps, OPS)[1]),
+           " + ".join(f"{c} {SHORT[op]}" for op, (c, _) in want.items()),
+           fmt_bytes(sum(b for _, b in want.values())), "yes" if equal else "NO"]
     return row, worst
 
 
-HEADERS = ["side", "all-gather", "reduce-scatter", "all-reduce", "bytes/step", "formula", "bytes",
-           "= all ranks"]
-Case = tuple[str, str, list[comm.CommLog], int, list[tuple[int, float]]]
+SHORT = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR"}
+HEADERS = ["side", "all-gather", "reduce-scatter", "all-reduce", "ring model B/step", "formula",
+           "ring model", "= all ranks"]
+Case = tuple[str, str, list[comm.CommLog], int, list[Formula]]
 
 
 def traffic_table(rep: Report, cases: list[Case]) -> None:
-    """The traffic table: (label, value name, each rank's log, steps, each rank's formula) a row; the
-    calls and bytes of the rank farthest from its formula recorded as <name>_calls, _bytes, _formula_…"""
+    """The traffic table: (label, value name, each rank's log, steps, each rank's formula) a row: the
+    calls counted (handed to the group) and the ring model's bytes of them; the rank farthest from
+    its formula recorded as <name>_calls (text by kind), _bytes (ring model), _formula_…"""
     rows = []
     for label, name, logs, steps, formulas in cases:
         row, worst = traffic_row(label, logs, steps, formulas)
-        rows.append(row[:4] + [fmt_bytes(row[4]), row[5], fmt_bytes(row[6]), row[7]])
-        calls, sent = logs[worst].per_step(steps, OPS)
-        formula_calls, formula_bytes = formulas[worst]
-        rep.values(**{f"{name}_calls": calls, f"{name}_bytes": sent, f"{name}_formula_calls": formula_calls,
-                      f"{name}_formula_bytes": formula_bytes})
+        rows.append(row)
+        want = formulas[worst]
+        rep.values(**{f"{name}_calls": calls_text(counted_calls(logs[worst], steps)),
+                      f"{name}_bytes": logs[worst].per_step(steps, OPS)[1],
+                      f"{name}_formula_calls": calls_text({op: c for op, (c, _) in want.items()}),
+                      f"{name}_formula_bytes": sum(b for _, b in want.values())})
     rep.table(HEADERS, rows, name="traffic")
+
+
+def wire_case(label: str, name: str, runs: list[dict], logs: list[comm.CommLog], steps: int) -> tuple:
+    """gloo_ran.report's case for rank 0: a step's calls handed to the group (from a log of `steps`)
+    and what gloo ran in a step (each run's "ran")."""
+    return label, name, handed(logs[0], steps), runs[0]["ran"]
+
+
+def counting_note(rep: Report, runs: list[dict]) -> None:
+    """How DTensor's collectives were counted (every rank's run of every plan), and what dist_count's
+    patched methods and the groups' own operation counters saw of them."""
+    python = sum(r["python_calls"] for r in runs)
+    recorded = sum(sum(r["log"].calls.values()) for r in runs)
+    unseen = sum(r["group_ops_unseen"] or 0 for r in runs)
+    rep.values(dtensor_calls_recorded=recorded, dtensor_group_ops_unseen=unseen,
+               dtensor_calls_through_python=python)
+    rep.note(f"DTensor's collectives (every plan and rank): {recorded} logged by a dispatch mode, as "
+             f"CommDebugMode counts them (cs336/dtensor_tp.py); common.dist_count's patched ProcessGroup "
+             f"methods saw {python}: they are functional collectives (torch.ops._c10d_functional), which "
+             f"reach the group from C++. The groups' own operation counters moved {unseen} times.")

@@ -8,6 +8,7 @@ form the simulators and the ledger use; these probes read it off the running obj
     listed_order  what a schedule's own listing (pipeline_order) says a rank will run
     local_elements  elements of a rank's own part of tensors (FSDP2's DTensor shards or plain ones)
     collectives_by_kind  common.dist_count's calls of a step, as calls and bytes per collective
+                  (counted: what the process group was handed; common.gloo_ran reads what gloo ran)
 
 The lesson (which schedule, which sharding, what is compared) stays in the scripts.
 """
@@ -99,7 +100,8 @@ def local_elements(tensors: Iterable[torch.Tensor | None]) -> int:
 
 
 def collectives_by_kind(calls: list[tuple[str, int]], k: int) -> dict[str, tuple[int, int]]:
-    """Per collective: (calls, bytes of the whole buffer), all-gather's counted as its output."""
+    """Per collective: (calls, bytes of the whole buffer handed to the group), an all-gather's counted as
+    its output."""
     found: dict[str, tuple[int, int]] = {}
     for name, nbytes in calls:
         coll = BY_TORCH_NAME.get(name)   # collectives_def: the collective torch's `name` runs, and its N

@@ -290,15 +290,22 @@ def ascii_chart(run: PipelineRun, max_columns: int = 84, max_rows: int = 16) -> 
         shown = shown[: max_rows // 2] + [-1] + shown[-(max_rows // 2):]
     rows = [" " * (7 + width) + f"… {run.stages - max_rows // 2 * 2} more stages" if d < 0 else
             ascii_rows([(f"stage {d:>{width}}", run.spans(d))], cells)[0] for d in shown]
-    if detailed:
-        how = (f"one column = {step * 1e3:.3g} ms; digit m = forward of micro-batch m, letter = its\n"
-               "backward (a = 0, b = 1, …; both mod 10); '.' = idle")
-    else:
-        how = (f"scaled: one column = {step * 1e3:.3g} ms, longer than a pass, shows how busy the stage\n"
-               "was in it: '#' ≥ 90 %, '+' ≥ 50 %, '-' less, '.' idle")
+    scale, legend = chart_key(run, max_columns)
+    how = f"{scale}; {legend}"
     if len(shown) < run.stages:
         how += f"\n{max_rows} of {run.stages} stages shown"
     return rows, how
+
+
+def chart_key(run: PipelineRun, max_columns: int = 84) -> tuple[str, str]:
+    """The two halves of `run`'s chart legend: its scale (one column's time) and how to read a cell.
+    A page of several charts prints each one's scale and the reading once (08_pipeline_schedules)."""
+    step, detailed = _chart_step(run, max_columns)
+    if detailed:
+        return (f"one column = {step * 1e3:.3g} ms", "digit m = forward of micro-batch m, letter = its "
+                "backward (a = 0, b = 1, …; both mod 10); '.' = idle")
+    return (f"scaled: one column = {step * 1e3:.3g} ms, longer than a pass",
+            "a column shows how busy the stage was in it: '#' ≥ 90 %, '+' ≥ 50 %, '-' less, '.' idle")
 
 
 def _chart_step(run: PipelineRun, max_columns: int) -> tuple[float, bool]:
