@@ -162,8 +162,8 @@ def test_smoke_01_world_size_3(tmp_path: Path) -> None:
                           "--batch", "10")
     assert "shards of [4, 3, 3]" in out
     assert claims["L15-1.4-vs-single-process"]["ours"] < 1e-12
-    assert re.search(r"check: DDP on 3 ranks, 10 steps = one process, whole batch: max \|difference\| \S+ ≤ "
-                     r"1e-12: ok", out)
+    assert re.search(r"check: DDP on 3 ranks after 10 steps against one process: trained weights \S+ = \S+ × "
+                     r"the \S+ they moved ≤ 1e-06: ok", out)
 
 
 # A broken DDP training must end the run, not print as a result: the shard's loss as a local mean
@@ -189,9 +189,9 @@ def test_ddp_unequal_to_one_process_fails_the_run_in_one_line(tmp_path: Path) ->
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert re.fullmatch(r"01_ddp_basics\.py: error: DDP on 3 ranks, 10 steps = one process, whole batch: "
-                        r"max \|difference\| (\S+), above the tolerance 1e-12", lines[0]), lines[0]
-    assert float(lines[0].split("difference| ")[1].split(",")[0]) > 1e-6
+    found = re.fullmatch(r"01_ddp_basics\.py: error: DDP on 3 ranks after 10 steps against one process: "
+                         r"trained weights (\S+) = (\S+) × the \S+ they moved > 1e-06", lines[0])
+    assert found and float(found[1]) > 1e-6 and float(found[2]) > 1e-3, lines[0]
     assert "FAILED" in proc.stdout
 
 
@@ -213,8 +213,8 @@ def test_smoke_02(tmp_path: Path, quick_run) -> None:
 def test_smoke_04(tmp_path: Path, quick_run) -> None:
     out, claims = _quick_claims("lecture15/04_details.py", tmp_path, quick_run)
     assert "no_sync, forward no_sync): 4 4 1" in claims["L15-4.1-only-forward-saves"]["why"]
-    assert re.search(r"check: no_sync accumulation on 2 ranks = one process: "
-                     r"max \|difference\| \S+ ≤ 1e-12: ok", out)
+    assert re.search(r"check: no_sync accumulation on 2 ranks \(3 placements\) against one process: trained "
+                     r"weights \S+ = \S+ × the \S+ they moved ≤ 1e-06: ok", out)
     for ref in ("L15-4.1-only-forward-saves", "L15-4.1-same-result", "L15-4.2-error", "L15-4.2-partial-use",
                 "L15-4.2-grad-none", "L15-4.3-buffers-differ", "L15-4.3-rank0-wins"):
         assert claims[ref]["ours"] is True and claims[ref]["status"] == "agrees", claims[ref]
@@ -224,6 +224,10 @@ def test_smoke_04(tmp_path: Path, quick_run) -> None:
 
 @pytest.mark.parametrize("relpath, args", [
     ("lecture15/01_ddp_basics.py", ("--world-size", "0")),
+    # the weights move 2.3e-9, under the 3.6e-9 at which round-off is 1e-6 of it: too still to judge
+    # (--steps 1 --lr 2e-8, 4.6e-9, is accepted: tests/test_mutations_ddp.py fails a wrong DDP there)
+    ("lecture15/01_ddp_basics.py", ("--steps", "1", "--lr", "1e-8")),
+    ("lecture15/01_ddp_basics.py", ("--lr", "1")),    # one-process training diverges: NaN everywhere
     ("lecture15/02_buckets.py", ("--bucket-cap-mb", "-1")),
     ("lecture15/02_buckets.py", ("--elements", "100")),
     ("lecture15/04_details.py", ("--world-size", "1")),

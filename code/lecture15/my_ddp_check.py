@@ -37,15 +37,21 @@ from lecture15.handbook_model import global_batch, handbook_model, max_diff, sha
 from lecture15.my_ddp import MyDDP
 from lecture15.timings import slowest_rank, spread_ms
 
-MATCH_TOL = 1e-6        # the handbook's "equal" in float32
+# Parts 2 and 3 train twice: in float32, the handbook's ddp_check.py as written (its rows: buckets,
+# launches, max |Δparam| < 1e-6), and in float64 for our self-checks, which judge the trained weights
+# against how far they moved (Report.check_trained): there a right engine is off by round-off, ~1e-17,
+# where float32's round-off alone (7e-9 here) is a share of the movement no check could tell from a
+# wrong engine's.
+HANDBOOK_DTYPE, CHECK_DTYPE = torch.float32, torch.float64
 TARGET_RATIO = 1.2      # MyDDP's step may be this much slower than DDP's at most (bench/bench_my_ddp.py too)
 
 # CPU time here (bench/bench_costs.py, W = 2 … 32): start-up, then every part in one launch: the
-# handbook's model trained and timed under MyDDP and PyTorch DDP on W ranks sharing 2 cores. Memory:
-# the global batch (64 float32 features) a few times in every process.
+# handbook's model trained and timed under MyDDP and PyTorch DDP on W ranks sharing 2 cores (W·steps
+# doubled by hand for the float64 runs of the checks: refit it there). Memory: the global batch (64
+# float32 features) a few times in every process.
 COST = Cost([Term("1", 7.8, lambda a: 1), Term("W²", 0.1, lambda a: a.world_size**2),
              Term("W·repeats", 0.0093, lambda a: a.world_size * a.repeats),
-             Term("W·steps", 0.043, lambda a: a.world_size * a.steps), Term("B", 0.0049, lambda a: a.batch)],
+             Term("W·steps", 0.086, lambda a: a.world_size * a.steps), Term("B", 0.0049, lambda a: a.batch)],
             memory=lambda a: (a.world_size + 1) * 4 * 64 * 4 * a.batch)
 
 
@@ -57,14 +63,21 @@ def recording_allreduce(seen: list[int], bucket: dist.GradBucket) -> torch.futur
     return work.get_future().then(lambda fut: fut.value()[0].div_(dist.get_world_size()))
 
 
-def train_rank(rank: int, world: int, cfg: dict[str, Any], accumulate: bool) -> dict[str, Any]:
+def train_rank(rank: int, world: int, cfg: dict[str, Any], accumulate: bool,
+               dtype: torch.dtype) -> dict[str, Any]:
     """`steps` SGD steps: one process on the whole batch, MyDDP and PyTorch DDP on this rank's shard;
     with `accumulate`, the shard as two micro-batches, the first under no_sync (the exercise)."""
     n, steps, dev = cfg["batch"], cfg["steps"], rank_device()
-    X, Y = (t.to(dev) for t in global_batch(n))
+    X, Y = global_batch(n)
+    X, Y = X.to(dev, dtype), Y.to(dev)
     x, y = X[shard(n, rank, world)], Y[shard(n, rank, world)]
-    ref, mine = handbook_model().to(dev), MyDDP(handbook_model().to(dev), bucket_bytes=cfg["bucket_bytes"])
-    official, seen = DistributedDataParallel(handbook_model().to(dev)), []
+
+    def model() -> torch.nn.Module:
+        return handbook_model().to(dev, dtype)
+
+    ref, mine = model(), MyDDP(model(), bucket_bytes=cfg["bucket_bytes"])
+    start = [p.detach().clone() for p in ref.parameters()]
+    official, seen = DistributedDataParallel(model()), []
     # Through a lambda: DDP rejects the string annotations that `from __future__` makes of ours.
     official.register_comm_hook(seen, lambda state, bucket: recording_allreduce(state, bucket))
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, mine, official)]
@@ -90,6 +103,7 @@ def train_rank(rank: int, world: int, cfg: dict[str, Any], accumulate: bool) -> 
     dist.broadcast(rank0, src=0)
     out = {"mine_vs_ref": max_diff(ref, mine.module), "official_vs_ref": max_diff(ref, official.module),
            "mine_vs_official": max_diff(mine.module, official.module),
+           "moved": max((p.detach() - p0).abs().max().item() for p, p0 in zip(ref.parameters(), start)),
            "ranks_diff": (flat - rank0).abs().max().item(),
            "launches_per_step": mine.allreduces_launched / steps, "official_per_step": official_per_step,
            "buckets": [(b.names, b.flat.numel() * b.flat.element_size()) for b in mine.buckets],
@@ -129,35 +143,36 @@ def part2_train(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
     handbooks = rep.notes_text("HB-check-summary-line")
     rep.value("summary_line", re.sub(r"\d+", lambda _: str(next(ours)), handbooks))
     rep.compare_with_notes()   # a table of its own: two long lines side by side
-    gaps = {what: max(r["train"][key] for r in ranks) for what, key in (
-        ("MyDDP = one process, whole batch", "mine_vs_ref"), ("PyTorch DDP = one process", "official_vs_ref"),
-        ("MyDDP = PyTorch DDP", "mine_vs_official"))}
-    for what, gap in gaps.items():
-        rep.check_close(f"{what}, {args.steps} steps on {args.world_size} ranks", gap, MATCH_TOL)
-    replicas = max(r["train"]["ranks_diff"] for r in ranks)
+    for who, key in (("MyDDP", "mine_vs_ref"), ("PyTorch DDP", "official_vs_ref")):   # float64
+        rep.check_trained(f"{who}, {args.steps} steps on {args.world_size} ranks,",
+                          max(r["train64"][key] for r in ranks), ranks[0]["train64"]["moved"])
+    gaps = {key: max(r["train"][key] for r in ranks) for key in ("mine_vs_ref", "official_vs_ref",
+                                                                  "mine_vs_official", "ranks_diff")}
     uneven = (f" {args.batch} samples on {args.world_size} ranks: unequal shards, so each rank's loss is its "
               "summed loss × W / batch, not its mean." if args.batch % args.world_size else "")
-    rep.note(f"float32, max |Δparam| over every rank; MyDDP's replicas differ from rank 0's by {replicas:g}. "
-             f"PyTorch DDP with its defaults launched {train['official_per_step']} all-reduces in its steps "
-             f"(its step 1 always uses a single bucket).{uneven}")
-    mine, official = gaps["MyDDP = one process, whole batch"], gaps["PyTorch DDP = one process"]
-    rep.values(mine_equals_one_process=mine < MATCH_TOL, mine_vs_ref=mine,
-               official_equals_one_process=official < MATCH_TOL, official_vs_ref=official,
-               replicas_identical=replicas == 0.0, replicas_diff=replicas)
+    # MyDDP against PyTorch DDP is no check of its own: it is within 2 × MOVED_SHARE of the movement
+    # whenever both checks above pass.
+    rep.note(f"checks in float64; the handbook's float32 run below: max |Δparam| over every rank, MyDDP "
+             f"against PyTorch DDP {gaps['mine_vs_official']:g}, MyDDP's replicas against rank 0's "
+             f"{gaps['ranks_diff']:g}. PyTorch DDP with its defaults launched {train['official_per_step']} "
+             f"all-reduces in its steps (its step 1 always uses a single bucket).{uneven}")
+    rep.values(mine_vs_ref=gaps["mine_vs_ref"], official_vs_ref=gaps["official_vs_ref"],
+               replicas_identical=gaps["ranks_diff"] == 0.0, replicas_diff=gaps["ranks_diff"])
 
 
 def part3_no_sync(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
     acc, plain = ranks[0]["no_sync"], ranks[0]["train"]
-    gap = max(r["no_sync"]["mine_vs_ref"] for r in ranks)
-    rep.check_close(f"MyDDP no_sync accumulation = one full batch, {args.steps} steps", gap, MATCH_TOL)
-    rep.check_close("PyTorch DDP, the same", max(r["no_sync"]["official_vs_ref"] for r in ranks), MATCH_TOL)
+    for who, key in (("MyDDP", "mine_vs_ref"), ("PyTorch DDP", "official_vs_ref")):   # float64
+        rep.check_trained(f"{who}'s no_sync accumulation, {args.steps} steps,",
+                          max(r["no_sync64"][key] for r in ranks), ranks[0]["no_sync64"]["moved"])
+    gap = max(r["no_sync"]["mine_vs_ref"] for r in ranks)   # the handbook's float32 run
     synced_both = 2 * len(acc["buckets"])
     rep.line(f"  all-reduces per step: MyDDP {acc['launches_per_step']:g} with no_sync ({synced_both} if "
              f"both micro-batches synced); PyTorch DDP {' '.join(map(str, acc['official_per_step']))}")
     rep.note("each micro-batch's loss is its share of the global mean (summed loss × W / batch): for equal "
              "halves, the handbook's 'divide each micro-step's loss by the step count'. Where the block must "
              "sit (the forward inside it): my_ddp_vs_ddp.py Part 1.")
-    rep.values(no_sync_equals_full_batch=gap < MATCH_TOL, no_sync_gap=gap, synced_both=synced_both,
+    rep.values(no_sync_gap=gap, synced_both=synced_both,
                no_sync_comm_share=acc["launches_per_step"] / synced_both,
                no_sync_launches=acc["launches_per_step"],
                ddp_skips=acc["official_per_step"] == plain["official_per_step"],
@@ -215,8 +230,10 @@ def part4_timing(rep: Report, args: argparse.Namespace, ranks: list[dict[str, An
 
 def check_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     """Every part's rank work in one launch (start-up paid once); plain data back to the parent."""
-    return {"train": train_rank(rank, world, cfg, accumulate=False),
-            "no_sync": train_rank(rank, world, cfg, accumulate=True), "timing": timing_rank(rank, world, cfg)}
+    runs = {f"{name}{suffix}": train_rank(rank, world, cfg, accumulate, dtype)
+            for suffix, dtype in (("", HANDBOOK_DTYPE), ("64", CHECK_DTYPE))
+            for name, accumulate in (("train", False), ("no_sync", True))}
+    return {**runs, "timing": timing_rank(rank, world, cfg)}
 
 
 def main() -> None:
