@@ -70,7 +70,7 @@ def test_02_three_ranks_uneven_chunks() -> None:
     # 7 numbers on 3 ranks: chunks of 3, 2, 2 (np.array_split); sums 60 + 3j.
     assert re.search(r"^  0 .*60 63 66\s+3 × 4 B", out, re.M)
     assert re.search(r"^  2 .*75 78\s+2 × 4 B", out, re.M)
-    assert "bytes each rank sent: 40 36 36, the simulator's count: 40 36 36" in flat(out)
+    assert "bytes each rank handed to isend (counted): 40 36 36, collectives.py's ring: 40 36 36" in flat(out)
     assert "NO" not in out and "FAILED" not in out
     # the identities hold at any K: their rows are still decided ("observed"), not set aside
     assert re.search(r"^  all-reduce = reduce \+ broadcast +True +True +observed$", out, re.M)

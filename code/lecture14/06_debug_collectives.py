@@ -43,6 +43,9 @@ from common.torchrun import under_torchrun
 
 MISMATCH_TIMEOUT_S = 1.0   # a healthy collective here takes milliseconds; the plain run waits this long
 ELEMENTS = 4               # the tensor every rank hands to its collective
+# reproduce.py passes --quick to every script; here it changes nothing, and says so: the one wait, Part
+# 1's timeout, is the lesson (--timeout-s sets it)
+QUICK_HELP = "accepted, and the run is the same: its one wait, Part 1's timeout, is the lesson (--timeout-s)"
 OPS = ("ALLREDUCE", "ALLGATHER")   # how torch's fingerprints name the two calls
 # How gloo gives up: the first rank whose wait runs out, or a rank whose peer gave up first and closed
 # their connection (which one the launcher hears of first depends on the machine's load).
@@ -152,7 +155,12 @@ def part1_plain(rep: Report, args: argparse.Namespace, timeout: float) -> dict[s
         raise RunFailure("Part 1 staged a mismatched collective (all_reduce against all_gather), "
                          "but it completed")
     line = str(report)
-    if not any(words in line for words in GLOO_GAVE_UP) or seconds < timeout:   # anything else: a real fault
+    gave_up = any(words in line for words in GLOO_GAVE_UP) and seconds >= timeout
+    # A group that compares fingerprints after all (TORCH_DISTRIBUTED_DEBUG=DETAIL in the environment
+    # of a torch that reads it) names the ops at once: what this part observes, so its rows say so.
+    if not gave_up and names_both(line):
+        line = f"{line.split(': ')[0]}: {short_fingerprints(line)}"
+    elif not gave_up:                           # anything else: a real fault
         raise RunFailure(f"Part 1 staged a mismatched collective, but the run failed otherwise after "
                          f"{seconds:.2f} s: {line}")
     rep.line(f"  after {seconds:.2f} s (timeout {timeout:g} s) the launcher reports:")
@@ -160,8 +168,10 @@ def part1_plain(rep: Report, args: argparse.Namespace, timeout: float) -> dict[s
     rep.note("gloo matches messages by position, not by meaning: each rank waits for data the other kind of "
              "collective never sends, until its timeout. The rank the launcher heard from first is named "
              "(its wait ran out, or its peer's did and closed their connection); neither the operations nor "
-             "the rank that made the wrong call are.")
-    rep.values(plain_seconds=seconds, plain_waited_timeout=seconds >= timeout,
+             "the rank that made the wrong call are." if gave_up else
+             "this group was no plain gloo: it compared the ranks' fingerprints and named the ops before "
+             "any timeout (is TORCH_DISTRIBUTED_DEBUG set?); the rows below say so.")
+    rep.values(plain_seconds=seconds, plain_waited_timeout=gave_up,
                plain_names_ops=names_both(line), plain_line=line, timeout_s=timeout)
     return {"seconds": seconds, "line": line}
 
@@ -179,9 +189,8 @@ def part2_detail(rep: Report, args: argparse.Namespace) -> dict[str, Any]:
     rep.note("DETAIL wraps the process group (ProcessGroupWrapper): before each collective every rank "
              "sends its fingerprint (sequence number, op, shapes, dtypes) through a helper gloo group and "
              "compares; a difference raises on every rank at once, naming the ops.")
+    # torch's behaviour, not our code's: a row (EN-L14-mismatch-detail-names) judges it, not a check
     named = all(names_both(r["error"]) for r in ranks)
-    rep.check_close("DETAIL: ranks not naming both ops",
-                    sum(not names_both(r["error"]) for r in ranks), 0)
     rep.values(detail_names_ops=named, detail_error=short_fingerprints(ranks[0]["error"]))
     rep.timings(detail_seconds=slowest)
     added = detail_cost(rep, [r["ops"] for r in ranks])
@@ -208,6 +217,15 @@ def ops_text(ops: dict[str, float]) -> str:
     return " + ".join(f"{v:g} {n}" for n, v in sorted(ops.items())) or "none"
 
 
+def by_rank(texts: list[str]) -> str:
+    """One text per rank, ranks that say the same grouped: 'rank 0: a; ranks 1, 2: b'."""
+    groups: dict[str, list[int]] = {}
+    for rank, text in enumerate(texts):
+        groups.setdefault(text, []).append(rank)
+    return "; ".join(f"rank{'s' if len(on) > 1 else ''} {', '.join(map(str, on))}: {text}"
+                     for text, on in groups.items())
+
+
 def detail_cost(rep: Report, ops: list[dict[str, dict[str, int]]]) -> float:
     """DETAIL's cost per collective, counted on every rank, beside what ProcessGroupWrapper does."""
     world = len(ops)
@@ -230,11 +248,13 @@ def detail_cost(rep: Report, ops: list[dict[str, dict[str, int]]]) -> float:
              "runCollectiveChecks, a monitored barrier, then an all-gather of the fingerprint's size and "
              f"one of the fingerprint. {added:g} operations more before every collective: a debugging "
              "switch, not a setting for training.")
+    # counted against our reading of ProcessGroupWrapper, rank by rank: torch's code beside ours, a
+    # row (EN-L14-detail-extra-ops-per-rank) that says which differs, not a check that ends the run
     rep.values(detail_extra_ops=added,
                detail_extra_text=f"{gathers:g} all-gathers and {barriers:g} monitored barrier"
-                                 f"{'s' if barriers != 1 else ''}")
-    gap = sum(abs(e.get(n, 0) - want.get(n, 0)) for e, want in zip(extra, ours) for n in set(e) | set(want))
-    rep.check_close("DETAIL's added gloo ops against ProcessGroupWrapper's", gap, 0)
+                                 f"{'s' if barriers != 1 else ''}",
+               detail_extra_counted=by_rank([ops_text(e) for e in extra]),
+               detail_extra_ours=by_rank([ops_text(want) for want in ours]))
     return added
 
 
@@ -269,7 +289,7 @@ def part3_side_by_side(rep: Report, plain: dict[str, Any], detail: dict[str, Any
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True, cost=COST)
+    parser = make_parser(__doc__, world_size=4, real=True, cost=COST, help_for={"quick": QUICK_HELP})
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: a mismatch needs two ranks")

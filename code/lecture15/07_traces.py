@@ -10,9 +10,9 @@ backward is still running, and gloo runs it on its own threads (which usually st
 busy cores they may wait) while the backward computes the next layers' gradients: Part 2 measures
 that compute, and with one bucket (--bucket-cap-mb 100) finds none. Part 3 feeds the same model,
 bucket cap and fitted link to lecture15/ddp_sim.py and writes its step as a trace too, one track
-per stream. --trace DIR writes
-both (every rank's real one) for Perfetto or chrome://tracing; --save-figs DIR draws them one above
-the other.
+per stream. --trace DIR writes both (every rank's real one) for Perfetto or chrome://tracing;
+--save-figs DIR draws them one above the other. The default run is short already: --quick runs the
+same.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ from lecture15.ddp_sim import (
 )
 from lecture15.model_vs_real import fit_ring, make_mlp
 
+# reproduce.py passes --quick to every script; here it changes nothing, and says so
+QUICK_HELP = "accepted, and the run is the same: the default run is already short (one profiled step)"
 SWEEP_BYTES = [2**14, 2**16, 2**18, 2**20]   # 16 KiB … 1 MiB: around this model's buckets
 WARMUP = 2                                   # DDP rebuilds its buckets after its first step
 BACKWARD_OP = "autograd::engine::evaluate_function: "   # the profiler's name for one backward node
@@ -264,7 +266,7 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
     # Several all-reduces (buckets): the first is launched with layers still to compute, so some rank's
     # gloo thread runs it during that compute (a rank whose cores are busy may start its gloo thread
     # only after its backward, as happened with 24 ranks on 2 cores). One: no rank can, whatever the
-    # load. (Whether the count is ddp_sim's is the next check's business.)
+    # load. (Whether the count is ddp_sim's is a row's business: EN-L15-trace-allreduces-buckets.)
     expected = len(comm) > 1
     none = "no overlap: every all-reduce ran after the backward's last compute node"
     verdict = "overlap: gloo all-reduced earlier buckets while the backward still computed" \
@@ -285,8 +287,7 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
         rep.check_close("overlap found vs 1 all-reduce (none expected)", float(any(overlapped)), 0)
     # With several buckets overlap is an observation (its row differs without it), not a run-ending
     # check: on cores busy with other work every rank's gloo thread may start after its backward.
-    rep.check_close("all-reduces in the profiled step against ddp_sim's buckets",
-                    abs(len(comm) - len(buckets)), 0)
+    # So is the count against ddp_sim's buckets: torch's bucketing beside ours, a row.
     return real
 
 
@@ -327,7 +328,7 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
 
 def main() -> None:
     parser = make_parser(__doc__, world_size=4, layers=6, width=256, batch=256, bucket_cap_mb=0.25, repeats=3,
-                         real=True, figs=True, cost=COST, trace=None,
+                         real=True, figs=True, cost=COST, trace=None, help_for={"quick": QUICK_HELP},
                          context={"layers": "Linear layers", "repeats": "timed all-reduces and backwards",
                                   "bucket_cap_mb": "the default: one layer per bucket"})
     args = parser.parse_args()
