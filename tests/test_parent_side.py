@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from common import parent_side
-from common.rank_side import RAISED, TORCH, Failure
+from common.rank_side import LOST, RAISED, TORCH, Failure
 
 
 class _Gone:
@@ -63,6 +63,30 @@ def test_blame_follows_what_ranks_did_not_their_words(own_words: str, echo_words
     collector.worker_done = set()
     error = collector._blame(set())
     assert error.rank == 0 and error.message.endswith("(timeout 2 s) (then rank 1 failed too)"), str(error)
+
+
+def test_a_lost_connection_is_an_echo_never_the_cause() -> None:
+    # Rank 0 lost its connection first (in wait(), where the old rule called it its own failure);
+    # rank 2 raised: rank 2. Without a cause, a wait that ran out comes before a lost connection.
+    collector = parent_side.Collector([_Gone()] * 3, [None] * 3, 2.0)
+    closed = "failed: RuntimeError: Connection closed by peer [127.0.0.1]:1"
+    collector.failures = {0: Failure(LOST, closed, at=0.5, in_group_s=1.0),
+                          2: Failure(RAISED, "failed: ZeroDivisionError: division by zero", at=1.0)}
+    error = collector._blame(set())
+    assert (error.rank, error.kind, error.peers) == (2, RAISED, (0,)), str(error)
+    collector.failures = {0: Failure(LOST, closed, at=0.5, in_group_s=1.0),
+                          1: Failure(TORCH, "failed: RuntimeError: Timed out waiting 500ms", at=0.9)}
+    assert collector._blame(set()).rank == 1
+
+
+def test_a_skipper_is_blamed_when_its_waiter_lost_it() -> None:
+    # Rank 1 finished its work and, its teardown failed, exited: rank 0 lost it while still waiting.
+    collector = parent_side.Collector([_Gone(), _Gone()], [None, None], 2.0)
+    collector.worker_done = {1}
+    collector.failures = {0: Failure(LOST, "failed: RuntimeError: Connection reset by peer", at=2.0),
+                          1: Failure(TORCH, "failed: RuntimeError: Timed out waiting 500ms for recv", at=1.0)}
+    error = collector._blame(set())
+    assert (error.rank, error.kind, error.peers) == (1, "skipped", (0,)), str(error)
 
 
 class _Running:

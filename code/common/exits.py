@@ -70,6 +70,8 @@ def _run(main: Callable[[], object]) -> None:
         if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
             sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
         _error_line(_one_line(err))
+        for line in getattr(err, "under", ()):   # a failed rank's own last words (RankError.under)
+            sys.stderr.write(f"{line}\n")
         sys.exit(1)
 
 

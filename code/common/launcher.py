@@ -22,11 +22,14 @@ that grows with W), and whatever stalls is named in one line (`RankError`):
   - a rank that does not deliver its result within `timeout_s` after another rank did (stopped
     after the others finished, or stuck leaving the group).
 What the ranks write to stderr (torch's C++ socket warnings while they wait) is kept from the
-terminal unless the run succeeds. Ctrl-C and any error take every child down with the parent;
-the kernel kills the children if the parent itself is killed (no orphans). Inside a rank,
-`capture_stderr()` keeps what torch's C++ side prints so the worker can return it beside the
-part it belongs to. What a child does between the fork and its exit is in `common.rank_side`,
-what the parent watches meanwhile in `common.parent_side`.
+terminal unless the run succeeds; when it fails, the blamed rank's own last lines (gloo's "Received
+data size doesn't match expected size" before it aborts the rank, NCCL's reason) come with the one
+line, in `RankError.said` (`RankError.under`: the lines to print beneath it). A rank that raises is
+named, never the ranks that then find their connection to it closed, whatever line they were at.
+Ctrl-C and any error take every child down with the parent; the kernel kills the children if the
+parent itself is killed (no orphans). Inside a rank, `capture_stderr()` keeps what torch's C++ side
+prints so the worker can return it beside the part it belongs to. What a child does between the fork
+and its exit is in `common.rank_side`, what the parent watches meanwhile in `common.parent_side`.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from common.cli import DEFAULT_TIMEOUT_S
 from common.errors import UsageError
 from common.machine import check_backend, check_world_size
 from common.parent_side import Collector
-from common.rank_side import RankError, child_main
+from common.rank_side import RankError, child_main, last_words
 from common.torchrun import check_environment, quiet_unless_rank0, under_torchrun
 from common.torchrun_rank import launch_in_torchrun
 
@@ -57,6 +60,7 @@ __all__ = ["RankError", "capture_stderr", "choose_backend", "launch", "launch_ex
            "preload_for_ddp", "rank_device", "startup_allowance_s"]
 
 _TORCH_AFTER_S = 5.0  # torch gives up joining this long after the parent's deadline: the parent names
+_SAID_BYTES = 16 * 1024  # the end of a failed rank's stderr, where its last words are
 
 
 def choose_backend(world_size: int, backend: str | None = None) -> str:
@@ -146,7 +150,29 @@ def launch(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: f
 
 def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, timeout_s: float,
                   threads: int, backend: str) -> list[Any]:
-    """A standalone run: W child processes, the rendezvous store here, the parent's deadlines."""
+    """A standalone run: W child processes, each writing its stderr to a file of ours (read even
+    after the rank died), the rendezvous store here, the parent's deadlines."""
+    with tempfile.TemporaryDirectory(prefix="course-ranks-") as folder:
+        stderr_paths = [os.path.join(folder, f"rank{rank}.stderr") for rank in range(world_size)]
+        try:
+            return _run_ranks(worker, world_size, args, kwargs, timeout_s, threads, backend, stderr_paths)
+        except RankError as err:
+            err.said = last_words(_read_end(stderr_paths[err.rank]))
+            raise
+
+
+def _read_end(path: str) -> str:
+    """The end of a rank's stderr file ("" if it never made one)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - _SAID_BYTES))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _run_ranks(worker: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, timeout_s: float,
+               threads: int, backend: str, stderr_paths: list[str]) -> list[Any]:
     # fork starts a rank in milliseconds, but only with one thread per rank: a child that asks
     # OpenMP for a team after the parent has used one hangs (GNU libgomp is not fork-safe), and
     # CUDA cannot be used in a forked child. Anything else pays spawn's re-import of torch.
@@ -157,7 +183,7 @@ def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwar
     # torch gives up joining a little after the parent's deadline, so the parent names the rank.
     children = [ctx.Process(target=child_main, daemon=True, name=f"rank{rank}",
                             args=(worker, rank, world_size, pipes[rank][1], backend, timeout_s,
-                                  start_s + _TORCH_AFTER_S, threads, args, kwargs))
+                                  start_s + _TORCH_AFTER_S, threads, args, kwargs, stderr_paths[rank]))
                 for rank in range(world_size)]
     store = None
     try:

@@ -12,9 +12,11 @@ from multiprocessing import connection
 from typing import Any
 
 from common.rank_side import (
+    ECHOES,
     EXITED,
     HUNG,
     KILLED,
+    LOST,
     NOT_FINISHED,
     NOT_JOINED,
     SKIPPED,
@@ -191,10 +193,11 @@ class Collector:
         return ranks
 
     def _blame(self, pending: set[int]) -> RankError:
-        """The failure that caused the others, from what each rank was doing (never from an error's
-        words): a rank's own failure (it raised, died or exited) is the cause; without one, a failure
-        inside torch (a collective's timeout or lost peer) is the echo of a rank that stopped
-        responding (ask the silent ones) or skipped a collective (its work was done)."""
+        """The failure that caused the others, from what each rank was doing and what torch raised
+        in it: a rank's own failure (it raised, died or exited) is the cause, never the ranks that
+        then found their connection to it closed (LOST), whatever line they were at; without one, a
+        failure inside torch (a wait that ran out) is the echo of a rank that stopped responding
+        (ask the silent ones) or skipped a collective (its work was done)."""
         if any(f.cause for f in self.failures.values()):
             return self._first_failure()
         silent = sorted(r for r in pending if self.children[r].is_alive())
@@ -218,7 +221,7 @@ class Collector:
         teardown and exit, so that its peers lose it instead of timing out."""
         def waits(rank: int) -> bool:  # failed inside torch, or sits silent in a collective
             failure = self.failures.get(rank)
-            return failure.kind == TORCH if failure else self.where.get(rank, (False,))[0]
+            return failure.kind in ECHOES if failure else self.where.get(rank, (False,))[0]
 
         waiting = sorted(r for r in set(self.failures) | set(silent)
                          if r not in self.worker_done and waits(r))
@@ -231,9 +234,10 @@ class Collector:
                          kind=SKIPPED, peers=tuple(waiting), also=tuple(skippers[1:]))
 
     def _first_failure(self) -> RankError:
-        """A rank's own failure (the lowest rank's), else the first failure inside torch."""
+        """A rank's own failure (the lowest rank's), else the first failure inside torch, a lost
+        connection last (the echo of a failure the others may name)."""
         order = sorted(self.failures, key=lambda r: (0, 0.0, r) if self.failures[r].cause
-                       else (1, self.failures[r].at, r))
+                       else (1 + (self.failures[r].kind == LOST), self.failures[r].at, r))
         rank, failure = order[0], self.failures[order[0]]
         text = short(failure.what)
         if self._waited(failure):

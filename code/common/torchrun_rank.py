@@ -7,13 +7,15 @@ worker on this rank, on its own copy of the arguments (as a forked or spawned ra
 gathers the results to every rank; the group is torn down when the process exits.
 
 A failure is named as a standalone run names it, in one line that rank 0 alone prints:
-  - every rank has a helper thread that writes, several times a second, a heartbeat (a counter)
-    and where its main thread is to torchrun's store, through a connection of its own;
+  - every rank has a helper thread that writes, several times a second, a heartbeat (a counter,
+    where its main thread is, its node and process) to torchrun's store, through a connection of
+    its own; a rank that ends (by a signal: its agent stops a node's ranks once one died there; or
+    after its failure) says so there first;
   - a rank that fails (its own error, a collective that timed out, a peer that vanished) writes
     its `Failure` there; rank 0's helper then decides who is to blame (common.torchrun_blame): a
-    rank's own error first, else a rank whose heartbeat stopped (stopped by a signal, or its
-    machine gone), else a rank at work outside torch.distributed while the others timed out
-    waiting for it;
+    rank's own error first, else a rank whose heartbeat stopped without a word (killed, stopped by
+    a signal, or its machine gone; never one that wrote that its connection to a peer closed),
+    else a rank at work outside torch.distributed while the others timed out waiting for it;
   - the other ranks wait for that verdict (a few seconds at most) before they exit, quietly:
     torchrun stops every rank as soon as one exits, and by then rank 0 must have printed. If rank
     0 itself is the one that stopped, the lowest failing rank gives the verdict instead.
@@ -80,6 +82,7 @@ class _Rank:
 
     def __init__(self, timeout_s: float) -> None:
         self.rank, self.world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        self.node = int(os.environ.get("GROUP_RANK", 0))   # torchrun's node rank (--node-rank)
         self.timeout_s = timeout_s
         self.phase = "joining the group"
         self.joined_at: float | None = None  # when this rank joined torchrun's group
@@ -140,7 +143,13 @@ class _Rank:
         except BaseException as err:
             self.failing = True
             self.exit_status = 130 if isinstance(err, KeyboardInterrupt) else 128 + signal.SIGTERM
+            self.ended("interrupted" if isinstance(err, KeyboardInterrupt) else "terminated")
             raise
+
+    def ended(self, how: str) -> None:
+        """Say in the store that this rank is ending, and how, before its heartbeat stops: a rank
+        that ends with a word is not the one that died without one."""
+        self._publish(f"ended/{self.rank}", how)
 
     def teardown(self) -> None:
         """At exit: every rank leaves the group together; a rank that does not is named."""
@@ -232,7 +241,7 @@ class _Rank:
             count += 1
             in_collective, location = where_main_thread()
             self.wake.clear()
-            beat = (count, self.phase, in_collective, location, socket.gethostname(), os.getpid())
+            beat = (count, self.phase, in_collective, location, socket.gethostname(), os.getpid(), self.node)
             if not self._publish(f"beat/{self.rank}", beat):
                 return
             self.connected.set()
@@ -293,6 +302,8 @@ def _folded_stderr() -> Iterator[_Folded]:
 
 def _exit_with(verdict: RankError | None, status: int = 1) -> None:
     """End the process now, from the helper thread or at exit, as run_main would end it."""
+    if _state is not None:
+        _state.ended("failed" if status == 1 else "terminated")
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -302,6 +313,7 @@ def _exit_with(verdict: RankError | None, status: int = 1) -> None:
         if os.environ.get("COURSE_DEBUG"):
             sys.stderr.write(verdict.details)
         sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {verdict}\n")  # as run_main writes it
+        sys.stderr.writelines(f"{line}\n" for line in verdict.under)
         sys.stderr.flush()
     end_stopped_ranks()   # the line is out: torchrun may now stop the others
     os._exit(status)
