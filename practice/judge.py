@@ -7,8 +7,11 @@
     python practice/judge.py --solution practice/reference   a folder laid out like practice/
 
 Every case prints PASS or FAIL; a failure shows the case's inputs, what was expected, what came back
-and a hint into the problem's README. Your code runs in processes of its own, one tree per case,
-all killed when the case ends; the verdict is reached in the judge's process (judging/engine.py).
+and a hint into the problem's README, chosen by the check that failed. A case runs in a temporary
+folder of its own, with the solution's folder on its import path; what it writes elsewhere is said
+under it (`note:`, and removed when the case made it), and a breakpoint() or input() fails it at
+once. Your code runs in processes of its own, one tree per case, all killed when the case ends; the
+verdict is reached in the judge's process (judging/engine.py).
 Each case has --case-limit-s seconds (a loop that never ends is stopped and reported); on real gloo
 ranks a rank waits at most half of it in one collective, and the case gets 3 s more for the
 launcher to name a rank that stopped responding. Exit status: 0 when every case of the chosen
@@ -36,6 +39,7 @@ from common.cli import UsageError, make_parser, run_main
 from common.files import write_json
 from common.output import wrap
 from judging import PROBLEMS, Problem
+from judging.messages import NOT_WRITTEN
 
 if TYPE_CHECKING:
     from judging.engine import CaseResult, ProblemRun
@@ -141,12 +145,15 @@ def shown_path(path: Path) -> str:
 def print_case(index: int, result: CaseResult) -> None:
     status = "PASS" if result.passed else "NOT RUN" if result.message.startswith("not run") else "FAIL"
     print(wrap(result.case, " " * 12, f"  {status:<7} {index:2d} "))
+    for note in result.notes:        # files written outside the case's folder: said, pass or fail
+        print(wrap(note, " " * 18, " " * 12 + "note: "))
     if result.passed or status == "NOT RUN":
         return
-    hint = "" if result.message.startswith("not implemented") else result.hint  # the message says it all
-    for label, text in (("", result.message), ("inputs:   ", result.inputs), ("expected: ", result.expected),
-                        ("got:      ", result.got), ("hint:     ", hint)):
-        if text and not (label == "inputs:   " and result.message.startswith("not implemented")):
+    stub = result.message.startswith(NOT_WRITTEN)      # the message says it all
+    for label, text in (("", result.message), ("inputs:   ", "" if stub else result.inputs),
+                        ("expected: ", result.expected), ("got:      ", result.got),
+                        ("hint:     ", "" if stub else result.hint)):
+        if text:
             print(wrap(text, " " * (12 + len(label)), " " * 12 + label))
     if result.output:
         print(wrap("it printed (last lines):", " " * 12))
@@ -192,6 +199,11 @@ def report(runs: list[tuple[Problem, ProblemRun]], seconds: float, json_path: st
     counts = [(p, sum(r.passed for r in run.results), len(run.results), run) for p, run in runs]
     solved = [p.number for p, passed, total, _ in counts if passed == total]
     cases_passed, cases_total = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    noted = sum(len(r.notes) > 0 for _, run in runs for r in run.results)
+    if noted:
+        cases = f"{noted} cases" if noted != 1 else "1 case"
+        print("\n" + wrap(f"warning: {cases} wrote outside the case's temporary folder (the notes above): "
+                          "write to a relative path, or under tempfile.gettempdir()", "    ", ""))
     print("\n" + wrap(f"summary: {len(solved)} of {len(runs)} problems solved"
                       f"{' (' + ', '.join(solved) + ')' if solved else ''}; {cases_passed} of {cases_total} "
                       f"cases passed; {secs(seconds)} "

@@ -1,12 +1,15 @@
 """practice/judge.py and processes: a solution that forks, starts a daemon, kills its parent, exits
 with a code, loops, hangs a rank, hides its traffic or patches the judge's comparisons fails its
 case (or passes, when it answered right) and leaves no process behind; the judge killed by SIGTERM
-or SIGKILL leaves none either. Every judge run here carries a marker in its environment, inherited
+or SIGKILL leaves none either. A breakpoint() or input() fails its case at once, whatever the
+judge's stdin; files written outside a case's folder are said, and the new ones removed. Every
+judge run here carries a marker in its environment, inherited
 by whatever it and the solution start; afterwards no live process may carry it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -169,7 +172,7 @@ def test_misbehaving_code_is_a_failed_case_each(tmp_path: Path) -> None:
     crash = cases["buckets: a first-bucket cap larger than the cap"]["message"]
     assert "ZeroDivisionError" in crash and "(113_misbehaves.py:22 in assign_buckets)" in crash
     assert cases["all-reduce time: one rank sends nothing"]["passed"]          # the runs after the kills
-    assert "not implemented" not in out and "debug:" in out
+    assert "not written yet" not in out and "debug:" in out
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
 
 
@@ -186,7 +189,7 @@ def test_a_crash_a_deadlock_and_a_hung_rank_on_real_ranks(tmp_path: Path) -> Non
     hung = cases["4 ranks, 16 numbers"]
     assert hung["message"].startswith("rank 2 stopped responding (at ring_allreduce (115_misbehaves.py:20))")
     assert deadlock["hint"] == hung["hint"] and "a send waits for its receive on gloo" in hung["hint"]
-    assert cases["3 ranks, 10 numbers (chunks 4, 3, 3)"]["message"].startswith("not implemented")
+    assert cases["3 ranks, 10 numbers (chunks 4, 3, 3)"]["message"].startswith("not written yet")
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
 
 
@@ -196,7 +199,8 @@ def test_traffic_hidden_from_the_counter_fails(tmp_path: Path) -> None:
     cases = failed(record, "115")
     assert set(cases) == ({c["case"] for c in record["cases"]}
                           - {"1 rank: nothing to send, the tensor unchanged"})
-    for name in ("2 ranks, 8 numbers", "4 ranks, 16 numbers", "4 ranks, 10 numbers (chunks 3, 3, 2, 2)"):
+    for name in ("2 ranks, 8 numbers", "4 ranks, 16 numbers",
+                 "4 ranks, 10 float32 numbers (chunks 3, 3, 2, 2)"):
         assert cases[name]["got"] == "rank 0: the counter was not in place when its code returned", name
     for name in ("3 ranks, 12 numbers (K divides N)", "3 ranks, 10 numbers (chunks 4, 3, 3)"):
         assert "1 operation(s) on a process group that the counter did not see" in cases[name]["got"], name
@@ -222,3 +226,73 @@ def test_files_that_do_not_load_are_said_once(tmp_path: Path) -> None:
     assert all(c["message"] == "not run: the file did not load" for c in record["cases"])
     assert out.count("could not load the file") == 4 and out.count("SyntaxError") == 1
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
+
+
+# ---- a student's leftovers: input, and files written outside the case's folder ---------------------------
+# case -> what its message says (113_asks_for_input.py's lines)
+ASKED = {"buckets: lecture 15 exercise 3": "it called breakpoint() (113_asks_for_input.py:20 in",
+         "buckets: a bucket that reaches": "it called input() or pdb (113_asks_for_input.py:22",
+         "buckets: cap 0 gives": "it called pdb.set_trace() (113_asks_for_input.py:25",
+         "buckets: a cap above the total": "it read sys.stdin (113_asks_for_input.py:27"}
+
+
+@pytest.mark.parametrize("stdin", ["terminal", "pipe", "devnull"])
+def test_a_breakpoint_or_input_fails_at_once_whatever_the_stdin(tmp_path: Path, stdin: str) -> None:
+    ends: list[int] = []
+    if stdin == "terminal":
+        ends = list(os.openpty())                 # the judge's stdin a terminal nobody types in
+    elif stdin == "pipe":
+        ends = list(os.pipe())                    # a pipe nobody writes to, never closed
+    try:
+        given = ends[1 if stdin == "terminal" else 0] if ends else subprocess.DEVNULL
+        proc = subprocess.run([sys.executable, str(JUDGE), "113", "--quick", "--solution",
+                               str(HOSTILE / "113_asks_for_input.py"), "--json", str(tmp_path / "r.json")],
+                              cwd=ROOT, stdin=given, capture_output=True, text=True, timeout=120)
+    finally:
+        for fd in ends:
+            os.close(fd)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    cases = {c["case"]: c for c in json.loads((tmp_path / "r.json").read_text())["cases"]}
+    for start, words in ASKED.items():
+        case = next(c for name, c in cases.items() if name.startswith(start))
+        assert case["message"].startswith("the solution waits for input: ") and words in case["message"], case
+        assert case["seconds"] < 3 and "remove breakpoint(), input() and pdb" in case["hint"], case
+    assert sum(c["passed"] for c in cases.values()) == len(cases) - len(ASKED)
+
+
+def test_a_breakpoint_on_a_rank_names_the_rank_at_once(tmp_path: Path) -> None:
+    _, record = judge("115", "--quick", "--solution", str(HOSTILE / "115_breakpoint_on_rank.py"), expect_rc=1,
+                      tmp_path=tmp_path)
+    two = by_name(record)[("115", "2 ranks, 8 numbers")]
+    assert two["message"] == ("the solution waits for input on rank 1: it called breakpoint() "
+                              "(115_breakpoint_on_rank.py:12 in ring_allreduce)"), two
+    assert two["seconds"] < 4
+
+
+def test_files_written_outside_the_cases_folder_are_said_and_new_ones_removed(tmp_path: Path) -> None:
+    folder, outside = tmp_path / "student", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    solution = folder / "solution.py"
+    solution.write_text((HOSTILE / "113_writes_outside.py").read_text())
+    old = tmp_path / "old.txt"
+    old.write_text("before\n")
+    out, record = judge("113", "--quick", "--solution", str(solution), expect_rc=0, tmp_path=tmp_path,
+                        env={"JUDGE_TEST_OUTSIDE": str(outside), "JUDGE_TEST_OLD": str(old)})
+    notes = {name: c["notes"] for (_, name), c in by_name(record).items()}
+
+    def shown(path: Path) -> str:          # a path as a note shows it
+        return "…/" + "/".join(path.parts[-3:])
+    first = next(v for k, v in notes.items() if k.startswith("buckets: lecture 15 exercise 3"))
+    assert first == [f"wrote {shown(folder / 'beside.log')} (removed)"]
+    made = outside / "made"
+    assert notes["buckets: a bucket that reaches the cap exactly is sealed"] == [   # relative.txt: its own
+        f"made the folder {shown(made)} (removed)", f"made the folder {shown(made / 'inner')} (removed)",
+        f"wrote {shown(made / 'inner' / 'notes.txt')} (removed)"]
+    assert notes["buckets: cap 0 gives a bucket per parameter"] == [
+        f"changed {shown(old)} (it was there before: left as it is)"]
+    assert notes["buckets: a cap above the total gives one bucket"] == [
+        f"{shown(folder / 'saved.pt')} appeared during the case (not through Python: left as it is)"]
+    assert sum(bool(v) for v in notes.values()) == 4 and "warning: 4 cases wrote outside" in out
+    assert sorted(p.name for p in folder.iterdir()) == ["saved.pt", "solution.py"]
+    assert list(outside.iterdir()) == [] and old.read_text() == "before\nappended\n"

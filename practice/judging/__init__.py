@@ -32,4 +32,7 @@ PROBLEMS = [
     Problem("116", "myddp_no_sync", "MyDDP's no_sync: gradient accumulation without all-reduce",
             "p116_no_sync"),
     Problem("117", "tp_backward", "tensor-parallel backward of the CS336 MLP", "p117_tp_backward"),
+    Problem("118", "pipeline_1f1b", "a 1F1B pipeline over send/recv, a stage per rank", "p118_pipeline"),
+    Problem("119", "zero_by_hand", "ZeRO-1 by hand: Adam's state sharded over the ranks", "p119_zero"),
+    Problem("120", "busbw", "nccl-tests' arithmetic: algbw and busbw of a collective", "p120_busbw"),
 ]

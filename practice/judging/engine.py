@@ -6,8 +6,10 @@ say PASS, every case gets the same clock, and nothing the solution starts outliv
 **Cases split in two.** A case has plain, seeded `inputs` (shown when it fails), a `collect(solution,
 inputs)` that runs in the solution's process (it calls the student's functions, or launches ranks
 whose workers call them) and returns plain data, and a `check(inputs, data)` that runs here, in the
-judge's process, and raises `Fail(expected, got, hint)`. Whatever the solution patches in its own
-process (torch.allclose, the judge's modules) cannot reach a comparison; the data `collect` returns
+judge's process, and raises `Fail(expected, got, hint)`, the hint chosen by the check that failed
+and by what differed (the case's own `hint` is the fallback: for a Fail without one, and for an
+error whose words match no entry of the problem's ERROR_HINTS). Whatever the solution patches in
+its own process (torch.allclose, the judge's modules) cannot reach a comparison; the data `collect` returns
 can be edited there, so rank cases also read the process groups' own operation counts, not only the
 counter's records (judging.ranks). What comes back travels as JSON (judging.plain), never as a
 pickle, so nothing it sends can run code here, and no report, however malformed, ends the run.
@@ -26,6 +28,11 @@ gets SIGTERM from the kernel and takes its tree down; SIGTERM to the judge kills
 143, Ctrl-C exits 130. The judge itself never imports the student's file. What this costs: two
 forks of a process with torch loaded, and their exits, about 40-60 ms of a 2-core machine per case
 (problem 113's 17 pure-Python cases: about 1 s, where calling them in one process took 0.05 s).
+
+**Its own folder** (judging.casefolder): the solution's process works in a temporary folder made
+for the case, imports from the solution's folder, and records what it writes elsewhere; when the
+case is over the judge removes what it created there and says what it touched (CaseResult.notes).
+A read of stdin (breakpoint(), input(), pdb) fails the case at once (judging.sandbox).
 
 **Time.** A case has `limit_s` from its fork; one on ranks gets `ranks.RANK_GRACE_S` more, the time
 the launcher needs to name a rank that stopped responding (a rank waits at most
@@ -47,6 +54,7 @@ from types import ModuleType
 from typing import IO, Any, Callable
 
 from judging import plain, procs, ranks, sandbox
+from judging.casefolder import CaseFolder
 from judging.messages import TEXT_WIDTH, choose_hint, cut, render_pair, show
 from judging.sandbox import Fail
 
@@ -56,6 +64,7 @@ OUTPUT_LINES = 3    # lines of what a failed case printed that the report shows
 OUTPUT_TAIL_BYTES = 64 << 10    # the judge reads only this much of the end of what a case printed
 MAX_HEADER_BYTES = 1024     # the keeper's header is a few dozen bytes
 MESSAGE_CHARS, HINT_CHARS = 2000, 300   # what the solution's process says is cut to this
+NOT_RUN = "not run: the file did not load"
 DEFAULT_DEADLOCK_HINT = "every rank must call the same collectives in the same order; a loop must end"
 
 
@@ -84,6 +93,7 @@ class CaseResult:
     hint: str = ""
     output: str = ""          # the last lines the solution printed, for a failed case
     inputs: str = ""          # what the case handed the solution, for a failed case
+    notes: list[str] = field(default_factory=list)   # what it wrote outside its folder (judging.casefolder)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +111,9 @@ def take_charge() -> None:
     """Make this process the judge: orphans below it come back to it, SIGTERM takes its trees down."""
     procs.become_subreaper()
     procs.kill_tree_on(signal.SIGTERM, "terminated")
+    # Once here, so that each case's process can replace pdb.set_trace: pdb itself stops at the
+    # line AFTER set_trace, the replacement names the line that called it.
+    import pdb  # noqa: F401
 
 
 def _read_until_eof(fd: int, load_deadline: float, deadline: float) -> tuple[bytes, bool]:
@@ -118,7 +131,7 @@ def _read_until_eof(fd: int, load_deadline: float, deadline: float) -> tuple[byt
             data += chunk
 
 
-def _run_tree(case: Case, path: Path, limit_s: float, capture: IO[bytes]) -> tuple[bytes, bool]:
+def _run_tree(case: Case, folder: CaseFolder, limit_s: float, capture: IO[bytes]) -> tuple[bytes, bool]:
     """Fork the case's keeper, read what it says; afterwards nothing below the judge is left."""
     read_fd, write_fd = os.pipe()
     judge = os.getpid()
@@ -126,7 +139,7 @@ def _run_tree(case: Case, path: Path, limit_s: float, capture: IO[bytes]) -> tup
     if pid == 0:
         try:
             os.close(read_fd)
-            sandbox.keeper_main(case, path, judge, write_fd, capture.fileno())
+            sandbox.keeper_main(case, folder, judge, write_fd, capture.fileno())
         finally:
             os._exit(70)
     os.close(write_fd)
@@ -259,28 +272,40 @@ def _judge_failed(problem: str, case: Case, seconds: float, err: Exception) -> C
                               "please report it")
 
 
+def _judge_one(problem: str, module: ModuleType, case: Case, solution_path: Path, limit_s: float,
+               capture: IO[bytes]) -> tuple[CaseResult, str]:
+    """One case in its own folder: its result, and why the file did not load ('' when it did)."""
+    capture.seek(0)
+    capture.truncate()
+    began, folder, error = time.perf_counter(), None, ""
+    try:
+        folder = CaseFolder.make(solution_path.resolve())
+        outcome = _outcome(case, *_run_tree(case, folder, limit_s, capture), limit_s)
+        outcome = _printed_too_much(outcome, capture)
+        if "import_error" in outcome or outcome.get("loaded") is False:
+            error = (outcome.get("import_error")
+                     or f"importing {solution_path.name} took more than {limit_s:g} s")
+            result = CaseResult(problem, case.name, False, 0.0, message=NOT_RUN)
+        else:
+            result = _result(problem, module, case, outcome, time.perf_counter() - began, capture)
+    except Exception as err:  # noqa: BLE001 - the judge's own failure costs one case, not the run
+        result = _judge_failed(problem, case, time.perf_counter() - began, err)
+    if folder is not None:
+        result.notes = folder.settle()
+    return result, error
+
+
 def run_problem(problem: str, module: ModuleType, cases: list[Case], solution_path: Path,
                 limit_s: float) -> ProblemRun:
     """Every case of one problem against the file at `solution_path`, one after another."""
     run, began = ProblemRun(), time.perf_counter()
     with tempfile.TemporaryFile() as capture:
         for index, case in enumerate(cases):
-            capture.seek(0)
-            capture.truncate()
-            case_began = time.perf_counter()
-            try:
-                outcome = _outcome(case, *_run_tree(case, solution_path, limit_s, capture), limit_s)
-                outcome = _printed_too_much(outcome, capture)
-                if "import_error" in outcome or outcome.get("loaded") is False:
-                    run.error = (outcome.get("import_error")
-                                 or f"importing {solution_path.name} took more than {limit_s:g} s")
-                    run.results += [CaseResult(problem, c.name, False, 0.0, message="not run: the file did "
-                                                                                    "not load",
-                                               hint="") for c in cases[index:]]
-                    break
-                result = _result(problem, module, case, outcome, time.perf_counter() - case_began, capture)
-            except Exception as err:  # noqa: BLE001 - the judge's own failure costs one case, not the run
-                result = _judge_failed(problem, case, time.perf_counter() - case_began, err)
+            result, run.error = _judge_one(problem, module, case, solution_path, limit_s, capture)
             run.results.append(result)
+            if run.error:
+                run.results += [CaseResult(problem, c.name, False, 0.0, message=NOT_RUN)
+                                for c in cases[index + 1:]]
+                break
     run.seconds = time.perf_counter() - began
     return run

@@ -88,16 +88,41 @@ def error_line(err: BaseException, path: Path) -> str:
     return f"{type(err).__name__}: {text}{where}" if text else f"{type(err).__name__}{where}"
 
 
+NOT_WRITTEN = "not written yet: "
+ASKED_FOR_INPUT = "waits for input"     # in the one line of a solution that called breakpoint() or input()
+HINT_INPUT = ("remove breakpoint(), input() and pdb before judging: the judge gives no input (to debug, "
+              "call your function from a script of your own)")
+
+
+def _own_raise(err: BaseException, path: Path, details: str) -> bool:
+    """Whether the solution's file raised `err` itself (its innermost frame is the student's line):
+    a NotImplementedError from torch (an operation it lacks) is an error, not a stub."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None and not details:
+        return Path(tb.tb_frame.f_code.co_filename).resolve() == path.resolve()
+    files = re.findall(r'File "([^"]*)", line \d+', details)
+    return bool(files) and Path(files[-1]).name == path.name
+
+
 def describe_failure(err: BaseException, path: Path) -> str:
     """A case's exception (raised in the solution's process) as the one line the report shows."""
-    if isinstance(err, NotImplementedError):
-        return f"not implemented: {' '.join(str(err).split()) or 'NotImplementedError'}"
+    if isinstance(err, NotImplementedError) and _own_raise(err, path, ""):
+        return NOT_WRITTEN + (" ".join(str(err).split()) or "NotImplementedError")
+    if type(err).__name__ == "AskedForInput":
+        return f"the solution {ASKED_FOR_INPUT}: it {err}"
     if type(err).__name__ == "RankError":
-        text = str(err)
-        if "NotImplementedError" in text:
+        text, details = str(err), getattr(err, "details", "") or ""
+        if "NotImplementedError:" in text and _own_raise(err, path, details):
             text = re.sub(r"\s*\(then rank[^)]*failed too\)", "", text.split("NotImplementedError:", 1)[1])
-            return "not implemented: " + text.strip()
-        return text + _student_frame(path, None, getattr(err, "details", "") or "")
+            return NOT_WRITTEN + text.strip()
+        if "AskedForInput:" in text:
+            rank, what = text.split(" failed:", 1)[0], text.split("AskedForInput:", 1)[1].strip()
+            return f"the solution {ASKED_FOR_INPUT} on {rank}: it {re.sub(r' [(]then rank.*', '', what)}"
+        said = getattr(err, "said", ())     # the failed rank's own last words (gloo's reason)
+        words = f"; rank {err.rank} wrote: " + " / ".join(said) if said else ""
+        return text + _student_frame(path, None, details) + words
     if isinstance(err, SystemExit):
         return f"the solution called sys.exit({err.code!r}): a function must return, not end the process"
     return f"the solution raised {error_line(err, path)}"
@@ -106,6 +131,8 @@ def describe_failure(err: BaseException, path: Path) -> str:
 def choose_hint(message: str, case_hint: str, deadlock_hint: str, error_hints: list[tuple[str, str]]) -> str:
     """The hint for a failure: the deadlock one when ranks waited for ever, one keyed by the error's
     words when the problem has one, else the case's own."""
+    if ASKED_FOR_INPUT in message:
+        return HINT_INPUT
     if any(sign in message for sign in DEADLOCK_SIGNS):
         return deadlock_hint
     for words, hint in error_hints:

@@ -3,7 +3,9 @@
 The judge runs the forward as code/cs336/05_parallel.py does (rank r holds columns cols_r of every
 W, computes gelu(x @ W_r) and all-gathers the columns), then hands the student's tp_backward what
 that forward kept. Here in the judge, every rank's gradients are compared with one process on the
-whole model (autograd), in float64, to an absolute 1e-12.
+whole model (autograd), in float64, to an absolute 1e-12: the count, the order and the dtype of the
+list first, then the layers top down over every rank (the first layer that goes wrong names the
+mistake: the local part at the top, the sum over ranks below it, float32's rounding anywhere).
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ from judging.sandbox import function
 FUNCTIONS = ("tp_backward",)
 TOL = 1e-12          # float64; only the summation order differs from one process
 SEED = 17
-HINT_LOCAL = "README hint 1: dz = (dL/dy)[:, my columns] · gelu'(z); dL/dW_r = inputᵀ · dz"
+FLOAT32_CLOSE = 1e-5  # off by less than this × the gradient's size: float32's rounding, not a wrong formula
+HINT_LOCAL = ("README hint 1: dz = (dL/dy)[:, my columns] · gelu'(z), my columns from sum(widths[:rank]); "
+              "dL/dW_r = inputᵀ · dz")
 HINT_DX = "README hint 2: dL/dx = Σ_r dz_r · W_rᵀ is a sum over ranks: reduce-scatter (or all-reduce) it"
+HINT_COUNT = "the README: one dL/dW_r per layer, every layer, the first layer's first"
+HINT_ORDER = "the README: the gradients in LAYER order, grads[0] the first layer's (backward runs top down)"
+HINT_DTYPE = ("the README: every tensor is float64; a buffer you make needs the inputs' dtype "
+              "(torch.zeros(shape) is float32: use torch.zeros_like, or dtype=x.dtype)")
 HINT_DEADLOCK = (
     "README hint 2: every rank calls the same collective for each layer below the top, in the same order"
 )
@@ -58,25 +66,44 @@ def one_process_grads(layers: int, width: int, batch: int) -> list[torch.Tensor]
     return [w.grad for w in ws]
 
 
+def _shape_of_list(grads: Any, expected: list[torch.Tensor], start: int, width: int) -> None:
+    """A list of one d × width tensor per layer, in layer order, of the inputs' dtype."""
+    layers = len(expected)
+    if not (isinstance(grads, (list, tuple)) and all(isinstance(g, torch.Tensor) for g in grads)):
+        raise Fail(f"a list of {layers} tensors, dL/dW_r per layer", kind(grads), HINT_COUNT)
+    if len(grads) != layers:
+        raise Fail(f"{layers} gradients, one per layer", f"{len(grads)}", HINT_COUNT)
+    mine = [e[:, start:start + width] for e in expected]
+    if layers > 1 and all(g.shape == m.shape and (g.double() - m).abs().max().item() <= TOL
+                          for g, m in zip(reversed(grads), mine)):
+        raise Fail("grads[0] = the first layer's dL/dW_r", "the layers in reverse order", HINT_ORDER)
+    for layer, g in enumerate(grads):
+        if g.dtype != torch.float64:
+            raise Fail(f"layer {layer}: float64", str(g.dtype).removeprefix("torch."), HINT_DTYPE)
+
+
 def check(inputs: dict[str, Any], data: list[Any]) -> None:
     world, layers, width, batch = (inputs[k] for k in ("world_size", "layers", "width", "batch"))
     expected = one_process_grads(layers, width, batch)
     widths = mlp.split_sizes(width, world)
+    starts = mlp.offsets(widths)
     for rank, res in enumerate(data):
-        grads, start = res["grads"], mlp.offsets(widths)[rank]
-        if not (isinstance(grads, (list, tuple)) and len(grads) == layers
-                and all(isinstance(g, torch.Tensor) for g in grads)):
-            raise Fail(f"a list of {layers} tensors, dL/dW_r per layer", kind(grads), HINT_LOCAL)
-        for layer in reversed(range(layers)):      # top first: the first layer that goes wrong
-            g, mine = grads[layer], expected[layer][:, start:start + widths[rank]]
+        _shape_of_list(res["grads"], expected, starts[rank], widths[rank])
+    # The top layer on every rank first: the first layer that goes wrong names the mistake (a rank's
+    # wrong columns there would spoil every rank's layers below).
+    for layer in reversed(range(layers)):
+        for rank, res in enumerate(data):
+            start, end = starts[rank], starts[rank] + widths[rank]
+            g, mine = res["grads"][layer], expected[layer][:, start:end]
             if g.shape != mine.shape:
                 raise Fail(f"rank {rank}, layer {layer}: shape {tuple(mine.shape)} (d × my columns)",
                            f"shape {tuple(g.shape)}", HINT_LOCAL)
             diff = (g.double() - mine).abs().max().item()
             if not diff <= TOL:
-                raise Fail(f"rank {rank}, layer {layer}: one process's dL/dW, columns {start}–"
-                           f"{start + widths[rank] - 1}", f"max |difference| {diff:.3g}",
-                           HINT_DX if layer < layers - 1 else HINT_LOCAL)
+                near = diff <= FLOAT32_CLOSE * mine.abs().max().item()     # float32 somewhere on the way
+                raise Fail(f"rank {rank}, layer {layer}: one process's dL/dW, columns {start}–{end - 1}",
+                           f"max |difference| {diff:.3g}" + (" (float32's precision)" if near else ""),
+                           HINT_DTYPE if near else HINT_DX if layer < layers - 1 else HINT_LOCAL)
 
 
 def case(name: str, world: int, layers: int, width: int, batch: int, hint: str, quick: bool = True) -> Case:

@@ -6,6 +6,10 @@ The keeper forks the solution's process, relays what it reports, and when it has
 crash, os._exit) kills everything left below it: forks, daemons, ranks. Only the keeper talks to
 the judge: the solution's process gets a pipe to the keeper and nothing of the judge's, so its forks
 cannot hold the judge waiting, and `os.kill(os.getppid(), …)` hits the keeper, never the judge.
+Before it loads the student's file, the solution's process moves into the case's folder
+(judging.casefolder) and refuses input: breakpoint(), input(), pdb.set_trace() and reads of
+sys.stdin raise AskedForInput at once, naming the call and the student's line, where a terminal
+would wait for a key nobody presses and the case would time out as a "deadlock".
 
 Keeper -> judge, one pipe: b"L" as soon as the solution's file is loaded, then one line of JSON
 {"exit_code": …} (negative: killed by that signal), then the bytes the solution's process reported
@@ -32,11 +36,64 @@ from judging import plain, procs
 from judging.messages import describe_failure, error_line, kind
 
 if TYPE_CHECKING:
+    from judging.casefolder import CaseFolder
     from judging.engine import Case
 
 LOADED = b"L"
 MAX_REPORT_BYTES = 64 << 20       # more than any case sends; a runaway report is cut, then unreadable
 OUTPUT_LIMIT_BYTES = 16 << 20     # what a case may print (its file, and any other file it writes)
+
+
+class AskedForInput(BaseException):
+    """The solution waited for input (breakpoint(), input(), pdb, sys.stdin): the judge gives none.
+    A BaseException, so an `except Exception` in the solution does not swallow it."""
+
+
+def _asked(what: str, path: Path) -> AskedForInput:
+    """What asked for input, and the student's line that did: found on the stack now, because
+    pdb asks from a trace function, whose traceback does not reach the student's frame."""
+    frame = sys._getframe(1)
+    while frame is not None and Path(frame.f_code.co_filename) != path:
+        frame = frame.f_back
+    where = f" ({path.name}:{frame.f_lineno} in {frame.f_code.co_name})" if frame is not None else ""
+    return AskedForInput(what + where)
+
+
+class _NoInput(io.TextIOBase):
+    """sys.stdin in the solution's process: any read says at once what asked for input."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> str:
+        raise _asked("read sys.stdin", self.path)
+
+    def readline(self, size: int | None = -1) -> str:   # type: ignore[override]
+        raise _asked("read sys.stdin", self.path)
+
+
+def _refuse_input(path: Path) -> None:
+    """breakpoint(), input(), pdb and reads of sys.stdin raise AskedForInput at once, whatever stdin
+    was (a terminal would wait for a key the student never presses, a pipe would give EOF); file
+    descriptor 0 reads /dev/null, so C code that reads it gets end of file, not a wait."""
+    import builtins
+
+    def asked(what: str) -> Callable[..., Any]:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise _asked(what, path)
+        return refuse
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdin = _NoInput(path)
+    builtins.input = asked("called input() or pdb")
+    sys.breakpointhook = asked("called breakpoint()")
+    if "pdb" in sys.modules:         # the judge imported it (engine.take_charge): its line, not the next
+        sys.modules["pdb"].set_trace = asked("called pdb.set_trace()")
 
 
 class SolutionError(Exception):
@@ -116,8 +173,16 @@ def report(case: Case, solution: ModuleType, path: Path) -> dict[str, Any]:
         return {"error": describe_failure(err, path)}
 
 
-def _solution_main(case: Case, path: Path, report_fd: int) -> None:
+def _solution_main(case: Case, folder: CaseFolder, report_fd: int) -> None:
     """Load the student's file, run the case's collect, report (the caller exits)."""
+    path = folder.solution
+    try:
+        folder.enter()
+    except OSError as err:            # the judge's own failure: said as the case's error
+        _write_all(report_fd, LOADED + plain.dumps({"error": f"the judge could not prepare the case's folder "
+                                                              f"({type(err).__name__}: {err})"}))
+        return
+    _refuse_input(path)
     try:
         solution = load_solution(path)
     except SolutionError as err:
@@ -164,7 +229,7 @@ def _relay(read_fd: int, pid: int, judge_fd: int) -> tuple[bytes, int]:
     return bytes(report), os.waitstatus_to_exitcode(status)
 
 
-def keeper_main(case: Case, path: Path, judge_pid: int, judge_fd: int, capture_fd: int) -> None:
+def keeper_main(case: Case, folder: CaseFolder, judge_pid: int, judge_fd: int, capture_fd: int) -> None:
     """Run one case below this process and report it to the judge (never returns)."""
     try:
         procs.kill_tree_on(signal.SIGTERM)    # the judge died or stops the case: the tree goes with us
@@ -182,7 +247,7 @@ def keeper_main(case: Case, path: Path, judge_pid: int, judge_fd: int, capture_f
                 os.close(judge_fd)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 procs.die_with_parent(signal.SIGKILL, keeper)
-                _solution_main(case, path, write_fd)
+                _solution_main(case, folder, write_fd)
             finally:
                 os._exit(0)   # no atexit handlers of the solution, no flushing of its buffers
         os.close(write_fd)

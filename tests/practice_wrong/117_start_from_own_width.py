@@ -1,0 +1,25 @@
+"""WRONG on purpose (problem 117): this rank's columns start at rank · widths[rank], right only when
+every rank holds as many columns (K divides d)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from cs336 import comm
+from cs336.mlp import gelu_grad
+
+
+def tp_backward(inputs: list[torch.Tensor], pre: list[torch.Tensor], ws: list[torch.Tensor],
+                grad_output: torch.Tensor, widths: list[int]) -> list[torch.Tensor]:
+    rank = dist.get_rank()
+    start = rank * widths[rank]                            # WRONG: sum(widths[:rank])
+    grad_out = grad_output[:, start:start + widths[rank]]
+    log = comm.CommLog(dist.get_world_size())
+    grads: list[torch.Tensor] = [torch.empty(0)] * len(ws)
+    for layer in reversed(range(len(ws))):
+        dz = grad_out * gelu_grad(pre[layer])
+        grads[layer] = inputs[layer].T @ dz
+        if layer > 0:
+            grad_out = comm.reduce_scatter_columns(dz @ ws[layer].T, widths, log)
+    return grads
