@@ -200,7 +200,7 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
                / cm.ring_bytes_sent("reduce_scatter", k, a))
     rep.note(f"counted: the calls each side handed its group (05: comm.CommLog; DTensor: a dispatch mode); "
              f"ring model: what a ring sends for them (formula: dt.colwise_traffic; its reduce-scatter side "
-             f"is cm.tp_step_traffic). e = {ELEM} B, A = B·d·e = {fmt_bytes(a)}. Forward, every side "
+             f"is cm.tp_step_traffic); all ok: every rank's calls and bytes equal its formula. e = {ELEM} B, A = B·d·e = {fmt_bytes(a)}. Forward, every side "
              f"all-gathers L = {L} times. Backward, the gradient of a layer's input, Σ_r dz_r·W_rᵀ, is a sum "
              f"over ranks (DTensor: Partial). Where the plan gathers at the next layer's input (declared "
              f"Shard(-1)), DTensor reduces it back to Shard(-1): a reduce-scatter, what 05 writes by hand. "
