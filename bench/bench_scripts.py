@@ -5,12 +5,15 @@ every model-only script again at the largest world size it should handle (--worl
 time of lecture 15's full bucket-cap sweep (target 0.5 s), and, when asked, the whole reproduction
 with its pages (`reproduce.py --quick`, --with-reproduce) and the test suite (the README's test
 command, --with-suite), each timed once between three imports of torch before and three after.
+With --largest, instead: each model-only script at the largest values its flags accept (LARGEST_RUNS).
 
     python bench/bench_scripts.py [--repeats 3] [--only lecture15] [--with-reproduce] [--with-suite]
+    python bench/bench_scripts.py --largest [--only cs336]
 
 Targets (issue 18, a 2-core machine): a script with real processes within 3x import torch; a
-model-only script 1.5 s; reproduce.py --quick within 20x; the suite within 140x (150 s where import
-torch takes 1.08 s). A benchmark, not a test: it prints a table and never fails a build.
+model-only script 1.5 s (at its largest values, common.model_bounds.MODEL_BUDGET_S); reproduce.py
+--quick within 20x; the suite within 140x (150 s where import torch takes 1.08 s). A benchmark, not
+a test: it prints a table and never fails a build.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import tempfile
 import time
 
 from common.cli import make_parser, run_main
+from common.model_bounds import MODEL_BUDGET_S
 from common.output import format_table
 from common.suite import Script, named_by, scripts
 
@@ -43,6 +47,25 @@ REAL_TARGET_X = 3.0   # a script with real processes, in import torch's
 REPRODUCE_TARGET_X = 20.0  # reproduce.py --quick, every script and the three pages
 SUITE_TARGET_X = 140.0     # the README's test command
 IMPORT_TORCH = [sys.executable, "-c", "import torch"]
+# Each model-only script at the largest values its growing flags accept (their Bounds and the shared
+# device limit, common.model_bounds; its other flags cost the same at any value), together where their
+# costs add up in one run; "{dir}" is a fresh folder (figures cost too). tests/test_model_flag_bounds.py
+# runs the same and checks that one more of each is refused.
+LARGEST_RUNS: list[tuple[str, tuple[str, ...]]] = [
+    ("cs336/03_costs.py", ("--world-size", "2048")),
+    ("cs336/04_memory.py", ("--world-size", "4096", "--tp", "4096", "--pp", "1", "--dp", "1",
+                            "--global-batch", "4096")),
+    ("cs336/06_pipeline.py", ("--pp", "128", "--micro-batches", "512", "--virtual-stages", "256")),
+    ("cs336/06_pipeline.py", ("--pp", "128", "--micro-batches", "32", "--save-figs", "{dir}")),
+    ("lecture14/01_scale.py", ("--world-size", "4096", "--tp", "512", "--pp", "8")),
+    ("lecture14/03_ring_allreduce.py", ("--world-size", "2048", "--traffic-size", "1MiB")),
+    ("lecture15/03_overlap.py", ("--world-size", "4096", "--bucket-cap-mb", "0", "--first-bucket-cap-mb",
+                                 "0", "--save-figs", "{dir}")),
+    ("lecture15/05_scaling.py", ("--world-size", "4096", "--micro-batches", "9362", "--micro-batch-size",
+                                 "16", "--sync-every", "4096", "--save-figs", "{dir}")),
+    ("lecture15/05_scaling.py", ("--micro-batches", "1", "--micro-batch-size", "2097136",
+                                 "--sync-every", "1")),
+]
 
 
 def wall(command: list[str]) -> tuple[float, int]:
@@ -97,8 +120,13 @@ def main() -> None:
                         help="also time reproduce.py --quick with its pages, once (about a minute)")
     parser.add_argument("--with-suite", action="store_true",
                         help="also time the README's test command, once (minutes)")
+    parser.add_argument("--largest", action="store_true",
+                        help="time the model-only scripts at the largest values their flags accept instead")
     args = parser.parse_args()
     runs = 1 if args.quick else args.repeats
+    if args.largest:
+        largest(args.only, runs)
+        return
     print(f"Wall times, median of {runs} run{'s' * (runs > 1)}, each after one of `import torch` (x: the "
           "ratio)")
     rows = []
@@ -132,6 +160,23 @@ def main() -> None:
         print(f"\nlecture 15 bucket-cap sweep (every cap x 2 models x 2 links): {sweep:.3f} s, "
               f"target {SWEEP_TARGET_S} s: {'meets' if sweep <= SWEEP_TARGET_S else 'SLOWER'}")
     print("MyDDP's step against PyTorch DDP's (target within 1.2x): python bench/bench_my_ddp.py")
+
+
+def largest(only: str, runs: int) -> None:
+    """LARGEST_RUNS timed as the scripts' rows are, against the model-only budget."""
+    rows = []
+    for name, argv in LARGEST_RUNS:
+        if not named_by(only, name):
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [arg.replace("{dir}", f"{tmp}/figs") for arg in argv]
+            timed = beside_import([sys.executable, str(ROOT / "code" / name), *command], runs)
+        shown = f"{name} {' '.join(argv)}".replace("{dir}", "DIR")
+        rows.append(row(shown, "model only, largest", timed, target_s=MODEL_BUDGET_S))
+        print(f"  {shown}: {timed[0]:.2f} s, {timed[0] / timed[1]:.1f}x import torch", flush=True)
+    print()
+    print(format_table(["what", "kind", "median s", "import torch s", "x import torch", "target", "verdict"],
+                       rows))
 
 
 def sweep_seconds() -> float:

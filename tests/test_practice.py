@@ -320,3 +320,13 @@ def no_process_left(marker: str, patience_s: float = 3.0) -> list[Any]:
         time.sleep(0.1)
     return marked(marker)
 
+
+@pytest.mark.parametrize("variable, value", [("COURSE_MAX_RANKS", "-1"), ("COURSE_MAX_MINUTES", "0"),
+                                             ("COURSE_BACKEND", "mpi")])
+def test_a_bad_course_variable_is_the_commands_error_not_every_cases(variable: str, value: str) -> None:
+    """As the scripts refuse it: one line, exit 2, before any case (not "the solution raised")."""
+    proc = python(JUDGE, "115", "--solution", str(ROOT / "practice" / "reference" / FOLDERS["115"]),
+                  env={variable: value}, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and variable in lines[0], proc.stderr
+    assert "PASS" not in proc.stdout and "FAIL" not in proc.stdout

@@ -30,19 +30,20 @@ from common.costmodel import NOTES_LINK, Link
 from common.errors import UsageError, clip_values
 from common.exits import run_main
 from common.files import check_output_dir, check_output_file, divert_stdout
-from common.machine import check_backend, check_world_size
+from common.machine import check_backend, check_course_environment, check_world_size
+from common.model_bounds import MAX_MODEL_WORLD, Bound, Flags, check_bounds, check_split, check_world
 from common.notes_setting import NOT_A_SETTING, off_setting, setting_defaults
 from common.torchrun import check_environment, quiet_unless_rank0, under_torchrun
 
 # run_main (common.exits) and off_setting (common.notes_setting) live by what they do; they are
 # named here too because every script has imported them from here.
-__all__ = ["FLAGS", "NOT_A_SETTING", "UsageError", "make_parser", "off_setting", "link_from_args", "run_main"]
+__all__ = ["FLAGS", "NOT_A_SETTING", "UsageError", "make_parser", "off_setting", "link_from_args", "run_main",
+           "Bound", "MAX_MODEL_WORLD"]
 
 DEFAULT_TIMEOUT_S = 30.0  # a lecture script's collectives take milliseconds; 30 s means "stuck"
 TIMEOUT_RANGE_S = (1.0, 86_400.0)  # below 1 s a busy 2-core machine times out honest collectives
 MAX_BYTES = 10**15  # 1 PB: larger sizes only overflow the models into nonsense
-MAX_MODEL_WORLD = 4096  # devices in a model-only script: the notes reach 256; a ring all-reduce has
-# 2K(K−1) messages, so the round-by-round models need 2 GB at 4096
+# A model-only script's flags go as far as its budget (common.model_bounds: Bound, MAX_MODEL_WORLD).
 
 _UNITS = {
     "": 1, "b": 1,
@@ -156,6 +157,7 @@ FLAGS: dict[str, Flag] = {
     "gpu_memory_gb": Flag(_ranged("GB", 1e-3, 1e9), "memory of one GPU in GB (GB = 10^9 B)", "GB"),
     "tp": Flag(positive_int, "tensor-parallel ways", "N"),
     "pp": Flag(positive_int, "pipeline stages", "N"),
+    "dp": Flag(positive_int, "data-parallel replicas", "N"),
     # Timelines for the ecosystem's viewer: Chrome-trace JSON files (Perfetto, chrome://tracing) into DIR.
     "trace": Flag(str, "write the timelines as Chrome-trace JSON (Perfetto, chrome://tracing) into DIR",
                   "DIR"),
@@ -193,6 +195,7 @@ class OneLineParser(argparse.ArgumentParser):
     real = False  # set by make_parser: this script starts processes
     cost: Cost | None = None  # set by make_parser: what a run costs here (common.budget)
     quick: dict[str, Any] = {}  # set by make_parser: dest -> its default under --quick
+    bounds: dict[str, Bound] = {}  # set by make_parser: dest -> how far a model's flag goes
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {clip_values(message)}\n")
@@ -256,6 +259,8 @@ class OneLineParser(argparse.ArgumentParser):
 
     def _check(self, parsed: argparse.Namespace) -> None:
         """The checks that need the whole command line: the machine, the cost, the output paths."""
+        check_course_environment()
+        check_bounds(self.bounds, parsed, self._flags())  # a model's costs, before its devices
         self._check_machine(parsed)
         if self.cost and not under_torchrun():  # under torchrun the ranks run elsewhere
             waits = frozenset({"timeout_s"} if self.cost.waits_s else ())  # a staged wait is the timeout's
@@ -286,15 +291,23 @@ class OneLineParser(argparse.ArgumentParser):
         ranks = self.cost.ranks(parsed) if self.cost and self.cost.ranks else world
         if self.real and ranks is not None:
             check_world_size(ranks)
-        if world is not None and (not self.real or ranks != world) and world > MAX_MODEL_WORLD:
-            raise UsageError(f"--world-size {world:,}: the models go up to {MAX_MODEL_WORLD:,} devices")
+        if world is not None and (not self.real or ranks != world):
+            check_world(world, self._flags(), parsed)
+        if not self.real:  # a model's TP × PP × DP (a real script's axes are its ranks)
+            check_split(parsed, self._flags())
         if self.real:
             check_backend(ranks or 1, os.environ.get("COURSE_BACKEND") or "auto")
+
+    def _flags(self) -> Flags:
+        """Each dest's flag as an error names it, sizes marked (shown as 2MiB, as typed)."""
+        options = [a for a in self._actions if a.option_strings]
+        return Flags({a.dest: a.option_strings[-1] for a in options},
+                     frozenset(a.dest for a in options if a.type in (size_bytes, bucket_cap)))
 
 def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
                 context: dict[str, str] | None = None, help_for: dict[str, str] | None = None,
                 quick: dict[str, Any] | None = None, cost: Cost | None = None,
-                **defaults: Any) -> OneLineParser:
+                bounds: dict[str, Bound] | None = None, **defaults: Any) -> OneLineParser:
     """A parser with the shared flags named in `defaults` (each with its default), plus --quick and
     --json always, --save-figs with figs=True (scripts that draw), --timeout-s with real=True.
     `context` adds where a flag is used to its help: context={"steps": "Part 2"}; `help_for`
@@ -303,9 +316,13 @@ def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
     gets the other flags: quick={"timing_batch": lambda a: max(64, a.world_size)}); a flag given
     on the command line keeps its value. Flags added later with add_argument may be named too.
     `cost` (real scripts) is what a run costs here: checked before any work (common.budget).
+    `bounds` (model scripts) is how far each flag whose cost grows goes, by flag name
+    (common.model_bounds): checked before any work too.
     """
     parser = OneLineParser(description=(doc or "").strip() or None, formatter_class=_HelpFormatter)
     parser.real, parser.cost = real, cost
+    parser.bounds = {(FLAGS[k].dest if k in FLAGS and FLAGS[k].dest else k): v
+                     for k, v in (bounds or {}).items()}
     parser.quick = {(FLAGS[k].dest if k in FLAGS and FLAGS[k].dest else k): v
                     for k, v in (quick or {}).items()}
     for name, default in defaults.items():

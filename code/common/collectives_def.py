@@ -22,6 +22,11 @@ is N for those three and N/K for the other four (`Collective.whole`). Bytes are 
 position v = (rank - root) mod K, the root at 0 (for unrooted collectives, position = rank); the
 parameter server's list has K + 1 entries, the server last.
 
+Positions that send alike are written once (`same(bytes, count)`, a run of equal positions), so
+a ring all-reduce's, reduce-scatter's or all-gather's busiest and total bytes (every collective's
+counted form but scatter's and gather's) cost a few operations at any K: K = 10^9 lists nothing.
+The trees and the rooted rings send differently at every position; they and `bytes_sent` are O(K).
+
 Time: every round of these algorithms loads the busiest link alike, so the α-β time is rounds ×
 (α + round_bytes / β): what lecture14.collectives measures round by round, written once here.
 Exact where K (and S) divide N; the simulator counts uneven pieces byte by byte.
@@ -39,8 +44,33 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 
+
+@dataclass(frozen=True)
+class Runs:
+    """Bytes by position, run-length encoded: (bytes, count) for each run of positions in a row
+    that send alike. `same(x, k)` is [x] * k without the list; runs add like lists."""
+
+    runs: tuple[tuple[Any, int], ...]
+
+    def __add__(self, other: Runs) -> Runs:
+        return Runs(self.runs + other.runs)
+
+    def expand(self) -> list[Any]:
+        return [value for value, count in self.runs for _ in range(count)]
+
+
+def same(value: Any, count: int) -> Runs:
+    """`count` positions in a row that each send `value` (none when count is 0)."""
+    return Runs(((value, count),))
+
+
+def _runs(positions: list[Any] | Runs) -> tuple[tuple[Any, int], ...]:
+    """A definition's positions as runs: a plain list (one value per position) is runs of one."""
+    return positions.runs if isinstance(positions, Runs) else tuple((value, 1) for value in positions)
+
+
 # (K, N) -> bytes by position; generic in N's type: floats to use, Fractions for exact totals
-Positions = Callable[[int, Any], list[Any]]
+Positions = Callable[[int, Any], "list[Any] | Runs"]
 
 
 def check_size(k: int, nbytes: float) -> None:
@@ -76,16 +106,16 @@ def _tree_down_sends(k: int, v: int) -> int:
 
 # ---- what each position sends, by algorithm (N as in the module doc) -----------------------------
 
-def _ring_all_reduce(k: int, n: Any) -> list[Any]:
-    return [2 * (k - 1) * n / k] * k           # reduce-scatter then all-gather, N/K a round
+def _ring_all_reduce(k: int, n: Any) -> Runs:
+    return same(2 * (k - 1) * n / k, k)        # reduce-scatter then all-gather, N/K a round
 
 
-def _ring_one_phase(k: int, n: Any) -> list[Any]:
-    return [(k - 1) * n / k] * k               # reduce-scatter or all-gather: all pieces but one
+def _ring_one_phase(k: int, n: Any) -> Runs:
+    return same((k - 1) * n / k, k)            # reduce-scatter or all-gather: all pieces but one
 
 
-def _tree_up(k: int, n: Any) -> list[Any]:
-    return [0] + [n] * (k - 1)        # every non-root sends its partial sum once
+def _tree_up(k: int, n: Any) -> Runs:
+    return same(0, 1) + same(n, k - 1)  # every non-root sends its partial sum once
 
 
 def _tree_down(k: int, n: Any) -> list[Any]:
@@ -93,7 +123,7 @@ def _tree_down(k: int, n: Any) -> list[Any]:
 
 
 def _tree_all_reduce(k: int, n: Any) -> list[Any]:
-    return [a + b for a, b in zip(_tree_up(k, n), _tree_down(k, n))]
+    return [a + b for a, b in zip(_tree_up(k, n).expand(), _tree_down(k, n))]
 
 
 ALGORITHM_BYTES: dict[str, Positions] = {
@@ -104,20 +134,20 @@ ALGORITHM_BYTES: dict[str, Positions] = {
     "ring scatter": lambda k, n: [(k - 1 - v) * n / k for v in range(k)],
     "ring gather": lambda k, n: [v * n / k for v in range(k)],
     # a chain round the ring: every link carries all of N once, whatever the segments
-    "pipelined ring broadcast": lambda k, n: [n] * (k - 1) + [0],
-    "pipelined ring reduce": lambda k, n: [0] + [n] * (k - 1),
+    "pipelined ring broadcast": lambda k, n: same(n, k - 1) + same(0, 1),
+    "pipelined ring reduce": lambda k, n: same(0, 1) + same(n, k - 1),
     "tree broadcast": _tree_down,
     "tree reduce": _tree_up,
     "tree all-reduce": _tree_all_reduce,
     # everyone to device 0, which adds and sends the sum back to each: its link carries (K-1)·N
-    "naive all-reduce": lambda k, n: [(k - 1) * n] + [n] * (k - 1),
-    "parameter server": lambda k, n: [n] * k + [k * n],
+    "naive all-reduce": lambda k, n: same((k - 1) * n, 1) + same(n, k - 1),
+    "parameter server": lambda k, n: same(n, k) + same(k * n, 1),
     # straight from / to the root, one message per other rank (what the CS336 table counts for
     # gather and reduce): the root's link carries (K-1)·S
-    "direct broadcast": lambda k, n: [(k - 1) * n] + [0] * (k - 1),
-    "direct scatter": lambda k, n: [(k - 1) * n / k] + [0] * (k - 1),
-    "direct gather": lambda k, n: [0] + [n / k] * (k - 1),
-    "direct reduce": lambda k, n: [0] + [n] * (k - 1),
+    "direct broadcast": lambda k, n: same((k - 1) * n, 1) + same(0, k - 1),
+    "direct scatter": lambda k, n: same((k - 1) * n / k, 1) + same(0, k - 1),
+    "direct gather": lambda k, n: same(0, 1) + same(n / k, k - 1),
+    "direct reduce": lambda k, n: same(0, 1) + same(n, k - 1),
 }
 
 
@@ -135,16 +165,21 @@ class Algorithm:
     def bytes_sent(self, k: int, nbytes: float) -> list[float]:
         """Bytes each device sends, by ring position (module doc); it receives as much in all."""
         check_size(k, nbytes)
-        return [float(b) for b in ALGORITHM_BYTES[self.name](int(k), nbytes)]
+        return [float(b) for value, count in _runs(ALGORITHM_BYTES[self.name](int(k), nbytes))
+                for b in [value] * count]
 
     def busiest_bytes(self, k: int, nbytes: float) -> float:
-        return max(self.bytes_sent(k, nbytes))
+        """The most any one device sends: max(bytes_sent), read off the runs of equal positions."""
+        check_size(k, nbytes)
+        return max(float(value) for value, count in _runs(ALGORITHM_BYTES[self.name](int(k), nbytes))
+                   if count > 0)
 
     def total_bytes(self, k: int, nbytes: float) -> float:
         """Bytes all devices send together (and receive). Added up in fractions and rounded once:
         exactly 2(K-1)·N for every all-reduce, not K rounded shares added up."""
         check_size(k, nbytes)
-        return float(sum(ALGORITHM_BYTES[self.name](int(k), Fraction(nbytes))))
+        return float(sum(value * count for value, count in
+                         _runs(ALGORITHM_BYTES[self.name](int(k), Fraction(nbytes)))))
 
     def rounds(self, k: int, segments: int = 1) -> int:
         check_size(k, 0)

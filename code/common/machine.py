@@ -53,6 +53,18 @@ def positive_env_int(name: str, what: str) -> int:
     return int(text)
 
 
+def check_course_environment() -> None:
+    """The COURSE_* variables a run may read, each checked before any work, whether or not this
+    command reads it: a typo in one is an error where it was made, not a failure later inside a case."""
+    if os.environ.get("COURSE_MAX_RANKS", "").strip():
+        positive_env_int("COURSE_MAX_RANKS", "a number of ranks")
+    if os.environ.get("COURSE_MAX_MINUTES", "").strip():
+        positive_env_int("COURSE_MAX_MINUTES", "a number of minutes")
+    backend = os.environ.get("COURSE_BACKEND") or "auto"
+    if backend not in ("gloo", "nccl", "auto"):
+        raise UsageError(f"unknown backend {backend!r} (COURSE_BACKEND): use gloo, nccl or auto, or unset it")
+
+
 def check_world_size(world_size: int) -> None:
     """A world size this machine can run, or a UsageError that says the limit and why."""
     if int(world_size) != world_size or world_size < 1:

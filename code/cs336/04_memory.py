@@ -63,15 +63,16 @@ def param_count(text: str) -> float:
 
 
 def main() -> None:
+    # Every flag's cost is a closed form, whatever its value; the devices are bounded as in every model
+    # (common.model_bounds): p, and Part 3's TP × PP × DP, up to 4,096.
     parser = make_parser(__doc__, world_size=NOTES_P, batch=NOTES_BATCH, gpu_memory_gb=NOTES_GPU_GB,
-                         layers=lg.LLAMA2_13B.layers, tp=NOTES_TP, pp=NOTES_PP, micro_batch_size=MICRO_BATCH,
+                         layers=lg.LLAMA2_13B.layers, tp=NOTES_TP, pp=NOTES_PP, dp=NOTES_DP,
+                         micro_batch_size=MICRO_BATCH,
                          context={"batch": "Part 1's MLP", "layers": "Part 2: what ZeRO-3 gathers one at a "
-                                  "time; Llama 2 13B's", "tp": "Part 3", "pp": "Part 3",
-                                  "micro_batch_size": "Part "
-                                                                                                       "3"})
+                                  "time; Llama 2 13B's", "tp": "Part 3", "pp": "Part 3", "dp": "Part 3",
+                                  "micro_batch_size": "Part 3"})
     add = parser.add_argument
     add("--params", type=param_count, default=NOTES_PARAMS, help="Parts 2 and 4: parameters P (default: 13B)")
-    add("--dp", type=positive_int, default=NOTES_DP, help="Part 3: data-parallel replicas")
     add("--seq-len", type=positive_int, default=SEQ_LEN, help="Part 3: tokens per sequence")
     add("--global-batch", type=positive_int, default=GLOBAL_BATCH, help="Part 3: sequences per step")
     args = parser.parse_args()

@@ -27,7 +27,15 @@ import argparse
 import functools
 import math
 
-from common.cli import UsageError, make_parser, nonnegative_float, positive_float, positive_int, run_main
+from common.cli import (
+    Bound,
+    UsageError,
+    make_parser,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    run_main,
+)
 from common.output import Report, fmt_time, new_figure
 from common.units import ms
 from cs336 import pipeline as pp
@@ -38,15 +46,30 @@ BUBBLE = [(4, 4), (4, 8), (4, 16), (4, 32), (8, 8), (8, 32)]        # their work
 COMPARE = [(4, 4), (4, 8), (4, 16), (8, 8), (8, 32)]       # Part 4's (S, M)
 INTERLEAVED = [(4, 8), (4, 16), (8, 16), (8, 32)]          # M a multiple of S, as Megatron needs
 MOST_INTERLEAVED = max(s * m for s, m in INTERLEAVED)      # S·M of the largest: S·M·v passes
-MAX_PASSES = 2**16                       # S·M: keeps every part within about a second
-MAX_STAGES = 128                         # Part 5 simulates S and S + 1 micro-batches
+# What grows (common.model_bounds), measured here: the S·M passes Parts 1, 4 and 5 simulate (about
+# 1.5 s of CPU at 2^16), and with --save-figs the passes drawn, each a bar (about 3 s at 4,096 on 128
+# stages); Part 5 runs S + 1 micro-batches on S stages; Part 4's interleaved runs S·M·v passes.
+MAX_PASSES = 2**16
+MAX_DRAWN_PASSES = 2**12
+MAX_STAGES = 128
+BOUNDS = {
+    "pp": Bound(MAX_STAGES, "Part 5 simulates S + 1 micro-batches on S stages, three pipelines"),
+    "micro_batches": Bound(lambda a: (MAX_DRAWN_PASSES if a.save_figs else MAX_PASSES) // a.pp,
+                           f"Parts 1, 4 and 5 simulate S·M passes, at most {MAX_PASSES:,} (about 20 µs "
+                           f"each here), and --save-figs draws each, at most {MAX_DRAWN_PASSES:,} (about "
+                           "0.3 ms each)", given=("pp",)),
+    # Part 4 simulates S·M·v passes for each interleaved (S, M), up to S = 8, M = 32
+    "virtual_stages": Bound(MAX_PASSES // MOST_INTERLEAVED,
+                            f"Part 4 simulates S·M·v passes for S = 8, M = 32, at most {MAX_PASSES:,}"),
+}
 TOL = 1e-12
 FIVE_PERCENT = 0.05 + TOL                # "within 5 %", float noise on the boundary counted in
 
 
 def main() -> None:
     parser = make_parser(__doc__, pp=4, micro_batches=8, figs=True,
-                         context={"pp": "S, Parts 1, 4 and 5", "micro_batches": "M, Parts 1, 4 and 5"})
+                         context={"pp": "S, Parts 1, 4 and 5", "micro_batches": "M, Parts 1, 4 and 5"},
+                         bounds=BOUNDS)
     parser.add_argument("--tf-ms", type=positive_float, default=NOTES_TF_MS,
                         help=f"forward time per stage and micro-batch, ms (default {NOTES_TF_MS:g})")
     parser.add_argument("--tb-ms", type=positive_float, default=NOTES_TB_MS,
@@ -69,20 +92,9 @@ def main() -> None:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Sizes the simulator builds in memory within about a second, refused before any work."""
-    if args.pp > MAX_STAGES:
-        raise UsageError(f"--pp must be <= {MAX_STAGES} (a quick model), got {args.pp}")
-    if args.pp * args.micro_batches > MAX_PASSES:
-        raise UsageError(f"--pp × --micro-batches must be <= {MAX_PASSES:,} (a quick model), "
-                         f"got {args.pp * args.micro_batches:,}")
+    """What the flags' types do not say (their sizes are BOUNDS'), refused before any work."""
     if args.virtual_stages < 2:
         raise UsageError("--virtual-stages must be >= 2 (v = 1 is plain 1F1B)")
-    # Part 4 simulates S·M·v passes for each interleaved (S, M): it builds them all in memory.
-    if MOST_INTERLEAVED * args.virtual_stages > MAX_PASSES:
-        raise UsageError(f"--virtual-stages {args.virtual_stages:,}: Part 4 would simulate "
-                         f"{MOST_INTERLEAVED * args.virtual_stages:,} passes (S = 8, M = 32); at most "
-                         f"{MAX_PASSES // MOST_INTERLEAVED:,} virtual stages (a quick model, {MAX_PASSES:,} "
-                         "passes)")
     if args.slow_factor < 1:
         raise UsageError("--slow-factor must be >= 1 (it makes one stage slower)")
 

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from common.cli import UsageError, link_from_args, make_parser, run_main, size_bytes
+from common.cli import Bound, UsageError, link_from_args, make_parser, run_main, size_bytes
 from common.collectives_def import algorithm
 from common.costmodel import (
     ALLREDUCE_ALGORITHMS,
@@ -47,9 +47,15 @@ NOTES_ALPHA_US, NOTES_BETA_GBS, NOTES_SIZE = 5.0, 25.0, 64 * 10**6  # Part 3's l
 FAR_SEGMENTS = 2**16  # S ≫ K: the broadcast time over N/β there shows the limit
 MAX_TICK_TABLE_K = 12  # Part 3's table has a column per link: 11 fit in 100 columns
 MAX_SIMULATED_MESSAGES = 2**19  # (K-1)·S messages per broadcast; more: closed form only
+# What grows (common.model_bounds), measured here: Part 1 counts the ring's 2K(K−1) messages on K
+# workers holding K numbers each (about 2 s of CPU and 0.6 GB at K = 2,048, four times that at 4,096);
 # Part 2 simulates up to 64 devices holding N bytes each, message by message, four algorithms: about
-# 400 B of memory and 2 µs of CPU per byte of N here (1 MiB: 0.45 GB, 2.5 s). 2 MiB stays under a GB.
-MAX_TRAFFIC_BYTES = 2 * 2**20
+# 400 B of memory and 1.5 µs of CPU per byte of N (1 MiB: 0.36 GB, 1.5 s). Both at once: about 3.3 s.
+MAX_TRAFFIC_BYTES = 2**20
+BOUNDS = {"world_size": Bound(2048, "Part 1 counts each of the ring's 2K(K−1) messages, K numbers a "
+                                    "worker (about 0.5 µs per K² here)"),
+          "traffic_size": Bound(MAX_TRAFFIC_BYTES, "Part 2 simulates 64 devices holding that much each "
+                                                   "(about 400 B of memory and 1.5 µs per byte here)")}
 FP_K, FP_SEED = 64, 0
 
 
@@ -57,16 +63,13 @@ def main() -> None:
     parser = make_parser(__doc__, alpha_us=NOTES_ALPHA_US, beta_gbs=NOTES_BETA_GBS, size=NOTES_SIZE,
                          world_size=None,
                          figs=True, context={"world_size": "Part 1's workers and Part 3's devices; default: "
-                                             "the notes' 4 and 8", "size": "Part 3's broadcast"})
+                                             "the notes' 4 and 8", "size": "Part 3's broadcast"},
+                         bounds=BOUNDS)
     parser.add_argument("--traffic-size", type=size_bytes, default=256 * 1024,
                         help="bytes per device in Part 2, float32 elements (default: 256KiB)")
     args = parser.parse_args()
     if args.world_size is not None and args.world_size < 2:
         raise UsageError("--world-size must be >= 2 (Part 3 broadcasts from one device to the others)")
-    if args.traffic_size > MAX_TRAFFIC_BYTES:
-        raise UsageError(f"--traffic-size {args.traffic_size:,} B: Part 2 simulates 64 devices holding that "
-                         "much each (about 400 B of memory per byte here); at most "
-                         f"{MAX_TRAFFIC_BYTES // 2**20} MiB")
     rep = Report(__file__, "ring all-reduce, its traffic, pipelined ring broadcast", args)
     part1_symbolic_ring(rep, args)     # every round of the ring, in the notes' a0+b0 notation
     part2_traffic(rep, args)           # bytes and rounds measured from the simulation; float32 order

@@ -24,8 +24,9 @@ import math
 
 import numpy as np
 
-from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
+from common.cli import Bound, UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
 from common.costmodel import Link, ring_allreduce_time
+from common.model_bounds import largest_fitting
 from common.output import Report, bar, fmt_bytes
 from lecture15.ddp_sim import (
     MB,
@@ -254,22 +255,28 @@ def lr_over_n_is_large_batch(rep: Report, args: argparse.Namespace, batches: lis
     rep.values(lr_over_n_large_batch=same, lr_over_n_gap=f"{gap:.1e}")
 
 
-# Part 3 holds every sample (16 float64 features: 128 B each) and trains over every micro-batch for
-# each n and each learning rate: 32,768 micro-batches take about 5 s of CPU here, 2^21 samples 256 MiB.
-MAX_MICRO_BATCHES, MAX_SAMPLES = 2**15, 2**21
+# Part 3 trains three learning rates over every micro-batch for each n = 1, 2, 4 … --sync-every, on
+# data it holds whole (16 float64 features a sample, about 430 B with its copies). Measured here, a
+# step costs about 15 µs and 16 samples of a micro-batch about as much; the data's set-up and the
+# large-batch check cost about one n more. 2^18 such steps: about 4 s of CPU, 2^21 samples at most
+# (0.9 GB). The other flags cost the same at any value (closed forms, --world-size's log2 K points).
+MAX_PART3_STEPS = 2**18
 
 
-def check_part3_size(args: argparse.Namespace) -> None:
-    """Part 3's data fits in memory and its training in seconds, or a usage error that says so."""
-    if args.micro_batches > MAX_MICRO_BATCHES:
-        raise UsageError(f"--micro-batches {args.micro_batches:,}: Part 3 trains over every micro-batch for "
-                         f"each n and learning rate (about 0.15 ms of CPU each here); at most "
-                         f"{MAX_MICRO_BATCHES:,}")
-    samples = args.micro_batches * args.micro_batch_size
-    if samples > MAX_SAMPLES:
-        raise UsageError(f"--micro-batches × --micro-batch-size = {samples:,} samples: Part 3 holds them "
-                         f"all ({samples * 128 / 2**30:,.1f} GiB of float64 features); at most "
-                         f"{MAX_SAMPLES:,}")
+def part3_steps(args: argparse.Namespace) -> float:
+    """Part 3's work in micro-batch steps: (n's + 1) × (M + M·size/16)."""
+    intervals = len(powers_of_two_up_to(args.sync_every))
+    return (intervals + 1) * args.micro_batches * (1 + args.micro_batch_size / 16)
+
+
+def _part3_bound(dest: str) -> Bound:
+    others = tuple(d for d in ("micro_batches", "micro_batch_size", "sync_every") if d != dest)
+    return Bound(lambda a: largest_fitting(a, dest, lambda b: part3_steps(b) <= MAX_PART3_STEPS, 10**9),
+                 f"Part 3 trains (n's + 1) × (M + M·size/16) micro-batch steps, at most {MAX_PART3_STEPS:,} "
+                 "(about 15 µs each here)", others)
+
+
+BOUNDS = {dest: _part3_bound(dest) for dest in ("micro_batches", "micro_batch_size", "sync_every")}
 
 
 def loss_text(value: float, loss: QuadraticLoss) -> str:
@@ -280,7 +287,7 @@ def main() -> None:
     parser = make_parser(__doc__, world_size=256, alpha_us=10.0, beta_gbs=10.0, bucket_cap_mb="25MB",
                          micro_batches=512, micro_batch_size=32, figs=True,
                          context={"bucket_cap_mb": "default: the notes' 25 MB", "micro_batches": "Part 3",
-                                  "micro_batch_size": "Part 3"})
+                                  "micro_batch_size": "Part 3"}, bounds=BOUNDS)
     parser.add_argument("--sync-every", type=positive_int, default=8,
                         help="synchronise gradients every n iterations")
     for size, default in (("small", 0.02), ("large", 0.1)):
@@ -289,7 +296,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.sync_every > args.micro_batches:
         raise UsageError(f"--sync-every {args.sync_every} exceeds --micro-batches {args.micro_batches}")
-    check_part3_size(args)
     rep = Report(__file__, "scaling to hundreds of ranks (lecture 15 §5)", args)
     link = link_from_args(args, "the notes' fast interconnect")
     rep.part(1, f"weak scaling from 1 to {args.world_size} ranks")  # slowdown per iteration, throughput
