@@ -4,10 +4,12 @@ the median of one over the median of the other: a machine busy with other work s
 every model-only script again at the largest world size it should handle (--world-size 1024), the
 time of lecture 15's full bucket-cap sweep (target 0.5 s), and, when asked, the whole reproduction
 with its pages (`reproduce.py --quick`, --with-reproduce) and the test suite (the README's test
-command, --with-suite), each timed once between three imports of torch before and three after.
+command, --with-suite), each timed once between three imports of torch before and three after, and
+the practice judge on every reference solution (--with-judge, target 30 s).
 With --largest, instead: each model-only script at the largest values its flags accept (LARGEST_RUNS).
 
-    python bench/bench_scripts.py [--repeats 3] [--only lecture15] [--with-reproduce] [--with-suite]
+    python bench/bench_scripts.py [--repeats 3] [--only lecture15] [--with-reproduce] [--with-judge]
+                                  [--with-suite]
     python bench/bench_scripts.py --largest [--only cs336]
 
 Targets (issue 18, a 2-core machine): a script with real processes within 3x import torch; a
@@ -46,6 +48,7 @@ SWEEP_TARGET_S = 0.5  # lecture 15 §3.2's whole bucket-cap sweep, timed inside 
 REAL_TARGET_X = 3.0   # a script with real processes, in import torch's
 REPRODUCE_TARGET_X = 20.0  # reproduce.py --quick, every script and the three pages
 SUITE_TARGET_X = 140.0     # the README's test command
+JUDGE_TARGET_S = 30.0      # practice/judge.py on every reference solution (issue 30), this machine
 IMPORT_TORCH = [sys.executable, "-c", "import torch"]
 # Each model-only script at the largest values its growing flags accept (their Bounds and the shared
 # device limit, common.model_bounds; its other flags cost the same at any value), together where their
@@ -118,6 +121,8 @@ def main() -> None:
     parser = make_parser(__doc__, figs=False, repeats=3, only="", context={"repeats": "runs per script"})
     parser.add_argument("--with-reproduce", action="store_true",
                         help="also time reproduce.py --quick with its pages, once (about a minute)")
+    parser.add_argument("--with-judge", action="store_true",
+                        help="also time the practice judge on every reference solution (target 30 s)")
     parser.add_argument("--with-suite", action="store_true",
                         help="also time the README's test command, once (minutes)")
     parser.add_argument("--largest", action="store_true",
@@ -148,6 +153,11 @@ def main() -> None:
                                                                                                    "/report"]
             rows.append(row("reproduce.py --quick (with its pages)", "all scripts",
                             beside_import(command, 1, imports=3), target_x=REPRODUCE_TARGET_X))
+    if args.with_judge:
+        command = [sys.executable, str(ROOT / "practice" / "judge.py"), "--solution",
+                   str(ROOT / "practice" / "reference")]
+        rows.append(row("practice/judge.py, every reference", "the judge", beside_import(command, runs),
+                        target_s=JUDGE_TARGET_S))
     if args.with_suite:
         command = readme_test_command()
         rows.append(row(" ".join(["python3", *command[1:]]), "the tests",
