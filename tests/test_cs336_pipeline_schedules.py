@@ -59,7 +59,7 @@ def _broken(tmp_path: Path, patch: str) -> list[str]:
 def test_a_stage_that_differs_ends_the_run_naming_its_gap(tmp_path: Path) -> None:
     line = _broken(tmp_path, WRONG_STAGE)[0]
     assert line.startswith("08_pipeline_schedules.py: error: GPipe, M = 2 against one process: "
-                           "step 1 max |difference| "), line
+                           "step 1 largest |difference| / its size "), line
 
 
 def test_another_schedule_than_asked_ends_the_run_naming_its_order(tmp_path: Path) -> None:

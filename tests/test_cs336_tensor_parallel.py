@@ -141,8 +141,8 @@ def test_a_broken_side_ends_the_run_in_one_line(tmp_path: Path, patch: str, firs
     proc = python(wrapper, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"07_tensor_parallel.py: error: {first} against one process: step 1 max "
-                               "|difference| "), lines[0]
+    assert lines[0].startswith(f"07_tensor_parallel.py: error: {first} against one process: step 1 largest "
+                               "|difference| / its size "), lines[0]
     assert "> 1e-09" in lines[0] and "Traceback" not in proc.stderr
     # each check's line, joined where it wraps: "check: WHAT against one process: …" or "check: WHAT: max …"
     blocks = re.split(r"\n(?!    \S)", proc.stdout)

@@ -77,9 +77,21 @@ _schedules._get_warmup_ops = lambda rank, local, per_round, size, n, multiply_fa
 DRIFT = "test_trained_weights_checks.py::test_a_drifting_update_fails_at_the_default"
 ORDER_RULE = "ranks off PyTorch's own rule"
 
+LOSE_LAST_LOSS = """
+import inspect, textwrap
+source = textwrap.dedent(inspect.getsource(module.run_schedule))
+assert "sum(loss.item() for loss in losses)" in source
+exec(source.replace("sum(loss.item() for loss in losses)", "sum(loss.item() for loss in losses[:-1])"),
+     module.__dict__)
+"""
+
 MUTATIONS_08 = [
     Mutation("a stage's update drifts 1e-3 of its movement (lr 1.001x in the ranks)", P08,
              sites=("row[0]",), covered_by=DRIFT),
+    Mutation("the last micro-batch's loss dropped, where the loss is 2e-9 (--layers 14 --width 16)", P08,
+             LOSE_LAST_LOSS, ("--layers", "14", "--width", "16", "--micro-batches", "32", "--batch", "32"),
+             sites=("row[0]",), fails=r"error: GPipe, M = 32 against one process: step 1 largest "
+                                      r"\|difference\| / its size \S+ > 1e-09 \(and 3 more\)$"),
     Mutation("ScheduleGPipe run where Schedule1F1B is asked", P08, sites=(ORDER_RULE,),
              covered_by="test_cs336_pipeline_schedules.py::"
                         "test_another_schedule_than_asked_ends_the_run_naming_its_order"),

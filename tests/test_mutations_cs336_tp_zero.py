@@ -110,6 +110,15 @@ def step_and_a_metric(self, *args, **kwargs):
 torch.optim.Adam.step = step_and_a_metric
 """
 
+ZERO_DLDX = """
+input_grad_rank = module.input_grad_rank
+def zero_input_grad(*args, **kwargs):
+    found = input_grad_rank(*args, **kwargs)
+    found["input_grad"] = found["input_grad"] * 0
+    return found
+module.input_grad_rank = zero_input_grad
+"""
+
 MUTATIONS = [
     # 07's self-checks: one call site, check_sides(rep, what, …), for every side
     Mutation("DTensor's model computes another GELU (tanh's approximation)", TP, sites=("what",),
@@ -120,6 +129,10 @@ MUTATIONS = [
              covered_by="test_trained_weights_checks.py::test_a_drifting_update_fails_at_the_default"),
     Mutation("the learning rate 1.001x in the ranks only, at the deepest --layers (07)", TP, sites=("what",),
              covered_by="test_trained_weights_checks.py::test_a_drifting_update_fails_at_the_deepest_accepted_setting"),
+    Mutation("Megatron's dL/dx all zeros, where dL/dx is 6e-10 (--layers 12 --batch 512)", TP, ZERO_DLDX,
+             ("--layers", "12", "--batch", "512"), sites=("what",),
+             fails=r"error: Megatron TP \(DTensor\) against one process: step 1 largest \|difference\| / "
+                   r"its size 1 > 1e-09$"),
     Mutation("the mesh's dp average divides by my rows, not the batch", TP, DP_BY_ROWS, TP_SMALL,
              sites=("what",), fails=r"error: DP × TP \(2 × 2 mesh\) against one process: step 1 "),
     # 07's rows

@@ -33,10 +33,6 @@ def edit(function: str, *changes: tuple[str, str]) -> str:
 
 
 # ---- lecture15/06_comm_hooks.py ------------------------------------------------------------------
-FP16_FOR_ALLREDUCE = """
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-module.HOOKS["allreduce_hook"] = (lambda: None, default_hooks.fp16_compress_hook)
-"""
 RANK_1_UNEVEN = """
 right_worker = module.hooks_worker
 def hooks_worker(rank, world, cfg):
@@ -82,12 +78,27 @@ ef, noef = "PowerSGD r=1, error feedback", "PowerSGD r=1, no error feedback"
 module.HOOKS[ef], module.HOOKS[noef] = module.HOOKS[noef], module.HOOKS[ef]
 """
 
+NO_DIVIDE = """
+import torch.distributed as dist
+def sum_hook(state, bucket):
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+module.HOOKS["allreduce_hook"] = (lambda: None, sum_hook)
+"""
+
 HOOK_MUTATIONS = [
-    Mutation("allreduce_hook swapped for fp16_compress_hook; rank 1 reports one all_reduce more", HOOKS,
-             FP16_FOR_ALLREDUCE + RANK_1_UNEVEN, SMALL_HOOKS,
-             sites=("allreduce_hook against DDP without a hook", "every rank as rank 0"),
-             fails=r"^06_comm_hooks\.py: error: allreduce_hook against DDP without a hook: max "
-                   r"\|difference\| \S+, above the tolerance 1e-06 \(and 1 more\)$"),
+    Mutation("rank 1 reports one all_reduce more", HOOKS, RANK_1_UNEVEN, SMALL_HOOKS,
+             sites=("every rank as rank 0",),
+             fails=r"^06_comm_hooks\.py: error: calls handed to all_reduce \(counted\): every rank as "
+                   r"rank 0: max \|difference\| 1, above the tolerance 0$"),
+    # a hook that forgets 1/K, where an absolute 1e-6 passed it (the review's --lr 1e-6; now the
+    # least accepted movement) and at 3 ranks, where the row is voided and only the check judges
+    Mutation("allreduce_hook sums the bucket and never divides by K, at a small --lr", HOOKS, NO_DIVIDE,
+             ("--lr", "1e-2"), sites=('"allreduce_hook"',),
+             fails=r"allreduce_hook against DDP without a hook: trained weights \S+ = \S+ × the \S+ they "
+                   r"moved > 0\.001$"),
+    Mutation("allreduce_hook sums the bucket and never divides by K, at 3 ranks", HOOKS, NO_DIVIDE,
+             ("--world-size", "3", "--batch", "63"), sites=('"allreduce_hook"',),
+             fails=r"allreduce_hook against DDP without a hook: trained weights "),
     Mutation("the ranks' network one hidden unit wider than ours; ours one bucket per parameter; "
              "torch's broken hooks working", HOOKS, SMALL_ROWS, SMALL_HOOKS,
              rows=("EN-L15-hook-allreduce-bytes", "EN-L15-hook-fp16-bytes", "EN-L15-hook-powersgd-bytes",

@@ -27,21 +27,25 @@ from common.units import fmt_bytes, fmt_num, fmt_time  # noqa: F401 (the scripts
 # by a share of the movement. An absolute tolerance alone passes a wrong engine whose weights barely
 # moved (9e-11 in 07 and 08 at --layers 16, under their 1e-9).
 MOVED_SHARE = 1e-6        # the largest gap a right engine leaves, as a share of the movement
+FLOAT32_MOVED_SHARE = 1e-3  # the same in float32 (2^-24 relative round-off a step, carried by training):
+                            # a hook or engine that is wrong by a factor is still a share of ~1 off
 ROUND_OFF_ULPS = 64       # the round-off a gap may carry, in units of the largest weight's last place
 
 
-def movement_floor(largest_weight: float, eps: float) -> float:
-    """The least movement a check can judge: MOVED_SHARE of it must exceed the weights' round-off."""
-    return ROUND_OFF_ULPS * eps * largest_weight / MOVED_SHARE
+def movement_floor(largest_weight: float, eps: float, share: float = MOVED_SHARE) -> float:
+    """The least movement a check can judge: `share` of it must exceed the weights' round-off."""
+    return ROUND_OFF_ULPS * eps * largest_weight / share
 
 
-def refuse_still_weights(moved: float, largest_weight: float, eps: float, setting: str) -> None:
+def refuse_still_weights(moved: float, largest_weight: float, eps: float, setting: str,
+                         share: float = MOVED_SHARE,
+                         remedy: str = "fewer --layers, or another --seed") -> None:
     """A usage error, before any rank starts, for a setting whose weights move too little in one
     process for check_trained to tell a wrong engine from round-off."""
-    floor = movement_floor(largest_weight, eps)
+    floor = movement_floor(largest_weight, eps, share)
     if not moved >= floor:
         raise UsageError(f"{setting}: the weights move {moved:.1e} in one process, under {floor:.1e}: too "
-                         "little to tell a wrong engine from round-off (fewer --layers, or another --seed)")
+                         f"little to tell a wrong engine from round-off ({remedy})")
 
 
 class Report:
@@ -171,25 +175,29 @@ class Report:
         return ok
 
     def check_trained(self, what: str, gap: float, moved: float, step_one: float | None = None,
-                      tolerance: float = 0.0) -> bool:
+                      tolerance: float = 0.0, share: float = MOVED_SHARE, relative: bool = False,
+                      against: str = "one process") -> bool:
         """A self-check of training against one process, in one line: `gap` (the largest |ours − one
         process| of the trained weights) within MOVED_SHARE of `moved` (the largest |after − before|
         in one process); and `step_one` (step 1's outputs and gradients, before any update), if given,
-        within `tolerance`. A failure ends the run as check_close's does."""
-        share = gap / moved if moved > 0 else float("inf")
-        trained_ok = share <= MOVED_SHARE  # a NaN gap fails
+        within `tolerance` (relative=True: `step_one` is already each quantity's |difference| over its
+        size in one process, the largest of them). `share`: MOVED_SHARE, or FLOAT32_MOVED_SHARE for
+        float32 weights. A failure ends the run as check_close's does."""
+        off = gap / moved if moved > 0 else float("inf")
+        trained_ok = off <= share  # a NaN gap fails
         first_ok = step_one is None or step_one <= tolerance
-        first = "" if step_one is None else (f"step 1 max |difference| {step_one:.3g} "
-                                             f"{'≤' if first_ok else '>'} {tolerance:g}; ")
-        trained = (f"trained weights {gap:.3g} = {share:.1e} × the {moved:.2g} they moved "
-                   f"{'≤' if trained_ok else '>'} {MOVED_SHARE:g}")
+        name = "step 1 largest |difference| / its size" if relative else "step 1 max |difference|"
+        sign = "≤" if first_ok else ">"
+        first = "" if step_one is None else f"{name} {step_one:.3g} {sign} {tolerance:g}; "
+        trained = (f"trained weights {gap:.3g} = {off:.1e} × the {moved:.2g} they moved "
+                   f"{'≤' if trained_ok else '>'} {share:g}")
         ok = first_ok and trained_ok
-        text = f"check: {what} against one process: {first}{trained}: {'ok' if ok else 'FAILED'}"
+        text = f"check: {what} against {against}: {first}{trained}: {'ok' if ok else 'FAILED'}"
         self._keep("check", text)
         print(wrap(text, "    ", "  "))
         if not ok:
             wrong = ([first.rstrip("; ")] if not first_ok else []) + ([trained] if not trained_ok else [])
-            self.failures.append(f"{what} against one process: {'; '.join(wrong)}")
+            self.failures.append(f"{what} against {against}: {'; '.join(wrong)}")
         return ok
 
     def at_notes_setting(self, setting: Sequence[str] | None = None) -> bool:
