@@ -20,6 +20,7 @@ problems passes, 1 when some fail, 2 for a usage error, 130 on Ctrl-C, 143 on SI
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -218,6 +219,22 @@ def report(runs: list[tuple[Problem, ProblemRun]], seconds: float, json_path: st
     return cases_passed == cases_total
 
 
+def check_machine(problems: list[Problem], quick: bool) -> None:
+    """The ranks the chosen cases start, against this machine and COURSE_BACKEND, before any case
+    (a case would fail as if the solution were wrong)."""
+    from common.errors import UsageError
+    from common.machine import check_backend, max_local_ranks
+
+    sizes = [c.inputs.get("world_size", 1) for p in problems for c in p.cases().CASES
+             if isinstance(c.inputs, dict) and (c.quick or not quick)]
+    largest = max([int(n) for n in sizes if isinstance(n, int)], default=1)
+    limit, why = max_local_ranks()
+    if largest > limit:
+        raise UsageError(f"the cases chosen start up to {largest} ranks, more than this machine runs at once "
+                         f"(at most {limit}: {why}); set COURSE_MAX_RANKS to raise the limit")
+    check_backend(largest, os.environ.get("COURSE_BACKEND") or "gloo")
+
+
 def main() -> None:
     args = parse_args()
     problems, files = solution_files(args.problems, args.solution)
@@ -228,6 +245,7 @@ def main() -> None:
     torch.set_num_threads(1)   # before any tensor op: a fork after an OpenMP team has run can hang
     from judging import engine, ranks
 
+    check_machine(problems, args.quick)
     engine.take_charge()
     ranks.RANK_TIMEOUT_S = ranks.collective_wait_s(args.case_limit_s)
     began = time.perf_counter()

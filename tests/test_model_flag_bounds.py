@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_script
+from conftest import ROOT, assert_usage_error, run_script
 
 from common import collectives_def as cdef
 from common.model_bounds import MAX_MODEL_WORLD, MODEL_MEMORY_BYTES
@@ -198,3 +198,8 @@ def test_a_rings_bytes_at_a_billion_devices_list_nothing() -> None:
     assert time.process_time() - start < 0.5   # a list of 10^9 positions took a minute and 16 GB
     assert cdef.algorithm("ring all-reduce").busiest_bytes(k, n) == 2 * (k - 1) * n / k
     assert cdef.algorithm("ring all-gather").total_bytes(k, n) == float((k - 1) * Fraction(n))
+
+
+def test_a_compute_time_that_underflows_is_refused() -> None:
+    """5e-324 ms is a positive float whose seconds are 0: refused, not a ZeroDivisionError after work."""
+    assert_usage_error("cs336/06_pipeline.py", "--tf-ms", "5e-324", "--tb-ms", "5e-324")

@@ -361,3 +361,27 @@ def test_two_reproductions_into_one_new_folder_both_succeed(tmp_path: Path) -> N
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     assert (report / "index.html").stat().st_size > 1000 and leftovers(report) == []
+
+
+def test_names_the_review_found_fail_before_work_in_one_short_line(tmp_path: Path) -> None:
+    """Through a symlink to a name too long, a path near PATH_MAX (no room for the temporary
+    file), a newline in a path, a value of quotes and spaces: each exit 2, one short line."""
+    (tmp_path / "link.json").symlink_to(tmp_path / ("a" * 256))
+    (tmp_path / "dir_link").symlink_to(tmp_path / ("a" * 256))
+    deep = tmp_path
+    while len(os.fsencode(str(deep))) < 3900:
+        deep = deep / ("d" * 200)
+    deep.mkdir(parents=True)
+    for args in (["--json", str(tmp_path / "link.json")], ["--save-figs", str(tmp_path / "dir_link")],
+                 ["--json", str(deep / ("b" * 100))], ["--json", str(tmp_path / "no\nsuch" / "x.json")],
+                 ["--json", str(tmp_path / "nope" / ("it's a b " * 2000) / "x.json")]):
+        line = one_error_line(run(*args), 2)
+        assert len(line) < 600, line[:200]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["link.json", "dir_link", "d" * 200])
+
+
+def test_a_name_in_another_encoding_is_written(tmp_path: Path) -> None:
+    """A Latin-1 byte in a file name: argv holds a lone surrogate, which --json records escaped."""
+    name = os.fsdecode(b"caf\xe9.json")
+    assert run("--json", str(tmp_path / name)).returncode == 0
+    assert json.loads((tmp_path / name).read_text(encoding="utf-8"))["script"]

@@ -322,7 +322,8 @@ def no_process_left(marker: str, patience_s: float = 3.0) -> list[Any]:
 
 
 @pytest.mark.parametrize("variable, value", [("COURSE_MAX_RANKS", "-1"), ("COURSE_MAX_MINUTES", "0"),
-                                             ("COURSE_BACKEND", "mpi")])
+                                             ("COURSE_BACKEND", "mpi"), ("COURSE_BACKEND", "nccl"),
+                                             ("COURSE_MAX_RANKS", "2")])   # valid, but not for 4-rank cases
 def test_a_bad_course_variable_is_the_commands_error_not_every_cases(variable: str, value: str) -> None:
     """As the scripts refuse it: one line, exit 2, before any case (not "the solution raised")."""
     proc = python(JUDGE, "115", "--solution", str(ROOT / "practice" / "reference" / FOLDERS["115"]),

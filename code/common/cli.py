@@ -107,6 +107,8 @@ def _integer(text: str, low: int, high: int) -> int:
 positive_int = _typed(lambda t: _integer(t, 1, 10**9), "a positive integer")
 nonnegative_int = _typed(lambda t: _integer(t, 0, 2**31 - 1), "an integer >= 0")
 positive_float = _typed(lambda t: _number(t, 0.0, 1e12, True), "a positive number")
+# a model's compute time: from a nanosecond (below it seconds underflow to 0 and the ratios divide by it)
+time_ms = _typed(lambda t: _number(t, 1e-6, 1e9, False), "a time in ms, 1e-6 (a nanosecond) to 1e9")
 nonnegative_float = _typed(lambda t: _number(t, 0.0, 1e12, False), "a number >= 0")
 size_bytes = _typed(parse_size, "a size")
 # A DDP bucket cap: a bare number is MiB, as PyTorch's bucket_cap_mb; "25MB" is 25 × 10^6 bytes.

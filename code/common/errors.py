@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+MAX_LINE = 400    # an error line, whatever it quotes
 SHOWN_CHARS = 60  # of a value quoted in an error: a 100 KB argument is not echoed back whole
 
 
@@ -24,10 +25,14 @@ def clip_values(message: str) -> str:
     def cut(text: str) -> str:
         return f"{text[:SHOWN_CHARS]}…"
 
+    message = message.replace("\r", "\\r").replace("\n", "\\n")   # one line, whatever a value held
+
     for quote in "'\"":
         # a quote that opens a value follows no letter (a possessive's does: "the rank's")
         message = re.sub(f"(?<!\\w){quote}([^{quote}]{{{SHOWN_CHARS + 1},}}){quote}(?!\\w)",
                          lambda m, q=quote: f"{q}{cut(m.group(1))}{q} ({len(m.group(1)):,} characters)",
                          message)
-    return re.sub(f"(?<!\\S)([^\\s'\"]{{{SHOWN_CHARS + 21},}})",
-                  lambda m: f"{cut(m.group(1))} ({len(m.group(1)):,} characters)", message)
+    message = re.sub(f"(?<!\\S)([^\\s'\"]{{{SHOWN_CHARS + 21},}})",
+                     lambda m: f"{cut(m.group(1))} ({len(m.group(1)):,} characters)", message)
+    # what no rule above cut (a value with quotes and spaces in it): the line itself, cut
+    return message if len(message) <= MAX_LINE else f"{message[:MAX_LINE]}… ({len(message):,} characters)"

@@ -37,6 +37,7 @@ from common.torchrun import is_rank0
 
 _MAX_LINKS = 40  # as the kernel's limit on a chain of symlinks (ELOOP)
 _OWN_FD = re.compile(r"/proc/(?:self|(\d+)(?:/task/\d+)?)/fd/(\d+)")   # also /proc/thread-self/fd/N
+_PATH_ROOM = 128  # bytes a path must leave for what is written beside it (a temporary file) or in it
 _TMP_NAME_ROOM = 200  # bytes of a target's name its temporary file repeats (NAME_MAX is 255 here)
 _FIFO_WAIT_S = 30.0  # how long a FIFO may wait for its reader at the end of a run
 
@@ -67,6 +68,8 @@ def _resolve(path: str) -> tuple[str, Any]:
         mode = os.stat(current).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return "file", current  # a new name (check_output_file says when its folder is wrong)
+    except OSError as err:  # a name too long (through a symlink), a loop the kernel saw first
+        raise UsageError(f"{path}: {err.strerror or err}") from None
     return ("file" if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "node"), current
 
 
@@ -103,9 +106,9 @@ def _fits_the_file_system(path: str, flag: str) -> None:
     if len(os.fsencode(longest)) > name_max:
         raise UsageError(f"{flag}: a name of {len(os.fsencode(longest)):,} bytes ('{longest}'); "
                          f"the file system holds {name_max}")
-    if len(os.fsencode(whole)) >= path_max:
-        raise UsageError(f"{flag}: a path of {len(os.fsencode(whole)):,} bytes; the file system "
-                         f"holds {path_max - 1}")
+    if len(os.fsencode(whole)) + _PATH_ROOM >= path_max:
+        raise UsageError(f"{flag}: a path of {len(os.fsencode(whole)):,} bytes; the file system holds "
+                         f"{path_max - 1}, less {_PATH_ROOM} for the names written in or beside it")
 
 
 def _limit(folder: str, name: str, default: int) -> int:
@@ -151,6 +154,7 @@ def check_output_dir(path: str, flag: str) -> None:
     if path == "-":
         raise UsageError(f"{flag} -: give a folder (standard output cannot hold files)")
     target = os.path.realpath(path)
+    _fits_the_file_system(target, flag)   # a symlink may name a folder the file system cannot hold
     if os.path.exists(target) and not os.path.isdir(target):
         raise UsageError(f"{flag} {path}: is a file; give a folder")
     folder = target if os.path.isdir(target) else os.path.dirname(target)
@@ -323,7 +327,8 @@ def _umask() -> int:
 def write_json(path: str, data: Any) -> None:
     """Strict JSON (no NaN or Infinity: those become the strings "nan", "inf", "-inf")."""
     text = json.dumps(_strict(data), indent=1, ensure_ascii=False, allow_nan=False)
-    write_text(path, text + "\n")
+    # a lone surrogate (a file name typed in another encoding, in argv) as JSON's own \udcXX escape
+    write_bytes(path, (text + "\n").encode("utf-8", "backslashreplace"))
 
 
 def _strict(value: Any) -> Any:

@@ -35,6 +35,7 @@ from common.cli import (
     positive_float,
     positive_int,
     run_main,
+    time_ms,
 )
 from common.output import Report, fmt_time, new_figure
 from common.units import ms
@@ -70,9 +71,9 @@ def main() -> None:
     parser = make_parser(__doc__, pp=4, micro_batches=8, figs=True,
                          context={"pp": "S, Parts 1, 4 and 5", "micro_batches": "M, Parts 1, 4 and 5"},
                          bounds=BOUNDS)
-    parser.add_argument("--tf-ms", type=positive_float, default=NOTES_TF_MS,
+    parser.add_argument("--tf-ms", type=time_ms, default=NOTES_TF_MS,
                         help=f"forward time per stage and micro-batch, ms (default {NOTES_TF_MS:g})")
-    parser.add_argument("--tb-ms", type=positive_float, default=NOTES_TB_MS,
+    parser.add_argument("--tb-ms", type=time_ms, default=NOTES_TB_MS,
                         help=f"backward time per stage and micro-batch, ms (default {NOTES_TB_MS:g})")
     parser.add_argument("--p2p-ms", type=nonnegative_float, default=0.0,
                         help="send time between stages in Part 1, ms (default 0, as the notes)")
