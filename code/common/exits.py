@@ -5,7 +5,8 @@ exit status a shell expects, never a traceback.
         run_main(main)
 
 Bad input (`UsageError`) -> exit 2; a failure at run time (a rank, a file: `RunFailure`, or any
-other exception) -> exit 1; Ctrl-C -> 130; SIGTERM -> 143; a closed pipe -> 141. The flags
+other exception) -> exit 1; Ctrl-C -> 130; SIGTERM -> 143; SIGHUP (the terminal closed) -> 129;
+a closed pipe -> 141. The flags
 themselves are `common.cli`'s.
 """
 
@@ -14,22 +15,25 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import traceback
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from common.errors import RunFailure, UsageError, clip_values
 from common.prestarted_serve import end_process, exit_status
 from common.torchrun import quiet_unless_rank0
 
-__all__ = ["run_main"]
+__all__ = ["run_main", "signals_held"]
 
 
 def run_main(main: Callable[[], object]) -> None:
     """Run a script's main() so that it ends in one line, never a traceback, every line with the
     same prefix as a usage error's ("02_buckets.py: error: …"):
     bad input -> exit 2; a failure at run time (a rank, a file) -> exit 1 (COURSE_DEBUG=1 shows
-    the traceback too); Ctrl-C -> "interrupted", 130; SIGTERM -> "terminated", 143, after the
-    same clean-up as an error (no temporary file is left); a closed pipe (`| head`) -> quiet,
+    the traceback too); Ctrl-C -> "interrupted", 130; SIGTERM -> "terminated", 143, SIGHUP (a
+    closed terminal, a dropped SSH session) -> "hung up", 129, both after the same clean-up as an
+    error (no temporary file is left); a closed pipe (`| head`) -> quiet,
     141, as a shell reports a reader that stopped early.
 
     Run by `python FILE` (not -i), the process then ends as Python would end it less the teardown of
@@ -53,6 +57,8 @@ def run_main(main: Callable[[], object]) -> None:
 def _run(main: Callable[[], object]) -> None:
     quiet_unless_rank0()  # under torchrun only rank 0 speaks: set where the script starts, not at import
     signal.signal(signal.SIGTERM, _terminated)
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup: kept
+        signal.signal(signal.SIGHUP, _terminated)
     try:
         main()
         sys.stdout.flush()
@@ -75,10 +81,41 @@ def _run(main: Callable[[], object]) -> None:
         sys.exit(1)
 
 
+# The signals that end a run cleanly: Ctrl-C, SIGTERM, and SIGHUP (a closed terminal)
+ENDING_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM,
+                            *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])})
+
+
+@contextmanager
+def signals_held(mask: bool = False) -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP noted, not raised, inside the block, and raised again as it ends:
+    for a few steps that must happen together (a temporary file made and its name kept for the
+    clean-up; ranks forked and known). With `mask`, this thread also blocks them at the C level, a
+    mask a forked child inherits (see common.launcher). Only the main thread sets handlers: in
+    another thread this holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum)) for sig in ENDING_SIGNALS
+                if signal.getsignal(sig) is not signal.SIG_IGN}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, ENDING_SIGNALS) if mask else None
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if before is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for sig in dict.fromkeys(noted):   # now raised where the caller can end by it
+            signal.raise_signal(sig)
+
+
 def _end_by_signal(err: BaseException | None) -> None:
-    """Ctrl-C: "interrupted", 130; SIGTERM: "terminated", 143; for `err` or an exception it was
-    raised while handling, so that a clean-up failing after the signal (a pipe a stopped rank
-    closed: EBADF) ends the run as the signal does. Returns when none of them is a signal."""
+    """Ctrl-C: "interrupted", 130; SIGTERM: "terminated", 143; SIGHUP: "hung up", 129; for `err`
+    or an exception it was raised while handling, so that a clean-up failing after the signal
+    (a pipe a stopped rank closed: EBADF) ends the run as the signal does. Returns when none of
+    them is a signal."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
@@ -86,17 +123,26 @@ def _end_by_signal(err: BaseException | None) -> None:
             sys.stderr.write("interrupted\n")
             sys.exit(130)
         if isinstance(err, _Terminated):
-            sys.stderr.write("terminated\n")
-            sys.exit(128 + signal.SIGTERM)
+            sys.stderr.write(f"{_WORDS.get(err.signum, 'terminated')}\n")
+            sys.exit(128 + err.signum)
         err = err.__context__
 
 
 class _Terminated(BaseException):
-    """SIGTERM, raised where the main thread is, so `finally` blocks clean up as for Ctrl-C."""
+    """SIGTERM or SIGHUP (`signum`), raised where the main thread is, so `finally` blocks clean up
+    as for Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
+_WORDS = {int(signal.SIGTERM): "terminated",
+          **({int(signal.SIGHUP): "hung up"} if hasattr(signal, "SIGHUP") else {})}
 
 
 def _terminated(signum: int, frame: Any) -> None:
-    raise _Terminated()
+    raise _Terminated(signum)
 
 
 def _error_line(text: str) -> None:

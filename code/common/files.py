@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from common.errors import RunFailure, UsageError
+from common.exits import signals_held
 from common.torchrun import is_rank0
 
 _MAX_LINKS = 40  # as the kernel's limit on a chain of symlinks (ELOOP)
@@ -280,8 +281,10 @@ def _replace_file(target: str, data: bytes) -> None:
     name = os.path.basename(target)
     # the temporary name must fit where the target's does: a long name gives way to "output"
     prefix = f".{name if len(os.fsencode(name)) <= _TMP_NAME_ROOM else 'output'}."
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+    tmp = None
     try:
+        with signals_held():   # a signal between making the file and knowing its name left it behind
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
         try:
             _take_over_mode(fd, target)
             _write_all(fd, data)
@@ -289,7 +292,7 @@ def _replace_file(target: str, data: bytes) -> None:
             os.close(fd)
         os.replace(tmp, target)
     except BaseException:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise
 

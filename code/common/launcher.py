@@ -50,6 +50,7 @@ import torch.multiprocessing as mp
 
 from common.cli import DEFAULT_TIMEOUT_S
 from common.errors import UsageError
+from common.exits import signals_held
 from common.machine import check_backend, check_world_size
 from common.parent_side import Collector
 from common.rank_side import RankError, child_main, last_words
@@ -187,7 +188,7 @@ def _run_ranks(worker: Callable[..., Any], world_size: int, args: tuple, kwargs:
                 for rank in range(world_size)]
     store = None
     try:
-        with _sigterm_blocked(use_fork):  # each rank unblocks it once SIGTERM kills it (rank_side)
+        with _signals_blocked(use_fork):  # each rank unblocks them once its own handlers are set
             for child in children:
                 child.start()
         for _, child_end in pipes:
@@ -208,21 +209,27 @@ def _run_ranks(worker: Callable[..., Any], world_size: int, args: tuple, kwargs:
 
 
 @contextmanager
-def _sigterm_blocked(forking: bool) -> Iterator[None]:
-    """SIGTERM held back while ranks are forked. A forked rank inherits the signal mask but also this
-    process's SIGTERM handler, which raises into whatever runs: a rank terminated in multiprocessing's
-    bootstrap, before `child_main` resets the handler, printed a traceback (seen once in CI after a
-    Ctrl-C). Held back, the signal waits until the rank's own default is in place, and then ends it
-    quietly. Here it is delivered once the ranks are started. A spawned rank needs none of it: exec
-    resets the handler (and a held-back SIGTERM would wait through its import of torch)."""
+def _signals_blocked(forking: bool) -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held back while ranks are forked, in this process and in each new
+    rank until its own handlers are set (`rank_side.child_main`). Otherwise a signal to the whole
+    process group (a terminal's Ctrl-C) landing during the fork ran Python's handler inside fork's
+    own hooks: in this process the KeyboardInterrupt was swallowed ("Exception ignored in
+    _releaseLock") and the run went on to exit 0 (5 of 6 tries of 01_ddp_basics), or cut
+    `Process.start()` in half, leaving a rank this process did not know about (its traceback came
+    after "interrupted"); in a rank still in multiprocessing's bootstrap it printed a traceback.
+
+    Two holds, because a signal for the process may be taken by any thread (torch's own threads
+    too), while Python runs its handler in the main thread whatever that thread's mask: here the
+    handlers only note the signal, which is raised again once the ranks are started, where it ends
+    the run as usual; the mask, inherited by each rank (one thread, the forking one), keeps the
+    signal pending there until the rank's own dispositions are in place (it ignores the terminal's
+    signals: the parent decides, and ends the ranks). A spawned rank needs none of it: exec resets
+    the handlers (and a held-back signal would wait through its import of torch)."""
     if not forking or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
+    with signals_held(mask=True):
         yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def startup_allowance_s(world_size: int, spawned: bool = False) -> float:

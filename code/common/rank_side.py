@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from common.errors import RunFailure
+from common.exits import ENDING_SIGNALS
 from common.loopback import loopback_interface
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -161,6 +162,20 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def _own_signals() -> None:
+    """A rank's dispositions, set before the signals the launcher held back reach it. SIGTERM (the
+    parent's clean-up) kills it at once: the parent's "SIGTERM cleans up" is not ours. Ctrl-C and a
+    closed terminal reach the whole process group; the parent decides what they mean and ends the
+    ranks itself, so a rank ignores them: a rank that raised KeyboardInterrupt or died of SIGHUP
+    first would print a traceback, or be blamed for the run's end."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, ENDING_SIGNALS)   # held back by the launcher
+
+
 def where_main_thread() -> tuple[bool, str]:
     """(inside torch.distributed?, the innermost frame outside torch) of the main thread."""
     frame = sys._current_frames().get(threading.main_thread().ident)
@@ -193,9 +208,7 @@ def child_main(worker: Callable[..., Any], rank: int, world_size: int, conn: Any
     # What the parent owned at the fork is not ours to collect (its objects' threads did not
     # come along, so destructors that join them would hang): keep the collector off it.
     gc.freeze()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's "SIGTERM cleans up" is not ours: die at once
-    if hasattr(signal, "pthread_sigmask"):  # the launcher held SIGTERM back until this default was set
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    _own_signals()
     _die_with_parent()
     lock = threading.Lock()
     stderr_text = _fold_stderr(stderr_path)
