@@ -122,12 +122,14 @@ def _nested(me: _Rank) -> dict[str, Any]:
     """A block inside a block: quiet in the inner one and in the rest of the outer one."""
     ddp = me.model()
     with ddp.no_sync():
+        with watched() as before:                 # a .grad already there when the inner block starts
+            me.backward(ddp, me.pieces[0])
         with watched() as inner:
             with ddp.no_sync():
-                me.backward(ddp, me.pieces[0])
+                me.backward(ddp, me.pieces[1])
         with watched() as outer:
-            me.backward(ddp, me.pieces[1])
-    return {"inside1": inner, "outer": outer, "after1": me.synced(ddp, me.pieces[2]),
+            me.backward(ddp, me.pieces[2])
+    return {"before": before, "inside1": inner, "outer": outer, "after1": me.synced(ddp, me.pieces[3]),
             "grads1": _grads(ddp)}
 
 
@@ -209,11 +211,13 @@ def check_raises(inputs: dict[str, Any], data: list[Any]) -> None:
 
 
 def check_nested(inputs: dict[str, Any], data: list[Any]) -> None:
-    _check_quiet(data, "inside1", HINT_NO_COMM)
+    _check_quiet(data, "before", HINT_NO_COMM)
+    # the plain case already showed a single block quiet: noise here is the nesting's (a flag flipped)
+    _check_quiet(data, "inside1", HINT_NESTED, "no communication in a no_sync block inside another")
     # quiet in the inner block, not after it: the flag the inner block restored
     _check_quiet(data, "outer", HINT_NESTED, "no communication in the outer block after the inner one ended")
-    check_seen(data, "inside1", "outer", "after1")
-    _check_synced(data, "after1", HINT_SYNC, "the backward after the outer block")
+    check_seen(data, "before", "inside1", "outer", "after1")
+    _check_synced(data, "after1", HINT_NESTED, "the backward after the outer block (syncing back on)")
     _check_grads(data, "grads1", WHOLE)
 
 
@@ -240,6 +244,7 @@ CASES = [
     case("3 ranks, 3 micro-batches, shards 10, 10, 11: = one process", 3, 3, "plain", HINT_GRADS),
     case("an exception inside no_sync reaches the caller and leaves syncing on", 2, 1, "raises",
          HINT_FINALLY),
-    case("no_sync inside no_sync: no communication until the outer block ends", 2, 3, "nested", HINT_NESTED),
+    case("no_sync inside no_sync, after a backward in the outer block: no communication until the outer "
+         "block ends, and the earlier .grad kept", 2, 4, "nested", HINT_NESTED),
     case("two models: model b syncs inside model a's no_sync", 2, 2, "two", HINT_INSTANCE),
 ]

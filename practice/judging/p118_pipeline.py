@@ -45,11 +45,19 @@ HINT_GRAD = ("README hint 2: a stage's backward is y.backward(the gradient recei
              "sends to s − 1 is its input's .grad (the received input needs requires_grad_())")
 HINT_STAGE = ("README: run every forward as stage(x) and every backward as y.backward(...) on what it "
               "returned: the judge sees your passes there")
-HINT_OUTPUT = "README: the last stage returns the batch's output, its micro-batches' outputs in order"
+HINT_OUTPUT = ("README: the last stage returns the batch's output, its micro-batches' outputs in order; "
+               "every other stage returns None")
+HINT_BUFFER = ("README hint 2: receive into a buffer of the tensor sent's shape AND dtype (float64 here: "
+               "torch.empty(shape, dtype=batch.dtype)); gloo refuses a size that differs")
 HINT_STEP = ("README hint 3: every step starts with optimizer.zero_grad() and ends with optimizer.step(), "
              "once, after every micro-batch's backward")
 HINT_DEADLOCK = ("README hint 2: a gloo send waits for its receive: stage s sending F(m + 1) and stage s + 1 "
                  "sending B(m)'s gradient wait for each other. Send with dist.isend and wait at the end")
+ERROR_HINTS = [("Received data size doesn't match", HINT_BUFFER), ("size doesn't match", HINT_BUFFER),
+               # isend(h.grad) with h.grad None: the received input never had requires_grad_()
+               ("Expected parameter `tensor` of type torch.Tensor", HINT_GRAD),
+               # a step between micro-batches changes the weights a later backward still needs
+               ("modified by an inplace operation", HINT_STEP)]
 
 
 def prepare() -> None:
@@ -172,6 +180,9 @@ def _gap(got: Any, want: torch.Tensor) -> float:
 
 def _check_numbers(data: list[Any], inputs: dict[str, Any], ref: mlp.Reference) -> None:
     world, layers = inputs["world_size"], inputs["layers"]
+    for rank, res in enumerate(data[:-1]):
+        if res["returned"] is not None:
+            raise Fail(f"rank {rank} (not the last stage) returns None", kind(res["returned"]), HINT_OUTPUT)
     out = data[-1]["returned"]
     if _gap(out, ref.output) > TOL:
         got = f"max |difference| {_gap(out, ref.output):.3g}" if isinstance(out, torch.Tensor) else kind(out)
@@ -212,6 +223,8 @@ CASES = [
     case("2 ranks, 4 layers, batch 8 in 4 micro-batches (M > S), SGD, 2 steps", 2, 4, 8, 4, "sgd"),
     case("4 ranks, 4 layers, batch 13 in 6 micro-batches (3, 2, 2, 2, 2, 2), Adam, 2 steps", 4, 4, 13, 6,
          "adam"),
+    case("4 ranks, 4 layers, batch 6 in 2 micro-batches (M < S − 1: warm-up cut to M), SGD", 4, 4, 6, 2,
+         "sgd"),
     case("3 ranks, 5 layers (2, 2, 1), 2 micro-batches (M < S: warm-up cut to M), Adam", 3, 5, 6, 2, "adam",
          quick=False),
 ]

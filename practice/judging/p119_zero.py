@@ -12,7 +12,8 @@ torch.optim.Adam in one process on the whole batch.
 
 from __future__ import annotations
 
-from types import ModuleType
+import functools
+from types import FunctionType, MethodType, ModuleType
 from typing import Any
 
 import torch
@@ -46,6 +47,8 @@ HINT_INDEX = ("README hint 1: rank r's shard is elements r·c … (r + 1)·c −
               "order and padded with zeros")
 HINT_ADAM = ("README hint 4: Adam as torch.optim.Adam computes it, bias corrections 1 − β₁ᵗ and 1 − β₂ᵗ "
              "included, t counted from 1")
+HINT_DTYPE = ("README hint 1: make m and v in the parameters' dtype (float64 here: torch.zeros(c, "
+              "dtype=p.dtype)); torch.zeros(c) alone is float32")
 HINT_DEADLOCK = ("README hint 2: every rank calls the same collectives in the same order, with tensors of "
                  "the same size: one reduce-scatter, then one all-gather")
 
@@ -56,10 +59,13 @@ def prepare() -> None:
 
 
 # ---- in the solution's process: each rank's step, counted and weighed --------------------------------
-def kept_tensors(opt: Any, skip: set[int]) -> list[list[Any]]:
+def kept_tensors(opt: Any, skip: set[int], solution: ModuleType | None = None) -> list[list[Any]]:
     """[where, bytes] of each tensor storage the optimizer keeps (reached through its attributes,
-    dicts, lists and objects), but not the parameters' or gradients' storages (`skip`) nor
-    one-number tensors (a step count). A slice keeps its whole storage alive: counted whole."""
+    dicts, lists and objects, and what its callables hold: functools.partial's arguments, a
+    function's closure cells and defaults, a bound method's object), and what the solution's module
+    keeps in its globals (tensors, dicts, lists, tuples, sets: a cache between steps), but not the
+    parameters' or gradients' storages (`skip`) nor one-number tensors (a step count). A slice
+    keeps its whole storage alive: counted whole."""
     found: list[list[Any]] = []
     seen = set(skip)
 
@@ -69,8 +75,20 @@ def kept_tensors(opt: Any, skip: set[int]) -> list[list[Any]]:
             if value.numel() > 1 and storage.data_ptr() not in seen:
                 seen.add(storage.data_ptr())
                 found.append([where, storage.nbytes()])
-        elif depth >= WALK_DEPTH or isinstance(value, (str, bytes, type, ModuleType)) or callable(value):
+        elif depth >= WALK_DEPTH or isinstance(value, (str, bytes, type, ModuleType)):
             return
+        elif isinstance(value, functools.partial):
+            visit(value.func, f"{where}.func", depth + 1)
+            visit(list(value.args), f"{where}.args", depth + 1)
+            visit(dict(value.keywords), f"{where}.keywords", depth + 1)
+        elif isinstance(value, MethodType):
+            visit(value.__func__, f"{where}.__func__", depth + 1)
+            visit(value.__self__, f"{where}.__self__", depth + 1)
+        elif isinstance(value, FunctionType):
+            cells = [c.cell_contents for c in (value.__closure__ or ()) if _filled(c)]
+            visit(cells, f"{where}.__closure__", depth + 1)
+            visit(list(value.__defaults__ or ()) + list((value.__kwdefaults__ or {}).values()),
+                  f"{where}.__defaults__", depth + 1)
         elif isinstance(value, dict):
             for key, item in list(value.items()):
                 visit(item, f"{where}[{key!r}]" if isinstance(key, (str, int)) else f"{where}[…]", depth + 1)
@@ -82,7 +100,19 @@ def kept_tensors(opt: Any, skip: set[int]) -> list[list[Any]]:
                 visit(item, f"{where}.{name}" if where else name, depth + 1)
 
     visit(opt, "", 0)
+    if solution is not None:          # a module-level cache outlives the step as much as an attribute
+        for name, value in list(vars(solution).items()):
+            if isinstance(value, (torch.Tensor, dict, list, tuple, set)) and not name.startswith("__"):
+                visit(value, f"{solution.__name__}.{name}", 1)
     return found
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents        # reading an empty cell raises
+    except ValueError:                # an empty cell
+        return False
+    return True
 
 
 def _shard_state(opt: Any, name: str) -> Any:
@@ -94,7 +124,8 @@ def zero_worker(rank: int, world: int, layers: int, width: int, batch: int) -> d
     params, x = mlp.make_params(layers, width, seed=SEED), mlp.make_batch(batch, width, seed=SEED)
     ws = [w.clone().requires_grad_() for w in params]
     mine = x.tensor_split(world)[rank]             # equal slices: the mean of the ranks' means is the batch's
-    opt = function(solution_in_rank(), "ZeroAdam")(list(ws), lr=mlp.LR_ADAM)
+    solution = solution_in_rank()
+    opt = function(solution, "ZeroAdam")(list(ws), lr=mlp.LR_ADAM)
     steps = []
     for _ in range(STEPS):
         for w in ws:
@@ -104,7 +135,7 @@ def zero_worker(rank: int, world: int, layers: int, width: int, batch: int) -> d
         with watched() as seen, dist_count.counting() as counts:
             opt.step()
         steps.append({"traffic": seen, "calls": [[name, nbytes] for name, _, nbytes in counts.tensors],
-                      "params": [w.detach().clone() for w in ws], "kept": kept_tensors(opt, skip),
+                      "params": [w.detach().clone() for w in ws], "kept": kept_tensors(opt, skip, solution),
                       "exp_avg": _shard_state(opt, "exp_avg"), "exp_avg_sq": _shard_state(opt, "exp_avg_sq")})
     return {"steps": steps}
 
@@ -149,6 +180,10 @@ def _check_bytes(data: list[Any], n: int, world: int) -> None:
             if not isinstance(m, torch.Tensor) or not isinstance(got["exp_avg_sq"], torch.Tensor):
                 raise Fail("attributes exp_avg and exp_avg_sq: 1-D tensors, this rank's shard of m and v",
                            f"rank {rank}: exp_avg is {kind(m)}", HINT_SHARD)
+            wrong = [t.dtype for t in (m, got["exp_avg_sq"]) if t.dtype != torch.float64]
+            if wrong:
+                raise Fail("exp_avg and exp_avg_sq in the parameters' dtype, torch.float64",
+                           f"rank {rank}: {wrong[0]}", HINT_DTYPE)
             held = sum(b for _, b in got["kept"])
             if shard_bounds(n, world, rank, m.numel()) is None or held != 2 * ELEM * m.numel():
                 kept = ", ".join(f"{where} {b:,} B" for where, b in got["kept"][:4]) or "nothing"
