@@ -281,7 +281,9 @@ def test_a_real_timeout_still_says_how_long_was_waited() -> None:
 
 # ---- torchrun on two nodes of this machine: SIGKILL rank 3 on node 1 ------------------------------
 
-KILLS = 10          # runs, each one torchrun pair (two agents) killed once
+# runs, each one torchrun pair (two agents) killed once: 4 in the suite (about 20 s of a worker each);
+# COURSE_BLAME_KILLS=10 for the issue's count (10/10 named right, twice, when this was written)
+KILLS = int(os.environ.get("COURSE_BLAME_KILLS", "4"))
 TOGETHER = 2        # runs at a time: a run waits half its time (rendezvous, imports on 2 cores)
 DDP_BASICS = ROOT / "code" / "lecture15" / "01_ddp_basics.py"
 
@@ -366,3 +368,16 @@ def test_two_nodes_name_the_killed_rank_every_time() -> None:
                 or named_at - killed_at > 10 or statuses[0] == 0):
             wrong.append(f"run {run}: {named_at - killed_at:.1f} s after the kill, exit {statuses}: {line}")
     assert wrong == [], f"{len(wrong)} of {KILLS} wrong:\n" + "\n".join(wrong)
+
+
+def test_last_words_stop_where_faulthandler_dumps_the_stacks() -> None:
+    """pytest (or PYTHONFAULTHANDLER) dumps a dying rank's stacks after gloo's reason: the reason is kept."""
+    from common.rank_side import last_words
+
+    text = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+            "  what():  [enforce fail at /x/gloo/transport/tcp/pair.cc:456] 32 vs 24. Received data size "
+            "doesn't match expected size.\nFatal Python error: Aborted\n\nCurrent thread 0x1 (most recent "
+            "call first):\n  File \"a.py\", line 3 in f\n\nExtension modules: numpy, torch._C (total: 2)\n")
+    words = last_words(text)
+    assert words[-1].endswith("Received data size doesn't match expected size."), words
+    assert not any("Extension modules" in w or "Fatal Python" in w for w in words)

@@ -132,6 +132,8 @@ def last_words(text: str) -> tuple[str, ...]:
     each clipped. gloo says why it aborts a process only there ("terminate called after throwing
     an instance of 'gloo::EnforceNotMet' / what(): [enforce fail at pair.cc:456] ... 32 vs 24.
     Received data size doesn't match expected size")."""
+    # Python's faulthandler (pytest's, PYTHONFAULTHANDLER) dumps the stacks after gloo's words: cut it
+    text = text.split("Fatal Python error:", 1)[0]
     kept = [line.strip() for line in text.splitlines() if line.strip() and not _GLOG_NOISE.match(line)]
     words = []
     for line in kept[-_KEPT_WORDS:]:
