@@ -7,10 +7,16 @@ with its pages (`reproduce.py --quick`, --with-reproduce) and the test suite (th
 command, --with-suite), each timed once between three imports of torch before and three after, and
 the practice judge on every reference solution (--with-judge, target 30 s).
 With --largest, instead: each model-only script at the largest values its flags accept (LARGEST_RUNS).
+With --torchrun, instead: each script with real processes under `torchrun --standalone
+--nproc-per-node=4`, beside torchrun's floor (the same torchrun starting 4 processes that import
+torch and end): there each rank imports torch itself, and on 2 cores the floor alone is about 3.5x
+import torch, so the target there is the floor plus the standalone budget's work (3x less the one
+import torch a standalone run pays): TORCHRUN_WORK_X.
 
     python bench/bench_scripts.py [--repeats 3] [--only lecture15] [--with-reproduce] [--with-judge]
                                   [--with-suite]
     python bench/bench_scripts.py --largest [--only cs336]
+    python bench/bench_scripts.py --torchrun [--only cs336]
 
 Targets (issue 18, a 2-core machine): a script with real processes within 3x import torch; a
 model-only script 1.5 s (at its largest values, common.model_bounds.MODEL_BUDGET_S); reproduce.py
@@ -46,6 +52,8 @@ MODEL_ONLY_TARGET_S = 1.5
 LARGEST_WORLD_SIZE = 1024  # model-only scripts with --world-size must meet their target here too
 SWEEP_TARGET_S = 0.5  # lecture 15 §3.2's whole bucket-cap sweep, timed inside 03_overlap.py
 REAL_TARGET_X = 3.0   # a script with real processes, in import torch's
+TORCHRUN_WORK_X = REAL_TARGET_X - 1   # under torchrun: beyond its floor, in import torch's
+TORCHRUN_RANKS = 4
 REPRODUCE_TARGET_X = 20.0  # reproduce.py --quick, every script and the three pages
 SUITE_TARGET_X = 140.0     # the README's test command
 JUDGE_TARGET_S = 30.0      # practice/judge.py on every reference solution (issue 30), this machine
@@ -127,10 +135,15 @@ def main() -> None:
                         help="also time the README's test command, once (minutes)")
     parser.add_argument("--largest", action="store_true",
                         help="time the model-only scripts at the largest values their flags accept instead")
+    parser.add_argument("--torchrun", action="store_true",
+                        help="time the scripts with real processes under torchrun (4 ranks) instead")
     args = parser.parse_args()
     runs = 1 if args.quick else args.repeats
     if args.largest:
         largest(args.only, runs)
+        return
+    if args.torchrun:
+        under_torchrun(args.only, runs)
         return
     print(f"Wall times, median of {runs} run{'s' * (runs > 1)}, each after one of `import torch` (x: the "
           "ratio)")
@@ -187,6 +200,39 @@ def largest(only: str, runs: int) -> None:
     print()
     print(format_table(["what", "kind", "median s", "import torch s", "x import torch", "target", "verdict"],
                        rows))
+
+
+def torchrun(program: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={TORCHRUN_RANKS}", *program]
+
+
+def under_torchrun(only: str, runs: int) -> None:
+    """Each script with real processes under torchrun, its median beside import torch's and beside
+    torchrun's floor, each timed in the same rounds (see the module's docstring for the target)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        floor = Path(tmp) / "floor.py"
+        floor.write_text("import torch\n", encoding="utf-8")
+        rows = []
+        for script in scripts():
+            if not script.real or not named_by(only, script.name):
+                continue
+            torch_s, floor_s, timed = [], [], []
+            for _ in range(runs):
+                torch_s.append(wall(IMPORT_TORCH)[0])
+                floor_s.append(wall(torchrun([str(floor)]))[0])
+                timed.append(wall(torchrun([str(script.path)])))
+            t, f, s = (statistics.median(torch_s), statistics.median(floor_s),
+                       statistics.median(x for x, _ in timed))
+            ok, work_x = all(rc == 0 for _, rc in timed), (s - f) / t
+            verdict = ("meets" if work_x <= TORCHRUN_WORK_X else "SLOWER") if ok else "FAILED"
+            rows.append([script.name, f"{s:.2f}", f"{t:.2f}", f"{s / t:.1f}", f"{f:.2f}", f"{work_x:.1f}",
+                         f"floor + {TORCHRUN_WORK_X:g}x", verdict])
+            print(f"  {script.name}: {s:.2f} s under torchrun, floor {f:.2f} s, import torch {t:.2f} s",
+                  flush=True)
+    print()
+    print(format_table(["script (torchrun, 4 ranks)", "median s", "import torch s", "x import torch",
+                        "floor s", "(s - floor) x import torch", "target", "verdict"], rows))
 
 
 def sweep_seconds() -> float:

@@ -57,7 +57,7 @@ def _by_function_events(call: Callable[[], None]) -> list[tuple[str, int]]:
 def _both_readings(rank: int, world_size: int) -> dict[str, tuple[list, list]]:
     found = {}
     for name, call in _calls(world_size).items():
-        with gloo_ran.watching() as ran:
+        with gloo_ran.watching(every_rank=True) as ran:
             call()
         found[name] = ([(op.name, op.input_bytes) for op in ran.ops], _by_function_events(call))
     return found
@@ -99,3 +99,17 @@ def test_what_ran_in_place_of_what_was_handed() -> None:
 def test_a_dtype_it_cannot_size_is_an_error() -> None:
     with pytest.raises(ValueError, match="c10::Float8"):
         gloo_ran._input_bytes([[4]], ["c10::Float8"], "gloo:all_reduce")
+
+
+def _watched_where(rank: int, world_size: int) -> tuple[bool, object, bool]:
+    with gloo_ran.watching() as ran:
+        dist.all_reduce(torch.ones(4))
+    return ran.watched, ran.by_kind(world_size), bool(ran.ops)
+
+
+def test_only_rank_0_watches_and_the_others_say_they_did_not() -> None:
+    """The profiler costs every rank CPU; the tables print rank 0's. A rank that did not watch says
+    so (None), never 'gloo ran nothing'."""
+    ranks = launch(_watched_where, 2, timeout_s=120)
+    assert ranks[0] == (True, {"all-reduce": (1, 16)}, True)   # 4 float32
+    assert ranks[1] == (False, None, False)

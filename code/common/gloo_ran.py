@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
+import torch.distributed as dist
 
 from common.collectives_def import BY_TORCH_NAME
 from common.launcher import capture_stderr
@@ -69,12 +70,17 @@ class GlooOp:
 
 @dataclass
 class Ran:
-    """What gloo ran during a `watching()` block, in the order its spans started."""
+    """What gloo ran during a `watching()` block, in the order its spans started (watched False: the
+    block was not profiled on this rank, and nothing is known of what ran)."""
 
     ops: list[GlooOp] = field(default_factory=list)
+    watched: bool = True
 
-    def by_kind(self, k: int) -> dict[str, tuple[int, int]]:
-        """Per operation kind: (calls, bytes of their buffers), N per call on a group of k ranks."""
+    def by_kind(self, k: int) -> dict[str, tuple[int, int]] | None:
+        """Per operation kind: (calls, bytes of their buffers), N per call on a group of k ranks; None
+        where the block was not watched (not "gloo ran nothing")."""
+        if not self.watched:
+            return None
         found: dict[str, tuple[int, int]] = {}
         for op in self.ops:
             calls, nbytes = found.get(op.kind(), (0, 0))
@@ -103,12 +109,16 @@ def read(events: list) -> list[GlooOp]:
 
 
 @contextlib.contextmanager
-def watching(on: bool = True) -> Iterator[Ran]:
-    """Profile the block and fill the yielded Ran with what gloo ran in it (on=False: no profile, the
-    Ran stays empty; a loop profiles one step of many so: the profiler records every op, DTensor's
-    many, and costs a rank some 0.1 s a step here). Wait for every collective inside the block: one
-    still running when it ends may be missed."""
-    ran = Ran()
+def watching(on: bool = True, every_rank: bool = False) -> Iterator[Ran]:
+    """Profile the block and fill the yielded Ran with what gloo ran in it (on=False: no profile, and
+    the Ran says it was not watched; a loop profiles one step of many so). By default only rank 0 of
+    the default group watches (the tables print rank 0's, every rank issues the same collectives):
+    the profiler records every op, DTensor's many, and costs a rank some 0.1 s a step here, which
+    four ranks on two cores pay in wall time. Wait for every collective inside the block: one still
+    running when it ends may be missed."""
+    if on and not every_rank and dist.is_initialized():
+        on = dist.get_rank() == 0
+    ran = Ran(watched=on)
     if not on:
         yield ran
         return
@@ -130,8 +140,10 @@ NCCL_DOES = {"reduce-scatter": "NCCL runs a reduce-scatter as one: (p−1)/p·N 
                                "of an all-reduce's 2(p−1)/p·N"}
 
 
-def per_step(by_kind: dict[str, tuple[int, int]], steps: int) -> ByKind:
-    """`by_kind` of `steps` steps as a step's (an integer where it divides)."""
+def per_step(by_kind: dict[str, tuple[int, int]] | None, steps: int) -> ByKind | None:
+    """`by_kind` of `steps` steps as a step's (an integer where it divides); None if not watched."""
+    if by_kind is None:
+        return None
     def one(v: float) -> float:
         return int(v // steps) if v % steps == 0 else v / steps
     return {kind: (one(c), one(b)) for kind, (c, b) in by_kind.items()}

@@ -319,7 +319,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = make_parser(__doc__, world_size=4, tp=2, layers=8, width=128, batch=32, steps=3, seed=0,
+    parser = make_parser(__doc__, world_size=4, tp=2, layers=8, width=128, batch=32, steps=2, seed=0,
                          real=True, cost=COST,
                          context={"tp": "Part 3: ranks in a row of the mesh", "steps": "SGD steps",
                                   "width": "d of every layer", "seed": "weights and data"})
