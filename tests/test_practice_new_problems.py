@@ -35,10 +35,11 @@ FIXTURES = {
     "119_all_reduce.py": (p119_zero.HINT_RS, None),
     "119_no_all_gather.py": (p119_zero.HINT_AG, None),
     "119_sums_gradients.py": (p119_zero.HINT_MEAN, None),
-    "119_no_bias_correction.py": (p119_zero.HINT_ADAM, None),
+    "119_no_bias_correction.py": (p119_zero.HINT_WRITE, None),   # m and v right, the update not
     "119_float32_state.py": (p119_zero.HINT_DTYPE, None),
     "119_global_cache.py": (p119_zero.HINT_SHARD, None),
     "119_closure_buffer.py": (p119_zero.HINT_SHARD, None),
+    "119_unpadded_offset.py": (p119_zero.HINT_WRITE, ("3 ranks",)),      # rank 1 blamed, not rank 0
     "120_lecture_size.py": (p120_busbw.HINT_SLIP, ("the lecture's", "every collective")),
     "120_gib.py": (p120_busbw.HINT_GB, None),
     "120_one_factor.py": (p120_busbw.HINT_FACTOR, ("the lecture's", "every collective")),
@@ -83,6 +84,13 @@ def test_each_wrong_solution_fails_its_quick_cases_naming_the_property(fixture: 
     for name in names:
         outcome = judged(number, name, WRONG / fixture)
         assert not outcome.get("passed") and outcome.get("hint") == hint, (name, outcome)
+
+
+def test_119_blames_the_rank_whose_own_shard_is_wrong() -> None:
+    """Rank 1 updates the wrong elements; rank 0's gathered parameters are wrong because of it, its
+    own shard right: the failure names rank 1 (it named rank 0, the first it looked at)."""
+    outcome = judged("119", quick_cases("119")[1], WRONG / "119_unpadded_offset.py")
+    assert outcome["expected"].startswith("rank 1: its own shard"), outcome
 
 
 def test_wrong_solutions_fail_under_quick_through_the_judge(tmp_path: Path) -> None:

@@ -121,7 +121,9 @@ def bucket_hint(args: list[Any], expected: list[list[int]], got: list[list[int]]
     if [sorted(b) for b in got] == [sorted(b) for b in expected]:
         return HINT_INSIDE
     wrong = next((b for b, (e, g) in enumerate(zip(expected, got)) if e != g), min(len(expected), len(got)))
-    return HINT_FIRST if wrong == 0 and first is not None else HINT_SEAL
+    if first is not None and wrong <= 1:    # the first bucket wrong, or the one where the caps change
+        return HINT_FIRST if wrong == 0 else HINT_FIRST_ONLY
+    return HINT_SEAL
 
 
 def check_buckets(inputs: dict[str, Any], data: list[dict[str, Any]], notes: str = "") -> None:

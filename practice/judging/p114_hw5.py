@@ -36,6 +36,8 @@ HINT_SLICES = "README hint 1: one shuffle, then CONTIGUOUS slices in rank order 
 HINT_GLOBAL = "README hint 1: a local random.Random(seed) leaves the global generator alone"
 HINT_AVG = "README hint 2: all_reduce SUM each grad in place, then divide by the world size; skip grad None"
 HINT_DIVIDE = "README hint 2: after the SUM, divide by dist.get_world_size() (the ranks' count, not a number)"
+HINT_IN_PLACE = ("README hint 2: p.grad came back as this rank's own: all_reduce p.grad ITSELF (it works in "
+                 "place; dist.all_reduce(p.grad / W) reduces a temporary and throws it away), then divide")
 HINT_NONE = ("README hint 2: skip a parameter whose grad is None (leave it None): every rank skips the "
              "same ones")
 HINT_STEP = ("README hint 3: zero_grad, forward, loss_fn(outputs, targets), backward, average_gradients, "
@@ -160,12 +162,21 @@ def check_average(inputs: dict[str, Any], data: list[Any]) -> None:
             right = isinstance(g, torch.Tensor) and g.shape == total.shape
             if right and (g - total / world).abs().max().item() <= TOL:
                 continue
-            # what it is instead chooses the hint: a multiple of the sum is a wrong division
-            ratio = (total.sum() / g.sum()).item() if right and g.sum().item() else 0.0
             raise Fail(f"rank {rank}, parameter {i}: the mean over {world} ranks "
                        f"{show((total / world).flatten().tolist())}",
                        show(g.flatten().tolist()) if isinstance(g, torch.Tensor) else kind(g),
-                       HINT_DIVIDE if right and torch.allclose(g * ratio, total) else HINT_AVG)
+                       _average_hint(g if right else None, total, _rank_grads(rank, total.shape, i)))
+
+
+def _average_hint(got: torch.Tensor | None, total: torch.Tensor, own: torch.Tensor) -> str:
+    """What the gradient is instead chooses the hint: this rank's own, unchanged (nothing reduced
+    in place), or a multiple of the sum (a wrong division)."""
+    if got is None:
+        return HINT_AVG
+    if torch.equal(got, own):
+        return HINT_IN_PLACE
+    ratio = (total.sum() / got.sum()).item() if got.sum().item() else 0.0
+    return HINT_DIVIDE if torch.allclose(got * ratio, total) else HINT_AVG
 
 
 # ---- train_step, on real ranks --------------------------------------------------------------------------
@@ -232,10 +243,12 @@ def _check_first_losses(data: list[Any], name: str, expected: Losses) -> None:
             raise Fail(f"{STEPS} floats, this rank's loss at each step (loss.item())",
                        kind(got[0] if isinstance(got, list) and len(got) == STEPS else got), HINT_FLOAT)
         right, swapped = expected[rank][0]
+        after = expected[rank][1][0]         # the loss on this shard after step 1's update
         if not _close(got[0], right):
             why, hint = ((": loss_fn(targets, outputs), the arguments swapped", HINT_ARGS)
                          if _close(got[0], swapped) else (": the ranks' mean", HINT_MINE)
-                         if _close(got[0], mean) else ("", HINT_STEP))
+                         if _close(got[0], mean) else (": the loss after the update", HINT_EVERY_LOSS)
+                         if _close(got[0], after) else ("", HINT_STEP))
             raise Fail(f"rank {rank}'s first loss ({name}) {right:.10g}: loss_fn(outputs, targets) on its "
                        "shard", f"{got[0]:.10g}{why}", hint)
 

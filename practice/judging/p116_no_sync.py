@@ -42,6 +42,10 @@ HINT_INSTANCE = ("README hint 1: the flag belongs to the instance (self.…), no
 HINT_GRADS = "README hint 3: the .grad sums of every micro-batch are what the synced backward all-reduces"
 HINT_DEADLOCK = ("README hint 1: every rank must skip the same all-reduces: the flag is read at the same "
                  "point on every rank")
+HINT_AUTOGRAD = ("README hint 1: no_sync turns off the all-reduce, not autograd: no torch.no_grad() in it "
+                 "(the backward inside still needs the graph, and .grad must accumulate)")
+# a backward inside a no_grad() block: the loss has no graph
+ERROR_HINTS = [("does not require grad and does not have a grad_fn", HINT_AUTOGRAD)]
 ROUNDS = 2                            # accumulation rounds in a row in the plain scenario
 
 

@@ -47,6 +47,9 @@ HINT_INDEX = ("README hint 1: rank r's shard is elements r·c … (r + 1)·c −
               "order and padded with zeros")
 HINT_ADAM = ("README hint 4: Adam as torch.optim.Adam computes it, bias corrections 1 − β₁ᵗ and 1 − β₂ᵗ "
              "included, t counted from 1")
+HINT_WRITE = ("README hints 1 and 4: m and v are right, the parameters they update are not: update elements "
+              "r·c … (r + 1)·c − 1 of the flat parameters (c = the padded length ÷ W), as torch.optim.Adam "
+              "(bias corrections 1 − β₁ᵗ and 1 − β₂ᵗ, t from 1)")
 HINT_DTYPE = ("README hint 1: make m and v in the parameters' dtype (float64 here: torch.zeros(c, "
               "dtype=p.dtype)); torch.zeros(c) alone is float32")
 HINT_DEADLOCK = ("README hint 2: every rank calls the same collectives in the same order, with tensors of "
@@ -237,30 +240,49 @@ def _check_state(got: dict[str, Any], want: dict[str, Any], n: int, world: int, 
                        HINT_MEAN if summed else HINT_INDEX)
 
 
+def _flat(got: dict[str, Any], want: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(torch.cat([w.flatten() for w in ws]) for ws in (got["params"], want["params"]))
+
+
+def _check_own_shard(got: dict[str, Any], want: dict[str, Any], n: int, world: int, rank: int,
+                     step: int) -> None:
+    """Rank's own shard of the parameters after `step` = one process's (what its update wrote; its m
+    and v are right by now: the update's offset or formula is wrong)."""
+    flat, flat_want = _flat(got, want)
+    lo, hi = shard_bounds(n, world, rank, got["exp_avg"].numel())
+    if _gap(flat, flat_want) > TOL and _gap(flat[lo:min(hi, n)], flat_want[lo:min(hi, n)]) > TOL:
+        raise Fail(f"rank {rank}: its own shard's parameters (elements {lo}–{min(hi, n) - 1}) after step "
+                   f"{step} = torch.optim.Adam, one process",
+                   f"relative difference {_gap(flat[lo:min(hi, n)], flat_want[lo:min(hi, n)]):.3g}",
+                   HINT_WRITE)
+
+
 def _check_params(got: dict[str, Any], want: dict[str, Any], n: int, world: int, rank: int,
                   step: int) -> None:
-    """Every one of rank's parameters after `step` = one process's."""
-    flat, flat_want = (torch.cat([w.flatten() for w in ws]) for ws in (got["params"], want["params"]))
+    """Every one of rank's parameters after `step` = one process's (every rank's own shard is
+    right by now: what is wrong came from the others)."""
+    flat, flat_want = _flat(got, want)
     if _gap(flat, flat_want) <= TOL:
         return
     lo, hi = shard_bounds(n, world, rank, got["exp_avg"].numel())
-    own_right = _gap(flat[lo:min(hi, n)], flat_want[lo:min(hi, n)]) <= TOL
     raise Fail(f"rank {rank}: every parameter after step {step} = torch.optim.Adam, one process",
-               f"relative difference {_gap(flat, flat_want):.3g}"
-               + (f" (its own shard {lo}–{min(hi, n) - 1} right)" if own_right else ""),
-               HINT_AG if own_right else HINT_ADAM)
+               f"relative difference {_gap(flat, flat_want):.3g} (its own shard {lo}–{min(hi, n) - 1} right)",
+               HINT_AG)
 
 
 def check(inputs: dict[str, Any], data: list[Any]) -> None:
+    """Step by step, the first that goes wrong; in a step, every rank's state, then every rank's own
+    shard, then the whole: the rank blamed is the one whose own work went wrong (a wrong shard
+    of rank 1's makes rank 0's gathered parameters wrong too)."""
     world, layers, width = inputs["world_size"], inputs["layers"], inputs["width"]
     n = layers * width * width
     _check_bytes(data, n, world)
     _check_collectives(data, n, world)
     ref = one_process_adam(layers, width, inputs["batch"])
-    for step, want in enumerate(ref, 1):       # step by step: the first step that goes wrong
-        for rank, res in enumerate(data):
-            _check_state(res["steps"][step - 1], want, n, world, rank, step)
-            _check_params(res["steps"][step - 1], want, n, world, rank, step)
+    for step, want in enumerate(ref, 1):
+        for each in (_check_state, _check_own_shard, _check_params):
+            for rank, res in enumerate(data):
+                each(res["steps"][step - 1], want, n, world, rank, step)
 
 
 def case(name: str, world: int, layers: int, width: int, batch: int, quick: bool = True) -> Case:
