@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -39,6 +38,7 @@ from common import errata
 from common.cli import UsageError, make_parser, run_main
 from common.files import check_output_dir, make_output_dir, write_json
 from common.lanes import Lanes, Turns
+from common.leftovers import owned_folder
 from common.output import wrap
 from common.suite import Script, named_by, scripts
 
@@ -137,7 +137,7 @@ def run_scripts(chosen: list[Script], args: argparse.Namespace
     each script's own --json by name, the pages written and the seconds it all took."""
     start = time.perf_counter()
     drawing = not args.no_report and any(s.draws for s in chosen)
-    with tempfile.TemporaryDirectory() as tmp:
+    with owned_folder("course-run-") as tmp:
         figure_dir = None if args.no_report else Path(tmp) / "figures"
         if figure_dir is not None:
             figure_dir.mkdir()   # before two lanes' scripts race to make it

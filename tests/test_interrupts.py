@@ -6,6 +6,7 @@ the suite stays fast; COURSE_INTERRUPT_TRIES=20 for the issue's count)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,7 +34,12 @@ def work(rank, world_size):
     time.sleep(0.5)
     return rank
 
-run_main(lambda: print(launch(work, 2, timeout_s=20)))
+def main():
+    print("ranks", launch(work, 2, timeout_s=20), flush=True)
+    time.sleep(1.0)                     # the gathering, stretched: a window to be signalled in
+    print("done")
+
+run_main(main)
 """
 
 WRITES = """
@@ -100,6 +106,41 @@ def test_a_signal_as_the_first_rank_is_forked(sig: str) -> None:
     assert seen == [(status, f"{word}\n", 0)] * tries, f"{tries} tries: {seen}"
 
 
+def _torch_mapped(pid: int) -> bool:
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def _ranks_came_and_went() -> Callable[[int], bool]:
+    seen = []
+
+    def ready(pid: int) -> bool:
+        kids = _children(pid)
+        seen.extend(kids[:1])
+        return bool(seen) and not kids
+    return ready
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig, phase", [("SIGTERM", "importing"), ("SIGHUP", "gathering")])
+def test_a_signal_while_torch_imports_or_results_are_gathered(sig: str, phase: str) -> None:
+    """More phases (bench/bench_interrupts.py makes 20 tries of each, with every signal)."""
+    status, word = ENDINGS[sig]
+    for _ in range(max(1, TRIES - 2)):
+        ready = _torch_mapped if phase == "importing" else _ranks_came_and_went()
+        assert _signal_when(RANKS, sig, ready) == (status, f"{word}\n", 0)
+
+
+def test_a_closed_pipe_ends_quietly_with_141() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", RANKS.format(code=str(CODE))], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"ranks")
+    proc.stdout.close()                  # the reader stops, as `| head -1`
+    assert proc.stderr.read() == b"" and proc.wait(timeout=30) == 141
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
 def test_a_signal_while_an_output_is_written_leaves_no_temporary(sig: str, tmp_path: Path) -> None:
@@ -113,17 +154,19 @@ def test_a_signal_while_an_output_is_written_leaves_no_temporary(sig: str, tmp_p
         assert [n for n in os.listdir(out) if n != "timeline.html"] == []
 
 
-def test_a_killed_runs_prestarted_folder_is_removed_by_the_next() -> None:
+@pytest.mark.parametrize("prefix", ["prestarted-", "course-ranks-", "course-run-", "judge-case-"])
+def test_a_killed_runs_folder_is_removed_by_the_next(prefix: str) -> None:
     sys.path.insert(0, str(CODE))
-    from common import prestarted
+    from common import leftovers
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()   # a number no process has now (until it is reused)
-    orphan = Path(tempfile.mkdtemp(prefix=f"prestarted-{dead.pid}-"))
-    (orphan / "imports.txt").write_text("left by a SIGKILL")
-    mine = Path(tempfile.mkdtemp(prefix=f"prestarted-{os.getpid()}-"))   # a live owner's: kept
+    orphan = Path(tempfile.mkdtemp(prefix=f"{prefix}{dead.pid}-"))
+    (orphan / "left.txt").write_text("left by a SIGKILL")
+    mine = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))   # a live owner's: kept
     try:
-        prestarted._remove_orphans()
+        with leftovers.owned_folder(prefix) as made:
+            assert Path(made).name.startswith(f"{prefix}{os.getpid()}-")
         assert not orphan.exists() and mine.exists()
     finally:
         for folder in (orphan, mine):
@@ -131,3 +174,21 @@ def test_a_killed_runs_prestarted_folder_is_removed_by_the_next() -> None:
                 for f in folder.iterdir():
                     f.unlink()
                 folder.rmdir()
+
+
+def test_every_temporary_folder_of_ours_is_owned() -> None:
+    """A folder made under the temporary directory without its owner's number would stay for good
+    after a SIGKILL: every one goes through common.leftovers, with one of its PREFIXES."""
+    sys.path.insert(0, str(CODE))
+    from common import leftovers
+
+    root = CODE.parent
+    for path in [*(root / "code").rglob("*.py"), *(root / "practice").rglob("*.py")]:
+        if path.name == "leftovers.py" or "reference" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        # inside a folder of ours (dir=...) is cleaned with it
+        bare = re.findall(r"(?:TemporaryDirectory|mkdtemp)\((?!dir=)", text)
+        assert not bare, f"{path}: {bare} (common.leftovers.owned_folder / make_owned)"
+        for prefix in re.findall(r"(?:owned_folder|make_owned)\(\"([^\"]+)\"\)", text):
+            assert prefix in leftovers.PREFIXES, (path, prefix)

@@ -18,8 +18,10 @@ import sys
 import threading
 import traceback
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
+from common import WORDS, raise_terminated
+from common import Terminated as _Terminated
 from common.errors import RunFailure, UsageError, clip_values
 from common.prestarted_serve import end_process, exit_status
 from common.torchrun import quiet_unless_rank0
@@ -56,9 +58,9 @@ def run_main(main: Callable[[], object]) -> None:
 
 def _run(main: Callable[[], object]) -> None:
     quiet_unless_rank0()  # under torchrun only rank 0 speaks: set where the script starts, not at import
-    signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGTERM, raise_terminated)
     if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup: kept
-        signal.signal(signal.SIGHUP, _terminated)
+        signal.signal(signal.SIGHUP, raise_terminated)
     try:
         main()
         sys.stdout.flush()
@@ -123,26 +125,9 @@ def _end_by_signal(err: BaseException | None) -> None:
             sys.stderr.write("interrupted\n")
             sys.exit(130)
         if isinstance(err, _Terminated):
-            sys.stderr.write(f"{_WORDS.get(err.signum, 'terminated')}\n")
+            sys.stderr.write(f"{WORDS.get(err.signum, 'terminated')}\n")
             sys.exit(128 + err.signum)
         err = err.__context__
-
-
-class _Terminated(BaseException):
-    """SIGTERM or SIGHUP (`signum`), raised where the main thread is, so `finally` blocks clean up
-    as for Ctrl-C."""
-
-    def __init__(self, signum: int = signal.SIGTERM) -> None:
-        super().__init__(signum)
-        self.signum = int(signum)
-
-
-_WORDS = {int(signal.SIGTERM): "terminated",
-          **({int(signal.SIGHUP): "hung up"} if hasattr(signal, "SIGHUP") else {})}
-
-
-def _terminated(signum: int, frame: Any) -> None:
-    raise _Terminated(signum)
 
 
 def _error_line(text: str) -> None:

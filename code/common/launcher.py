@@ -51,6 +51,7 @@ import torch.multiprocessing as mp
 from common.cli import DEFAULT_TIMEOUT_S
 from common.errors import UsageError
 from common.exits import signals_held
+from common.leftovers import owned_folder
 from common.machine import check_backend, check_world_size
 from common.parent_side import Collector
 from common.rank_side import RankError, child_main, last_words
@@ -153,7 +154,7 @@ def _run_children(worker: Callable[..., Any], world_size: int, args: tuple, kwar
                   threads: int, backend: str) -> list[Any]:
     """A standalone run: W child processes, each writing its stderr to a file of ours (read even
     after the rank died), the rendezvous store here, the parent's deadlines."""
-    with tempfile.TemporaryDirectory(prefix="course-ranks-") as folder:
+    with owned_folder("course-ranks-") as folder:   # a killed run's folder is removed by the next
         stderr_paths = [os.path.join(folder, f"rank{rank}.stderr") for rank in range(world_size)]
         try:
             return _run_ranks(worker, world_size, args, kwargs, timeout_s, threads, backend, stderr_paths)

@@ -36,7 +36,6 @@ import contextlib
 import json
 import locale
 import os
-import re
 import select
 import shutil
 import signal
@@ -47,6 +46,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from common.leftovers import owned_folder
 
 # What every real script imports: enough for DDP's constructor and the launcher's forked ranks.
 # Not `common`: its import sets sys.excepthook, which a script that does not import it must not get.
@@ -62,38 +63,6 @@ _BOOT = ("import sys; del sys.path[0]; "
          ).format(str(Path(__file__).resolve().with_name("prestarted_serve.py")))
 
 
-def _remove_orphans() -> None:
-    """The folders of runs killed outright (SIGKILL: no clean-up ran), removed by the next one: a
-    folder is named after the process that owns it (prestarted-PID-…), and removed once no process
-    has that number. A reused number keeps the folder, the safe side, until that process ends."""
-    root = tempfile.gettempdir()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    for name in names:
-        match = re.fullmatch(r"prestarted-(\d+)-\w+", name)
-        path = os.path.join(root, name)
-        if not match or not _gone(int(match.group(1))):
-            continue
-        try:
-            mine = os.lstat(path).st_uid == getattr(os, "getuid", lambda: 0)()
-            if mine and os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            pass
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:   # alive, someone else's
-        return False
-    return False
-
-
 class Prestarted:
     """One prestarted interpreter and the runs it forks, one at a time; close() (or leaving the
     `with` block) ends it. A run it cannot take runs fresh (subprocess.run)."""
@@ -101,8 +70,7 @@ class Prestarted:
     def __init__(self, env: dict[str, str] | None = None, preload: tuple[str, ...] = PRELOAD) -> None:
         self.env = dict(os.environ if env is None else env)
         self._lock = threading.Lock()
-        _remove_orphans()
-        self._tmp = tempfile.TemporaryDirectory(prefix=f"prestarted-{os.getpid()}-")
+        self._tmp = owned_folder("prestarted-")   # a killed run's folder is removed here
         self._log = Path(self._tmp.name) / "imports.txt"
         requests_r, self._requests = os.pipe()
         self._replies, replies_w = os.pipe()

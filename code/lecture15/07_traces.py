@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 from typing import Any
 
@@ -43,6 +42,7 @@ from common.cli import UsageError, make_parser, run_main
 from common.costmodel import Link, ring_allreduce_time
 from common.files import make_output_dir, write_json
 from common.launcher import capture_stderr, launch, preload_for_ddp
+from common.leftovers import owned_folder
 from common.output import Report, fmt_bytes
 from lecture15.ddp_sim import (
     COMM,
@@ -114,7 +114,7 @@ def profiled_step(ddp: DDP, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     with capture_stderr():                  # the profiler's start/stop lines from C++, not for the reader
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             step()
-        with tempfile.TemporaryDirectory() as folder:
+        with owned_folder("course-run-") as folder:
             path = os.path.join(folder, "trace.json")
             prof.export_chrome_trace(path)
             with open(path, encoding="utf-8") as fh:

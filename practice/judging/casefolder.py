@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.leftovers import make_owned
+
 RECORD = ".judge-writes"          # the audit hook's lines, inside the case's folder
 MAX_RECORD_BYTES = 1 << 20        # what the judge reads of it
 MAX_NOTES = 6                     # notes per case; past that, how many more
@@ -113,7 +115,7 @@ class CaseFolder:
     def make(cls, solution: Path) -> CaseFolder:
         practice = Path(__file__).resolve().parents[1]
         places = list(dict.fromkeys([solution.parent, Path.cwd().resolve(), practice]))
-        folder = cls(Path(tempfile.mkdtemp(prefix="judge-case-")).resolve(), solution, places)
+        folder = cls(Path(make_owned("judge-case-")).resolve(), solution, places)
         folder.before, folder.began_ns = _snapshot(places), _now_ns()
         return folder
 
