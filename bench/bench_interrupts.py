@@ -61,6 +61,12 @@ PROGRAMS = {
 DEADLINE_S = 90
 
 
+def heeding_ctrl_c() -> None:
+    """In the child before it runs: SIGINT as a terminal's process gets it. A program started in
+    the background by a shell inherits SIGINT ignored, and Python then never raises Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def children(pid: int) -> list[int]:
     try:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -117,7 +123,7 @@ def one_try(program: str, phase: str, sig: str) -> str:
         out = Path(folder)
         argv = [sys.executable, *(a.replace("{out}", folder) for a in command)]
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=heeding_ctrl_c)
         before = {p.name for p in Path(tempfile.gettempdir()).glob(f"*-{proc.pid}-*")}
         fired, deadline = False, time.monotonic() + DEADLINE_S
         if phase == "pipe":

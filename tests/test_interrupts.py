@@ -42,6 +42,10 @@ def main():
 run_main(main)
 """
 
+# threads > 1: spawned ranks (as NCCL's), which import the main module again
+SPAWNED = RANKS.replace("launch(work, 2, timeout_s=20)", "launch(work, 2, timeout_s=20, threads=2)").replace(
+    "run_main(main)", "if __name__ == '__main__':\n    run_main(main)")
+
 WRITES = """
 import sys
 sys.path.insert(0, {code!r})
@@ -56,6 +60,12 @@ def main():
 
 run_main(main)
 """
+
+
+def _heeding_ctrl_c() -> None:
+    """SIGINT as a terminal's process gets it: a suite started in the background by a shell
+    passes SIGINT ignored to its children, and Python then never raises Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _children(pid: int) -> list[int]:
@@ -78,11 +88,14 @@ def _in_session(sid: int) -> list[int]:
     return alive
 
 
-def _signal_when(source: str, sig: str, ready: Callable[[int], bool], *args: str) -> tuple[int, str, int]:
+def _signal_when(source: str, sig: str, ready: Callable[[int], bool], *args: str,
+                 file: bool = False) -> tuple[int, str, int]:
     """Start `source` in a session of its own, signal its whole group the moment `ready(pid)` holds,
     and return its status, its stderr and how many of its processes are left a moment later."""
-    proc = subprocess.Popen([sys.executable, "-c", source.format(code=str(CODE)), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    program = [source] if file else ["-c", source.format(code=str(CODE))]
+    proc = subprocess.Popen([sys.executable, *program, *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_heeding_ctrl_c)
     deadline = time.monotonic() + 30
     while proc.poll() is None and time.monotonic() < deadline and not ready(proc.pid):
         pass
@@ -131,6 +144,33 @@ def test_a_signal_while_torch_imports_or_results_are_gathered(sig: str, phase: s
     for _ in range(max(1, TRIES - 2)):
         ready = _torch_mapped if phase == "importing" else _ranks_came_and_went()
         assert _signal_when(RANKS, sig, ready) == (status, f"{word}\n", 0)
+
+
+def _spawned_ranks_importing(pid: int) -> bool:
+    """Both spawned ranks exist and import torch (multiprocessing's resource tracker is a child too)."""
+    ranks = [c for c in _children(pid) if b"spawn_main" in _cmdline(c)]
+    return len(ranks) == 2 and all(_torch_mapped(r) for r in ranks)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
+def test_a_signal_while_spawned_ranks_import_torch(sig: str, tmp_path: Path) -> None:
+    """Spawned ranks (NCCL's way, here threads=2) start with the signals held, as forked ones: a
+    Ctrl-C there printed multiprocessing's traceback from each rank (the resource tracker's start
+    had unblocked them), SIGHUP killed that tracker and spawn warned."""
+    status, word = ENDINGS[sig]
+    program = tmp_path / "spawned.py"          # spawn imports the main module again: a file, not -c
+    program.write_text(SPAWNED.format(code=str(CODE)))
+    for _ in range(max(1, TRIES - 2)):
+        seen = _signal_when(str(program), sig, _spawned_ranks_importing, file=True)
+        assert seen == (status, f"{word}\n", 0)
 
 
 def test_a_closed_pipe_ends_quietly_with_141() -> None:

@@ -42,6 +42,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from datetime import timedelta
+from multiprocessing import resource_tracker
 from typing import Any, Callable, Iterator
 
 import torch
@@ -188,8 +189,10 @@ def _run_ranks(worker: Callable[..., Any], world_size: int, args: tuple, kwargs:
                                   start_s + _TORCH_AFTER_S, threads, args, kwargs, stderr_paths[rank]))
                 for rank in range(world_size)]
     store = None
+    if not use_fork:   # multiprocessing's tracker process, which spawn needs: started here, first
+        _start_resource_tracker()
     try:
-        with _signals_blocked(use_fork):  # each rank unblocks them once its own handlers are set
+        with _signals_blocked():  # each rank unblocks them once its own handlers are set
             for child in children:
                 child.start()
         for _, child_end in pipes:
@@ -210,8 +213,8 @@ def _run_ranks(worker: Callable[..., Any], world_size: int, args: tuple, kwargs:
 
 
 @contextmanager
-def _signals_blocked(forking: bool) -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP held back while ranks are forked, in this process and in each new
+def _signals_blocked() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held back while ranks are started, in this process and in each new
     rank until its own handlers are set (`rank_side.child_main`). Otherwise a signal to the whole
     process group (a terminal's Ctrl-C) landing during the fork ran Python's handler inside fork's
     own hooks: in this process the KeyboardInterrupt was swallowed ("Exception ignored in
@@ -224,13 +227,25 @@ def _signals_blocked(forking: bool) -> Iterator[None]:
     handlers only note the signal, which is raised again once the ranks are started, where it ends
     the run as usual; the mask, inherited by each rank (one thread, the forking one), keeps the
     signal pending there until the rank's own dispositions are in place (it ignores the terminal's
-    signals: the parent decides, and ends the ranks). A spawned rank needs none of it: exec resets
-    the handlers (and a held-back signal would wait through its import of torch)."""
-    if not forking or not hasattr(signal, "pthread_sigmask"):
+    signals: the parent decides, and ends the ranks). A spawned rank keeps the mask through exec
+    too: without it, a Ctrl-C during its import of torch printed multiprocessing's traceback, and
+    the parent's SIGTERM there printed a word of the rank's own; held, the signal waits until
+    child_main, where the rank ignores it or dies quietly by it (or the parent's SIGKILL 2 s later)."""
+    if not hasattr(signal, "pthread_sigmask"):
         yield
         return
     with signals_held(mask=True):
         yield
+
+
+def _start_resource_tracker() -> None:
+    """multiprocessing's resource tracker, started now if it is not running: its start unblocks
+    SIGINT and SIGTERM in this thread (it blocks them around its own spawn, then unblocks them),
+    which inside the ranks' hold would hand them to the spawned ranks unheld. It is made with all
+    three held, for good: it shares our process group, and a SIGHUP to the group killed it (spawn
+    then warned that it "died unexpectedly" and started another)."""
+    with signals_held(mask=True):
+        resource_tracker.ensure_running()
 
 
 def startup_allowance_s(world_size: int, spawned: bool = False) -> float:
