@@ -35,13 +35,16 @@ def raise_terminated(signum: int, frame: object) -> None:
 
 
 def _quiet_signal_hook(kind, value, tb, _previous=sys.excepthook):  # type: ignore[no-untyped-def]
-    """An import stopped by a signal: its word and 128 + its number, as common.exits.run_main."""
+    """An import stopped by a signal: its word and 128 + its number, as common.exits.run_main (under
+    torchrun only rank 0 says it, as later)."""
     signum = signal.SIGINT if issubclass(kind, KeyboardInterrupt) else getattr(value, "signum", None)
     if signum is None:
         _previous(kind, value, tb)
         return
+    from common.torchrun import is_rank0
     try:
-        sys.stderr.write(f"{WORDS[int(signum)]}\n")
+        if is_rank0():
+            sys.stderr.write(f"{WORDS[int(signum)]}\n")
         sys.stderr.flush()
     except Exception:  # noqa: BLE001 - stderr itself may be gone
         pass
