@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import ROOT
 from test_practice import RIGHT, WRONG, failed, judge, judged, layout
 
@@ -31,6 +32,9 @@ FIXTURES = {
     "118_float32_recv.py": (p118_pipeline.HINT_BUFFER, None),
     "118_no_requires_grad.py": (p118_pipeline.HINT_GRAD, None),
     "118_step_per_micro.py": (p118_pipeline.HINT_STEP, None),
+    "118_zero_grad_after_step.py": (p118_pipeline.HINT_STEP, None),         # no .grad left after step()
+    "118_results_not_detached.py": (p118_pipeline.HINT_OUTPUT, None),
+    "118_returns_last_micro.py": (p118_pipeline.HINT_OUTPUT, None),
     "119_full_state.py": (p119_zero.HINT_SHARD, None),
     "119_all_reduce.py": (p119_zero.HINT_RS, None),
     "119_no_all_gather.py": (p119_zero.HINT_AG, None),
@@ -40,6 +44,9 @@ FIXTURES = {
     "119_global_cache.py": (p119_zero.HINT_SHARD, None),
     "119_closure_buffer.py": (p119_zero.HINT_SHARD, None),
     "119_unpadded_offset.py": (p119_zero.HINT_WRITE, ("3 ranks",)),      # rank 1 blamed, not rank 0
+    "119_beta1_for_v.py": (p119_zero.HINT_ADAM, None),           # v wrong everywhere: the arithmetic
+    "119_state_reset_each_step.py": (p119_zero.HINT_ADAM, None),
+    "119_step_count_after.py": (p119_zero.HINT_ADAM, None),      # 1 − β⁰ = 0: ZeroDivisionError
     "120_lecture_size.py": (p120_busbw.HINT_SLIP, ("the lecture's", "every collective")),
     "120_gib.py": (p120_busbw.HINT_GB, None),
     "120_one_factor.py": (p120_busbw.HINT_FACTOR, ("the lecture's", "every collective")),
@@ -166,3 +173,13 @@ def test_120_worked_example_is_busbw_pys() -> None:
     assert f"= {bw.busbw('reduce-scatter', 4, size, seconds) / 1e9:.2f} GB/s" in text
     slip = bw.chunk_slip_busbw("reduce-scatter", 4, size, seconds)
     assert f"= {slip / 1e9:.2f} (printed as {slip / 2**30:.2f} \"GB/s\"" in text
+
+
+def test_119_a_state_at_another_offset_is_named_as_such() -> None:
+    """The hint for a wrong m or v: found elsewhere in the whole state, the offset (hint 1);
+    nowhere, the arithmetic (hint 4); a zero stretch (the padding) matches nothing."""
+    whole = torch.arange(1.0, 13.0, dtype=torch.float64)
+    assert p119_zero._found_at(whole[4:8].clone(), whole, 0) == 4
+    assert p119_zero._found_at(whole[0:4] * 1.5, whole, 0) is None
+    padded = torch.cat([whole, torch.zeros(4, dtype=torch.float64)])
+    assert p119_zero._found_at(torch.zeros(4, dtype=torch.float64), padded, 0) is None

@@ -22,6 +22,7 @@ from judging.ranks import check_seen, counted, recorded_calls, run_ranks, soluti
 from judging.sandbox import function
 
 FUNCTIONS = ("ring_allreduce",)
+HINT_SUM = "the README: the SUM over the ranks, as dist.all_reduce's default (op=SUM): no division"
 HINT_RESULT = (
     "README hint 2: in step s rank r sends chunk (r − s) mod K; reduce-scatter adds, all-gather copies"
 )
@@ -31,8 +32,9 @@ HINT_BUFFERS = ("README hint 2: receive into a buffer like the chunk that is sen
 HINT_P2P = "README hint 1: only send/recv (or isend/irecv, batch_isend_irecv), no collective"
 HINT_NEIGHBOUR = "README hint 2: every message goes to the same neighbour: (r + 1) mod K in both phases"
 HINT_BYTES = "README hint 3: 2(K − 1) messages per rank, each ONE chunk (about N/K elements)"
-HINT_DEADLOCK = ("README hint 1: a send waits for its receive on gloo, whatever the size: post both at once "
-                 "(batch_isend_irecv) or alternate by parity")
+HINT_DEADLOCK = ("README hint 1: ranks waited for each other. Check the peers: each rank sends to "
+                 "(r + 1) % K and receives from (r − 1) % K. A send also waits for its receive on gloo, "
+                 "whatever the size: post both at once (batch_isend_irecv) or alternate by parity")
 HINT_CHUNKS = ("README hint 2: tensor.tensor_split(K) always gives K chunks; tensor.chunk(K) may give fewer "
                "(N = 5, K = 4: 3)")
 ERROR_HINTS = [("IndexError", HINT_CHUNKS), ("Received data size doesn't match", HINT_BUFFERS)]
@@ -87,12 +89,15 @@ def _check_sum(data: list[Any], expected: torch.Tensor) -> None:
             raise Fail("the sum in the tensor passed in (in place, like dist.all_reduce)",
                        "the sum returned, the tensor itself not changed", HINT_IN_PLACE)
         got = show(result.tolist()) if isinstance(result, torch.Tensor) else kind(result)
-        # what differs chooses the hint: buffers of another size than the messages, or the indices
-        buffers = received != sent
+        # what differs chooses the hint: buffers of another size than the messages, the mean, or the indices
+        buffers, world = received != sent, len(data)
+        mean = isinstance(result, torch.Tensor) and result.shape == expected.shape and torch.allclose(
+            result.double() * world, expected.double())
         raise Fail(f"rank {rank}, the sum over the ranks: {show(expected.tolist())}",
                    f"rank {rank}: {got}" + (f" (the ranks received into {received:,} B of buffers for "
-                                            f"{sent:,} B sent)" if buffers else ""),
-                   HINT_BUFFERS if buffers else HINT_RESULT)
+                                            f"{sent:,} B sent)" if buffers else f": the sum ÷ {world}"
+                                            if mean else ""),
+                   HINT_BUFFERS if buffers else HINT_SUM if mean else HINT_RESULT)
 
 
 def check(inputs: dict[str, Any], data: list[Any]) -> None:

@@ -40,12 +40,16 @@ HINT_NESTED = ("README hint 2: restore the flag's PREVIOUS value, not True: a bl
 HINT_INSTANCE = ("README hint 1: the flag belongs to the instance (self.…), not to the class or a global: "
                  "one model's no_sync leaves another syncing")
 HINT_GRADS = "README hint 3: the .grad sums of every micro-batch are what the synced backward all-reduces"
+HINT_MEAN = ("the synced backward's all-reduce SUMS the ranks' .grad: finish_gradient_sync divides by the "
+             "world size (the worked example's ÷ 2)")
 HINT_DEADLOCK = ("README hint 1: every rank must skip the same all-reduces: the flag is read at the same "
                  "point on every rank")
 HINT_AUTOGRAD = ("README hint 1: no_sync turns off the all-reduce, not autograd: no torch.no_grad() in it "
                  "(the backward inside still needs the graph, and .grad must accumulate)")
 # a backward inside a no_grad() block: the loss has no graph
-ERROR_HINTS = [("does not require grad and does not have a grad_fn", HINT_AUTOGRAD)]
+ERROR_HINTS = [("does not require grad and does not have a grad_fn", HINT_AUTOGRAD),
+               # MyDDP's own check: a backward whose per-backward state was never reset
+               ("buckets never completed", HINT_SYNC)]
 ROUNDS = 2                            # accumulation rounds in a row in the plain scenario
 
 
@@ -188,7 +192,11 @@ def _check_grads(data: list[Any], key: str, what: str) -> None:
             raise Fail("a gradient in every parameter's .grad", kind(grads), HINT_GRADS)
         diff = max((g - e).abs().max().item() for g, e in zip(grads, expected))
         if not diff <= TOL:
-            raise Fail(f"rank {rank}'s gradients = {what}", f"max |difference| {diff:.3g}", HINT_GRADS)
+            world = len(data)     # the ranks' sum, not their mean: the division by W left out
+            summed = max((g - world * e).abs().max().item() for g, e in zip(grads, expected)) <= TOL * world
+            raise Fail(f"rank {rank}'s gradients = {what}", f"max |difference| {diff:.3g}"
+                       + (f": {world}× it, the ranks' sum" if summed else ""),
+                       HINT_MEAN if summed else HINT_GRADS)
 
 
 WHOLE = f"one process on all {BATCH} samples"

@@ -33,6 +33,10 @@ HINT_COUNT = "the README: one dL/dW_r per layer, every layer, the first layer's 
 HINT_ORDER = "the README: the gradients in LAYER order, grads[0] the first layer's (backward runs top down)"
 HINT_DTYPE = ("the README: every tensor is float64; a buffer you make needs the inputs' dtype "
               "(torch.zeros(shape) is float32: use torch.zeros_like, or dtype=x.dtype)")
+# a column slice of the wrong size, or the whole B × d kept where this rank's columns were asked
+ERROR_HINTS = [("must match the size of tensor", "README hints 1 and 2: this rank's columns are "
+                "sum(widths[:rank]) … + widths[rank] − 1; dL/dx comes back as B × widths[rank] (its own "
+                "columns of the sum over ranks: reduce-scatter, or all-reduce then slice)")]
 HINT_DEADLOCK = (
     "README hint 2: every rank calls the same collective for each layer below the top, in the same order"
 )

@@ -45,14 +45,15 @@ HINT_GRAD = ("README hint 2: a stage's backward is y.backward(the gradient recei
              "sends to s − 1 is its input's .grad (the received input needs requires_grad_())")
 HINT_STAGE = ("README: run every forward as stage(x) and every backward as y.backward(...) on what it "
               "returned: the judge sees your passes there")
-HINT_OUTPUT = ("README: the last stage returns the batch's output, its micro-batches' outputs in order; "
-               "every other stage returns None")
+HINT_OUTPUT = ("README: the last stage returns the batch's output, its micro-batches' outputs in order, "
+               "detached; every other stage returns None")
 HINT_BUFFER = ("README hint 2: receive into a buffer of the tensor sent's shape AND dtype (float64 here: "
                "torch.empty(shape, dtype=batch.dtype)); gloo refuses a size that differs")
 HINT_STEP = ("README hint 3: every step starts with optimizer.zero_grad() and ends with optimizer.step(), "
              "once, after every micro-batch's backward")
-HINT_DEADLOCK = ("README hint 2: a gloo send waits for its receive: stage s sending F(m + 1) and stage s + 1 "
-                 "sending B(m)'s gradient wait for each other. Send with dist.isend and wait at the end")
+HINT_DEADLOCK = ("README hint 2: ranks waited for each other. Check every peer: activations go from s to "
+                 "s + 1, gradients from s + 1 back to s, and only the first and last stages skip one. A "
+                 "gloo send also waits for its receive: send with dist.isend and wait at the end")
 ERROR_HINTS = [("Received data size doesn't match", HINT_BUFFER), ("size doesn't match", HINT_BUFFER),
                # isend(h.grad) with h.grad None: the received input never had requires_grad_()
                ("Expected parameter `tensor` of type torch.Tensor", HINT_GRAD),
@@ -120,7 +121,8 @@ def pipeline_worker(rank: int, world: int, layers: int, batch: int, micro: int,
             returned = step(stage, opt, x.clone(), micro)
         if index == 0:       # the order, traffic and gradients of the first step (the weights are known)
             stage._recording = False
-            res.update(returned=returned, traffic=seen, passes=list(stage._passes),
+            attached = isinstance(returned, torch.Tensor) and returned.requires_grad   # lost in transit
+            res.update(returned=returned, attached=attached, traffic=seen, passes=list(stage._passes),
                        grads=[None if w.grad is None else w.grad.clone() for w in stage.ws])
         res["weights"].append([w.detach().clone() for w in stage.ws])
     return res
@@ -184,17 +186,22 @@ def _check_numbers(data: list[Any], inputs: dict[str, Any], ref: mlp.Reference) 
         if res["returned"] is not None:
             raise Fail(f"rank {rank} (not the last stage) returns None", kind(res["returned"]), HINT_OUTPUT)
     out = data[-1]["returned"]
-    if _gap(out, ref.output) > TOL:
-        got = f"max |difference| {_gap(out, ref.output):.3g}" if isinstance(out, torch.Tensor) else kind(out)
-        raise Fail(f"rank {world - 1} (the last stage) returns the batch's output, shape "
-                   f"{tuple(ref.output.shape)}", got, HINT_OUTPUT)
+    shape = tuple(ref.output.shape)
+    attached = data[-1].get("attached", False)
+    if _gap(out, ref.output) > TOL or attached:
+        got = (kind(out) if not isinstance(out, torch.Tensor) else f"shape {tuple(out.shape)}"
+               if tuple(out.shape) != shape else f"max |difference| {_gap(out, ref.output):.3g}"
+               if _gap(out, ref.output) > TOL else "a tensor that requires grad (not detached)")
+        raise Fail(f"rank {world - 1} (the last stage) returns the batch's output, shape {shape}, "
+                   "detached", got, HINT_OUTPUT)
     for rank in reversed(range(world)):      # the last stage first: where the loss is, and a wrong
         res = data[rank]                     # gradient goes down from there to every stage below
         for w, layer in zip(res["grads"], mlp.stage_layers(layers, world)[rank]):
             if _gap(w, ref.grads[layer]) > TOL:
                 got = "None" if w is None else f"max |difference| {_gap(w, ref.grads[layer]):.3g}"
+                # None: no gradient left after the step (zero_grad after step(), not before the backward)
                 raise Fail(f"rank {rank}, layer {layer}: one process's dL/dW after step 1", got,
-                           HINT_LOSS if rank == world - 1 else HINT_GRAD)
+                           HINT_STEP if w is None else HINT_LOSS if rank == world - 1 else HINT_GRAD)
     for step in range(STEPS):
         for rank, res in enumerate(data):
             for w, layer in zip(res["weights"][step], mlp.stage_layers(layers, world)[rank]):

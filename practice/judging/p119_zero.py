@@ -54,6 +54,8 @@ HINT_DTYPE = ("README hint 1: make m and v in the parameters' dtype (float64 her
               "dtype=p.dtype)); torch.zeros(c) alone is float32")
 HINT_DEADLOCK = ("README hint 2: every rank calls the same collectives in the same order, with tensors of "
                  "the same size: one reduce-scatter, then one all-gather")
+# 1 − β₁ᵗ with t = 0 (a step counted after the update) divides by zero
+ERROR_HINTS = [("ZeroDivisionError", HINT_ADAM), ("division by zero", HINT_ADAM)]
 
 
 def prepare() -> None:
@@ -231,13 +233,30 @@ def _check_state(got: dict[str, Any], want: dict[str, Any], n: int, world: int, 
     """Rank's m and v after `step` = one process's, on its shard (the padding's are 0)."""
     lo, hi = shard_bounds(n, world, rank, got["exp_avg"].numel())
     for key, scale in (("exp_avg", world), ("exp_avg_sq", world**2)):
-        expected = torch.nn.functional.pad(want[key], (0, max(0, hi - n)))[lo:hi]
+        whole = torch.nn.functional.pad(want[key], (0, max(0, hi - n)))
+        expected = whole[lo:hi]
         if _gap(got[key], expected) > TOL:
             summed = _gap(got[key], expected * scale) <= TOL       # the ranks' sum, not their mean
+            elsewhere = _found_at(got[key], whole, lo)
             raise Fail(f"rank {rank}, after step {step}: one process's Adam {key}, elements {lo}–{hi - 1}",
                        f"relative difference {_gap(got[key], expected):.3g}"
-                       + (f": {scale}× it, the ranks' sum" if summed else ""),
-                       HINT_MEAN if summed else HINT_INDEX)
+                       + (f": {scale}× it, the ranks' sum" if summed else f": elements {elsewhere}–"
+                          f"{elsewhere + hi - lo - 1}'s" if elsewhere is not None else ""),
+                       HINT_MEAN if summed else HINT_INDEX if elsewhere is not None else HINT_ADAM)
+
+
+def _found_at(got: Any, whole: torch.Tensor, lo: int) -> int | None:
+    """Where else in the whole (padded) state `got` lies, if anywhere: a shard taken at the wrong
+    offset. None: nowhere, so the arithmetic is wrong, not the place."""
+    if not isinstance(got, torch.Tensor) or got.dim() != 1:
+        return None
+    size = got.numel()
+    wide = torch.nn.functional.pad(whole, (0, size))
+    for start in range(len(whole)):
+        there = wide[start:start + size]
+        if start != lo and there.abs().max() > 0 and _gap(got, there) <= TOL:
+            return start
+    return None
 
 
 def _flat(got: dict[str, Any], want: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

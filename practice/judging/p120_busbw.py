@@ -190,7 +190,8 @@ CASES = [
               HINT_FACTOR),
     rows_case("one rank: nothing crosses a link, busbw 0 for every collective",
               [row(c, 1, 1 << 20, made_up_times(1, 1e-4)) for c in bw.COLLECTIVES], HINT_FACTOR),
-    rows_case("the time: a different slowest rank in each iteration, one slow iteration (3 ranks)",
+    rows_case("the time: a different slowest rank in each iteration, one slow iteration (3 ranks, then an "
+              "even count of iterations on 2)",
               [row("all-reduce", 3, 10**6, made_up_times(3, 2e-3, 7)),
                # 4 iterations, the slowest 3, 4, 5, 9 ms: the median is 4.5 ms, the mean of the middle two
                row("all-gather", 2, 10**6, [[1e-3, 4e-3, 2e-3, 9e-3], [3e-3, 1e-3, 5e-3, 2e-3]])], HINT_TIME),
