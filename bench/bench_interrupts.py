@@ -59,6 +59,7 @@ PROGRAMS = {
                       "--report", "{out}/report"], 0, ("starting", "forking", "at work", "writing", "pipe")),
 }
 DEADLINE_S = 90
+MISSED = "the run ended before the instant was seen"
 
 
 def heeding_ctrl_c() -> None:
@@ -94,7 +95,15 @@ def torch_mapped(pid: int) -> bool:
 
 
 def temporaries(out: Path) -> list[str]:
-    return [str(p.relative_to(out)) for p in out.rglob("*") if p.name.endswith(".tmp")]
+    """Temporary files in the output folder and the report folder in it (not deeper: a poll must
+    be quick, or a page's temporary file lives and goes between two of them)."""
+    found = []
+    for folder in (out, out / "report"):
+        try:
+            found += [f"{folder.name}/{e.name}" for e in os.scandir(folder) if e.name.endswith(".tmp")]
+        except OSError:
+            pass
+    return found
 
 
 def instant(phase: str, ranks: int, out: Path) -> Callable[[int], bool]:
@@ -153,6 +162,8 @@ def one_try(program: str, phase: str, sig: str) -> str:
             left = in_session(proc.pid)
         folders = {p.name for p in Path(tempfile.gettempdir()).glob(f"*-{proc.pid}-*")} - before
         status, word = (141, "") if phase == "pipe" else ENDINGS[sig]
+        if not fired and proc.returncode == 0 and not left and not temporaries(out):
+            return MISSED
         wrong = ([] if fired else ["ended before the instant"]) + \
             ([f"exit {proc.returncode}"] if proc.returncode != status else []) + \
             ([f"stderr {err[-160:]!r}"] if err != word else []) + \
@@ -164,9 +175,25 @@ def one_try(program: str, phase: str, sig: str) -> str:
         return "ok" if not wrong else "; ".join(wrong)
 
 
+def tried(program: str, phase: str, sig: str, tries: int) -> tuple[Counter, int]:
+    """`tries` runs signalled at the phase's instant, and how many more ran past it unseen (a
+    temporary file that lived less than a poll): those are run again, up to 3 × tries in all."""
+    seen: Counter = Counter()
+    missed = 0
+    while sum(seen.values()) < tries and missed < 2 * tries:
+        outcome = one_try(program, phase, sig)
+        if outcome == MISSED:
+            missed += 1
+        else:
+            seen[outcome] += 1
+    return seen, missed
+
+
 def main() -> None:
     parser = make_parser(__doc__, figs=False, repeats=20, only="",
                          context={"repeats": "tries per phase and signal"})
+    parser.add_argument("--phase", default="", metavar="TEXT",
+                        help="only the phases whose name contains this text (default: every phase)")
     args = parser.parse_args()
     if not sys.platform.startswith("linux"):
         raise UsageError("reads /proc: Linux only")
@@ -175,15 +202,15 @@ def main() -> None:
     for program, (_, _, phases) in PROGRAMS.items():
         if args.only and args.only not in program:
             continue
-        for phase in phases:
+        for phase in (p for p in phases if args.phase in p):
             for sig in (["SIGPIPE"] if phase == "pipe" else list(ENDINGS)):
-                seen = Counter(one_try(program, phase, sig) for _ in range(tries))
+                seen, missed = tried(program, phase, sig, tries)
                 rows.append([program, phase, sig if phase != "pipe" else "closed pipe",
-                             f"{seen['ok']} of {tries}"])
+                             f"{seen['ok']} of {tries}", str(missed)])
                 odd += [f"{program} {phase} {sig}: {n}x {what}" for what, n in seen.items() if what != "ok"]
                 print(f"  {program} {phase} {sig}: {seen['ok']} of {tries} as promised", flush=True)
     print()
-    print(format_table(["program", "phase", "signal", "as promised"], rows))
+    print(format_table(["program", "phase", "signal", "as promised", "instant missed (run again)"], rows))
     for line in odd:
         print(f"  otherwise: {line}")
 

@@ -195,16 +195,26 @@ def parse_args() -> Any:
     return parser.parse_args()
 
 
+OTHER_HAND = "not through Python"      # casefolder's words for a change its audit hook did not see
+
+
 def report(runs: list[tuple[Problem, ProblemRun]], seconds: float, json_path: str | None) -> bool:
     """The summary line, and the --json record; True when every case passed."""
     counts = [(p, sum(r.passed for r in run.results), len(run.results), run) for p, run in runs]
     solved = [p.number for p, passed, total, _ in counts if passed == total]
     cases_passed, cases_total = sum(c[1] for c in counts), sum(c[2] for c in counts)
-    noted = sum(len(r.notes) > 0 for _, run in runs for r in run.results)
+    results = [r for _, run in runs for r in run.results]
+    noted = sum(any(OTHER_HAND not in n for n in r.notes) for r in results)   # through the solution's Python
+    seen = sum(bool(r.notes) and all(OTHER_HAND in n for n in r.notes) for r in results)
     if noted:
         cases = f"{noted} cases" if noted != 1 else "1 case"
         print("\n" + wrap(f"warning: {cases} wrote outside the case's temporary folder (the notes above): "
                           "write to a relative path, or under tempfile.gettempdir()", "    ", ""))
+    if seen:
+        cases = f"{seen} cases" if seen != 1 else "1 case"
+        print("\n" + wrap(f"note: files beside the solution changed during {cases}, not through its Python "
+                          "(another program, an editor's autosave, or a subprocess of the solution): the "
+                          "notes above", "    ", ""))
     print("\n" + wrap(f"summary: {len(solved)} of {len(runs)} problems solved"
                       f"{' (' + ', '.join(solved) + ')' if solved else ''}; {cases_passed} of {cases_total} "
                       f"cases passed; {secs(seconds)} "
