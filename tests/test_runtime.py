@@ -208,6 +208,7 @@ def _parser_of(relpath: str, monkeypatch: pytest.MonkeyPatch) -> cli.OneLinePars
 
 
 SCRIPTS = [s.name for s in scripts()]
+UNITLESS = {"lr", "lr_small", "lr_large"}   # a learning rate is a bare number
 
 
 def test_every_flag_offered_twice_means_one_thing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,9 +236,13 @@ def test_help_shows_the_description_every_default_and_figures_only_where_drawn(
     assert parser.description == module.__doc__.strip()
     formatter = parser._get_formatter()
     for action in parser._actions:
-        if action.option_strings and not (action.default is None or action.default is False
-                                          or action.default == argparse.SUPPRESS):
-            assert "default" in formatter._get_help_string(action), f"{name} {action.option_strings}"
+        # every option that takes a value says its default, None ("not written") included; 02's
+        # --bucket-cap-mb, whose help spoke of "the default", hid its value
+        if action.option_strings and action.nargs != 0 and action.default != argparse.SUPPRESS:
+            assert "(default" in formatter._get_help_string(action), f"{name} {action.option_strings}"
+        # a count N, a size BYTES, a time MS: argparse's NAME shouted back only for a unitless number
+        if action.option_strings and action.nargs != 0 and action.metavar is None:
+            assert action.dest in UNITLESS, f"{name} {action.option_strings}: a metavar that says the unit"
     draws = Script(ROOT / "code" / name).draws
     offers = any("--save-figs" in a.option_strings for a in parser._actions)
     assert draws == offers, f"{name}: draws a figure: {draws}, offers --save-figs: {offers}"

@@ -135,13 +135,14 @@ FLAGS: dict[str, Flag] = {
                      "per-message latency α in µs", "US"),
     "beta_gbs": Flag(_ranged("a bandwidth in GB/s", 1e-6, 1e6),
                      "link bandwidth β in GB/s (GB = 10^9 B)", "GBS"),
-    "size": Flag(size_bytes, "message size with a unit: 64MB (10^6 B), 256KiB (2^10 B), 1e6 (bytes)", "SIZE"),
+    "size": Flag(size_bytes, "message size with a unit: 64MB (10^6 B), 256KiB (2^10 B), 1e6 (bytes)",
+                 "BYTES"),
     "bucket_cap_mb": Flag(bucket_cap, "DDP bucket cap: a bare number is MiB, as PyTorch's bucket_cap_mb; "
                           "or a size with a unit (25MB = 25 × 10^6 B); 0 = a bucket per gradient",
                           "MIB", "bucket_cap_bytes"),
     "first_bucket_cap_mb": Flag(bucket_cap, "cap of the first bucket (the last layers' gradients), "
                                 "in the same units as --bucket-cap-mb", "MIB", "first_bucket_cap_bytes"),
-    "seed": Flag(nonnegative_int, "random seed", "SEED"),
+    "seed": Flag(nonnegative_int, "random seed", "N"),
     "numbers": Flag(positive_int, "numbers per rank in every buffer shown", "N"),
     "steps": Flag(positive_int, "training steps", "N"),
     "batch": Flag(positive_int, "global batch size (samples, all ranks together)", "N"),
@@ -176,12 +177,31 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if "default" in text or default is None or default is False or default == argparse.SUPPRESS \
-                or not action.option_strings:
+        if "(default" in text or default is False or default == argparse.SUPPRESS \
+                or not action.option_strings or action.nargs == 0:
             return text
+        if default is None or default == "":    # an output not written, a filter that keeps everything
+            return f"{text} (default: {_NONE_MEANS.get(action.dest, 'none')})"
         shown = _shown_default(action.dest, default)
         quick = getattr(action, "quick_shown", None)
         return f"{text} (default: {shown}{f'; --quick: {quick}' if quick else ''})"
+
+
+# What a flag left out means, where it has no value (None, ""): the outputs are not written
+_NONE_MEANS = {"json": "not written", "save_figs": "not written", "trace": "not written", "only": "all",
+               "report": "not written"}
+# A flag's metavar from its type, where the script gives none: what the value is counted in
+_METAVARS = {id(positive_int): "N", id(nonnegative_int): "N", id(size_bytes): "BYTES", id(time_ms): "MS"}
+# a number's unit from the flag's name (--step-ms: MS)
+_UNIT_SUFFIXES = {"_ms": "MS", "_us": "US", "_gbs": "GBS", "_s": "S", "_mb": "MIB", "_factor": "X"}
+
+
+def metavar_for(option: str, kind: Any) -> str | None:
+    """N for a count, BYTES for a size, MS/US/GBS/S for a number named in that unit; None: argparse's."""
+    if id(kind) in _METAVARS:
+        return _METAVARS[id(kind)]
+    dest = option.lstrip("-").replace("-", "_")
+    return next((unit for suffix, unit in _UNIT_SUFFIXES.items() if dest.endswith(suffix)), None)
 
 
 def _shown_default(dest: str, default: Any) -> str:
@@ -198,6 +218,15 @@ class OneLineParser(argparse.ArgumentParser):
     cost: Cost | None = None  # set by make_parser: what a run costs here (common.budget)
     quick: dict[str, Any] = {}  # set by make_parser: dest -> its default under --quick
     bounds: dict[str, Bound] = {}  # set by make_parser: dest -> how far a model's flag goes
+
+    def add_argument(self, *names: Any, **kw: Any) -> argparse.Action:  # type: ignore[override]
+        """argparse's, with a metavar that says the unit where the script gives none (metavar_for)."""
+        takes_value = kw.get("action") in (None, "store") and names and str(names[0]).startswith("--")
+        if takes_value and "metavar" not in kw:
+            unit = metavar_for(str(names[0]), kw.get("type"))
+            if unit:
+                kw["metavar"] = unit
+        return super().add_argument(*names, **kw)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {clip_values(message)}\n")

@@ -72,7 +72,8 @@ def main() -> None:
                                   "time; Llama 2 13B's", "tp": "Part 3", "pp": "Part 3", "dp": "Part 3",
                                   "micro_batch_size": "Part 3"})
     add = parser.add_argument
-    add("--params", type=param_count, default=NOTES_PARAMS, help="Parts 2 and 4: parameters P (default: 13B)")
+    add("--params", type=param_count, default=NOTES_PARAMS, metavar="COUNT",
+        help="Parts 2 and 4: parameters P, 13B or 1.3e10 (default: 13B)")
     add("--seq-len", type=positive_int, default=SEQ_LEN, help="Part 3: tokens per sequence")
     add("--global-batch", type=positive_int, default=GLOBAL_BATCH, help="Part 3: sequences per step")
     args = parser.parse_args()

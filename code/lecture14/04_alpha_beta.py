@@ -85,7 +85,8 @@ def main() -> None:
                          context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
     parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
                         help="Part 3: tokens per GPU per step")
-    parser.add_argument("--mfu", type=positive_float, default=MFU, help="Part 3: fraction of peak")
+    parser.add_argument("--mfu", type=positive_float, default=MFU, metavar="FRACTION",
+                        help="Part 3: fraction of peak")
     args = parser.parse_args()
     if args.world_size < 2:
         raise UsageError("--world-size must be at least 2: one device has nothing to all-reduce")
