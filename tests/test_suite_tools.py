@@ -111,3 +111,17 @@ def test_ci_runs_the_readmes_test_command() -> None:
     assert command.startswith("python3 -m pytest ")
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     assert command in ci, f"CI does not run the README's test command {command!r}"
+
+
+def test_the_readme_starts_with_the_student_and_links_every_doc() -> None:
+    """At most 150 lines, the student's first command within the first 40, every page of docs/
+    reachable from it (and each page back to it)."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150, len(lines)
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("python code/"))
+    assert first < 40, first
+    text = "\n".join(lines)
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in text, f"README links no docs/{page.name}"
+        if page.name != "errata.md":     # generated
+            assert "(../README.md)" in page.read_text(encoding="utf-8"), page.name
