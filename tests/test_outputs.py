@@ -303,7 +303,8 @@ def test_dash_on_a_silent_rank_stays_silent_and_a_closed_pipe_is_141(monkeypatch
     script = ROOT / "code" / MODEL
     closed = subprocess.run(["bash", "-c", f"{sys.executable} {script} --quick --json - | true; "
                              "exit ${PIPESTATUS[0]}"], capture_output=True, text=True, timeout=120)
-    assert closed.returncode == 141 and "error" not in closed.stderr.splitlines()[-1], closed.stderr[-300:]
+    # the tables went to stderr (--json -); no line says the closed pipe was an error
+    assert closed.returncode == 141 and ": error:" not in closed.stderr, closed.stderr[-300:]
 
 
 # ---- names the file system cannot hold, folders two runs make at once -------------------------------

@@ -335,6 +335,19 @@ class OneLineParser(argparse.ArgumentParser):
         return Flags({a.dest: a.option_strings[-1] for a in options},
                      frozenset(a.dest for a in options if a.type in (size_bytes, bucket_cap)))
 
+LECTURE_FOLDERS = ("lecture14", "lecture15", "cs336")   # scripts that print "vs the notes" tables
+
+
+def _verdict_words(caller: str | None) -> str | None:
+    """A lecture script's --help ends with every verdict word it may print, explained (as each
+    "vs the notes" table explains the words it uses, under it)."""
+    if not caller or os.path.basename(os.path.dirname(os.path.abspath(caller))) not in LECTURE_FOLDERS:
+        return None
+    from common import verdicts  # the notes' checker, only where --help shows its words
+    return "\n".join(verdicts.legend_lines(set(verdicts.LEGEND), 'verdicts (under each "vs the notes" '
+                                                                  "table): ", indent=""))
+
+
 def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
                 context: dict[str, str] | None = None, help_for: dict[str, str] | None = None,
                 quick: dict[str, Any] | None = None, cost: Cost | None = None,
@@ -350,7 +363,8 @@ def make_parser(doc: str | None, *, real: bool = False, figs: bool = False,
     `bounds` (model scripts) is how far each flag whose cost grows goes, by flag name
     (common.model_bounds): checked before any work too.
     """
-    parser = OneLineParser(description=(doc or "").strip() or None, formatter_class=_HelpFormatter)
+    parser = OneLineParser(description=(doc or "").strip() or None, formatter_class=_HelpFormatter,
+                           epilog=_verdict_words(sys._getframe(1).f_globals.get("__file__")))
     parser.real, parser.cost = real, cost
     parser.bounds = {(FLAGS[k].dest if k in FLAGS and FLAGS[k].dest else k): v
                      for k, v in (bounds or {}).items()}

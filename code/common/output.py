@@ -66,7 +66,7 @@ class Report:
         self.rows = checker.rows_for(f"{self.lecture}/{self.script}")
         self._values: dict[str, Any] = {}     # every named value recorded so far (the rows' reasons use them)
         self._fresh: list[str] = []           # names recorded since the last comparison table
-        self._words: set[str] = set()        # the verdict words printed, explained once at the end
+        self._words: set[str] = set()        # the verdict words printed, each explained under its first table
         self.failures: list[str] = []         # self-checks that failed: the run ends in exit status 1
         print(wrap(f"{self.script}: {title}", "    ", ""))
         if args is not None and getattr(args, "quick", False):
@@ -154,7 +154,10 @@ class Report:
         self.claims += claims
         for text in (verdicts.summary_lines if in_table else verdicts.comparison_lines)(claims):
             print(text)
-        self._words |= {verdicts.verdict(c) for c in claims}
+        new = {verdicts.verdict(c) for c in claims} - self._words
+        for text in verdicts.legend_lines(new):      # each word explained under its first table
+            print(text)
+        self._words |= new
 
     def _off(self, row: checker.Row) -> list[str]:
         if self.args is None:
@@ -243,10 +246,6 @@ class Report:
         if missing:
             print(wrap("not recorded (rows of the notes this run has no value for): "
                        + ", ".join(r.id for r in missing), "    ", "  "))
-        if self._words:
-            print()
-            for text in verdicts.legend_lines(self._words):
-                print(text)
         if self.failures:
             more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
             raise RunFailure(self.failures[0] + more)

@@ -59,10 +59,10 @@ def _shown(value: Any, unit: str, digits: int) -> str:
     return f"{text} {unit}".strip() if not isinstance(value, bool) else text
 
 
-def legend_lines(words: set[str]) -> list[str]:
+def legend_lines(words: set[str], head: str = "verdicts: ", indent: str = "  ") -> list[str]:
     """The verdict words in `words`, each explained, as few lines as fit the page."""
     text = "; ".join(f"{word} = {LEGEND[word]}" for word in LEGEND if word in words)
-    return wrap("verdicts: " + text, "    ", "  ").splitlines() if text else []
+    return wrap(head + text, indent + "  ", indent).splitlines() if text else []
 
 
 VALUE_COLUMN = 22  # a value wider than this (a buffer's contents, a sentence) gets lines of its own
