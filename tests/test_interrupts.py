@@ -232,3 +232,56 @@ def test_every_temporary_folder_of_ours_is_owned() -> None:
         assert not bare, f"{path}: {bare} (common.leftovers.owned_folder / make_owned)"
         for prefix in re.findall(r"(?:owned_folder|make_owned)\(\"([^\"]+)\"\)", text):
             assert prefix in leftovers.PREFIXES, (path, prefix)
+
+
+ENDING = """
+import atexit, os, signal, sys
+sys.path.insert(0, {code!r})
+import common
+from common.exits import run_main
+from common.errors import UsageError
+
+def main():
+    # the signal lands while the process ends (an atexit function runs in end_process's teardown)
+    atexit.register(lambda: os.kill(os.getpid(), signal.{sig}))
+    {how}
+
+run_main(main)
+"""
+
+
+@pytest.mark.parametrize("sig, how, status, err", [
+    ("SIGINT", "print('done')", 130, "interrupted\n"),                       # a run ending well
+    ("SIGHUP", "print('done')", 129, "hung up\n"),
+    ("SIGINT", "raise UsageError('--x 0: no')", 2, ": error: --x 0: no\n"),  # an end already said
+    ("SIGINT", "raise KeyboardInterrupt", 130, "interrupted\n"),              # a second Ctrl-C
+    ("SIGTERM", "raise RuntimeError('boom')", 1, ": error: RuntimeError: boom\n"),
+])
+def test_a_signal_while_the_process_ends(sig: str, how: str, status: int, err: str) -> None:
+    """The teardown's signal: a run ending well says its word and status (it printed "Exception
+    ignored … KeyboardInterrupt" and exited 0); one whose end was said keeps its status and line."""
+    proc = subprocess.run([sys.executable, "-c", ENDING.format(code=str(CODE), sig=sig, how=how)],
+                          capture_output=True, text=True, timeout=60, preexec_fn=_heeding_ctrl_c)
+    assert proc.returncode == status and proc.stderr.endswith(err), (proc.returncode, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_the_judge_interrupted_in_a_case_leaves_no_case_folder(sig: str, tmp_path: Path) -> None:
+    """The case's folder is removed on the way out (a Ctrl-C skipped its removal, and SIGTERM ended
+    the judge with os._exit: 14 of 14 runs left judge-case-PID-…)."""
+    solution = tmp_path / "solution.py"
+    solution.write_text("import time\ntime.sleep(60)\n")          # a case that runs until signalled
+    root = Path(tempfile.gettempdir())
+
+    judges: list[int] = []
+
+    def in_a_case(pid: int) -> bool:
+        judges[:] = [pid]
+        return any(root.glob(f"judge-case-{pid}-*"))
+    program = CODE.parent / "practice" / "judge.py"
+    status, word = ENDINGS[sig]
+    seen = _signal_when(str(program), sig, in_a_case, "113", "--solution", str(solution), file=True)
+    assert seen == (status, f"{word}\n", 0)
+    assert not list(root.glob(f"judge-case-{judges[0]}-*"))

@@ -53,7 +53,7 @@ def run_main(main: Callable[[], object]) -> None:
     # Out of the except block: the exception, and main's frames with their locals (an open file,
     # a temporary one), are freed first. `python -i` (or PYTHONINSPECT set meanwhile): the prompt.
     if program and not (sys.flags.inspect or os.environ.get("PYTHONINSPECT")):
-        end_process(status)
+        end_process(status, words=WORDS)   # a signal while it ends: its word and status
 
 
 def _run(main: Callable[[], object]) -> None:
@@ -65,16 +65,19 @@ def _run(main: Callable[[], object]) -> None:
         main()
         sys.stdout.flush()
     except UsageError as err:
+        _settled(2)
         _error_line(clip_values(str(err)))
         sys.exit(2)
     except (KeyboardInterrupt, _Terminated) as err:
         _end_by_signal(err)
     except BrokenPipeError:
+        _settled(141)
         # Python would complain again when it flushes stdout at exit: point stdout at nothing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)
     except Exception as err:  # noqa: BLE001 - the one place a run-time failure becomes one line
         _end_by_signal(err.__context__)   # a clean-up that failed after Ctrl-C or SIGTERM
+        _settled(1)
         if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
             sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
         _error_line(_one_line(err))
@@ -122,12 +125,25 @@ def _end_by_signal(err: BaseException | None) -> None:
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         if isinstance(err, KeyboardInterrupt):
+            _settled(130)
             sys.stderr.write("interrupted\n")
             sys.exit(130)
         if isinstance(err, _Terminated):
+            _settled(128 + err.signum)
             sys.stderr.write(f"{WORDS.get(err.signum, 'terminated')}\n")
             sys.exit(128 + err.signum)
         err = err.__context__
+
+
+def _settled(status: int) -> None:
+    """The run's end is decided (an error said, or a signal's word): a signal from now on ends it
+    at once with that status, saying nothing more (a second Ctrl-C printed "interrupted" again, or
+    a traceback from the teardown; one after an error line turned exit 2 into 130)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in ENDING_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, frame: os._exit(status))
 
 
 def _error_line(text: str) -> None:

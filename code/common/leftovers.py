@@ -16,16 +16,28 @@ import re
 import shutil
 import tempfile
 
+from common.exits import signals_held
+
 # Every kind of folder the suite makes under the temporary directory: each is cleaned by its own
 # next run (PREFIXES: the test that every mkdtemp/TemporaryDirectory of ours uses one of them).
 PREFIXES = ("course-ranks-", "course-run-", "prestarted-", "judge-case-")
 
 
-def owned_folder(prefix: str) -> tempfile.TemporaryDirectory:
-    """A TemporaryDirectory named prefix + this process's number, made after removing the folders
+class OwnedFolder(tempfile.TemporaryDirectory):
+    """A TemporaryDirectory removed whole: Ctrl-C, SIGTERM and SIGHUP wait until it is gone (one
+    that landed in its removal left the folder behind, 3 of 120 runs signalled as their ranks
+    ended), then end the run as usual."""
+
+    def cleanup(self) -> None:
+        with signals_held():
+            super().cleanup()
+
+
+def owned_folder(prefix: str) -> OwnedFolder:
+    """A temporary folder named prefix + this process's number, made after removing the folders
     of this kind whose owners are gone."""
     remove_orphans(prefix)
-    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
+    return OwnedFolder(prefix=f"{prefix}{os.getpid()}-")
 
 
 def make_owned(prefix: str) -> str:

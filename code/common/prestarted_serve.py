@@ -142,14 +142,21 @@ def exit_status(code: object) -> int:
     return 1
 
 
-def end_process(code: int, interrupted: bool = False) -> None:
+def end_process(code: int, interrupted: bool = False, words: dict[int, str] | None = None) -> None:
     """Interpreter shutdown as a fresh process has it, but for the modules' teardown: non-daemon
     threads joined, atexit functions run, `__main__` cleared and garbage collected (a file left
     open is flushed), streams flushed; then the exit status, or death by SIGINT after an uncaught
     Ctrl-C. The teardown of torch's thousands of modules is what it leaves out: about 1 s of every
-    run that imported torch here (common.exits.run_main ends every script through this too)."""
+    run that imported torch here (common.exits.run_main ends every script through this too).
+
+    `words` (signal -> its word, from common.exits): those signals are noted, not raised, while
+    the process ends (one that landed in a finalizer printed "Exception ignored … KeyboardInterrupt"
+    and the run exited 0); a run that was ending well then says the word and exits 128 + the
+    signal, and a second signal ends it at once."""
     import atexit
     import gc
+
+    noted = _noting(words, code)
 
     steps = (threading._shutdown, atexit._run_exitfuncs,  # type: ignore[attr-defined]
              _clear_main, gc.collect,   # files left open: flushed
@@ -163,8 +170,38 @@ def end_process(code: int, interrupted: bool = False) -> None:
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
+    if noted and words and code == 0:
+        if _say(words[noted[0]]):
+            _flush(sys.__stderr__)
+        code = 128 + noted[0]
     _flush_c_stdio()
     os._exit(code & 0xFF)   # as exit() takes a status: sys.exit(256) ends 0
+
+
+def _noting(words: dict[int, str] | None, code: int) -> list[int]:
+    """The signals in `words` noted from now on (main thread only: only it sets handlers). A run
+    whose end was decided before (code not 0) ends at once, quietly, with that code; one ending
+    well is ended by a second signal."""
+    noted: list[int] = []
+    if not words or threading.current_thread() is not threading.main_thread():
+        return noted
+
+    def note(signum: int, frame: Any) -> None:
+        if noted or code:                  # a second one, or an end already said: end now
+            os._exit(code or 128 + noted[0])
+        noted.append(signum)
+    for sig in words:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, note)
+    return noted
+
+
+def _say(word: str) -> bool:
+    try:
+        sys.__stderr__.write(f"{word}\n")
+        return True
+    except (OSError, ValueError, AttributeError):   # stderr itself gone
+        return False
 
 
 def _clear_main() -> None:

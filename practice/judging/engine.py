@@ -53,6 +53,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, Callable
 
+from common import raise_terminated
+from common.exits import signals_held
 from judging import plain, procs, ranks, sandbox
 from judging.casefolder import CaseFolder
 from judging.messages import TEXT_WIDTH, choose_hint, cut, render_pair, show
@@ -110,7 +112,9 @@ class ProblemRun:
 def take_charge() -> None:
     """Make this process the judge: orphans below it come back to it, SIGTERM takes its trees down."""
     procs.become_subreaper()
-    procs.kill_tree_on(signal.SIGTERM, "terminated")
+    # SIGTERM: the trees down, then raised as run_main's Terminated: the case's folder and a
+    # half-written --json are cleaned by the finally blocks (an os._exit here left both)
+    procs.kill_tree_on(signal.SIGTERM, raise_terminated)
     # Once here, so that each case's process can replace pdb.set_trace: pdb itself stops at the
     # line AFTER set_trace, the replacement names the line that called it.
     import pdb  # noqa: F401
@@ -135,13 +139,17 @@ def _run_tree(case: Case, folder: CaseFolder, limit_s: float, capture: IO[bytes]
     """Fork the case's keeper, read what it says; afterwards nothing below the judge is left."""
     read_fd, write_fd = os.pipe()
     judge = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_fd)
-            sandbox.keeper_main(case, folder, judge, write_fd, capture.fileno())
-        finally:
-            os._exit(70)
+    # Ctrl-C, SIGTERM, SIGHUP held while forking: one that landed inside fork's own hooks was
+    # swallowed ("Exception ignored in _releaseLock") and the judge went on to exit 0. The keeper
+    # inherits the mask and lifts it once its own dispositions are set (sandbox.keeper_main).
+    with signals_held(mask=True):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(read_fd)
+                sandbox.keeper_main(case, folder, judge, write_fd, capture.fileno())
+            finally:
+                os._exit(70)
     os.close(write_fd)
     began = time.monotonic()
     try:
@@ -290,8 +298,10 @@ def _judge_one(problem: str, module: ModuleType, case: Case, solution_path: Path
             result = _result(problem, module, case, outcome, time.perf_counter() - began, capture)
     except Exception as err:  # noqa: BLE001 - the judge's own failure costs one case, not the run
         result = _judge_failed(problem, case, time.perf_counter() - began, err)
-    if folder is not None:
-        result.notes = folder.settle()
+    finally:   # interrupted too (Ctrl-C, SIGTERM): the case's folder goes, what it wrote is said
+        with signals_held():
+            notes = folder.settle() if folder is not None else []
+    result.notes = notes
     return result, error
 
 

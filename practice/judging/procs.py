@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 PR_SET_PDEATHSIG = 1           # the kernel sends a signal when the parent dies
 PR_SET_CHILD_SUBREAPER = 36    # orphans below this process are re-parented to it, not to init
@@ -136,13 +136,14 @@ def reap() -> None:
             return
 
 
-def kill_tree_on(sig: int, words: str = "") -> None:
-    """From now on `sig` kills every process below this one, then ends this one with 128 + sig,
-    writing `words` to stderr first if given (the judge says "terminated"; a keeper says nothing)."""
+def kill_tree_on(sig: int, then: Callable[[int, Any], None] | None = None) -> None:
+    """From now on `sig` kills every process below this one, then `then(signum, frame)` (the judge
+    raises, so that its clean-up runs and common.exits says "terminated"); by default it ends this
+    one at once with 128 + sig (a keeper, a forked process: nothing of its own to clean)."""
     def take_down(signum: int, frame: Any) -> None:
         kill_tree()
-        if words:
-            os.write(2, words.encode() + b"\n")
+        if then is not None:
+            then(signum, frame)
         os._exit(128 + signum)
     signal.signal(sig, take_down)
 

@@ -234,6 +234,8 @@ def keeper_main(case: Case, folder: CaseFolder, judge_pid: int, judge_fd: int, c
     try:
         procs.kill_tree_on(signal.SIGTERM)    # the judge died or stops the case: the tree goes with us
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the judge's to handle
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)    # so is a closed terminal
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})  # held
         os.setsid()                       # its own session: a terminal's signals reach the judge only
         procs.become_subreaper()          # orphans below (daemons) come back to us, not to init
         procs.die_with_parent(signal.SIGTERM, judge_pid)
