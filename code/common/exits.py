@@ -46,14 +46,17 @@ def run_main(main: Callable[[], object]) -> None:
     status = 0
     try:
         _run(main)
+        if program:
+            _noting_from_now(0)
     except SystemExit as done:
         if not program:
             raise
         status = exit_status(done.code)
+        _noting_from_now(status)    # before main's frames are freed: their finalizers run next
     # Out of the except block: the exception, and main's frames with their locals (an open file,
     # a temporary one), are freed first. `python -i` (or PYTHONINSPECT set meanwhile): the prompt.
     if program and not (sys.flags.inspect or os.environ.get("PYTHONINSPECT")):
-        end_process(status, words=WORDS)   # a signal while it ends: its word and status
+        end_process(status, words=WORDS, noted=_NOTED)   # a signal while it ends: its word and status
 
 
 def _run(main: Callable[[], object]) -> None:
@@ -133,6 +136,25 @@ def _end_by_signal(err: BaseException | None) -> None:
             sys.stderr.write(f"{WORDS.get(err.signum, 'terminated')}\n")
             sys.exit(128 + err.signum)
         err = err.__context__
+
+
+_NOTED: list[int] = []   # a signal that landed once the run's work was done (end_process says it)
+
+
+def _noting_from_now(status: int) -> None:
+    """The work is done: a signal from now on is noted for end_process (a run ending well then
+    says its word and status), or, where the end was already said, ends the run with `status`. A
+    signal landing while main's frames were freed ran in a finalizer: "Exception ignored", exit 0."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def note(signum: int, frame: object) -> None:
+        if _NOTED or status:
+            os._exit(status or 128 + _NOTED[0])
+        _NOTED.append(signum)
+    for sig in ENDING_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, note)
 
 
 def _settled(status: int) -> None:

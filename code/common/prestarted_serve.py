@@ -142,7 +142,8 @@ def exit_status(code: object) -> int:
     return 1
 
 
-def end_process(code: int, interrupted: bool = False, words: dict[int, str] | None = None) -> None:
+def end_process(code: int, interrupted: bool = False, words: dict[int, str] | None = None,
+                noted: list[int] | None = None) -> None:
     """Interpreter shutdown as a fresh process has it, but for the modules' teardown: non-daemon
     threads joined, atexit functions run, `__main__` cleared and garbage collected (a file left
     open is flushed), streams flushed; then the exit status, or death by SIGINT after an uncaught
@@ -156,7 +157,7 @@ def end_process(code: int, interrupted: bool = False, words: dict[int, str] | No
     import atexit
     import gc
 
-    noted = _noting(words, code)
+    noted = _noting(words, code, [] if noted is None else noted)   # what was noted before stays
 
     steps = (threading._shutdown, atexit._run_exitfuncs,  # type: ignore[attr-defined]
              _clear_main, gc.collect,   # files left open: flushed
@@ -178,11 +179,10 @@ def end_process(code: int, interrupted: bool = False, words: dict[int, str] | No
     os._exit(code & 0xFF)   # as exit() takes a status: sys.exit(256) ends 0
 
 
-def _noting(words: dict[int, str] | None, code: int) -> list[int]:
+def _noting(words: dict[int, str] | None, code: int, noted: list[int]) -> list[int]:
     """The signals in `words` noted from now on (main thread only: only it sets handlers). A run
     whose end was decided before (code not 0) ends at once, quietly, with that code; one ending
     well is ended by a second signal."""
-    noted: list[int] = []
     if not words or threading.current_thread() is not threading.main_thread():
         return noted
 
