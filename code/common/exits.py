@@ -43,20 +43,26 @@ def run_main(main: Callable[[], object]) -> None:
     runs the file and waits for it to return (cProfile, pdb, runpy: its frame is below the
     script's), it returns or raises SystemExit as before, for the tool to finish its work."""
     program = sys._getframe(1).f_back is None   # the script's module frame is the bottom one
+    _ENDS_HERE[:] = [_ends_here(program)]
     status = 0
     try:
         _run(main)
-        if program:
-            _noting_from_now(0)
+        _ending(0)
     except SystemExit as done:
         if not program:
             raise
         status = exit_status(done.code)
-        _noting_from_now(status)    # before main's frames are freed: their finalizers run next
+        _ending(status)    # before main's frames are freed: their finalizers run next
     # Out of the except block: the exception, and main's frames with their locals (an open file,
-    # a temporary one), are freed first. `python -i` (or PYTHONINSPECT set meanwhile): the prompt.
-    if program and not (sys.flags.inspect or os.environ.get("PYTHONINSPECT")):
+    # a temporary one), are freed first.
+    if _ENDS_HERE[0]:
         end_process(status, words=WORDS, noted=_NOTED)   # a signal while it ends: its word and status
+
+
+def _ends_here(program: bool) -> bool:
+    """run_main ends the process (end_process): `python FILE`, not -i (nor PYTHONINSPECT set
+    meanwhile), where the prompt comes next and Ctrl-C must stay Python's."""
+    return program and not (sys.flags.inspect or os.environ.get("PYTHONINSPECT"))
 
 
 def _run(main: Callable[[], object]) -> None:
@@ -68,19 +74,19 @@ def _run(main: Callable[[], object]) -> None:
         main()
         sys.stdout.flush()
     except UsageError as err:
-        _settled(2)
+        _ending(2)
         _error_line(clip_values(str(err)))
         sys.exit(2)
     except (KeyboardInterrupt, _Terminated) as err:
         _end_by_signal(err)
     except BrokenPipeError:
-        _settled(141)
+        _ending(141)
         # Python would complain again when it flushes stdout at exit: point stdout at nothing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)
     except Exception as err:  # noqa: BLE001 - the one place a run-time failure becomes one line
         _end_by_signal(err.__context__)   # a clean-up that failed after Ctrl-C or SIGTERM
-        _settled(1)
+        _ending(1)
         if os.environ.get("COURSE_DEBUG"):  # the rank's traceback, or ours
             sys.stderr.write(getattr(err, "details", "") or traceback.format_exc())
         _error_line(_one_line(err))
@@ -128,11 +134,11 @@ def _end_by_signal(err: BaseException | None) -> None:
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         if isinstance(err, KeyboardInterrupt):
-            _settled(130)
+            _ending(130)
             sys.stderr.write("interrupted\n")
             sys.exit(130)
         if isinstance(err, _Terminated):
-            _settled(128 + err.signum)
+            _ending(128 + err.signum)
             sys.stderr.write(f"{WORDS.get(err.signum, 'terminated')}\n")
             sys.exit(128 + err.signum)
         err = err.__context__
@@ -141,11 +147,16 @@ def _end_by_signal(err: BaseException | None) -> None:
 _NOTED: list[int] = []   # a signal that landed once the run's work was done (end_process says it)
 
 
-def _noting_from_now(status: int) -> None:
-    """The work is done: a signal from now on is noted for end_process (a run ending well then
-    says its word and status), or, where the end was already said, ends the run with `status`. A
-    signal landing while main's frames were freed ran in a finalizer: "Exception ignored", exit 0."""
-    if threading.current_thread() is not threading.main_thread():
+_ENDS_HERE = [False]   # run_main will end this process (under pytest or runpy, Ctrl-C stays theirs)
+
+
+def _ending(status: int) -> None:
+    """The run's end is decided. Status 0 (its work done): a signal from now on is noted, and
+    end_process says its word and exits 128 + n (one landing while main's frames were freed ran in
+    a finalizer: "Exception ignored", exit 0); a second ends it at once. Otherwise (an error or a
+    signal's word said): a signal ends it at once with `status`, saying nothing more (a second
+    Ctrl-C printed "interrupted" again; one after an error line turned exit 2 into 130)."""
+    if not _ENDS_HERE[0] or threading.current_thread() is not threading.main_thread():
         return
 
     def note(signum: int, frame: object) -> None:
@@ -155,17 +166,6 @@ def _noting_from_now(status: int) -> None:
     for sig in ENDING_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, note)
-
-
-def _settled(status: int) -> None:
-    """The run's end is decided (an error said, or a signal's word): a signal from now on ends it
-    at once with that status, saying nothing more (a second Ctrl-C printed "interrupted" again, or
-    a traceback from the teardown; one after an error line turned exit 2 into 130)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in ENDING_SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, lambda signum, frame: os._exit(status))
 
 
 def _error_line(text: str) -> None:

@@ -150,14 +150,11 @@ def end_process(code: int, interrupted: bool = False, words: dict[int, str] | No
     Ctrl-C. The teardown of torch's thousands of modules is what it leaves out: about 1 s of every
     run that imported torch here (common.exits.run_main ends every script through this too).
 
-    `words` (signal -> its word, from common.exits): those signals are noted, not raised, while
-    the process ends (one that landed in a finalizer printed "Exception ignored … KeyboardInterrupt"
-    and the run exited 0); a run that was ending well then says the word and exits 128 + the
-    signal, and a second signal ends it at once."""
+    `noted`: the signals common.exits noted once the run's work was done (its handlers keep noting
+    them here); a run ending well (code 0) then says the first one's word from `words` and exits
+    128 + its number."""
     import atexit
     import gc
-
-    noted = _noting(words, code, [] if noted is None else noted)   # what was noted before stays
 
     steps = (threading._shutdown, atexit._run_exitfuncs,  # type: ignore[attr-defined]
              _clear_main, gc.collect,   # files left open: flushed
@@ -177,23 +174,6 @@ def end_process(code: int, interrupted: bool = False, words: dict[int, str] | No
         code = 128 + noted[0]
     _flush_c_stdio()
     os._exit(code & 0xFF)   # as exit() takes a status: sys.exit(256) ends 0
-
-
-def _noting(words: dict[int, str] | None, code: int, noted: list[int]) -> list[int]:
-    """The signals in `words` noted from now on (main thread only: only it sets handlers). A run
-    whose end was decided before (code not 0) ends at once, quietly, with that code; one ending
-    well is ended by a second signal."""
-    if not words or threading.current_thread() is not threading.main_thread():
-        return noted
-
-    def note(signum: int, frame: Any) -> None:
-        if noted or code:                  # a second one, or an end already said: end now
-            os._exit(code or 128 + noted[0])
-        noted.append(signum)
-    for sig in words:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, note)
-    return noted
 
 
 def _say(word: str) -> bool:
