@@ -31,6 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from common.exits import ENDING_SIGNALS
 from common.files import _write_all  # the one loop that writes all of a buffer to a descriptor
 from judging import plain, procs
 from judging.messages import describe_failure, error_line, kind
@@ -235,7 +236,7 @@ def keeper_main(case: Case, folder: CaseFolder, judge_pid: int, judge_fd: int, c
         procs.kill_tree_on(signal.SIGTERM)    # the judge died or stops the case: the tree goes with us
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the judge's to handle
         signal.signal(signal.SIGHUP, signal.SIG_IGN)    # so is a closed terminal
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})  # held
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, ENDING_SIGNALS)   # held by the judge while it forked
         os.setsid()                       # its own session: a terminal's signals reach the judge only
         procs.become_subreaper()          # orphans below (daemons) come back to us, not to init
         procs.die_with_parent(signal.SIGTERM, judge_pid)
