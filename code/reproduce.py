@@ -31,10 +31,9 @@ import json
 import os
 import threading
 import time
-from collections import Counter
 from typing import Any, Callable
 
-from common import errata
+from common import errata, verdicts
 from common.cli import UsageError, make_parser, run_main
 from common.files import check_output_dir, make_output_dir, write_json
 from common.lanes import Lanes, Turns
@@ -206,19 +205,16 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
                  all_claims: bool) -> None:
     """The count by status, every claim that does not simply agree (all with --all-claims), and the
     notes' errors."""
-    counts = Counter(c["status"] for _, c in claims)
-    print(f"\n{len(runs)} scripts in {total:.1f} s; {len(claims)} claims: "
-          + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    words = [errata.label(c) for _, c in claims]
+    print(f"\n{len(runs)} scripts in {total:.1f} s; of {len(claims)} claims, {verdicts.count_sentence(words)}.")
     shown = [(s, c) for s, c in claims if all_claims or c["status"] != "agrees"]
     if shown:
         print("\nEvery claim:" if all_claims
-              else "\nClaims that do not simply agree (ours beside the notes', and why):")
+              else "\nClaims that do not simply match (ours beside the notes', and why):")
     for script, c in shown:
         print(f"\n  {script} · {c['part']} · {c['what']}")
-        status = errata.label(c)
-        line = (f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {status} "
-                f"({c['kind']}")
-        print(wrap(line + (f"; {c['rule']})" if c.get("rule") else ")"), "      ", "    "))
+        line = f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {errata.label(c)}"
+        print(wrap(line + (f" ({c['rule']})" if c.get("rule") else ""), "      ", "    "))
         if c.get("decision"):
             print(wrap(c["decision"], "         ", "    found: "))
         if c["why"]:

@@ -261,7 +261,7 @@ def test_the_comparison_fits_the_page_whether_values_fit_their_column_or_not(val
                           "differs", "why", erratum="E", error=checker.SLIP)
     lines = verdicts.comparison_lines([claim])
     assert max(len(line) for line in lines) <= verdicts.PAGE_WIDTH
-    assert any("notes' slip" in line for line in lines)
+    assert any("error in the notes" in line for line in lines)
 
 
 def test_our_own_checks_are_headed_as_ours_and_the_notes_rows_as_the_notes() -> None:

@@ -250,7 +250,7 @@ def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
     # The bubble table is printed once, the notes' figures as its columns, each reason once.
     assert " ".join(text.split()).count("counts the forward fill only") == 1
     part3 = text[text.index("== Part 3"):text.index("== Part 4")]
-    assert "12 notes' slip" in " ".join(part3.split()) and part3.count("S=4 M=8") == 0
+    assert "12 are errors in the notes" in " ".join(part3.split()) and part3.count("S=4 M=8") == 0
 
 
 def test_script_other_flags(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def test_02_a_rank_killed_or_stopped_in_part_4_is_a_failure(rank: int, sig: int,
     assert lines[0].startswith("02_primitives.py: error: Part 4 staged a skipped collective")
     assert says in lines[0]
     part4 = proc.stdout.split("== Part 4:")[1]
-    assert "observed" not in part4 and "agrees" not in part4  # no row of Part 4 decided from that run
+    assert "seen as" not in part4 and "matches" not in part4  # no row of Part 4 decided from that run
 
 
 def test_02_three_ranks_uneven_chunks() -> None:
@@ -72,8 +72,8 @@ def test_02_three_ranks_uneven_chunks() -> None:
     assert re.search(r"^  2 .*75 78\s+2 × 4 B", out, re.M)
     assert "bytes each rank handed to isend (counted): 40 36 36, collectives.py's ring: 40 36 36" in flat(out)
     assert "NO" not in out and "FAILED" not in out
-    # the identities hold at any K: their rows are still decided ("observed"), not set aside
-    assert re.search(r"^  all-reduce = reduce \+ broadcast +True +True +observed$", out, re.M)
+    # the identities hold at any K: their rows are still decided (seen as the notes say), not set aside
+    assert re.search(r"^  all-reduce = reduce \+ broadcast +True +True +seen as the notes say$", out, re.M)
 
 
 def test_02_bad_flags() -> None:
@@ -135,7 +135,7 @@ def test_03_uneven_traffic_size_and_many_workers() -> None:
     assert "N = 250 float32 = 1,000 B per device (--traffic-size rounded down" in out
     assert "no interior optimum" in out
     assert "no: N/K not whole" in out  # rounds and totals still equal the closed forms there
-    assert re.search(r"^  simulated rounds and bytes = the closed forms +True +True +agrees: exact$", out,
+    assert re.search(r"^  simulated rounds and bytes = the closed forms +True +True +matches$", out,
                      re.M)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from report.pages import STATUS_MEANING
+from common.verdicts import LEGEND
 
 WIDTHS = (390, 768, 1366)
 MIN_CONTROL_PX = 200            # a slider or list narrower than this is hard to aim at with a thumb
@@ -206,15 +206,13 @@ def test_every_parts_prose_is_shown(screens, reproduction: dict) -> None:
     assert not re.search(r"/tmp[^\s]*/figures/", page.content())
 
 
-def test_the_legend_explains_every_status_word(screens, reproduction: dict) -> None:
+def test_the_legend_explains_every_verdict_word(screens, reproduction: dict) -> None:
     page, _ = screens("index", 768)
-    words = page.eval_on_selector_all("#legend dt", "ds => ds.map(d => d.textContent)")
-    shown = {c["status"] for c in reproduction["claims"]}
-    assert shown <= set(words) and "differs: the notes' slip or inconsistency" in words
-    assert all(STATUS_MEANING[s] for s in shown)
-    kinds = page.eval_on_selector_all("#kinds dt", "ds => ds.map(d => d.textContent)")
-    assert {c["kind"] for c in reproduction["claims"]} <= set(kinds)
-    assert all(page.eval_on_selector_all("#legend dd, #kinds dd", "ds => ds.map(d => d.textContent.trim())"))
+    legend = page.eval_on_selector_all("#legend > div", "ds => ds.map(d => [d.querySelector('dt').textContent, "
+                                                        "d.querySelector('dd').textContent.trim()])")
+    shown = {c["verdict"] for c in reproduction["claims"]}
+    assert {word for word, _ in legend} == shown    # each word the page uses, and only those
+    assert all(LEGEND[word] == meaning for word, meaning in legend)
 
 
 # ---- moving through the report ---------------------------------------------------------------------
@@ -235,7 +233,7 @@ def test_errata_link_to_their_claims_and_differs_holds_the_rest(screens, reprodu
 def test_every_filter_shows_its_claims_and_hides_what_is_empty(screens, reproduction: dict) -> None:
     page, errors = screens("index", 768)
     claims = reproduction["claims"]
-    expected = Counter(c["status"] for c in claims)
+    expected = Counter(c["verdict"] for c in claims)
     expected.update(all=len(claims), erratum=sum(bool(c["erratum"]) for c in claims))
     keys = page.eval_on_selector_all("#filters button", "bs => bs.map(b => b.dataset.filter)")
     assert set(keys) == set(expected)

@@ -65,24 +65,24 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
     assert all(width > 100 for _, width in shown)
     assert all(src.startswith("data:image/png;base64,")
                for src in page.eval_on_selector_all("img", "imgs => imgs.map(i => i.getAttribute('src'))"))
-    # The counts at the top are the run's, status by status, and so are the claim rows.
+    # The counts at the top are the run's, verdict by verdict, and so are the claim rows.
     claims = quick_reproduction["claims"]
-    expected = Counter(c["status"] for c in claims)
-    shown_counts = {el.get_attribute("data-status"): int(el.inner_text().split()[0])
+    expected = Counter(c["verdict"] for c in claims)
+    shown_counts = {el.get_attribute("data-verdict"): int(el.inner_text().split()[0])
                     for el in page.locator("#counts .count").all()}
     assert shown_counts.pop("erratum") == sum(1 for c in claims if c["erratum"])
     assert shown_counts == dict(expected)
     rows = page.locator("tr.claim")
     assert rows.count() == len(claims)
-    assert Counter(rows.nth(i).get_attribute("data-status") for i in range(rows.count())) == expected
+    assert Counter(rows.nth(i).get_attribute("data-verdict") for i in range(rows.count())) == expected
 
 
 def test_the_filters_show_one_kind_of_claim(quick_reproduction: dict, open_page) -> None:
     page, errors = open_page(quick_reproduction["report_dir"] / "index.html")
     claims = quick_reproduction["claims"]
-    for key, count in (("differs", sum(c["status"] == "differs" for c in claims)),
+    for key, count in (("differs", sum(c["verdict"] == "differs" for c in claims)),
                        ("erratum", sum(bool(c["erratum"]) for c in claims)),
-                       ("other machine", sum(c["status"] == "other machine" for c in claims)),
+                       ("not compared: other machine", sum(c["status"] == "other machine" for c in claims)),
                        ("all", len(claims))):
         button = f"#filters button[data-filter='{key}']"
         if count == 0:      # a timing may land every row on one side: no button for an empty filter

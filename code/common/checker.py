@@ -18,6 +18,7 @@ The notes are data, one TOML table per document, beside the scripts that check i
                                         # or neither: exact (for a bound the notes give: below = 10,
                                         # above = 5, between = [50, 200])
     depends = ["--world-size", "--alpha-us", "--beta-gbs", "--bucket-cap-mb"]  # flags that void it ([]: none)
+    # assumes = "the backward calibrated" # a stated assumption, short: printed under a row matched under it
     # erratum = "L15-err-…"             # the notes are wrong here: the [[erratum]] this row is an
                                         # instance of (a slip or an inconsistency, below)
     # reading = "MB written for MiB"    # a convention the notes follow consistently, under which the
@@ -148,6 +149,8 @@ class Row:
     printed_unit: str = ""              # the unit the notes print, where the reading makes it `unit`
     states: str = ""                    # the key of a statement several tables make
     why: str = ""
+    assumes: str = ""                   # a stated assumption's own words, short: printed under a row it
+                                        # matches under ("assumes:"), where `why` may say much more
     digits: int = 4
     unchecked: str = ""
     own: bool = False                   # from OWN_TABLES: a check of ours, not the notes' statement
@@ -201,6 +204,7 @@ class Claim:
     bytes: str = ""     # a byte figure: size, counted, on the wire here or ring model (BYTE_KINDS)
     statement: str = field(default="", compare=False)
     section: str = field(default="", compare=False)
+    assumes: str = field(default="", compare=False)  # the row's assumption, short (Row.assumes)
 
 
 # ---- the tables ---------------------------------------------------------------------------------
@@ -288,6 +292,8 @@ def _check_row(row: Row, relpath: str) -> None:
         raise ValueError(f"{where}: n_odd ('N 多') needs N > 0")
     if (row.erratum or row.reading) and (row.own or row.same_as or not row.compares):
         raise ValueError(f"{where}: only a row compared with the notes' figure is an erratum or a reading")
+    if row.assumes and row.basis != ASSUMPTION:
+        raise ValueError(f"{where}: only a row of basis {ASSUMPTION!r} states an assumption (assumes)")
     if row.erratum and row.basis in (MEASURED, CALIBRATION):
         raise ValueError(f"{where}: a timing here or a calibration target cannot show the notes wrong")
 
@@ -433,7 +439,7 @@ def decide(row: Row, part: str, values: dict[str, Any], off: Sequence[str]) -> C
     wrong = row.erratum if status == "differs" else ""   # an erratum row that agrees shows none
     return Claim(part, row.what, ours, row.notes_shown, row.unit, row.basis, status, why, rule, decision,
                  row.id, wrong, erratum(wrong).kind if wrong else "", row.reading, row.bytes, row.statement,
-                 row.section)
+                 row.section, assumes=row.assumes)
 
 
 def _status(row: Row, ours: Any, off: Sequence[str]) -> tuple[str, str, str]:

@@ -68,6 +68,8 @@ class Report:
         self._fresh: list[str] = []           # names recorded since the last comparison table
         self._words: set[str] = set()        # the verdict words printed, each explained under its first table
         self.failures: list[str] = []         # self-checks that failed: the run ends in exit status 1
+        self.check_lines = 0                  # lines of self-checks printed (--json "check_lines"; a test
+                                              # keeps them to a quarter of the output)
         print(wrap(f"{self.script}: {title}", "    ", ""))
         if args is not None and getattr(args, "quick", False):
             print("(--quick: the same code, with shorter runs where a part has any to shorten)")
@@ -152,8 +154,10 @@ class Report:
             return
         claims = [checker.decide(r, self._part, self._values, self._off(r)) for r in rows]
         self.claims += claims
-        for text in (verdicts.summary_lines if in_table else verdicts.comparison_lines)(claims):
-            print(text)
+        printed = "\n".join((verdicts.summary_lines if in_table else verdicts.comparison_lines)(claims))
+        print(printed)
+        if all(r.own for r in rows):      # checks of ours (engines.toml), not the notes' statements
+            self.check_lines += printed.count("\n") + 1
         new = {verdicts.verdict(c) for c in claims} - self._words
         for text in verdicts.legend_lines(new):      # each word explained under its first table
             print(text)
@@ -171,8 +175,7 @@ class Report:
         ok = gap <= tolerance  # a NaN gap fails
         text = (f"check: {what}: max |difference| {gap:.3g} {'≤' if ok else '>'} {tolerance:g}: "
                 f"{'ok' if ok else 'FAILED'}")
-        self._keep("check", text)
-        print("  " + text)
+        self._print_check(text)
         if not ok:
             self.failures.append(f"{what}: max |difference| {gap:.3g}, above the tolerance {tolerance:g}")
         return ok
@@ -196,12 +199,34 @@ class Report:
                    f"{'≤' if trained_ok else '>'} {share:g}")
         ok = first_ok and trained_ok
         text = f"check: {what} against {against}: {first}{trained}: {'ok' if ok else 'FAILED'}"
-        self._keep("check", text)
-        print(wrap(text, "    ", "  "))
+        self._print_check(text)
         if not ok:
             wrong = ([first.rstrip("; ")] if not first_ok else []) + ([trained] if not trained_ok else [])
             self.failures.append(f"{what} against {against}: {'; '.join(wrong)}")
         return ok
+
+    def check_equal(self, what: str, ours: Any, expected: Any) -> bool:
+        """A self-check of whole things (counts, bytes, orders): `ours` == `expected`, printed in one
+        line either way; unequal ends the run as check_close's gap does."""
+        ok = ours == expected
+        self._print_check(f"check: {what}: {fmt_num(ours)} {'=' if ok else '≠'} {fmt_num(expected)}: "
+                          f"{'ok' if ok else 'FAILED'}")
+        if not ok:
+            self.failures.append(f"{what}: {fmt_num(ours)}, expected {fmt_num(expected)}")
+        return ok
+
+    def mark(self, what: str, ok: bool, detail: str = "") -> str:
+        """A self-check shown as a mark in a table's cell instead of a line of its own: returns "ok"
+        or "FAILED"; a failure ends the run as check_close's does, naming `what` (and `detail`)."""
+        if not ok:
+            self.failures.append(what + (f": {detail}" if detail else ""))
+        return "ok" if ok else "FAILED"
+
+    def _print_check(self, text: str) -> None:
+        self._keep("check", text)
+        printed = wrap(text, "    ", "  ")
+        self.check_lines += printed.count("\n") + 1
+        print(printed)
 
     def at_notes_setting(self, setting: Sequence[str] | None = None) -> bool:
         """Whether this run is at the notes' setting in the flags `setting` (dests; None: all of
@@ -249,8 +274,8 @@ class Report:
         if self.failures:
             more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
             raise RunFailure(self.failures[0] + more)
-        data = {"script": self.script, "argv": sys.argv[1:], "parts": self.parts,
-                "claims": [asdict(c) for c in self.claims], "prose": self.prose, "captions": self.captions}
+        data = {"script": self.script, "argv": sys.argv[1:], "parts": self.parts, "check_lines": self.check_lines,
+                "claims": [dict(asdict(c), verdict=verdicts.verdict(c)) for c in self.claims], "prose": self.prose, "captions": self.captions}
         path = getattr(self.args, "json", None) if self.args is not None else None
         if path:
             write_json(path, data)

@@ -5,28 +5,65 @@ common/checker.py decides; this only words and lays out what it decided."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from common.checker import ASSUMPTION, EXACT, MEASURED, OBSERVED, SLIP, Claim, Row, row
 from common.text import PAGE_WIDTH, wrap
 from common.units import fmt_num
 
-# One line each, printed once per run for the words that appeared (the report pages show them all).
-LEGEND = {
-    "agrees: exact": "a closed form that rounds to the notes' figure",
-    "agrees: assumption": "rounds to it under the stated assumption",
-    "agrees: measured": "timed here, rounds to it",
-    "observed": "seen on real ranks here",
-    "agrees: reading": "rounds to it read as the notes consistently write (the reading is printed)",
-    "calibration": "the model was fitted to it, no check",
-    "other machine": "timed here, the notes elsewhere",
-    "other setting": "a flag moved this run off the notes' setting",
-    "differs": "see why",
-    "notes' slip": "the notes contradict their own model, units or arithmetic; ours is the value (see why)",
-    "notes inconsistent": "two places of the notes disagree; each reading is given (see why)",
-    "not measured": "see why",
-    "ours only": "the notes give no figure",
-}
+# The one vocabulary of outcomes: the terminal's tables, --json's "verdict", the report's pages,
+# report.md and the README all use these words (tests/test_verdict_words.py holds them to it). Each
+# word says on its own whether the notes and we agree: "matches…", "seen as…" and "holds" agree,
+# "differs", "error in the notes", "notes inconsistent" and "fails" do not, "not compared…" and "fitted to the
+# notes" decide nothing. `one` and `many` make a count a sentence ("12 are errors in the notes").
+@dataclass(frozen=True)
+class Verdict:
+    word: str
+    meaning: str
+    one: str
+    many: str
+
+
+VERDICTS = (
+    Verdict("matches", "a closed form of ours rounds to the notes' figure", "matches", "match"),
+    Verdict("matches, assuming", "ours rounds to it under the assumption marked ¹ below it (¹ assumes:)",
+            "matches, assuming", "match, assuming"),
+    Verdict("matches as they write", "ours rounds to it read as the notes write, e.g. MB for MiB (read as:)",
+            "matches as they write", "match as they write"),
+    Verdict("matches, timed here", "timed on this machine, ours rounds to their figure",
+            "matches, timed here", "match, timed here"),
+    Verdict("seen as the notes say", "it happened on real processes here as the notes say",
+            "was seen as the notes say", "were seen as the notes say"),
+    Verdict("holds", "a check of ours (PyTorch's engine beside ours): ours is what is expected", "holds", "hold"),
+    Verdict("differs", "ours is not their figure, and the notes are not shown wrong (why:)", "differs",
+            "differ"),
+    Verdict("error in the notes", "the notes contradict their own model, units, arithmetic or source; ours is "
+            "the value (why:)", "is an error in the notes", "are errors in the notes"),
+    Verdict("notes inconsistent", "two places of the notes disagree (why:)",
+            "is where the notes are inconsistent", "are where the notes are inconsistent"),
+    Verdict("fails", "a check of ours: ours is not what is expected, so the run fails", "fails", "fail"),
+    Verdict("fitted to the notes", "our model was fitted to this figure: no check", "is fitted to the notes",
+            "are fitted to the notes"),
+    Verdict("not compared: other machine", "timed here, theirs on their machine", "is not compared (another "
+            "machine)", "are not compared (another machine)"),
+    Verdict("not compared: other setting", "a flag moved this run off the notes' setting",
+            "is not compared (another setting)", "are not compared (another setting)"),
+    Verdict("not compared: not measured", "this run could not measure it (why:)",
+            "is not compared (not measured)", "are not compared (not measured)"),
+    Verdict("not compared: no figure", "the notes give no figure", "is not compared (the notes give no figure)",
+            "are not compared (the notes give no figure)"),
+    Verdict("not recorded", "the script recorded no value: a bug", "was not recorded", "were not recorded"),
+)
+BY_WORD = {v.word: v for v in VERDICTS}
+LEGEND = {v.word: v.meaning for v in VERDICTS}
+AGREEING = ("matches", "matches, assuming", "matches as they write", "matches, timed here",
+            "seen as the notes say", "holds")
+_AGREES_BY_KIND = {EXACT: "matches", ASSUMPTION: "matches, assuming", MEASURED: "matches, timed here",
+                   OBSERVED: "seen as the notes say"}
+_BY_STATUS = {"calibration target": "fitted to the notes", "other machine": "not compared: other machine",
+              "other setting": "not compared: other setting", "not measured": "not compared: not measured",
+              "ours only": "not compared: no figure", "not recorded": "not recorded", "differs": "differs"}
 
 
 def shown_digits(value: Any, digits: int, places: int | None) -> int:
@@ -40,16 +77,26 @@ def shown_digits(value: Any, digits: int, places: int | None) -> int:
     return max(digits, min(15, magnitude + places + 1))
 
 
-def verdict(claim: Claim) -> str:
-    """The verdict word printed for a decided row (LEGEND explains each)."""
-    if claim.status == "agrees" and claim.reading:
-        return "agrees: reading"
-    if claim.status == "agrees":
-        return {EXACT: "agrees: exact", ASSUMPTION: "agrees: assumption", MEASURED: "agrees: measured",
-                OBSERVED: "observed"}[claim.kind]
-    if claim.erratum:
-        return "notes' slip" if claim.error == SLIP else "notes inconsistent"
-    return {"calibration target": "calibration"}.get(claim.status, claim.status)
+def verdict(claim: Claim | Mapping[str, Any]) -> str:
+    """The verdict word of a decided row (a Claim, or its --json record): VERDICTS explains each."""
+    get = claim.get if isinstance(claim, Mapping) else lambda name: getattr(claim, name)
+    status, own = get("status"), _is_own(get("ref"))
+    if status == "agrees":
+        if own:
+            return "holds"
+        return "matches as they write" if get("reading") else _AGREES_BY_KIND[get("kind")]
+    if get("erratum"):
+        return "error in the notes" if get("error") == SLIP else "notes inconsistent"
+    if status == "differs" and own:
+        return "fails"
+    return _BY_STATUS[status]
+
+
+def count_sentence(words: Sequence[str], order: Sequence[str] = tuple(BY_WORD)) -> str:
+    """"6 match, 13 match under an assumption and 12 are errors in the notes", in `order`."""
+    counts = {w: words.count(w) for w in order if w in words}
+    said = [f"{n} {BY_WORD[w].one if n == 1 else BY_WORD[w].many}" for w, n in counts.items()]
+    return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1] if said else ""
 
 
 def _shown(value: Any, unit: str, digits: int) -> str:
@@ -72,12 +119,13 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
     """"vs the notes": statement, ours, notes, verdict, one row each; then the reasons of what did
     not simply agree (the notes' errors first; a reason shared by several rows printed once). A
     value too wide for its column is printed under its row instead, so no line passes the page."""
-    rows = []
+    rows, marks = [], _assumption_marks(claims)
     for c in claims:
         row = _row_of(c)
         digits, places = (row.digits, row.places) if row else (4, None)
+        mark = marks.get(_assumption(c) or "", "")
         rows.append((c.what, _shown(c.ours, c.unit, shown_digits(c.ours, digits, places)),
-                     _shown(c.notes, c.unit, shown_digits(c.notes, digits, places)), verdict(c)))
+                     _shown(c.notes, c.unit, shown_digits(c.notes, digits, places)), verdict(c) + mark))
     fits = [max(len(r[1]), len(r[2])) <= VALUE_COLUMN for r in rows]
     title, other = ("our checks", "expected") if all(
         (row := _row_of(c)) is not None and row.own for c in claims) else ("vs the notes", "notes")
@@ -98,41 +146,71 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
         if not ok:
             lines += [wrap(ours, "           ", "      ours: "),
                       wrap(notes, "           ", f"{other + ': ':>12}")]
-    return lines + _reasons(claims)
+    lines += [wrap(text, " " * 14, f"    {mark} assumes: ") for text, mark in marks.items()]
+    return lines + _reasons(claims, assumptions=False)
+
+
+SUPERSCRIPTS = "¹²³⁴⁵⁶⁷⁸⁹"
+
+
+def _assumption_marks(claims: Sequence[Claim]) -> dict[str, str]:
+    """A mark for each distinct assumption rows of a table match under: ¹, ², …, in order."""
+    texts = list(dict.fromkeys(t for c in claims if (t := _assumption(c))))
+    return {t: SUPERSCRIPTS[i] if i < len(SUPERSCRIPTS) else f"({i + 1})" for i, t in enumerate(texts)}
+
+
+def _assumption(c: Claim) -> str:
+    """The assumption a row matches under ("" for any other row)."""
+    return (c.assumes or c.why) if verdict(c) == "matches, assuming" else ""
 
 
 def summary_lines(claims: Sequence[Claim]) -> list[str]:
     """For rows a script's own table already shows beside the notes' figures (Report.notes_text):
     one line counting the verdicts instead of the rows again, then the reasons as comparison_lines."""
-    counts: dict[str, int] = {}
-    for c in claims:
-        counts[verdict(c)] = counts.get(verdict(c), 0) + 1
-    text = ", ".join(f"{n} {word}" for word, n in counts.items())
-    return [wrap(f"vs the notes (their figures in the table above): {text}", "    ", "  ")] + _reasons(claims)
+    text = count_sentence([verdict(c) for c in claims])
+    head = ("our checks (what is expected in the table above)" if all(_is_own(c.ref) for c in claims)
+            else "vs the notes (their figures in the table above)")
+    return [wrap(f"{head}: {text}.", "    ", "  ")] + _reasons(claims)
 
 
-def _reasons(claims: Sequence[Claim]) -> list[str]:
-    """The reasons below the table: the notes' errors first, then differs and the rest; each text once."""
-    # calibration: the part's note
-    shown = [c for c in claims if c.status not in ("agrees", "calibration target") or c.reading]
-    order = sorted(shown, key=lambda c: (not c.erratum, c.status != "differs"))
-    grouped: dict[str, list[str]] = {}
-    for c in order:
-        text = c.decision if c.status == "other setting" else c.why
-        if c.reading and c.status == "agrees":
-            text = f"read as: {c.reading}" + (f"; {text}" if text else "")
-        if text:
-            grouped.setdefault(text, []).append(c.what)
+def _reasons(claims: Sequence[Claim], assumptions: bool = True) -> list[str]:
+    """The lines below the table: the notes' errors first, then differs and the rest (why:), then
+    the readings (read as:) and assumptions (assumes:) rows matched under; each text once."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for c in sorted(claims, key=lambda c: (not c.erratum, c.status != "differs", c.status == "agrees")):
+        for label, text in _reason(c, assumptions):
+            grouped.setdefault((label, text), []).append(c.what)
     lines = []
-    for text, whats in grouped.items():
+    for (label, text), whats in grouped.items():
         head = whats[0] if len(whats) == 1 else f"{whats[0]} (and {len(whats) - 1} more)"
-        lines.append(wrap(f"{head}: {text}", "         ", "    why: "))
+        lines.append(wrap(f"{head}: {text}", " " * (len(label) + 6), f"    {label}: "))
     return lines
+
+
+def _reason(c: Claim, assumptions: bool) -> list[tuple[str, str]]:
+    """What a row adds below the table: why it does not simply match, or what it matched under."""
+    if c.status == "calibration target":
+        return []                          # the part's note says what the model was fitted to
+    if c.status != "agrees":
+        text = c.decision if c.status == "other setting" else c.why
+        return [("why", text)] if text else []
+    if c.reading:
+        return [("read as", c.reading + (f"; {c.why}" if c.why else ""))]
+    return [("assumes", _assumption(c))] if assumptions and _assumption(c) else []
+
+
+def _is_own(ref: str | None) -> bool:
+    row_ = _row_of_ref(ref)
+    return row_ is not None and row_.own
+
+
+def _row_of_ref(ref: str | None) -> Row | None:
+    try:
+        return row(ref) if ref else None
+    except KeyError:
+        return None
 
 
 def _row_of(claim: Claim) -> Row | None:
     """The claim's row, for its digits (None for a row that is in no table: a test's own)."""
-    try:
-        return row(claim.ref) if claim.ref else None
-    except KeyError:
-        return None
+    return _row_of_ref(claim.ref)

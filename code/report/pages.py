@@ -17,37 +17,22 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from common import checker, errata
+from common import errata, verdicts
 from common.files import make_output_dir, write_bytes, write_text
 from common.output import fmt_num
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-# The order a reader wants: what needs attention first.
-STATUS_ORDER = ("differs", "other machine", "other setting", "not measured", "not recorded",
-                "calibration target", "agrees", "ours only")
-# What each status word on the pages means (the legend; a test checks every status shown has one).
-STATUS_MEANING = {
-    "agrees": "ours, rounded to the digits the notes print, is the notes' figure (for the notes' \"about\" "
-              "values: within the factor the claim states); the kind says whether from a closed form, under "
-              "a stated assumption, or timed here",
-    "differs": "ours is not the notes' figure; the reason says why",
-    "other machine": "a time measured here beside one the notes measured on their machine: shown, not judged",
-    "other setting": "a flag moved this run off the notes' setting (--quick does for some), so no comparison",
-    "not measured": "this run could not measure it (the reason says what was missing)",
-    "not recorded": "the script recorded no value for this row of the notes (a test fails on it)",
-    "calibration target": "the model was fitted to this figure, so agreeing checks nothing",
-    "ours only": "the notes give no figure; ours is shown for the record",
-    "erratum": "a \"differs\" where the notes are wrong: a slip (they contradict their own model, units or "
-               "arithmetic; ours is the value) or an inconsistency (two places of the notes disagree)",
-}
-# What each kind of claim (a row's basis) means.
-KIND_MEANING = {
-    checker.EXACT: "a closed form: ours must agree",
-    checker.ASSUMPTION: "agrees under an assumption the script states",
-    checker.MEASURED: "timed on this machine; the notes' figure came from theirs",
-    checker.OBSERVED: "seen happen on real processes here (an equality, a deadlock)",
-    checker.CALIBRATION: "the model was fitted to the notes' figure",
-}
+# The order a reader wants: what needs attention first (every word of common/verdicts.VERDICTS).
+ORDER = ("error in the notes", "notes inconsistent", "differs", "fails", "not recorded",
+         "not compared: other machine", "not compared: other setting", "not compared: not measured",
+         "fitted to the notes", "matches, assuming", "matches as they write", "matches, timed here",
+         "seen as the notes say", "matches", "holds", "not compared: no figure")
+DISAGREEING = ("error in the notes", "notes inconsistent", "differs", "fails", "not recorded")
+
+
+def tone(word: str) -> str:
+    """The colour class of a verdict word: agree, disagree, or neither (not compared, fitted)."""
+    return "agree" if word in verdicts.AGREEING else "disagree" if word in DISAGREEING else "neither"
 
 
 def _environment(autoescape: bool) -> Environment:
@@ -89,7 +74,7 @@ def _claim_view(claim: dict[str, Any], script: str, claim_id: str) -> dict[str, 
                 part_id=anchor(script, claim["part"]),
                 short=[isinstance(v, (int, float)) or len(_value(v, claim["unit"])) <= 24
                        for v in (claim["ours"], claim["notes"])],
-                label=errata.label(claim))
+                verdict=errata.label(claim), tone=tone(errata.label(claim)))
 
 
 # A printed line with a bar's characters, or framed in | … |, is a drawing (a bar, a timeline): it
@@ -153,7 +138,7 @@ def _script_view(run: dict[str, Any], data: dict[str, Any] | None, figures: dict
     return dict(name=script, anchor=anchor(script), doc=doc, rc=run["rc"], wall_s=run["wall_s"],
                 forked=run.get("forked", False),
                 stdout=run["stdout"], stderr=run["stderr"], parts=parts,
-                statuses=sorted({c["status"] for p in parts for c in p["claims"]}))
+                verdicts=sorted({c["verdict"] for p in parts for c in p["claims"]}))
 
 
 def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, dict[str, Any]],
@@ -170,23 +155,22 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
             write_bytes(str(directory / "figures" / name), blob)
     sections = [_script_view(r, data.get(r["script"]), figures, docs.get(r["script"], "")) for r in runs]
     claims = [c for s in sections for p in s["parts"] for c in p["claims"]]
-    counts = Counter(c["status"] for c in claims)
+    counts = Counter(c["verdict"] for c in claims)
     context = dict(
         title="Distributed training notes: the reproduction",
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         machine=f"{platform.node() or 'this machine'}, Python {platform.python_version()}, "
                 f"{os.cpu_count()} cores",
         quick=quick, total_s=total_s, sections=sections, claims=claims,
-        counts=[(s, counts[s]) for s in _ordered(counts)],
+        counts=[(w, counts[w], tone(w), verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)],
+        count_sentence=verdicts.count_sentence([c["verdict"] for c in claims], ORDER),
         differs=[c for c in claims if c["status"] == "differs" and not c.get("erratum")],
         errata=[c for c in claims if c.get("erratum")],
         errata_groups=errata.group(claims), errata_sentence=errata.count_sentence(errata.group(claims)),
         readings=errata.readings(claims),
         failed=[r["script"] for r in runs if r["rc"] != 0],
         filters=_filters(counts, sum(1 for c in claims if c.get("erratum"))),
-        meanings=[(s, STATUS_MEANING.get(s, "")) for s in _ordered(counts)]
-        + [("erratum", STATUS_MEANING["erratum"])],
-        kinds=[(k, KIND_MEANING.get(k, "")) for k in sorted({c["kind"] for c in claims}, key=_kind_order)],
+        meanings=[(w, verdicts.LEGEND[w], tone(w)) for w in _ordered(counts)],
         timeline=timeline)
     written = []
     for template, name, escape in (("index.html.j2", "index.html", True),
@@ -198,17 +182,14 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
     return written
 
 
-def _kind_order(kind: str) -> tuple[int, str]:
-    return (list(KIND_MEANING).index(kind) if kind in KIND_MEANING else len(KIND_MEANING), kind)
-
-
 def _ordered(counts: Counter[str]) -> list[str]:
-    """The statuses of a run, in STATUS_ORDER, then any other alphabetically."""
-    return [s for s in STATUS_ORDER if counts[s]] + sorted(s for s in counts if s not in STATUS_ORDER)
+    """The verdict words of a run, in ORDER."""
+    return [w for w in ORDER if counts[w]] + sorted(w for w in counts if w not in ORDER)
 
 
 def _filters(counts: Counter[str], erratum_rows: int) -> list[tuple[str, str, int]]:
-    """The claim filters: (key, label, claims it shows): every claim, the notes' errors, each status."""
-    notes = [("erratum", "errors in the notes", erratum_rows)] if erratum_rows else []
+    """The claim filters: (key, label, claims it shows): every claim, the notes' errata (both kinds),
+    each verdict word."""
+    notes = [("erratum", "every erratum", erratum_rows)] if erratum_rows else []
     each = [(s, s, counts[s]) for s in _ordered(counts)]
     return [("all", "every claim", sum(counts.values()))] + notes + each

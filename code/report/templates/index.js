@@ -12,7 +12,7 @@ document.querySelectorAll("#toc a").forEach((a) => a.addEventListener("click", (
 document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") openToc(false); });
 
 function shows(row, key) {
-  return key === "all" || row.dataset.status === key || (key === "erratum" && row.dataset.erratum === "yes");
+  return key === "all" || row.dataset.verdict === key || (key === "erratum" && row.dataset.erratum === "yes");
 }
 function applyFilter(key) {
   document.querySelectorAll("#filters button").forEach((b) => {
