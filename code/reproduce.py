@@ -206,7 +206,8 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
     """The count by status, every claim that does not simply agree (all with --all-claims), and the
     notes' errors."""
     words = [errata.label(c) for _, c in claims]
-    print(f"\n{len(runs)} scripts in {total:.1f} s; of {len(claims)} claims, {verdicts.count_sentence(words)}.")
+    print(f"\n{len(runs)} scripts in {total:.1f} s; of {len(claims)} claims, "
+          f"{verdicts.count_sentence(words)}.")
     shown = [(s, c) for s, c in claims if all_claims or c["status"] != "agrees"]
     if shown:
         print("\nEvery claim:" if all_claims

@@ -208,8 +208,8 @@ def test_every_parts_prose_is_shown(screens, reproduction: dict) -> None:
 
 def test_the_legend_explains_every_verdict_word(screens, reproduction: dict) -> None:
     page, _ = screens("index", 768)
-    legend = page.eval_on_selector_all("#legend > div", "ds => ds.map(d => [d.querySelector('dt').textContent, "
-                                                        "d.querySelector('dd').textContent.trim()])")
+    pairs = "ds => ds.map(d => [d.querySelector('dt').textContent, d.querySelector('dd').textContent.trim()])"
+    legend = page.eval_on_selector_all("#legend > div", pairs)
     shown = {c["verdict"] for c in reproduction["claims"]}
     assert {word for word, _ in legend} == shown    # each word the page uses, and only those
     assert all(LEGEND[word] == meaning for word, meaning in legend)

@@ -27,8 +27,8 @@ def group(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for claim in claims:
         if claim.get("erratum"):
             shown.setdefault(claim["erratum"], []).append(claim)
-    return [dict(id=e.id, kind=e.kind, word=KIND_WORDS[e.kind], title=e.title, document=e.document, places=list(e.places),
-                 argument=e.argument, source=e.source, instances=shown[e.id])
+    return [dict(id=e.id, kind=e.kind, word=KIND_WORDS[e.kind], title=e.title, document=e.document,
+                 places=list(e.places), argument=e.argument, source=e.source, instances=shown[e.id])
             for e in checker.all_errata() if e.id in shown]
 
 

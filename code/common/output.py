@@ -274,8 +274,9 @@ class Report:
         if self.failures:
             more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
             raise RunFailure(self.failures[0] + more)
-        data = {"script": self.script, "argv": sys.argv[1:], "parts": self.parts, "check_lines": self.check_lines,
-                "claims": [dict(asdict(c), verdict=verdicts.verdict(c)) for c in self.claims], "prose": self.prose, "captions": self.captions}
+        data = {"script": self.script, "argv": sys.argv[1:], "parts": self.parts,
+                "claims": [dict(asdict(c), verdict=verdicts.verdict(c)) for c in self.claims],
+                "prose": self.prose, "captions": self.captions, "check_lines": self.check_lines}
         path = getattr(self.args, "json", None) if self.args is not None else None
         if path:
             write_json(path, data)

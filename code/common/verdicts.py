@@ -12,6 +12,7 @@ from common.checker import ASSUMPTION, EXACT, MEASURED, OBSERVED, SLIP, Claim, R
 from common.text import PAGE_WIDTH, wrap
 from common.units import fmt_num
 
+
 # The one vocabulary of outcomes: the terminal's tables, --json's "verdict", the report's pages,
 # report.md and the README all use these words (tests/test_verdict_words.py holds them to it). Each
 # word says on its own whether the notes and we agree: "matches…", "seen as…" and "holds" agree,
@@ -35,11 +36,12 @@ VERDICTS = (
             "matches, timed here", "match, timed here"),
     Verdict("seen as the notes say", "it happened on real processes here as the notes say",
             "was seen as the notes say", "were seen as the notes say"),
-    Verdict("holds", "a check of ours (PyTorch's engine beside ours): ours is what is expected", "holds", "hold"),
+    Verdict("holds", "a check of ours (PyTorch's engine beside ours): ours is what is expected",
+            "holds", "hold"),
     Verdict("differs", "ours is not their figure, and the notes are not shown wrong (why:)", "differs",
             "differ"),
-    Verdict("error in the notes", "the notes contradict their own model, units, arithmetic or source; ours is "
-            "the value (why:)", "is an error in the notes", "are errors in the notes"),
+    Verdict("error in the notes", "the notes contradict their own model, units, arithmetic or source; "
+            "ours is the value (why:)", "is an error in the notes", "are errors in the notes"),
     Verdict("notes inconsistent", "two places of the notes disagree (why:)",
             "is where the notes are inconsistent", "are where the notes are inconsistent"),
     Verdict("fails", "a check of ours: ours is not what is expected, so the run fails", "fails", "fail"),
@@ -51,8 +53,8 @@ VERDICTS = (
             "is not compared (another setting)", "are not compared (another setting)"),
     Verdict("not compared: not measured", "this run could not measure it (why:)",
             "is not compared (not measured)", "are not compared (not measured)"),
-    Verdict("not compared: no figure", "the notes give no figure", "is not compared (the notes give no figure)",
-            "are not compared (the notes give no figure)"),
+    Verdict("not compared: no figure", "the notes give no figure",
+            "is not compared (the notes give no figure)", "are not compared (the notes give no figure)"),
     Verdict("not recorded", "the script recorded no value: a bug", "was not recorded", "were not recorded"),
 )
 BY_WORD = {v.word: v for v in VERDICTS}
