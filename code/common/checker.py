@@ -439,7 +439,7 @@ def decide(row: Row, part: str, values: dict[str, Any], off: Sequence[str]) -> C
     wrong = row.erratum if status == "differs" else ""   # an erratum row that agrees shows none
     return Claim(part, row.what, ours, row.notes_shown, row.unit, row.basis, status, why, rule, decision,
                  row.id, wrong, erratum(wrong).kind if wrong else "", row.reading, row.bytes, row.statement,
-                 row.section, assumes=row.assumes)
+                 row.section, assumes=reason(row, values, row.assumes))
 
 
 def _status(row: Row, ours: Any, off: Sequence[str]) -> tuple[str, str, str]:
@@ -460,12 +460,14 @@ def _status(row: Row, ours: Any, off: Sequence[str]) -> tuple[str, str, str]:
     return ("other machine" if row.basis == MEASURED else "differs"), rule, decision
 
 
-def reason(row: Row, values: dict[str, Any]) -> str:
-    """The row's reason with the recorded values it names filled in ("{uncal_ms:.2f}")."""
-    if "{" not in row.why:
-        return row.why
+def reason(row: Row, values: dict[str, Any], text: str | None = None) -> str:
+    """The row's reason (or `text`: its assumption) with the recorded values it names filled in
+    ("{uncal_ms:.2f}")."""
+    text = row.why if text is None else text
+    if "{" not in text:
+        return text
     try:
-        return row.why.format_map(values)
+        return text.format_map(values)
     except KeyError as missing:
         raise KeyError(f"row {row.id}: its reason names {missing}, which the script did not record") from None
 
