@@ -29,7 +29,8 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 # a self-check: a line of its own (check_close, check_trained, check_equal) or a mark in a table (mark)
-CHECK_CALL = re.compile(r"\.(?:check_(?:close|trained|equal)|mark)\(\s*((?:f?\"[^\"]*\")|[A-Za-z_][\w\[\]\.]*)")
+CHECK_CALL = re.compile(r"\.(?:check_(?:close|trained|equal)|mark)\("
+                        r"\s*((?:f?\"[^\"]*\")|[A-Za-z_][\w\[\]\.]*)")
 
 
 @dataclass(frozen=True)
