@@ -42,13 +42,13 @@ def readings(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def count_sentence(groups: Sequence[dict[str, Any]]) -> str:
-    """"5 errata: 3 errors in the notes and 2 places where the notes inconsistent, shown by
-    19 rows"."""
+    """"5 errata: 3 errors in the notes and 2 places where the notes are inconsistent, shown by 19
+    rows"."""
     kinds = Counter(g["kind"] for g in groups)
     rows = sum(len(g["instances"]) for g in groups)
     said = {checker.SLIP: ("error in the notes", "errors in the notes"),
-            checker.INCONSISTENCY: ("place where the notes inconsistent",
-                                    "places where the notes inconsistent")}
+            checker.INCONSISTENCY: ("place where the notes are inconsistent",
+                                    "places where the notes are inconsistent")}
     each = " and ".join(f"{kinds[k]} {said[k][kinds[k] != 1]}" for k in checker.ERROR_KINDS if kinds[k])
     noun = "erratum" if len(groups) == 1 else "errata"
     return (f"{len(groups)} {noun}: {each}, shown by {rows} row{'s' if rows != 1 else ''}"
@@ -90,8 +90,8 @@ with a reproduction. Each entry is one distinct error, however many rows of the 
 - an **error in the notes** (a slip): the notes contradict their own stated model, units or
   arithmetic, or a fact they cite (PyTorch's source, a specification); ours is the value that model or
   fact gives;
-- **notes inconsistent**: two places of the notes disagree; both are
-  quoted, with what each gives and which one the scripts follow.
+- **notes inconsistent**: two places of the notes disagree; both are quoted, with what each gives
+  and which one the scripts follow.
 
 Each entry quotes the notes (section, their words, our translation), argues the most charitable
 reading, and lists its rows with the notes' figure and ours in one unit. The readings at the end are
