@@ -98,7 +98,9 @@ def count_sentence(words: Sequence[str], order: Sequence[str] = tuple(BY_WORD)) 
     """"6 match, 13 match under an assumption and 12 are errors in the notes", in `order`."""
     counts = {w: words.count(w) for w in order if w in words}
     said = [f"{n} {BY_WORD[w].one if n == 1 else BY_WORD[w].many}" for w, n in counts.items()]
-    return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1] if said else ""
+    comma = "; " if any("," in s for s in said) else ", "   # "6 match; 13 match, assuming; and …"
+    last = ("; and " if comma == "; " else " and ")
+    return said[0] if len(said) == 1 else comma.join(said[:-1]) + last + said[-1] if said else ""
 
 
 def _shown(value: Any, unit: str, digits: int) -> str:
