@@ -66,8 +66,9 @@ function initControls() {
   for (const [id, values] of Object.entries(SLIDERS)) {
     $(id).max = values.length - 1;
     const shown = SHOW[id](values[d[id]]);
+    // "the notes: 25 MB", not "the notes: 25 MB (notes)"
     $(id + "-hint").textContent = id === "layers" ? `opens at ${shown} (the notes have no such stack)`
-                                                  : "the notes: " + shown;
+                                                  : "the notes: " + shown.replace(/ \(notes\)$/, "");
   }
   $("model-hint").textContent = "the notes: " + GRID.models[d.model].name;
   setState(stateFromUrl());
@@ -89,6 +90,7 @@ function initControls() {
   });
   window.addEventListener("hashchange", () => { setState(stateFromUrl()); update(); });
   window.addEventListener("resize", () => { if (current) render(current); });
+  $("bucket-list").addEventListener("change", () => pick(Number($("bucket-list").value), "on", false));
 }
 function selection() {
   const idx = Object.fromEntries(Object.keys(SLIDERS).map((id) => [id, Number($(id).value)]));
@@ -158,6 +160,8 @@ function render(v) {
   $("compute-note").textContent = `${model.name}: ${model.compute}; ${model.description}`;
   if (picked.bucket >= cap.buckets) picked.bucket = 0;
   draw(v);
+  bucketList(v);
+  holdChart();
   legend(cap);
   panel(v);
   curve(v);
