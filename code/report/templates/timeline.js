@@ -35,20 +35,27 @@ function derivedText(units) {
 function pointTexts(p) {
   return [p.on, p.off, p.exposed, p.comm, p.g[0]].map(derivedText).concat([(100 * (p.off / p.on - 1)).toFixed(0)]);
 }
+function decodeCap(cap, table) {
+  const {kind, g, go, texts, on, off, exposed, comm, ...rest} = cap;
+  const points = on.map((_, i) => {
+    const p = {on: on[i], off: off[i], exposed: exposed[i], comm: comm[i], d: kind.map((k) => table[i][k]),
+               g: unpackInts(g[i]), go: unpackInts(go[i])};
+    p.t = pointTexts(p);
+    return p;
+  });
+  for (const [i, j, text] of texts) points[i].t[j] = text;   // where the float rounded otherwise
+  return {...rest, points};
+}
+// A model's caps are decoded when first looked at (the page opens on one model of seven).
 function decodeGrid(enc) {
   const table = enc.durations;
   for (const model of enc.models) {
-    model.caps = model.caps.map((cap) => {
-      const {kind, g, go, texts, on, off, exposed, comm, ...rest} = cap;
-      const points = on.map((_, i) => {
-        const p = {on: on[i], off: off[i], exposed: exposed[i], comm: comm[i], d: kind.map((k) => table[i][k]),
-                   g: unpackInts(g[i]), go: unpackInts(go[i])};
-        p.t = pointTexts(p);
-        return p;
-      });
-      for (const [i, j, text] of texts) points[i].t[j] = text;   // where the float rounded otherwise
-      return {...rest, points};
-    });
+    const encoded = model.caps;
+    Object.defineProperty(model, "caps", {configurable: true, enumerable: true, get() {
+      const caps = encoded.map((cap) => decodeCap(cap, table));
+      Object.defineProperty(model, "caps", {value: caps, enumerable: true, writable: true});
+      return caps;
+    }});
   }
   delete enc.sizes;
   delete enc.durations;
