@@ -79,7 +79,8 @@ POINT_KEYS = ("on", "off", "exposed", "comm")
 
 
 def pack_ints(values: list[int]) -> str:
-    """[10737, 0, -1, 1, 42950, 7] -> "10737onp42950,7": -1, 0, 1 as one letter each."""
+    """[10737, 0, -1, 1, 42950, 7, 0, 0, 0] -> "10737onp42950,7B": -1, 0, 1 as one letter each, and a
+    run of 2 to 27 zeros as one capital (A = 2 zeros, B = 3, …)."""
     out, number_before = [], False
     for v in values:
         if v in SMALL:
@@ -88,11 +89,17 @@ def pack_ints(values: list[int]) -> str:
         else:
             out.append(("," if number_before else "") + str(v))
             number_before = True
-    return "".join(out)
+    return re.sub(r"o{2,27}", lambda run: chr(ord("A") + len(run.group()) - 2), "".join(out))
 
 
 def unpack_ints(text: str) -> list[int]:
-    return [SMALL_BACK[t] if t in SMALL_BACK else int(t) for t in re.findall(r"-?\d+|[nop]", text)]
+    out: list[int] = []
+    for t in re.findall(r"-?\d+|[nopA-Z]", text):
+        if t.isalpha() and t.isupper():
+            out.extend([0] * (ord(t) - ord("A") + 2))
+        else:
+            out.append(SMALL_BACK[t] if t in SMALL_BACK else int(t))
+    return out
 
 
 def fixed(units: int, per: int, decimals: int) -> str:

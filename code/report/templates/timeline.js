@@ -20,8 +20,11 @@ function bytesText(n) {
 // ---- the grid as report/timeline.py's encode_grid carries it (each number once) ----------------
 // decodeGrid gives back exactly what timeline_grid.build_grid made (decode_grid in timeline.py takes
 // the same steps; tests/test_timeline_thumb.py compares this page's GRID with build_grid()).
+// "10737onp42950,7B" -> [10737, 0, -1, 1, 42950, 7, 0, 0, 0]: n o p are -1 0 1, a capital a run of zeros
+// (A = 2, B = 3, …).
 function unpackInts(text) {
-  return (text.match(/-?\d+|[nop]/g) || []).map((t) => ({n: -1, o: 0, p: 1})[t] ?? Number(t));
+  return (text.match(/-?\d+|[nopA-Z]/g) || []).flatMap((t) =>
+    t >= "A" && t <= "Z" ? new Array(t.charCodeAt(0) - 63).fill(0) : [({n: -1, o: 0, p: 1})[t] ?? Number(t)]);
 }
 // units / per to `decimals` places, halves up, exact for these integers.
 function fixed(units, per, decimals) {
