@@ -2,7 +2,7 @@
 // The timeline page's script: it looks the chosen setting up in GRID (computed by
 // lecture15/timeline_grid.py) and draws it. It computes no model and rounds nothing it prints
 // except exact decimals of the stored 0.1 µs integers.
-const GRID = JSON.parse(document.getElementById("grid-data").textContent);
+const GRID = decodeGrid(JSON.parse(document.getElementById("grid-data").textContent));
 const AX = GRID.axes;
 const UNITS_PER_MS = 1e-3 / GRID.time_unit_s;
 const COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f",
@@ -15,6 +15,54 @@ const TEXTS = ["step-on", "step-off", "exposed", "comm", "first", "faster"];   /
 function exactMs(units) { return (units / UNITS_PER_MS).toFixed(4) + " ms"; }
 function bytesText(n) {
   return n >= 1e6 ? (n / 1e6).toFixed(1) + " MB" : n >= 1e3 ? (n / 1e3).toFixed(1) + " kB" : n + " B";
+}
+
+// ---- the grid as report/timeline.py's encode_grid carries it (each number once) ----------------
+// decodeGrid gives back exactly what timeline_grid.build_grid made (decode_grid in timeline.py takes
+// the same steps; tests/test_timeline_thumb.py compares this page's GRID with build_grid()).
+// "10737onp42950,7B" -> [10737, 0, -1, 1, 42950, 7, 0, 0, 0]: n o p are -1 0 1, a capital a run of zeros
+// (A = 2, B = 3, …).
+function unpackInts(text) {
+  return (text.match(/-?\d+|[nopA-Z]/g) || []).flatMap((t) =>
+    t >= "A" && t <= "Z" ? new Array(t.charCodeAt(0) - 63).fill(0) : [({n: -1, o: 0, p: 1})[t] ?? Number(t)]);
+}
+// units / per to `decimals` places, halves up, exact for these integers.
+function fixed(units, per, decimals) {
+  const q = String(Math.floor((2 * units + per) / (2 * per))).padStart(decimals + 1, "0");
+  return q.slice(0, -decimals) + "." + q.slice(-decimals);
+}
+function derivedText(units) {
+  if (units >= 1e7) return fixed(units, 1e5, 2) + " s";
+  return units >= 1e4 ? fixed(units, 100, 2) + " ms" : fixed(units, 10, 3) + " ms";
+}
+function pointTexts(p) {
+  return [p.on, p.off, p.exposed, p.comm, p.g[0]].map(derivedText).concat([(100 * (p.off / p.on - 1)).toFixed(0)]);
+}
+function decodeCap(cap, table) {
+  const {kind, g, go, texts, on, off, exposed, comm, ...rest} = cap;
+  const points = on.map((_, i) => {
+    const p = {on: on[i], off: off[i], exposed: exposed[i], comm: comm[i], d: kind.map((k) => table[i][k]),
+               g: unpackInts(g[i]), go: unpackInts(go[i])};
+    p.t = pointTexts(p);
+    return p;
+  });
+  for (const [i, j, text] of texts) points[i].t[j] = text;   // where the float rounded otherwise
+  return {...rest, points};
+}
+// A model's caps are decoded when first looked at (the page opens on one model of seven).
+function decodeGrid(enc) {
+  const table = enc.durations;
+  for (const model of enc.models) {
+    const encoded = model.caps;
+    Object.defineProperty(model, "caps", {configurable: true, enumerable: true, get() {
+      const caps = encoded.map((cap) => decodeCap(cap, table));
+      Object.defineProperty(model, "caps", {value: caps, enumerable: true, writable: true});
+      return caps;
+    }});
+  }
+  delete enc.sizes;
+  delete enc.durations;
+  return enc;
 }
 
 // ---- controls and the URL ----------------------------------------------------------------------
@@ -66,8 +114,9 @@ function initControls() {
   for (const [id, values] of Object.entries(SLIDERS)) {
     $(id).max = values.length - 1;
     const shown = SHOW[id](values[d[id]]);
+    // "the notes: 25 MB", not "the notes: 25 MB (notes)"
     $(id + "-hint").textContent = id === "layers" ? `opens at ${shown} (the notes have no such stack)`
-                                                  : "the notes: " + shown;
+                                                  : "the notes: " + shown.replace(/ \(notes\)$/, "");
   }
   $("model-hint").textContent = "the notes: " + GRID.models[d.model].name;
   setState(stateFromUrl());
@@ -89,6 +138,7 @@ function initControls() {
   });
   window.addEventListener("hashchange", () => { setState(stateFromUrl()); update(); });
   window.addEventListener("resize", () => { if (current) render(current); });
+  $("bucket-list").addEventListener("change", () => pick(Number($("bucket-list").value), "on", false));
 }
 function selection() {
   const idx = Object.fromEntries(Object.keys(SLIDERS).map((id) => [id, Number($(id).value)]));
@@ -158,6 +208,8 @@ function render(v) {
   $("compute-note").textContent = `${model.name}: ${model.compute}; ${model.description}`;
   if (picked.bucket >= cap.buckets) picked.bucket = 0;
   draw(v);
+  bucketList(v);
+  holdChart();
   legend(cap);
   panel(v);
   curve(v);

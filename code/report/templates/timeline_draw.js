@@ -76,8 +76,18 @@ function draw(v) {
       el("rect", {x: x(model.backward), y: yComm - 3, width: x(stepUnits) - x(model.backward),
                   height: rowH + 6, fill: "url(#hatch)", class: "exposed"}, svg);
     }
+    // Under the buckets, the whole all-reduce row answers a tap with the nearest bucket: a bucket
+    // 1 px wide on a phone is still picked by a thumb anywhere near it.
+    const drawn = spans(gaps, point.d);
+    const hit = el("rect", {x: x(0), y: yComm - 5, width: x(end) - x(0), height: rowH + 10, class: "hit",
+                            "aria-hidden": "true"}, svg);
+    hit.addEventListener("click", (ev) => {
+      const box = svg.getBoundingClientRect(), at = (ev.clientX - box.left) * W / box.width;
+      const away = drawn.map(([s, e]) => Math.max(x(s) - at, at - x(e), 0));
+      pick(away.indexOf(Math.min(...away)), which, true);
+    });
     const comm = el("g", {class: "comm", "data-which": which}, svg);
-    spans(gaps, point.d).forEach(([s, e], b) => {
+    drawn.forEach(([s, e], b) => {
       const r = el("rect", {x: x(s), y: yComm, width: Math.max(x(e) - x(s), 0.8), height: rowH,
                             class: "bucket", fill: COLOURS[b % COLOURS.length], stroke: "#fff",
                             "stroke-width": 0.5,
@@ -114,6 +124,23 @@ function pick(b, which, fromClick) {
   panel(current);
   markPicked();
   if (fromClick) focusBucket();
+  // While the chart is held at the top, bring the details into view below it.
+  if (fromClick && getComputedStyle($("view")).position === "sticky") {
+    $("bucket-panel").scrollIntoView({block: "nearest"});
+  }
+}
+// The list of the buckets (with overlap): a bucket picked without aiming at it.
+function bucketList(v) {
+  const {cap} = v, list = $("bucket-list");
+  list.replaceChildren(...cap.bytes.map((bytes, b) => Object.assign(document.createElement("option"),
+    {value: b, textContent: `bucket ${b} of ${cap.buckets}: ${bytesText(bytes)}, ${cap.tensors[b]} tensors`})));
+  list.value = picked.bucket;
+}
+// The chart is held at the top of the screen (sticky) where the screen is tall enough: what the
+// browser scrolls into view (a slider reached with Tab) must land below it, not under it.
+function holdChart() {
+  const held = getComputedStyle($("view")).position === "sticky";
+  document.documentElement.style.setProperty("--view-h", held ? $("view").offsetHeight + 8 + "px" : "0px");
 }
 function focusBucket() {
   const r = document.querySelector(
@@ -132,6 +159,7 @@ function markPicked() {
     r.classList.toggle("picked", on);
     r.setAttribute("tabindex", on ? 0 : -1);
   });
+  if (picked.which === "on") $("bucket-list").value = picked.bucket;
 }
 function panel(v) {
   const {model, cap, point, s} = v, b = Math.min(picked.bucket, cap.buckets - 1);
@@ -186,23 +214,30 @@ function curve(v) {
     const texts = model.caps[i].points[pointIndex(s)].t;
     const g = el("g", {class: "cap-point", tabindex: 0, role: "button",
                        "aria-label": `cap ${AX.caps[i]}: step ${texts[0]} with overlap`}, svg);
-    el("circle", {cx: x(i), cy: y(p[0]), r: i === s.cap ? 6 : 3.5, fill: i === s.cap ? "#c0392b" : "#fff",
-                  stroke: "#c0392b", "stroke-width": 2}, g);
+    el("circle", {class: "hit", cx: x(i), cy: y(p[0]), r: 13}, g);     // a 26 px target around the dot
+    el("circle", {class: "dot", cx: x(i), cy: y(p[0]), r: i === s.cap ? 6 : 3.5,
+                  fill: i === s.cap ? "#c0392b" : "#fff", stroke: "#c0392b", "stroke-width": 2}, g);
     el("title", {}, g, `${AX.caps[i]}: ${texts[0]} with overlap, ${texts[1]} without`);
     const choose = () => { $("cap").value = i; update(); };
     g.addEventListener("click", choose);
     g.addEventListener("keydown", (ev) => {
       if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); choose(); }
     });
-    el("text", {x: x(i), y: H - bottom + 14, "font-size": 11, "text-anchor": "end",
-                transform: `rotate(-40 ${x(i)} ${H - bottom + 14})`}, svg,
-       capKey(i) === "one" ? "one" : AX.cap_flags[i] + (AX.first_cap_flags[i] ? "+1st" : ""));
+    el("text", {x: x(i), y: H - bottom + 14, "font-size": 12, "text-anchor": "end",
+                transform: `rotate(-40 ${x(i)} ${H - bottom + 14})`}, svg, capWords(i));
   });
   svg.setAttribute("aria-label", `step with overlap (red) and without (grey, dashed) for each bucket cap, ` +
                    `${model.name}, K = ${AX.world_size[s.k]}, α = ${AX.alpha_us[s.alpha]} µs, ` +
                    `β = ${AX.beta_gbs[s.beta]} GB/s`);
-  $("curve-title").textContent = "Step against the bucket cap (MiB; 25MB the notes'): " +
+  $("curve-title").textContent = "Step against the bucket cap (in MiB; 25 MB is the notes' cap): " +
                                  `${model.name}, this link and K; tap a point to choose its cap`;
+}
+// A cap under the curve, in words: "25 MB", "25 +1st" (PyTorch's 1 MiB first bucket), "per tensor".
+function capWords(i) {
+  const flag = AX.cap_flags[i];
+  if (flag === null) return "one bucket";
+  if (AX.cap_bytes[i] === 0) return "per tensor";
+  return flag.replace(/MB$/, " MB") + (AX.first_cap_flags[i] ? " +1st" : "");
 }
 function legend(cap) {
   const box = $("legend");
