@@ -62,6 +62,29 @@ COST = Cost([Term("1", 2.7, lambda a: 1), Term("repeats", 0.25, lambda a: a.repe
             ranks=lambda a: max(REAL_PROCS))
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7,
+                         peak_tflops=PEAK_TFLOPS, real=True, figs=True, quick={"repeats": 3}, cost=COST,
+                         context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
+    parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
+                        help="Part 3: tokens per GPU per step")
+    parser.add_argument("--mfu", type=positive_float, default=MFU, metavar="FRACTION",
+                        help="Part 3: fraction of peak")
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be at least 2: one device has nothing to all-reduce")
+    if args.mfu > 1:
+        raise UsageError(f"--mfu is a fraction of peak, at most 1, got {args.mfu:g}")
+    rep = Report(__file__, "the α-β model: which all-reduce wins, a real fit, communication's share", args)
+    rep.part(1, "ring vs binary tree vs naive (all to rank 0) all-reduce in the α-β model")
+    part1_model(rep, args)        # ring / tree / naive times by message size, and the crossovers
+    rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
+    part2_measure_gloo(rep, args)  # real all-reduce on 2 and 4 processes, fitted t = a + b·N
+    rep.part(3, "all-reduce vs compute in data parallelism: the share does not depend on model size")
+    part3_share_of_step(rep, args)  # all-reduce vs compute in K-GPU data parallelism (notes: 8)
+    rep.finish()
+
+
 def allreduce_times(k: int, nbytes: float, link: Link) -> dict[str, float]:
     return {name: fn(k, nbytes, link) for name, fn in ALLREDUCE_TIMES.items()}
 
@@ -79,28 +102,7 @@ def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: floa
     return comm / (comm + compute)
 
 
-def main() -> None:
-    parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7,
-                         peak_tflops=PEAK_TFLOPS, real=True, figs=True, quick={"repeats": 3}, cost=COST,
-                         context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
-    parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
-                        help="Part 3: tokens per GPU per step")
-    parser.add_argument("--mfu", type=positive_float, default=MFU, metavar="FRACTION",
-                        help="Part 3: fraction of peak")
-    args = parser.parse_args()
-    if args.world_size < 2:
-        raise UsageError("--world-size must be at least 2: one device has nothing to all-reduce")
-    if args.mfu > 1:
-        raise UsageError(f"--mfu is a fraction of peak, at most 1, got {args.mfu:g}")
-    rep = Report(__file__, "the α-β model: which all-reduce wins, a real fit, communication's share", args)
-    part1_model(rep, args)        # ring / tree / naive times by message size, and the crossovers
-    part2_measure_gloo(rep, args)  # real all-reduce on 2 and 4 processes, fitted t = a + b·N
-    part3_share_of_step(rep, args)  # all-reduce vs compute in K-GPU data parallelism (notes: 8)
-    rep.finish()
-
-
 def part1_model(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(1, "ring vs binary tree vs naive (all to rank 0) all-reduce in the α-β model")
     k, link = args.world_size, link_from_args(args)
     rep.note(f"K = {k}, {link.describe()}; N = bytes per device (MB = 1e6 B)")
     model_times_table(rep, k, link)
@@ -114,9 +116,7 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  fastest by size (numeric scan): {text}")
     found = [c for c in crossovers.values() if c is not None]
     ring_from = max(found) if found else None
-    rep.note(f"few rounds win small (latency-bound) messages; the ring is fastest "
-             f"{f'from {fmt_bytes(ring_from)} up' if ring_from else 'at no size or every size'}\n"
-             "(bandwidth-bound). NCCL likewise picks ring or tree by message size and device count.")
+    rep.note("few rounds win small (latency-bound) messages, the ring large ones; NCCL picks likewise")
     rep.values(ring_from=fmt_bytes(ring_from) if ring_from else "no size",
                ring_from_kb=ring_from / 1e3 if ring_from else None)
     if rep.figure_dir():
@@ -187,7 +187,6 @@ def time_allreduce_worker(rank: int, world_size: int, sizes: list[int], sweeps: 
 
 
 def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
     sizes = QUICK_SIZES if args.quick else REAL_SIZES
     rep.note("float32 all-reduce; one launch per process count: a checked call per size, a warm-up sweep, "
              f"then {args.repeats} sweeps timing one call of every size; a call takes the slowest rank's "
@@ -221,7 +220,6 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
                 rep.line(f"  {k} processes, a sweep's fit failed: {f.failed}")
     rep.table(["processes", "fits ok", "α per round", "β (GB/s)", "t(16 KiB) / t(1 KiB)"], fit_rows,
               name="fit")
-    rep.note("the shape is the point: a fixed cost per call plus a cost per byte, on any interconnect")
     record_fit(rep, runs)
     if rep.figure_dir():
         rep.save_figure(figures.gloo_fit(sizes, runs, args.repeats), "gloo_allreduce")
@@ -256,12 +254,11 @@ def notes_gloo_alpha_s() -> float:
 
 
 def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(3, "all-reduce vs compute in data parallelism: the share does not depend on model size")
     k, tokens = args.world_size, args.tokens_per_gpu
     flops_per_s = args.mfu * args.peak_tflops * 1e12
     rep.note(f"K = {k} GPUs, {tokens} tokens per GPU per step; compute = 6·P·tokens at {args.mfu:g} × "
              f"{args.peak_tflops:g} TFLOP/s;\nring all-reduce of bf16 gradients ({GRAD_BYTES_PER_PARAM} "
-             "B/param), latency neglected (α = 0);\nshare = comm / (comm + compute), nothing overlapped")
+             "B/param), latency neglected (α = 0), nothing overlapped")
     links = [Link(0.0, preset.beta_Bps, preset.name) for preset in (NVLINK, INFINIBAND, ETHERNET)]
     params = [125e6, 1.3e9, 7e9, 70e9, 405e9]
     rows = [[f"{p / 1e9:g}B"] + [f"{100 * comm_share(k, p, link, tokens, flops_per_s):.1f} %"
