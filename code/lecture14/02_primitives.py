@@ -44,6 +44,10 @@ LR = 0.5  # the parameter server's learning rate in Part 2 (any value works)
 PS_TOLERANCE = 1e-4  # Part 2: its update is float32 arithmetic on numbers near 100 (a few ulps)
 SEED = 1234  # random data of Part 2: rank r uses seed SEED + r
 DEADLOCK_TIMEOUT_S = 1.0  # Part 4: a healthy collective here takes milliseconds (0.5 s with --quick)
+IDENTITIES = [  # Part 2's routes to an all-reduce: (its row's label, the key the ranks return it under)
+    ("all-reduce = reduce + broadcast", "reduce_broadcast"),
+    ("all-reduce = reduce-scatter + all-gather", "rs_ag"),
+]
 # CPU time here (bench/bench_costs.py, W = 2 … 64): four launches, gloo connecting every pair of
 # ranks, and every number turned into Python floats and printed from. Part 4 waits for its timeout
 # (then the launcher asks who is where). Memory: each rank returns its buffers as lists of Python
@@ -226,12 +230,6 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
     rep.values(numbers=n, rs_out_numbers=len(results[0]["reduce-scatter"][1]),
                rs_output_ratio=len(results[0]["reduce-scatter"][1]) / n,
                ag_output_ratio=len(results[0]["all-gather"][1]) / n)
-
-
-IDENTITIES = [
-    ("all-reduce = reduce + broadcast", "reduce_broadcast"),
-    ("all-reduce = reduce-scatter + all-gather", "rs_ag"),
-]
 
 
 def part2_identities(rep: Report, args: argparse.Namespace) -> None:

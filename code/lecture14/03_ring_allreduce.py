@@ -59,6 +59,12 @@ BOUNDS = {"world_size": Bound(2048, "Part 1 counts each of the ring's 2K(K−1) 
 FP_K, FP_SEED = 64, 0
 BAR_WIDTH = 25  # Part 3's bars: the segments table stays within the page
 
+ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from collectives_def)
+    name: (simulate, algorithm(ALLREDUCE_ALGORITHMS[name]).rounds)
+    for name, simulate in (("ring", col.ring_allreduce), ("tree", col.tree_allreduce),
+                           ("naive", col.naive_allreduce), ("parameter server", col.parameter_server))
+}
+
 
 def main() -> None:
     parser = make_parser(__doc__, alpha_us=NOTES_ALPHA_US, beta_gbs=NOTES_BETA_GBS, size=NOTES_SIZE,
@@ -137,13 +143,6 @@ def owner_chunk_complete(res: col.Result, k: int, symbolic: bool) -> bool | None
     if symbolic:
         return all(rs_end[r][(r + 1) % k] == col.Sym([(w, (r + 1) % k) for w in range(k)]) for r in range(k))
     return all(rs_end[r][(r + 1) % k] == k for r in range(k))
-
-
-ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from collectives_def)
-    name: (simulate, algorithm(ALLREDUCE_ALGORITHMS[name]).rounds)
-    for name, simulate in (("ring", col.ring_allreduce), ("tree", col.tree_allreduce),
-                           ("naive", col.naive_allreduce), ("parameter server", col.parameter_server))
-}
 
 
 def part2_traffic(rep: Report, args: argparse.Namespace) -> None:

@@ -50,6 +50,10 @@ OPS = ("ALLREDUCE", "ALLGATHER")   # how torch's fingerprints name the two calls
 # How gloo gives up: the first rank whose wait runs out, or a rank whose peer gave up first and closed
 # their connection (which one the launcher hears of first depends on the machine's load).
 GLOO_GAVE_UP = ("Timed out", "Connection closed by peer", "timeout caused pair closure")
+HEALTHY_CALLS = 2   # collectives healthy_calls makes
+# torch's fingerprint in DETAIL's error, one per rank it names
+FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
+                         r"OpType=(\w+), TensorShape=(\[[^\]]*\]), TensorDtypes=(\w+)")
 # CPU time here (measured at W = 4 on 2 loaded cores: 3.5 s, about import torch's): start-up and two
 # launches of W ranks, gloo connecting every pair; Part 1 waits for its timeout, then the launcher asks
 # the ranks where they are. Memory: W small processes.
@@ -85,9 +89,6 @@ def healthy_calls(group: Any, world_size: int) -> None:
     tensor = torch.ones(ELEMENTS)
     dist.all_reduce(tensor, group=group)
     dist.all_gather([torch.empty(ELEMENTS) for _ in range(world_size)], tensor, group=group)
-
-
-HEALTHY_CALLS = 2   # collectives healthy_calls makes
 
 
 def gloo_ops(group: Any, world_size: int) -> dict[str, int]:
@@ -278,10 +279,6 @@ def detail_cost(rep: Report, ops: list[dict[str, dict[str, int]]]) -> float:
                detail_extra_ours=by_rank([ops_text(want) for want in ours]))
     rep.compare_with_notes(in_table=True)
     return added
-
-
-FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
-                         r"OpType=(\w+), TensorShape=(\[[^\]]*\]), TensorDtypes=(\w+)")
 
 
 def short_fingerprints(error: str) -> str:
