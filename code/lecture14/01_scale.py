@@ -69,6 +69,26 @@ LLAMA_31 = TrainingRun("LLaMA 3.1 405B", 405e9, 405e9, 15.6e12, 30.84e6, 16000, 
 RUNS = (DEEPSEEK_V3, LLAMA_31)
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB",
+                         peak_tflops=NOTES_PEAK_TFLOPS, tp=NOTES_TP, pp=NOTES_PP,
+                         gpu_memory_gb=NOTES_GPU_MEMORY_GB,
+                         context={"world_size": "the largest K in Part 4", "size": "Part 4's N: gradients = "
+                                                                                   "parameters",
+                                  "peak_tflops": "dense BF16", "tp": "Part 3", "pp": "Part 3"})
+    args = parser.parse_args()
+    rep = Report(__file__, "why distributed training: scale, two walls, parameter server", args)
+    rep.part(1, "6ND: FLOPs of two real training runs and the fraction of peak")
+    part1_six_nd(rep, args)          # what two real runs got out of each GPU
+    rep.part(2, "one GPU: the memory wall and the compute wall")
+    part2_two_walls(rep, args)       # one GPU can neither hold nor train a 405B model
+    rep.part(3, "memory per worker: split the data or split the model")
+    part3_data_vs_model(rep, args)   # pure data parallelism vs tensor × pipeline
+    rep.part(4, "parameter server: traffic per step, each worker 2N, the server 2KN")
+    part4_parameter_server(rep, args)  # the server's one link carries every worker's push and pull
+    rep.finish()
+
+
 def training_flops(active_params: float, tokens: float) -> float:
     """6ND: forward 2 FLOPs per parameter per token, backward twice that."""
     return 6.0 * active_params * tokens
@@ -107,24 +127,7 @@ def ks_up_to(top: int) -> list[int]:
     return ks if ks[-1] == top else ks + [top]
 
 
-def main() -> None:
-    parser = make_parser(__doc__, world_size=64, alpha_us=5.0, beta_gbs=25.0, size="2GB",
-                         peak_tflops=NOTES_PEAK_TFLOPS, tp=NOTES_TP, pp=NOTES_PP,
-                         gpu_memory_gb=NOTES_GPU_MEMORY_GB,
-                         context={"world_size": "the largest K in Part 4", "size": "Part 4's N: gradients = "
-                                                                                   "parameters",
-                                  "peak_tflops": "dense BF16", "tp": "Part 3", "pp": "Part 3"})
-    args = parser.parse_args()
-    rep = Report(__file__, "why distributed training: scale, two walls, parameter server", args)
-    part1_six_nd(rep, args)          # 6ND: what two real runs got out of each GPU
-    part2_two_walls(rep, args)       # one GPU: the memory wall and the compute wall
-    part3_data_vs_model(rep, args)   # memory per worker: pure data parallelism vs TP × PP
-    part4_parameter_server(rep, args)  # traffic per step: each worker 2N, the server 2KN
-    rep.finish()
-
-
 def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(1, "6ND: FLOPs of two real training runs and the fraction of peak")
     peak = args.peak_tflops * 1e12
     what_peak = " (dense BF16, the same for H100 and H800)" if rep.at_notes_setting(("peak_tflops",)) else ""
     rep.note(f"peak = {args.peak_tflops:g} TFLOP/s per GPU{what_peak};\n"
@@ -141,9 +144,7 @@ def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
     ratio_hours = LLAMA_31.gpu_hours / DEEPSEEK_V3.gpu_hours
     days = DEEPSEEK_V3.gpu_hours / DEEPSEEK_V3.gpus / 24
     # MoE: DeepSeek-V3 holds more parameters than LLaMA yet pays for only the active ones per token.
-    rep.line(f"  DeepSeek-V3 holds {ratio_params:.2f}× LLaMA's parameters but used 1/{ratio_hours:.1f} of "
-             f"its GPU-hours: only {DEEPSEEK_V3.active_params / 1e9:g}B are active per token; with all "
-             f"{DEEPSEEK_V3.gpus:,} GPUs busy it ran {days:.1f} days")
+    # The ratios and the days are the comparison's rows (and its footnote): printed there, once.
     rep.values(peak_tflops=args.peak_tflops,
                deepseek_peak_pct=100 * fraction_of_peak(DEEPSEEK_V3, peak),
                llama_peak_pct=100 * fraction_of_peak(LLAMA_31, peak),
@@ -153,10 +154,9 @@ def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
 
 
 def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(2, "one GPU: the memory wall and the compute wall")
-    breakdown = " + ".join(f"{b} B {name}" for name, b in BYTES_PER_PARAM.items())
-    rep.note(f"training state per parameter: {breakdown} = {sum(BYTES_PER_PARAM.values())} B "
-             "(mixed-precision Adam; activations not counted)")
+    breakdown = " + ".join(f"{b} {name}" for name, b in BYTES_PER_PARAM.items())
+    rep.note(f"training state = {sum(BYTES_PER_PARAM.values())} B per parameter: {breakdown} "
+             "(activations not counted)")
     gpu_bytes = args.gpu_memory_gb * 1e9
     peak = args.peak_tflops * 1e12
     rows = []
@@ -174,7 +174,6 @@ def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
 
 
 def part3_data_vs_model(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(3, "memory per worker: split the data or split the model")
     state = training_state_bytes(LLAMA_31.total_params)
     gpu_bytes = args.gpu_memory_gb * 1e9
     tp, pp = args.tp, args.pp
@@ -188,17 +187,14 @@ def part3_data_vs_model(rep: Report, args: argparse.Namespace) -> None:
     rep.note("data parallelism copies the whole model to every worker: it makes training finish sooner,\n"
              "not fit; splitting the model (tensor × pipeline) divides the state by the number of pieces")
     rep.values(dp_state_per_worker_tb=state / 1e12, tp_pp_state_gb=state / (tp * pp) / 1e9)
-    rep.line(f"  at least {math.ceil(state / gpu_bytes)} GPUs are needed just to hold the state "
-             "(before activations)")
 
 
 def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(4, "parameter server: traffic per step, each worker 2N, the server 2KN")
     link = link_from_args(args, "server link")
     n = args.size
     rep.note(f"N = {fmt_bytes(n)} of gradients (pushed) and of parameters (pulled); {link.describe()};\n"
-             "the server's one link carries every worker's push and pull; bytes (s+r = sent + received)\n"
-             "counted by the simulator lecture14.collectives, times from common.costmodel; ring beside it")
+             "s+r = bytes sent + received, counted by our simulator; times from our cost model; a ring\n"
+             "all-reduce beside it")
     ks = ks_up_to(args.world_size)
     rows, worker_bytes, server_bytes = [], [], []
     for k in ks:
@@ -210,16 +206,12 @@ def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
                      fmt_time(parameter_server_time(k, n, link, duplex=True)),
                      fmt_bytes(2 * ring_allreduce_bytes_per_device(k, n)),
                      fmt_time(ring_allreduce_time(k, n, link))])
-    rep.table(["K", "busiest worker s+r", "server s+r", "server time", "server, duplex", "ring: device s+r",
-               "ring time"], rows, name="ps_traffic")
+    rep.table(["K", "busiest worker s+r", "server s+r", "server time", "server time, duplex",
+               "ring: device s+r", "ring time"], rows, name="ps_traffic")
     rep.values(ps_ks=", ".join(map(str, ks)),
                ps_worker_moves_2n=all(math.isclose(w, 2 * n) for w in worker_bytes),
                ps_server_moves_2kn=all(math.isclose(s / w, k)
                                        for k, s, w in zip(ks, server_bytes, worker_bytes)))
-    top = ks[-1]
-    rep.line(f"  at K = {top}: the server moves {top}× what a worker moves and needs "
-             f"{fmt_time(parameter_server_time(top, n, link))} per step; a ring all-reduce needs "
-             f"{fmt_time(ring_allreduce_time(top, n, link))}")
 
 
 if __name__ == "__main__":

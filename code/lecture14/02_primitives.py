@@ -44,6 +44,10 @@ LR = 0.5  # the parameter server's learning rate in Part 2 (any value works)
 PS_TOLERANCE = 1e-4  # Part 2: its update is float32 arithmetic on numbers near 100 (a few ulps)
 SEED = 1234  # random data of Part 2: rank r uses seed SEED + r
 DEADLOCK_TIMEOUT_S = 1.0  # Part 4: a healthy collective here takes milliseconds (0.5 s with --quick)
+IDENTITIES = [  # Part 2's routes to an all-reduce: (its row's label, the key the ranks return it under)
+    ("all-reduce = reduce + broadcast", "reduce_broadcast"),
+    ("all-reduce = reduce-scatter + all-gather", "rs_ag"),
+]
 # CPU time here (bench/bench_costs.py, W = 2 … 64): four launches, gloo connecting every pair of
 # ranks, and every number turned into Python floats and printed from. Part 4 waits for its timeout
 # (then the launcher asks who is where). Memory: each rank returns its buffers as lists of Python
@@ -52,6 +56,30 @@ COST = Cost([Term("1", 3.5, lambda a: 1), Term("W²", 0.015, lambda a: a.world_s
              Term("W·N", 7e-6, lambda a: a.world_size * a.numbers)],
             memory=lambda a: 32 * a.world_size * (a.world_size + 12) * a.numbers,
             waits_s=lambda a: 2 * (a.timeout_s or DEADLOCK_TIMEOUT_S) + 1)
+
+
+# ---- the parent: parts in the notes' order (the rank code follows) -----------------------------
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, numbers=4, real=True, cost=COST, context={"numbers": "as in "
+                                                                                                     "the "
+                                                                                                     "notes"})
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be >= 2 for collectives between ranks")
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
+    rep = Report(__file__, "the five primitives, their identities, point-to-point", args)
+    w, n = args.world_size, args.numbers
+    rep.part(1, f"five primitives on {w} {choose_backend(w, 'auto')} ranks, {n} float32 numbers each")
+    part1_primitives(rep, args)   # every buffer before and after each of the five calls
+    rep.part(2, "identities: AllReduce = Reduce + Broadcast = ReduceScatter + AllGather; PS = Broadcast + "
+                "Reduce")
+    part2_identities(rep, args)   # all-reduce = reduce + broadcast = reduce-scatter + all-gather; PS
+    rep.part(3, "point-to-point: everyone sends right, receives left (batch_isend_irecv)")
+    part3_point_to_point(rep, args)  # everyone sends right, receives left; a ring built of shifts
+    rep.part(4, "extra (§2.2, §6): the most common deadlock, one rank skips a collective")
+    part4_deadlock(rep, args)     # one rank skips a collective: a timeout, not a hang
+    rep.finish()
 
 
 # ---- rank code: each returns plain lists; the parent prints ----------------------------------
@@ -154,24 +182,6 @@ def skip_collective_worker(rank: int, world_size: int) -> float:
     return value.item()
 
 
-# ---- the parent: parts in the notes' order ---------------------------------------------------
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, numbers=4, real=True, cost=COST, context={"numbers": "as in "
-                                                                                                     "the "
-                                                                                                     "notes"})
-    args = parser.parse_args()
-    if args.world_size < 2:
-        raise UsageError("--world-size must be >= 2 for collectives between ranks")
-    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
-    rep = Report(__file__, "the five primitives, their identities, point-to-point", args)
-    part1_primitives(rep, args)   # every buffer before and after each of the five calls
-    part2_identities(rep, args)   # all-reduce = reduce + broadcast = reduce-scatter + all-gather; PS
-    part3_point_to_point(rep, args)  # everyone sends right, receives left; a ring built of shifts
-    part4_deadlock(rep, args)     # one rank skips a collective: a timeout, not a hang
-    rep.finish()
-
-
 def size_text(count: int) -> str:
     return f"{count} × 4 B"
 
@@ -187,7 +197,6 @@ def buffer_gap(real: list[float], simulated: np.ndarray) -> float:
 
 def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
-    rep.part(1, f"five primitives on {w} {choose_backend(w, 'auto')} ranks, {n} float32 numbers each")
     results = launch(primitives_worker, w, n, backend="auto", timeout_s=args.timeout_s)
     inputs = all_inputs(w, n)
     sims = {"broadcast": col.broadcast(inputs, ROOT).outputs, "reduce": col.reduce(inputs, ROOT).outputs,
@@ -212,7 +221,7 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
                 gap = max(gap, buffer_gap(after, sims[name][r]))
             rows.append([str(r), show(before), size_text(len(before)),
                          show(after) + ("" if defined else "  (undefined)"), size_text(len(after))])
-        rep.table(["rank", "before", "size", "after", "size"], rows, name=name)
+        rep.table(["rank", "before", "size before", "after", "size after"], rows, name=name)
     # Integer data: sums are exact in float32, so real ranks and the simulator agree bit for bit.
     rep.check_close(f"the five collectives on {w} real ranks vs collectives.py", gap, 0.0)
     rep.note(f"reduce-scatter ran as {results[0]['reduce_scatter_method']}; with N not divisible by K, "
@@ -223,31 +232,24 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
                ag_output_ratio=len(results[0]["all-gather"][1]) / n)
 
 
-IDENTITIES = [
-    ("all-reduce = reduce + broadcast", "reduce_broadcast"),
-    ("all-reduce = reduce-scatter + all-gather", "rs_ag"),
-]
-
-
 def part2_identities(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
-    rep.part(2, "identities: AllReduce = Reduce + Broadcast = ReduceScatter + AllGather; PS = Broadcast + "
-                "Reduce")
     results = launch(identities_worker, w, n, SEED, backend="auto", timeout_s=args.timeout_s)
     exact, noisy = [res["exact"] for res in results], [res["random"] for res in results]
     inputs = all_inputs(w, n)
-    rows, real_ok, gap = identity_rows(inputs, exact, noisy)
+    rows, real_ok = identity_rows(rep, inputs, exact, noisy)
     ps_sim, ps_gap, ps_sim_gap = parameter_server_step(inputs, exact, n)
     rows.append(["PS step = broadcast (pull) + reduce (push)", yes(ps_gap <= PS_TOLERANCE), "-",
-                 yes(ps_sim_gap <= PS_TOLERANCE), "-"])
-    # The checks hold the real ranks to collectives.py; the rows (the notes' identities) hold them to
+                 rep.mark("the PS step on real ranks vs collectives.py", ps_sim_gap <= PS_TOLERANCE,
+                          f"max |difference| {ps_sim_gap:.3g}, above the tolerance {PS_TOLERANCE:g}"), "-"])
+    # The marks hold the real ranks to collectives.py; the rows (the notes' identities) hold them to
     # the formulas: all-reduce's sum, params − lr·Σg/(K−1). A slip the simulator shares only a row sees.
-    rep.table(["identity", "real ranks: equal", "simulator: equal", "real = simulator",
-               "random float32: max |diff|"], rows, name="identities")
-    rep.check_close("the all-reduce routes on real ranks vs collectives.py", gap, 0.0)
-    rep.check_close("the PS step on real ranks vs collectives.py", ps_sim_gap, PS_TOLERANCE)
-    rep.note("integer data: sums are exact, so 'equal' means bit for bit; random N(0,1) float32 data\n"
-             "(seeded per rank): the routes add in different orders, so they may differ in the last bits")
+    rep.table(["identity", "ranks: equal", "simulator: equal", "ranks = simulator", "float32 noise"], rows,
+              name="identities")
+    rep.note("ranks: the real ones, on integer data, so 'equal' is bit for bit (ranks = simulator: ok = no\n"
+             f"difference, the PS step within {PS_TOLERANCE:g}); float32 noise: the routes' largest "
+             "difference on\n"
+             "random N(0,1) float32 data (seeded per rank), summed in other orders")
     workers = "rank 1 is the worker" if w == 2 else f"ranks 1..{w - 1} are workers"
     rep.note(f"parameter server: rank {ROOT} is the server (contributes no gradient), {workers};\nparams = "
              f"rank {ROOT}'s numbers × 10, update params - {LR:g} · sum / {w - 1}; collectives.py's model: "
@@ -257,26 +259,28 @@ def part2_identities(rep: Report, args: argparse.Namespace) -> None:
                ps_step_equal=ps_gap <= PS_TOLERANCE)
 
 
-def identity_rows(inputs: list[np.ndarray], exact: list[dict], noisy: list[dict]
-                  ) -> tuple[list[list], dict[str, bool], float]:
+def identity_rows(rep: Report, inputs: list[np.ndarray], exact: list[dict], noisy: list[dict]
+                  ) -> tuple[list[list], dict[str, bool]]:
     """Part 2's rows for the two all-reduce routes: real ranks (integer data, then random float32)
-    against their own all-reduce and against collectives.py. Also whether each route is exact on
-    real ranks and the largest real-vs-simulator gap."""
+    against their own all-reduce and against collectives.py (a mark: bit for bit). Also whether each
+    route is exact on real ranks."""
     ref = col.allreduce(inputs).outputs
     reduced = col.reduce(inputs, ROOT).outputs[ROOT]
     sim_rb = col.broadcast([reduced if r == ROOT else inputs[r] for r in range(len(inputs))], ROOT).outputs
     sim_rsag = col.all_gather(col.reduce_scatter(inputs).outputs).outputs
     sim = {"reduce_broadcast": sim_rb, "rs_ag": sim_rsag}
-    rows, real_ok, gap = [], {}, 0.0
+    rows, real_ok = [], {}
     for label, key in IDENTITIES:
         real_equal = all(res[key] == res["all_reduce"] for res in exact)
         route_gap = max(buffer_gap(res[key], s) for res, s in zip(exact, sim[key]))
-        gap = max(gap, route_gap)
         sim_equal = all(np.array_equal(a, b) for a, b in zip(sim[key], ref))
         worst = max(np.abs(np.subtract(res[key], res["all_reduce"])).max() for res in noisy)
-        rows.append([label, yes(real_equal), yes(sim_equal), yes(route_gap == 0), float(worst)])
+        rows.append([label, yes(real_equal), yes(sim_equal),
+                     rep.mark("the all-reduce routes on real ranks vs collectives.py", route_gap == 0,
+                              f"{label}: max |difference| {route_gap:.3g}, above the tolerance 0"),
+                     float(worst)])
         real_ok[key] = real_equal and route_gap == 0
-    return rows, real_ok, gap
+    return rows, real_ok
 
 
 def parameter_server_step(inputs: list[np.ndarray], exact: list[dict], n: int
@@ -295,7 +299,6 @@ def parameter_server_step(inputs: list[np.ndarray], exact: list[dict], n: int
 
 def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
     w, n = args.world_size, args.numbers
-    rep.part(3, "point-to-point: everyone sends right, receives left (batch_isend_irecv)")
     results = launch(shift_worker, w, n, backend="auto", timeout_s=args.timeout_s)
     rows = [[str(r), show(res["before"]), f"→ rank {(r + 1) % w}", f"rank {(r - 1) % w} →",
              show(res["after"])]
@@ -314,7 +317,6 @@ def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
 
 
 def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(4, "extra (§2.2, §6): the most common deadlock, one rank skips a collective")
     if under_torchrun():
         rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
         rep.values(skip_ranks=args.world_size, skip_outcome="not run under torchrun",

@@ -57,6 +57,13 @@ BOUNDS = {"world_size": Bound(2048, "Part 1 counts each of the ring's 2K(K−1) 
           "traffic_size": Bound(MAX_TRAFFIC_BYTES, "Part 2 simulates 64 devices holding that much each "
                                                    "(about 400 B of memory and 1.5 µs per byte here)")}
 FP_K, FP_SEED = 64, 0
+BAR_WIDTH = 25  # Part 3's bars: the segments table stays within the page
+
+ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from collectives_def)
+    name: (simulate, algorithm(ALLREDUCE_ALGORITHMS[name]).rounds)
+    for name, simulate in (("ring", col.ring_allreduce), ("tree", col.tree_allreduce),
+                           ("naive", col.naive_allreduce), ("parameter server", col.parameter_server))
+}
 
 
 def main() -> None:
@@ -71,8 +78,15 @@ def main() -> None:
     if args.world_size is not None and args.world_size < 2:
         raise UsageError("--world-size must be >= 2 (Part 3 broadcasts from one device to the others)")
     rep = Report(__file__, "ring all-reduce, its traffic, pipelined ring broadcast", args)
+    k1, k3 = world_size(args, 1), world_size(args, 3)
+    rep.part(1, f"ring all-reduce on {k1} workers, "
+             + ("symbolically" if k1 <= ring_views.MAX_PRINTED_K else "counted"))
     part1_symbolic_ring(rep, args)     # every round of the ring, in the notes' a0+b0 notation
+    rep.part(2, f"traffic and rounds per all-reduce, {fmt_bytes(traffic_bytes(args), binary=True)} "
+             "per device")
     part2_traffic(rep, args)           # bytes and rounds measured from the simulation; float32 order
+    rep.part(3, f"pipelined ring broadcast: K = {k3}, N = {fmt_bytes(args.size)}, "
+             f"{link_from_args(args).describe()}")
     part3_pipelined_broadcast(rep, args)  # tick-by-tick broadcast = (K-2+S)(α + N/(Sβ)); best S
     rep.finish()
 
@@ -81,10 +95,14 @@ def world_size(args: argparse.Namespace, part: int) -> int:
     return NOTES_K[part] if args.world_size is None else args.world_size
 
 
+def traffic_bytes(args: argparse.Namespace) -> int:
+    """Part 2's bytes per device: --traffic-size rounded down to whole float32 (at least one)."""
+    return 4 * max(1, args.traffic_size // 4)
+
+
 def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
     k = world_size(args, 1)
     symbolic = k <= ring_views.MAX_PRINTED_K
-    rep.part(1, f"ring all-reduce on {k} workers, " + ("symbolically" if symbolic else "counted"))
     rep.note("worker r holds one element per chunk: <letter r>0 .. <letter r>{K-1}; rounds count i from 0:\n"
              "reduce-scatter round i: worker r sends chunk (r - i) mod K to r + 1, which adds it;\n"
              "all-gather round i: worker r sends chunk (r + 1 - i) mod K to r + 1, which overwrites.")
@@ -127,26 +145,18 @@ def owner_chunk_complete(res: col.Result, k: int, symbolic: bool) -> bool | None
     return all(rs_end[r][(r + 1) % k] == k for r in range(k))
 
 
-ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from collectives_def)
-    name: (simulate, algorithm(ALLREDUCE_ALGORITHMS[name]).rounds)
-    for name, simulate in (("ring", col.ring_allreduce), ("tree", col.tree_allreduce),
-                           ("naive", col.naive_allreduce), ("parameter server", col.parameter_server))
-}
-
-
 def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
-    elems = max(1, args.traffic_size // 4)
-    nbytes = 4 * elems
-    rep.part(2, f"traffic and rounds per all-reduce, {fmt_bytes(nbytes, binary=True)} per device")
+    nbytes = traffic_bytes(args)
+    elems = nbytes // 4
     ks = [2, 8, 64] if args.quick else [2, 4, 8, 16, 32, 64]  # 64 stays: the notes' ≈ 2N
     rep.note(f"N = {elems:,} float32 = {nbytes:,} B per device"
              + ("" if nbytes == args.traffic_size else " (--traffic-size rounded down to whole float32)")
-             + ";\nsim = counted message by message in the simulation; formula = the closed form "
-             "(common.costmodel.allreduce_traffic_bytes);\nparameter server: K workers + 1 server, "
-             "the server's link is the busiest; 'sent' counts what a device sends (it receives as much)")
+             + "; rounds and bytes counted message by message in the simulation, held to our cost\n"
+             "model's closed forms (last column); parameter server: K workers + 1 server, whose link is\n"
+             "the busiest; a device receives as much as it sends")
     rows, ring_ratio, all_match = traffic_rows(ks, elems)
-    rep.table(["K", "algorithm", "rounds sim", "formula", "busiest sent sim", "formula", "busiest / N",
-               "total sent sim", "formula", "sim = formula"], rows, name="traffic")
+    rep.table(["K", "algorithm", "rounds", "busiest sends", "busiest / N", "total sent", "= closed forms"],
+              rows, name="traffic")
     rep.line(f"  ring: every device sends 2(K-1)/K·N, from {fmt_num(min(ring_ratio.values()))}·N to "
              f"{fmt_num(max(ring_ratio.values()))}·N: bounded by 2N whatever K; the others' busiest "
              "device grows with K (naive, server) or log2 K (tree)")
@@ -176,9 +186,12 @@ def traffic_rows(ks: list[int], elems: int) -> tuple[list[list], dict[int, float
             # The busiest device's closed form assumes chunks of N/K; rounds and total hold regardless.
             uneven = name == "ring" and elems % k != 0
             all_match &= match or (uneven and rounds_and_total)
-            rows.append([str(k), name, res.n_rounds, rounds_formula(k), fmt_bytes(res.busiest_sent),
-                         fmt_bytes(busiest), res.busiest_sent / nbytes, fmt_bytes(res.total_sent),
-                         fmt_bytes(total), "yes" if match else ("no: N/K not whole" if uneven else "NO")])
+            # The closed forms' own figures are shown only where they differ from the simulation's.
+            closed = f"{rounds_formula(k)} rounds, busiest {fmt_bytes(busiest)}, total {fmt_bytes(total)}"
+            rows.append([str(k), name, res.n_rounds, fmt_bytes(res.busiest_sent), res.busiest_sent / nbytes,
+                         fmt_bytes(res.total_sent), "yes" if match else (
+                             f"no: N/K not whole (busiest {fmt_bytes(busiest)})" if uneven
+                             else f"NO: {closed}")])
             if name == "ring":
                 ring_ratio[k] = res.busiest_sent / nbytes
     return rows, ring_ratio, all_match
@@ -216,7 +229,6 @@ def fp_order_difference(rep: Report, elems: int) -> None:
 
 def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     k, n, link = world_size(args, 3), args.size, link_from_args(args)
-    rep.part(3, f"pipelined ring broadcast: K = {k}, N = {fmt_bytes(n)}, {link.describe()}")
     demo_ticks(rep, k)
     best_pow2 = best_broadcast_segments(k, n, link)
     top = min(20, max(12, best_pow2.bit_length() + 2))
@@ -255,10 +267,11 @@ def segments_table(rep: Report, k: int, n: int, link: Link, top: int) -> tuple[d
             # Segments differ by one byte when S does not divide N: the tick takes the larger one.
             time_ok &= math.isclose(sim_times[s], formula, rel_tol=1e-9 if n % s == 0 else 1e-3)
             rows.append([s, res.n_rounds, ticks(k, s), fmt_time(sim_times[s]), fmt_time(formula),
-                         bar(formula, scale, 30)])
+                         bar(formula, scale, BAR_WIDTH)])
         else:
-            rows.append([s, "-", ticks(k, s), "-", fmt_time(formula), bar(formula, scale, 30)])
-    rep.table(["S", "ticks sim", "K-2+S", "time sim", "(K-2+S)(α+N/(Sβ))", ""], rows, name="segments")
+            rows.append([s, "-", ticks(k, s), "-", fmt_time(formula), bar(formula, scale, BAR_WIDTH)])
+    rep.table(["S", "ticks simulated", "ticks, K-2+S", "time simulated", "time, closed form", "time (bar)"],
+              rows, name="segments")
     return sim_times, ticks_ok and time_ok
 
 

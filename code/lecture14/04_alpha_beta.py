@@ -47,6 +47,10 @@ from lecture14 import figures
 
 NOTES_K = 8
 MODEL_SIZES = [10**e for e in range(3, 10)]  # 1 KB … 1 GB, MB = 1e6 B as in the notes
+NOTES_FASTEST = {  # N: (the recorded value's suffix, the notes' row naming the fastest there)
+    10**3: ("1kb", "L14-3.4-fastest-by-size"), 10**4: ("10kb", "L14-3.4-fastest-by-size-10kb"),
+    10**5: ("100kb", "L14-3.4-fastest-by-size-100kb"), 10**6: ("1mb", "L14-3.4-fastest-by-size-1mb"),
+    10**8: ("100mb", "L14-3.4-fastest-by-size-100mb")}
 REAL_PROCS = (2, 4)                           # the notes' two process counts
 REAL_SIZES = [2**10 * 4**i for i in range(8)]  # 1 KiB … 16 MiB by factors of 4
 QUICK_SIZES = [2**10, 2**14, 2**18, 2**20]      # 1 KiB, 16 KiB, 256 KiB, 1 MiB
@@ -60,6 +64,29 @@ GRAD_BYTES_PER_PARAM = 2                      # bf16 gradients
 # the sizes on 2 and 4 ranks.
 COST = Cost([Term("1", 2.7, lambda a: 1), Term("repeats", 0.25, lambda a: a.repeats)],
             ranks=lambda a: max(REAL_PROCS))
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7,
+                         peak_tflops=PEAK_TFLOPS, real=True, figs=True, quick={"repeats": 3}, cost=COST,
+                         context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
+    parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
+                        help="Part 3: tokens per GPU per step")
+    parser.add_argument("--mfu", type=positive_float, default=MFU, metavar="FRACTION",
+                        help="Part 3: fraction of peak")
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be at least 2: one device has nothing to all-reduce")
+    if args.mfu > 1:
+        raise UsageError(f"--mfu is a fraction of peak, at most 1, got {args.mfu:g}")
+    rep = Report(__file__, "the α-β model: which all-reduce wins, a real fit, communication's share", args)
+    rep.part(1, "ring vs binary tree vs naive (all to rank 0) all-reduce in the α-β model")
+    part1_model(rep, args)        # ring / tree / naive times by message size, and the crossovers
+    rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
+    part2_measure_gloo(rep, args)  # real all-reduce on 2 and 4 processes, fitted t = a + b·N
+    rep.part(3, "all-reduce vs compute in data parallelism: the share does not depend on model size")
+    part3_share_of_step(rep, args)  # all-reduce vs compute in K-GPU data parallelism (notes: 8)
+    rep.finish()
 
 
 def allreduce_times(k: int, nbytes: float, link: Link) -> dict[str, float]:
@@ -79,28 +106,7 @@ def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: floa
     return comm / (comm + compute)
 
 
-def main() -> None:
-    parser = make_parser(__doc__, world_size=NOTES_K, alpha_us=5.0, beta_gbs=25.0, repeats=7,
-                         peak_tflops=PEAK_TFLOPS, real=True, figs=True, quick={"repeats": 3}, cost=COST,
-                         context={"repeats": "Part 2, per size", "peak_tflops": "Part 3"})
-    parser.add_argument("--tokens-per-gpu", type=positive_int, default=TOKENS_PER_GPU,
-                        help="Part 3: tokens per GPU per step")
-    parser.add_argument("--mfu", type=positive_float, default=MFU, metavar="FRACTION",
-                        help="Part 3: fraction of peak")
-    args = parser.parse_args()
-    if args.world_size < 2:
-        raise UsageError("--world-size must be at least 2: one device has nothing to all-reduce")
-    if args.mfu > 1:
-        raise UsageError(f"--mfu is a fraction of peak, at most 1, got {args.mfu:g}")
-    rep = Report(__file__, "the α-β model: which all-reduce wins, a real fit, communication's share", args)
-    part1_model(rep, args)        # ring / tree / naive times by message size, and the crossovers
-    part2_measure_gloo(rep, args)  # real all-reduce on 2 and 4 processes, fitted t = a + b·N
-    part3_share_of_step(rep, args)  # all-reduce vs compute in K-GPU data parallelism (notes: 8)
-    rep.finish()
-
-
 def part1_model(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(1, "ring vs binary tree vs naive (all to rank 0) all-reduce in the α-β model")
     k, link = args.world_size, link_from_args(args)
     rep.note(f"K = {k}, {link.describe()}; N = bytes per device (MB = 1e6 B)")
     model_times_table(rep, k, link)
@@ -114,9 +120,7 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  fastest by size (numeric scan): {text}")
     found = [c for c in crossovers.values() if c is not None]
     ring_from = max(found) if found else None
-    rep.note(f"few rounds win small (latency-bound) messages; the ring is fastest "
-             f"{f'from {fmt_bytes(ring_from)} up' if ring_from else 'at no size or every size'}\n"
-             "(bandwidth-bound). NCCL likewise picks ring or tree by message size and device count.")
+    rep.note("few rounds win small (latency-bound) messages, the ring large ones; NCCL picks likewise")
     rep.values(ring_from=fmt_bytes(ring_from) if ring_from else "no size",
                ring_from_kb=ring_from / 1e3 if ring_from else None)
     if rep.figure_dir():
@@ -130,11 +134,15 @@ def model_times_table(rep: Report, k: int, link: Link) -> None:
         times = allreduce_times(k, n, link)
         winners[n] = winner(times)
         rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
-    rep.table(["N", "ring", "tree", "naive", "fastest"], rows, name="times")
-    for n, name in ((1e3, "1kb"), (1e4, "10kb"), (1e5, "100kb"), (1e6, "1mb"), (1e8, "100mb")):
+    # The notes name the fastest at five of these sizes: their word beside ours, decided just below.
+    for row, n in zip(rows, MODEL_SIZES):
+        row.append(rep.notes_text(NOTES_FASTEST[n][1]) if n in NOTES_FASTEST else "-")
+    rep.table(["N", "ring", "tree", "naive", "fastest", "the notes' fastest"], rows, name="times")
+    for n, (name, _) in NOTES_FASTEST.items():
         times = allreduce_times(k, n, link)
-        rep.value(f"fastest_{name}", winners[int(n)])
+        rep.value(f"fastest_{name}", winners[n])
         rep.value(f"times_{name}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
+    rep.compare_with_notes(in_table=True)
 
 
 def ring_crossovers(rep: Report, k: int, link: Link) -> dict[str, float | None]:
@@ -187,7 +195,6 @@ def time_allreduce_worker(rank: int, world_size: int, sizes: list[int], sweeps: 
 
 
 def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(2, "a real all-reduce (gloo, processes on this machine) and a straight-line fit")
     sizes = QUICK_SIZES if args.quick else REAL_SIZES
     rep.note("float32 all-reduce; one launch per process count: a checked call per size, a warm-up sweep, "
              f"then {args.repeats} sweeps timing one call of every size; a call takes the slowest rank's "
@@ -221,7 +228,6 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
                 rep.line(f"  {k} processes, a sweep's fit failed: {f.failed}")
     rep.table(["processes", "fits ok", "α per round", "β (GB/s)", "t(16 KiB) / t(1 KiB)"], fit_rows,
               name="fit")
-    rep.note("the shape is the point: a fixed cost per call plus a cost per byte, on any interconnect")
     record_fit(rep, runs)
     if rep.figure_dir():
         rep.save_figure(figures.gloo_fit(sizes, runs, args.repeats), "gloo_allreduce")
@@ -256,12 +262,11 @@ def notes_gloo_alpha_s() -> float:
 
 
 def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(3, "all-reduce vs compute in data parallelism: the share does not depend on model size")
     k, tokens = args.world_size, args.tokens_per_gpu
     flops_per_s = args.mfu * args.peak_tflops * 1e12
     rep.note(f"K = {k} GPUs, {tokens} tokens per GPU per step; compute = 6·P·tokens at {args.mfu:g} × "
              f"{args.peak_tflops:g} TFLOP/s;\nring all-reduce of bf16 gradients ({GRAD_BYTES_PER_PARAM} "
-             "B/param), latency neglected (α = 0);\nshare = comm / (comm + compute), nothing overlapped")
+             "B/param), latency neglected (α = 0), nothing overlapped")
     links = [Link(0.0, preset.beta_Bps, preset.name) for preset in (NVLINK, INFINIBAND, ETHERNET)]
     params = [125e6, 1.3e9, 7e9, 70e9, 405e9]
     rows = [[f"{p / 1e9:g}B"] + [f"{100 * comm_share(k, p, link, tokens, flops_per_s):.1f} %"

@@ -50,6 +50,10 @@ OPS = ("ALLREDUCE", "ALLGATHER")   # how torch's fingerprints name the two calls
 # How gloo gives up: the first rank whose wait runs out, or a rank whose peer gave up first and closed
 # their connection (which one the launcher hears of first depends on the machine's load).
 GLOO_GAVE_UP = ("Timed out", "Connection closed by peer", "timeout caused pair closure")
+HEALTHY_CALLS = 2   # collectives healthy_calls makes
+# torch's fingerprint in DETAIL's error, one per rank it names
+FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
+                         r"OpType=(\w+), TensorShape=(\[[^\]]*\]), TensorDtypes=(\w+)")
 # CPU time here (measured at W = 4 on 2 loaded cores: 3.5 s, about import torch's): start-up and two
 # launches of W ranks, gloo connecting every pair; Part 1 waits for its timeout, then the launcher asks
 # the ranks where they are. Memory: W small processes.
@@ -58,15 +62,33 @@ COST = Cost([Term("1", 3.5, lambda a: 1), Term("W²", 0.03, lambda a: a.world_si
             waits_s=lambda a: 2 * (a.timeout_s or MISMATCH_TIMEOUT_S) + 1)
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, real=True, cost=COST, help_for={"quick": QUICK_HELP})
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be at least 2: a mismatch needs two ranks")
+    rep = Report(__file__, "a mismatched collective: plain gloo's timeout against "
+                           "TORCH_DISTRIBUTED_DEBUG=DETAIL", args)
+    if under_torchrun():   # one group for the whole run: a staged failure would end it
+        rep.line("  not run under torchrun: the mismatched collective would break torchrun's one group")
+        rep.finish()
+        return
+    timeout = args.timeout_s or MISMATCH_TIMEOUT_S
+    rep.part(1, "plain gloo: rank 0 calls all_reduce, the others all_gather; nobody notices")
+    plain = part1_plain(rep, args, timeout)    # all_reduce against all_gather: a timeout, no names
+    rep.part(2, "TORCH_DISTRIBUTED_DEBUG=DETAIL: the fingerprints compared before the call")
+    detail = part2_detail(rep, args)           # the same under DETAIL: both ops named at once
+    rep.part(3, "side by side: what each way tells you about the same bug")
+    part3_side_by_side(rep, plain, detail)     # what each tells the reader
+    rep.finish()
+
+
 # ---- rank code ------------------------------------------------------------------------------------
 def healthy_calls(group: Any, world_size: int) -> None:
     """The lesson's two collectives, matched on every rank: what DETAIL's cost is counted on."""
     tensor = torch.ones(ELEMENTS)
     dist.all_reduce(tensor, group=group)
     dist.all_gather([torch.empty(ELEMENTS) for _ in range(world_size)], tensor, group=group)
-
-
-HEALTHY_CALLS = 2   # collectives healthy_calls makes
 
 
 def gloo_ops(group: Any, world_size: int) -> dict[str, int]:
@@ -149,7 +171,6 @@ def names_both(text: str) -> bool:
 
 
 def part1_plain(rep: Report, args: argparse.Namespace, timeout: float) -> dict[str, Any]:
-    rep.part(1, "plain gloo: rank 0 calls all_reduce, the others all_gather; nobody notices")
     seconds, report = launch_expecting_failure(plain_worker, args.world_size, timeout_s=timeout)
     if report is None:
         raise RunFailure("Part 1 staged a mismatched collective (all_reduce against all_gather), "
@@ -177,22 +198,22 @@ def part1_plain(rep: Report, args: argparse.Namespace, timeout: float) -> dict[s
 
 
 def part2_detail(rep: Report, args: argparse.Namespace) -> dict[str, Any]:
-    rep.part(2, "TORCH_DISTRIBUTED_DEBUG=DETAIL: the fingerprints compared before the call")
     with debug_detail():
         ranks = launch(detail_worker, args.world_size, timeout_s=args.timeout_s or 30.0)
     # From the last rank's call to the last error: a rank that arrives early waits for the others
     # (on loaded cores they start late), which is no cost of DETAIL's check.
     slowest = max(r["erred_at"] for r in ranks) - max(r["called_at"] for r in ranks)
-    for rank, r in enumerate(ranks):
-        said = short_fingerprints(r["error"]) or "no error"
-        rep.line(f"  rank {rank}, after {r['seconds'] * 1e3:.0f} ms: {said}")
     rep.note("DETAIL wraps the process group (ProcessGroupWrapper): before each collective every rank "
              "sends its fingerprint (sequence number, op, shapes, dtypes) through a helper gloo group and "
              "compares; a difference raises on every rank at once, naming the ops.")
+    rep.table(["rank", "error after", "what its error says"],
+              [[rank, f"{r['seconds'] * 1e3:.0f} ms", short_fingerprints(r["error"]) or "no error"]
+               for rank, r in enumerate(ranks)], name="detail_errors")
     # torch's behaviour, not our code's: a row (EN-L14-mismatch-detail-names) judges it, not a check
     named = all(names_both(r["error"]) for r in ranks)
     rep.values(detail_names_ops=named, detail_error=short_fingerprints(ranks[0]["error"]))
     rep.timings(detail_seconds=slowest)
+    rep.compare_with_notes()  # the two rows of the table above; the cost's rows follow its own table
     added = detail_cost(rep, [r["ops"] for r in ranks])
     return {"seconds": slowest, "line": short_fingerprints(ranks[0]["error"]), "added": added}
 
@@ -231,23 +252,24 @@ def detail_cost(rep: Report, ops: list[dict[str, dict[str, int]]]) -> float:
     world = len(ops)
     extra = [extra_per_call(o) for o in ops]
     ours = [wrapper_ops(rank, world) for rank in range(world)]
-    rep.table(["rank", "gloo ops: plain → DETAIL", "DETAIL adds a collective (counted)", "ours"],
+    rep.note(f"counted from the profiler's gloo spans around {HEALTHY_CALLS} matched collectives (one "
+             "all_reduce, one all_gather) on a group made with the debug level off and on one made under "
+             "DETAIL: the difference is the helper group's work. Expected: ProcessGroupWrapper's "
+             "runCollectiveChecks in torch's source, a monitored barrier, then an all-gather of the "
+             "fingerprint's size and one of the fingerprint.")
+    rep.table(["rank", "gloo ops: plain → DETAIL", "added per collective, counted",
+               "expected from torch's source"],
               [[rank, f"{sum(o['plain'].values())} → {sum(o['detail'].values())}", ops_text(e),
                 ops_text(want)] for rank, (o, e, want) in enumerate(zip(ops, extra, ours))],
               name="detail_cost")
     gathers = max(e.get("all_gather", 0) for e in extra)
     barriers = max((e.get("send", 0) for e in extra[1:]), default=0)   # one send per barrier off rank 0
     added = gathers + barriers
-    rep.line(f"  DETAIL's cost, counted: {added:g} operations more per collective, on every rank: "
-             f"{gathers:g} all-gathers and {barriers:g} monitored barrier"
-             f"{'s' if barriers != 1 else ''} (rank 0 receives from and answers every other rank, "
-             f"{2 * (world - 1)} messages; every other rank 2)")
-    rep.note(f"counted from the profiler's gloo spans around {HEALTHY_CALLS} matched collectives (one "
-             "all_reduce, one all_gather) on a group made with the debug level off and on one made under "
-             "DETAIL: the difference is the helper group's work. Ours: ProcessGroupWrapper's "
-             "runCollectiveChecks, a monitored barrier, then an all-gather of the fingerprint's size and "
-             f"one of the fingerprint. {added:g} operations more before every collective: a debugging "
-             "switch, not a setting for training.")
+    rep.line(f"  DETAIL's cost, counted: {added:g} operations more per collective (expected: "
+             f"{rep.notes_text('EN-L14-detail-extra-ops')}), on every rank: {gathers:g} all-gathers and "
+             f"{barriers:g} monitored barrier{'s' if barriers != 1 else ''} (rank 0 receives from and "
+             f"answers every other rank, {2 * (world - 1)} messages; every other rank 2): a debugging "
+             "switch, not a setting for training")
     # counted against our reading of ProcessGroupWrapper, rank by rank: torch's code beside ours, a
     # row (EN-L14-detail-extra-ops-per-rank) that says which differs, not a check that ends the run
     rep.values(detail_extra_ops=added,
@@ -255,11 +277,8 @@ def detail_cost(rep: Report, ops: list[dict[str, dict[str, int]]]) -> float:
                                  f"{'s' if barriers != 1 else ''}",
                detail_extra_counted=by_rank([ops_text(e) for e in extra]),
                detail_extra_ours=by_rank([ops_text(want) for want in ours]))
+    rep.compare_with_notes(in_table=True)
     return added
-
-
-FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
-                         r"OpType=(\w+), TensorShape=(\[[^\]]*\]), TensorDtypes=(\w+)")
 
 
 def short_fingerprints(error: str) -> str:
@@ -272,7 +291,6 @@ def short_fingerprints(error: str) -> str:
 
 
 def part3_side_by_side(rep: Report, plain: dict[str, Any], detail: dict[str, Any]) -> None:
-    rep.part(3, "side by side: what each way tells you about the same bug")
     rep.table(["", "plain gloo + the launcher", "TORCH_DISTRIBUTED_DEBUG=DETAIL"],
               [["error after", f"{plain['seconds']:.2f} s (timeout, then launcher)",
                 f"{detail['seconds'] * 1e3:.0f} ms (after the last rank called)"],
@@ -286,24 +304,6 @@ def part3_side_by_side(rep: Report, plain: dict[str, Any], detail: dict[str, Any
              "reader decides. The launcher's own blame helps where a rank is not in a collective at all (a "
              "skipped call: 02_primitives.py Part 4 names the rank that finished while the others waited). "
              "Under NCCL the default timeout is minutes, which is why the switch matters there most.")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, real=True, cost=COST, help_for={"quick": QUICK_HELP})
-    args = parser.parse_args()
-    if args.world_size < 2:
-        raise UsageError("--world-size must be at least 2: a mismatch needs two ranks")
-    rep = Report(__file__, "a mismatched collective: plain gloo's timeout against "
-                           "TORCH_DISTRIBUTED_DEBUG=DETAIL", args)
-    if under_torchrun():   # one group for the whole run: a staged failure would end it
-        rep.line("  not run under torchrun: the mismatched collective would break torchrun's one group")
-        rep.finish()
-        return
-    timeout = args.timeout_s or MISMATCH_TIMEOUT_S
-    plain = part1_plain(rep, args, timeout)    # all_reduce against all_gather: a timeout, no names
-    detail = part2_detail(rep, args)           # the same under DETAIL: both ops named at once
-    part3_side_by_side(rep, plain, detail)     # what each tells the reader
-    rep.finish()
 
 
 if __name__ == "__main__":
