@@ -52,6 +52,33 @@ COST = Cost([Term("1", 5.7, lambda a: 1), Term("W²", 0.02, lambda a: a.world_si
                                                    * a.timing_width + 2 * 8 * 16 * a.batch))
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, steps=10, batch=64, lr=0.1, timing_steps=15, real=True,
+                         cost=COST,
+                         quick={"timing_width": 128, "timing_batch": lambda a: max(64, a.world_size),
+                                "timing_steps": 5},
+                         context={"steps": "Part 2", "batch": "Part 2", "lr": "Part 2's SGD",
+                                  "timing_steps": "Part 3"})
+    parser.add_argument("--timing-width", type=positive_int, default=512, help="Part 3's layer width")
+    parser.add_argument("--timing-batch", type=positive_int, default=128, help="Part 3's global batch")
+    args = parser.parse_args()
+    for flag, value in (("--batch", args.batch), ("--timing-batch", args.timing_batch)):
+        if value < args.world_size:
+            raise UsageError(f"{flag} {value} must be at least --world-size {args.world_size} "
+                             "(a sample per rank)")
+    preload_for_ddp(args.world_size, parent_too=True)  # DDP() and the reference's SGD import torch._dynamo
+    before, reference = single_process_training(args.batch, args.steps, args.lr)
+    moved = refuse_unjudgeable(before, reference, args)  # before any rank starts
+    rep = Report(__file__, "DDP basics on real gloo ranks", args)
+    rep.part(1, "the process group: world size, ranks, rendezvous")  # what every rank sees
+    part1_environment(rep, args)
+    rep.part(2, "broadcast at construction, then training")  # different init -> identical -> trained
+    part2_broadcast_and_training(rep, args, reference, moved)
+    rep.part(3, "CPU timing: W processes against 1")  # why this machine shows no speed-up
+    part3_cpu_timing(rep, args)
+    rep.finish()
+
+
 def small_mlp(seed: int, dtype: torch.dtype = torch.float64) -> nn.Module:
     """Part 2's model, initialised from `seed` (each rank passes a different one on purpose)."""
     torch.manual_seed(seed)
@@ -238,33 +265,6 @@ def part3_cpu_timing(rep: Report, args) -> None:
              f"cores. {speedup}: the ranks share the cores and the memory bandwidth, so 1/W of the batch "
              "does not take 1/W of the time, and gloo all-reduces every gradient over TCP loopback on those "
              "same cores. Real DDP shows correctness here; speed is for the models of §3 and §5.")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, steps=10, batch=64, lr=0.1, timing_steps=15, real=True,
-                         cost=COST,
-                         quick={"timing_width": 128, "timing_batch": lambda a: max(64, a.world_size),
-                                "timing_steps": 5},
-                         context={"steps": "Part 2", "batch": "Part 2", "lr": "Part 2's SGD",
-                                  "timing_steps": "Part 3"})
-    parser.add_argument("--timing-width", type=positive_int, default=512, help="Part 3's layer width")
-    parser.add_argument("--timing-batch", type=positive_int, default=128, help="Part 3's global batch")
-    args = parser.parse_args()
-    for flag, value in (("--batch", args.batch), ("--timing-batch", args.timing_batch)):
-        if value < args.world_size:
-            raise UsageError(f"{flag} {value} must be at least --world-size {args.world_size} "
-                             "(a sample per rank)")
-    preload_for_ddp(args.world_size, parent_too=True)  # DDP() and the reference's SGD import torch._dynamo
-    before, reference = single_process_training(args.batch, args.steps, args.lr)
-    moved = refuse_unjudgeable(before, reference, args)  # before any rank starts
-    rep = Report(__file__, "DDP basics on real gloo ranks", args)
-    rep.part(1, "the process group: world size, ranks, rendezvous")  # what every rank sees
-    part1_environment(rep, args)
-    rep.part(2, "broadcast at construction, then training")  # different init -> identical -> trained
-    part2_broadcast_and_training(rep, args, reference, moved)
-    rep.part(3, "CPU timing: W processes against 1")  # why this machine shows no speed-up
-    part3_cpu_timing(rep, args)
-    rep.finish()
 
 
 if __name__ == "__main__":

@@ -58,6 +58,27 @@ COST = Cost([Term("1", 8.1, lambda a: 1), Term("W²", 0.024, lambda a: a.world_s
             memory=lambda a: 4 * a.elements * 12)
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=2, bucket_cap_mb=2.0, real=True, figs=True, cost=COST,
+                         quick={"elements": 256 * 1024},  # --quick all-reduces fewer floats in Part 3
+                         context={"bucket_cap_mb": "Part 1; the default gives 3 buckets"})
+    parser.add_argument("--elements", type=positive_int, default=4 * 1024 * 1024,
+                        help="Part 3's float32 count (default: 4,194,304 = 4096 x 1024)")
+    args = parser.parse_args()
+    if args.elements < 2 * PIECE_ELEMENTS:  # one tensor and at least two pieces: a cost per extra tensor
+        raise UsageError(f"--elements {args.elements} must be at least {2 * PIECE_ELEMENTS} (two pieces)")
+    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
+    rep = Report(__file__, "DDP's gradient buckets", args)
+    buckets, timings = launch_parts_1_and_3(args)
+    rep.part(1, "buckets recorded from real DDP")  # a comm hook logs every bucket; ddp_sim predicts them
+    part1_real_buckets(rep, args, buckets)
+    rep.part(2, "ResNet-50 and BERT-large")  # tensor counts, tiny tensors, buckets at 25 MB vs MiB
+    part2_model_buckets(rep, args)
+    rep.part(3, "why buckets: small all-reduces are slow")  # the same floats as 1 or thousands of tensors
+    part3_small_tensors(rep, args, timings)
+    rep.finish()
+
+
 # ---- Part 1: what real DDP puts in its buckets ---------------------------------------------------
 def linear_stack() -> nn.Module:
     """Six Linear(512, 512) in a row: names 0.weight, 0.bias, ..., 5.bias, as in the notes."""
@@ -145,8 +166,10 @@ def show_cap_run(rep: Report, run: dict, every_rank: list[dict], names: list[str
             rule = index < len(by_rule) and got == by_rule[index]
             ready = index < len(by_ready) and got == by_ready[index]
         match &= rule and ready is not False
-        rows.append([it, index, nbytes, describe(bucket_names, len(names)), rule, ready])
-    rep.table(["iter", "bucket", "bytes", "parameters (in bucket order)", "= ddp_sim rule", "= ready order"],
+        said = ("the simulator's rule" if rule else "NOT the simulator's rule") + (
+            " (one bucket)" if it == 1 else ", the ready order" if ready else ", NOT the ready order")
+        rows.append([it, index, nbytes, describe(bucket_names, len(names)), said])
+    rep.table(["iteration", "bucket", "bytes", "tensors in order", "recorded = predicted by"],
               rows, name=f"buckets_cap_{cap}")
     second = [entry[1:] for entry in run["log"] if entry[0] == 2]
     third_as_second = [entry[1:] for entry in run["log"] if entry[0] == 3] == second
@@ -185,10 +208,9 @@ def part1_real_buckets(rep: Report, args, runs: list[list[dict]]) -> None:
                for i, run in enumerate(runs[0][:2])]
     show_rebuild(rep, runs[0][2:], names, sizes)
     rep.note(f"{LAYERS} x Linear({WIDTH}, {WIDTH}), one layer = {sizes[0] + sizes[1]:,} B; {args.world_size} "
-             "ranks. bucket_cap_mb counts MiB; left at None the cap is 25 MiB and the first bucket 1 MiB, "
-             "any explicit value (even 25) caps the first bucket the same. Before iteration 2 DDP rebuilds "
-             "the buckets in the order the gradients became ready ('= ready order'), here the reverse "
-             "registration order ddp_sim assumes.")
+             "ranks. bucket_cap_mb counts MiB; any explicit value (even 25) caps the first bucket too. "
+             "Before iteration 2 DDP rebuilds the buckets in the order the gradients became ready, here "
+             "the reverse registration order the simulator's rule assumes.")
     first = next(entry for entry in runs[0][0]["log"] if entry[0] == 2)
     rep.values(layer_mb=(sizes[0] + sizes[1]) / MB, layer_bytes=sizes[0] + sizes[1])
     rep.values(first_iteration_buckets=max(sum(1 for e in run["log"] if e[0] == 1) for run in runs[0][:2]),
@@ -281,7 +303,8 @@ def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]
     low, high = ({n: pick(pick(r[n]) for r in results) * 1e3 for n in counts} for pick in (min, max))
     rows = [[n, fmt_bytes(4 * elements / n), fmt_time(t[n]), f"{low[n]:.1f}–{high[n]:.1f} ms", t[n] / t[1],
              bar(t[n], max(t.values()), 24)] for n in counts]
-    rep.table(["tensors", "each", "total time", "range", "x one tensor", ""], rows, name="sweep")
+    rep.table(["tensors", "each", "total time", "range", "× one tensor's time", "total time as a bar"], rows,
+              name="sweep")
     many = counts[-1]
     per_message = (t[many] - t[1]) / (many - 1)  # what each extra tensor adds, whatever its size
     rep.note(f"2 gloo ranks (always, like the paper's figure), {elements:,} float32 "
@@ -292,27 +315,6 @@ def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]
     rep.timings(many_small_ms=t[many] * 1e3, one_tensor_ms=t[1] * 1e3, small_over_one=t[many] / t[1])
     if rep.figure_dir() is not None:  # matplotlib only when a figure was asked for
         rep.save_figure(small_tensors_figure(counts, t, results, elements), "small_tensors")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=2, bucket_cap_mb=2.0, real=True, figs=True, cost=COST,
-                         quick={"elements": 256 * 1024},  # --quick all-reduces fewer floats in Part 3
-                         context={"bucket_cap_mb": "Part 1; the default gives 3 buckets"})
-    parser.add_argument("--elements", type=positive_int, default=4 * 1024 * 1024,
-                        help="Part 3's float32 count (default: 4,194,304 = 4096 x 1024)")
-    args = parser.parse_args()
-    if args.elements < 2 * PIECE_ELEMENTS:  # one tensor and at least two pieces: a cost per extra tensor
-        raise UsageError(f"--elements {args.elements} must be at least {2 * PIECE_ELEMENTS} (two pieces)")
-    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
-    rep = Report(__file__, "DDP's gradient buckets", args)
-    buckets, timings = launch_parts_1_and_3(args)
-    rep.part(1, "buckets recorded from real DDP")  # a comm hook logs every bucket; ddp_sim predicts them
-    part1_real_buckets(rep, args, buckets)
-    rep.part(2, "ResNet-50 and BERT-large")  # tensor counts, tiny tensors, buckets at 25 MB vs MiB
-    part2_model_buckets(rep, args)
-    rep.part(3, "why buckets: small all-reduces are slow")  # the same floats as 1 or thousands of tensors
-    part3_small_tensors(rep, args, timings)
-    rep.finish()
 
 
 def parts_1_and_3_worker(rank: int, world_size: int, caps_mib: list[float | None], elements: int) -> tuple:

@@ -58,6 +58,30 @@ from lecture15.least_squares import (  # noqa: F401  (tests use them from here)
 # ≈ 0.5; the two learning rates sit well inside (small) and inside only until multiplied by n (large).
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=256, alpha_us=10.0, beta_gbs=10.0, bucket_cap_mb="25MB",
+                         micro_batches=512, micro_batch_size=32, figs=True,
+                         context={"bucket_cap_mb": "default: the notes' 25 MB", "micro_batches": "Part 3",
+                                  "micro_batch_size": "Part 3"}, bounds=BOUNDS)
+    parser.add_argument("--sync-every", type=positive_int, default=8,
+                        help="synchronise gradients every n iterations")
+    for size, default in (("small", 0.02), ("large", 0.1)):
+        parser.add_argument(f"--lr-{size}", type=positive_float, default=default,
+                            help=f"Part 3: the {size} learning rate")
+    args = parser.parse_args()
+    if args.sync_every > args.micro_batches:
+        raise UsageError(f"--sync-every {args.sync_every} exceeds --micro-batches {args.micro_batches}")
+    rep = Report(__file__, "scaling to hundreds of ranks (lecture 15 §5)", args)
+    link = link_from_args(args, "the notes' fast interconnect")
+    rep.part(1, f"weak scaling from 1 to {args.world_size} ranks")  # slowdown per iteration, throughput
+    steps = part1_slowdown(rep, args, link)
+    rep.part(2, f"skipping synchronisation: every {args.sync_every} iterations")  # the others run alone
+    part2_skip_sync(rep, args, steps)
+    rep.part(3, "convergence when synchronising every n micro-batches")  # n × the step, or lr/n
+    part3_convergence(rep, args)
+    rep.finish()
+
+
 # ---- Parts 1 and 2: the §3 timeline under weak scaling ------------------------------------------
 def scaling_models() -> list[tuple[str, ModelSpec, ComputeModel]]:
     """ResNet-50 (batch 32) and BERT-large (4 × 512 tokens) with §3's calibrated compute, and BERT-large
@@ -281,30 +305,6 @@ BOUNDS = {dest: _part3_bound(dest) for dest in ("micro_batches", "micro_batch_si
 
 def loss_text(value: float, loss: QuadraticLoss) -> str:
     return "diverged" if not np.isfinite(value) or value > 10 * loss(np.zeros(CONV_DIM)) else f"{value:.5f}"
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=256, alpha_us=10.0, beta_gbs=10.0, bucket_cap_mb="25MB",
-                         micro_batches=512, micro_batch_size=32, figs=True,
-                         context={"bucket_cap_mb": "default: the notes' 25 MB", "micro_batches": "Part 3",
-                                  "micro_batch_size": "Part 3"}, bounds=BOUNDS)
-    parser.add_argument("--sync-every", type=positive_int, default=8,
-                        help="synchronise gradients every n iterations")
-    for size, default in (("small", 0.02), ("large", 0.1)):
-        parser.add_argument(f"--lr-{size}", type=positive_float, default=default,
-                            help=f"Part 3: the {size} learning rate")
-    args = parser.parse_args()
-    if args.sync_every > args.micro_batches:
-        raise UsageError(f"--sync-every {args.sync_every} exceeds --micro-batches {args.micro_batches}")
-    rep = Report(__file__, "scaling to hundreds of ranks (lecture 15 §5)", args)
-    link = link_from_args(args, "the notes' fast interconnect")
-    rep.part(1, f"weak scaling from 1 to {args.world_size} ranks")  # slowdown per iteration, throughput
-    steps = part1_slowdown(rep, args, link)
-    rep.part(2, f"skipping synchronisation: every {args.sync_every} iterations")  # the others run alone
-    part2_skip_sync(rep, args, steps)
-    rep.part(3, "convergence when synchronising every n micro-batches")  # n × the step, or lr/n
-    part3_convergence(rep, args)
-    rep.finish()
 
 
 if __name__ == "__main__":

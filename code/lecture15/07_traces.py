@@ -73,6 +73,29 @@ COST = Cost([Term("1", 7.0, lambda a: 1), Term("W²", 0.05, lambda a: a.world_si
                                                    + 12 * a.batch * a.width * a.layers))
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, layers=6, width=256, batch=256, bucket_cap_mb=0.25, repeats=3,
+                         real=True, figs=True, cost=COST, trace=None, help_for={"quick": QUICK_HELP},
+                         context={"layers": "Linear layers", "repeats": "timed all-reduces and backwards",
+                                  "bucket_cap_mb": "the default: one layer per bucket"})
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
+    if args.batch < args.world_size:
+        raise UsageError(f"--batch {args.batch} < --world-size {args.world_size}: every rank needs a sample")
+    rep = Report(__file__, "a real DDP step and ddp_sim's, as Chrome traces (Perfetto, chrome://tracing)",
+                 args)
+    preload_for_ddp(args.world_size)   # DDP() imports torch._dynamo: once here, not on every rank
+    cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "repeats": args.repeats,
+           "cap_bytes": args.bucket_cap_bytes}
+    ranks = launch(traces_worker, args.world_size, cfg, timeout_s=args.timeout_s)
+    args.world_size = len(ranks)                     # under torchrun the group's size wins over the flag
+    link = part1_link(rep, args, ranks)              # α and β of gloo here
+    real = part2_real(rep, args, ranks)              # the profiled step: all-reduces during the backward
+    part3_simulated(rep, args, ranks, link, real)    # ddp_sim's step; both written as traces and drawn
+    rep.finish()
+
+
 # ---- rank code ------------------------------------------------------------------------------------
 def timed(fn: Any, repeats: int) -> list[float]:
     times = []
@@ -324,29 +347,6 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
         rep.save_figure(gantt_figure([("real DDP (torch.profiler)", real), ("ddp_sim", sim)],
                                      f"one DDP step, {args.world_size} gloo ranks, {args.layers} × "
                                      f"Linear({args.width}), cap {cap / MiB:g} MiB"), "timelines")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, layers=6, width=256, batch=256, bucket_cap_mb=0.25, repeats=3,
-                         real=True, figs=True, cost=COST, trace=None, help_for={"quick": QUICK_HELP},
-                         context={"layers": "Linear layers", "repeats": "timed all-reduces and backwards",
-                                  "bucket_cap_mb": "the default: one layer per bucket"})
-    args = parser.parse_args()
-    if args.world_size < 2:
-        raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
-    if args.batch < args.world_size:
-        raise UsageError(f"--batch {args.batch} < --world-size {args.world_size}: every rank needs a sample")
-    rep = Report(__file__, "a real DDP step and ddp_sim's, as Chrome traces (Perfetto, chrome://tracing)",
-                 args)
-    preload_for_ddp(args.world_size)   # DDP() imports torch._dynamo: once here, not on every rank
-    cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "repeats": args.repeats,
-           "cap_bytes": args.bucket_cap_bytes}
-    ranks = launch(traces_worker, args.world_size, cfg, timeout_s=args.timeout_s)
-    args.world_size = len(ranks)                     # under torchrun the group's size wins over the flag
-    link = part1_link(rep, args, ranks)              # α and β of gloo here
-    real = part2_real(rep, args, ranks)              # the profiled step: all-reduces during the backward
-    part3_simulated(rep, args, ranks, link, real)    # ddp_sim's step; both written as traces and drawn
-    rep.finish()
 
 
 if __name__ == "__main__":
