@@ -90,8 +90,11 @@ def main() -> None:
            "cap_bytes": args.bucket_cap_bytes}
     ranks = launch(traces_worker, args.world_size, cfg, timeout_s=args.timeout_s)
     args.world_size = len(ranks)                     # under torchrun the group's size wins over the flag
+    rep.part(1, f"this machine's gloo all-reduce on {args.world_size} ranks, fitted to the ring α-β model")
     link = part1_link(rep, args, ranks)              # α and β of gloo here
+    rep.part(2, "a real DDP step under torch.profiler (rank 0): gloo's all-reduces beside the backward")
     real = part2_real(rep, args, ranks)              # the profiled step: all-reduces during the backward
+    rep.part(3, "ddp_sim's step for the same model, bucket cap and fitted link; both traces written")
     part3_simulated(rep, args, ranks, link, real)    # ddp_sim's step; both written as traces and drawn
     rep.finish()
 
@@ -247,7 +250,6 @@ def trace_problems(trace: Any) -> list[str]:
 
 # ---- the parts ------------------------------------------------------------------------------------
 def part1_link(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> Link:
-    rep.part(1, f"this machine's gloo all-reduce on {args.world_size} ranks, fitted to the ring α-β model")
     k = args.world_size
     medians = [statistics.median(max(r["sweep"][i][j] for r in ranks)      # the slowest rank, each repeat
                                  for j in range(len(ranks[0]["sweep"][i]))) for i in range(len(SWEEP_BYTES))]
@@ -259,12 +261,11 @@ def part1_link(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
         link = Link(0.0, ring_allreduce_time(k, n, Link(0.0, 1.0)) / t, "the 1 MiB all-reduce alone")
         rep.line(f"  {failed}; using {link.describe()}")
     else:
-        rep.line(f"  fit (model_vs_real.fit_ring): {link.describe()}")
+        rep.line(f"  least-squares fit: {link.describe()}")
     return link
 
 
 def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> Timeline:
-    rep.part(2, "a real DDP step under torch.profiler (rank 0): gloo's all-reduces beside the backward")
     real = real_timeline(ranks[0]["trace"])
     comm = real.comm_events()
     overlaps = [compute_overlap(r["trace"]) for r in ranks]
@@ -275,17 +276,17 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
     buckets = assign_buckets(ranks[0]["param_bytes"], args.bucket_cap_bytes, args.bucket_cap_bytes)
     nodes = sum(e.kind == COMPUTE for e in real.events)
     rep.line(f"  backward: {real.backward_s * 1e3:.2f} ms of {nodes} nodes; the first all-reduce starts at "
-             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; ddp_sim's "
-             f"rule gives {len(buckets)} bucket{'s' if len(buckets) != 1 else ''} at a "
-             f"{args.bucket_cap_bytes / MiB:g} MiB cap")
+             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; the "
+             f"simulator's rule gives {len(buckets)} bucket{'s' if len(buckets) != 1 else ''} at a "
+             f"{args.bucket_cap_bytes / MiB:g} MiB cap (expected: as many all-reduces)")
     rep.note(f"times from the start of the first backward node; all-reduces are the '{ALLREDUCE_OP}' spans "
              f"on gloo's worker threads (the main thread only launches them: '{LAUNCH_OP}'). Their "
              "length is waiting as much as sending: on shared cores a rank's all-reduce waits for the "
              "others.")
     overlapped = [o["overlap_s"] > 0 for o in overlaps]
-    rep.table(["rank", "backward compute (ms)", "of it while an all-reduce ran (ms)", "overlap"],
-              [[rank, f"{o['compute_s'] * 1e3:.2f}", f"{o['overlap_s'] * 1e3:.2f}", "yes" if yes else "no"]
-               for rank, (o, yes) in enumerate(zip(overlaps, overlapped))], name="overlap")
+    rep.table(["rank", "backward compute (ms)", "of it while an all-reduce ran (ms)"],
+              [[rank, f"{o['compute_s'] * 1e3:.2f}", f"{o['overlap_s'] * 1e3:.2f}"]
+               for rank, o in enumerate(overlaps)], name="overlap")
     # Several all-reduces (buckets): the first is launched with layers still to compute, so some rank's
     # gloo thread runs it during that compute (a rank whose cores are busy may start its gloo thread
     # only after its backward, as happened with 24 ranks on 2 cores). One: no rank can, whatever the
@@ -306,6 +307,7 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
                 real_first_allreduce_ms=comm[0].start_s * 1e3, real_backward_ms=real.backward_s * 1e3,
                 real_overlap_ms=max(o["overlap_s"] for o in overlaps) * 1e3,
                 real_compute_ms=overlaps[0]["compute_s"] * 1e3)
+    rep.compare_with_notes(in_table=True)   # the overlap and the all-reduces counted above
     if not expected:   # one all-reduce after the last gradient: overlap found would be a measuring bug
         rep.check_close("overlap found vs 1 all-reduce (none expected)", float(any(overlapped)), 0)
     # With several buckets overlap is an observation (its row differs without it), not a run-ending
@@ -316,13 +318,12 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
 
 def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]], link: Link,
                     real: Timeline) -> None:
-    rep.part(3, "ddp_sim's step for the same model, bucket cap and fitted link; both traces written")
     sizes, cap = ranks[0]["param_bytes"], args.bucket_cap_bytes
     ready = [statistics.fmean(r["ready"][i] for r in ranks) for i in range(len(sizes))]
     sim = simulate_backward(ready, sizes, assign_buckets(sizes, cap, cap),
                             lambda n: ring_allreduce_time(args.world_size, n, link), overlap=True,
                             names=ranks[0]["param_names"])
-    rep.table(["step (backward + exposed all-reduce)", "ms", "first all-reduce starts (ms)"],
+    rep.table(["step", "backward + exposed all-reduce (ms)", "first all-reduce starts (ms)"],
               [[name, f"{t.step_s * 1e3:.2f}", f"{t.first_comm_start_s * 1e3:.2f}"]
                for name, t in (("real DDP, profiled (rank 0)", real), ("ddp_sim", sim))], name="steps")
     rep.note("the simulated step takes each gradient's ready time from a plain backward (mean of ranks) and "
