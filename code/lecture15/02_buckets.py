@@ -234,34 +234,45 @@ def part2_model_buckets(rep: Report, args) -> None:
                 ("default", "bucket_cap_mb=None: 25 MiB, first bucket 1 MiB (PyTorch's default)", 25 * MiB,
                  DEFAULT_FIRST_BUCKET_BYTES),
                 ("25 MiB", "bucket_cap_mb=25: 25 MiB, first bucket 25 MiB", 25 * MiB, 25 * MiB)]
-    rows, torch_agrees = [], True
-    for spec in (resnet50(), bert_large()):
+    rows, counts, torch_agrees = [], {}, True
+    for key, spec in (("resnet", resnet50()), ("bert", bert_large())):
         sizes = spec.param_bytes()
         tiny = [b for b in sizes if b < TINY_BYTES]
-        row = [spec.name, len(sizes), spec.numel, len(tiny), f"{100 * sum(tiny) / sum(sizes):.2f}%"]
+        buckets = []
         for _, _, cap, first in readings:
             ours = assign_buckets(sizes, cap, first)
             torch_agrees &= ours == torch_buckets(sizes, cap, first)
-            row.append(len(ours))
-        rows.append(row)
-    rep.table(["model", "tensors", "parameters", "tiny (< 16 KiB)", "share of bytes in tiny"]
-              + [r[0] for r in readings], rows, name="models")
+            buckets.append(len(ours))
+        counts[key] = (len(sizes), len(tiny), buckets)
+        rows.append([spec.name, len(sizes), spec.numel, f"{len(tiny)} ({100 * len(tiny) / len(sizes):.1f} %)",
+                     f"{100 * sum(tiny) / sum(sizes):.2f}%", *buckets])
+        # the notes' figures for this model, in the columns they are about (the handbook's range too)
+        ref = {"resnet": "resnet-50", "bert": "bert-large"}[key]
+        tensors = rep.notes_text(f"L15-2.2-{ref}-tensors")
+        if key == "bert":
+            tensors += f"; {rep.notes_text('HB-hundreds-of-tensors')}"
+        rows.append(["  the notes", tensors, "", rep.notes_text(f"L15-2.2-{ref}-tiny"), "", "",
+                     rep.notes_text(f"L15-2.2-{ref}-buckets-pytorch-default"), ""])
+    rep.table(["model", "tensors", "parameters", "under 16 KiB", "share of bytes"] + [r[0] for r in readings],
+              rows, name="models")
     for label, text, _, _ in readings:
         rep.line(f"  {label:>7}: {text}")
-    rep.note("Tiny = biases, BatchNorm and LayerNorm vectors: most tensors, a sliver of the bytes. One "
-             "all-reduce each would pay the per-message cost hundreds of times. ddp_sim's buckets are "
-             "checked against torch's own function (on meta tensors) for every reading.")
-    (resnet, bert) = rows
-    rep.values(resnet_tensors=resnet[1], bert_tensors=bert[1], torch_function_agrees=torch_agrees,
-               hundreds_of_tensors=min(resnet[1], bert[1]) >= 100)
-    for name, row in (("resnet", resnet), ("bert", bert)):
-        rep.values(**{f"{name}_buckets_25mb": row[5], f"{name}_buckets_default": row[6],
-                      f"{name}_buckets_25mib": row[7], f"{name}_tiny": row[3],
-                      f"{name}_tiny_pct": 100 * row[3] / row[1]})
+    rep.values(resnet_tensors=counts["resnet"][0], bert_tensors=counts["bert"][0],
+               torch_function_agrees=torch_agrees,
+               hundreds_of_tensors=min(counts["resnet"][0], counts["bert"][0]) >= 100)
+    for name, (tensors, tiny, buckets) in counts.items():
+        rep.values(**{f"{name}_buckets_25mb": buckets[0], f"{name}_buckets_default": buckets[1],
+                      f"{name}_buckets_25mib": buckets[2], f"{name}_tiny": tiny,
+                      f"{name}_tiny_pct": 100 * tiny / tensors})
     # the notes' 25 MB as 25e6 B, with PyTorch's default 1 MiB first bucket (for the erratum's argument)
     for name, spec in (("resnet", resnet50()), ("bert", bert_large())):
         rep.value(f"{name}_buckets_25mb_first_1mib", len(assign_buckets(spec.param_bytes(), 25 * MB,
                                                                          DEFAULT_FIRST_BUCKET_BYTES)))
+    rep.compare_with_notes(in_table=True)
+    rep.note("Under 16 KiB = biases, BatchNorm and LayerNorm vectors: most tensors, a sliver of the bytes. "
+             "One all-reduce each would pay the per-message cost hundreds of times. The simulator's buckets "
+             "are those of torch's own function (on meta tensors) at every reading: "
+             f"{'yes' if torch_agrees else 'NO'}.")
 
 
 # ---- Part 3: the same floats as one tensor or thousands ------------------------------------------
