@@ -302,8 +302,8 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
              fmt_ms(t.first_comm_start_s), fmt_ms(t.exposed_comm_s), fmt_ms(t.step_s), fmt_ms(u.step_s)]
             for label, t, u in (("one cap for all", plain, raw[0]),
                                 (f"first cap {cap_text(first)}", small, raw[1]))]
-    rep.table(["buckets", "count", "bucket 0 (MB)", "bucket 0 ready (ms)", "first comm (ms)", "exposed (ms)",
-               "step (ms)", "step, uncal. (ms)"], rows, name="first_bucket")
+    rep.table(["buckets", "count", "bucket 0 (MB)", "bucket 0 ready (ms)", "first comm (ms)",
+               "exposed comm (ms)", "step (ms)", "step, uncalibrated (ms)"], rows, name="first_bucket")
     first_names = [model.params[i].name for i in small.buckets[0]]
     more = ", …" if len(first_names) > 4 else ""
     rep.line(f"  bucket 0 with the first cap: {', '.join(first_names[:4])}{more} "
