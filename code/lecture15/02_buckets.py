@@ -314,6 +314,10 @@ def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]
     low, high = ({n: pick(pick(r[n]) for r in results) * 1e3 for n in counts} for pick in (min, max))
     rows = [[n, fmt_bytes(4 * elements / n), fmt_time(t[n]), f"{low[n]:.1f}–{high[n]:.1f} ms", t[n] / t[1],
              bar(t[n], max(t.values()), 24)] for n in counts]
+    # the notes' figures under the rows they are compared with: one tensor, and the most tensors
+    rows.insert(1, ["  the notes", "", rep.notes_text("L15-2.1-one-tensor-fast"), "", "", ""])
+    rows.append(["  the notes", "", rep.notes_text("L15-2.1-many-small-slow"), "",
+                 rep.notes_text("L15-2.1-ratio-100"), ""])
     rep.table(["tensors", "each", "total time", "range", "× one tensor's time", "total time as a bar"], rows,
               name="sweep")
     many = counts[-1]
@@ -324,6 +328,7 @@ def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]
              f"{fmt_time(per_message)} whatever its size: a fixed cost per message, the shape of the "
              "paper's figure 2. A bucket pays it once.")
     rep.timings(many_small_ms=t[many] * 1e3, one_tensor_ms=t[1] * 1e3, small_over_one=t[many] / t[1])
+    rep.compare_with_notes(in_table=True)
     if rep.figure_dir() is not None:  # matplotlib only when a figure was asked for
         rep.save_figure(small_tensors_figure(counts, t, results, elements), "small_tensors")
 
