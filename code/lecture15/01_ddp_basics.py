@@ -250,14 +250,18 @@ def part3_cpu_timing(rep: Report, args) -> None:
               [["1 process, whole batch", fmt_time(single), spread(single_times), 1.0],
                [f"{w} processes, 1/{w} batch each, no communication",
                 fmt_time(local), spread([t for r in results for t in r["local"]]), single / local],
+               ["  the notes", "", "", rep.notes_text("L15-1.4-local-not-quarter")],
                [f"{w} processes in DDP (gloo)", fmt_time(ddp), spread([t for r in results for t in r["ddp"]]),
-                single / ddp]], name="timing")
+                single / ddp],
+               ["  the notes", "", "", rep.notes_text("L15-1.4-speedup-here")]], name="timing")
     # the gloo cost per rank: its own DDP median minus its own no-communication median
     costs = sorted(statistics.median(r["ddp"]) - statistics.median(r["local"]) for r in results)
-    rep.line(f"  gloo cost per step by rank: median {statistics.median(costs) * 1e3:.1f} ms, range "
-             f"{costs[0] * 1e3:.1f} – {costs[-1] * 1e3:.1f} ms over {len(costs)} ranks "
-             f"({steps} steps each)")
+    rep.line(f"  gloo cost per step (DDP − no communication): {(ddp - local) * 1e3:.1f} ms (the notes: "
+             f"{rep.notes_text('L15-1.4-gloo-cost')}); by rank: median "
+             f"{statistics.median(costs) * 1e3:.1f} ms, range {costs[0] * 1e3:.1f} – "
+             f"{costs[-1] * 1e3:.1f} ms over {len(costs)} ranks ({steps} steps each)")
     rep.timings(speedup_here=single / ddp, gloo_cost_ms=(ddp - local) * 1e3, local_speedup=single / local)
+    rep.compare_with_notes(in_table=True)
     speedup = f"{'No speed-up' if single / ddp < 1 else 'Only'} {single / ddp:.2f}x"
     rep.note(f"3 Linear layers of width {width} ({grad_bytes / 1e6:.2f} MB of float32 gradients), batch "
              f"{batch}, {steps} timed steps, medians over all ranks, one thread per rank, {os.cpu_count()} "
