@@ -248,7 +248,7 @@ def test_exercise8_idle_expert_probability_by_enumeration(exercises_run: tuple[s
 # ---- model_vs_real -------------------------------------------------------------------------------
 def test_model_vs_real_quick_runs_real_ddp(quick_run) -> None:
     out = quick_run(MODEL_VS_REAL).stdout
-    assert re.search(r"the rule's buckets = the real DDP's +True +True +agrees", out)   # rebuilt = ours
+    assert re.search(r"the rule's buckets = the real DDP's +True +True +matches", out)   # rebuilt = ours
     assert "measured DDP step" in out and "fit: fitted gloo ring" in out
     assert "0.weight" in out and "limits:" in out
 

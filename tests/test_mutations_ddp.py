@@ -292,7 +292,7 @@ MUTATIONS = [
     # 02: what real DDP did with its buckets (no self-check)
     Mutation("DDP's first-iteration bucketing inverted (sized unless find_unused_parameters); the layers "
              "used last to first", S02, SIZED_FIRST_ITERATION_AND_REVERSED_USE, QUICK,
-             rows=("L15-2.2-first-iteration-one-bucket", "L15-2.2-bucket0-last-layer",
+             rows=("L15-2.2-first-iteration-one-bucket", "L15-2.2-bucket0-last-layer", "L15-2.2-rule",
                    "L15-2.2-rebuild-conditions", "L15-2.2-rebuild-conditions-static-graph")),
     # 04: Part 1's check (its default is --steps 3, which --quick shortens); the observed rows
     Mutation("the ranks' learning rate 1.001x", S04, LR_DRIFT_04, ("--quick", "--steps", "3"),

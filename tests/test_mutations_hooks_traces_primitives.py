@@ -94,11 +94,11 @@ HOOK_MUTATIONS = [
     # least accepted movement) and at 3 ranks, where the row is voided and only the check judges
     Mutation("allreduce_hook sums the bucket and never divides by K, at a small --lr", HOOKS, NO_DIVIDE,
              ("--lr", "1e-2"), sites=('"allreduce_hook"',),
-             fails=r"allreduce_hook against DDP without a hook: trained weights \S+ = \S+ × the \S+ they "
+             fails=r"allreduce_hook: against DDP without a hook: trained weights \S+ = \S+ × the \S+ they "
                    r"moved > 0\.001$"),
     Mutation("allreduce_hook sums the bucket and never divides by K, at 3 ranks", HOOKS, NO_DIVIDE,
              ("--world-size", "3", "--batch", "63"), sites=('"allreduce_hook"',),
-             fails=r"allreduce_hook against DDP without a hook: trained weights "),
+             fails=r"allreduce_hook: against DDP without a hook: trained weights "),
     Mutation("the ranks' network one hidden unit wider than ours; ours one bucket per parameter; "
              "torch's broken hooks working", HOOKS, SMALL_ROWS, SMALL_HOOKS,
              rows=("EN-L15-hook-allreduce-bytes", "EN-L15-hook-fp16-bytes", "EN-L15-hook-powersgd-bytes",

@@ -43,8 +43,8 @@ pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(300), pytest.mark.xdist_
 TIMED = {
     "lecture14/04_alpha_beta.py": [r"^Part 2/"],
     "lecture15/01_ddp_basics.py": [r"^Part 3/tables/timing/\d+/(?!setting$)"],
-    "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|x one tensor|)$",
-                                r"^Part 3/tables/sweep/\d+/range$"],
+    "lecture15/02_buckets.py": [r"^Part 3/tables/sweep/\d+/(total time|× one tensor's time"
+                                r"|total time as a bar|range)$"],
     "lecture15/04_details.py": [r"^Part 2/tables/cost/\d+/(median|range)"],
     "lecture15/model_vs_real.py": [r"^Part 1/(alpha_s|beta_Bps)$", r"^Part 1/tables/allreduce/\d+/(?!size$)",
                                    r"^Part 2/tables/ready/\d+/(?!parameter)", r"^Part 3/"],

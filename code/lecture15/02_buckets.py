@@ -58,6 +58,27 @@ COST = Cost([Term("1", 8.1, lambda a: 1), Term("W²", 0.024, lambda a: a.world_s
             memory=lambda a: 4 * a.elements * 12)
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=2, bucket_cap_mb=2.0, real=True, figs=True, cost=COST,
+                         quick={"elements": 256 * 1024},  # --quick all-reduces fewer floats in Part 3
+                         context={"bucket_cap_mb": "Part 1; the default gives 3 buckets"})
+    parser.add_argument("--elements", type=positive_int, default=4 * 1024 * 1024,
+                        help="Part 3's float32 count (default: 4,194,304 = 4096 x 1024)")
+    args = parser.parse_args()
+    if args.elements < 2 * PIECE_ELEMENTS:  # one tensor and at least two pieces: a cost per extra tensor
+        raise UsageError(f"--elements {args.elements} must be at least {2 * PIECE_ELEMENTS} (two pieces)")
+    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
+    rep = Report(__file__, "DDP's gradient buckets", args)
+    buckets, timings = launch_parts_1_and_3(args)
+    rep.part(1, "buckets recorded from real DDP")  # a comm hook logs every bucket; ddp_sim predicts them
+    part1_real_buckets(rep, args, buckets)
+    rep.part(2, "ResNet-50 and BERT-large")  # tensor counts, tiny tensors, buckets at 25 MB vs MiB
+    part2_model_buckets(rep, args)
+    rep.part(3, "why buckets: small all-reduces are slow")  # the same floats as 1 or thousands of tensors
+    part3_small_tensors(rep, args, timings)
+    rep.finish()
+
+
 # ---- Part 1: what real DDP puts in its buckets ---------------------------------------------------
 def linear_stack() -> nn.Module:
     """Six Linear(512, 512) in a row: names 0.weight, 0.bias, ..., 5.bias, as in the notes."""
@@ -145,8 +166,10 @@ def show_cap_run(rep: Report, run: dict, every_rank: list[dict], names: list[str
             rule = index < len(by_rule) and got == by_rule[index]
             ready = index < len(by_ready) and got == by_ready[index]
         match &= rule and ready is not False
-        rows.append([it, index, nbytes, describe(bucket_names, len(names)), rule, ready])
-    rep.table(["iter", "bucket", "bytes", "parameters (in bucket order)", "= ddp_sim rule", "= ready order"],
+        said = ("the simulator's rule" if rule else "NOT the simulator's rule") + (
+            " (one bucket)" if it == 1 else ", the ready order" if ready else ", NOT the ready order")
+        rows.append([it, index, nbytes, describe(bucket_names, len(names)), said])
+    rep.table(["iteration", "bucket", "bytes", "tensors in order", "recorded = predicted by"],
               rows, name=f"buckets_cap_{cap}")
     second = [entry[1:] for entry in run["log"] if entry[0] == 2]
     third_as_second = [entry[1:] for entry in run["log"] if entry[0] == 3] == second
@@ -185,10 +208,9 @@ def part1_real_buckets(rep: Report, args, runs: list[list[dict]]) -> None:
                for i, run in enumerate(runs[0][:2])]
     show_rebuild(rep, runs[0][2:], names, sizes)
     rep.note(f"{LAYERS} x Linear({WIDTH}, {WIDTH}), one layer = {sizes[0] + sizes[1]:,} B; {args.world_size} "
-             "ranks. bucket_cap_mb counts MiB; left at None the cap is 25 MiB and the first bucket 1 MiB, "
-             "any explicit value (even 25) caps the first bucket the same. Before iteration 2 DDP rebuilds "
-             "the buckets in the order the gradients became ready ('= ready order'), here the reverse "
-             "registration order ddp_sim assumes.")
+             "ranks. bucket_cap_mb counts MiB; any explicit value (even 25) caps the first bucket too. "
+             "Before iteration 2 DDP rebuilds the buckets in the order the gradients became ready, here "
+             "the reverse registration order the simulator's rule assumes.")
     first = next(entry for entry in runs[0][0]["log"] if entry[0] == 2)
     rep.values(layer_mb=(sizes[0] + sizes[1]) / MB, layer_bytes=sizes[0] + sizes[1])
     rep.values(first_iteration_buckets=max(sum(1 for e in run["log"] if e[0] == 1) for run in runs[0][:2]),
@@ -212,34 +234,45 @@ def part2_model_buckets(rep: Report, args) -> None:
                 ("default", "bucket_cap_mb=None: 25 MiB, first bucket 1 MiB (PyTorch's default)", 25 * MiB,
                  DEFAULT_FIRST_BUCKET_BYTES),
                 ("25 MiB", "bucket_cap_mb=25: 25 MiB, first bucket 25 MiB", 25 * MiB, 25 * MiB)]
-    rows, torch_agrees = [], True
-    for spec in (resnet50(), bert_large()):
+    rows, counts, torch_agrees = [], {}, True
+    for key, spec in (("resnet", resnet50()), ("bert", bert_large())):
         sizes = spec.param_bytes()
         tiny = [b for b in sizes if b < TINY_BYTES]
-        row = [spec.name, len(sizes), spec.numel, len(tiny), f"{100 * sum(tiny) / sum(sizes):.2f}%"]
+        buckets = []
         for _, _, cap, first in readings:
             ours = assign_buckets(sizes, cap, first)
             torch_agrees &= ours == torch_buckets(sizes, cap, first)
-            row.append(len(ours))
-        rows.append(row)
-    rep.table(["model", "tensors", "parameters", "tiny (< 16 KiB)", "share of bytes in tiny"]
-              + [r[0] for r in readings], rows, name="models")
+            buckets.append(len(ours))
+        counts[key] = (len(sizes), len(tiny), buckets)
+        rows.append([spec.name, len(sizes), spec.numel, f"{len(tiny)} ({100 * len(tiny) / len(sizes):.1f} %)",
+                     f"{100 * sum(tiny) / sum(sizes):.2f}%", *buckets])
+        # the notes' figures for this model, in the columns they are about (the handbook's range too)
+        ref = {"resnet": "resnet-50", "bert": "bert-large"}[key]
+        tensors = rep.notes_text(f"L15-2.2-{ref}-tensors")
+        if key == "bert":
+            tensors += f"; {rep.notes_text('HB-hundreds-of-tensors')}"
+        rows.append(["  the notes", tensors, "", rep.notes_text(f"L15-2.2-{ref}-tiny"), "", "",
+                     rep.notes_text(f"L15-2.2-{ref}-buckets-pytorch-default"), ""])
+    rep.table(["model", "tensors", "parameters", "under 16 KiB", "share of bytes"] + [r[0] for r in readings],
+              rows, name="models")
     for label, text, _, _ in readings:
         rep.line(f"  {label:>7}: {text}")
-    rep.note("Tiny = biases, BatchNorm and LayerNorm vectors: most tensors, a sliver of the bytes. One "
-             "all-reduce each would pay the per-message cost hundreds of times. ddp_sim's buckets are "
-             "checked against torch's own function (on meta tensors) for every reading.")
-    (resnet, bert) = rows
-    rep.values(resnet_tensors=resnet[1], bert_tensors=bert[1], torch_function_agrees=torch_agrees,
-               hundreds_of_tensors=min(resnet[1], bert[1]) >= 100)
-    for name, row in (("resnet", resnet), ("bert", bert)):
-        rep.values(**{f"{name}_buckets_25mb": row[5], f"{name}_buckets_default": row[6],
-                      f"{name}_buckets_25mib": row[7], f"{name}_tiny": row[3],
-                      f"{name}_tiny_pct": 100 * row[3] / row[1]})
+    rep.values(resnet_tensors=counts["resnet"][0], bert_tensors=counts["bert"][0],
+               torch_function_agrees=torch_agrees,
+               hundreds_of_tensors=min(counts["resnet"][0], counts["bert"][0]) >= 100)
+    for name, (tensors, tiny, buckets) in counts.items():
+        rep.values(**{f"{name}_buckets_25mb": buckets[0], f"{name}_buckets_default": buckets[1],
+                      f"{name}_buckets_25mib": buckets[2], f"{name}_tiny": tiny,
+                      f"{name}_tiny_pct": 100 * tiny / tensors})
     # the notes' 25 MB as 25e6 B, with PyTorch's default 1 MiB first bucket (for the erratum's argument)
     for name, spec in (("resnet", resnet50()), ("bert", bert_large())):
         rep.value(f"{name}_buckets_25mb_first_1mib", len(assign_buckets(spec.param_bytes(), 25 * MB,
                                                                          DEFAULT_FIRST_BUCKET_BYTES)))
+    rep.compare_with_notes(in_table=True)
+    rep.note("Under 16 KiB = biases, BatchNorm and LayerNorm vectors: most tensors, a sliver of the bytes. "
+             "One all-reduce each would pay the per-message cost hundreds of times. The simulator's buckets "
+             "are those of torch's own function (on meta tensors) at every reading: "
+             f"{'yes' if torch_agrees else 'NO'}.")
 
 
 # ---- Part 3: the same floats as one tensor or thousands ------------------------------------------
@@ -281,7 +314,12 @@ def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]
     low, high = ({n: pick(pick(r[n]) for r in results) * 1e3 for n in counts} for pick in (min, max))
     rows = [[n, fmt_bytes(4 * elements / n), fmt_time(t[n]), f"{low[n]:.1f}–{high[n]:.1f} ms", t[n] / t[1],
              bar(t[n], max(t.values()), 24)] for n in counts]
-    rep.table(["tensors", "each", "total time", "range", "x one tensor", ""], rows, name="sweep")
+    # the notes' figures under the rows they are compared with: one tensor, and the most tensors
+    rows.insert(1, ["  the notes", "", rep.notes_text("L15-2.1-one-tensor-fast"), "", "", ""])
+    rows.append(["  the notes", "", rep.notes_text("L15-2.1-many-small-slow"), "",
+                 rep.notes_text("L15-2.1-ratio-100"), ""])
+    rep.table(["tensors", "each", "total time", "range", "× one tensor's time", "total time as a bar"], rows,
+              name="sweep")
     many = counts[-1]
     per_message = (t[many] - t[1]) / (many - 1)  # what each extra tensor adds, whatever its size
     rep.note(f"2 gloo ranks (always, like the paper's figure), {elements:,} float32 "
@@ -290,29 +328,9 @@ def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]
              f"{fmt_time(per_message)} whatever its size: a fixed cost per message, the shape of the "
              "paper's figure 2. A bucket pays it once.")
     rep.timings(many_small_ms=t[many] * 1e3, one_tensor_ms=t[1] * 1e3, small_over_one=t[many] / t[1])
+    rep.compare_with_notes(in_table=True)
     if rep.figure_dir() is not None:  # matplotlib only when a figure was asked for
         rep.save_figure(small_tensors_figure(counts, t, results, elements), "small_tensors")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=2, bucket_cap_mb=2.0, real=True, figs=True, cost=COST,
-                         quick={"elements": 256 * 1024},  # --quick all-reduces fewer floats in Part 3
-                         context={"bucket_cap_mb": "Part 1; the default gives 3 buckets"})
-    parser.add_argument("--elements", type=positive_int, default=4 * 1024 * 1024,
-                        help="Part 3's float32 count (default: 4,194,304 = 4096 x 1024)")
-    args = parser.parse_args()
-    if args.elements < 2 * PIECE_ELEMENTS:  # one tensor and at least two pieces: a cost per extra tensor
-        raise UsageError(f"--elements {args.elements} must be at least {2 * PIECE_ELEMENTS} (two pieces)")
-    preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
-    rep = Report(__file__, "DDP's gradient buckets", args)
-    buckets, timings = launch_parts_1_and_3(args)
-    rep.part(1, "buckets recorded from real DDP")  # a comm hook logs every bucket; ddp_sim predicts them
-    part1_real_buckets(rep, args, buckets)
-    rep.part(2, "ResNet-50 and BERT-large")  # tensor counts, tiny tensors, buckets at 25 MB vs MiB
-    part2_model_buckets(rep, args)
-    rep.part(3, "why buckets: small all-reduces are slow")  # the same floats as 1 or thousands of tensors
-    part3_small_tensors(rep, args, timings)
-    rep.finish()
 
 
 def parts_1_and_3_worker(rank: int, world_size: int, caps_mib: list[float | None], elements: int) -> tuple:

@@ -62,6 +62,32 @@ QUICK_CAPS_MIB = [0, 1, 5, 25, 50, 100]
 READING_LABEL = {"--bucket-cap-mb": "flag", "bucket_cap_mb=None (default)": "None", "bucket_cap_mb=25": "=25"}
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=16, alpha_us=10.0, beta_gbs=10.0, bucket_cap_mb="25MB",
+                         first_bucket_cap_mb=1.0, seed=0, figs=True,
+                         context={"bucket_cap_mb": "Parts 1, 3, 4; default: the notes' 25 MB",
+                                  "first_bucket_cap_mb": "Part 3", "seed": "Part 4's first shuffle"})
+    parser.add_argument("--slow-alpha-us", type=nonnegative_float, default=SLOW_ALPHA_US,
+                        help="Part 2's slow link α in µs")
+    parser.add_argument("--slow-beta-gbs", type=positive_float, default=SLOW_BETA_GBS,
+                        help="Part 2's slow link β in GB/s")
+    args = parser.parse_args()
+    link = link_from_args(args, "fast")
+    rep = Report(__file__, "overlapping backward with bucketed all-reduce (model)", args)
+    rep.part(1, "timeline without and with overlap (ResNet-50, batch 32)")
+    figs = part1_timeline(rep, args, link)              # §3.1: 53.3 -> 37.8 ms
+    save_gantt(rep, args, link, figs, "timeline", "ResNet-50 (batch 32), no overlap vs overlap")
+    rep.part(2, "bucket cap sweep")
+    part2_bucket_cap(rep, args, link)                   # §3.2: too small and too big both lose
+    rep.part(3, "a small first bucket")
+    figs = part3_first_bucket(rep, args, link)          # §3.2: first comm 1.88 -> 0.02 ms
+    save_gantt(rep, args, link, figs, "first_bucket", "ResNet-50 (batch 32)")
+    rep.part(4, "bucket order (BERT-large)")
+    figs = part4_bucket_order(rep, args, link)          # §3.2: 270.3 / 425.7 / 444.7 ms
+    save_gantt(rep, args, link, figs, "bucket_order", "BERT-large, registration order (PyTorch 1.5 buckets)")
+    rep.finish()
+
+
 def bert_compute() -> tuple[ModelSpec, ComputeModel, float]:
     """BERT-large (batch 4 × 512 tokens), its compute calibrated to the notes' reversed-order step."""
     bert = bert_large()
@@ -276,8 +302,8 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
              fmt_ms(t.first_comm_start_s), fmt_ms(t.exposed_comm_s), fmt_ms(t.step_s), fmt_ms(u.step_s)]
             for label, t, u in (("one cap for all", plain, raw[0]),
                                 (f"first cap {cap_text(first)}", small, raw[1]))]
-    rep.table(["buckets", "count", "bucket 0 (MB)", "bucket 0 ready (ms)", "first comm (ms)", "exposed (ms)",
-               "step (ms)", "step, uncal. (ms)"], rows, name="first_bucket")
+    rep.table(["buckets", "count", "bucket 0 (MB)", "bucket 0 ready (ms)", "first comm (ms)",
+               "exposed comm (ms)", "step (ms)", "step, uncalibrated (ms)"], rows, name="first_bucket")
     first_names = [model.params[i].name for i in small.buckets[0]]
     more = ", …" if len(first_names) > 4 else ""
     rep.line(f"  bucket 0 with the first cap: {', '.join(first_names[:4])}{more} "
@@ -365,32 +391,6 @@ def save_gantt(rep: Report, args: argparse.Namespace, link: Link, timelines: lis
         title = (f"{what}: K = {args.world_size}, α = {link.alpha_s * 1e6:g} µs, "
                  f"β = {link.beta_Bps / 1e9:g} GB/s, cap {cap_text(args.bucket_cap_bytes)}{first}")
         rep.save_figure(ddp_gantt(timelines, title), name)
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=16, alpha_us=10.0, beta_gbs=10.0, bucket_cap_mb="25MB",
-                         first_bucket_cap_mb=1.0, seed=0, figs=True,
-                         context={"bucket_cap_mb": "Parts 1, 3, 4; default: the notes' 25 MB",
-                                  "first_bucket_cap_mb": "Part 3", "seed": "Part 4's first shuffle"})
-    parser.add_argument("--slow-alpha-us", type=nonnegative_float, default=SLOW_ALPHA_US,
-                        help="Part 2's slow link α in µs")
-    parser.add_argument("--slow-beta-gbs", type=positive_float, default=SLOW_BETA_GBS,
-                        help="Part 2's slow link β in GB/s")
-    args = parser.parse_args()
-    link = link_from_args(args, "fast")
-    rep = Report(__file__, "overlapping backward with bucketed all-reduce (model)", args)
-    rep.part(1, "timeline without and with overlap (ResNet-50, batch 32)")
-    figs = part1_timeline(rep, args, link)              # §3.1: 53.3 -> 37.8 ms
-    save_gantt(rep, args, link, figs, "timeline", "ResNet-50 (batch 32), no overlap vs overlap")
-    rep.part(2, "bucket cap sweep")
-    part2_bucket_cap(rep, args, link)                   # §3.2: too small and too big both lose
-    rep.part(3, "a small first bucket")
-    figs = part3_first_bucket(rep, args, link)          # §3.2: first comm 1.88 -> 0.02 ms
-    save_gantt(rep, args, link, figs, "first_bucket", "ResNet-50 (batch 32)")
-    rep.part(4, "bucket order (BERT-large)")
-    figs = part4_bucket_order(rep, args, link)          # §3.2: 270.3 / 425.7 / 444.7 ms
-    save_gantt(rep, args, link, figs, "bucket_order", "BERT-large, registration order (PyTorch 1.5 buckets)")
-    rep.finish()
 
 
 if __name__ == "__main__":

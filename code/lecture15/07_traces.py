@@ -73,6 +73,32 @@ COST = Cost([Term("1", 7.0, lambda a: 1), Term("W²", 0.05, lambda a: a.world_si
                                                    + 12 * a.batch * a.width * a.layers))
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, layers=6, width=256, batch=256, bucket_cap_mb=0.25, repeats=3,
+                         real=True, figs=True, cost=COST, trace=None, help_for={"quick": QUICK_HELP},
+                         context={"layers": "Linear layers", "repeats": "timed all-reduces and backwards",
+                                  "bucket_cap_mb": "the default: one layer per bucket"})
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
+    if args.batch < args.world_size:
+        raise UsageError(f"--batch {args.batch} < --world-size {args.world_size}: every rank needs a sample")
+    rep = Report(__file__, "a real DDP step and ddp_sim's, as Chrome traces (Perfetto, chrome://tracing)",
+                 args)
+    preload_for_ddp(args.world_size)   # DDP() imports torch._dynamo: once here, not on every rank
+    cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "repeats": args.repeats,
+           "cap_bytes": args.bucket_cap_bytes}
+    ranks = launch(traces_worker, args.world_size, cfg, timeout_s=args.timeout_s)
+    args.world_size = len(ranks)                     # under torchrun the group's size wins over the flag
+    rep.part(1, f"this machine's gloo all-reduce on {args.world_size} ranks, fitted to the ring α-β model")
+    link = part1_link(rep, args, ranks)              # α and β of gloo here
+    rep.part(2, "a real DDP step under torch.profiler (rank 0): gloo's all-reduces beside the backward")
+    real = part2_real(rep, args, ranks)              # the profiled step: all-reduces during the backward
+    rep.part(3, "ddp_sim's step for the same model, bucket cap and fitted link; both traces written")
+    part3_simulated(rep, args, ranks, link, real)    # ddp_sim's step; both written as traces and drawn
+    rep.finish()
+
+
 # ---- rank code ------------------------------------------------------------------------------------
 def timed(fn: Any, repeats: int) -> list[float]:
     times = []
@@ -224,7 +250,6 @@ def trace_problems(trace: Any) -> list[str]:
 
 # ---- the parts ------------------------------------------------------------------------------------
 def part1_link(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> Link:
-    rep.part(1, f"this machine's gloo all-reduce on {args.world_size} ranks, fitted to the ring α-β model")
     k = args.world_size
     medians = [statistics.median(max(r["sweep"][i][j] for r in ranks)      # the slowest rank, each repeat
                                  for j in range(len(ranks[0]["sweep"][i]))) for i in range(len(SWEEP_BYTES))]
@@ -236,12 +261,11 @@ def part1_link(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
         link = Link(0.0, ring_allreduce_time(k, n, Link(0.0, 1.0)) / t, "the 1 MiB all-reduce alone")
         rep.line(f"  {failed}; using {link.describe()}")
     else:
-        rep.line(f"  fit (model_vs_real.fit_ring): {link.describe()}")
+        rep.line(f"  least-squares fit: {link.describe()}")
     return link
 
 
 def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> Timeline:
-    rep.part(2, "a real DDP step under torch.profiler (rank 0): gloo's all-reduces beside the backward")
     real = real_timeline(ranks[0]["trace"])
     comm = real.comm_events()
     overlaps = [compute_overlap(r["trace"]) for r in ranks]
@@ -252,17 +276,17 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
     buckets = assign_buckets(ranks[0]["param_bytes"], args.bucket_cap_bytes, args.bucket_cap_bytes)
     nodes = sum(e.kind == COMPUTE for e in real.events)
     rep.line(f"  backward: {real.backward_s * 1e3:.2f} ms of {nodes} nodes; the first all-reduce starts at "
-             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; ddp_sim's "
-             f"rule gives {len(buckets)} bucket{'s' if len(buckets) != 1 else ''} at a "
-             f"{args.bucket_cap_bytes / MiB:g} MiB cap")
+             f"{comm[0].start_s * 1e3:.2f} ms, the last ends at {comm[-1].end_s * 1e3:.2f} ms; the "
+             f"simulator's rule gives {len(buckets)} bucket{'s' if len(buckets) != 1 else ''} at a "
+             f"{args.bucket_cap_bytes / MiB:g} MiB cap (expected: as many all-reduces)")
     rep.note(f"times from the start of the first backward node; all-reduces are the '{ALLREDUCE_OP}' spans "
              f"on gloo's worker threads (the main thread only launches them: '{LAUNCH_OP}'). Their "
              "length is waiting as much as sending: on shared cores a rank's all-reduce waits for the "
              "others.")
     overlapped = [o["overlap_s"] > 0 for o in overlaps]
-    rep.table(["rank", "backward compute (ms)", "of it while an all-reduce ran (ms)", "overlap"],
-              [[rank, f"{o['compute_s'] * 1e3:.2f}", f"{o['overlap_s'] * 1e3:.2f}", "yes" if yes else "no"]
-               for rank, (o, yes) in enumerate(zip(overlaps, overlapped))], name="overlap")
+    rep.table(["rank", "backward compute (ms)", "of it while an all-reduce ran (ms)"],
+              [[rank, f"{o['compute_s'] * 1e3:.2f}", f"{o['overlap_s'] * 1e3:.2f}"]
+               for rank, o in enumerate(overlaps)], name="overlap")
     # Several all-reduces (buckets): the first is launched with layers still to compute, so some rank's
     # gloo thread runs it during that compute (a rank whose cores are busy may start its gloo thread
     # only after its backward, as happened with 24 ranks on 2 cores). One: no rank can, whatever the
@@ -283,6 +307,7 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
                 real_first_allreduce_ms=comm[0].start_s * 1e3, real_backward_ms=real.backward_s * 1e3,
                 real_overlap_ms=max(o["overlap_s"] for o in overlaps) * 1e3,
                 real_compute_ms=overlaps[0]["compute_s"] * 1e3)
+    rep.compare_with_notes(in_table=True)   # the overlap and the all-reduces counted above
     if not expected:   # one all-reduce after the last gradient: overlap found would be a measuring bug
         rep.check_close("overlap found vs 1 all-reduce (none expected)", float(any(overlapped)), 0)
     # With several buckets overlap is an observation (its row differs without it), not a run-ending
@@ -293,13 +318,12 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
 
 def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]], link: Link,
                     real: Timeline) -> None:
-    rep.part(3, "ddp_sim's step for the same model, bucket cap and fitted link; both traces written")
     sizes, cap = ranks[0]["param_bytes"], args.bucket_cap_bytes
     ready = [statistics.fmean(r["ready"][i] for r in ranks) for i in range(len(sizes))]
     sim = simulate_backward(ready, sizes, assign_buckets(sizes, cap, cap),
                             lambda n: ring_allreduce_time(args.world_size, n, link), overlap=True,
                             names=ranks[0]["param_names"])
-    rep.table(["step (backward + exposed all-reduce)", "ms", "first all-reduce starts (ms)"],
+    rep.table(["step", "backward + exposed all-reduce (ms)", "first all-reduce starts (ms)"],
               [[name, f"{t.step_s * 1e3:.2f}", f"{t.first_comm_start_s * 1e3:.2f}"]
                for name, t in (("real DDP, profiled (rank 0)", real), ("ddp_sim", sim))], name="steps")
     rep.note("the simulated step takes each gradient's ready time from a plain backward (mean of ranks) and "
@@ -324,29 +348,6 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
         rep.save_figure(gantt_figure([("real DDP (torch.profiler)", real), ("ddp_sim", sim)],
                                      f"one DDP step, {args.world_size} gloo ranks, {args.layers} × "
                                      f"Linear({args.width}), cap {cap / MiB:g} MiB"), "timelines")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, layers=6, width=256, batch=256, bucket_cap_mb=0.25, repeats=3,
-                         real=True, figs=True, cost=COST, trace=None, help_for={"quick": QUICK_HELP},
-                         context={"layers": "Linear layers", "repeats": "timed all-reduces and backwards",
-                                  "bucket_cap_mb": "the default: one layer per bucket"})
-    args = parser.parse_args()
-    if args.world_size < 2:
-        raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
-    if args.batch < args.world_size:
-        raise UsageError(f"--batch {args.batch} < --world-size {args.world_size}: every rank needs a sample")
-    rep = Report(__file__, "a real DDP step and ddp_sim's, as Chrome traces (Perfetto, chrome://tracing)",
-                 args)
-    preload_for_ddp(args.world_size)   # DDP() imports torch._dynamo: once here, not on every rank
-    cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "repeats": args.repeats,
-           "cap_bytes": args.bucket_cap_bytes}
-    ranks = launch(traces_worker, args.world_size, cfg, timeout_s=args.timeout_s)
-    args.world_size = len(ranks)                     # under torchrun the group's size wins over the flag
-    link = part1_link(rep, args, ranks)              # α and β of gloo here
-    real = part2_real(rep, args, ranks)              # the profiled step: all-reduces during the backward
-    part3_simulated(rep, args, ranks, link, real)    # ddp_sim's step; both written as traces and drawn
-    rep.finish()
 
 
 if __name__ == "__main__":
