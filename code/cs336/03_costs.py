@@ -84,11 +84,19 @@ def main() -> None:
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2: with one GPU nothing is communicated")
     rep = Report(__file__, "communication costs: α-β, links, Llama 2 13B, DP vs TP, 4-GPU MLP", args)
+    p, m = args.world_size, LLAMA2_13B
+    rep.part(1, f"T ≈ α·N_msg + S/B: ring all-reduce of {fmt_bytes(args.size, binary=True)} on p = {p}")
     part1_alpha_beta(rep, args)     # α·N_msg + S/B; the 4-rank 64 MiB example; where α dominates
+    rep.part(2, "interconnects: one unit (GB/s), one direction")
     part2_interconnects(rep)        # the link table in one unit and one direction; the notes' ratios
+    rep.part(3, f"Llama 2 13B: all-reduce of {fmt_bytes(m.params * FP16)} of fp16 gradients on p = {p}")
     part3_llama_allreduce(rep, args)  # 26 GB of gradients through a ring: NVLink, InfiniBand, Ethernet
+    rep.part(4, f"DP vs TP traffic per step: {m.name}, L = {m.layers}, d = {m.width}, B = {NOTES_BATCH}, "
+                f"p = {p}")
     part4_dp_vs_tp(rep, args)       # per step: one big all-reduce against 2L small collectives
+    rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
     part5_tp_activation(rep, args)  # B = 128, d = 1024: what one TP layer sends per rank
+    rep.part(6, f"{MLP_12.name}, B = {NOTES_BATCH}, fp16, on p = {p}: DP, TP, PP")
     part6_four_gpu_mlp(rep, args)   # 12 layers, d = 4096 on p GPUs: DP, TP, PP side by side
     rep.finish()
 
@@ -97,7 +105,6 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     p, s = args.world_size, args.size
     beta = NOTES_BETA if args.beta_gbs is None else args.beta_gbs * 1e9
     link = Link(args.alpha_us * 1e-6, beta, "Part 1's link")
-    rep.part(1, f"T ≈ α·N_msg + S/B: ring all-reduce of {fmt_bytes(s, binary=True)} on p = {p}")
     rep.note(f"{link.describe()}" + (" (= 50 GiB/s, the notes' figure)" if args.beta_gbs is None else ""))
     latency, bandwidth = ring_allreduce_terms(p, s, link)
     rep.line(f"  2(p-1)α = {2 * (p - 1)}α = {fmt_time(latency)};  2(p-1)/p·S/B = {2 * (p - 1) / p:g} × "
@@ -138,7 +145,6 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
 
 
 def part2_interconnects(rep: Report) -> None:
-    rep.part(2, "interconnects: one unit (GB/s), one direction")
     one_way = {key: gbs for _, key, gbs, _ in LINKS}
     rows = [[name,
              rep.notes_text(f"CS-links-{key}-bw" if key in ("nvlink", "nvswitch") else f"CS-links-{key}"),
@@ -170,7 +176,6 @@ def part2_interconnects(rep: Report) -> None:
 def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     grads = LLAMA2_13B.params * FP16
-    rep.part(3, f"Llama 2 13B: all-reduce of {fmt_bytes(grads)} of fp16 gradients on p = {p}")
     # The conversion box: 8 cards by its words, 4 cards by its numbers (computed at both, whatever p).
     box = {cards: ring_allreduce_bytes_per_device(cards, grads) for cards in (NOTES_P, BOX_CARDS)}
     rep.values(grads_gb=grads / 1e9, volume_8_cards_gb=box[BOX_CARDS] / 1e9,
@@ -203,8 +208,6 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
 
 def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     p, m = args.world_size, LLAMA2_13B
-    rep.part(4, f"DP vs TP traffic per step: {m.name}, L = {m.layers}, d = {m.width}, B = {NOTES_BATCH}, p = "
-                f"{p}")
     act = activation_bytes(NOTES_BATCH, m.width, FP16)
     calls = 2 * m.layers
     tp_notes = tp_step_bytes_per_device(m.layers, act, p)
@@ -246,7 +249,6 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
 def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     act = int(activation_bytes(NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16))
-    rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
     # counted message by message, no data moved
     gathered = col.traffic("ring all-gather", p, act).busiest_sent
     scattered = col.traffic("ring reduce-scatter", p, act).busiest_sent
@@ -267,7 +269,6 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
 def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
     p, m, mb = args.world_size, MLP_12, args.micro_batches
     d, layers, batch = m.width, m.layers, NOTES_BATCH
-    rep.part(6, f"{m.name}, B = {batch}, fp16, on p = {p}: DP, TP, PP")
     state = training_state_bytes(m.params)
     act = activation_bytes(batch, d, FP16)
     rep.values(layer_params_m=d * d / 1e6, layer_mib=d * d * FP16 / MiB, params_m=m.params / 1e6,

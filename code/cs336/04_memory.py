@@ -50,18 +50,6 @@ ENTRY = {"fp16 parameters": "params", "fp16 gradients": "grads", "fp32 master we
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
 
 
-def param_count(text: str) -> float:
-    """A parameter count: 13B, 175B, 200M, 1.3e10 (K = 1e3, M = 1e6, B = 1e9, T = 1e12)."""
-    match = _COUNT.match(text)
-    scale = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
-    if not match:
-        raise argparse.ArgumentTypeError(f"a parameter count expected (13B, 200M, 1e9), got {text!r}")
-    value = float(match.group(1)) * scale[match.group(2).lower()]
-    if not (1 <= value < 1e16):
-        raise argparse.ArgumentTypeError(f"parameter count must be 1 to 1e16, got {text!r}")
-    return value
-
-
 def main() -> None:
     # Every flag's cost is a closed form, whatever its value; the devices are bounded as in every model
     # (common.model_bounds): p, and Part 3's TP × PP × DP, up to 4,096.
@@ -81,11 +69,28 @@ def main() -> None:
         raise UsageError(f"--global-batch {args.global_batch} must be a multiple of --dp × "
                          f"--micro-batch-size = {args.dp * args.micro_batch_size}")
     rep = Report(__file__, "memory: the 16-byte ledger, ZeRO, Megatron 3D, frameworks", args)
+    P, p = args.params, args.world_size
+    rep.part(1, "the ledger: 16 bytes per parameter (mixed precision, Adam)")
     part1_ledger(rep, args)       # 2 + 2 + 4 + 8 bytes per parameter for the notes' models
+    rep.part(2, f"ZeRO per GPU: P = {P / 1e9:g}B parameters on p = {p} GPUs")
     part2_zero(rep, args)         # ZeRO-1/2/3 per GPU from the ledger, and each stage's traffic
+    rep.part(3, f"Megatron 3D: {lg.GPT3_175B.name} on TP {args.tp} × PP {args.pp} × DP {args.dp}")
     part3_megatron_3d(rep, args)  # GPT-3 175B on TP × PP × DP GPUs: memory and traffic per axis
+    rep.part(4, f"frameworks: per-GPU training state for P = {P / 1e9:g}B on p = {p} GPUs")
     part4_frameworks(rep, args)   # Megatron-LM, DeepSpeed, FSDP: the numbers a model can give
     rep.finish()
+
+
+def param_count(text: str) -> float:
+    """A parameter count: 13B, 175B, 200M, 1.3e10 (K = 1e3, M = 1e6, B = 1e9, T = 1e12)."""
+    match = _COUNT.match(text)
+    scale = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+    if not match:
+        raise argparse.ArgumentTypeError(f"a parameter count expected (13B, 200M, 1e9), got {text!r}")
+    value = float(match.group(1)) * scale[match.group(2).lower()]
+    if not (1 <= value < 1e16):
+        raise argparse.ArgumentTypeError(f"parameter count must be 1 to 1e16, got {text!r}")
+    return value
 
 
 def both(nbytes: float) -> str:
@@ -93,7 +98,6 @@ def both(nbytes: float) -> str:
 
 
 def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(1, "the ledger: 16 bytes per parameter (mixed precision, Adam)")
     models = (lg.NOTES_200M, lg.MLP_12, lg.LLAMA2_13B)
     # The notes' ledger rows, Adam's m and v together as they give them: (entry, bytes/param, row id)
     entries = [("fp16 parameters", lg.LEDGER["fp16 parameters"], "param"),
@@ -131,7 +135,6 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
 
 def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     P, p = args.params, args.world_size
-    rep.part(2, f"ZeRO per GPU: P = {P / 1e9:g}B parameters on p = {p} GPUs")
     zero_memory_table(rep, args)
     zero_formula_values(rep, P, p)
     rep.compare_with_notes()
@@ -238,7 +241,6 @@ def zero2_is_best_value() -> bool:
 def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
     m, tp, pp, dp = lg.GPT3_175B, args.tp, args.pp, args.dp
     gpus = tp * pp * dp
-    rep.part(3, f"Megatron 3D: {m.name} on TP {tp} × PP {pp} × DP {dp}")
     rep.value("megatron_gpus", gpus)
     megatron_memory_table(rep, args)
     stage_layers, micro = math.ceil(m.layers / pp), args.global_batch // (dp * args.micro_batch_size)
@@ -296,7 +298,6 @@ def megatron_traffic_rows(args: argparse.Namespace, stage_layers: int, micro: in
 def part4_frameworks(rep: Report, args: argparse.Namespace) -> None:
     P, p = args.params, args.world_size
     tp = math.gcd(p, GPUS_PER_NODE)
-    rep.part(4, f"frameworks: per-GPU training state for P = {P / 1e9:g}B on p = {p} GPUs")
     rows = [[f.framework, f.setting, f.how, both(f.bytes_per_gpu)]
             for f in lg.framework_layouts(P, p, tp, p // tp)]
     rep.table(["framework", "setting", "per GPU", "bytes"], rows, name="frameworks")

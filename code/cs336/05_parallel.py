@@ -58,6 +58,43 @@ ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which 
 CHECK_TOL = 1e-9
 
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3,
+                         seed=0, real=True, quick={"steps": 2}, cost=COST,
+                         context={"width": "d of every layer", "micro_batches": "the pipeline's M",
+                                  "steps": "optimizer steps", "seed": "weights and data"})
+    args = parser.parse_args()
+    check_args(args)
+    k = args.world_size
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
+    params, x = (
+        mlp.make_params(args.layers, args.width, args.seed),
+        mlp.make_batch(args.batch, args.width, args.seed),
+    )
+    # One process first: its optimizer imports torch._dynamo (~1 s), which forked ranks then inherit
+    # instead of importing it four times over on two cores (the launch: 5 s -> 1 s here).
+    sgd = mlp.train_one_process(params, x, args.steps, "sgd")
+    adam = mlp.train_one_process(params, x, args.steps, "adam")
+    sgd.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
+    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)",
+                 args)
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, loss "
+             f"= mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
+    ranks = launch(strategies_worker, k, params, x, args.steps, args.micro_batches, timeout_s=args.timeout_s)
+    rep.part(1, "data parallel: a slice of the batch per rank, all-reduce of every W.grad")
+    part1_data_parallel(rep, args, ranks, sgd)       # the notes' DP loop: slices, SUM then ÷ B
+    rep.part(2, "tensor parallel: column slices of every W, all-gather forward, reduce-scatter backward")
+    part2_tensor_parallel(rep, args, ranks, sgd)     # column slices, all-gather, the backward derived
+    rep.part(3, "pipeline parallel: a block of layers per rank, micro-batches over send/recv (GPipe)")
+    part3_pipeline(rep, args, ranks, sgd)            # stages, micro-batches, send/recv both ways
+    rep.part(4, "ZeRO-1 and ZeRO-2: reduce-scatter gradients, Adam on my shard, all-gather parameters")
+    part4_zero(rep, args, ranks, adam)               # reduce-scatter, Adam on a shard, all-gather
+    rep.part(5, "traffic per rank per step: calls counted on the ranks, their bytes in the ring model, "
+                "the cost model's formula, the notes' estimate")
+    part5_summary(rep, args, ranks)                  # counted bytes and calls vs formulas vs the notes
+    rep.finish()
+
+
 # ---- rank code: the notes' sketches, each step in full; the parent compares and prints -----------
 def data_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, log: comm.CommLog) -> dict:
     rank, k = dist.get_rank(), dist.get_world_size()
@@ -227,7 +264,6 @@ def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy:
 
 
 def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    rep.part(1, "data parallel: a slice of the batch per rank, all-reduce of every W.grad")
     dp, sizes = [r["DP"] for r in ranks], mlp.split_sizes(args.batch, args.world_size)
     avg_gap = mlp.max_abs_diff(dp[0]["avg_grads"], ref.grads)
     compare(rep, args, ref, "DP", torch.cat([r["output"] for r in dp]),
@@ -244,7 +280,6 @@ def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict]
 
 def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict],
                           ref: mlp.Reference) -> None:
-    rep.part(2, "tensor parallel: column slices of every W, all-gather forward, reduce-scatter backward")
     tp, widths = [r["TP"] for r in ranks], mlp.split_sizes(args.width, args.world_size)
     def joined(key: str) -> list[torch.Tensor]:
         return [torch.cat([r[key][i] for r in tp], dim=1) for i in range(args.layers)]
@@ -258,7 +293,6 @@ def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dic
 
 
 def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    rep.part(3, "pipeline parallel: a block of layers per rank, micro-batches over send/recv (GPipe)")
     k, pp = args.world_size, [r["PP"] for r in ranks]
     compare(rep, args, ref, "PP", pp[-1]["output"], pp[-1]["loss"], [g for r in pp for g in r["grads"]],
             [p for r in pp for p in r["params"]])
@@ -280,7 +314,6 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
 
 
 def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    rep.part(4, "ZeRO-1 and ZeRO-2: reduce-scatter gradients, Adam on my shard, all-gather parameters")
     k, n = args.world_size, args.layers * args.width**2
     z1, z2 = [r["ZeRO-1"] for r in ranks], [r["ZeRO-2"] for r in ranks]
     rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
@@ -306,8 +339,6 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
 
 
 def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
-    rep.part(5, "traffic per rank per step: calls counted on the ranks, their bytes in the ring model, "
-                "costmodel's formula, the notes' estimate")
     k, L, d, b, m = args.world_size, args.layers, args.width, args.batch, args.micro_batches
     n, act = L * d * d, b * d * ELEM
     busiest = max(range(k), key=lambda r: ranks[r]["PP"]["log"].sent.get("send", 0))
@@ -376,37 +407,6 @@ def check_args(args: argparse.Namespace) -> None:
                          "a row")
     if args.layers * args.width**2 > MAX_PARAMS:
         raise UsageError(f"--layers × --width² must be at most {MAX_PARAMS:,} (a few seconds on a laptop)")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3,
-                         seed=0, real=True, quick={"steps": 2}, cost=COST,
-                         context={"width": "d of every layer", "micro_batches": "the pipeline's M",
-                                  "steps": "optimizer steps", "seed": "weights and data"})
-    args = parser.parse_args()
-    check_args(args)
-    k = args.world_size
-    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
-    params, x = (
-        mlp.make_params(args.layers, args.width, args.seed),
-        mlp.make_batch(args.batch, args.width, args.seed),
-    )
-    # One process first: its optimizer imports torch._dynamo (~1 s), which forked ranks then inherit
-    # instead of importing it four times over on two cores (the launch: 5 s -> 1 s here).
-    sgd = mlp.train_one_process(params, x, args.steps, "sgd")
-    adam = mlp.train_one_process(params, x, args.steps, "adam")
-    sgd.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
-    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)",
-                 args)
-    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, loss "
-             f"= mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
-    ranks = launch(strategies_worker, k, params, x, args.steps, args.micro_batches, timeout_s=args.timeout_s)
-    part1_data_parallel(rep, args, ranks, sgd)       # the notes' DP loop: slices, SUM then ÷ B
-    part2_tensor_parallel(rep, args, ranks, sgd)     # column slices, all-gather, the backward derived
-    part3_pipeline(rep, args, ranks, sgd)            # stages, micro-batches, send/recv both ways
-    part4_zero(rep, args, ranks, adam)               # reduce-scatter, Adam on a shard, all-gather
-    part5_summary(rep, args, ranks)                  # counted bytes and calls vs formulas vs the notes
-    rep.finish()
 
 
 if __name__ == "__main__":

@@ -189,12 +189,8 @@ def part1_one_process(rep: Report, args: argparse.Namespace, ranks: list[dict], 
                 for s, want in enumerate(ref.params_after)] for e in ENGINES}
     rows = []
     for engine in ENGINES:
-        gap = rep.value(f"{engine}_max_diff", max(gaps[engine]))
-        off = gap / ref.moved if ref.moved > 0 else float("inf")
-        ok = rep.mark(f"{engine} against one process", off <= MOVED_SHARE,   # a NaN gap fails
-                      f"trained weights {gap:.3g} = {off:.1e} × the {ref.moved:.2g} they moved "
-                      f"> {MOVED_SHARE:g}")
-        rows.append([engine, *gaps[engine], f"{off:.1e}", ok])
+        good, off, wrong = mlp.trained_gap(rep.value(f"{engine}_max_diff", max(gaps[engine])), ref.moved)
+        rows.append([engine, *gaps[engine], off, rep.mark(f"{engine} against one process", good, wrong)])
     rep.table(["engine", *(f"after step {s + 1}" for s in range(args.steps)),
                f"÷ the {ref.moved:.2g} they moved", f"≤ {MOVED_SHARE:g}"], rows, name="vs_one_process")
     rep.note("the largest |difference| of every rank's whole parameters (FSDP2: full_tensor() of its "
