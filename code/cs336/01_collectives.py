@@ -311,7 +311,8 @@ def _all_means_every_rank(rep: Report, args: argparse.Namespace, real: list[dict
         holds[r] = (np.array_equal(after_r, total), np.array_equal(after_ar, total))
         rows.append([r, show(after_r, 6), "yes" if holds[r][0] else "no", show(after_ar, 6),
                      yes(holds[r][1])])
-    rep.table(["rank", "after reduce", "the sum", "after all_reduce", "the sum"], rows, name="reduce_vs_all")
+    rep.table(["rank", "after reduce", "the root's sum", "after all_reduce", "every rank's sum"], rows,
+              name="reduce_vs_all")
     others = sum(h[0] for r, h in holds.items() if r != ROOT)
     rep.line(f"  other ranks holding the sum after reduce: {others} of "
              f"{w - 1} (what is left there is the backend's business)")

@@ -316,9 +316,8 @@ def part3_reading(rep: Report, m: dict) -> None:
              "GB/s):")
     rep.table(["collective", "busbw GB/s", "busbw / link", "t × link / S", "ring bytes per rank / S"],
               rows, name="ring_volume")
-    rep.note("busbw × t is what each rank sends in a ring: if busbw ≈ the link's bandwidth, t × link / S "
-             "equals the ring's share (all-reduce: 2(p−1)/p); more, and the call costs more than its "
-             "traffic.")
+    rep.note("busbw × t is what each rank sends in a ring: if busbw ≈ the link's, t × link / S is the ring's "
+             "share (all-reduce: 2(p−1)/p); more: the call costs more than its traffic.")
     ar = last["all-reduce"]
     volume, ring = ar["t"] * m["link"] / ar["S"], bw.bus_factor("all-reduce", n)
     rep.value("ar_time_link_ratio", volume)

@@ -113,7 +113,8 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
                      rep.notes_text(f"CS-mem-ledger-{key}" if key else "CS-mem-bytes-per-param")] + cells
                     + [rep.notes_text(f"CS-llama-mem-{llama_rows[key]}")])
     rows[-1][3] += f" (notes: {rep.notes_text('CS-mem-200m')})"
-    rep.table(["entry", "B/param", "notes", "200M", "12-layer MLP", "Llama 2 13B", "notes"], rows,
+    rep.table(["entry", "B/param", "notes B/param", "200M", "12-layer MLP", "Llama 2 13B", "notes 13B"],
+              rows,
               name="ledger")
     total = lg.training_state_bytes(lg.LLAMA2_13B.params)
     fits = total <= args.gpu_memory_gb * 1e9
@@ -148,9 +149,7 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     rep.note(f"AR all-reduce, RS reduce-scatter, AG all-gather; fp16 gradients and parameters (2P bytes);\n"
              f"ZeRO-3 gathers {args.layers} layers one at a time, forward and backward, and reduce-scatters\n"
              "each layer's gradients: 3(p-1)/p·2P, 1.5× DDP. The paper's ZeRO-1 RS and AG are the two\n"
-             "halves of the all-reduce they replace: no extra bytes. The notes' text has ZeRO-2 put a\n"
-             "reduce-scatter in place of the all-reduce, so their ZeRO-1 keeps DDP's AR and all-gathers\n"
-             "after it: AR + AG (PyTorch's ZeroRedundancyOptimizer under DDP likewise keeps the all-reduce)")
+             "halves of the all-reduce they replace: no extra bytes; the notes' text's ZeRO-1: why: below")
     comm = {stage: " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))
             for stage in lg.STAGES}
     # The notes' own ZeRO-1: their ZeRO-2 'reduce-scatter 代替 all-reduce' (puts a reduce-scatter in
@@ -181,8 +180,7 @@ def zero_memory_table(rep: Report, args: argparse.Namespace) -> None:
                      "yes" if ours <= args.gpu_memory_gb * 1e9 else "no"])
     rep.table(["stage", "sharded", "from the ledger", "notes' formula", "busiest rank",
                f"≤ {args.gpu_memory_gb:g} GB"], rows, name="zero_memory")
-    rep.note("from the ledger: kept entries whole, sharded ones / p; busiest rank: whole elements of the\n"
-             "flattened buffer, the first P mod p ranks one more (cs336.ledger.zero_bytes_per_rank)")
+    rep.note("the ledger: kept entries whole, sharded ones / p (the first P mod p ranks one more)")
 
 
 def zero_formula_values(rep: Report, P: float, p: int) -> None:
