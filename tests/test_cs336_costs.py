@@ -146,7 +146,7 @@ def test_bad_arguments() -> None:
 
 EXPECTED_03 = {  # claim → status at the notes' settings; every 'differs' is an erratum the script explains
     "α·N_msg + S/B with counted messages and bytes = ring T": "agrees",
-    "ring all-reduce: 2(p-1) rounds, 2(p-1)/p·S per rank (counted)": "agrees",
+    "counted ring all-reduce: 2(p-1) rounds, 2(p-1)/p·S": "agrees",
     "α's share of T falls as S grows (Part 1's sweep)": "agrees",
     "latency term 6α": "agrees",
     "bandwidth term 1.5 × 64 MB / 50 GB/s": "agrees",  # a reading: MiB and GiB/s worked as MB and GB/s
@@ -175,9 +175,9 @@ EXPECTED_03 = {  # claim → status at the notes' settings; every 'differs' is a
     "DP per step per rank, in LW (p = 4)": "agrees",
     "TP per call per rank, in A (p = 4)": "differs",
     "TP per step per rank, in L·A (p = 4)": "differs",
-    "TP per step per rank, 80 calls × (p-1)/p × A (ring model)": "differs",
+    "TP a step per rank, 80 × (p-1)/p·A (ring model)": "differs",
     "TP's bytes / DP's a step": "agrees",
-    "TP's bytes / DP's a step, Llama 2's 4096-token sequences": "differs",
+    "TP's bytes / DP's, 4096-token sequences": "differs",
     "TP start-ups, 80 calls × 1 µs (NVLink)": "agrees",
     "TP start-ups, 80 calls × 5 µs (InfiniBand)": "agrees",
     "activation A = 128 × 1024 × 2 B": "agrees",
@@ -217,7 +217,7 @@ def test_03_claims_at_the_notes_settings(quick_03: tuple[str, dict[str, dict]]) 
     assert act["ours"] == pytest.approx(1.25) and act["unit"] == "MiB" and act["reading"]
     # 40 all-gathers and 40 reduce-scatters of (p-1)/p·A each: 75 MiB beside the notes' 150 (MiB, read so),
     # the notes inconsistent (all-gathers by name, all-reduces by volume)
-    step = found["TP per step per rank, 80 calls × (p-1)/p × A (ring model)"]
+    step = found["TP a step per rank, 80 × (p-1)/p·A (ring model)"]
     assert step["ours"] == pytest.approx(75) and step["unit"] == "MiB" and step["notes"] == 150
     assert step["error"] == "inconsistency" and step["reading"]
     assert "75 MiB" in step["why"] and "150 MiB" in step["why"]
@@ -229,7 +229,7 @@ def test_03_claims_at_the_notes_settings(quick_03: tuple[str, dict[str, dict]]) 
     assert ours["NVLink 4.0 two-way (18 links × 25 GB/s each way)"] == 900
     assert found["PCIe 5.0 x16 two-way"]["erratum"] == found["NVLink / InfiniBand, one way each"]["erratum"]
     assert found["PCIe 5.0 x16 two-way"]["error"] == "inconsistency"
-    assert ours["TP's bytes / DP's a step, Llama 2's 4096-token sequences"] == pytest.approx(8.26, abs=0.01)
+    assert ours["TP's bytes / DP's, 4096-token sequences"] == pytest.approx(8.26, abs=0.01)
     assert ours["PCIe 5.0 x16 two-way"] == pytest.approx(2 * 32 * 16 * 128 / 130 / 8)
     assert ours["NVLink's 450 GB/s is 60-85 % of peak"] == 100
     assert ours["InfiniBand's 40 GB/s is 60-85 % of peak"] == 80
@@ -246,7 +246,7 @@ def test_03_other_world_size_voids_only_what_depends_on_it(tmp_path: Path) -> No
     for what in ("latency term 6α", "bandwidth term 1.5 × 64 MB / 50 GB/s",
                  "all-reduce time, NVLink 450 GB/s",
                  "a layer per rank: forward AG + backward RS (ring model)",
-                 "TP per step per rank, 80 calls × (p-1)/p × A (ring model)"):
+                 "TP a step per rank, 80 × (p-1)/p·A (ring model)"):
         assert found[what]["status"] == "other setting", what
     # the rows at a fixed setting keep their verdict: 39 GB is the 4-card figure whatever --world-size
     assert found["ring volume per rank, 8 cards (ring model)"]["status"] == "differs"

@@ -198,17 +198,19 @@ def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path, quick_run) -
         assert 0 <= data["parts"][part]["max_diff"] < TOL
     assert data["parts"]["Part 5"]["counted_equals_formula"] is True
     traffic = data["parts"]["Part 5"]["tables"]["traffic"]
-    assert all(row[traffic["headers"].index("= all ranks")] == "yes" for row in traffic["rows"])
+    assert all(row[traffic["headers"].index("all ranks as it")] == "yes" for row in traffic["rows"])
     claims = {c["what"]: (c["ours"], c["status"]) for c in data["claims"]}
     # The notes' own figures are checked once, in 03_costs.py and 04_memory.py; here the runs' own.
     assert all(s == "agrees" for _, s in claims.values()) and claims
     assert claims["each rank holds only its 1/p shard of Adam's m and v"][0] is True
-    assert proc.stdout.count("check: ") == 4 and "FAILED" not in proc.stdout  # DP, TP, PP, ZeRO
+    assert "FAILED" not in proc.stdout      # the marks under DP's, TP's, PP's and ZeRO's tables
+    marks = [proc.data["parts"][f"Part {n}"]["tables"]["vs_one_process"]["rows"][-1][1] for n in (1, 2, 3, 4)]
+    assert marks == ["ok"] * 4
     rows = {r[0]: r for r in data["parts"]["Part 4"]["tables"]["state_bytes"]["rows"]}
     assert all(r[2] == 2 * 8 * 8 * 128 * 128 // 4 for r in rows.values())       # m + v: 16P/p at float64
     # every byte figure says what it is: PP's sends counted, the collectives priced by the ring model,
     # and the reduce-scatters said not to be what gloo ran
-    assert "bytes sent/step, counted" in data["parts"]["Part 3"]["tables"]["per_rank"]["headers"]
+    assert "bytes sent a step, counted" in data["parts"]["Part 3"]["tables"]["per_rank"]["headers"]
     assert "bytes sent: ring model, PP counted" in traffic["headers"]
     assert "not what gloo ran here: gloo runs each reduce-scatter" in flat(proc.stdout)
 
@@ -249,8 +251,9 @@ def test_a_lost_tp_reduce_ends_the_run_naming_tp(tmp_path: Path) -> None:
     assert lines[0].startswith("05_parallel.py: error: TP against one process: step 1 max |difference| "
                                ), lines[0]
     assert "> 1e-09" in lines[0]
-    assert "check: TP against one process" in proc.stdout and "FAILED" in proc.stdout
-    assert "check: DP against one process" in proc.stdout and proc.stdout.count("FAILED") == 1
+    # the marks under the tables: DP's (Part 1) ok, TP's (Part 2) FAILED
+    marks = [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("  step 1 ≤")]
+    assert marks[:2] == ["ok", "FAILED"] and proc.stdout.count("FAILED") == 1
 
 
 def _args(**changes: int) -> argparse.Namespace:

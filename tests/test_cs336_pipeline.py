@@ -209,14 +209,12 @@ def test_ascii_chart() -> None:
 
 # ---- the script --------------------------------------------------------------------------------------
 
-SLIPS = ({f"S={s} M={m}: {what}, simulated schedule"
+SLIPS = ({f"CS-bubble-S{s}-M{m}-{what}"
           for s, m in [(4, 4), (4, 8), (4, 16), (4, 32), (8, 8), (8, 32)] for what in ("bubble", "share")}
-         | {"S=8: smallest M for ≤ 5 %, notes' formula", "S=4: smallest M for ≤ 5 %, simulated schedule",
-            "S=8: smallest M for ≤ 5 %, simulated schedule"})
+         | {"CS-five-pct-S8-notes", "CS-five-pct-S4-real", "CS-five-pct-S8-real"})
 # The 5 % over Narayanan et al.'s ideal time: not the notes' definition and no figure of theirs, so
 # ours only (their 19 and 44 are compared by the rows on their own share), never a slip of theirs.
-OURS_ONLY = {"S=4: smallest M, bubble/ideal ≤ 5 % (Narayanan)",
-            "S=8: smallest M, bubble/ideal ≤ 5 % (Narayanan)"}
+OURS_ONLY = {"CS-five-pct-S4-narayanan", "CS-five-pct-S8-narayanan"}
 
 
 def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
@@ -226,7 +224,7 @@ def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
         assert f"== Part {part}:" in text
     assert all(len(line) <= 100 for line in text.splitlines()), max(text.splitlines(), key=len)
     assert "stage 0 |00112233............aaaa44bbbb55" in text
-    claims = {c["what"]: c for c in json.loads(out.read_text())["claims"]}
+    claims = {c["ref"]: c for c in json.loads(out.read_text())["claims"]}
     differs = {w for w, c in claims.items() if c["status"] == "differs"}
     assert differs == SLIPS
     assert {w for w, c in claims.items() if c["status"] == "ours only"} == OURS_ONLY
@@ -238,19 +236,24 @@ def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
     assert all(c["why"] for c in claims.values() if c["status"] == "differs")
     # η table 4 + its trend, bubble table 30 + the shortcut, 5 % rows 6, Part 4's 5, Part 5's pace
     assert len(claims) == 4 + 1 + 30 + 1 + 6 + 5 + 1
-    assert claims["S=8: smallest M for ≤ 5 %, notes' formula"]["ours"] == 45
-    assert claims["S=4: smallest M for ≤ 5 %, simulated schedule"]["ours"] == 57
-    assert claims["S=4: smallest M, bubble/ideal ≤ 5 % (Narayanan)"]["ours"] == 60   # (S-1)/M ≤ 5 %
-    assert claims["S=8: smallest M, bubble/ideal ≤ 5 % (Narayanan)"]["ours"] == 140
-    assert claims["S=8 M=8: bubble, simulated schedule"]["ours"] == pytest.approx(210)
-    assert claims["S=8 M=8: share by the notes' formula"]["ours"] == pytest.approx(100 * 70 / 310)
-    assert claims["η, S=4 M=8, 1F1B simulated (t_b = 2 t_f)"]["ours"] == pytest.approx(800 / 11)
-    assert claims["interleaved bubble time / 1F1B's at S = 4, M = 8"]["ours"] == pytest.approx(0.5)
-    assert claims["pace = the slowest stage's t_f + t_b"]["ours"] is True
-    # The bubble table is printed once, the notes' figures as its columns, each reason once.
+    assert claims["CS-five-pct-S8-notes"]["ours"] == 45
+    assert claims["CS-five-pct-S4-real"]["ours"] == 57
+    assert claims["CS-five-pct-S4-narayanan"]["ours"] == 60   # (S-1)/M ≤ 5 %
+    assert claims["CS-five-pct-S8-narayanan"]["ours"] == 140
+    assert claims["CS-bubble-S8-M8-bubble"]["ours"] == pytest.approx(210)
+    assert claims["CS-bubble-S8-M8-notes-share"]["ours"] == pytest.approx(100 * 70 / 310)
+    assert claims["CS-eta-S4-M8"]["ours"] == pytest.approx(800 / 11)
+    assert claims["CS-interleaved-half"]["ours"] == pytest.approx(0.5)
+    assert claims["CS-pp-slowest"]["ours"] is True
+    # The bubble table is printed once, the notes' figures as its columns beside ours, each cell's
+    # verdict a mark, each reason once and naming a row the table shows.
     assert " ".join(text.split()).count("counts the forward fill only") == 1
     part3 = text[text.index("== Part 3"):text.index("== Part 4")]
-    assert "12 are errors in the notes" in " ".join(part3.split()) and part3.count("S=4 M=8") == 0
+    assert "12 are errors in the notes" in " ".join(part3.split())
+    table = json.loads(out.read_text())["parts"]["Part 3"]["tables"]["bubble"]
+    bubble = {row[0]: row for row in table["rows"]}
+    assert bubble["S=4, M=8"][1:4] == ["30 ms", "30 ✓*", "90 ✗"]
+    assert "why: S=4, M=4 bubble, simulated" in part3 and "S=4, M=4" in bubble
 
 
 def test_script_other_flags(tmp_path: Path) -> None:
@@ -259,19 +262,18 @@ def test_script_other_flags(tmp_path: Path) -> None:
                       "--p2p-ms", "1", "--virtual-stages", "3", "--slow-factor", "3",
                       "--json", str(out)).stdout
     data = json.loads(out.read_text())
-    claims = {c["what"]: c for c in data["claims"]}
+    claims = {c["ref"]: c for c in data["claims"]}
     # Not the notes' t_f, t_b, v: the rows that depend on them are not compared ("other setting");
     # the rows no flag changes (the real schedule's 5 % bounds, Parts 4 and 5) keep their verdicts.
     moved = {"--tf-ms", "--tb-ms", "--virtual-stages", "--pp", "--micro-batches"}
-    voided = {r.what for r in checker.rows_for(SCRIPT) if moved & set(r.depends)}
-    assert voided >= {"S=4 M=4: bubble, simulated schedule",
-                      "interleaved bubble time / 1F1B's at S = 4, M = 8"}
+    voided = {r.id for r in checker.rows_for(SCRIPT) if moved & set(r.depends)}
+    assert voided >= {"CS-bubble-S4-M4-bubble", "CS-interleaved-half"}
     for what, c in claims.items():
         expected = ("other setting" if what in voided else "differs" if what in SLIPS
                     else "ours only" if what in OURS_ONLY else "agrees")
         assert c["status"] == expected, what
     # p = 8's M differs whatever t_f is.
-    assert claims["S=8: smallest M for ≤ 5 %, simulated schedule"]["status"] == "differs"
+    assert claims["CS-five-pct-S8-real"]["status"] == "differs"
     assert "it leaves p2p out" in text and "stage 3 × 3" in text
     part5 = data["parts"]["Part 5"]["tables"]["unbalanced"]["rows"]
     assert part5[1][2] == pytest.approx(30.0) and part5[1][6] >= 1   # pace 3 × (5 + 5) ms

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,11 @@ def test_quick_run_agrees_row_by_row_and_byte_for_byte(quick_run) -> None:
     assert {r.id for r in checker.rows_for(SCRIPT)} == set(claims)      # every row decided
     assert all(c["status"] == "agrees" for c in claims.values()), [c for c in claims.values()
                                                                    if c["status"] != "agrees"]
-    assert proc.stdout.count("check: ") == 5 and "FAILED" not in proc.stdout
+    # the marks under each table of gaps from one process: 3 sides, Megatron, the mesh
+    marks = [row[1:] for part in ("Part 1", "Part 2", "Part 3")
+             for row in data["parts"][part]["tables"]["vs_one_process"]["rows"]
+             if row[0].startswith("step 1 ≤")]
+    assert marks == [["ok"] * 3, ["ok"], ["ok"]] and "FAILED" not in proc.stdout
     # By hand, k = 4, L = 8, A = B·d·e = 32·128·8 = 32768 B: a ring all-gather or reduce-scatter sends
     # 3/4·A, an all-reduce 3/2·A. 05: 8 gathers + 7 reduce-scatters; DTensor at output: 7 all-reduces.
     traffic = {r[0]: r for r in data["parts"]["Part 1"]["tables"]["traffic"]["rows"]}
@@ -144,10 +147,12 @@ def test_a_broken_side_ends_the_run_in_one_line(tmp_path: Path, patch: str, firs
     assert lines[0].startswith(f"07_tensor_parallel.py: error: {first} against one process: step 1 largest "
                                "|difference| / its size "), lines[0]
     assert "> 1e-09" in lines[0] and "Traceback" not in proc.stderr
-    # each check's line, joined where it wraps: "check: WHAT against one process: …" or "check: WHAT: max …"
-    blocks = re.split(r"\n(?!    \S)", proc.stdout)
-    checks = [" ".join(c.split()) for c in blocks if c.startswith("  check: ")]
-    named = {re.match(r"check: (.+?)(?: against one process)?: ", c)[1]: c.endswith("FAILED") for c in checks}
+    # each side's mark, in the row of marks under each table of gaps from one process (in order)
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("  step 1 ≤")]
+    marks = rows[0][-3:] + [row[-1] for row in rows[1:]]     # Part 1: three sides; Parts 2, 3: one
+    sides = ["TP by hand (05 Part 2)", "DTensor TP (gather at input)", "DTensor TP (gather at output)",
+             "Megatron TP (DTensor)", "DP × TP (2 × 2 mesh)"]
+    named = {side: mark == "FAILED" for side, mark in zip(sides, marks)}
     assert named[first], named
     if also:
         assert named[also], named
@@ -171,7 +176,11 @@ def test_parts_1_and_2_run_where_the_mesh_does_not(tmp_path: Path, world_size: i
     out = tmp_path / "run.json"
     proc = run_script(SCRIPT, "--world-size", str(world_size), "--layers", "2", "--width", "12",
                       "--batch", "4", "--json", str(out))
-    assert proc.stdout.count("check: ") == 4 and "FAILED" not in proc.stdout
+    assert "FAILED" not in proc.stdout and proc.stdout.count("check: ") == 0
+    marks = [row[1:] for part in ("Part 1", "Part 2")
+             for row in json.loads(out.read_text())["parts"][part]["tables"]["vs_one_process"]["rows"]
+             if row[0].startswith("step 1 ≤")]
+    assert marks == [["ok"] * 3, ["ok"]]
     assert "not run: Part 3 needs --world-size = --tp × a data-parallel size of at least 2" in \
         flat(proc.stdout)
     claims = {c["ref"]: c["status"] for c in json.loads(out.read_text())["claims"]}

@@ -158,7 +158,7 @@ MUTATIONS_05 = [
     Mutation("DP's update drifts 1e-3 of its movement (lr 1.001x in the ranks)", P05, sites=("strategy",),
              covered_by=DRIFT),
     Mutation("ZeRO's Adam adds eps before the bias correction", P05, ZERO_EPS, ("--quick",),
-             sites=('"ZeRO-1 and ZeRO-2 (Adam)"',),
+             sites=('"ZeRO-1 and ZeRO-2 (Adam) against one process"',),
              fails=r"ZeRO-1 and ZeRO-2 \(Adam\) against one process: trained"),
     Mutation("DP sums from its own part and AVG as SUM, TP all-reduces, PP all-reduces a loss, "
              "stages uneven", P05, STRATEGIES, ("--quick",),

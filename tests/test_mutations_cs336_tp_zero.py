@@ -151,10 +151,12 @@ MUTATIONS = [
              TP_SMALL, rows=("EN-tp-count-python",)),
     Mutation("the mesh's dp average made by a functional all-reduce (as DTensor would)", TP, DP_BY_FUNCTIONAL,
              TP_SMALL, rows=("EN-tp-mesh-dp-calls", "EN-tp-mesh-dp-bytes", "EN-tp-mesh-dtensor-dp")),
-    # 09's self-checks: one call site, check_trained(engine, …), for every engine
-    Mutation("ZeroRedundancyOptimizer never broadcasts its updated shards", ZERO, sites=("engine",),
+    # 09's self-checks: one call site, a mark in Part 1's table for every engine
+    Mutation("ZeroRedundancyOptimizer never broadcasts its updated shards", ZERO,
+             sites=('f"{engine} against one process"',),
              covered_by="test_cs336_zero_engines.py::test_unsent_shards_end_the_run_naming_zero1"),
-    Mutation("the learning rate 1.001x in the ranks only (09)", ZERO, sites=("engine",),
+    Mutation("the learning rate 1.001x in the ranks only (09)", ZERO,
+             sites=('f"{engine} against one process"',),
              covered_by="test_trained_weights_checks.py::test_a_drifting_update_fails_at_the_default"),
     # 09's rows
     Mutation("ZeRO-1 unsharded: plain Adam under DDP keeps all of m and v on every rank", ZERO,

@@ -60,6 +60,33 @@ OPS = {"SUM": (dist.ReduceOp.SUM, np.add), "MIN": (dist.ReduceOp.MIN, np.minimum
 
 # ---- rank code: each returns plain lists; the parent prints ----------------------------------
 
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, size="1001B", seed=0, numbers=5, real=True, cost=COST,
+                         context={"size": "Parts 2 and 3: the buffer cut into p chunks; default p does "
+                                          "not divide it", "seed": "random float32 data, Parts 3 and 4",
+                                  "numbers": "Part 1; 4 ranks do not divide the default"})
+    args = parser.parse_args()
+    if args.world_size < 2:
+        raise UsageError("--world-size must be >= 2 for collectives between ranks "
+                         "(Part 5 needs one that skips)")
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
+    rep = Report(__file__, "the seven collectives: on real ranks, their shapes and volumes, two identities",
+                 args)
+    w = args.world_size
+    rep.part(1, f"the seven primitives on {w} {choose_backend(w, 'auto')} ranks, {args.numbers} float32 "
+                "numbers each")
+    real = part1_primitives(rep, args)   # every rank's buffer before and after each of the seven
+    rep.part(2, "the notes' table: input and output shapes, per-rank send volume on a ring")
+    part2_table(rep, args, real)         # the notes' table: shapes, per-rank volume by formula, count
+    rep.part(3, "all-reduce = reduce-scatter + all-gather: on the ranks, in bytes, and its lower bound")
+    split_ok = part3_split(rep, args, real)  # all-reduce = reduce-scatter + all-gather; bandwidth bound
+    rep.part(4, "three easy-to-confuse points, each run")
+    part4_confusions(rep, args, real, split_ok)  # associative ops; reduce vs all-reduce; the split
+    rep.part(5, "a synchronisation point is not optional: one rank skips a collective")
+    part5_skip(rep, args)                # a rank skips a collective: the others wait until the timeout
+    rep.finish()
+
+
 def collectives_worker(rank: int, world_size: int, n: int, seed: int) -> dict:
     """Parts 1, 3 and 4 in one launch; plain lists go back to the parent."""
     dev = rank_device()
@@ -96,29 +123,8 @@ def skip_worker(rank: int, world_size: int) -> float:
 
 # ---- the parent: parts in the notes' order ---------------------------------------------------
 
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, size="1001B", seed=0, numbers=5, real=True, cost=COST,
-                         context={"size": "Parts 2 and 3: the buffer cut into p chunks; default p does "
-                                          "not divide it", "seed": "random float32 data, Parts 3 and 4",
-                                  "numbers": "Part 1; 4 ranks do not divide the default"})
-    args = parser.parse_args()
-    if args.world_size < 2:
-        raise UsageError("--world-size must be >= 2 for collectives between ranks "
-                         "(Part 5 needs one that skips)")
-    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
-    rep = Report(__file__, "the seven collectives: on real ranks, their shapes and volumes, two identities",
-                 args)
-    real = part1_primitives(rep, args)   # every rank's buffer before and after each of the seven
-    part2_table(rep, args, real)         # the notes' table: shapes, per-rank volume by formula, count
-    split_ok = part3_split(rep, args, real)  # all-reduce = reduce-scatter + all-gather; bandwidth bound
-    part4_confusions(rep, args, real, split_ok)  # associative ops; reduce vs all-reduce; the split
-    part5_skip(rep, args)                # a rank skips a collective: the others wait until the timeout
-    rep.finish()
-
-
 def part1_primitives(rep: Report, args: argparse.Namespace) -> list[dict]:
     w, n = args.world_size, args.numbers
-    rep.part(1, f"the seven primitives on {w} {choose_backend(w, 'auto')} ranks, {n} float32 numbers each")
     real = launch(collectives_worker, w, n, args.seed, backend="auto", timeout_s=args.timeout_s)
     inputs = all_inputs(w, n)
     sims = {"broadcast": col.broadcast(inputs, ROOT), "scatter": col.scatter(inputs, ROOT),
@@ -150,7 +156,6 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> list[dict]:
 
 def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None:
     w = args.world_size
-    rep.part(2, "the notes' table: input and output shapes, per-rank send volume on a ring")
     rows = []
     for name in prim.SIM_ALGORITHM:
         before, after = ([None if b is None else len(b) for b in (res["seven"][name][i] for res in real)]
@@ -168,11 +173,11 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
              f"runs them), N = {args.size:,} B (S = N for broadcast, reduce, all-reduce; N/p for the rest):")
     for p in sizes:
         rep.line(f"\n  p = {p}: pieces of {show(sorted(set(piece_sizes(args.size, p)), reverse=True))} B")
-        rep.table(["primitive", "notes (B)", "costmodel (B)", "simulator (B)", "every rank (B)", "≤ 1 B/msg"],
-                  prim.volume_rows(p, args.size), name=f"p={p}")
-    rep.note("the busiest rank's bytes by costmodel.ring_primitive_bytes_sent and by the simulator, "
-             "lecture14.collectives.traffic on a ring (broadcast and reduce a chain round it), then every "
-             "rank's: where p does not divide N, within a byte per message of the closed form.")
+        rep.table(["primitive", "notes (B)", "formula (B)", "simulator (B)", "every rank (B)",
+                   "≤ 1 B/msg"], prim.volume_rows(p, args.size), name=f"p={p}")
+    rep.note("the busiest rank's bytes by the formula (costmodel.ring_primitive_bytes_sent) and by the "
+             "simulator, lecture14.collectives.traffic on a ring (broadcast and reduce a chain round it), "
+             "then every rank's: where p does not divide N, within a byte per message of the closed form.")
     notes_volumes(rep)
 
 
@@ -198,7 +203,6 @@ def notes_volumes(rep: Report) -> None:
 
 def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool:
     w, n, size = args.world_size, args.numbers, args.size
-    rep.part(3, "all-reduce = reduce-scatter + all-gather: on the ranks, in bytes, and its lower bound")
     sizes = sorted({4, w} if args.quick else {2, 3, 4, 8, w})
     exact = [res["split"]["exact"] for res in real]
     same = all(e["rs_ag"] == e["all_reduce"] for e in exact)
@@ -248,7 +252,6 @@ def part3_lower_bound(rep: Report, w: int, size: int) -> None:
 
 
 def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], split_ok: bool) -> None:
-    rep.part(4, "three easy-to-confuse points, each run")
     order_free, order_matters = _reduce_order(rep, args, real)
     holds = _all_means_every_rank(rep, args, real)
     rep.line(f"\n  (c) all-reduce = reduce-scatter + all-gather, bit for bit (Part 3): {yes(split_ok)}; "
@@ -308,7 +311,8 @@ def _all_means_every_rank(rep: Report, args: argparse.Namespace, real: list[dict
         holds[r] = (np.array_equal(after_r, total), np.array_equal(after_ar, total))
         rows.append([r, show(after_r, 6), "yes" if holds[r][0] else "no", show(after_ar, 6),
                      yes(holds[r][1])])
-    rep.table(["rank", "after reduce", "the sum", "after all_reduce", "the sum"], rows, name="reduce_vs_all")
+    rep.table(["rank", "after reduce", "the root's sum", "after all_reduce", "every rank's sum"], rows,
+              name="reduce_vs_all")
     others = sum(h[0] for r, h in holds.items() if r != ROOT)
     rep.line(f"  other ranks holding the sum after reduce: {others} of "
              f"{w - 1} (what is left there is the backend's business)")
@@ -316,7 +320,6 @@ def _all_means_every_rank(rep: Report, args: argparse.Namespace, real: list[dict
 
 
 def part5_skip(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(5, "a synchronisation point is not optional: one rank skips a collective")
     if under_torchrun():
         rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
         rep.values(skip_waits=None, skip_outcome="not run under torchrun")

@@ -56,6 +56,39 @@ REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sca
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
+def main() -> None:
+    # --repeats, as every script that reports a median of timed runs calls them (it was --iters here)
+    parser = make_parser(__doc__, world_size=4, repeats=5, real=True, figs=True, quick=QUICK, cost=COST,
+                         context={"repeats": "timed calls per size"})
+    parser.add_argument("--min-bytes", type=size_bytes, default="1KiB", help="smallest size S")
+    # The default sweep stops at 4 MiB with 5 timed calls: the full one (16 MiB, 8 calls) took 4.5x
+    # import torch here against 2.4x (issue 18) for one more size; --max-bytes 16MiB --repeats 8 runs it.
+    parser.add_argument("--max-bytes", type=size_bytes, default="4MiB", help="largest size S")
+    parser.add_argument("--step-factor", type=positive_float, default=4.0, help="size ratio, > 1")
+    parser.add_argument("--warmup", type=nonnegative_int, default=1, help="untimed calls per size")
+    args = parser.parse_args()
+    try:
+        args.sizes = bw.size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
+    except ValueError as err:
+        raise UsageError(f"--min-bytes {args.min_bytes:,} B, --max-bytes {args.max_bytes:,} B, "
+                         f"--step-factor {args.step_factor:g}: {err}") from None
+    rep = Report(__file__, "collective bandwidth the nccl-tests way, and how to read it", args)
+    results = launch(bench_worker, args.world_size, args.sizes, args.warmup, args.repeats, backend="auto",
+                     timeout_s=args.timeout_s)
+    n = len(results)  # torchrun's world size if it runs us
+    rep.part(1, f"the sweep: {len(COLLECTIVES)} collectives × {len(args.sizes)} sizes on {n} "
+                f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
+    m = part1_benchmark(rep, args, results)  # 带宽基准的意义: the sweep, algbw/busbw/ok, memory-copy rate
+    rep.part(2, "the α-β estimate, and startup cost: small sizes never reach the peak")
+    part2_latency(rep, m)           # 通信复杂度怎么估: startup cost from small sizes, the half-peak size
+    rep.part(3, "reading the number: busbw, the chunk-size slip, the ring's volume")
+    part3_reading(rep, m)           # 怎么读一个 all-reduce 的数字: busbw, the chunk-size slip, ring volume
+    rep.part(4, "behind a low number: the hardware's copy rate, the implementation, the slowest rank")
+    part4_behind(rep, m)            # 带宽数字背后的真正问题: share of memory copy, the slowest rank
+    save_figure(rep, m)
+    rep.finish()
+
+
 def sweep(args: argparse.Namespace) -> list[int]:
     """The sizes the flags ask for (none when they ask for no valid sweep: main says why)."""
     try:
@@ -164,38 +197,8 @@ def bench_worker(rank: int, world_size: int, sizes: list[int], warmup: int, iter
 
 # ---- the parent --------------------------------------------------------------------------------
 
-def main() -> None:
-    # --repeats, as every script that reports a median of timed runs calls them (it was --iters here)
-    parser = make_parser(__doc__, world_size=4, repeats=5, real=True, figs=True, quick=QUICK, cost=COST,
-                         context={"repeats": "timed calls per size"})
-    parser.add_argument("--min-bytes", type=size_bytes, default="1KiB", help="smallest size S")
-    # The default sweep stops at 4 MiB with 5 timed calls: the full one (16 MiB, 8 calls) took 4.5x
-    # import torch here against 2.4x (issue 18) for one more size; --max-bytes 16MiB --repeats 8 runs it.
-    parser.add_argument("--max-bytes", type=size_bytes, default="4MiB", help="largest size S")
-    parser.add_argument("--step-factor", type=positive_float, default=4.0, help="size ratio, > 1")
-    parser.add_argument("--warmup", type=nonnegative_int, default=1, help="untimed calls per size")
-    args = parser.parse_args()
-    try:
-        args.sizes = bw.size_sweep(args.min_bytes, args.max_bytes, args.step_factor)
-    except ValueError as err:
-        raise UsageError(f"--min-bytes {args.min_bytes:,} B, --max-bytes {args.max_bytes:,} B, "
-                         f"--step-factor {args.step_factor:g}: {err}") from None
-    rep = Report(__file__, "collective bandwidth the nccl-tests way, and how to read it", args)
-    m = part1_benchmark(rep, args)  # 带宽基准的意义: the sweep, algbw/busbw/ok, memory-copy bandwidth
-    part2_latency(rep, m)           # 通信复杂度怎么估: startup cost from small sizes, the half-peak size
-    part3_reading(rep, m)           # 怎么读一个 all-reduce 的数字: busbw, the chunk-size slip, ring volume
-    part4_behind(rep, m)            # 带宽数字背后的真正问题: share of memory copy, the slowest rank
-    save_figure(rep, m)
-    rep.finish()
-
-
-def part1_benchmark(rep: Report, args: argparse.Namespace) -> dict:
-    n = args.world_size
-    results = launch(bench_worker, n, args.sizes, args.warmup, args.repeats, backend="auto",
-                     timeout_s=args.timeout_s)
+def part1_benchmark(rep: Report, args: argparse.Namespace, results: list[dict]) -> dict:
     n = len(results)  # torchrun's world size if it runs us
-    rep.part(1, f"the sweep: {len(COLLECTIVES)} collectives × {len(args.sizes)} sizes on {n} "
-                f"{results[0]['backend']} rank{'s' * (n > 1)} ({results[0]['device']})")
     rep.note(f"float32; per size 1 checked call, {args.warmup} warm-up, {args.repeats} timed, each after a "
              "barrier. A call's time is its slowest rank's, t the median over calls (nccl-tests times a "
              "batch and averages the ranks). GB = 1e9 B. S is nccl-tests' size: the whole result. busbw "
@@ -255,7 +258,6 @@ def _copy_and_link(rep: Report, results: list[dict], m: dict) -> None:
 
 
 def part2_latency(rep: Report, m: dict) -> None:
-    rep.part(2, "the α-β estimate, and startup cost: small sizes never reach the peak")
     sizes, n = m["sizes"], m["n"]
     if len(sizes) < 2:
         rep.note("one size only: nothing to fit here (give --max-bytes above --min-bytes)")
@@ -288,7 +290,6 @@ def part2_latency(rep: Report, m: dict) -> None:
 
 
 def part3_reading(rep: Report, m: dict) -> None:
-    rep.part(3, "reading the number: busbw, the chunk-size slip, the ring's volume")
     n = m["n"]
     last = {c: rows[-1] for c, rows in m["rows"].items()}
     if n == 1:
@@ -315,9 +316,8 @@ def part3_reading(rep: Report, m: dict) -> None:
              "GB/s):")
     rep.table(["collective", "busbw GB/s", "busbw / link", "t × link / S", "ring bytes per rank / S"],
               rows, name="ring_volume")
-    rep.note("busbw × t is what each rank sends in a ring: if busbw ≈ the link's bandwidth, t × link / S "
-             "equals the ring's share (all-reduce: 2(p−1)/p); more, and the call costs more than its "
-             "traffic.")
+    rep.note("busbw × t is what each rank sends in a ring: if busbw ≈ the link's, t × link / S is the ring's "
+             "share (all-reduce: 2(p−1)/p); more: the call costs more than its traffic.")
     ar = last["all-reduce"]
     volume, ring = ar["t"] * m["link"] / ar["S"], bw.bus_factor("all-reduce", n)
     rep.value("ar_time_link_ratio", volume)
@@ -325,7 +325,6 @@ def part3_reading(rep: Report, m: dict) -> None:
 
 
 def part4_behind(rep: Report, m: dict) -> None:
-    rep.part(4, "behind a low number: the hardware's copy rate, the implementation, the slowest rank")
     last = {c: rows[-1] for c, rows in m["rows"].items()}
     t_ar, size = last["all-reduce"]["t"], fmt_bytes(last["all-reduce"]["S"], True)
     rows = [[c, r["busbw"] / 1e9, r["busbw"] / m["copy"], r["t"] / t_ar, r["t"] / r["t_fastest"]]

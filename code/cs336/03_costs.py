@@ -84,11 +84,19 @@ def main() -> None:
     if args.world_size < 2:
         raise UsageError("--world-size must be >= 2: with one GPU nothing is communicated")
     rep = Report(__file__, "communication costs: α-β, links, Llama 2 13B, DP vs TP, 4-GPU MLP", args)
+    p, m = args.world_size, LLAMA2_13B
+    rep.part(1, f"T ≈ α·N_msg + S/B: ring all-reduce of {fmt_bytes(args.size, binary=True)} on p = {p}")
     part1_alpha_beta(rep, args)     # α·N_msg + S/B; the 4-rank 64 MiB example; where α dominates
+    rep.part(2, "interconnects: one unit (GB/s), one direction")
     part2_interconnects(rep)        # the link table in one unit and one direction; the notes' ratios
+    rep.part(3, f"Llama 2 13B: all-reduce of {fmt_bytes(m.params * FP16)} of fp16 gradients on p = {p}")
     part3_llama_allreduce(rep, args)  # 26 GB of gradients through a ring: NVLink, InfiniBand, Ethernet
+    rep.part(4, f"DP vs TP traffic per step: {m.name}, L = {m.layers}, d = {m.width}, B = {NOTES_BATCH}, "
+                f"p = {p}")
     part4_dp_vs_tp(rep, args)       # per step: one big all-reduce against 2L small collectives
+    rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
     part5_tp_activation(rep, args)  # B = 128, d = 1024: what one TP layer sends per rank
+    rep.part(6, f"{MLP_12.name}, B = {NOTES_BATCH}, fp16, on p = {p}: DP, TP, PP")
     part6_four_gpu_mlp(rep, args)   # 12 layers, d = 4096 on p GPUs: DP, TP, PP side by side
     rep.finish()
 
@@ -97,7 +105,6 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     p, s = args.world_size, args.size
     beta = NOTES_BETA if args.beta_gbs is None else args.beta_gbs * 1e9
     link = Link(args.alpha_us * 1e-6, beta, "Part 1's link")
-    rep.part(1, f"T ≈ α·N_msg + S/B: ring all-reduce of {fmt_bytes(s, binary=True)} on p = {p}")
     rep.note(f"{link.describe()}" + (" (= 50 GiB/s, the notes' figure)" if args.beta_gbs is None else ""))
     latency, bandwidth = ring_allreduce_terms(p, s, link)
     rep.line(f"  2(p-1)α = {2 * (p - 1)}α = {fmt_time(latency)};  2(p-1)/p·S/B = {2 * (p - 1) / p:g} × "
@@ -109,13 +116,12 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
             and math.isclose(counted, ring_allreduce_bytes_per_device(p, s)))
     # The notes' first-order model with the counted messages and bytes: the same T as the closed form.
     first_order = alpha_beta_time(stand_in.n_rounds, counted, link)
-    rep.line(f"  counted by lecture14.collectives (a p-byte stand-in): N_msg = {stand_in.n_rounds}, S_sent = "
-             f"{fmt_bytes(counted, binary=True)} per rank ({'same' if same else 'DIFFERENT'}): α·N_msg + "
+    rep.line(f"  counted (a p-byte ring): N_msg = {stand_in.n_rounds}, S_sent = "
+             f"{fmt_bytes(counted, binary=True)} a rank ({'same' if same else 'DIFFERENT'}); α·N_msg + "
              f"S_sent/B = {fmt_time(first_order)}")
     # The notes' 1.5 × 64/50 ms works their MiB and GiB/s as MB and GB/s: the same term in those units.
     bandwidth_decimal = bandwidth * (1e6 / MiB) * (GiB / 1e9)   # S in MB, B in GB/s
-    rep.line(f"  the same figures in MB and GB/s: {2 * (p - 1) / p:g} × {s / MiB:g} MB / "
-             f"{beta / GiB:.4g} GB/s = {fmt_time(bandwidth_decimal)}")
+    # (shown in the comparison's row on the notes' 1.92 ms, not again on a line of its own)
     rep.values(latency_us=latency * 1e6, bandwidth_ms=bandwidth * 1e3,
                bandwidth_decimal_ms=bandwidth_decimal * 1e3, first_order_same=same and math.isclose(
         first_order, ring_allreduce_time(p, s, link), rel_tol=1e-12), ring_terms_counted=same)
@@ -133,20 +139,19 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
         shares.append(share)
         rows.append([fmt_bytes(size, binary=True), fmt_time(lat), fmt_time(bw), f"{100 * share:.1f} %",
                      size / (lat + bw) / 1e9, bar(share, 1, 25)])
-    rep.table(["S", "2(p-1)α", "2(p-1)/p·S/B", "α's share", "S/T (GB/s)", ""], rows, name="sweep")
+    rep.table(["S", "2(p-1)α", "2(p-1)/p·S/B", "α's share", "S/T (GB/s)", "α's share, drawn"], rows,
+              name="sweep")
     rep.value("alpha_share_falls", all(a > b for a, b in zip(shares, shares[1:])))
 
 
 def part2_interconnects(rep: Report) -> None:
-    rep.part(2, "interconnects: one unit (GB/s), one direction")
     one_way = {key: gbs for _, key, gbs, _ in LINKS}
     rows = [[name,
              rep.notes_text(f"CS-links-{key}-bw" if key in ("nvlink", "nvswitch") else f"CS-links-{key}"),
              gbs, rep.notes_text(f"CS-links-{key}-row"), scope] for name, key, gbs, scope in LINKS]
     rep.table(["link", "notes", "one way GB/s (spec)", "latency (notes)", "scope"], rows, name="links")
-    rep.note("one way from each link's specification. The notes head their column 'one way', yet tag "
-             "NVLink's\n900 and PCIe's 64 two-way ('双向'): NVLink's two-way total is "
-             f"{2 * one_way['nvlink']:g}, PCIe's {2 * PCIE5_X16_ONE_WAY_GBS:.0f} (its 64 is one way).\n"
+    rep.note("one way from each link's specification; the notes' 'one way' column tags NVLink's 900 and "
+             "PCIe's 64 two-way ('双向'). "
              f"Like for like, '900 → 64 GB/s' is {one_way['nvlink']:g} → {PCIE5_X16_ONE_WAY_GBS:.0f} GB/s "
              f"one way ({one_way['nvlink'] / PCIE5_X16_ONE_WAY_GBS:.1f}×, not {900 / 64:.1f}×)")
     rep.values(ib_gbs=one_way["ib"], roce_gbs=one_way["roce"], nvlink_two_way_gbs=2 * one_way["nvlink"],
@@ -170,7 +175,6 @@ def part2_interconnects(rep: Report) -> None:
 def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     grads = LLAMA2_13B.params * FP16
-    rep.part(3, f"Llama 2 13B: all-reduce of {fmt_bytes(grads)} of fp16 gradients on p = {p}")
     # The conversion box: 8 cards by its words, 4 cards by its numbers (computed at both, whatever p).
     box = {cards: ring_allreduce_bytes_per_device(cards, grads) for cards in (NOTES_P, BOX_CARDS)}
     rep.values(grads_gb=grads / 1e9, volume_8_cards_gb=box[BOX_CARDS] / 1e9,
@@ -192,8 +196,7 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
                      f"{100 * t / (t + STEP_MS[0] / 1e3):.0f} %", hidden])
     rep.table(["link", "GB/s", "all-reduce", "÷ compute", "no-overlap share", "in backward?"], rows,
               name="llama_links")
-    rep.note("InfiniBand's 40 and Ethernet's 10 GB/s are 80 % of their 50 and 12.5 (the notes' 3900 ms is\n"
-             "39 GB / 10 GB/s); NVLink's 450 is its whole one-way peak")
+    rep.note("InfiniBand's 40, Ethernet's 10 GB/s: 80 % of their peaks; NVLink's 450: its whole peak")
     rep.values(volume_gb=ring_allreduce_bytes_per_device(p, grads) / 1e9,
                t_nvlink_ms=times[CS336_NVLINK.name] * 1e3,
                t_ib_ms=times[CS336_INFINIBAND.name] * 1e3, t_eth_ms=times[CS336_ETHERNET.name] * 1e3,
@@ -203,8 +206,6 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
 
 def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     p, m = args.world_size, LLAMA2_13B
-    rep.part(4, f"DP vs TP traffic per step: {m.name}, L = {m.layers}, d = {m.width}, B = {NOTES_BATCH}, p = "
-                f"{p}")
     act = activation_bytes(NOTES_BATCH, m.width, FP16)
     calls = 2 * m.layers
     tp_notes = tp_step_bytes_per_device(m.layers, act, p)
@@ -226,9 +227,7 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows,
               name="dp_tp")
     rep.note(f"the notes charge one α per call; a ring call is {p - 1}-{2 * (p - 1)} rounds, each with its "
-             "own α\n(column 'α's'). Their A = B × d counts one token per sequence; with Llama 2's "
-             f"{LLAMA2_CONTEXT} tokens\nA = {fmt_bytes(act * LLAMA2_CONTEXT)} per layer and TP's "
-             f"{fmt_bytes(tp_ag * LLAMA2_CONTEXT)} per step is {tp_ag * LLAMA2_CONTEXT / dp:.0f}× DP's")
+             "own α (column 'α's'); their A = B × d counts one token a sequence (why: below)")
     # The DP vs TP table's per-call and per-step formulas at the notes' p = 4, in units of LW and A.
     one_call = col.traffic("ring all-gather", NOTES_P, 4000).busiest_sent / 4000
     rep.values(act_5120_b=act, act_5120_mib=act / MiB, act_5120_mb=act / 1e6, tp_calls=calls,
@@ -246,12 +245,11 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
 def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     act = int(activation_bytes(NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16))
-    rep.part(5, f"TP activation: B = {NOTES_BATCH}, d = {TP_EXAMPLE_WIDTH}, fp16, {p}-way")
     # counted message by message, no data moved
     gathered = col.traffic("ring all-gather", p, act).busiest_sent
     scattered = col.traffic("ring reduce-scatter", p, act).busiest_sent
     reduced = col.traffic("ring all-reduce", p, act).busiest_sent
-    rep.table(["collective on A, per rank", "formula", "counted (collectives.py)"], [
+    rep.table(["collective on A, per rank", "formula", "counted on the simulated ring"], [
         ["all-gather (forward)", f"(p-1)/p·A = {fmt_bytes((p - 1) / p * act, binary=True)}",
          fmt_bytes(gathered, binary=True)],
         ["all-gather + reduce-scatter (fwd + bwd)", "2(p-1)/p·A = "
@@ -267,7 +265,6 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
 def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
     p, m, mb = args.world_size, MLP_12, args.micro_batches
     d, layers, batch = m.width, m.layers, NOTES_BATCH
-    rep.part(6, f"{m.name}, B = {batch}, fp16, on p = {p}: DP, TP, PP")
     state = training_state_bytes(m.params)
     act = activation_bytes(batch, d, FP16)
     rep.values(layer_params_m=d * d / 1e6, layer_mib=d * d * FP16 / MiB, params_m=m.params / 1e6,
@@ -285,8 +282,9 @@ def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
         opt = sum(LEDGER[k] for k in OPTIMIZER_STATE) * held[way]
         parts = [LEDGER["fp16 parameters"] * held[way], LEDGER["fp16 gradients"] * held[way], opt, acts[way]]
         rows.append([way] + [fmt_bytes(x, binary=True) for x in parts + [sum(parts)]])
-    rep.table(["", "weights", "gradients", "optimizer", "activations", "total per GPU"], rows, name="memory")
-    rep.table(["", "per step", "calls", "bytes per GPU", "NVLink", "InfiniBand"],
+    rep.table(["strategy", "weights", "gradients", "optimizer", "activations", "total per GPU"], rows,
+              name="memory")
+    rep.table(["strategy", "per step", "calls", "bytes per GPU", "NVLink", "InfiniBand"],
               four_gpu_traffic_rows(p, mb, stages, act), name="traffic")
     bubble = (stages - 1) / (mb + stages - 1)
     rep.line(f"  PP costs idle time, not bytes: S = {stages}, M = {mb}, bubble (S-1)/(M+S-1) = "

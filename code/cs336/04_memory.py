@@ -50,18 +50,6 @@ ENTRY = {"fp16 parameters": "params", "fp16 gradients": "grads", "fp32 master we
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
 
 
-def param_count(text: str) -> float:
-    """A parameter count: 13B, 175B, 200M, 1.3e10 (K = 1e3, M = 1e6, B = 1e9, T = 1e12)."""
-    match = _COUNT.match(text)
-    scale = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
-    if not match:
-        raise argparse.ArgumentTypeError(f"a parameter count expected (13B, 200M, 1e9), got {text!r}")
-    value = float(match.group(1)) * scale[match.group(2).lower()]
-    if not (1 <= value < 1e16):
-        raise argparse.ArgumentTypeError(f"parameter count must be 1 to 1e16, got {text!r}")
-    return value
-
-
 def main() -> None:
     # Every flag's cost is a closed form, whatever its value; the devices are bounded as in every model
     # (common.model_bounds): p, and Part 3's TP × PP × DP, up to 4,096.
@@ -81,11 +69,28 @@ def main() -> None:
         raise UsageError(f"--global-batch {args.global_batch} must be a multiple of --dp × "
                          f"--micro-batch-size = {args.dp * args.micro_batch_size}")
     rep = Report(__file__, "memory: the 16-byte ledger, ZeRO, Megatron 3D, frameworks", args)
+    P, p = args.params, args.world_size
+    rep.part(1, "the ledger: 16 bytes per parameter (mixed precision, Adam)")
     part1_ledger(rep, args)       # 2 + 2 + 4 + 8 bytes per parameter for the notes' models
+    rep.part(2, f"ZeRO per GPU: P = {P / 1e9:g}B parameters on p = {p} GPUs")
     part2_zero(rep, args)         # ZeRO-1/2/3 per GPU from the ledger, and each stage's traffic
+    rep.part(3, f"Megatron 3D: {lg.GPT3_175B.name} on TP {args.tp} × PP {args.pp} × DP {args.dp}")
     part3_megatron_3d(rep, args)  # GPT-3 175B on TP × PP × DP GPUs: memory and traffic per axis
+    rep.part(4, f"frameworks: per-GPU training state for P = {P / 1e9:g}B on p = {p} GPUs")
     part4_frameworks(rep, args)   # Megatron-LM, DeepSpeed, FSDP: the numbers a model can give
     rep.finish()
+
+
+def param_count(text: str) -> float:
+    """A parameter count: 13B, 175B, 200M, 1.3e10 (K = 1e3, M = 1e6, B = 1e9, T = 1e12)."""
+    match = _COUNT.match(text)
+    scale = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+    if not match:
+        raise argparse.ArgumentTypeError(f"a parameter count expected (13B, 200M, 1e9), got {text!r}")
+    value = float(match.group(1)) * scale[match.group(2).lower()]
+    if not (1 <= value < 1e16):
+        raise argparse.ArgumentTypeError(f"parameter count must be 1 to 1e16, got {text!r}")
+    return value
 
 
 def both(nbytes: float) -> str:
@@ -93,7 +98,6 @@ def both(nbytes: float) -> str:
 
 
 def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
-    rep.part(1, "the ledger: 16 bytes per parameter (mixed precision, Adam)")
     models = (lg.NOTES_200M, lg.MLP_12, lg.LLAMA2_13B)
     # The notes' ledger rows, Adam's m and v together as they give them: (entry, bytes/param, row id)
     entries = [("fp16 parameters", lg.LEDGER["fp16 parameters"], "param"),
@@ -109,7 +113,8 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
                      rep.notes_text(f"CS-mem-ledger-{key}" if key else "CS-mem-bytes-per-param")] + cells
                     + [rep.notes_text(f"CS-llama-mem-{llama_rows[key]}")])
     rows[-1][3] += f" (notes: {rep.notes_text('CS-mem-200m')})"
-    rep.table(["entry", "B/param", "notes", "200M", "12-layer MLP", "Llama 2 13B", "notes"], rows,
+    rep.table(["entry", "B/param", "notes B/param", "200M", "12-layer MLP", "Llama 2 13B", "notes 13B"],
+              rows,
               name="ledger")
     total = lg.training_state_bytes(lg.LLAMA2_13B.params)
     fits = total <= args.gpu_memory_gb * 1e9
@@ -131,7 +136,6 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
 
 def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     P, p = args.params, args.world_size
-    rep.part(2, f"ZeRO per GPU: P = {P / 1e9:g}B parameters on p = {p} GPUs")
     zero_memory_table(rep, args)
     zero_formula_values(rep, P, p)
     rep.compare_with_notes()
@@ -145,9 +149,7 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     rep.note(f"AR all-reduce, RS reduce-scatter, AG all-gather; fp16 gradients and parameters (2P bytes);\n"
              f"ZeRO-3 gathers {args.layers} layers one at a time, forward and backward, and reduce-scatters\n"
              "each layer's gradients: 3(p-1)/p·2P, 1.5× DDP. The paper's ZeRO-1 RS and AG are the two\n"
-             "halves of the all-reduce they replace: no extra bytes. The notes' text has ZeRO-2 put a\n"
-             "reduce-scatter in place of the all-reduce, so their ZeRO-1 keeps DDP's AR and all-gathers\n"
-             "after it: AR + AG (PyTorch's ZeroRedundancyOptimizer under DDP likewise keeps the all-reduce)")
+             "halves of the all-reduce they replace: no extra bytes; the notes' text's ZeRO-1: why: below")
     comm = {stage: " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))
             for stage in lg.STAGES}
     # The notes' own ZeRO-1: their ZeRO-2 'reduce-scatter 代替 all-reduce' (puts a reduce-scatter in
@@ -178,8 +180,7 @@ def zero_memory_table(rep: Report, args: argparse.Namespace) -> None:
                      "yes" if ours <= args.gpu_memory_gb * 1e9 else "no"])
     rep.table(["stage", "sharded", "from the ledger", "notes' formula", "busiest rank",
                f"≤ {args.gpu_memory_gb:g} GB"], rows, name="zero_memory")
-    rep.note("from the ledger: kept entries whole, sharded ones / p; busiest rank: whole elements of the\n"
-             "flattened buffer, the first P mod p ranks one more (cs336.ledger.zero_bytes_per_rank)")
+    rep.note("the ledger: kept entries whole, sharded ones / p (the first P mod p ranks one more)")
 
 
 def zero_formula_values(rep: Report, P: float, p: int) -> None:
@@ -238,7 +239,6 @@ def zero2_is_best_value() -> bool:
 def part3_megatron_3d(rep: Report, args: argparse.Namespace) -> None:
     m, tp, pp, dp = lg.GPT3_175B, args.tp, args.pp, args.dp
     gpus = tp * pp * dp
-    rep.part(3, f"Megatron 3D: {m.name} on TP {tp} × PP {pp} × DP {dp}")
     rep.value("megatron_gpus", gpus)
     megatron_memory_table(rep, args)
     stage_layers, micro = math.ceil(m.layers / pp), args.global_batch // (dp * args.micro_batch_size)
@@ -296,7 +296,6 @@ def megatron_traffic_rows(args: argparse.Namespace, stage_layers: int, micro: in
 def part4_frameworks(rep: Report, args: argparse.Namespace) -> None:
     P, p = args.params, args.world_size
     tp = math.gcd(p, GPUS_PER_NODE)
-    rep.part(4, f"frameworks: per-GPU training state for P = {P / 1e9:g}B on p = {p} GPUs")
     rows = [[f.framework, f.setting, f.how, both(f.bytes_per_gpu)]
             for f in lg.framework_layouts(P, p, tp, p // tp)]
     rep.table(["framework", "setting", "per GPU", "bytes"], rows, name="frameworks")

@@ -34,7 +34,7 @@ from common.budget import Cost, Term
 from common.capabilities import ask_gloo, gloo_lacks
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch
-from common.output import Report, fmt_bytes
+from common.output import MOVED_SHARE, Report, fmt_bytes
 from cs336 import comm, ledger, mlp
 
 ELEM = 8                # float64: one process and the ranks differ only in summation order
@@ -56,6 +56,43 @@ ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which 
 # A strategy and one process differ only in the order of float64 additions: round-off near 1e-16 of
 # values of order 1. A gap above this is a bug (a lost reduce, a wrong slice): the run ends in exit 1.
 CHECK_TOL = 1e-9
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3,
+                         seed=0, real=True, quick={"steps": 2}, cost=COST,
+                         context={"width": "d of every layer", "micro_batches": "the pipeline's M",
+                                  "steps": "optimizer steps", "seed": "weights and data"})
+    args = parser.parse_args()
+    check_args(args)
+    k = args.world_size
+    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
+    params, x = (
+        mlp.make_params(args.layers, args.width, args.seed),
+        mlp.make_batch(args.batch, args.width, args.seed),
+    )
+    # One process first: its optimizer imports torch._dynamo (~1 s), which forked ranks then inherit
+    # instead of importing it four times over on two cores (the launch: 5 s -> 1 s here).
+    sgd = mlp.train_one_process(params, x, args.steps, "sgd")
+    adam = mlp.train_one_process(params, x, args.steps, "adam")
+    sgd.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
+    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)",
+                 args)
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, loss "
+             f"= mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
+    ranks = launch(strategies_worker, k, params, x, args.steps, args.micro_batches, timeout_s=args.timeout_s)
+    rep.part(1, "data parallel: a slice of the batch per rank, all-reduce of every W.grad")
+    part1_data_parallel(rep, args, ranks, sgd)       # the notes' DP loop: slices, SUM then ÷ B
+    rep.part(2, "tensor parallel: column slices of every W, all-gather forward, reduce-scatter backward")
+    part2_tensor_parallel(rep, args, ranks, sgd)     # column slices, all-gather, the backward derived
+    rep.part(3, "pipeline parallel: a block of layers per rank, micro-batches over send/recv (GPipe)")
+    part3_pipeline(rep, args, ranks, sgd)            # stages, micro-batches, send/recv both ways
+    rep.part(4, "ZeRO-1 and ZeRO-2: reduce-scatter gradients, Adam on my shard, all-gather parameters")
+    part4_zero(rep, args, ranks, adam)               # reduce-scatter, Adam on a shard, all-gather
+    rep.part(5, "traffic per rank per step: calls counted on the ranks, their bytes in the ring model, "
+                "the cost model's formula, the notes' estimate")
+    part5_summary(rep, args, ranks)                  # counted bytes and calls vs formulas vs the notes
+    rep.finish()
 
 
 # ---- rank code: the notes' sketches, each step in full; the parent compares and prints -----------
@@ -219,15 +256,17 @@ def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy:
             [f"gradient of each of the {args.layers} W, step 1", mlp.max_abs_diff(grads, ref.grads)],
             *(extra or []), [f"parameters after {args.steps} SGD steps (lr {mlp.LR_SGD})",
              mlp.max_abs_diff(params, ref.params_after[-1])]]
-    rep.table(["quantity", "max |diff| vs one process"], rows, name="vs_one_process")
     gap = max(r[1] for r in rows if r not in (extra or []))
     rep.record("max_diff", gap)
     # step 1 to round-off; the trained weights (the last row) against how far they moved
-    rep.check_trained(strategy, rows[-1][1], ref.moved, max(r[1] for r in rows[:3]), CHECK_TOL)
+    good, off, wrong = mlp.trained_gap(rows[-1][1], ref.moved, max(r[1] for r in rows[:3]), CHECK_TOL)
+    mark = rep.mark(f"{strategy} against one process", good, wrong)
+    rep.table(["quantity", "max |diff| vs one process"],
+              rows + [[f"step 1 ≤ {CHECK_TOL:g}, W ≤ {MOVED_SHARE:g} × the {ref.moved:.2g} moved", mark]],
+              name="vs_one_process")
 
 
 def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    rep.part(1, "data parallel: a slice of the batch per rank, all-reduce of every W.grad")
     dp, sizes = [r["DP"] for r in ranks], mlp.split_sizes(args.batch, args.world_size)
     avg_gap = mlp.max_abs_diff(dp[0]["avg_grads"], ref.grads)
     compare(rep, args, ref, "DP", torch.cat([r["output"] for r in dp]),
@@ -244,7 +283,6 @@ def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict]
 
 def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict],
                           ref: mlp.Reference) -> None:
-    rep.part(2, "tensor parallel: column slices of every W, all-gather forward, reduce-scatter backward")
     tp, widths = [r["TP"] for r in ranks], mlp.split_sizes(args.width, args.world_size)
     def joined(key: str) -> list[torch.Tensor]:
         return [torch.cat([r[key][i] for r in tp], dim=1) for i in range(args.layers)]
@@ -258,7 +296,6 @@ def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dic
 
 
 def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    rep.part(3, "pipeline parallel: a block of layers per rank, micro-batches over send/recv (GPipe)")
     k, pp = args.world_size, [r["PP"] for r in ranks]
     compare(rep, args, ref, "PP", pp[-1]["output"], pp[-1]["loss"], [g for r in pp for g in r["grads"]],
             [p for r in pp for p in r["params"]])
@@ -271,8 +308,8 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
         f_sends, f_sent = cm.pp_step_traffic(k, rank, args.micro_batches, args.batch, args.width, ELEM)
         rows.append([rank, f"{layers.start}–{layers.stop - 1}", sends, f_sends, recvs, fmt_bytes(sent),
                      fmt_bytes(f_sent)])
-    rep.table(["rank", "layers", "sends/step", "formula", "recvs/step", "bytes sent/step, counted",
-               "formula"], rows, name="per_rank")
+    rep.table(["rank", "layers", "sends a step", "sends by the formula", "receives a step",
+               "bytes sent a step, counted", "bytes by the formula"], rows, name="per_rank")
     rep.note(f"micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; sends "
              "and their bytes counted by cs336/comm.py (point-to-point: what went on the wire). The backward "
              "mirrors the notes' forward-only sketch: a middle stage sends 2M a step. GPipe holds "
@@ -280,17 +317,17 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
 
 
 def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    rep.part(4, "ZeRO-1 and ZeRO-2: reduce-scatter gradients, Adam on my shard, all-gather parameters")
     k, n = args.world_size, args.layers * args.width**2
     z1, z2 = [r["ZeRO-1"] for r in ranks], [r["ZeRO-2"] for r in ranks]
-    rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
-              [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p),
-                mlp.max_abs_diff(z2[0]["params_after"][s], p)]
-               for s, p in enumerate(ref.params_after)], name="vs_one_process")
     gap = max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
               for s, p in enumerate(ref.params_after))
     rep.record("max_diff", gap)
-    rep.check_trained("ZeRO-1 and ZeRO-2 (Adam)", gap, ref.moved)
+    good, off, wrong = mlp.trained_gap(gap, ref.moved)
+    mark = rep.mark("ZeRO-1 and ZeRO-2 (Adam) against one process", good, wrong)
+    rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
+              [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p),
+                mlp.max_abs_diff(z2[0]["params_after"][s], p)] for s, p in enumerate(ref.params_after)]
+              + [[f"≤ {MOVED_SHARE:g} × {ref.moved:.2g} moved", mark, mark]], name="vs_one_process")
     shard = ledger.padded_shard_elements(n, k)
     rows = [[r, a["shard"], a["mv_bytes"], ledger.optimizer_state_bytes(n, k, 2 * ELEM), a["grad_bytes"],
              b["grad_bytes"]] for r, (a, b) in enumerate(zip(z1, z2))]
@@ -306,8 +343,6 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
 
 
 def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
-    rep.part(5, "traffic per rank per step: calls counted on the ranks, their bytes in the ring model, "
-                "costmodel's formula, the notes' estimate")
     k, L, d, b, m = args.world_size, args.layers, args.width, args.batch, args.micro_batches
     n, act = L * d * d, b * d * ELEM
     busiest = max(range(k), key=lambda r: ranks[r]["PP"]["log"].sent.get("send", 0))
@@ -330,8 +365,8 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
         agree &= equal
         rows.append([name, counted[rank][0], f_calls, fmt_bytes(counted[rank][1]), fmt_bytes(f_sent),
                      "yes" if equal else "NO", notes_sent])
-    rep.table(["strategy", "calls, counted", "formula", "bytes sent: ring model, PP counted", "formula",
-               "= all ranks", "notes' estimate"], rows, name="traffic")
+    rep.table(["strategy", "calls, counted", "calls by the formula", "bytes sent: ring model, PP counted",
+               "bytes by the formula", "all ranks as it", "notes' estimate"], rows, name="traffic")
     rep.record("counted_equals_formula", agree)
     rep.note(f"e = {ELEM} B, A = B·d·e. Bytes: a collective's are the ring model's price of each counted "
              "call (costmodel.ring_bytes_sent at the call's size: what NCCL's ring sends), PP's sends are "
@@ -376,37 +411,6 @@ def check_args(args: argparse.Namespace) -> None:
                          "a row")
     if args.layers * args.width**2 > MAX_PARAMS:
         raise UsageError(f"--layers × --width² must be at most {MAX_PARAMS:,} (a few seconds on a laptop)")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, layers=8, width=128, batch=32, micro_batches=4, steps=3,
-                         seed=0, real=True, quick={"steps": 2}, cost=COST,
-                         context={"width": "d of every layer", "micro_batches": "the pipeline's M",
-                                  "steps": "optimizer steps", "seed": "weights and data"})
-    args = parser.parse_args()
-    check_args(args)
-    k = args.world_size
-    ask_gloo()  # does gloo have AVG and reduce_scatter? asked once here; forked ranks inherit it
-    params, x = (
-        mlp.make_params(args.layers, args.width, args.seed),
-        mlp.make_batch(args.batch, args.width, args.seed),
-    )
-    # One process first: its optimizer imports torch._dynamo (~1 s), which forked ranks then inherit
-    # instead of importing it four times over on two cores (the launch: 5 s -> 1 s here).
-    sgd = mlp.train_one_process(params, x, args.steps, "sgd")
-    adam = mlp.train_one_process(params, x, args.steps, "adam")
-    sgd.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
-    rep = Report(__file__, "data, tensor and pipeline parallelism and ZeRO on the deep MLP (CS336 lecture 8)",
-                 args)
-    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, loss "
-             f"= mean(x²), float64;\n  {k} real ranks (gloo, one launch for every part), {args.steps} steps")
-    ranks = launch(strategies_worker, k, params, x, args.steps, args.micro_batches, timeout_s=args.timeout_s)
-    part1_data_parallel(rep, args, ranks, sgd)       # the notes' DP loop: slices, SUM then ÷ B
-    part2_tensor_parallel(rep, args, ranks, sgd)     # column slices, all-gather, the backward derived
-    part3_pipeline(rep, args, ranks, sgd)            # stages, micro-batches, send/recv both ways
-    part4_zero(rep, args, ranks, adam)               # reduce-scatter, Adam on a shard, all-gather
-    part5_summary(rep, args, ranks)                  # counted bytes and calls vs formulas vs the notes
-    rep.finish()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import argparse
 import functools
 import math
 
+from common import checker, verdicts
 from common.cli import (
     Bound,
     UsageError,
@@ -37,7 +38,8 @@ from common.cli import (
     run_main,
     time_ms,
 )
-from common.output import Report, fmt_time, new_figure
+from common.notes_setting import off_setting
+from common.output import Report, fmt_num, fmt_time, new_figure
 from common.units import ms
 from cs336 import pipeline as pp
 
@@ -65,6 +67,10 @@ BOUNDS = {
 }
 TOL = 1e-12
 FIVE_PERCENT = 0.05 + TOL                # "within 5 %", float noise on the boundary counted in
+# a cell's verdict beside our figure, in the tables that set ours beside the notes'
+MARKS = {"matches": "✓", "matches, assuming": "✓*", "error in the notes": "✗", "differs": "≠"}
+MARKS_LEGEND = ("  ✓ matches the notes, ✓* matches under an assumption (assumes:), ✗ an error in the notes "
+                "(why:)")
 
 
 def main() -> None:
@@ -84,10 +90,18 @@ def main() -> None:
     args = parser.parse_args()
     check_args(args)
     rep = Report(__file__, "pipeline parallelism: schedules, bubbles, activations", args)
+    rep.part(1, f"GPipe and 1F1B: S = {args.pp}, M = {args.micro_batches}, t_f = {args.tf_ms:g} ms, "
+                f"t_b = {args.tb_ms:g} ms, p2p = {args.p2p_ms:g} ms")
     part1_schedules(rep, args)       # GPipe and 1F1B, pass by pass: makespan, bubble, activations
+    rep.part(2, "pipeline efficiency η = M/(M + S - 1)")
     part2_efficiency(rep, args)      # the notes' table M/(M + S - 1), simulated and closed form
+    rep.part(3, f"the notes' bubble table, t_f = {args.tf_ms:g} ms, t_b = {args.tb_ms:g} ms: their formula "
+                "and a real schedule")
     part3_bubble_time(rep, args)     # the worked example read two ways; the M a 5 % bubble needs
+    rep.part(4, "GPipe vs 1F1B: bubble and activation memory; interleaved 1F1B")
     part4_gpipe_vs_1f1b(rep, args)   # same bubble, O(M) vs O(S) activations; interleaved 1F1B
+    rep.part(5, f"unbalanced stages: stage {args.pp // 2} of {args.pp} is {args.slow_factor:g}× slower "
+                f"(1F1B, M = {args.micro_batches})")
     part5_unbalanced(rep, args)      # the slowest stage sets the pace
     rep.finish()
 
@@ -109,21 +123,19 @@ def run(schedule: str, s: int, m: int, tf: float | tuple[float, ...], tb: float 
 
 def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
     s, m, tf, tb, p2p = args.pp, args.micro_batches, args.tf_ms / 1e3, args.tb_ms / 1e3, args.p2p_ms / 1e3
-    rep.part(1, f"GPipe and 1F1B: S = {s}, M = {m}, t_f = {args.tf_ms:g} ms, t_b = {args.tb_ms:g} ms, "
-                f"p2p = {args.p2p_ms:g} ms")
-    rep.note("every stage runs its passes in the schedule's order, each as soon as its input is there:\n"
-             "F(m) on stage s after F(m) on s-1, B(m) on s after B(m) on s+1 and F(m) on s (+ p2p time\n"
-             "per hop); GPipe: all forwards, then all backwards; 1F1B: S-s-1 warm-up forwards, then\n"
-             "one forward, one backward, then the remaining backwards")
+    rep.note("each stage runs its passes in the schedule's order as soon as their inputs are there: F(m) "
+             "on s after F(m) on s-1, B(m) after B(m) on s+1 and F(m) (+ p2p a hop); GPipe: all forwards, "
+             "then all backwards; 1F1B: S-s-1 warm-up forwards, then one forward, one backward, ...")
     runs = {name: run(name, s, m, tf, tb, p2p) for name in ("GPipe", "1F1B")}
     closed = pp.bubble_fraction_closed_form(s, m)
-    for name, sim in runs.items():
+    hows = [pp.ascii_chart(sim)[1] for sim in runs.values()]
+    for (name, sim), how in zip(runs.items(), hows):
         rep.line(f"  {name}: makespan {fmt_time(sim.makespan)}, bubble {100 * sim.bubble_fraction:.2f} % of "
                  f"S × makespan (closed form {100 * closed:.2f} %{'; it leaves p2p out' if p2p else ''})")
-        rows, how = pp.ascii_chart(sim)
-        for row in rows:
+        for row in pp.ascii_chart(sim)[0]:
             rep.line("  " + row)
-        rep.note(how)
+        if how != hows[-1] or name == "1F1B":     # how to read a chart: once if both read alike
+            rep.note(how)
     stage_table(rep, runs, s)
     if p2p and s > 1:
         extra = {name: ms(sim.makespan - pp.makespan_closed_form(s, m, tf, tb)) for name, sim in runs.items()}
@@ -142,56 +154,68 @@ def stage_table(rep: Report, runs: dict, s: int) -> None:
     """Part 1's table: each stage's busy and idle time and peak activations, GPipe beside 1F1B."""
     shown = list(range(s)) if s <= 16 else list(range(4)) + list(range(s - 4, s))
     gpipe, one_f_one_b = runs["GPipe"], runs["1F1B"]
-    rep.table(["stage", "busy ms", "idle ms GPipe", "idle ms 1F1B", "peak act. GPipe", "peak act. 1F1B",
+    rep.table(["stage", "busy ms", "idle ms GPipe", "idle ms 1F1B", "activations GPipe", "activations 1F1B",
                "S - s"],
               [[str(d), ms(gpipe.busy[d]), ms(gpipe.idle[d]), ms(one_f_one_b.idle[d]),
                 gpipe.peak_activations[d], one_f_one_b.peak_activations[d], s - d] for d in shown],
               name="stages")
     if len(shown) < s:
         rep.note(f"{len(shown)} of {s} stages shown (the first and last four)")
-    rep.note("peak act. = most micro-batches whose forward has ended and backward has not, on that stage")
+    rep.note("activations: the most micro-batches whose forward has ended and backward has not")
 
 
 def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
     tf = args.tf_ms / 1e3
-    rep.part(2, "pipeline efficiency η = M/(M + S - 1)")
     rows, eta = [], {}
     for s, m in EFFICIENCY:
         sims = [run(name, s, m, tf, k * tf).efficiency for k in (1, 2) for name in ("GPipe", "1F1B")]
         eta[(s, m)] = 100 * sims[3]
-        rows.append([s, m, f"{m}/{m + s - 1}", 100 * m / (m + s - 1)] + [100 * e for e in sims]
-                    + [rep.notes_text(f"CS-eta-S{s}-M{m}")])
+        rows.append([s, m, f"{m}/{m + s - 1}", 100 * m / (m + s - 1)] + [100 * e for e in sims[:3]]
+                    + [marked(rep, 100 * sims[3], f"CS-eta-S{s}-M{m}", {f"eta_S{s}_M{m}": eta[(s, m)]}),
+                       rep.notes_text(f"CS-eta-S{s}-M{m}")])
     rep.table(["S", "M", "fraction", "η closed %", "GPipe tb=tf", "1F1B tb=tf", "GPipe tb=2tf", "1F1B tb=2tf",
-               "notes"], rows, name="efficiency")
-    rep.note("η = busy share of S × makespan, simulated at t_f = --tf-ms; the closed form assumes equal\n"
-             "stages, identical micro-batches and no time outside the passes (no p2p, launches or\n"
-             "optimizer step); then it holds for GPipe and 1F1B and for any t_b/t_f")
+               "the notes' η"], rows, name="efficiency")
+    rep.line(MARKS_LEGEND)
+    rep.note("η = busy share of S × makespan, simulated at t_f = --tf-ms; the closed form assumes equal "
+             "stages and no time outside the passes (p2p, launches, optimizer step): then it holds for "
+             "GPipe and 1F1B and any t_b/t_f")
     rep.values(**{f"eta_S{s}_M{m}": e for (s, m), e in eta.items()})
     rep.value("eta_rises_with_m_falls_with_s", eta[(4, 4)] < eta[(4, 8)] < eta[(4, 16)]
               and eta[(8, 8)] < eta[(4, 8)])
     rep.compare_with_notes(in_table=True)
 
 
+def marked(rep: Report, shown: object, row_id: str, values: dict) -> str:
+    """`shown` with the verdict of the notes' row `row_id` on `values` (ours), as MARKS has it: the
+    same decision compare_with_notes makes and counts below the table."""
+    row = checker.row(row_id)
+    off = off_setting(rep.args, checker.setting_dests(row, getattr(rep.args, "_notes_setting", {})))
+    word = verdicts.verdict(checker.decide(row, "", values, off))
+    return f"{fmt_num(shown) if not isinstance(shown, str) else shown} {MARKS.get(word, '–')}"
+
+
 def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
     tf, tb = args.tf_ms / 1e3, args.tb_ms / 1e3
-    rep.part(3, f"bubble time, t_f = {args.tf_ms:g} ms, t_b = {args.tb_ms:g} ms: the notes' formula and a "
-                "real schedule")
     rows = []
     for s, m in BUBBLE:
         sim, key, ids = run("1F1B", s, m, tf, tb), f"S{s}_M{m}", f"CS-bubble-S{s}-M{m}"
         fill, work, share = (s - 1) * tf, m * (tf + tb), 100 * pp.notes_bubble_share(s, m, tf, tb)
         real_bubble = max(sim.idle)   # the same on every stage when stages are equal
-        rep.values(**{f"work_{key}_ms": ms(work), f"fill_{key}_ms": ms(fill), f"notes_share_{key}_pct": share,
-                      f"bubble_{key}_ms": ms(real_bubble), f"share_{key}_pct": 100 * sim.bubble_fraction})
-        rows.append([s, m, ms(work), rep.notes_text(f"{ids}-work"), ms(fill), ms(real_bubble),
-                     rep.notes_text(f"{ids}-bubble"), share, 100 * sim.bubble_fraction,
-                     rep.notes_text(f"{ids}-share")])
-    rep.table(["S", "M", "M(t_f+t_b)", "notes", "(S-1)t_f", "real bubble", "notes", "(S-1)t_f share %",
-               "real share %", "notes"], rows, name="bubble")
-    rep.note("times in ms. The notes' formula: bubble = (S-1)·t_f, share = bubble/(M(t_f+t_b) + bubble).\n"
-             "A real schedule (simulated, GPipe and 1F1B alike: Part 4) idles (S-1)·(t_f+t_b) on every\n"
-             "stage: the backwards fill and drain the pipeline too. So the notes' bubble is too small;\n"
-             "their own η table says so: η = 57 % at S = 4, M = 4 is a 43 % bubble, not 20 %")
+        values = {f"work_{key}_ms": ms(work), f"fill_{key}_ms": ms(fill), f"notes_share_{key}_pct": share,
+                  f"bubble_{key}_ms": ms(real_bubble), f"share_{key}_pct": 100 * sim.bubble_fraction}
+        rep.values(**values)
+        rows.append([f"S={s}, M={m}", rep.notes_text(f"{ids}-notes-bubble"),
+                     marked(rep, ms(fill), f"{ids}-notes-bubble", values),
+                     marked(rep, ms(real_bubble), f"{ids}-bubble", values),
+                     rep.notes_text(f"{ids}-work"), marked(rep, ms(work), f"{ids}-work", values),
+                     rep.notes_text(f"{ids}-share"), marked(rep, share, f"{ids}-notes-share", values),
+                     marked(rep, 100 * sim.bubble_fraction, f"{ids}-share", values)])
+    rep.table(["configuration", "notes' bubble", "by formula", "simulated", "notes' compute", "our compute",
+               "notes' share", "share by formula", "share simulated"], rows, name="bubble")
+    rep.line(MARKS_LEGEND)
+    rep.note("ms and %; compute = M(t_f+t_b). Their formula: bubble = (S-1)·t_f, share = bubble/(compute "
+             "+ bubble). A real schedule (GPipe or 1F1B: Part 4) idles (S-1)·(t_f+t_b) a stage, as their "
+             "own η table says: η = 57 % at S = 4, M = 4 is a 43 % bubble, not 20 %")
     shortcut = all(math.isclose(pp.notes_bubble_share(s, m, tf, tb), (s - 1) / (3 * m + s - 1), rel_tol=1e-9)
                    for s, m in BUBBLE)
     rep.line(f"  their shortcut (S-1)/(3M+S-1) = their formula at every row: {'yes' if shortcut else 'no'}"
@@ -219,27 +243,31 @@ def five_percent(rep: Report, args: argparse.Namespace) -> None:
         # The real schedule simulated at that M and one below: the closed form's answer checked pass by pass.
         at, below = (run("1F1B", s, k, tf, tb).bubble_fraction if k else 1.0 for k in (by_real, by_real - 1))
         sim_ok = at <= FIVE_PERCENT and (by_real == 1 or below > FIVE_PERCENT)
-        notes = rep.notes_text(f"CS-five-pct-S{s}-real") if s in (4, 8) else "-"
         below_pct = 100 * pp.notes_bubble_share(s, by_notes - 1, tf, tb) if by_notes > 1 else float("nan")
-        rows.append([s, by_notes, f"{below_pct:.3g}", by_real, "yes" if sim_ok else "NO", by_ideal,
-                     by_ideal_fill, notes])
+        values = {f"min_m_notes_S{s}": by_notes, f"min_m_notes_below_S{s}": by_notes - 1,
+                  f"min_m_notes_below_pct_S{s}": below_pct, f"min_m_real_S{s}": by_real,
+                  f"min_m_ideal_S{s}": by_ideal, f"min_m_ideal_fill_S{s}": by_ideal_fill}
+        ids = f"CS-five-pct-S{s}"
         if s in (4, 8):
-            rep.values(**{f"min_m_notes_S{s}": by_notes, f"min_m_notes_below_S{s}": by_notes - 1,
-                          f"min_m_notes_below_pct_S{s}": below_pct, f"min_m_real_S{s}": by_real,
-                          f"min_m_ideal_S{s}": by_ideal, f"min_m_ideal_fill_S{s}": by_ideal_fill})
+            rep.values(**values)
+        notes = s in (4, 8)
+        rows.append([s, rep.notes_text(f"{ids}-real") if notes else "-",
+                     marked(rep, by_notes, f"{ids}-notes", values) if notes else str(by_notes),
+                     f"{below_pct:.3g}",
+                     marked(rep, by_real, f"{ids}-real", values) if notes else str(by_real),
+                     "yes" if sim_ok else "NO", by_ideal, by_ideal_fill])
     rep.line("\n  the smallest M with a bubble ≤ 5 %:")
-    rep.table(["S", "M notes'", "at M-1 %", "M real", "simulated", "M real/ideal", "M fill/ideal", "notes"],
-              rows, name="five_percent")
-    rep.note("bubble over the whole step (the notes' definition): by their formula (M notes', at this\n"
-             "t_b/t_f) and by a real schedule (M real: (S-1)/(M+S-1) ≤ 5 % ⇔ M ≥ 19(S-1); 'simulated':\n"
-             "that M and the one below fall on either side of 5 %). Bubble over the ideal time M(t_f+t_b)\n"
-             "(Narayanan et al.'s bubble fraction): a real schedule's (S-1)/M, the notes' fill (S-1)/(3M)")
+    rep.table(["S", "notes' M", "by formula", "M-1 by formula %", "simulated", "checked", "over ideal",
+               "fill over ideal"], rows, name="five_percent")
+    rep.note("bubble over the step (the notes' measure) by their formula (M-1: its share one below) and "
+             "by a real schedule ((S-1)/(M+S-1) ≤ 5 % ⇔ M ≥ 19(S-1); checked: M and M-1 simulated fall "
+             "either side of 5 %); over the ideal time M(t_f+t_b) (Narayanan et al.): (S-1)/M, the "
+             "notes' fill (S-1)/(3M)")
     rep.compare_with_notes(in_table=True)
 
 
 def part4_gpipe_vs_1f1b(rep: Report, args: argparse.Namespace) -> None:
     tf, tb, v = args.tf_ms / 1e3, args.tb_ms / 1e3, args.virtual_stages
-    rep.part(4, "GPipe vs 1F1B: bubble and activation memory; interleaved 1F1B")
     configs = COMPARE + ([(args.pp, args.micro_batches)] if (args.pp, args.micro_batches) not in COMPARE
                          and args.pp * args.micro_batches <= 4096 else [])
     rows, same, closed_ok, first_le_s, bound_ok, gpipe_all = [], True, True, True, True, True
@@ -253,9 +281,9 @@ def part4_gpipe_vs_1f1b(rep: Report, args: argparse.Namespace) -> None:
         gpipe_all &= all(p == m for p in g.peak_activations)
         rows.append([s, m, 100 * g.bubble_fraction, 100 * f.bubble_fraction, 100 * closed,
                      g.peak_activations[0], f.peak_activations[0], f.peak_activations[-1]])
-    rep.table(["S", "M", "bubble GPipe %", "bubble 1F1B %", "(S-1)/(M+S-1) %", "peak GPipe", "peak 1F1B s=0",
-               "1F1B s=S-1"], rows, name="compare")
-    rep.note("peak = activations of that many micro-batches held at once on the stage; 1F1B's stage s\n"
+    rep.table(["S", "M", "bubble GPipe %", "bubble 1F1B %", "(S-1)/(M+S-1) %", "peak GPipe", "peak 1F1B",
+               "1F1B last stage"], rows, name="compare")
+    rep.note("peak: the most micro-batches' activations held at once on the first stage; 1F1B's stage s\n"
              "holds min(S - s, M), so only the first stage holds S (the notes' 'S per stage' is its bound)")
     rep.values(gpipe_1f1b_same_bubble=same, bubble_is_closed_form=closed_ok, gpipe_holds_all_m=gpipe_all,
                first_stage_at_most_s=first_le_s)
@@ -276,18 +304,17 @@ def interleaved(rep: Report, args: argparse.Namespace, tf: float, tb: float, v: 
         rows.append([s, m, ms(max(f.idle)), ms(max(i.idle)), ratios[(s, m)], 100 * f.bubble_fraction,
                      100 * i.bubble_fraction, f.peak_activations[0], i.peak_activations[0]])
     rep.table(["S", "M", "1F1B bubble ms", "interleaved ms", "ratio", "1F1B %", "interleaved %",
-               "peak 1F1B", "peak interl."], rows, name="interleaved")
+               "peak 1F1B", "peak interleaved"], rows, name="interleaved")
     rep.line(f"  makespan = (M + (S-1)/v)(t_f+t_b) in every row: {'yes' if exact else 'NO'}")
-    rep.note("the bubble time per device is divided by v; the share falls less, to (S-1)/(vM + S-1).\n"
-             "Costs: v times as many sends between stages, more activations on the first device (in\n"
-             "whole-stage micro-batches: chunks held / v), and M must be a multiple of S")
+    rep.note("the bubble time per device is divided by v, the share less: (S-1)/(vM + S-1). Costs: v "
+             "times the sends, more activations on the first device (chunks held / v), M a multiple of S")
     rep.value("interleaved_ratio", ratios[(4, 8)])
+    rep.compare_with_notes(in_table=True)   # GPipe's O(M), 1F1B's S, equal bubbles, the halved bubble
 
 
 def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
     s, m, tf, tb, f = args.pp, args.micro_batches, args.tf_ms / 1e3, args.tb_ms / 1e3, args.slow_factor
     slow = s // 2
-    rep.part(5, f"unbalanced stages: stage {slow} of {s} is {f:g}× slower (1F1B, M = {m})")
     even = (s - 1 + f) / s   # the same total work spread evenly
     cases = {"balanced": (1.0,) * s,
              f"stage {slow} × {f:g}": tuple(f if d == slow else 1.0 for d in range(s)),
@@ -306,12 +333,10 @@ def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:
                      100 * sim.bubble_fraction, sim.makespan / (m * max(per_stage))])
     rep.table(["stages", "makespan ms", "pace ms", "slowest tf+tb", "mean tf+tb", "bubble %",
                "makespan/(M·slowest)"], rows, name="unbalanced")
-    rep.note("pace = makespan(S+1) - makespan(S), simulated: what one more micro-batch costs once the\n"
-             "pipeline is full (with one slow stage among equal ones, from M = S on; uneven stages in\n"
-             "general take more micro-batches to settle to it). It is the slowest stage's t_f + t_b,\n"
-             "not the mean's: the others wait for it. Rebalanced: the same total work cut evenly runs at\n"
-             "the mean. The makespan is at least M × the slowest stage's time (last column ≥ 1).\n"
-             "No p2p time in this part")
+    rep.note("pace = makespan(S+1) - makespan(S), simulated: one more micro-batch's cost in a full "
+             "pipeline (one slow stage settles to it from M = S). It is the slowest stage's t_f + t_b, not "
+             "the mean's: the others wait for it; rebalanced, the same work runs at the mean. The makespan "
+             "is at least M × the slowest stage's time (last column ≥ 1). No p2p time here")
     rep.value("pace_is_slowest", math.isclose(pace[f"stage {slow} × {f:g}"], (tf + tb) * f, rel_tol=1e-9))
     plot_runs(rep, runs[:2], "unbalanced", f"S = {s} stages, M = {m} micro-batches, t_f = {ms(tf):g} ms, "
               f"t_b = {ms(tb):g} ms per balanced stage, no p2p", [f"1F1B, {name}" for name in cases])

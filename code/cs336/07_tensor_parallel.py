@@ -44,7 +44,7 @@ from common.budget import Cost, Term
 from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
 from common.launcher import launch
-from common.output import Report, fmt_bytes
+from common.output import MOVED_SHARE, Report, fmt_bytes
 from cs336 import comm, mlp
 from cs336 import dtensor_tp as dt
 
@@ -59,6 +59,36 @@ COST = Cost([Term("1", 1.6, lambda a: 1), Term("W", 1.4, lambda a: a.world_size)
              Term("L·steps·B·(d/1000)²", 0.0073,
                   lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2)],
             memory=lambda a: ELEM * (a.world_size + 2) * 8 * a.layers * a.width * (a.batch + a.width))
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, tp=2, layers=8, width=128, batch=32, steps=2, seed=0,
+                         real=True, cost=COST,
+                         context={"tp": "Part 3: ranks in a row of the mesh", "steps": "SGD steps",
+                                  "width": "d of every layer", "seed": "weights and data"})
+    args = parser.parse_args()
+    check_args(args)
+    ask_gloo()  # 05's reduce-scatter asks whether gloo has one; asked once here, forked ranks inherit it
+    params = mlp.make_params(args.layers, args.width, args.seed)
+    x = mlp.make_batch(args.batch, args.width, args.seed)
+    ref = mlp.train_one_process(params, x, args.steps, "sgd")  # its optimizer imports torch._dynamo pre-fork
+    ref.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
+    rep = Report(__file__, "DTensor tensor parallel beside the hand-written one, and a DP × TP mesh", args)
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
+             f"loss = mean(x²), float64, {args.steps} SGD steps (lr {mlp.LR_SGD});\n"
+             f"  {args.world_size} real ranks (gloo), one launch for every part")
+    xg = x.clone().requires_grad_()
+    (input_grad,) = torch.autograd.grad(mlp.forward(params, xg).square().mean(), xg)
+    tp = args.tp if mesh_fits(args) else None             # None: Part 3 is left out, saying why
+    ranks = launch(engines_worker, args.world_size, params, x, args.steps, tp, timeout_s=args.timeout_s)
+    rep.part(1, "the notes' layout by parallelize_module: ColwiseParallel on every layer, gathered")
+    part1_notes_layout(rep, args, ranks, ref)          # ColwiseParallel on each layer, 05 by hand
+    rep.part(2, "Megatron's pair: ColwiseParallel, then RowwiseParallel, on each block of two layers")
+    part2_megatron(rep, args, ranks, ref, input_grad)  # column -> row: an all-reduce a block forward
+    shape = f"{args.world_size // args.tp} × {args.tp}" if tp is not None else "dp × tp"
+    rep.part(3, f"a {shape} mesh (dp, tp): Megatron's blocks within each row, data parallel across")
+    part3_mesh_2d(rep, args, ranks, ref)               # dp × tp: the bytes on each mesh dimension
+    rep.finish()
 
 
 def _load_05() -> Any:
@@ -171,29 +201,34 @@ def engines_worker(rank: int, world_size: int, params: list[torch.Tensor], x: to
 
 # ---- the parent: compare with one process, count, print ----------------------------------------------
 def check_sides(rep: Report, what: str, gaps: list[float], ref: mlp.Reference,
-                input_grad: torch.Tensor | None = None) -> None:
+                input_grad: torch.Tensor | None = None) -> str:
     """Step 1's output, loss and gradients (and dL/dx, given its one-process value) each within
     CHECK_TOL of its own size in one process (an absolute bound passed a zero dL/dx at --batch 512,
     where dL/dx is 6e-10); the trained weights (dt.QUANTITIES' last) within a share of how far they
-    moved there."""
+    moved there: a mark for the table's last row."""
     weights = dt.QUANTITIES.index("every W after the SGD steps")
     sizes = [float(ref.output.abs().max()), abs(ref.loss), max(float(g.abs().max()) for g in ref.grads)]
     sizes += [] if input_grad is None else [float(input_grad.abs().max())]
     step_one = [g / size if size > 0 else g for g, size in zip(gaps[:weights] + gaps[weights + 1:], sizes)]
-    rep.check_trained(what, gaps[weights], ref.moved, max(step_one), CHECK_TOL, relative=True)
+    good, _, wrong = mlp.trained_gap(gaps[weights], ref.moved, max(step_one), CHECK_TOL, relative=True)
+    return rep.mark(f"{what} against one process", good, wrong)
+
+
+def bounds_row(ref: mlp.Reference) -> str:
+    """The label of the marks' row under a table of gaps from one process."""
+    return f"step 1 ≤ {CHECK_TOL:g}·size, W ≤ {MOVED_SHARE:g}·{ref.moved:.2g} moved"
 
 
 def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    rep.part(1, "the notes' layout by parallelize_module: ColwiseParallel on every layer, gathered")
     k, L, d, b, n = args.world_size, args.layers, args.width, args.batch, args.steps
     sides = {s: [r[s] for r in ranks] for s in ("hand", "at input", "at output")}
     found = {s: dt.side_gaps(runs, ref) for s, runs in sides.items()}
+    marks = [check_sides(rep, what, found[s], ref) for s, what in [
+        ("hand", "TP by hand (05 Part 2)"), ("at input", "DTensor TP (gather at input)"),
+        ("at output", "DTensor TP (gather at output)")]]
     rep.table(["max |diff| vs one process", "by hand (05)", "DTensor: gather at input", "… at output"],
-              [[q, *(g[i] for g in found.values())] for i, q in enumerate(dt.QUANTITIES)],
-              name="vs_one_process")
-    for s, what in [("hand", "TP by hand (05 Part 2)"), ("at input", "DTensor TP (gather at input)"),
-                    ("at output", "DTensor TP (gather at output)")]:
-        check_sides(rep, what, found[s], ref)
+              [[q, *(g[i] for g in found.values())] for i, q in enumerate(dt.QUANTITIES)]
+              + [[bounds_row(ref), *marks]], name="vs_one_process")
     scatter, reduce = (dt.colwise_traffic(k, L, d, b, ELEM, op) for op in ("reduce_scatter", "all_reduce"))
     logs = {s: [r["log"] for r in runs] for s, runs in sides.items()}
     labels = {"hand": ("by hand (05 Part 2)", "p1_hand"), "at input": ("DTensor, at input", "p1_at_input"),
@@ -206,7 +241,8 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
                / cm.ring_bytes_sent("reduce_scatter", k, a))
     rep.note(f"counted: the calls each side handed its group (05: comm.CommLog; DTensor: a dispatch mode); "
              f"ring model: what a ring sends for them (formula: dt.colwise_traffic; its reduce-scatter side "
-             f"is cm.tp_step_traffic); all ok: every rank's calls and bytes equal its formula. e = {ELEM} B, "
+             f"is cm.tp_step_traffic); all ranks as it: every rank's calls and bytes equal its formula. "
+             f"e = {ELEM} B, "
              f"A = B·d·e = {fmt_bytes(a)}. Forward, every side "
              f"all-gathers L = {L} times. Backward, the gradient of a layer's input, Σ_r dz_r·W_rᵀ, is a sum "
              f"over ranks (DTensor: Partial). Where the plan gathers at the next layer's input (declared "
@@ -220,18 +256,18 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
     rep.note(f"On the wire here the plan gathered at the output moves {same} 05 (a row below): the ring "
              f"model's {ratio:.2f}× is NCCL's price, not what gloo ran.")
     dt.counting_note(rep, [r[s] for r in ranks for s in dt.PLANS])
+    rep.compare_with_notes(in_table=True)
 
 
 def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference,
                    input_grad: torch.Tensor) -> None:
-    rep.part(2, "Megatron's pair: ColwiseParallel, then RowwiseParallel, on each block of two layers")
     k, d, b, blocks, n = args.world_size, args.width, args.batch, args.layers // 2, args.steps
     found = dt.side_gaps([r["Megatron"] for r in ranks], ref)
     found.append(max(mlp.max_abs_diff(r["input grad"]["input_grad"], input_grad) for r in ranks))
+    mark = check_sides(rep, "Megatron TP (DTensor)", found, ref, input_grad)
     rep.table(["max |diff| vs one process", "DTensor, Megatron"],
-              [*zip(dt.QUANTITIES, found[:4]), ["dL/dx, x needing a gradient", found[4]]],
-              name="vs_one_process")
-    check_sides(rep, "Megatron TP (DTensor)", found, ref, input_grad)
+              [*zip(dt.QUANTITIES, found[:4]), ["dL/dx, x needing a gradient", found[4]],
+               [bounds_row(ref), mark]], name="vs_one_process")
     one = [dt.megatron_traffic(k, blocks, b, d, ELEM)] * k
     steps, grad_runs = [r["Megatron"] for r in ranks], [r["input grad"] for r in ranks]
     dt.traffic_table(rep, [
@@ -253,13 +289,12 @@ def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
     gloo_ran.report(rep, [dt.wire_case("a step, x is data", "p2_step", steps, [r["log"] for r in steps], n),
                           dt.wire_case("dL/dx too: both", "p2_input_grad", grad_runs,
                                        [r["forward"] + r["backward"] for r in grad_runs], 1)], k)
+    rep.compare_with_notes(in_table=True)
 
 
 def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
     k, tp, L, d, b = args.world_size, args.tp, args.layers, args.width, args.batch
     dp = k // tp
-    shape = f"{dp} × {tp}" if "2-D" in ranks[0] else "dp × tp"
-    rep.part(3, f"a {shape} mesh (dp, tp): Megatron's blocks within each row, data parallel across")
     if "2-D" not in ranks[0]:
         rep.line(f"  not run: Part 3 needs --world-size = --tp × a data-parallel size of at least 2 (4 ranks "
                  f"at --tp 2); here {k} ranks, --tp {tp}")
@@ -269,9 +304,9 @@ def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref:
         return
     runs = [r["2-D"] for r in ranks]
     found = dt.mesh_gaps(runs, ref, dp, b)
+    mark = check_sides(rep, f"DP × TP ({dp} × {tp} mesh)", found, ref)
     rep.table(["max |diff| vs one process (worst row)", f"DTensor, {dp} × {tp}"],
-              [*zip(dt.QUANTITIES, found)], name="vs_one_process")
-    check_sides(rep, f"DP × TP ({dp} × {tp} mesh)", found, ref)
+              [*zip(dt.QUANTITIES, found), [bounds_row(ref), mark]], name="vs_one_process")
     local = sum(p.numel() for p, _ in runs[0]["params"])
     tp_logs, dp_logs = [r["tp_log"] for r in runs], [r["dp_log"] for r in runs]
     dt.traffic_table(rep, [
@@ -291,6 +326,7 @@ def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref:
              "in one bucket as DDP): Megatron's DP, on shards. DDP itself refuses DTensor parameters in "
              "torch 2.13 (its first broadcast has no DTensor sharding strategy); FSDP2's fully_shard over dp "
              "would shard the parameters as well (ZeRO-3).")
+    rep.compare_with_notes(in_table=True)
 
 
 def mesh_fits(args: argparse.Namespace) -> bool:
@@ -316,32 +352,6 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--batch {args.batch} < {k // tp} data-parallel rows: every row needs a sample")
     if args.layers * args.width**2 > MAX_PARAMS:
         raise UsageError(f"--layers × --width² must be at most {MAX_PARAMS:,} (a few seconds on a laptop)")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, tp=2, layers=8, width=128, batch=32, steps=2, seed=0,
-                         real=True, cost=COST,
-                         context={"tp": "Part 3: ranks in a row of the mesh", "steps": "SGD steps",
-                                  "width": "d of every layer", "seed": "weights and data"})
-    args = parser.parse_args()
-    check_args(args)
-    ask_gloo()  # 05's reduce-scatter asks whether gloo has one; asked once here, forked ranks inherit it
-    params = mlp.make_params(args.layers, args.width, args.seed)
-    x = mlp.make_batch(args.batch, args.width, args.seed)
-    ref = mlp.train_one_process(params, x, args.steps, "sgd")  # its optimizer imports torch._dynamo pre-fork
-    ref.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
-    rep = Report(__file__, "DTensor tensor parallel beside the hand-written one, and a DP × TP mesh", args)
-    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
-             f"loss = mean(x²), float64, {args.steps} SGD steps (lr {mlp.LR_SGD});\n"
-             f"  {args.world_size} real ranks (gloo), one launch for every part")
-    xg = x.clone().requires_grad_()
-    (input_grad,) = torch.autograd.grad(mlp.forward(params, xg).square().mean(), xg)
-    tp = args.tp if mesh_fits(args) else None             # None: Part 3 is left out, saying why
-    ranks = launch(engines_worker, args.world_size, params, x, args.steps, tp, timeout_s=args.timeout_s)
-    part1_notes_layout(rep, args, ranks, ref)          # ColwiseParallel on each layer, 05 by hand
-    part2_megatron(rep, args, ranks, ref, input_grad)  # column -> row: an all-reduce a block forward
-    part3_mesh_2d(rep, args, ranks, ref)               # dp × tp: the bytes on each mesh dimension
-    rep.finish()
 
 
 if __name__ == "__main__":

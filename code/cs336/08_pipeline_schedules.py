@@ -43,7 +43,7 @@ from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.dist_count import counting
 from common.launcher import launch
-from common.output import Report, fmt_bytes
+from common.output import MOVED_SHARE, Report, fmt_bytes
 from common.torchrun import under_torchrun
 from cs336 import mlp
 from cs336 import pipeline as pp
@@ -62,6 +62,39 @@ COST = Cost([Term("1", 9.0, lambda a: 1), Term("S²", 0.05, lambda a: stages(a) 
                   lambda a: a.layers * a.steps * a.batch * (a.width / 1000) ** 2)],
             memory=lambda a: ELEM * (stages(a) + 2) * 4 * a.layers * a.width * (a.batch + a.width),
             ranks=lambda a: stages(a))
+
+
+def main() -> None:
+    parser = make_parser(__doc__, pp=DEFAULT_STAGES, world_size=DEFAULT_STAGES, micro_batches=8, layers=8,
+                         width=128, batch=32, steps=2, seed=0, real=True, cost=COST,
+                         context={"pp": "S, a rank each", "world_size": "the same as --pp",
+                                  "micro_batches": "M", "width": "d of every layer", "steps": "SGD steps",
+                                  "seed": "weights and data"},
+                         # nothing here is long: the imports and the ranks' start are most of a run
+                         help_for={"quick": "accepted and ignored: every schedule runs in well under a "
+                                            "second here (the imports and the ranks' start take the rest)"})
+    args = parser.parse_args()
+    check_args(args)
+    s, m = args.pp, args.micro_batches
+    runs = {"GPipe": ("GPipe", m), "1F1B": ("1F1B", m), "interleaved": ("interleaved", m),
+            "interleaved_ms": ("interleaved", s)}    # at M = S PyTorch and Megatron part ways (Part 2)
+    ref = mlp.train_one_process(*data(args), args.steps, "sgd")   # what every schedule must equal
+    ref.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
+    rep = Report(__file__, "torch.distributed.pipelining's schedules beside the simulator (CS336 lecture 8)",
+                 args)
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
+             f"loss = mean(x²), float64;\n  S = {s} stages on {s} real ranks (gloo), M = {m} micro-batches, "
+             f"interleaved with {VIRTUAL} chunks per rank, {args.steps} steps")
+    ranks = launch(schedules_worker, s, *data(args), args.steps, runs, timeout_s=args.timeout_s)
+    rep.part(1, "each schedule against one process: loss, gradients, parameters after the steps")
+    part1_one_process(rep, args, runs, ranks, ref)   # loss, gradients, parameters: = one process
+    rep.part(2, f"the order each rank ran its passes, against the simulator's order (S = {s})")
+    part2_orders(rep, args, runs, ranks)        # what each rank ran, the simulator's order, timelines
+    rep.part(3, "activations held per stage: what ran, PyTorch's cache, the simulator's peak")
+    part3_activations(rep, args, runs, ranks)   # GPipe holds M micro-batches, 1F1B at most S
+    rep.part(4, "messages each rank sent per step, counted, against the send/recv GPipe formula")
+    part4_sends(rep, args, runs, ranks)         # send/recv counted = 05's GPipe formula
+    rep.finish()
 
 
 def stages(args: argparse.Namespace) -> int:
@@ -136,8 +169,11 @@ def label(key: str, runs: dict[str, tuple[str, int]]) -> str:
 
 def part1_one_process(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict],
                       ref: mlp.Reference) -> None:
-    rep.part(1, "each schedule against one process: loss, gradients, parameters after the steps")
     rows = []
+    # step 1's loss and gradients each within CHECK_TOL of its own size (an absolute bound passed a
+    # lost micro-batch's loss at --layers 14 --width 16, where the loss is 2e-9); the weights against
+    # how far they moved
+    sizes = [abs(ref.loss), max(float(g.abs().max()) for g in ref.grads)]
     for key in runs:
         out = [r[key] for r in ranks]
         grads = {i: g for r in out for i, g in r["grads"].items()}
@@ -145,20 +181,19 @@ def part1_one_process(rep: Report, args: argparse.Namespace, runs: dict, ranks: 
         every = range(args.layers)
         gaps = [abs(out[-1]["loss"] - ref.loss), mlp.max_abs_diff([grads[i] for i in every], ref.grads),
                 mlp.max_abs_diff([params[i] for i in every], ref.params_after[-1])]
-        rows.append([label(key, runs), *gaps])
+        step_one = max(g / size if size > 0 else g for g, size in zip(gaps[:2], sizes))
+        good, off, wrong = mlp.trained_gap(gaps[2], ref.moved, step_one, CHECK_TOL, relative=True)
+        row = [label(key, runs), *gaps, f"{step_one:.2g}", off]
+        rows.append(row + [rep.mark(f"{row[0]} against one process", good, wrong)])
         rep.value(f"{key}_max_diff", max(gaps))
-    rep.table(["schedule", "loss", f"gradient of each of the {args.layers} W",
-               f"parameters after {args.steps} SGD steps"], rows, name="vs_one_process")
-    rep.note("max |difference| from the same model trained in one process (cs336/mlp.py). The loss is\n"
-             "Σ over micro-batches of Σ out² / (B·d): each micro-batch's share of the batch's mean, so the\n"
-             "schedules run with scale_grads=False (PyTorch would otherwise divide the gradients by M)")
-    # step 1's loss and gradients each within CHECK_TOL of its own size (an absolute bound passed a
-    # lost micro-batch's loss at --layers 14 --width 16, where the loss is 2e-9); the weights against
-    # how far they moved
-    sizes = [abs(ref.loss), max(float(g.abs().max()) for g in ref.grads)]
-    for row in rows:
-        step_one = max(g / size if size > 0 else g for g, size in zip(row[1:3], sizes))
-        rep.check_trained(row[0], row[3], ref.moved, step_one, CHECK_TOL, relative=True)
+    rep.table(["schedule", "loss", f"gradients of the {args.layers} W", f"weights after {args.steps} steps",
+               "step 1 ÷ size", "weights ÷ moved", "within bounds"], rows, name="vs_one_process")
+    rep.note("max |difference| from the same model trained in one process (cs336/mlp.py); step 1's loss "
+             f"and gradients as a share of their size (≤ {CHECK_TOL:g}), the trained weights' of how far "
+             f"they moved, {ref.moved:.2g} (≤ {MOVED_SHARE:g}). The loss is Σ over micro-batches of Σ out² / "
+             "(B·d): each micro-batch's "
+             "share of the batch's mean, so the schedules run with scale_grads=False (PyTorch would "
+             "otherwise divide the gradients by M)")
 
 
 def data(args: argparse.Namespace) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -198,7 +233,6 @@ def as_megatron(s: int, m: int, rank: int) -> bool:
 
 def part2_orders(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
     s = stages(args)
-    rep.part(2, f"the order each rank ran its passes, against cs336/pipeline.py's simulated order (S = {s})")
     rep.note(f"a timeline is an order laid out as the simulator runs it, with the notes' t_f = {TF_MS:g} ms\n"
              f"and t_b = {TB_MS:g} ms (interleaved: 1/{VIRTUAL} of that per chunk); the order is what\n"
              f"ran, the times a model. An interleaved rank's {VIRTUAL} chunks show alike in a chart; the\n"
@@ -221,6 +255,7 @@ def part2_orders(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[
         rep.note(f"Schedule1F1B.pipeline_order, PyTorch's own listing, gives the last rank {shown} …, off\n"
                  "by one micro-batch from what ran (F0 B0 F1 …): the orders here are recorded, not read\n"
                  "from it")
+    rep.compare_with_notes(in_table=True)
 
 
 def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, readings: set[str]) -> None:
@@ -234,8 +269,13 @@ def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, 
     laid = pp.simulate(ran, m, TF_MS / 1e3, TB_MS / 1e3, virtual=v, name=kind)
     same = [a == b for a, b in zip(ran, sim.orders)]
     scale, reading = pp.chart_key(laid)
-    rep.line(f"\n  {label(key, runs)}: {sum(same)} of {s} ranks ran the simulator's order; makespan "
-             f"{laid.makespan * 1e3:g} ms (the simulator's order: {sim.makespan * 1e3:g} ms); {scale}")
+    # a rank off the order PyTorch's own rule gives it is a wrong engine, as a gap from one process is
+    off_rule = sum(ran[r] != pytorch_order(kind, s, m, r) for r in range(s))
+    ok = rep.mark(f"{label(key, runs)}: ranks off PyTorch's own rule", off_rule == 0,
+                  f"{off_rule} of {s}")
+    rep.line(f"\n  {label(key, runs)}: {sum(same)} of {s} ranks ran the simulator's order, every rank "
+             f"PyTorch's own rule ({ok}); makespan {laid.makespan * 1e3:g} ms (the simulator's order: "
+             f"{sim.makespan * 1e3:g} ms); {scale}")
     for row in pp.ascii_chart(laid)[0]:
         rep.line("    " + row.replace("stage ", "rank "))
     if reading not in readings:
@@ -249,14 +289,10 @@ def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, 
     rep.values(**{f"{key}_ranks_as_simulated": sum(same), f"{key}_ranks_predicted": sum(predicted),
                   f"{key}_makespan_ms": round(laid.makespan * 1e3, 9),
                   f"{key}_sim_makespan_ms": round(sim.makespan * 1e3, 9)})
-    # a rank off the order PyTorch's own rule gives it is a wrong engine, as a gap from one process is
-    off_rule = sum(ran[r] != pytorch_order(kind, s, m, r) for r in range(s))
-    rep.check_close(f"{label(key, runs)}: ranks off PyTorch's own rule", off_rule, 0)
 
 
 def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
     s = stages(args)
-    rep.part(3, "activations held per stage: what ran, PyTorch's cache, the simulator's peak")
     rows, ran_all, cached_all = [], [], []
     for key, (kind, m) in runs.items():
         v = VIRTUAL if kind == "interleaved" else 1
@@ -270,18 +306,19 @@ def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: 
         cached_all.append(rows[-1][2])
         rep.values(**{f"{key}_held": rows[-1][1], f"{key}_held_sim": rows[-1][3],
                       f"{key}_held_most": max(ran), f"{key}_held_sim_most": max(sim)})
-    rep.table(["schedule", "ran, rank 0 … S-1", "PyTorch's fwd_cache", "simulator", "notes' bound"], rows,
+    rep.table(["schedule", "ran, rank 0 … S-1", "PyTorch's fwd_cache", "the simulator's", "the notes' bound"],
+              rows,
               name="held")
     rep.values(held_all=" | ".join(ran_all), cached_all=" | ".join(cached_all))
     rep.note("micro-batches whose forward had run on the stage and whose backward had not, at most (in\n"
              f"whole stages: an interleaved chunk is 1/{VIRTUAL}); 'ran' counts them in the recorded order,\n"
              "the cache is what PyTorch's stages kept for backward, read after every forward. GPipe keeps\n"
              "all M; 1F1B at most S - s on stage s (the notes' O(S)), whatever M is")
+    rep.compare_with_notes(in_table=True)
 
 
 def part4_sends(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
     s = stages(args)
-    rep.part(4, "messages each rank sent per step, counted, against 05_parallel.py's GPipe formula")
     rows = []
     for key, (kind, m) in runs.items():
         v = VIRTUAL if kind == "interleaved" else 1
@@ -294,15 +331,17 @@ def part4_sends(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[d
                      fmt_bytes(sent), fmt_bytes(f_sent)])
         rep.values(**{f"{key}_sends": rows[-1][1], f"{key}_sends_formula": rows[-1][2], f"{key}_sent": sent,
                       f"{key}_sent_formula": f_sent})
-    rep.table(["schedule", "sends per rank", "formula", "bytes sent, counted, all ranks", "formula"], rows,
+    rep.table(["schedule", "sends per rank", "by the formula", "bytes sent", "bytes by the formula"], rows,
               name="sends")
-    rep.note("counted by common.dist_count (PyTorch's batch_isend_irecv ends in ProcessGroup.send) in the\n"
+    rep.note("sends and bytes counted on all ranks by common.dist_count (PyTorch's batch_isend_irecv ends\n"
+             "in ProcessGroup.send) in the\n"
              "last step (the first also exchanges shapes): point-to-point sends, so the bytes counted are\n"
              "the bytes on the wire here (no collective algorithm in between, no ring model). The formula\n"
              "is costmodel.pp_step_traffic, which 05_parallel.py's send/recv GPipe meets: a micro-batch's\n"
              f"activation forward, its gradient back. Interleaved is a pipeline of {VIRTUAL}·S stages:\n"
              f"{VIRTUAL}·S - 1 boundaries to cross where plain schedules have S - 1, each crossed by the\n"
              "whole batch's activation and its gradient")
+    rep.compare_with_notes(in_table=True)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -328,35 +367,6 @@ def check_args(args: argparse.Namespace) -> None:
         # PyTorch sizes a stage's receive buffers from the first micro-batch: a shorter one fails
         raise UsageError(f"--batch {args.batch}: a multiple of --micro-batches {args.micro_batches} "
                          "(PyTorch's stages need micro-batches of one size)")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, pp=DEFAULT_STAGES, world_size=DEFAULT_STAGES, micro_batches=8, layers=8,
-                         width=128, batch=32, steps=2, seed=0, real=True, cost=COST,
-                         context={"pp": "S, a rank each", "world_size": "the same as --pp",
-                                  "micro_batches": "M", "width": "d of every layer", "steps": "SGD steps",
-                                  "seed": "weights and data"},
-                         # nothing here is long: the imports and the ranks' start are most of a run
-                         help_for={"quick": "accepted and ignored: every schedule runs in well under a "
-                                            "second here (the imports and the ranks' start take the rest)"})
-    args = parser.parse_args()
-    check_args(args)
-    s, m = args.pp, args.micro_batches
-    runs = {"GPipe": ("GPipe", m), "1F1B": ("1F1B", m), "interleaved": ("interleaved", m),
-            "interleaved_ms": ("interleaved", s)}    # at M = S PyTorch and Megatron part ways (Part 2)
-    ref = mlp.train_one_process(*data(args), args.steps, "sgd")   # what every schedule must equal
-    ref.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
-    rep = Report(__file__, "torch.distributed.pipelining's schedules beside the simulator (CS336 lecture 8)",
-                 args)
-    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
-             f"loss = mean(x²), float64;\n  S = {s} stages on {s} real ranks (gloo), M = {m} micro-batches, "
-             f"interleaved with {VIRTUAL} chunks per rank, {args.steps} steps")
-    ranks = launch(schedules_worker, s, *data(args), args.steps, runs, timeout_s=args.timeout_s)
-    part1_one_process(rep, args, runs, ranks, ref)   # loss, gradients, parameters: = one process
-    part2_orders(rep, args, runs, ranks)        # what each rank ran, the simulator's order, timelines
-    part3_activations(rep, args, runs, ranks)   # GPipe holds M micro-batches, 1F1B at most S
-    part4_sends(rep, args, runs, ranks)         # send/recv counted = 05's GPipe formula
-    rep.finish()
 
 
 if __name__ == "__main__":

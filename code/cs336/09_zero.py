@@ -46,7 +46,7 @@ from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.dist_count import counting
 from common.launcher import launch
-from common.output import Report, fmt_bytes
+from common.output import MOVED_SHARE, Report, fmt_bytes
 from cs336 import ledger, mlp
 from cs336.engine_probes import calls_text, collectives_by_kind, local_elements
 
@@ -62,6 +62,34 @@ COST = Cost([Term("1", 9.0, lambda a: 1), Term("W²", 0.05, lambda a: a.world_si
              Term("W·L·steps·(d/100)²", 0.005,
                   lambda a: a.world_size * a.layers * a.steps * (a.width / 100) ** 2)],
             memory=lambda a: ELEM * (a.world_size + 2) * 6 * a.layers * a.width * (a.batch + a.width))
+
+
+def main() -> None:
+    parser = make_parser(__doc__, world_size=4, layers=6, width=130, batch=32, steps=3, seed=0, real=True,
+                         cost=COST,
+                         context={"width": "d of every layer: 130 splits unevenly on 4 ranks",
+                                  "layers": "6 share unevenly on 4 ranks", "steps": "Adam steps",
+                                  "seed": "weights and data"})
+    args = parser.parse_args()
+    check_args(args)
+    params, x = (mlp.make_params(args.layers, args.width, args.seed),
+                 mlp.make_batch(args.batch, args.width, args.seed))
+    ref = mlp.train_one_process(params, x, args.steps, "adam")   # what every engine must equal
+    ref.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
+    rep = Report(__file__, "ZeroRedundancyOptimizer and FSDP2 beside the ledger's ZeRO (CS336 lecture 8)",
+                 args)
+    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
+             f"loss = mean(x²), float64, Adam;\n  {args.world_size} real ranks (gloo), {args.steps} steps")
+    for engine, what in ENGINES.items():
+        rep.line(f"  {engine}: {what}")
+    ranks = launch(zero_worker, args.world_size, params, x, args.steps, timeout_s=args.timeout_s)
+    rep.part(1, "each engine against Adam in one process, after every step")
+    part1_one_process(rep, args, ranks, ref)         # every step = Adam in one process
+    rep.part(2, "bytes per rank from its local shards, against each engine's rule and the notes' ledger")
+    part2_memory(rep, args, ranks)                   # local shards vs the ledger: greedy, torch.chunk
+    rep.part(3, "collectives per step, counted on the ranks, against the cost model's ZeRO traffic")
+    part3_collectives(rep, args, ranks)              # AG / RS / AR counted vs the notes' ZeRO traffic
+    rep.finish()
 
 
 # ---- rank code ----------------------------------------------------------------------------------
@@ -157,39 +185,41 @@ def joined(values: list) -> str:  # type: ignore[type-arg]
 
 # ---- the parts: the parent compares and prints --------------------------------------------------
 def part1_one_process(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    rep.part(1, "each engine against Adam in one process, after every step")
     gaps = {e: [max(mlp.max_abs_diff(r[e]["params_after"][s], want) for r in ranks)
                 for s, want in enumerate(ref.params_after)] for e in ENGINES}
-    rep.table(["after step", *(f"{e} max |diff|" for e in ENGINES)],
-              [[s + 1, *(gaps[e][s] for e in ENGINES)] for s in range(args.steps)], name="vs_one_process")
-    rep.note("every rank's whole parameters (FSDP2: full_tensor() of its shards) against\n"
-             f"torch.optim.Adam (lr {mlp.LR_ADAM:g}) on the whole batch in one process; each rank's loss is\n"
-             "its slice's share of the batch's mean × W, since DDP and FSDP2 average the gradients over W\n"
-             "ranks")
+    rows = []
     for engine in ENGINES:
-        rep.value(f"{engine}_max_diff", max(gaps[engine]))
-        rep.check_trained(engine, max(gaps[engine]), ref.moved)
+        good, off, wrong = mlp.trained_gap(rep.value(f"{engine}_max_diff", max(gaps[engine])), ref.moved)
+        rows.append([engine, *gaps[engine], off, rep.mark(f"{engine} against one process", good, wrong)])
+    rep.table(["engine", *(f"after step {s + 1}" for s in range(args.steps)),
+               f"÷ the {ref.moved:.2g} they moved", f"≤ {MOVED_SHARE:g}"], rows, name="vs_one_process")
+    rep.note("the largest |difference| of every rank's whole parameters (FSDP2: full_tensor() of its "
+             f"shards) from torch.optim.Adam (lr {mlp.LR_ADAM:g}) on the whole batch in one process, and "
+             "the last as a share of how far the weights moved; each rank's loss is its slice's share of "
+             "the batch's mean × W, since DDP and FSDP2 average gradients over W ranks")
 
 
 def part2_memory(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
     k, n = args.world_size, args.layers * args.width**2
-    rep.part(2, "bytes per rank from its local shards, against each engine's rule and ledger.py's ZeRO")
-    rep.line(f"  P = {n:,} parameters on p = {k} ranks")
-    for engine, what in ENGINES.items():
-        stage, rows, rule = LEDGER_STAGE[engine], [], rule_elements(engine, args)
+    rep.line(f"  P = {n:,} parameters on p = {k} ranks; the ledger's ZeRO-1 for ZeRO-1, its ZeRO-3 for "
+             "FSDP2")
+    rows = []
+    for engine in ENGINES:
+        stage, rule, mine = LEDGER_STAGE[engine], rule_elements(engine, args), []
         for rank, r in enumerate(ranks):
             got = row_bytes(r[engine]["params"], r[engine]["grads"], r[engine]["state"])
             by_ledger = row_bytes(*ledger_elements(stage, n, k, rank))[3]
-            rows.append([rank, *got, row_bytes(*rule[rank])[3], by_ledger,
+            mine.append([engine, rank, *got, row_bytes(*rule[rank])[3], by_ledger,
                          fmt_bytes(ELEM * r[engine]["held_forward"])])
-        rep.line(f"\n  {engine}: {what}; the ledger's {stage}")
-        rep.table(["rank", "parameters B", "gradients B", "Adam m+v B", "total B", "rule B",
-                   f"ledger {stage} B", "after forward"], rows, name=engine)
+        sums = [sum(row[c] for row in mine) for c in range(2, 8)]
+        total, ledger_total = sums[3], sums[5]
+        rows += mine + [[engine, "all", *sums, ""]]
         measured = [[r[engine][e] for e in ("params", "grads", "state")] for r in ranks]
         rep.values(**{f"{engine}_bytes": joined([row_bytes(*m)[3] for m in measured]),
                       f"{engine}_rule_bytes": joined([row_bytes(*e)[3] for e in rule]),
-                      f"{engine}_sum": sum(row[4] for row in rows),
-                      f"{engine}_ledger_sum": sum(row[6] for row in rows)})
+                      f"{engine}_sum": total, f"{engine}_ledger_sum": ledger_total})
+    rep.table(["engine", "rank", "parameters B", "gradients B", "Adam m+v B", "total B", "by its rule B",
+               "by the ledger B", "after forward"], rows, name="bytes")
     z1 = [r["ZeRO-1"] for r in ranks]
     rep.values(zero1_params_grads=joined([ELEM * (r["params"] + r["grads"]) for r in z1]),
                ledger_zero1_params_grads=joined([ELEM * sum(ledger_elements("ZeRO-1", n, k, r)[:2])
@@ -199,22 +229,22 @@ def part2_memory(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> No
                no_reshard_after_forward=joined([ELEM * r["FSDP2-no-reshard"]["held_forward"] for r in ranks]),
                whole_params=joined([ELEM * n] * k))
     part2_note(rep, args)
+    rep.compare_with_notes(in_table=True)
 
 
 def part2_note(rep: Report, args: argparse.Namespace) -> None:
     k, n, d = args.world_size, args.layers * args.width**2, args.width
     greedy, chunks = greedy_partition([d * d] * args.layers, k), chunk_rows(d, k)
-    rep.note("float64: 8 B a parameter and a gradient, 16 B of Adam m + v (no fp32 master copy: the\n"
-             "notes' 16 B/param ledger is mixed precision); 'rule' is the engine's own split, 'ledger'\n"
-             "the ledger's even cut of the flat buffer. Over all ranks both hold the ledger's bytes; per\n"
-             f"rank they differ: ZeroRedundancyOptimizer gives whole matrices ({d * d:,} elements) to\n"
-             f"ranks, largest first to the least-loaded: {args.layers} on {k} ranks is "
+    rep.note("float64: 8 B a parameter and a gradient, 16 B of Adam m + v (no fp32 master copy: the "
+             "notes' 16 B/param ledger is mixed precision). The ledger cuts the flat buffer evenly; the "
+             "engines do not, so ranks differ and only the sums agree: ZeroRedundancyOptimizer gives whole "
+             f"matrices ({d * d:,} elements), largest first to the least-loaded rank: {args.layers} on {k} "
+             "ranks is "
              f"{' + '.join(str(e // (d * d)) for e in greedy)} matrices of m and v.\n"
              f"FSDP2 cuts every W along dim 0 like torch.chunk: {'/'.join(map(str, chunks))} of {d} rows "
              f"(tensor_split would give {'/'.join(map(str, ledger.shard_sizes(d, k)))}).\n"
-             "'after forward': parameters held between forward and backward; with\n"
-             "reshard_after_forward=False they stay whole, as in the ledger's ZeRO-2, where parameters are\n"
-             "never sharded. 05_parallel.py's hand-written ZeRO pads the flat buffer to\n"
+             "'after forward': parameters held between forward and backward: whole without resharding,\n"
+             "as in the ledger's ZeRO-2. 05_parallel.py's hand-written ZeRO pads the flat buffer to "
              f"{k}·{ledger.padded_shard_elements(n, k):,} elements: "
              f"{fmt_bytes(ledger.optimizer_state_bytes(n, k, 2 * ELEM))} of m + v on every rank")
 
@@ -239,44 +269,57 @@ def as_all_reduces(counted: dict[str, tuple[int, float]]) -> dict[str, tuple[int
     return out
 
 
+def gloo_ran_for(kind: str, handed: dict, ran: dict | None) -> str:
+    """What gloo ran for the `kind` handed: "as handed", or what ran in its place (calls, bytes)."""
+    if ran is None:
+        return "not watched"
+    missing, extra = gloo_ran.substitutions(handed, ran)
+    if kind not in missing and kind not in extra:
+        return "as handed"
+    if kind in extra:
+        return f"{extra[kind][0]:g} more, {fmt_bytes(extra[kind][1])}" if kind in handed else ""
+    return " + ".join(f"{c:g} {other}s, {fmt_bytes(b)}" for other, (c, b) in sorted(extra.items())) or "none"
+
+
 def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> None:
     k, L, d = args.world_size, args.layers, args.width
-    rep.part(3, "collectives per step, counted on the ranks, against costmodel.zero_step_collectives")
     whole, padded = ELEM * L * d * d, ELEM * L * k * chunk_rows(d, k)[0] * d   # FSDP2 pads shards to one size
     # ZeroRedundancyOptimizer: DDP's all-reduce, then each parameter broadcast from its owner (see the note)
     cases = {"ZeRO-1": formula("DDP", whole, L, False) | {"broadcast": (L, whole)},
              "FSDP2": formula("ZeRO-3", padded, L, True),
              "FSDP2-no-reshard": formula("ZeRO-2", padded, L, True)}
-    rows, wire = [], []
+    rows = []
     for engine, want in cases.items():
         got = [collectives_by_kind(r[engine]["calls"], k) for r in ranks]
         worst, same = next((g for g in got if g != want), got[0]), all(g == got[0] for g in got)
+        ran = ranks[0][engine]["ran"]
         for kind in sorted(set(worst) | set(want)):              # worst: a rank off the formula, if any
             (c, b), (fc, fb) = worst.get(kind, (0, 0)), want.get(kind, (0, 0))
-            rows.append([engine, kind, c, fc, fmt_bytes(b), fmt_bytes(fb), "yes" if same else "NO"])
+            rows.append([engine, kind, f"{c:g}, {fmt_bytes(b)}", f"{fc:g}, {fmt_bytes(fb)}",
+                         gloo_ran_for(kind, got[0], ran), "the same" if same else "DIFFERENT"])
         rep.values(**{f"{engine}_counted": calls_text(worst), f"{engine}_formula": calls_text(want),
-                      f"{engine}_wire_expected": gloo_ran.ops_text(as_all_reduces(got[0]))})
-        wire.append((engine, engine, got[0], ranks[0][engine]["ran"]))
-    rep.table(["engine", "collective", "calls", "formula", "counted B", "formula B", "same on every rank"],
-              rows, name="collectives")
+                      f"{engine}_wire_expected": gloo_ran.ops_text(as_all_reduces(got[0])),
+                      f"{engine}_wire": gloo_ran.ops_text(ran) if ran is not None else "not watched"})
+    rep.table(["engine", "collective", "calls, bytes handed", "by the cost model", "gloo ran for them",
+               "every rank"], rows, name="collectives")
     unseen = rep.value("unseen", max(r[e]["unseen"] or 0 for r in ranks for e in ENGINES))
     notes_z1 = cm.zero_step_bytes_per_device("ZeRO-1", k, whole)
     ours_z1 = cm.zero_step_bytes_per_device("DDP", k, whole) + cm.ring_all_gather_bytes_per_device(k, whole)
     rep.value("zero1_over_notes", ours_z1 / notes_z1)
-    rep.note("counted B: what the process group was handed, a call's whole buffer (an all-gather's "
-             "output); formula B: the same buffers by costmodel.zero_step_collectives. FSDP2 pads each W's "
-             f"shards to {chunk_rows(d, k)[0]} rows ({fmt_bytes(padded)} for "
-             f"{fmt_bytes(whole)} of weights) and talks a unit (a layer) at a time: ZeRO-3's 2L "
-             "all-gathers + L reduce-scatters; without resharding one all-gather a unit, ZeRO-2's RS + AG "
-             "cut in L. ZeroRedundancyOptimizer keeps DDP's whole all-reduce (not a reduce-scatter) and "
-             "then broadcasts each parameter from its owner: an all-gather's bytes on top, "
+    rep.note("handed: what the process group was handed in the last step (the second rebuilds DDP's "
+             "buckets), a call's whole buffer (an all-gather's output); the cost model: the notes' ZeRO "
+             f"traffic for the same buffers. FSDP2 pads each W's shards to {chunk_rows(d, k)[0]} rows "
+             f"({fmt_bytes(padded)} for {fmt_bytes(whole)} of weights) and talks a unit (a layer) at a "
+             "time: ZeRO-3's 2L all-gathers + L reduce-scatters; without resharding one all-gather a unit, "
+             "ZeRO-2's RS + AG cut in L. ZeroRedundancyOptimizer keeps DDP's whole all-reduce and then "
+             "broadcasts each parameter from its owner: an all-gather's bytes on top, "
              f"{ours_z1 / notes_z1:g}× the ZeRO paper's ZeRO-1 (RS + AG) per rank in the ring model, the "
-             "reading of the notes' ZeRO table our rows take. The counted step is the last (the second "
-             "rebuilds DDP's buckets). DDP's all-reduce is counted through allreduce_hook (DDP's C++ "
-             "reducer would bypass Python); FSDP2's all-gathers and reduce-scatters pass ProcessGroup's "
-             f"methods, where common.dist_count counts them: {unseen} operation(s) ran on the groups that "
-             "no counted method saw")
-    gloo_ran.report(rep, wire, k)
+             "reading of the notes' ZeRO table our rows take. 'gloo ran': its gloo:* profiler spans on "
+             "rank 0; gloo here runs a reduce-scatter as an all-reduce of the padded buffer, where NCCL "
+             "runs a real one, (p−1)/p·N a rank in the ring model, half of an all-reduce's 2(p−1)/p·N. "
+             "DDP's all-reduce is counted through allreduce_hook (its C++ reducer would bypass Python); "
+             f"{unseen} operation(s) ran on the groups that no counting method saw")
+    rep.compare_with_notes(in_table=True)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -292,31 +335,6 @@ def check_args(args: argparse.Namespace) -> None:
         # order from C++, where no counting method sees it
         raise UsageError(f"--steps {args.steps}: at least 3 (Part 3 counts the last step's collectives; "
                          "the second also has DDP's bucket rebuild)")
-
-
-def main() -> None:
-    parser = make_parser(__doc__, world_size=4, layers=6, width=130, batch=32, steps=3, seed=0, real=True,
-                         cost=COST,
-                         context={"width": "d of every layer: 130 splits unevenly on 4 ranks",
-                                  "layers": "6 share unevenly on 4 ranks", "steps": "Adam steps",
-                                  "seed": "weights and data"})
-    args = parser.parse_args()
-    check_args(args)
-    params, x = (mlp.make_params(args.layers, args.width, args.seed),
-                 mlp.make_batch(args.batch, args.width, args.seed))
-    ref = mlp.train_one_process(params, x, args.steps, "adam")   # what every engine must equal
-    ref.refuse_still_weights(f"--layers {args.layers} --width {args.width}")
-    rep = Report(__file__, "ZeroRedundancyOptimizer and FSDP2 beside the ledger's ZeRO (CS336 lecture 8)",
-                 args)
-    rep.line(f"  {args.layers} layers x = gelu(x @ W), W {args.width}×{args.width}, batch {args.batch}, "
-             f"loss = mean(x²), float64, Adam;\n  {args.world_size} real ranks (gloo), {args.steps} steps")
-    for engine, what in ENGINES.items():
-        rep.line(f"  {engine}: {what}")
-    ranks = launch(zero_worker, args.world_size, params, x, args.steps, timeout_s=args.timeout_s)
-    part1_one_process(rep, args, ranks, ref)         # every step = Adam in one process
-    part2_memory(rep, args, ranks)                   # local shards vs the ledger: greedy, torch.chunk
-    part3_collectives(rep, args, ranks)              # AG / RS / AR counted vs the notes' ZeRO traffic
-    rep.finish()
 
 
 if __name__ == "__main__":
