@@ -188,7 +188,7 @@ const index = $$("section.part").map((part) => {
     label: part.dataset.label ? `${script.dataset.label} › ${text($("h3 a", part))}` : `${script.dataset.label}: ${text($(".t", script))}`,
     whats: $$("tr.claim td.what > a", part).map(text),
     said: $$("tr.claim q.said", part).map(text),
-    captions: $$("caption > span:first-child", part).map(text),
+    captions: $$("p.cap > span:first-child", part).map(text),
     values: $$("tr.claim td.val .v", part).map(text).concat($$("table.data td", part).map(text)),
     notes: $$(".note", part).map(text)};
 });
