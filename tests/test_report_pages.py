@@ -108,10 +108,13 @@ def test_the_reasons_are_whole_and_the_timeline_is_linked(quick_reproduction: di
 
 def test_the_markdown_report_holds_every_claim(quick_reproduction: dict) -> None:
     text = (quick_reproduction["report_dir"] / "report.md").read_text(encoding="utf-8")
-    for run in quick_reproduction["runs"]:
-        assert f"## {run['script']}" in text
-    rows = [line for line in text.splitlines() if line.startswith("| ") and line.count(" | ") >= 5]
-    assert len(rows) >= len(quick_reproduction["claims"])
+    for run in quick_reproduction["runs"]:          # each script under its topic's heading
+        assert f"· `{run['script']}` (`python code/{run['script']}" in text
+    words = {c["verdict"] for c in quick_reproduction["claims"]}
+    rows = [line for line in text.splitlines() if line.startswith("| ") and len(line.split(" | ")) >= 4
+            and line.split(" | ")[2] in words]       # a claim's row: its verdict in the third column
+    assert len(rows) == len(quick_reproduction["claims"])
+    assert text.index("## Findings") < text.index("# Lecture 14")
     for name in re.findall(r"\]\(figures/([^)]+)\)", text):
         assert (quick_reproduction["report_dir"] / "figures" / name).is_file()
 
