@@ -49,10 +49,11 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
     pages = quick_reproduction["report_dir"]
     page, errors = open_page(pages / "index.html")
     assert errors == []
-    # Every script has its section, every part with a table or a claim its header.
+    # Every script has its section, headed by the notes' section it reproduces, the script named under it.
     for run in quick_reproduction["runs"]:
         anchor = run["script"].replace("/", "-").replace(".", "-")   # report.pages.anchor
-        assert page.locator(f"section#{anchor} h2").inner_text() == run["script"]
+        assert page.locator(f"section#{anchor} p.doc code").inner_text() == run["script"]
+        assert "§" in page.locator(f"section#{anchor} h2").inner_text() or "lecture15" not in anchor
     # Every figure the scripts wrote is on the page, embedded, and decodes to a real image.
     written = sorted(p.name for p in (pages / "figures").glob("*.png"))
     for script in scripts():  # every script that draws has its figures in the report

@@ -75,6 +75,14 @@ def test_the_report_is_short_and_every_row_one_tap_away(pages, reproduction: dic
                                                  "r.offsetParent !== null).length")
         assert n == int(label.split()[0])
         button.click()
+    # Whatever is folded or cut has its button: each panel its fold, each long text its "read on".
+    orphans = page.evaluate("""() => [...document.querySelectorAll('.panel')].filter(p =>
+        !document.querySelector(`button.fold[aria-controls="${p.id}"]`)).length""")
+    assert orphans == 0
+    if width <= 900:
+        cut = page.evaluate("""() => [...document.querySelectorAll('.clamp.long:not(.open)')].filter(c =>
+            c.offsetParent && !(c.querySelector('button.more') || {}).offsetParent).length""")
+        assert cut == 0
     # A link to a folded row (a reading's, a search result's) opens its fold and lands on it.
     agreeing = next(c for c in claims if c["verdict"] in AGREEING)
     row_id = page.eval_on_selector_all("tr.claim", "rs => rs.filter(r => r.offsetParent === null)"

@@ -77,7 +77,12 @@ function measureNotes() {
 measureNotes();
 window.addEventListener("resize", measureNotes);
 
-$$("q.said").forEach((q) => q.addEventListener("click", () => q.classList.toggle("open")));
+// The notes' words in a row: two lines on a phone; a tap (or Enter on it) shows them whole.
+$$("q.said").forEach((q) => {
+  q.tabIndex = 0;
+  q.addEventListener("click", () => q.classList.toggle("open"));
+  q.addEventListener("keydown", (ev) => { if (ev.key === "Enter") q.classList.toggle("open"); });
+});
 
 // ---- filters ----------------------------------------------------------------------------------------
 // "folded": the page as it opens (the rows that need a look, the agreeing ones folded); "all": every
