@@ -164,6 +164,7 @@ function locate() {
   current = found;
   const label = !found ? "Contents" : found.id === "summary" ? "Findings" : found.dataset.label;
   here.textContent = label;
+  document.getElementById("here-wide").textContent = label === "Contents" ? "" : "You are at: " + label;
   tocButton.setAttribute("aria-label", `Contents (you are at ${label})`);
   $$('#toc a[aria-current]').forEach((a) => a.removeAttribute("aria-current"));
   const link = found && ($(`#toc li[data-part="${found.id}"] > a`) ||
