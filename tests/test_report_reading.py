@@ -100,15 +100,23 @@ def test_every_count_of_the_findings_shows_exactly_its_rows(pages, reproduction:
     claims = reproduction["claims"]
     expected = Counter(c["verdict"] for c in claims)
     expected["erratum"] = sum(bool(c["erratum"]) for c in claims)
+    expected["all"] = len(claims)
+    expected["agree"] = sum(c["verdict"] in AGREEING for c in claims)
     counts = page.eval_on_selector_all("#summary a.count",
                                        "as => as.map(a => [a.dataset.filter, a.textContent])")
     assert {key for key, _ in counts} == set(expected)     # every count is a link, every verdict counted
+    numbers = page.eval_on_selector("#counts", """p => [p.textContent.match(/\\d+/g).length,
+        [...p.querySelectorAll('a.count')].map(a => a.textContent.match(/\\d+/g).length)
+            .reduce((x, y) => x + y)]""")
+    assert numbers[0] == numbers[1]               # no number in the counts' sentence that is not a link
     for key, label in counts:
         assert int(label.split()[0]) == expected[key], (key, label)
         page.locator(f'#summary a.count[data-filter="{key}"]').first.click()
         rows = visible_rows(page)
         assert len(rows) == expected[key], key
-        if key != "erratum":
+        if key == "agree":
+            assert set(rows) <= set(AGREEING)
+        elif key not in ("erratum", "all"):
             assert set(rows) == {key}
         first = page.eval_on_selector_all("tr.claim", "rs => rs.filter(r => r.offsetParent !== null)"
                                                       ".map(r => r.getBoundingClientRect().top)")[0]

@@ -89,6 +89,7 @@ $$("q.said").forEach((q) => {
 // claim unfolded; otherwise one verdict word (or "erratum"): only those rows, each part without one hidden.
 function shows(row, key) {
   return key === "folded" || key === "all" || row.dataset.verdict === key ||
+    (key === "agree" && row.classList.contains("agree")) ||
     (key === "erratum" && row.dataset.erratum === "yes");
 }
 function applyFilter(key) {
@@ -125,7 +126,8 @@ function applyFilter(key) {
   });
   document.getElementById("filter-empty").hidden = any;
   const label = $(`#filters button[data-filter="${key}"]`);
-  const shown = key === "folded" ? "" : "only: " + (label ? label.firstChild.textContent.trim() : key);
+  const names = {agree: "what agrees with the notes"};
+  const shown = key === "folded" ? "" : "only: " + (label ? label.firstChild.textContent.trim() : names[key] || key);
   document.getElementById("bar-filter").textContent = shown;
   document.getElementById("filter-note").hidden = key === "folded";
   document.getElementById("filter-what").textContent = shown && `Showing ${shown.replace("only: ", "")}` +
