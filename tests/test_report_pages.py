@@ -113,8 +113,8 @@ def test_the_markdown_report_holds_every_claim(quick_reproduction: dict) -> None
     for run in quick_reproduction["runs"]:          # each script under its topic's heading
         assert f"· `{run['script']}` (`python code/{run['script']}" in text
     words = {c["verdict"] for c in quick_reproduction["claims"]}
-    rows = [line for line in text.splitlines() if line.startswith("| ") and len(line.split(" | ")) >= 4
-            and line.split(" | ")[2] in words]       # a claim's row: its verdict in the third column
+    rows = [line for line in text.splitlines() if line.startswith("| ") and len(line.split(" | ")) >= 5
+            and line.split(" | ")[3] in words]       # a claim's row: its verdict in the fourth column
     assert len(rows) == len(quick_reproduction["claims"])
     assert text.index("## Findings") < text.index("# Lecture 14")
     for name in re.findall(r"\]\(figures/([^)]+)\)", text):
