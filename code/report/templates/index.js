@@ -259,9 +259,9 @@ document.addEventListener("click", (ev) => { if (!ev.target.closest(".search")) 
 // ---- figures full size ------------------------------------------------------------------------------
 const viewer = document.getElementById("viewer");
 $$("button.zoom").forEach((b) => b.addEventListener("click", () => {
-  const img = $("img", b);
-  document.getElementById("viewer-img").src = img.src;
-  document.getElementById("viewer-img").alt = img.alt;
+  const img = $("img", b), big = document.createElement("img");   // made here: no empty <img> on the page
+  big.id = "viewer-img"; big.src = img.src; big.alt = img.alt;
+  document.getElementById("viewer-box").replaceChildren(big);
   document.getElementById("viewer-caption").textContent = img.alt;
   viewer.showModal();
 }));
