@@ -49,10 +49,12 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
     pages = quick_reproduction["report_dir"]
     page, errors = open_page(pages / "index.html")
     assert errors == []
-    # Every script has its section, every part with a table or a claim its header.
+    # Every script has its section, headed by the notes' section it reproduces, the script named under it.
     for run in quick_reproduction["runs"]:
         anchor = run["script"].replace("/", "-").replace(".", "-")   # report.pages.anchor
-        assert page.locator(f"section#{anchor} h2").inner_text() == run["script"]
+        assert page.locator(f"section#{anchor} p.doc code").inner_text() == run["script"]
+        heading = page.locator(f"section#{anchor} h2").inner_text()
+        assert re.match(r"(L14 §|L15 §|Handbook · |CS336 · )", heading), heading
     # Every figure the scripts wrote is on the page, embedded, and decodes to a real image.
     written = sorted(p.name for p in (pages / "figures").glob("*.png"))
     for script in scripts():  # every script that draws has its figures in the report
@@ -69,7 +71,7 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
     claims = quick_reproduction["claims"]
     expected = Counter(c["verdict"] for c in claims)
     shown_counts = {el.get_attribute("data-verdict"): int(el.inner_text().split()[0])
-                    for el in page.locator("#counts .count").all()}
+                    for el in page.locator("#counts .count[data-verdict]").all()}
     assert shown_counts.pop("erratum") == sum(1 for c in claims if c["erratum"])
     assert shown_counts == dict(expected)
     rows = page.locator("tr.claim")
@@ -108,10 +110,13 @@ def test_the_reasons_are_whole_and_the_timeline_is_linked(quick_reproduction: di
 
 def test_the_markdown_report_holds_every_claim(quick_reproduction: dict) -> None:
     text = (quick_reproduction["report_dir"] / "report.md").read_text(encoding="utf-8")
-    for run in quick_reproduction["runs"]:
-        assert f"## {run['script']}" in text
-    rows = [line for line in text.splitlines() if line.startswith("| ") and line.count(" | ") >= 5]
-    assert len(rows) >= len(quick_reproduction["claims"])
+    for run in quick_reproduction["runs"]:          # each script under its topic's heading
+        assert f"· `{run['script']}` (`python code/{run['script']}" in text
+    words = {c["verdict"] for c in quick_reproduction["claims"]}
+    rows = [line for line in text.splitlines() if line.startswith("| ") and len(line.split(" | ")) >= 5
+            and line.split(" | ")[3] in words]       # a claim's row: its verdict in the fourth column
+    assert len(rows) == len(quick_reproduction["claims"])
+    assert text.index("## Findings") < text.index("# Lecture 14")
     for name in re.findall(r"\]\(figures/([^)]+)\)", text):
         assert (quick_reproduction["report_dir"] / "figures" / name).is_file()
 

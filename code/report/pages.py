@@ -6,7 +6,9 @@ counts."""
 
 from __future__ import annotations
 
+import ast
 import base64
+import io
 import os
 import platform
 import re
@@ -68,13 +70,93 @@ def anchor(*parts: str) -> str:
     return "--".join("".join(ch if ch.isalnum() or ch == "_" else "-" for ch in p) for p in parts if p)
 
 
-def _claim_view(claim: dict[str, Any], script: str, claim_id: str) -> dict[str, Any]:
-    return dict(claim, script=script, ours_text=_value(claim["ours"], claim["unit"]),
-                notes_text=_value(claim["notes"], claim["unit"]), id=claim_id,
-                part_id=anchor(script, claim["part"]),
+# A rule whose decision only restates the two values the row already shows ("exact: 161 = 161",
+# "equal: True is True", "rounds to 0 decimal places: 57 rounds to 57 …; the notes print 19"): the
+# row says the rule, not the decision. A decision that adds a fact (an interval, a reason) stays.
+RESTATING = re.compile(r"^(equal|exact|rounds to|between|below|above)\b")
+
+
+def _how(claim: dict[str, Any]) -> str:
+    """How a row was decided, each fact once: the rule, and the decision where it says more."""
+    rule, decision = claim.get("rule") or "", claim.get("decision") or ""
+    if rule == "not compared":
+        return decision
+    if rule in ("equal", "exact"):
+        return ""          # the verdict word and the one value say it
+    if RESTATING.match(rule) or not decision:
+        return rule
+    return f"{rule}: {decision}"
+
+
+def _claim_view(claim: dict[str, Any], script: str, claim_id: str, topic: str = "") -> dict[str, Any]:
+    ours, notes = _value(claim["ours"], claim["unit"]), _value(claim["notes"], claim["unit"])
+    return dict(claim, script=script, ours_text=ours, notes_text=notes, id=claim_id,
+                part_id=anchor(script, claim["part"]), topic=topic or script,
                 short=[isinstance(v, (int, float)) or len(_value(v, claim["unit"])) <= 24
                        for v in (claim["ours"], claim["notes"])],
+                same=ours == notes, how=_how(claim),
+                agree=errata.label(claim) in verdicts.AGREEING,
                 verdict=errata.label(claim), tone=tone(errata.label(claim)))
+
+
+# The notes' structure: lecture 14, lecture 15, the handbook's chapter, CS336 lecture 8 (the seeds'
+# README), each script under the section its docstring's first line names.
+GROUPS = {"L14": "Lecture 14 · Distributed Training I",
+          "L15": "Lecture 15 · Distributed Training II (PyTorch DDP)",
+          "Handbook": "Handbook · 数据并行与 DDP", "CS336": "CS336 lecture 8 · parallelism"}
+CODE = TEMPLATES.parents[1]
+
+
+def _topic(name: str, doc: str) -> dict[str, Any]:
+    """Where a script sits in the notes: its group, section (§2), a label ("L15 §2 · buckets") and the
+    key that orders the report as the notes are ordered."""
+    folder, _, file = name.partition("/")
+    stem = file.removesuffix(".py")
+    number = re.match(r"(\d+)_", stem)
+    words = stem[number.end():] if number else stem
+    group = ("Handbook" if doc.startswith("Handbook") else
+             {"lecture14": "L14", "lecture15": "L15", "cs336": "CS336"}.get(folder, folder))
+    found = re.search(r"§(\d+(?:\.\d+)?)", doc) if group in ("L14", "L15") else None
+    section = f"§{found.group(1)}" if found else ""
+    rank = list(GROUPS).index(group) if group in GROUPS else len(GROUPS)
+    key = (rank, float(found.group(1)) if found else 99.0, int(number.group(1)) if number else 99, stem)
+    return dict(group=group, group_title=GROUPS.get(group, group), section=section, order=key,
+                label=" ".join(filter(None, (group, section))) + " · " + words.replace("_", " "))
+
+
+def _whole_doc(name: str, doc: str) -> str:
+    """The docstring's first paragraph: `docs` holds its first line, which may stop mid-sentence."""
+    if not doc or doc.rstrip().endswith("."):
+        return doc
+    try:
+        text = ast.get_docstring(ast.parse((CODE / name).read_text(encoding="utf-8"))) or ""
+    except (OSError, SyntaxError, ValueError):
+        return doc
+    first = " ".join(text.split("\n\n")[0].split())
+    return first if first.startswith(" ".join(doc.split())) else doc
+
+
+def _compressed(blob: bytes) -> bytes:
+    """A figure for the page: a palette PNG (256 colours, optimised), a third of matplotlib's size
+    with the same pixels to the eye; the original where that fails or is not smaller."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return blob
+    try:
+        image = Image.open(io.BytesIO(blob))
+        image.load()
+        if image.mode in ("RGBA", "LA", "P"):
+            image = image.convert("RGBA")
+            white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+            image = Image.alpha_composite(white, image)
+        palette = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT,
+                                                 dither=Image.Dither.NONE)
+        out = io.BytesIO()
+        palette.save(out, "PNG", optimize=True)
+    except (OSError, ValueError):
+        return blob
+    return out.getvalue() if len(out.getvalue()) < len(blob) else blob
 
 
 # A printed line with a bar's characters, or framed in | … |, is a drawing (a bar, a timeline): it
@@ -108,6 +190,8 @@ def _caption(name: str, part_title: str, count: int) -> str:
 
 def _part_view(script: str, key: str, part: dict[str, Any], data: dict[str, Any], figures: dict[str, bytes],
                claims: list[dict[str, Any]]) -> dict[str, Any]:
+    """A part: its prose, tables and figures, the rows that need a reader (`shown`) and the ones that
+    agree with the notes (`agreeing`, folded on the page under `agree_label`)."""
     title = part.get("title", "")
     named = part.get("tables", {})
     tables = [dict(name=name, caption=_caption(name, title, len(named)), **table)
@@ -116,15 +200,33 @@ def _part_view(script: str, key: str, part: dict[str, Any], data: dict[str, Any]
     shown = [dict(name=name, caption=captions.get(name) or name,
                   data=base64.b64encode(figures[name]).decode("ascii"))
              for name in part.get("figures", []) if name in figures]
+    agreeing = [c for c in claims if c["agree"]]
+    sections = list(dict.fromkeys(c["section"] for c in claims if c.get("section", "").startswith("§")))
+    prose = _prose(data.get("prose", {}).get(key, []))
     return dict(key=key, title=title, id=anchor(script, key), tables=tables, figures=shown, claims=claims,
-                prose=_prose(data.get("prose", {}).get(key, [])),
+                prose=[b for b in prose if b["kind"] == "note"],
+                printed=[b for b in prose if b["kind"] != "note"],
+                shown=[c for c in claims if not c["agree"]], agreeing=agreeing,
+                agree_label=_agree_label(agreeing),
+                sections=sections, number=key.removeprefix("Part ") if key.startswith("Part ") else key,
                 heading=f"{key}: {title}" if key != "intro" else "", )
+
+
+def _agree_label(agreeing: list[dict[str, Any]]) -> str:
+    """"31 statements match", or with several verdict words "31 statements agree" (each row says its own)."""
+    n, words = len(agreeing), Counter(c["verdict"] for c in agreeing)
+    noun = "statement" if n == 1 else "statements"
+    if len(words) == 1:
+        word = verdicts.BY_WORD.get(next(iter(words)))
+        return f"{n} {noun} {(word.one if n == 1 else word.many) if word else next(iter(words))}"
+    return f"{n} {noun} agree"
 
 
 def _script_view(run: dict[str, Any], data: dict[str, Any] | None, figures: dict[str, bytes],
                  doc: str) -> dict[str, Any]:
     """One script's section: its parts in order, each with prose, tables, figures and claims."""
     script, parts = run["script"], []
+    topic = _topic(script, doc)
     if data is not None:
         claims_by_part: dict[str, list[dict[str, Any]]] = {}
         ids: Counter[str] = Counter()
@@ -132,10 +234,13 @@ def _script_view(run: dict[str, Any], data: dict[str, Any] | None, figures: dict
             claim_id = anchor(script, claim.get("ref") or f"claim-{i + 1}")
             ids[claim_id] += 1
             claim_id += f"-{ids[claim_id]}" if ids[claim_id] > 1 else ""   # a row decided twice
-            claims_by_part.setdefault(claim["part"], []).append(_claim_view(claim, script, claim_id))
+            claims_by_part.setdefault(claim["part"], []).append(
+                _claim_view(claim, script, claim_id, topic["label"]))
         for key, part in data["parts"].items():
             parts.append(_part_view(script, key, part, data, figures, claims_by_part.get(key, [])))
-    return dict(name=script, anchor=anchor(script), doc=doc, rc=run["rc"], wall_s=run["wall_s"],
+    intro = next((p["title"] for p in parts if p["key"] == "intro" and p["title"]), "")
+    return dict(topic, name=script, anchor=anchor(script), doc=_whole_doc(script, doc), title=intro,
+                rc=run["rc"], wall_s=run["wall_s"],
                 forked=run.get("forked", False),
                 stdout=run["stdout"], stderr=run["stderr"], parts=parts,
                 verdicts=sorted({c["verdict"] for p in parts for c in p["claims"]}))
@@ -153,7 +258,14 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         make_output_dir(str(directory / "figures"))
         for name, blob in figures.items():
             write_bytes(str(directory / "figures" / name), blob)
-    sections = [_script_view(r, data.get(r["script"]), figures, docs.get(r["script"], "")) for r in runs]
+    embedded = {name: _compressed(blob) for name, blob in figures.items()}
+    sections = sorted((_script_view(r, data.get(r["script"]), embedded, docs.get(r["script"], ""))
+                       for r in runs), key=lambda s: s["order"])
+    groups: list[dict[str, Any]] = []
+    for s in sections:
+        if not groups or groups[-1]["key"] != s["group"]:
+            groups.append(dict(key=s["group"], title=s["group_title"], sections=[]))
+        groups[-1]["sections"].append(s)
     claims = [c for s in sections for p in s["parts"] for c in p["claims"]]
     counts = Counter(c["verdict"] for c in claims)
     context = dict(
@@ -161,7 +273,12 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         machine=f"{platform.node() or 'this machine'}, Python {platform.python_version()}, "
                 f"{os.cpu_count()} cores",
-        quick=quick, total_s=total_s, sections=sections, claims=claims,
+        quick=quick, total_s=total_s, sections=sections, groups=groups, claims=claims,
+        agreeing=sum(1 for c in claims if c["agree"]),
+        measured=[c for c in claims if c["verdict"] in ("matches, timed here",
+                                                         "not compared: other machine")],
+        uncompared=[(w, counts[w], verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)
+                    if w.startswith("not compared") and w != "not compared: other machine"],
         counts=[(w, counts[w], tone(w), verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)],
         count_sentence=verdicts.count_sentence([c["verdict"] for c in claims], ORDER),
         differs=[c for c in claims if c["status"] == "differs" and not c.get("erratum")],
@@ -169,7 +286,8 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         errata_groups=errata.group(claims), errata_sentence=errata.count_sentence(errata.group(claims)),
         readings=errata.readings(claims),
         failed=[r["script"] for r in runs if r["rc"] != 0],
-        filters=_filters(counts, sum(1 for c in claims if c.get("erratum"))),
+        filters=_filters(counts, sum(1 for c in claims if c.get("erratum")),
+                         sum(1 for c in claims if not c["agree"])),
         meanings=[(w, verdicts.LEGEND[w], tone(w)) for w in _ordered(counts)],
         timeline=timeline)
     written = []
@@ -187,9 +305,10 @@ def _ordered(counts: Counter[str]) -> list[str]:
     return [w for w in ORDER if counts[w]] + sorted(w for w in counts if w not in ORDER)
 
 
-def _filters(counts: Counter[str], erratum_rows: int) -> list[tuple[str, str, int]]:
-    """The claim filters: (key, label, claims it shows): every claim, the notes' errata (both kinds),
-    each verdict word."""
+def _filters(counts: Counter[str], erratum_rows: int, unfolded: int) -> list[tuple[str, str, int]]:
+    """The claim filters: (key, label, claims it shows): the page as it opens (the agreeing rows
+    folded), every claim, the notes' errata (both kinds), each verdict word."""
     notes = [("erratum", "every erratum", erratum_rows)] if erratum_rows else []
     each = [(s, s, counts[s]) for s in _ordered(counts)]
-    return [("all", "every claim", sum(counts.values()))] + notes + each
+    return ([("folded", "all but the agreeing", unfolded), ("all", "every claim", sum(counts.values()))]
+            + notes + each)

@@ -1,53 +1,289 @@
 "use strict";
-// The contents (a drawer on a narrow screen, a column beside the text on a wide one) and the claim
-// filters: a filter shows the claims of one kind and hides every table, part and script (and its
-// entry in the contents) left without one.
+// The contents (a drawer on a narrow screen, a column beside the text on a wide one, the entry you
+// are reading marked), the folds (a part's agreeing rows, its tables), the claim filters (the
+// summary's counts are filters too), the search, the figures' full-size viewer and the wide tables'
+// scroll signs. Nothing is fetched: everything works from the page itself.
 const body = document.body, tocButton = document.getElementById("toc-button");
+const $ = (sel, root = document) => root.querySelector(sel);
+const $$ = (sel, root = document) => [...root.querySelectorAll(sel)];
 function openToc(open) {
   body.classList.toggle("toc-open", open);
   tocButton.setAttribute("aria-expanded", String(open));
 }
 tocButton.addEventListener("click", () => openToc(!body.classList.contains("toc-open")));
-document.querySelectorAll("#toc a").forEach((a) => a.addEventListener("click", () => openToc(false)));
-document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") openToc(false); });
+$$("#toc a").forEach((a) => a.addEventListener("click", () => openToc(false)));
+document.addEventListener("keydown", (ev) => {
+  if (ev.key === "Escape") { openToc(false); showResults(false); }
+});
 
+// ---- folds ------------------------------------------------------------------------------------------
+function setFold(button, open) {
+  const panel = document.getElementById(button.getAttribute("aria-controls"));
+  button.setAttribute("aria-expanded", String(open));
+  $(".act", button).textContent = open ? "(hide)" : "(show)";
+  panel.hidden = !open;
+  if (open) panel.querySelectorAll(".scroller").forEach(edges);
+}
+$$("button.fold").forEach((b) => b.addEventListener("click", () =>
+  setFold(b, b.getAttribute("aria-expanded") !== "true")));
+// A wide screen has room for the tables: they open there; a phone keeps them one tap away.
+if (window.matchMedia("(min-width: 1100px)").matches) $$('button.fold[data-kind="data"]').forEach((b) => setFold(b, true));
+
+// Whatever a link lands on is shown: its fold opened, a filter that hides it cleared.
+function reveal(target) {
+  if (!target) return;
+  if (target.closest(".filtered")) applyFilter("folded");
+  const note = target.closest(".clamp.long:not(.open)");
+  if (note) $("button.more", note).click();
+  const panel = target.closest(".panel[hidden]");
+  if (panel) setFold($(`button.fold[aria-controls="${panel.id}"]`), true);
+}
+function land(id) {
+  const target = document.getElementById(id);
+  if (!target) return;
+  reveal(target);
+  $$("tr.landed").forEach((r) => r.classList.remove("landed"));
+  if (target.matches("tr.claim")) target.classList.add("landed");
+}
+document.addEventListener("click", (ev) => {
+  const a = ev.target.closest('a[href^="#"]');
+  if (a && !a.dataset.filter) land(decodeURIComponent(a.getAttribute("href").slice(1)));
+}, true);
+window.addEventListener("hashchange", () => {
+  const id = decodeURIComponent(location.hash.slice(1));
+  land(id);
+  const target = document.getElementById(id);
+  if (target) target.scrollIntoView();
+});
+
+// ---- long text: on a phone, its first lines and "read on" -------------------------------------------
+$$(".clamp").forEach((note) => {
+  const b = document.createElement("button");
+  b.type = "button"; b.className = "more"; b.textContent = "read on";
+  b.setAttribute("aria-expanded", "false"); b.setAttribute("aria-controls", note.id);
+  b.addEventListener("click", () => {
+    const open = !note.classList.contains("open");
+    note.classList.toggle("open", open);
+    b.setAttribute("aria-expanded", String(open)); b.textContent = open ? "less" : "read on";
+  });
+  note.appendChild(b);
+});
+function measureNotes() {
+  $$(".clamp").forEach((note) => {
+    const line = parseFloat(getComputedStyle(note).lineHeight) || 22;
+    note.classList.toggle("long", note.scrollHeight > (note.matches(".note, .doc") ? 3.3 : 3.9) * line);
+  });
+}
+measureNotes();
+window.addEventListener("resize", measureNotes);
+
+// The notes' words in a row: two lines on a phone; a tap (or Enter on it) shows them whole.
+$$("q.said").forEach((q) => {
+  q.tabIndex = 0;
+  q.addEventListener("click", () => q.classList.toggle("open"));
+  q.addEventListener("keydown", (ev) => { if (ev.key === "Enter") q.classList.toggle("open"); });
+});
+
+// ---- filters ----------------------------------------------------------------------------------------
+// "folded": the page as it opens (the rows that need a look, the agreeing ones folded); "all": every
+// claim unfolded; otherwise one verdict word (or "erratum"): only those rows, each part without one hidden.
 function shows(row, key) {
-  return key === "all" || row.dataset.verdict === key || (key === "erratum" && row.dataset.erratum === "yes");
+  return key === "folded" || key === "all" || row.dataset.verdict === key ||
+    (key === "agree" && row.classList.contains("agree")) ||
+    (key === "erratum" && row.dataset.erratum === "yes");
 }
 function applyFilter(key) {
-  document.querySelectorAll("#filters button").forEach((b) => {
+  $$("#filters button").forEach((b) => {
     b.classList.toggle("on", b.dataset.filter === key);
     b.setAttribute("aria-pressed", String(b.dataset.filter === key));
   });
-  document.querySelectorAll("tr.claim").forEach((row) => row.classList.toggle("filtered", !shows(row, key)));
+  $$("tr.claim").forEach((row) => row.classList.toggle("filtered", !shows(row, key)));
   let any = false;
-  document.querySelectorAll("section.script").forEach((script) => {
+  $$("section.script").forEach((script) => {
     let scriptShown = false;
-    script.querySelectorAll("section.part").forEach((part) => {
-      const shown = key === "all" || part.querySelector("tr.claim:not(.filtered)") !== null;
+    $$("section.part", script).forEach((part) => {
+      const shown = key === "folded" || key === "all" || $("tr.claim:not(.filtered)", part) !== null;
       part.classList.toggle("filtered", !shown);
-      const box = part.querySelector("table.claims");
-      if (box) box.parentElement.classList.toggle("filtered", !box.querySelector("tr.claim:not(.filtered)"));
-      const entry = document.querySelector(`#toc li[data-part="${part.id}"]`);
+      $$("table.claims", part).forEach((t) => t.closest(".box").classList.toggle("filtered",
+        !$("tr.claim:not(.filtered)", t)));
+      $$('button.fold[data-kind="agree"]', part).forEach((b) => {
+        const panel = document.getElementById(b.getAttribute("aria-controls"));
+        setFold(b, key !== "folded" && $("tr.claim:not(.filtered)", panel) !== null);
+      });
+      const entry = $(`#toc li[data-part="${part.id}"]`);
       if (entry) entry.classList.toggle("hidden", !shown);
       scriptShown = scriptShown || shown;
     });
-    scriptShown = scriptShown || key === "all";
+    scriptShown = scriptShown || key === "folded" || key === "all";
     script.classList.toggle("filtered", !scriptShown);
-    document.querySelectorAll(`li[data-script="${script.id}"]`).forEach((li) => li.classList.toggle("hidden",
-                                                                                                 !scriptShown));
+    $$(`li[data-script="${script.id}"]`).forEach((li) => li.classList.toggle("hidden", !scriptShown));
     any = any || scriptShown;
   });
+  $$("h2.group").forEach((h) => {
+    let next = h.nextElementSibling, shown = false;
+    while (next && !next.matches("h2.group")) { shown = shown || (next.matches("section.script:not(.filtered)")); next = next.nextElementSibling; }
+    h.classList.toggle("filtered", !shown);
+  });
   document.getElementById("filter-empty").hidden = any;
-  const label = document.querySelector(`#filters button[data-filter="${key}"]`);
-  const shown = key === "all" ? "" : "only: " + label.firstChild.textContent.trim();
+  const label = $(`#filters button[data-filter="${key}"]`);
+  const names = {agree: "what agrees with the notes"};
+  const shown = key === "folded" ? "" : "only: " + (label ? label.firstChild.textContent.trim() : names[key] || key);
   document.getElementById("bar-filter").textContent = shown;
+  document.getElementById("filter-note").hidden = key === "folded";
+  document.getElementById("filter-what").textContent = shown && `Showing ${shown.replace("only: ", "")}` +
+    ` (${$$("tr.claim:not(.filtered)").length} rows).`;
 }
-document.querySelectorAll("#filters button").forEach((button) => {
+$$("#filters button").forEach((button) => {
   button.addEventListener("click", () => applyFilter(button.dataset.filter));
 });
-// A link to a claim or part that a filter hides shows everything again, so the link lands.
-window.addEventListener("hashchange", () => {
-  const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
-  if (target && target.closest(".filtered")) { applyFilter("all"); target.scrollIntoView(); }
+document.getElementById("filter-reset").addEventListener("click", () => {
+  applyFilter("folded");
+  document.getElementById("summary").scrollIntoView();
 });
+// A count in the findings: exactly its rows, the first of them on screen.
+$$("a[data-filter]").forEach((a) => a.addEventListener("click", (ev) => {
+  ev.preventDefault();
+  applyFilter(a.dataset.filter);
+  const first = $("tr.claim:not(.filtered)");
+  (first ? first.closest("section.part") : document.getElementById("scripts")).scrollIntoView();
+}));
+
+// ---- where you are ----------------------------------------------------------------------------------
+const here = document.getElementById("here");
+const places = $$("section.part[data-label], section.script, #summary");
+let current = null, pending = false;
+function locate() {
+  pending = false;
+  const line = parseFloat(getComputedStyle(document.documentElement).scrollPaddingTop) + 8 || 60;
+  let found = null;
+  for (const el of places) {
+    if (el.offsetParent === null && el.id !== "summary") continue;
+    if (el.getBoundingClientRect().top <= line) {
+      if (!found || el.compareDocumentPosition(found) & Node.DOCUMENT_POSITION_PRECEDING) found = el;
+    }
+  }
+  if (found === current) return;
+  current = found;
+  const label = !found ? "Contents" : found.id === "summary" ? "Findings" : found.dataset.label;
+  here.textContent = label;
+  document.getElementById("here-wide").textContent = label === "Contents" ? "" : "You are at: " + label;
+  tocButton.setAttribute("aria-label", `Contents (you are at ${label})`);
+  $$('#toc a[aria-current]').forEach((a) => a.removeAttribute("aria-current"));
+  const link = found && ($(`#toc li[data-part="${found.id}"] > a`) ||
+    $(`#toc a[href="#${found.id}"]`) || $(`#toc li[data-script="${found.closest("section.script")?.id}"] > a`));
+  if (link) {
+    link.setAttribute("aria-current", "location");
+    const nav = document.getElementById("toc"), r = link.getBoundingClientRect(), n = nav.getBoundingClientRect();
+    if (nav.offsetParent !== null && (r.top < n.top || r.bottom > n.bottom)) nav.scrollTop += r.top - n.top - n.height / 3;
+  }
+}
+window.addEventListener("scroll", () => { if (!pending) { pending = true; requestAnimationFrame(locate); } },
+  {passive: true});
+tocButton.addEventListener("click", () => {
+  const link = $('#toc a[aria-current]');
+  if (link && body.classList.contains("toc-open")) link.scrollIntoView({block: "center"});
+});
+
+// ---- search -----------------------------------------------------------------------------------------
+// Each part: its title (with its topic's), its tables' captions, its statements (what each row
+// says and the notes' words) and values. A part is found when every word is somewhere in it; a
+// word in a title weighs most, then in a statement, then a caption or value.
+const text = (el) => (el ? el.textContent : "").replace(/\s+/g, " ").trim();
+const index = $$("section.part").map((part) => {
+  const script = part.closest("section.script");
+  const title = `${script.dataset.label} ${text($(".t", script))} ${part.dataset.label ? text($("h3", part)) : ""}`;
+  return {part, script, title: title.toLowerCase(),
+    label: part.dataset.label ? `${script.dataset.label} › ${text($("h3 a", part))}` : `${script.dataset.label}: ${text($(".t", script))}`,
+    whats: $$("tr.claim td.what > a", part).map(text),
+    said: $$("tr.claim q.said", part).map(text),
+    captions: $$("p.cap > span:first-child", part).map(text),
+    values: $$("tr.claim td.val .v", part).map(text).concat($$("table.data td", part).map(text)),
+    notes: $$(".note", part).map(text)};
+});
+const search = document.getElementById("search"), panel = document.getElementById("search-panel");
+const results = document.getElementById("search-results"), count = document.getElementById("search-count");
+function showResults(open) { panel.hidden = !open; }
+function escapeHtml(s) { return s.replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c])); }
+function hits(list, word) { return list.filter((s) => s.toLowerCase().includes(word)); }
+function score(item, words) {
+  let total = 0, snippet = "";
+  for (const w of words) {
+    const stem = w.split("-")[0];
+    const inTitle = item.title.includes(w) ? 12 : (stem.length > 2 && item.title.includes(stem) ? 5 : 0);
+    const whats = hits(item.whats, w), said = hits(item.said, w), caps = hits(item.captions, w);
+    const values = hits(item.values, w), notes = hits(item.notes, w);
+    const s = inTitle + 3 * Math.min(whats.length, 4) + 2 * Math.min(said.length, 4) + 2 * Math.min(caps.length, 3) +
+      Math.min(values.length, 3) + 0.5 * Math.min(notes.length, 2);
+    if (s === 0) return [0, ""];
+    total += s;
+    if (!snippet) snippet = whats[0] || said[0] || caps[0] || values[0] || notes[0] || "";
+  }
+  return [total, snippet];
+}
+function mark(s, words) {
+  let out = escapeHtml(s.length > 140 ? s.slice(0, 137) + "…" : s);
+  for (const w of words) {
+    const re = new RegExp(w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "gi");
+    out = out.replace(re, (m) => `<mark>${m}</mark>`);
+  }
+  return out;
+}
+function runSearch() {
+  const words = search.value.toLowerCase().split(/\s+/).filter((w) => w.length > 0);
+  if (!words.length) { showResults(false); results.innerHTML = ""; return; }
+  const found = index.map((item, i) => [item, i, ...score(item, words)]).filter((r) => r[2] > 0)
+    .sort((a, b) => b[2] - a[2] || a[1] - b[1]);
+  count.textContent = found.length ? `${found.length} part${found.length === 1 ? "" : "s"} found` : "Nothing found";
+  results.innerHTML = found.slice(0, 20).map(([item, , , snippet]) =>
+    `<li><a href="#${item.part.id}"><b>${escapeHtml(item.label)}</b>` +
+    (snippet ? `<span class="hit">${mark(snippet, words)}</span>` : "") + "</a></li>").join("");
+  showResults(true);
+}
+search.addEventListener("input", runSearch);
+search.addEventListener("focus", () => { if (search.value.trim()) runSearch(); });
+search.addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter") { const a = $("#search-results a"); if (a) a.click(); }
+  if (ev.key === "ArrowDown") { const a = $("#search-results a"); if (a) { ev.preventDefault(); a.focus(); } }
+});
+results.addEventListener("click", (ev) => {
+  const a = ev.target.closest("a");
+  if (!a) return;
+  showResults(false);
+  const id = a.getAttribute("href").slice(1);
+  land(id);
+  const target = document.getElementById(id);
+  if (target) { ev.preventDefault(); history.pushState(null, "", "#" + id); target.scrollIntoView(); }
+});
+document.addEventListener("click", (ev) => { if (!ev.target.closest(".search")) showResults(false); });
+
+// ---- figures full size ------------------------------------------------------------------------------
+const viewer = document.getElementById("viewer");
+$$("button.zoom").forEach((b) => b.addEventListener("click", () => {
+  const img = $("img", b), big = document.createElement("img");   // made here: no empty <img> on the page
+  big.id = "viewer-img"; big.src = img.src; big.alt = img.alt;
+  document.getElementById("viewer-box").replaceChildren(big);
+  document.getElementById("viewer-caption").textContent = img.alt;
+  viewer.showModal();
+}));
+viewer.addEventListener("click", (ev) => { if (ev.target === viewer) viewer.close(); });
+
+// ---- wide tables: a sign at the edge that more is there ---------------------------------------------
+function edges(scroller) {
+  const box = $(".box", scroller);
+  const more = box.scrollWidth > box.clientWidth + 1;
+  scroller.classList.toggle("scrolls", more);
+  scroller.classList.toggle("more-right", more && box.scrollLeft + box.clientWidth < box.scrollWidth - 1);
+  scroller.classList.toggle("more-left", more && box.scrollLeft > 1);
+}
+$$(".scroller").forEach((s) => {
+  $(".box", s).addEventListener("scroll", () => edges(s), {passive: true});
+  edges(s);
+});
+window.addEventListener("resize", () => $$(".scroller").forEach(edges));
+if (location.hash) {
+  const id = decodeURIComponent(location.hash.slice(1));
+  land(id);
+  const target = document.getElementById(id);
+  if (target) target.scrollIntoView();
+}
+locate();
