@@ -292,6 +292,8 @@ def _check_row(row: Row, relpath: str) -> None:
         raise ValueError(f"{where}: n_odd ('N 多') needs N > 0")
     if (row.erratum or row.reading) and (row.own or row.same_as or not row.compares):
         raise ValueError(f"{where}: only a row compared with the notes' figure is an erratum or a reading")
+    if row.basis == ASSUMPTION and not row.assumes:
+        raise ValueError(f"{where}: a row of basis {ASSUMPTION!r} says its assumption (assumes = '…')")
     if row.assumes and row.basis != ASSUMPTION:
         raise ValueError(f"{where}: only a row of basis {ASSUMPTION!r} states an assumption (assumes)")
     if row.erratum and row.basis in (MEASURED, CALIBRATION):

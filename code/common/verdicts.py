@@ -28,7 +28,7 @@ class Verdict:
 
 VERDICTS = (
     Verdict("matches", "a closed form of ours rounds to the notes' figure", "matches", "match"),
-    Verdict("matches, assuming", "ours rounds to it under the assumption marked ¹ below it (¹ assumes:)",
+    Verdict("matches, assuming", "ours rounds to it under the assumption printed with it (assumes:)",
             "matches, assuming", "match, assuming"),
     Verdict("matches as they write", "ours rounds to it read as the notes write, e.g. MB for MiB (read as:)",
             "matches as they write", "match as they write"),
