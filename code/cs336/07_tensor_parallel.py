@@ -231,7 +231,7 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
               + [[bounds_row(ref), *marks]], name="vs_one_process")
     scatter, reduce = (dt.colwise_traffic(k, L, d, b, ELEM, op) for op in ("reduce_scatter", "all_reduce"))
     logs = {s: [r["log"] for r in runs] for s, runs in sides.items()}
-    labels = {"hand": ("by hand (05 Part 2)", "p1_hand"), "at input": ("DTensor, at input", "p1_at_input"),
+    labels = {"hand": ("by hand (05)", "p1_hand"), "at input": ("DTensor, at input", "p1_at_input"),
               "at output": ("DTensor, at output", "p1_at_output")}
     formulas = {"hand": scatter, "at input": scatter, "at output": reduce}
     dt.traffic_table(rep, [(*labels[s], logs[s], n, [formulas[s]] * k) for s in sides])

@@ -54,6 +54,7 @@ ELEM = 8                # float64: parameters and gradients 8 B an element, Adam
 ENGINES = {"ZeRO-1": "ZeroRedundancyOptimizer(Adam) under DDP",
            "FSDP2": "fully_shard, reshard_after_forward=True (ZeRO-3)",
            "FSDP2-no-reshard": "fully_shard, reshard_after_forward=False"}
+SHORT = {"FSDP2-no-reshard": "no reshard"}   # the bytes table's engine column, within the page
 LEDGER_STAGE = {"ZeRO-1": "ZeRO-1", "FSDP2": "ZeRO-3", "FSDP2-no-reshard": "ZeRO-3"}
 # CPU time here (bench/bench_costs.py, 2 cores): imports and the one-process reference, the W² gloo
 # start-up, every engine's steps (FSDP2's 3L collectives a step on W ranks dominate).
@@ -209,11 +210,11 @@ def part2_memory(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> No
         for rank, r in enumerate(ranks):
             got = row_bytes(r[engine]["params"], r[engine]["grads"], r[engine]["state"])
             by_ledger = row_bytes(*ledger_elements(stage, n, k, rank))[3]
-            mine.append([engine, rank, *got, row_bytes(*rule[rank])[3], by_ledger,
+            mine.append([SHORT.get(engine, engine), rank, *got, row_bytes(*rule[rank])[3], by_ledger,
                          fmt_bytes(ELEM * r[engine]["held_forward"])])
         sums = [sum(row[c] for row in mine) for c in range(2, 8)]
         total, ledger_total = sums[3], sums[5]
-        rows += mine + [[engine, "all", *sums, ""]]
+        rows += mine + [[SHORT.get(engine, engine), "all", *sums, ""]]
         measured = [[r[engine][e] for e in ("params", "grads", "state")] for r in ranks]
         rep.values(**{f"{engine}_bytes": joined([row_bytes(*m)[3] for m in measured]),
                       f"{engine}_rule_bytes": joined([row_bytes(*e)[3] for e in rule]),

@@ -218,7 +218,7 @@ def traffic_row(name: str, logs: list[comm.CommLog], steps: int,
 
 SHORT = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR"}
 HEADERS = ["side", "all-gather", "reduce-scatter", "all-reduce", "ring model B/step", "by the formula",
-           "formula's B", "all ranks as it"]
+           "formula B", "all ranks as it"]
 Case = tuple[str, str, list[comm.CommLog], int, list[Formula]]
 
 

@@ -120,7 +120,7 @@ def part2(rep: Report) -> None:
     gap = max(float(np.max(np.abs(a - b))) for a, b in zip(params0, params1))
     params1 = [p.copy() for p in params0]   # what DDP's constructor does: rank 0's values everywhere
     after = max(float(np.max(np.abs(a - b))) for a, b in zip(params0, params1))
-    rep.line(f"  check: seed 0 on both ranks, one extra draw on rank 1 -> max |Δparam| {gap:.2f}; "
+    rep.line(f"  tried here: seed 0 on both ranks, one extra draw on rank 1 -> max |Δparam| {gap:.2f}; "
              f"after the broadcast {after:g}")
 
 
