@@ -29,7 +29,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 # a self-check: a line of its own (check_close, check_trained, check_equal) or a mark in a table (mark)
-CHECK_CALL = re.compile(r"\.(?:check_(?:close|trained|equal)|mark)\("
+CHECK_CALL = re.compile(r"\.(?:check_(?:close|trained|equal)|mark(?:_trained)?)\("
                         r"\s*((?:f?\"[^\"]*\")|[A-Za-z_][\w\[\]\.]*)")
 
 

@@ -48,6 +48,21 @@ def refuse_still_weights(moved: float, largest_weight: float, eps: float, settin
                          f"little to tell a wrong engine from round-off ({remedy})")
 
 
+def trained_test(gap: float, moved: float, step_one: float | None, tolerance: float, share: float,
+                 relative: bool) -> tuple[bool, float, str, str]:
+    """The test of trained weights against one process (Report.check_trained, Report.mark_trained):
+    (ok, the gap as a share of the movement, the test in words, what failed in words)."""
+    off = gap / moved if moved > 0 else float("inf")
+    trained_ok = off <= share  # a NaN gap fails
+    first_ok = step_one is None or step_one <= tolerance
+    name = "step 1 largest |difference| / its size" if relative else "step 1 max |difference|"
+    first = "" if step_one is None else f"{name} {step_one:.3g} {'≤' if first_ok else '>'} {tolerance:g}"
+    trained = (f"trained weights {gap:.3g} = {off:.1e} × the {moved:.2g} they moved "
+               f"{'≤' if trained_ok else '>'} {share:g}")
+    wrong = ([first] if not first_ok else []) + ([trained] if not trained_ok else [])
+    return first_ok and trained_ok, off, f"{first}; {trained}" if first else trained, "; ".join(wrong)
+
+
 class Report:
     """What one run of a script prints, and records for --json."""
 
@@ -163,6 +178,12 @@ class Report:
             print(text)
         self._words |= new
 
+    def verdict_of(self, row_id: str, values: dict[str, Any]) -> str:
+        """The verdict word the row `row_id` gets on `values`, decided as compare_with_notes will
+        (for a mark in a script's own table, which prints before the part's comparison)."""
+        row = checker.row(row_id)
+        return verdicts.verdict(checker.decide(row, self._part, values, self._off(row)))
+
     def _off(self, row: checker.Row) -> list[str]:
         if self.args is None:
             return []
@@ -189,21 +210,19 @@ class Report:
         within `tolerance` (relative=True: `step_one` is already each quantity's |difference| over its
         size in one process, the largest of them). `share`: MOVED_SHARE, or FLOAT32_MOVED_SHARE for
         float32 weights. A failure ends the run as check_close's does."""
-        off = gap / moved if moved > 0 else float("inf")
-        trained_ok = off <= share  # a NaN gap fails
-        first_ok = step_one is None or step_one <= tolerance
-        name = "step 1 largest |difference| / its size" if relative else "step 1 max |difference|"
-        sign = "≤" if first_ok else ">"
-        first = "" if step_one is None else f"{name} {step_one:.3g} {sign} {tolerance:g}; "
-        trained = (f"trained weights {gap:.3g} = {off:.1e} × the {moved:.2g} they moved "
-                   f"{'≤' if trained_ok else '>'} {share:g}")
-        ok = first_ok and trained_ok
-        text = f"check: {what} against {against}: {first}{trained}: {'ok' if ok else 'FAILED'}"
-        self._print_check(text)
+        ok, _, said, wrong = trained_test(gap, moved, step_one, tolerance, share, relative)
+        self._print_check(f"check: {what} against {against}: {said}: {'ok' if ok else 'FAILED'}")
         if not ok:
-            wrong = ([first.rstrip("; ")] if not first_ok else []) + ([trained] if not trained_ok else [])
-            self.failures.append(f"{what} against {against}: {'; '.join(wrong)}")
+            self.failures.append(f"{what} against {against}: {wrong}")
         return ok
+
+    def mark_trained(self, what: str, gap: float, moved: float, step_one: float | None = None,
+                     tolerance: float = 0.0, share: float = MOVED_SHARE, relative: bool = False,
+                     against: str = "") -> tuple[str, str]:
+        """check_trained's test as a mark in a table (mark): returns the mark and the gap as a share
+        of the movement, as printed ("5.6e-14"); a failure names `what` (and `against`)."""
+        ok, off, _, wrong = trained_test(gap, moved, step_one, tolerance, share, relative)
+        return self._mark(what, ok, (f"against {against}: " if against else "") + wrong), f"{off:.1e}"
 
     def check_equal(self, what: str, ours: Any, expected: Any) -> bool:
         """A self-check of whole things (counts, bytes, orders): `ours` == `expected`, printed in one
@@ -218,6 +237,10 @@ class Report:
     def mark(self, what: str, ok: bool, detail: str = "") -> str:
         """A self-check shown as a mark in a table's cell instead of a line of its own: returns "ok"
         or "FAILED"; a failure ends the run as check_close's does, naming `what` (and `detail`)."""
+        return self._mark(what, ok, detail)
+
+    def _mark(self, what: str, ok: bool, detail: str) -> str:
+        # mark's body, called by mark_trained too (a call site of `.mark(` is a check a mutation names)
         if not ok:
             self.failures.append(what + (f": {detail}" if detail else ""))
         return "ok" if ok else "FAILED"

@@ -259,8 +259,8 @@ def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy:
     gap = max(r[1] for r in rows if r not in (extra or []))
     rep.record("max_diff", gap)
     # step 1 to round-off; the trained weights (the last row) against how far they moved
-    good, off, wrong = mlp.trained_gap(rows[-1][1], ref.moved, max(r[1] for r in rows[:3]), CHECK_TOL)
-    mark = rep.mark(f"{strategy} against one process", good, wrong)
+    mark, _ = rep.mark_trained(f"{strategy} against one process", rows[-1][1], ref.moved,
+                               max(r[1] for r in rows[:3]), CHECK_TOL)
     rep.table(["quantity", "max |diff| vs one process"],
               rows + [[f"step 1 ≤ {CHECK_TOL:g}, W ≤ {MOVED_SHARE:g} × the {ref.moved:.2g} moved", mark]],
               name="vs_one_process")
@@ -322,8 +322,7 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
     gap = max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
               for s, p in enumerate(ref.params_after))
     rep.record("max_diff", gap)
-    good, off, wrong = mlp.trained_gap(gap, ref.moved)
-    mark = rep.mark("ZeRO-1 and ZeRO-2 (Adam) against one process", good, wrong)
+    mark, _ = rep.mark_trained("ZeRO-1 and ZeRO-2 (Adam) against one process", gap, ref.moved)
     rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
               [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p),
                 mlp.max_abs_diff(z2[0]["params_after"][s], p)] for s, p in enumerate(ref.params_after)]

@@ -27,7 +27,6 @@ import argparse
 import functools
 import math
 
-from common import checker, verdicts
 from common.cli import (
     Bound,
     UsageError,
@@ -38,7 +37,6 @@ from common.cli import (
     run_main,
     time_ms,
 )
-from common.notes_setting import off_setting
 from common.output import Report, fmt_num, fmt_time, new_figure
 from common.units import ms
 from cs336 import pipeline as pp
@@ -188,9 +186,7 @@ def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
 def marked(rep: Report, shown: object, row_id: str, values: dict) -> str:
     """`shown` with the verdict of the notes' row `row_id` on `values` (ours), as MARKS has it: the
     same decision compare_with_notes makes and counts below the table."""
-    row = checker.row(row_id)
-    off = off_setting(rep.args, checker.setting_dests(row, getattr(rep.args, "_notes_setting", {})))
-    word = verdicts.verdict(checker.decide(row, "", values, off))
+    word = rep.verdict_of(row_id, values)
     return f"{fmt_num(shown) if not isinstance(shown, str) else shown} {MARKS.get(word, '–')}"
 
 

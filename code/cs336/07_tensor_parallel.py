@@ -210,8 +210,8 @@ def check_sides(rep: Report, what: str, gaps: list[float], ref: mlp.Reference,
     sizes = [float(ref.output.abs().max()), abs(ref.loss), max(float(g.abs().max()) for g in ref.grads)]
     sizes += [] if input_grad is None else [float(input_grad.abs().max())]
     step_one = [g / size if size > 0 else g for g, size in zip(gaps[:weights] + gaps[weights + 1:], sizes)]
-    good, _, wrong = mlp.trained_gap(gaps[weights], ref.moved, max(step_one), CHECK_TOL, relative=True)
-    return rep.mark(f"{what} against one process", good, wrong)
+    return rep.mark_trained(f"{what} against one process", gaps[weights], ref.moved, max(step_one), CHECK_TOL,
+                            relative=True)[0]
 
 
 def bounds_row(ref: mlp.Reference) -> str:

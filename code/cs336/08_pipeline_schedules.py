@@ -182,9 +182,10 @@ def part1_one_process(rep: Report, args: argparse.Namespace, runs: dict, ranks: 
         gaps = [abs(out[-1]["loss"] - ref.loss), mlp.max_abs_diff([grads[i] for i in every], ref.grads),
                 mlp.max_abs_diff([params[i] for i in every], ref.params_after[-1])]
         step_one = max(g / size if size > 0 else g for g, size in zip(gaps[:2], sizes))
-        good, off, wrong = mlp.trained_gap(gaps[2], ref.moved, step_one, CHECK_TOL, relative=True)
-        row = [label(key, runs), *gaps, f"{step_one:.2g}", off]
-        rows.append(row + [rep.mark(f"{row[0]} against one process", good, wrong)])
+        row = [label(key, runs), *gaps, f"{step_one:.2g}"]
+        mark, off = rep.mark_trained(f"{row[0]} against one process", gaps[2], ref.moved, step_one, CHECK_TOL,
+                                     relative=True)
+        rows.append(row + [off, mark])
         rep.value(f"{key}_max_diff", max(gaps))
     rep.table(["schedule", "loss", f"gradients of the {args.layers} W", f"weights after {args.steps} steps",
                "step 1 ÷ size", "weights ÷ moved", "within bounds"], rows, name="vs_one_process")

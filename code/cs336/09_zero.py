@@ -190,8 +190,9 @@ def part1_one_process(rep: Report, args: argparse.Namespace, ranks: list[dict], 
                 for s, want in enumerate(ref.params_after)] for e in ENGINES}
     rows = []
     for engine in ENGINES:
-        good, off, wrong = mlp.trained_gap(rep.value(f"{engine}_max_diff", max(gaps[engine])), ref.moved)
-        rows.append([engine, *gaps[engine], off, rep.mark(f"{engine} against one process", good, wrong)])
+        mark, off = rep.mark_trained(f"{engine} against one process",
+                                     rep.value(f"{engine}_max_diff", max(gaps[engine])), ref.moved)
+        rows.append([engine, *gaps[engine], off, mark])
     rep.table(["engine", *(f"after step {s + 1}" for s in range(args.steps)),
                f"÷ the {ref.moved:.2g} they moved", f"≤ {MOVED_SHARE:g}"], rows, name="vs_one_process")
     rep.note("the largest |difference| of every rank's whole parameters (FSDP2: full_tensor() of its "

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from common.collectives_def import split_sizes  # also the cs336 scripts' mlp.split_sizes
-from common.output import MOVED_SHARE, refuse_still_weights
+from common.output import refuse_still_weights
 
 LR_SGD = 0.5    # loss = mean of squares gives small gradients; 0.5 moves the weights visibly
 LR_ADAM = 1e-3  # Adam's step is ~lr per element whatever the gradient's size
@@ -124,16 +124,3 @@ def max_abs_diff(a: torch.Tensor | list[torch.Tensor], b: torch.Tensor | list[to
 
 
 # ---- a trained run against one process, as a table's mark ----------------------------------------
-def trained_gap(gap: float, moved: float, step_one: float | None = None, tolerance: float = 0.0,
-                relative: bool = False, share: float = MOVED_SHARE) -> tuple[bool, str, str]:
-    """Report.check_trained's test, for a mark in a table (Report.mark): `gap` (the trained weights'
-    largest |ours − one process|) within `share` of `moved`, and `step_one` (if given) within
-    `tolerance`. Returns (ok, the share moved as printed, what failed in check_trained's words)."""
-    off = gap / moved if moved > 0 else float("inf")
-    wrong = []
-    if step_one is not None and not step_one <= tolerance:     # a NaN fails
-        name = "step 1 largest |difference| / its size" if relative else "step 1 max |difference|"
-        wrong.append(f"{name} {step_one:.3g} > {tolerance:g}")
-    if not off <= share:
-        wrong.append(f"trained weights {gap:.3g} = {off:.1e} × the {moved:.2g} they moved > {share:g}")
-    return not wrong, f"{off:.1e}", "; ".join(wrong)

@@ -272,10 +272,8 @@ def part1_allreduce_hook(rep: Report, args: argparse.Namespace, ranks: list[dict
     rep.values(allreduce_hook_vs_ddp=gap, allreduce_hook_match=words)
     # the row says bit-exact where it should be (K = 4); the mark only that the two train alike,
     # judged against how far the weights moved (a hook that forgets 1/K is K−1 times the movement off)
-    off = gap / moved if moved > 0 else float("inf")
-    same = rep.mark("allreduce_hook", off <= FLOAT32_MOVED_SHARE,
-                    f"against DDP without a hook: trained weights {gap:.3g} = {off:.1e} × the {moved:.2g} "
-                    f"they moved > {FLOAT32_MOVED_SHARE:g}")
+    same, _ = rep.mark_trained("allreduce_hook", gap, moved, share=FLOAT32_MOVED_SHARE,
+                               against="DDP without a hook")
     rep.table(["hook", "trained", "max |Δparam| from DDP without a hook", "expected",
                f"within {FLOAT32_MOVED_SHARE:g} of the movement"],
               [["allreduce_hook", f"{args.steps} SGD steps, lr {args.lr:g}, {args.world_size} ranks",
