@@ -74,7 +74,7 @@ LARGEST_RUNS: list[tuple[str, tuple[str, ...]]] = [
                                  "0", "--save-figs", "{dir}")),
     ("lecture15/05_scaling.py", ("--world-size", "4096", "--micro-batches", "9362", "--micro-batch-size",
                                  "16", "--sync-every", "4096", "--save-figs", "{dir}")),
-    ("lecture15/05_scaling.py", ("--micro-batches", "1", "--micro-batch-size", "2097136",
+    ("lecture15/05_scaling.py", ("--micro-batches", "1", "--micro-batch-size", "1048576",
                                  "--sync-every", "1")),
 ]
 

@@ -198,8 +198,8 @@ def _reason(c: Claim, assumptions: bool) -> list[tuple[str, str]]:
     if c.status != "agrees":
         text = c.decision if c.status == "other setting" else c.why
         return [("why", text)] if text else []
-    if c.reading:
-        return [("read as", c.reading + (f"; {c.why}" if c.why else ""))]
+    if c.reading:                          # a reading shared by rows is printed once, each why after
+        return [("read as", c.reading)] + ([("why", c.why)] if c.why else [])
     return [("assumes", _assumption(c))] if assumptions and _assumption(c) else []
 
 

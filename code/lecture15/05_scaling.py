@@ -163,8 +163,8 @@ def throughput_table(rep: Report, points: dict[str, list]) -> None:
         cells = [cell for p in (resnet, bert)
                  for cell in (f"{p.step_s * 1e3:.1f}", f"{p.throughput_speedup:.1f}", f"{p.efficiency:.0%}")]
         rows.append([resnet.world_size, *cells, bar(bert.efficiency, 1.0, 20)])
-    rep.table(["K", "ResNet-50 step (ms)", "ResNet-50 throughput ×", "ResNet-50 efficiency",
-               "BERT-large step (ms)", "BERT-large throughput ×", "BERT-large efficiency",
+    rep.table(["K", "ResNet-50 step (ms)", "ResNet-50 speed-up", "ResNet-50 efficiency",
+               "BERT-large step (ms)", "BERT-large speed-up", "BERT-large efficiency",
                "BERT-large efficiency as a bar"], rows, name="throughput")
 
 
@@ -216,7 +216,8 @@ def train_large_batch(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, g
     """Plain large-batch SGD: the mean gradient over `group` micro-batches joined into one batch."""
     w = np.zeros(loss.h.shape[0])
     for start in range(0, len(batches), group):
-        xb, yb = (np.concatenate(joined) for joined in zip(*batches[start:start + group]))
+        joined = batches[start:start + group]
+        xb, yb = joined[0] if len(joined) == 1 else (np.concatenate(part) for part in zip(*joined))
         w = w - lr * mean_gradient(w, xb, yb)
     return w
 
@@ -227,6 +228,7 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
     x, y = make_regression(count * size)
     loss = QuadraticLoss(x, y)
     batches = micro_batches(x, y, count, size)
+    del x, y                  # the micro-batches hold their own copy: one copy of the data, not two
     intervals = powers_of_two_up_to(args.sync_every)
     eval_every = max(1, count // 64)
     rep.note(f"model: {count} micro-batches of {size} samples, least squares in {CONV_DIM} features "
@@ -280,11 +282,14 @@ def lr_over_n_is_large_batch(rep: Report, args: argparse.Namespace, batches: lis
 
 
 # Part 3 trains three learning rates over every micro-batch for each n = 1, 2, 4 … --sync-every, on
-# data it holds whole (16 float64 features a sample, about 430 B with its copies). Measured here, a
-# step costs about 15 µs and 16 samples of a micro-batch about as much; the data's set-up and the
-# large-batch check cost about one n more. 2^18 such steps: about 4 s of CPU, 2^21 samples at most
-# (0.9 GB). The other flags cost the same at any value (closed forms, --world-size's log2 K points).
+# data it holds whole (16 float64 features a sample, 136 B; two copies while it is cut into
+# micro-batches). Measured here, a step costs about 15 µs and 16 samples of a micro-batch about as
+# much; the data's set-up and the large-batch check cost about one n more. 2^18 such steps: about 4 s
+# of CPU. The samples stop at 2^20 (0.3 GB at the peak): faulting in more pages cost a loaded 2-core
+# machine more system time than the training itself. The other flags cost the same at any value
+# (closed forms, --world-size's log2 K points).
 MAX_PART3_STEPS = 2**18
+MAX_PART3_SAMPLES = 2**20
 
 
 def part3_steps(args: argparse.Namespace) -> float:
@@ -293,11 +298,16 @@ def part3_steps(args: argparse.Namespace) -> float:
     return (intervals + 1) * args.micro_batches * (1 + args.micro_batch_size / 16)
 
 
+def part3_fits(args: argparse.Namespace) -> bool:
+    return (part3_steps(args) <= MAX_PART3_STEPS
+            and args.micro_batches * args.micro_batch_size <= MAX_PART3_SAMPLES)
+
+
 def _part3_bound(dest: str) -> Bound:
     others = tuple(d for d in ("micro_batches", "micro_batch_size", "sync_every") if d != dest)
-    return Bound(lambda a: largest_fitting(a, dest, lambda b: part3_steps(b) <= MAX_PART3_STEPS, 10**9),
+    return Bound(lambda a: largest_fitting(a, dest, part3_fits, 10**9),
                  f"Part 3 trains (n's + 1) × (M + M·size/16) micro-batch steps, at most {MAX_PART3_STEPS:,} "
-                 "(about 15 µs each here)", others)
+                 f"(about 15 µs each here), on at most {MAX_PART3_SAMPLES:,} samples (M × size)", others)
 
 
 BOUNDS = {dest: _part3_bound(dest) for dest in ("micro_batches", "micro_batch_size", "sync_every")}
