@@ -206,8 +206,7 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
     """The count by status, every claim that does not simply agree (all with --all-claims), and the
     notes' errors."""
     words = [errata.label(c) for _, c in claims]
-    print(f"\n{len(runs)} scripts in {total:.1f} s; of {len(claims)} claims, "
-          f"{verdicts.count_sentence(words)}.")
+    print(wrap(f"{len(runs)} scripts in {total:.1f} s; {verdicts.claims_sentence(words)}.", "  ", "\n"))
     shown = [(s, c) for s, c in claims if all_claims or c["status"] != "agrees"]
     if shown:
         print("\nEvery claim:" if all_claims
@@ -215,11 +214,14 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
     for script, c in shown:
         print(f"\n  {script} · {c['part']} · {c['what']}")
         line = f"ours {_num(c['ours'], c['unit'])}, notes {_num(c['notes'], c['unit'])}: {errata.label(c)}"
-        print(wrap(line + (f" ({c['rule']})" if c.get("rule") else ""), "      ", "    "))
-        if c.get("decision"):
-            print(wrap(c["decision"], "         ", "    found: "))
+        print(wrap(line, "      ", "    "))
+        compared = c.get("rule") not in (None, "", "not compared")   # the rule, apart from the verdict
+        if c.get("decision") or compared:
+            text = f"{c['rule']}: {c['decision']}" if compared and c.get("decision") else (
+                c.get("decision") or c["rule"])
+            print(wrap(text, "         ", "    compared: " if compared else "    found: "))
         if c["why"]:
-            print(wrap(c["why"], "         ", "    why: "))
+            print(wrap(verdicts.readable(c["why"]), "         ", "    why: "))
     found = errata.group([dict(c, script=s) for s, c in claims])
     if found:
         print("\n".join(errata.terminal_lines(found)))

@@ -154,7 +154,7 @@ def test_quick_run_on_four_ranks(tmp_path: Path, quick_run) -> None:
     assert claims["all-reduce of 1 KiB mostly startup (share > 1/2)"]["rule"] == "above 0.5"
     assert part1["copy_Bps"] > 1e8 and part1["link_Bps"] > 0
     assert (proc.figures / "cs336_02_busbw.png").stat().st_size > 10_000
-    assert "slip GB/s" in proc.stdout and "NO" not in proc.stdout
+    assert "lecture code's GB/s" in proc.stdout and "NO" not in proc.stdout
 
 
 def test_one_and_three_ranks_with_uneven_sizes(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ def test_02_default_world_size(tmp_path: Path, quick_run) -> None:
     out = quick_run(S02, json_to=tmp_path / "o.json").stdout
     for name in ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather"):
         assert f"\n  {name}: " in out  # each call's buffers, before and after
-    assert "check: the five collectives on 4 real ranks vs collectives.py: max |difference| 0 ≤ 0: ok" in out
+    assert "check: the five collectives on 4 real ranks vs collectives.py: no difference: ok" in out
     assert "100 104 108 112" in out  # 10..13 + 20..23 + 30..33 + 40..43
     assert re.search(r"^  1\s+20 21 22 23\s+4 × 4 B\s+104\s+1 × 4 B", out, re.M)  # rank 1's chunk of the sum
     assert "NO" not in out

@@ -312,10 +312,9 @@ def test_vs_ddp_script_quick(quick_run) -> None:
     out, claims = _claims(script="lecture15/my_ddp_vs_ddp.py", quick_run=quick_run)
     assert "launch order [0, 1, 2, 3]" in out and "ready order [3, 2, 1, 0]" in out
     assert "r0: [0, 1] | r1: [0, 1]" in out and "r0: [0, 1] | r1: [1, 0]" in out
-    assert re.search(r"check: MyDDP's no_sync acts where DDP's does \(placements that differ\): "
-                     r"max \|difference\| 0 ≤ 0: ok", out)
-    assert re.search(r"check: MyDDP broadcasts buffers as DDP does [^:]*: "
-                     r"max \|difference\| 0 ≤ 0: ok", out)
+    # the self-checks are the tables' "the same" columns: a mark per row (a failure ends the run)
+    assert re.search(r"forward only\s+local only\s+local only\s+ok", out)
+    assert re.search(r"no_grad\s+broadcast\s+broadcast\s+ok", out) and "FAILED" not in out
     assert "sparse gradients: MyDDP does not support sparse gradients: parameter '0.weight'" in out
     assert claims == {}
 

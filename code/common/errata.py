@@ -28,7 +28,9 @@ def group(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if claim.get("erratum"):
             shown.setdefault(claim["erratum"], []).append(claim)
     return [dict(id=e.id, kind=e.kind, word=KIND_WORDS[e.kind], title=e.title, document=e.document,
-                 places=list(e.places), argument=e.argument, source=e.source, instances=shown[e.id])
+                 places=[verdicts.readable(p) for p in e.places], argument=verdicts.readable(e.argument),
+                 source=e.source, instances=[dict(c, why=verdicts.readable(c.get("why") or ""))
+                                             for c in shown[e.id]])
             for e in checker.all_errata() if e.id in shown]
 
 
@@ -41,9 +43,9 @@ def readings(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(reading=text, claims=rows) for text, rows in found.items()]
 
 
-def count_sentence(groups: Sequence[dict[str, Any]]) -> str:
+def count_sentence(groups: Sequence[dict[str, Any]], rows_too: bool = True) -> str:
     """"5 errata: 3 errors in the notes and 2 places where the notes are inconsistent, shown by 19
-    rows"."""
+    rows" (without the rows where a sentence has counted them already)."""
     kinds = Counter(g["kind"] for g in groups)
     rows = sum(len(g["instances"]) for g in groups)
     said = {checker.SLIP: ("error in the notes", "errors in the notes"),
@@ -51,8 +53,8 @@ def count_sentence(groups: Sequence[dict[str, Any]]) -> str:
                                     "places where the notes are inconsistent")}
     each = " and ".join(f"{kinds[k]} {said[k][kinds[k] != 1]}" for k in checker.ERROR_KINDS if kinds[k])
     noun = "erratum" if len(groups) == 1 else "errata"
-    return (f"{len(groups)} {noun}: {each}, shown by {rows} row{'s' if rows != 1 else ''}"
-            if groups else "no error in the notes")
+    shown = f", shown by {rows} row{'s' if rows != 1 else ''}" if rows_too else ""
+    return f"{len(groups)} {noun}: {each}{shown}" if groups else "no error in the notes"
 
 
 def label(claim: dict[str, Any]) -> str:

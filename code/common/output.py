@@ -82,6 +82,7 @@ class Report:
         self._values: dict[str, Any] = {}     # every named value recorded so far (the rows' reasons use them)
         self._fresh: list[str] = []           # names recorded since the last comparison table
         self._words: set[str] = set()        # the verdict words printed, each explained under its first table
+        self._cell_notes: dict[str, str] = {}  # assumption -> its mark (¹, ²…) in a part's own table
         self.failures: list[str] = []         # self-checks that failed: the run ends in exit status 1
         self.check_lines = 0                  # lines of self-checks printed (--json "check_lines"; a test
                                               # keeps them to a quarter of the output)
@@ -169,7 +170,9 @@ class Report:
             return
         claims = [checker.decide(r, self._part, self._values, self._off(r)) for r in rows]
         self.claims += claims
-        printed = "\n".join((verdicts.summary_lines if in_table else verdicts.comparison_lines)(claims))
+        notes, self._cell_notes = self._cell_notes, {}
+        printed = "\n".join(verdicts.summary_lines(claims, notes) if in_table
+                            else verdicts.comparison_lines(claims))
         print(printed)
         if all(r.own for r in rows):      # checks of ours (engines.toml), not the notes' statements
             self.check_lines += printed.count("\n") + 1
@@ -177,6 +180,21 @@ class Report:
         for text in verdicts.legend_lines(new):      # each word explained under its first table
             print(text)
         self._words |= new
+
+    def marked(self, shown: Any, row_id: str, values: dict[str, Any]) -> str:
+        """`shown` (a cell of a script's own table) with the mark of the verdict the notes' row
+        `row_id` gets on `values`, decided as compare_with_notes will: "30 ✓¹" (verdicts.cell_mark;
+        the superscript names the assumption, printed once under the part's count)."""
+        row = checker.row(row_id)
+        claim = checker.decide(row, self._part, values, self._off(row))
+        mark, assumption = verdicts.cell_mark(claim), verdicts.assumption_of(claim)
+        if assumption:
+            mark += self._cell_notes.setdefault(assumption, verdicts.superscript(len(self._cell_notes)))
+        return f"{fmt_num(shown) if not isinstance(shown, str) else shown} {mark}"
+
+    def marks_legend(self) -> None:
+        """The line under a table with marks (Report.marked): each mark as a verdict word."""
+        self.line(verdicts.MARKS_LEGEND)
 
     def verdict_of(self, row_id: str, values: dict[str, Any]) -> str:
         """The verdict word the row `row_id` gets on `values`, decided as compare_with_notes will
@@ -194,8 +212,9 @@ class Report:
         Printed either way; a gap beyond it ends the run in exit status 1 with one line naming
         `what` and the gap (after the output, before --json is written)."""
         ok = gap <= tolerance  # a NaN gap fails
-        text = (f"check: {what}: max |difference| {gap:.3g} {'≤' if ok else '>'} {tolerance:g}: "
-                f"{'ok' if ok else 'FAILED'}")
+        compared = (("no difference" if ok else f"max |difference| {gap:.3g}, none allowed")
+                    if tolerance == 0 else f"max |difference| {gap:.3g} {'≤' if ok else '>'} {tolerance:g}")
+        text = f"check: {what}: {compared}: {'ok' if ok else 'FAILED'}"
         self._print_check(text)
         if not ok:
             self.failures.append(f"{what}: max |difference| {gap:.3g}, above the tolerance {tolerance:g}")

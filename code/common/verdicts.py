@@ -5,10 +5,11 @@ common/checker.py decides; this only words and lays out what it decided."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from common.checker import ASSUMPTION, EXACT, MEASURED, OBSERVED, SLIP, Claim, Row, row
+from common.checker import ASSUMPTION, EXACT, MEASURED, OBSERVED, SLIP, Claim, Row, all_errata, row
 from common.text import PAGE_WIDTH, wrap
 from common.units import fmt_num
 
@@ -61,11 +62,32 @@ BY_WORD = {v.word: v for v in VERDICTS}
 LEGEND = {v.word: v.meaning for v in VERDICTS}
 AGREEING = ("matches", "matches, assuming", "matches as they write", "matches, timed here",
             "seen as the notes say", "holds")
+# The order a reader of a whole run wants: what needs attention first (every word above, once).
+FINDINGS_ORDER = ("error in the notes", "notes inconsistent", "differs", "fails", "not recorded",
+                  "not compared: other machine", "not compared: other setting", "not compared: not measured",
+                  "fitted to the notes", "matches, assuming", "matches as they write", "matches, timed here",
+                  "seen as the notes say", "matches", "holds", "not compared: no figure")
+OWN_WORDS = ("holds", "fails")   # the words of our own checks (engines.toml): not statements of the notes
 _AGREES_BY_KIND = {EXACT: "matches", ASSUMPTION: "matches, assuming", MEASURED: "matches, timed here",
                    OBSERVED: "seen as the notes say"}
 _BY_STATUS = {"calibration target": "fitted to the notes", "other machine": "not compared: other machine",
               "other setting": "not compared: other setting", "not measured": "not compared: not measured",
               "ours only": "not compared: no figure", "not recorded": "not recorded", "differs": "differs"}
+
+
+# A row id in a reason ("row CS-five-pct-S4-notes"): the data names rows by id (grep finds them);
+# a reader gets the label the row prints under, readable() below.
+_ROW_ID = re.compile(r"\b(?:HB|L14|L15|CS)-[A-Za-z0-9][A-Za-z0-9.\-]*[A-Za-z0-9]")
+
+
+def readable(text: str) -> str:
+    """`text` with each row id it names replaced by the row's printed label, in quotes."""
+    titles = {e.id: e.title for e in all_errata()}
+
+    def label(found: re.Match[str]) -> str:
+        row_ = _row_of_ref(found.group(0))
+        return f"'{row_.what}'" if row_ is not None else f"'{titles.get(found.group(0), found.group(0))}'"
+    return _ROW_ID.sub(label, text) if text else text
 
 
 def shown_digits(value: Any, digits: int, places: int | None) -> int:
@@ -95,12 +117,27 @@ def verdict(claim: Claim | Mapping[str, Any]) -> str:
 
 
 def count_sentence(words: Sequence[str], order: Sequence[str] = tuple(BY_WORD)) -> str:
-    """"6 match, 13 match under an assumption and 12 are errors in the notes", in `order`."""
+    """"6 match; 13 match, assuming; and 12 are errors in the notes", in `order`."""
+    return "".join(phrase + after for _, phrase, after in count_parts(words, order))
+
+
+def count_parts(words: Sequence[str], order: Sequence[str] = tuple(BY_WORD)) -> list[tuple[str, str, str]]:
+    """count_sentence in pieces (word, "13 match, assuming", what follows it), for a page that links
+    each count: separated by "; " when a phrase has a comma of its own, else ", "; "and" before the last."""
     counts = {w: words.count(w) for w in order if w in words}
-    said = [f"{n} {BY_WORD[w].one if n == 1 else BY_WORD[w].many}" for w, n in counts.items()]
-    comma = "; " if any("," in s for s in said) else ", "   # "6 match; 13 match, assuming; and …"
-    last = ("; and " if comma == "; " else " and ")
-    return said[0] if len(said) == 1 else comma.join(said[:-1]) + last + said[-1] if said else ""
+    said = [(w, f"{n} {BY_WORD[w].one if n == 1 else BY_WORD[w].many}") for w, n in counts.items()]
+    comma = "; " if any("," in phrase for _, phrase in said) else ", "
+    last = "; and " if comma == "; " else " and "
+    return [(w, phrase, "" if i == len(said) - 1 else last if i == len(said) - 2 else comma)
+            for i, (w, phrase) in enumerate(said)]
+
+
+def claims_sentence(words: Sequence[str]) -> str:
+    """A whole run's count, the same on the terminal and the pages: "472 claims (399 statements of
+    the notes and 73 checks of our own): 21 are errors in the notes; …", what needs attention first."""
+    own = sum(1 for w in words if w in OWN_WORDS)
+    return (f"{len(words)} claims ({len(words) - own} statements of the notes and {own} checks of our "
+            f"own): {count_sentence(words, FINDINGS_ORDER)}")
 
 
 def _shown(value: Any, unit: str, digits: int) -> str:
@@ -127,7 +164,7 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
     for c in claims:
         row = _row_of(c)
         digits, places = (row.digits, row.places) if row else (4, None)
-        mark = marks.get(_assumption(c) or "", "")
+        mark = marks.get(assumption_of(c) or "", "")
         rows.append((c.what, _shown(c.ours, c.unit, shown_digits(c.ours, digits, places)),
                      _shown(c.notes, c.unit, shown_digits(c.notes, digits, places)), verdict(c) + mark))
     fits = [max(len(r[1]), len(r[2])) <= VALUE_COLUMN for r in rows]
@@ -155,35 +192,63 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
 
 
 SUPERSCRIPTS = "¹²³⁴⁵⁶⁷⁸⁹"
+# A verdict as a mark in a cell of a script's own table (Report.marked), MARKS_LEGEND under it.
+_CELL_MARKS = {"error in the notes": "✗", "notes inconsistent": "✗", "fails": "✗", "differs": "≠"}
+MARKS_LEGEND = "  marks: ✓ matches (✓¹: assuming footnote ¹); ✗ error in the notes; ≠ differs; – not compared"
+
+
+def superscript(i: int) -> str:
+    return SUPERSCRIPTS[i] if i < len(SUPERSCRIPTS) else f"({i + 1})"
+
+
+def cell_mark(claim: Claim) -> str:
+    word = verdict(claim)
+    return "✓" if word in AGREEING else _CELL_MARKS.get(word, "–")
 
 
 def _assumption_marks(claims: Sequence[Claim]) -> dict[str, str]:
     """A mark for each distinct assumption rows of a table match under: ¹, ², …, in order."""
-    texts = list(dict.fromkeys(t for c in claims if (t := _assumption(c))))
-    return {t: SUPERSCRIPTS[i] if i < len(SUPERSCRIPTS) else f"({i + 1})" for i, t in enumerate(texts)}
+    texts = list(dict.fromkeys(t for c in claims if (t := assumption_of(c))))
+    return {t: superscript(i) for i, t in enumerate(texts)}
 
 
-def _assumption(c: Claim) -> str:
+def assumption_of(c: Claim) -> str:
     """The assumption a row matches under ("" for any other row)."""
     return (c.assumes or c.why) if verdict(c) == "matches, assuming" else ""
 
 
-def summary_lines(claims: Sequence[Claim]) -> list[str]:
+def summary_lines(claims: Sequence[Claim], footnotes: Mapping[str, str] | None = None) -> list[str]:
     """For rows a script's own table already shows beside the notes' figures (Report.notes_text):
-    one line counting the verdicts instead of the rows again, then the reasons as comparison_lines."""
+    one line counting the verdicts instead of the rows again, then the reasons as comparison_lines;
+    the assumptions `footnotes` marked in the table's cells (Report.marked) under their marks."""
+    footnotes = footnotes or {}
     text = count_sentence([verdict(c) for c in claims])
     head = ("our checks (what is expected in the table above)" if all(_is_own(c.ref) for c in claims)
             else "vs the notes (their figures in the table above)")
-    return [wrap(f"{head}: {text}.", "    ", "  ")] + _reasons(claims)
+    if all(_is_own(c.ref) for c in claims):       # name them: the table shows values, not checks
+        text += ": " + _whats(claims)
+    marked = [wrap(text_, " " * 14, f"    {mark} assumes: ") for text_, mark in footnotes.items()]
+    return [wrap(f"{head}: {text}.", "    ", "  ")] + _reasons(claims, skip=set(footnotes)) + marked
 
 
-def _reasons(claims: Sequence[Claim], assumptions: bool = True) -> list[str]:
+def _whats(claims: Sequence[Claim]) -> str:
+    """The rows' labels, those of the form "who: what" gathered by what: "bytes held, all ranks
+    (ZeRO-1, FSDP2); operations no counting method saw"."""
+    by_what: dict[str, list[str]] = {}
+    for c in claims:
+        who, _, what = c.what.rpartition(": ") if ": " in c.what else ("", "", c.what)
+        by_what.setdefault(what, []).extend([who] if who else [])
+    return "; ".join(f"{what} ({', '.join(whos)})" if whos else what for what, whos in by_what.items())
+
+
+def _reasons(claims: Sequence[Claim], assumptions: bool = True, skip: set[str] = frozenset()) -> list[str]:
     """The lines below the table: the notes' errors first, then differs and the rest (why:), then
-    the readings (read as:) and assumptions (assumes:) rows matched under; each text once."""
+    the readings (read as:) and assumptions (assumes:) rows matched under, but those in `skip`
+    (footnotes of their own); each text once."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for c in sorted(claims, key=lambda c: (not c.erratum, c.status != "differs", c.status == "agrees")):
-        for label, text in _reason(c, assumptions):
-            grouped.setdefault((label, text), []).append(c.what)
+        for label, text in _reason(c, assumptions and assumption_of(c) not in skip):
+            grouped.setdefault((label, readable(text)), []).append(c.what)
     lines = []
     for (label, text), whats in grouped.items():
         head = whats[0] if len(whats) == 1 else f"{whats[0]} (and {len(whats) - 1} more)"
@@ -200,7 +265,7 @@ def _reason(c: Claim, assumptions: bool) -> list[tuple[str, str]]:
         return [("why", text)] if text else []
     if c.reading:                          # a reading shared by rows is printed once, each why after
         return [("read as", c.reading)] + ([("why", c.why)] if c.why else [])
-    return [("assumes", _assumption(c))] if assumptions and _assumption(c) else []
+    return [("assumes", assumption_of(c))] if assumptions and assumption_of(c) else []
 
 
 def _is_own(ref: str | None) -> bool:

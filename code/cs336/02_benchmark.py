@@ -81,8 +81,8 @@ def main() -> None:
     m = part1_benchmark(rep, args, results)  # 带宽基准的意义: the sweep, algbw/busbw/ok, memory-copy rate
     rep.part(2, "the α-β estimate, and startup cost: small sizes never reach the peak")
     part2_latency(rep, m)           # 通信复杂度怎么估: startup cost from small sizes, the half-peak size
-    rep.part(3, "reading the number: busbw, the chunk-size slip, the ring's volume")
-    part3_reading(rep, m)           # 怎么读一个 all-reduce 的数字: busbw, the chunk-size slip, ring volume
+    rep.part(3, "reading the number: busbw, the lecture code's chunk size, the ring's volume")
+    part3_reading(rep, m)           # 怎么读一个 all-reduce 的数字: busbw, the code's chunk size, ring volume
     rep.part(4, "behind a low number: the hardware's copy rate, the implementation, the slowest rank")
     part4_behind(rep, m)            # 带宽数字背后的真正问题: share of memory copy, the slowest rank
     save_figure(rep, m)
@@ -235,7 +235,7 @@ def _collective_table(rep: Report, collective: str, sizes: list[int], results: l
              f"{bw.bus_factor(collective, n):.4g}, the ring model's share{ran}")
     slip = collective in SLIPS  # the slip: S/n taken for S (Part 3)
     rep.table(["S"] + ["S/n"] * slip + ["t (p50)", "p10 … p90", "algbw GB/s", "busbw GB/s"]
-              + ["slip GB/s"] * slip + ["ok"], table, name=collective)
+              + ["lecture code's GB/s"] * slip + ["ok"], table, name=collective)
     rep.record(collective, rows)
     return rows
 
@@ -300,7 +300,7 @@ def part3_reading(rep: Report, m: dict) -> None:
         return
     rs, ag = last["reduce-scatter"], last["all-gather"]
     ways = [["S (total) × (n−1)/n / t: nccl-tests' busbw", rs["busbw"] / 1e9, ag["busbw"] / 1e9],
-            ["S/n (one rank's chunk) × (n−1)/n / t: the slip", rs["slip"] / 1e9, ag["slip"] / 1e9],
+            ["S/n (one rank's chunk) × (n−1)/n / t: the lecture code's", rs["slip"] / 1e9, ag["slip"] / 1e9],
             ["one rank's input / t, no factor", rs["S"] / rs["t"] / 1e9, ag["S"] / n / ag["t"] / 1e9]]
     rep.line(f"  reduce-scatter and all-gather at S = {fmt_bytes(rs['S'], True)} on {n} ranks, three ways "
              "(GB/s):")

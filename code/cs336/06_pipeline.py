@@ -37,7 +37,7 @@ from common.cli import (
     run_main,
     time_ms,
 )
-from common.output import Report, fmt_num, fmt_time, new_figure
+from common.output import Report, fmt_time, new_figure
 from common.units import ms
 from cs336 import pipeline as pp
 
@@ -66,10 +66,6 @@ BOUNDS = {
 TOL = 1e-12
 FIVE_PERCENT = 0.05 + TOL                # "within 5 %", float noise on the boundary counted in
 # a cell's verdict beside our figure, in the tables that set ours beside the notes'
-MARKS = {"matches": "✓", "matches, assuming": "✓*", "error in the notes": "✗", "differs": "≠"}
-MARKS_LEGEND = ("  ✓ matches the notes, ✓* matches under an assumption (assumes:), ✗ an error in the notes "
-                "(why:)")
-
 
 def main() -> None:
     parser = make_parser(__doc__, pp=4, micro_batches=8, figs=True,
@@ -169,25 +165,21 @@ def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
         sims = [run(name, s, m, tf, k * tf).efficiency for k in (1, 2) for name in ("GPipe", "1F1B")]
         eta[(s, m)] = 100 * sims[3]
         rows.append([s, m, f"{m}/{m + s - 1}", 100 * m / (m + s - 1)] + [100 * e for e in sims[:3]]
-                    + [marked(rep, 100 * sims[3], f"CS-eta-S{s}-M{m}", {f"eta_S{s}_M{m}": eta[(s, m)]}),
+                    + [rep.marked(100 * sims[3], f"CS-eta-S{s}-M{m}", {f"eta_S{s}_M{m}": eta[(s, m)]}),
                        rep.notes_text(f"CS-eta-S{s}-M{m}")])
     rep.table(["S", "M", "fraction", "η closed %", "GPipe tb=tf", "1F1B tb=tf", "GPipe tb=2tf", "1F1B tb=2tf",
                "the notes' η"], rows, name="efficiency")
-    rep.line(MARKS_LEGEND)
-    rep.note("η = busy share of S × makespan, simulated at t_f = --tf-ms; the closed form assumes equal "
+    rep.marks_legend()
+    rep.note(f"η = busy share of S × makespan, simulated at t_f = {args.tf_ms:g} ms; the closed form assumes "
+             "equal "
              "stages and no time outside the passes (p2p, launches, optimizer step): then it holds for "
              "GPipe and 1F1B and any t_b/t_f")
     rep.values(**{f"eta_S{s}_M{m}": e for (s, m), e in eta.items()})
-    rep.value("eta_rises_with_m_falls_with_s", eta[(4, 4)] < eta[(4, 8)] < eta[(4, 16)]
-              and eta[(8, 8)] < eta[(4, 8)])
+    rises = eta[(4, 4)] < eta[(4, 8)] < eta[(4, 16)] and eta[(8, 8)] < eta[(4, 8)]
+    trend = rep.marked("yes" if rises else "no", "CS-pp-microbatch", {"eta_rises_with_m_falls_with_s": rises})
+    rep.line(f"  η rises with M and falls with S: {trend}")
+    rep.value("eta_rises_with_m_falls_with_s", rises)
     rep.compare_with_notes(in_table=True)
-
-
-def marked(rep: Report, shown: object, row_id: str, values: dict) -> str:
-    """`shown` with the verdict of the notes' row `row_id` on `values` (ours), as MARKS has it: the
-    same decision compare_with_notes makes and counts below the table."""
-    word = rep.verdict_of(row_id, values)
-    return f"{fmt_num(shown) if not isinstance(shown, str) else shown} {MARKS.get(word, '–')}"
 
 
 def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
@@ -201,20 +193,21 @@ def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
                   f"bubble_{key}_ms": ms(real_bubble), f"share_{key}_pct": 100 * sim.bubble_fraction}
         rep.values(**values)
         rows.append([f"S={s}, M={m}", rep.notes_text(f"{ids}-notes-bubble"),
-                     marked(rep, ms(fill), f"{ids}-notes-bubble", values),
-                     marked(rep, ms(real_bubble), f"{ids}-bubble", values),
-                     rep.notes_text(f"{ids}-work"), marked(rep, ms(work), f"{ids}-work", values),
-                     rep.notes_text(f"{ids}-share"), marked(rep, share, f"{ids}-notes-share", values),
-                     marked(rep, 100 * sim.bubble_fraction, f"{ids}-share", values)])
+                     rep.marked(ms(fill), f"{ids}-notes-bubble", values),
+                     rep.marked(ms(real_bubble), f"{ids}-bubble", values),
+                     rep.notes_text(f"{ids}-work"), rep.marked(ms(work), f"{ids}-work", values),
+                     rep.notes_text(f"{ids}-share"), rep.marked(share, f"{ids}-notes-share", values),
+                     rep.marked(100 * sim.bubble_fraction, f"{ids}-share", values)])
     rep.table(["configuration", "notes' bubble", "by formula", "simulated", "notes' compute", "our compute",
                "notes' share", "share by formula", "share simulated"], rows, name="bubble")
-    rep.line(MARKS_LEGEND)
+    rep.marks_legend()
     rep.note("ms and %; compute = M(t_f+t_b). Their formula: bubble = (S-1)·t_f, share = bubble/(compute "
              "+ bubble). A real schedule (GPipe or 1F1B: Part 4) idles (S-1)·(t_f+t_b) a stage, as their "
              "own η table says: η = 57 % at S = 4, M = 4 is a 43 % bubble, not 20 %")
     shortcut = all(math.isclose(pp.notes_bubble_share(s, m, tf, tb), (s - 1) / (3 * m + s - 1), rel_tol=1e-9)
                    for s, m in BUBBLE)
-    rep.line(f"  their shortcut (S-1)/(3M+S-1) = their formula at every row: {'yes' if shortcut else 'no'}"
+    said = rep.marked("yes" if shortcut else "no", "CS-bubble-shortcut", {"shortcut_is_formula": shortcut})
+    rep.line(f"  their shortcut (S-1)/(3M+S-1) = their formula at every row: {said}"
              + ("" if math.isclose(tb, 2 * tf, rel_tol=TOL) else " (it assumes t_b = 2 t_f)"))
     rep.value("shortcut_is_formula", shortcut)
     rep.compare_with_notes(in_table=True)
@@ -248,9 +241,9 @@ def five_percent(rep: Report, args: argparse.Namespace) -> None:
             rep.values(**values)
         notes = s in (4, 8)
         rows.append([s, rep.notes_text(f"{ids}-real") if notes else "-",
-                     marked(rep, by_notes, f"{ids}-notes", values) if notes else str(by_notes),
+                     rep.marked(by_notes, f"{ids}-notes", values) if notes else str(by_notes),
                      f"{below_pct:.3g}",
-                     marked(rep, by_real, f"{ids}-real", values) if notes else str(by_real),
+                     rep.marked(by_real, f"{ids}-real", values) if notes else str(by_real),
                      "yes" if sim_ok else "NO", by_ideal, by_ideal_fill])
     rep.line("\n  the smallest M with a bubble ≤ 5 %:")
     rep.table(["S", "notes' M", "by formula", "M-1 by formula %", "simulated", "checked", "over ideal",
@@ -305,7 +298,7 @@ def interleaved(rep: Report, args: argparse.Namespace, tf: float, tb: float, v: 
     rep.note("the bubble time per device is divided by v, the share less: (S-1)/(vM + S-1). Costs: v "
              "times the sends, more activations on the first device (chunks held / v), M a multiple of S")
     rep.value("interleaved_ratio", ratios[(4, 8)])
-    rep.compare_with_notes(in_table=True)   # GPipe's O(M), 1F1B's S, equal bubbles, the halved bubble
+    rep.compare_with_notes()   # GPipe's O(M), 1F1B's S, equal bubbles, the halved bubble: not in the tables
 
 
 def part5_unbalanced(rep: Report, args: argparse.Namespace) -> None:

@@ -320,7 +320,7 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
              "rank 0; gloo here runs a reduce-scatter as an all-reduce of the padded buffer, where NCCL "
              "runs a real one, (p−1)/p·N a rank in the ring model, half of an all-reduce's 2(p−1)/p·N. "
              "DDP's all-reduce is counted through allreduce_hook (its C++ reducer would bypass Python); "
-             f"{unseen} operation(s) ran on the groups that no counting method saw")
+             f"{unseen} operation{'' if unseen == 1 else 's'} ran on the groups that no counting method saw")
     rep.compare_with_notes(in_table=True)
 
 

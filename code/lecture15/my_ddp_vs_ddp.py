@@ -91,15 +91,17 @@ def no_sync_placement_rank(rank: int, world: int) -> dict[str, list[bool]]:
 
 def part1_no_sync_placement(rep: Report, ranks: list[dict[str, Any]]) -> None:
     placement = ranks[0]["placement"]
-    rows = [[where, *("synchronises" if placement[k][i] else "local only" for k in ("MyDDP", "PyTorch DDP"))]
+    mine, theirs = placement["MyDDP"], placement["PyTorch DDP"]
+    rows = [[where, *("synchronises" if p[i] else "local only" for p in (mine, theirs)),
+             rep.mark("MyDDP's no_sync acts where DDP's does (placements that differ)", mine[i] == theirs[i],
+                      where)]
             for i, where in enumerate(NO_SYNC_PLACEMENTS)]
-    rep.table(["inside `with no_sync():`", "MyDDP", "PyTorch DDP"], rows, name="no_sync_placement")
+    rep.table(["inside `with no_sync():`", "MyDDP", "PyTorch DDP", "the same"], rows,
+              name="no_sync_placement")
     rep.note("MyDDP reads the no_sync flag in forward(), not in the gradient hook as the handbook's hint has "
              "it: that is DDP's contract (the table). Read in the hook, it would sync the 'forward only' "
              "step and skip the 'backward only' one, so a loop written for DDP (backward after the block) "
              "would silently sync every micro-step. DDP decides in the forward, where it readies buckets.")
-    differ = sum(a != b for a, b in zip(placement["MyDDP"], placement["PyTorch DDP"]))
-    rep.check_close("MyDDP's no_sync acts where DDP's does (placements that differ)", differ, 0)
 
 
 # ---- Part 2: launch order when gradients arrive out of order ------------------------------------
@@ -227,14 +229,15 @@ def buffer_sync_rank(rank: int, world: int) -> dict[str, Any]:
 
 def part3_buffers(rep: Report, ranks: list[dict[str, Any]]) -> None:
     seen = ranks[1]["buffers"]   # rank 1's buffer is rank 0's after a forward that broadcast
-    rep.table(["forward", "kind", "MyDDP", "PyTorch DDP"],
-              [[i + 1, what, *("broadcast" if seen[k][i] else "-" for k in ("MyDDP", "PyTorch DDP"))]
+    mine, theirs = seen["MyDDP"], seen["PyTorch DDP"]
+    rep.table(["forward", "kind", "MyDDP", "PyTorch DDP", "the same"],
+              [[i + 1, what, *("broadcast" if k[i] else "-" for k in (mine, theirs)),
+                rep.mark("MyDDP broadcasts buffers as DDP does (forwards that differ)", mine[i] == theirs[i],
+                         f"forward {i + 1}, {what}")]
                for i, what in enumerate(FORWARD_KINDS)], name="buffer_sync")
     rep.note("DDP syncs buffers at the first forward and after every forward whose backward synchronises: "
              "in an accumulation window only at its first forward, in a no_grad evaluation loop only at its "
              "first forward and not at the next training one; eval() mode by itself changes nothing")
-    differ = sum(a != b for a, b in zip(seen["MyDDP"], seen["PyTorch DDP"]))
-    rep.check_close("MyDDP broadcasts buffers as DDP does (forwards that differ)", differ, 0)
     rep.line(f"  sparse gradients: {ranks[0]['buffers']['sparse']}")
 
 

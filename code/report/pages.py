@@ -24,11 +24,7 @@ from common.files import make_output_dir, write_bytes, write_text
 from common.output import fmt_num
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-# The order a reader wants: what needs attention first (every word of common/verdicts.VERDICTS).
-ORDER = ("error in the notes", "notes inconsistent", "differs", "fails", "not recorded",
-         "not compared: other machine", "not compared: other setting", "not compared: not measured",
-         "fitted to the notes", "matches, assuming", "matches as they write", "matches, timed here",
-         "seen as the notes say", "matches", "holds", "not compared: no figure")
+ORDER = verdicts.FINDINGS_ORDER   # what needs attention first
 DISAGREEING = ("error in the notes", "notes inconsistent", "differs", "fails", "not recorded")
 
 
@@ -95,7 +91,7 @@ def _claim_view(claim: dict[str, Any], script: str, claim_id: str, topic: str = 
                 short=[isinstance(v, (int, float)) or len(_value(v, claim["unit"])) <= 24
                        for v in (claim["ours"], claim["notes"])],
                 same=ours == notes, how=_how(claim),
-                agree=errata.label(claim) in verdicts.AGREEING,
+                agree=errata.label(claim) in verdicts.AGREEING, why=verdicts.readable(claim.get("why") or ""),
                 verdict=errata.label(claim), tone=tone(errata.label(claim)))
 
 
@@ -280,7 +276,10 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         uncompared=[(w, counts[w], verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)
                     if w.startswith("not compared") and w != "not compared: other machine"],
         counts=[(w, counts[w], tone(w), verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)],
-        count_sentence=verdicts.count_sentence([c["verdict"] for c in claims], ORDER),
+        claims_sentence=verdicts.claims_sentence([c["verdict"] for c in claims]),
+        count_parts=verdicts.count_parts([c["verdict"] for c in claims], ORDER),
+        own=sum(1 for c in claims if c["verdict"] in verdicts.OWN_WORDS),
+        errata_kinds=errata.count_sentence(errata.group(claims), rows_too=False),
         differs=[c for c in claims if c["status"] == "differs" and not c.get("erratum")],
         errata=[c for c in claims if c.get("erratum")],
         errata_groups=errata.group(claims), errata_sentence=errata.count_sentence(errata.group(claims)),
@@ -288,7 +287,7 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         failed=[r["script"] for r in runs if r["rc"] != 0],
         filters=_filters(counts, sum(1 for c in claims if c.get("erratum")),
                          sum(1 for c in claims if not c["agree"])),
-        meanings=[(w, verdicts.LEGEND[w], tone(w)) for w in _ordered(counts)],
+        meanings=[(w, verdicts.LEGEND[w], tone(w)) for w in _ordered(counts)], tone=tone,
         timeline=timeline)
     written = []
     for template, name, escape in (("index.html.j2", "index.html", True),
