@@ -16,7 +16,7 @@ from common.checker import Claim
 WORDS = tuple(verdicts.BY_WORD)
 # Words of the vocabulary before issue 31: none may come back, anywhere a reader looks.
 RETIRED = ("agrees: exact", "agrees: assumption", "agrees: measured", "agrees: reading", "notes' slip",
-           "differs = see why", "agrees plus a kind")
+           "differs = see why", "agrees plus a kind", "(exact)", "✓*")
 MARKS = "".join(verdicts.SUPERSCRIPTS)
 
 
@@ -133,3 +133,19 @@ def test_the_readme_and_docs_use_only_the_words(page: str) -> None:
         named = set(re.findall(r"(?<!\*)\*([^*]+)\*(?!\*)", start))
         assert {w for w in WORDS if w not in ("holds", "fails")} <= named, set(WORDS) - named
         assert {"hold", "fail"} <= named or {"holds", "fails"} <= named
+
+
+def test_marks_in_tables_come_from_the_one_vocabulary() -> None:
+    """A script's own table marks its cells through Report.marked (verdicts.cell_mark, MARKS_LEGEND):
+    no script keeps marks or a marks legend of its own, and each mark is a verdict word's."""
+    for path in sorted((ROOT / "code").glob("*/*.py")):
+        if path.parent.name == "common":
+            continue          # verdicts defines the marks; checker and output print ≠ between two values
+        source = path.read_text()
+        assert not re.search(r"[\"'](✓|✗|≠)", source), f"{path.name} writes a mark itself"
+    legend = verdicts.MARKS_LEGEND
+    for word in ("matches", "error in the notes", "differs", "not compared"):
+        assert word in legend
+    agree = Claim("P", "w", 1, 1, "", checker.EXACT, "agrees", "")
+    assert verdicts.cell_mark(agree) == "✓"
+
