@@ -32,7 +32,7 @@ import numpy as np
 from common import cli
 from common.files import write_json
 from common.output import format_table
-from common.suite import CODE, named_by
+from reproduction.suite import CODE, named_by
 
 # Each real script's grid: world sizes at the defaults and at --quick, then each size flag raised.
 GRIDS: dict[str, list[list[str]]] = {

@@ -14,7 +14,7 @@ from test_runtime import _parser_of
 from common import budget, cli
 from common.budget import Cost, Term
 from common.errors import UsageError
-from common.suite import scripts
+from reproduction.suite import scripts
 
 REAL = [s.name for s in scripts() if s.real]
 

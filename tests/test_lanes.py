@@ -1,4 +1,4 @@
-"""common.lanes: the reproduction's two lanes give each script's result in order, keep a script that
+"""reproduction.lanes: the reproduction's two lanes give each script's result in order, keep a script that
 reads a clock alone on the machine, and leave nothing running when they are left early."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conftest import load_script
 
-from common.lanes import Lanes, Turns
-from common.suite import Script, scripts
+from reproduction.lanes import Lanes, Turns
+from reproduction.suite import Script, scripts
 
 # Each run appends "<event> <name>" to a log: the order of the events is what the tests read.
 SIDE = '''import sys, time

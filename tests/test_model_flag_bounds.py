@@ -24,7 +24,7 @@ from conftest import ROOT, assert_usage_error, run_script
 
 from common import collectives_def as cdef
 from common.model_bounds import MAX_MODEL_WORLD, MODEL_MEMORY_BYTES
-from common.suite import scripts
+from reproduction.suite import scripts
 
 RUN_LIMIT_X = 3.0   # CPU of the largest run, in import torch's: about 1-2.5x here (a 2-core machine)
 HANG_S = 300        # a run still going after this is killed: the test fails, the suite goes on

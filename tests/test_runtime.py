@@ -21,7 +21,7 @@ from conftest import ROOT, load_script, popen, python
 from common import cli, machine
 from common.files import write_json
 from common.output import Report, fmt_num
-from common.suite import Script, scripts
+from reproduction.suite import Script, scripts
 
 REAL = "lecture14/02_primitives.py"     # starts ranks; default run a couple of seconds
 MODEL = "lecture15/03_overlap.py"       # model only, draws figures

@@ -31,7 +31,7 @@ from conftest import ROOT, load_script, run_script
 
 from common import checker
 from common.checker import MEASURED
-from common.suite import scripts
+from reproduction.suite import scripts
 
 # One worker runs them all (pytest-xdist --dist loadgroup): the batches are this module's, and real
 # ranks on two cores want no second torchrun beside them.

@@ -19,9 +19,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from common import errata, verdicts
+from common import verdicts
 from common.files import make_output_dir, write_bytes, write_text
 from common.output import fmt_num
+from reproduction import errata
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The order a reader wants: what needs attention first (every word of common/verdicts.VERDICTS).

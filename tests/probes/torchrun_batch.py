@@ -18,7 +18,7 @@ from pathlib import Path
 # This checkout's code/, ahead of anything installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "code"))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
-from common.prestarted_serve import end_process
+from common.process_exit import end_process
 
 # isort: split
 

@@ -27,7 +27,7 @@ reproduce.py and the tests run scripts this way; bench/bench_scripts.py times fr
 is what a student sees. A child's exit status is the one a fresh interpreter gives: SystemExit's
 code, 1 after an uncaught exception (with its traceback), killed by SIGINT after a Ctrl-C that
 nothing caught, and it runs the atexit functions first. The interpreter's side (the fork, the
-child's set-up, its end) is `common.prestarted_serve`.
+child's set-up, its end) is `reproduction.prestarted_serve`.
 """
 
 from __future__ import annotations
