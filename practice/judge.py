@@ -233,7 +233,7 @@ def check_machine(problems: list[Problem], quick: bool) -> None:
     """The ranks the chosen cases start, against this machine and COURSE_BACKEND, before any case
     (a case would fail as if the solution were wrong)."""
     from common.errors import UsageError
-    from common.machine import check_backend, max_local_ranks
+    from common.launch import check_backend, max_local_ranks
 
     sizes = [c.inputs.get("world_size", 1) for p in problems for c in p.cases().CASES
              if isinstance(c.inputs, dict) and (c.quick or not quick)]

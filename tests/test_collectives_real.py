@@ -8,7 +8,7 @@ import torch
 
 from common import collectives_real as real
 from common.collectives_def import split_sizes
-from common.launcher import launch
+from common.launch import launch
 
 N, WIDTH = 7, 5   # 7 on 3 ranks: 3, 2, 2; 5 columns: 2, 2, 1
 

@@ -28,7 +28,7 @@ import sys, time
 sys.path.insert(0, {code!r})
 import common
 from common.exits import run_main
-from common.launcher import launch
+from common.launch.launcher import launch
 
 def work(rank, world_size):
     time.sleep(0.5)

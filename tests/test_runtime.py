@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, load_script, popen, python
 
-from common import cli, machine
+from common import cli
 from common.files import write_json
+from common.launch import machine
 from common.output import Report, fmt_num
 from reproduction.suite import Script, scripts
 

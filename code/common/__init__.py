@@ -41,7 +41,7 @@ def _quiet_signal_hook(kind, value, tb, _previous=sys.excepthook):  # type: igno
     if signum is None:
         _previous(kind, value, tb)
         return
-    from common.torchrun import is_rank0
+    from common.launch import is_rank0
     try:
         if is_rank0():
             sys.stderr.write(f"{WORDS[int(signum)]}\n")

@@ -12,7 +12,7 @@ be written. Pure Python: no torch unless a GPU backend has to be checked.
 
 The rest of a script's frame lives by what it does: how it ends (`run_main`) in common.exits, the
 notes' setting a run is compared at (`off_setting`) in common.notes_setting, machine limits in
-common.machine, output paths in common.files, torchrun in common.torchrun.
+common.launch.machine, output paths in common.files, torchrun in common.launch.torchrun.
 """
 
 from __future__ import annotations
@@ -30,10 +30,16 @@ from common.costmodel import NOTES_LINK, Link
 from common.errors import UsageError, clip_values
 from common.exits import run_main
 from common.files import check_output_dir, check_output_file, divert_stdout
-from common.machine import check_backend, check_course_environment, check_world_size
+from common.launch import (
+    check_backend,
+    check_course_environment,
+    check_environment,
+    check_world_size,
+    quiet_unless_rank0,
+    under_torchrun,
+)
 from common.model_bounds import MAX_MODEL_WORLD, Bound, Flags, check_bounds, check_split, check_world
 from common.notes_setting import NOT_A_SETTING, off_setting, setting_defaults
-from common.torchrun import check_environment, quiet_unless_rank0, under_torchrun
 
 # run_main (common.exits) and off_setting (common.notes_setting) live by what they do; they are
 # named here too because every script has imported them from here.

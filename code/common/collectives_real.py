@@ -1,6 +1,6 @@
 """The collectives whose pieces may differ in size, on real ranks, with gloo's workarounds.
 
-Inside a rank (after common.launcher.launch has joined the group):
+Inside a rank (after common.launch.launch has joined the group):
     whole = all_gather_uneven(piece, sizes)              # rank r's piece is sizes[r] long
     mine, how = reduce_scatter_uneven(x, sizes)          # rank r gets its sizes[r] of the sum
     mine = scatter_uneven(whole_or_none, sizes, src=0)
@@ -9,7 +9,7 @@ Inside a rank (after common.launcher.launch has joined the group):
 gloo moves pieces of one shape only: all-gather and scatter pad every piece with zeros to the
 longest and trim afterwards. An older gloo has no reduce_scatter: the same result then comes from
 an all-reduce and the rank's own slice (2(K-1)/K·N per rank instead of (K-1)/K·N). Whether gloo
-has it is asked once (common.capabilities), never found out by catching a failed call: that would
+has it is asked once (common.launch.capabilities), never found out by catching a failed call: that would
 swallow a real failure of this rank or a peer. `record(torch_name, nbytes)`, where given, is called
 before each torch.distributed call with the call's whole size N (collectives_def's convention):
 cs336.comm.CommLog.add counts that way. Sizes along `dim` follow collectives_def.split_sizes
@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from common import collectives_def as cdef
-from common.capabilities import gloo_lacks
+from common.launch import gloo_lacks
 
 Record = Callable[[str, int], None]
 

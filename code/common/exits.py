@@ -23,8 +23,8 @@ from typing import Callable, Iterator
 from common import WORDS, raise_terminated
 from common import Terminated as _Terminated
 from common.errors import RunFailure, UsageError, clip_values
+from common.launch import quiet_unless_rank0
 from common.process_exit import end_process, exit_status
-from common.torchrun import quiet_unless_rank0
 
 __all__ = ["run_main", "signals_held"]
 
@@ -105,7 +105,7 @@ def signals_held(mask: bool = False) -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP noted, not raised, inside the block, and raised again as it ends:
     for a few steps that must happen together (a temporary file made and its name kept for the
     clean-up; ranks forked and known). With `mask`, this thread also blocks them at the C level, a
-    mask a forked child inherits (see common.launcher). Only the main thread sets handlers: in
+    mask a forked child inherits (see common.launch.launcher). Only the main thread sets handlers: in
     another thread this holds nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield

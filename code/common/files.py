@@ -34,7 +34,7 @@ from typing import Any
 
 from common.errors import RunFailure, UsageError
 from common.exits import signals_held
-from common.torchrun import is_rank0
+from common.launch import is_rank0
 
 _MAX_LINKS = 40  # as the kernel's limit on a chain of symlinks (ELOOP)
 _OWN_FD = re.compile(r"/proc/(?:self|(\d+)(?:/task/\d+)?)/fd/(\d+)")   # also /proc/thread-self/fd/N

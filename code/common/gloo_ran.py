@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from common.collectives_def import BY_TORCH_NAME
-from common.launcher import capture_stderr
+from common.launch import capture_stderr
 from common.units import fmt_bytes
 
 PREFIX = "gloo:"

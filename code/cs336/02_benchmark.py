@@ -39,7 +39,7 @@ from common.cli import (
     size_bytes,
 )
 from common.costmodel import fit_line_relative, ring_alpha_beta_from_line
-from common.launcher import launch, rank_device
+from common.launch import launch, rank_device
 from common.output import Report, fmt_bytes, fmt_time, new_figure
 from cs336 import busbw as bw
 from cs336.busbw import COLLECTIVES, Buffers

@@ -40,7 +40,7 @@ from common.costmodel import (
     ring_naive_crossover_bytes,
     ring_tree_crossover_bytes,
 )
-from common.launcher import launch
+from common.launch import launch
 from common.output import Report, fmt_bytes, fmt_time
 from lecture14 import alpha_beta_numerics as num
 from lecture14 import figures

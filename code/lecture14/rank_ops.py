@@ -2,7 +2,7 @@
 cs336/01_collectives.py): readable rank data, and the calls whose pieces may differ in size
 (common.collectives_real, under the names these scripts use).
 
-Inside a rank (after common.launcher.launch has joined the group):
+Inside a rank (after common.launch.launch has joined the group):
     x = rank_data(rank, n, rank_device())       # 10(r+1), 10(r+1)+1, ...: sums exact in float32
     piece, how = reduce_scatter_real(x, world_size)
     whole = all_gather_real(piece, sizes)        # pieces of unequal size: padded, then trimmed

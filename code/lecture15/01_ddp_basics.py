@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import launch, preload_for_ddp
+from common.launch import launch, preload_for_ddp
 from common.output import Report, fmt_time, movement_floor
 from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
 

@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import capture_stderr, launch, preload_for_ddp
+from common.launch import capture_stderr, launch, preload_for_ddp
 from common.output import Report, fmt_time
 from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
 

@@ -41,7 +41,7 @@ from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.costmodel import ring_allreduce_bytes_per_device
 from common.dist_count import counting
-from common.launcher import launch, preload_for_ddp
+from common.launch import launch, preload_for_ddp
 from common.output import FLOAT32_MOVED_SHARE, Report, fmt_bytes, new_figure, refuse_still_weights
 from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
 

@@ -37,7 +37,7 @@ from common.costmodel import (
     zero_step_bytes_per_device,
 )
 from common.dist_count import counting
-from common.launcher import launch, preload_for_ddp, rank_device
+from common.launch import launch, preload_for_ddp, rank_device
 from common.output import Report, fmt_bytes
 from lecture15.ddp_sim import MiB, Timeline, assign_buckets, simulate_backward
 from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss

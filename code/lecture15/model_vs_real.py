@@ -301,7 +301,7 @@ def main() -> None:
         raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
     sizes = ALLREDUCE_BYTES[:-1] if args.quick else ALLREDUCE_BYTES
     rep = Report(__file__, "the §3 timeline model against a real DDP step on this machine", args)
-    from common.launcher import launch, preload_for_ddp  # torch loads only once the flags are good
+    from common.launch import launch, preload_for_ddp  # torch loads only once the flags are good
     preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
     ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.rank_batch,
                    args.bucket_cap_bytes / MiB, sizes, args.repeats, timeout_s=args.timeout_s)

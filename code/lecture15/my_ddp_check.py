@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import launch, preload_for_ddp, rank_device
+from common.launch import launch, preload_for_ddp, rank_device
 from common.output import Report, fmt_bytes
 from lecture15.ddp_sim import MiB
 from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss

@@ -24,12 +24,12 @@ from common.process_exit import end_process
 
 import torch
 
-from common.torchrun import is_rank0, speak
+from common.launch.torchrun import is_rank0, speak
 
 
 def unquiet() -> None:
     """Stdout and stderr where torchrun pointed them, as a fresh process has them: a script's start
-    quiets every rank but 0 (common.torchrun.quiet_unless_rank0) and nothing undoes it, so without
+    quiets every rank but 0 (common.launch.torchrun.quiet_unless_rank0) and nothing undoes it, so without
     this only the batch's first script would show that it quiets them itself."""
     if sys.stdout is not sys.__stdout__:
         sys.stdout.close()
