@@ -117,7 +117,7 @@ MISMATCH_PROGRAM = """
 import sys
 sys.path.insert(0, {code!r})
 import torch, torch.distributed as dist
-from common.exits import run_main
+from common.script_end import run_main
 from common.launch.launcher import launch
 
 def mismatched_sizes(rank, world):

@@ -50,7 +50,7 @@ def _common_modules() -> list[str]:
 def test_importing_every_common_module_changes_nothing() -> None:
     modules = _common_modules()
     assert {"common.cli", "common.launch", "common.launch.launcher", "common.launch.torchrun",
-            "common.exits"} <= set(modules)
+            "common.script_end"} <= set(modules)
     imports = "\n".join(f"import {m}" for m in modules)
     assert _changed_by(imports) == {}
 

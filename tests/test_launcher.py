@@ -193,7 +193,7 @@ SIGTERM_IN_BOOTSTRAP = """
 import os, signal, sys, time
 sys.path.insert(0, {code!r})
 from common.launch import launcher, rank_side
-from common.exits import run_main
+from common.script_end import run_main
 
 def slow_bootstrap(*args):  # rank 0 interrupts the parent before the rank's own set-up has run
     if args[1] == 0 and args[3].poll(20):  # once the parent sends the port, its forks are done

@@ -47,7 +47,7 @@ def test_leftover_rank_variables_are_a_usage_error_not_a_torchrun_run() -> None:
 ])
 def test_only_torchrun_makes_a_process_a_rank(monkeypatch: pytest.MonkeyPatch, env: dict, torchrun: bool,
                                               refused: bool) -> None:
-    from common.errors import UsageError
+    from common.error_types import UsageError
     from common.launch import torchrun as tr
 
     for name in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):

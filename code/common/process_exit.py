@@ -1,7 +1,7 @@
 """How a Python process ends once its work is done: as a fresh interpreter ends, less the teardown
 of torch's thousands of modules (about 1 s of every run that imported torch).
 
-`common.exits.run_main` ends every script through `end_process`; the reproduction's fork server
+`common.script_end.run_main` ends every script through `end_process`; the reproduction's fork server
 (`reproduction/prestarted_serve.py`) ends each child it forked through it too, loading this file by
 path. So it imports nothing of code/ (importing `common` would set sys.excepthook in a fork server's
 child whose script never imports it), only the standard library.
@@ -31,9 +31,9 @@ def end_process(code: int, interrupted: bool = False, words: dict[int, str] | No
     threads joined, atexit functions run, `__main__` cleared and garbage collected (a file left
     open is flushed), streams flushed; then the exit status, or death by SIGINT after an uncaught
     Ctrl-C. The teardown of torch's thousands of modules is what it leaves out: about 1 s of every
-    run that imported torch (common.exits.run_main ends every script through this).
+    run that imported torch (common.script_end.run_main ends every script through this).
 
-    `noted`: the signals common.exits noted once the run's work was done (its handlers keep noting
+    `noted`: the signals common.script_end noted once the run's work was done (its handlers keep noting
     them here); a run ending well (code 0) then says the first one's word from `words` and exits
     128 + its number."""
     import atexit

@@ -27,9 +27,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
-from common.collectives_def import COLLECTIVES
+from common.collectives import COLLECTIVES
 from common.collectives_real import run_collective
 from common.launch import (
     MAX_STAGED_RANKS,
@@ -41,6 +40,7 @@ from common.launch import (
     under_torchrun,
 )
 from common.output import Report, fmt_num
+from common.run_cost import Cost, Term
 from cs336 import primitives as prim
 from cs336.primitives import ROOT
 from lecture14 import collectives as col
@@ -110,7 +110,7 @@ def collectives_worker(rank: int, world_size: int, n: int, seed: int) -> dict:
 
 
 def seven_primitives(x: torch.Tensor, world_size: int) -> dict[str, tuple]:
-    """Each of collectives_def's collectives once: (what this rank put in, what it holds after),
+    """Each of common.collectives' collectives once: (what this rank put in, what it holds after),
     None where nothing (common.collectives_real.run_collective, gloo's workarounds included)."""
     out = {name: run_collective(name, x, ROOT) for name in COLLECTIVES}
     return {k: tuple(None if t is None else t.tolist() for t in v) for k, v in out.items()}

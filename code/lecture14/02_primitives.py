@@ -29,7 +29,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.launch import (
     MAX_STAGED_RANKS,
@@ -41,6 +40,7 @@ from common.launch import (
     under_torchrun,
 )
 from common.output import Report
+from common.run_cost import Cost, Term
 from lecture14 import collectives as col
 from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_scatter_real, show, yes
 

@@ -9,7 +9,7 @@ Inside a rank (after common.launch.launch has joined the group):
     mine = scatter_real(whole_or_none, sizes, src=0)
 
 Pieces follow torch.tensor_split, i.e. np.array_split and lecture14.collectives.chunk_bounds: the
-first n % K are one element longer (common.collectives_def.split_sizes). In the parent:
+first n % K are one element longer (common.collectives.split_sizes). In the parent:
 `all_inputs` (the same data as numpy, for the simulator) and `show` (a buffer as a short line of
 numbers).
 """
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.collectives_def import split_sizes
+from common.collectives import split_sizes
 from common.collectives_real import all_gather_uneven, reduce_scatter_uneven, scatter_uneven
 
 SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"

@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from common.budget import Cost, Term
-from common.cli import UsageError, make_parser, positive_int, run_main
+from common.cli import UsageError, make_parser, run_main
 from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
+from common.flags import positive_int
 from common.output import Report, fmt_bytes
+from common.run_cost import Cost, Term
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
 from lecture15.timings import slowest_rank, spread_ms
 

@@ -55,7 +55,8 @@ PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "
 # Variables that may differ from the interpreter's and still fork: ours (COURSE_MAX_RANKS, …, read
 # when a script runs, never by torch) and the one a test session changes for every test.
 FORKS_WITH = ("COURSE_", "PYTEST_CURRENT_TEST")
-# The interpreter's side, loaded by path: it imports nothing of code/ that a script would import.
+# The interpreter's side, loaded by path: it imports nothing of code/ that a script would import
+# (common/process_exit.py it loads by path as well, kept out of sys.modules).
 # `del sys.path[0]`: -c puts the caller's folder first, where a stray glob.py would shadow stdlib.
 _BOOT = ("import sys; del sys.path[0]; "
          "import importlib.util as u; s = u.spec_from_file_location('prestarted_serve', {!r}); "

@@ -1,8 +1,9 @@
 """The prestarted interpreter's side of `reproduction.prestarted`: import the preloaded modules once,
 then fork a child for each request and make it `python FILE ARGS`.
 
-The interpreter runs this file, loaded by path (`python -c BOOT`): it imports nothing of code/, so
-a script that never imports `common` gets nothing of it (its import sets sys.excepthook). A
+The interpreter runs this file, loaded by path (`python -c BOOT`): it imports nothing of code/ as a
+module (common/process_exit.py, how each child ends, is loaded by path too, outside sys.modules),
+so a script that never imports `common` gets nothing of it (its import sets sys.excepthook). A
 request is one JSON line: argv, cwd, env, the two output paths (files, or named pipes the caller
 already reads), and whether the child starts a session of its own. The outputs are opened here
 before the fork, so once the child's pid is replied the caller holds every writer's count it

@@ -63,4 +63,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    end_process(0)   # as each script ends (common.exits.run_main), less the modules' teardown
+    end_process(0)   # as each script ends (common.script_end.run_main), less the modules' teardown

@@ -50,9 +50,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from common.cli import DEFAULT_TIMEOUT_S
-from common.errors import UsageError
-from common.exits import signals_held
+from common.error_types import UsageError
+from common.flags import DEFAULT_TIMEOUT_S
 from common.launch.machine import check_backend, check_world_size
 from common.launch.parent_side import Collector
 from common.launch.rank_failure import RankError, last_words
@@ -60,6 +59,7 @@ from common.launch.rank_side import child_main
 from common.launch.torchrun import check_environment, quiet_unless_rank0, under_torchrun
 from common.launch.torchrun_rank import launch_in_torchrun
 from common.leftovers import owned_folder
+from common.script_end import signals_held
 
 __all__ = ["RankError", "capture_stderr", "choose_backend", "launch", "launch_expecting_failure",
            "preload_for_ddp", "rank_device", "startup_allowance_s"]

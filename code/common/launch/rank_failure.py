@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from common.errors import RunFailure
+from common.error_types import RunFailure
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 

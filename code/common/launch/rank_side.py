@@ -29,9 +29,9 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from common.exits import ENDING_SIGNALS
 from common.launch.loopback import loopback_interface
 from common.launch.rank_failure import failure_of
+from common.script_end import ENDING_SIGNALS
 
 _KEPT_STDERR = 64 * 1024  # the end of what a rank wrote to fd 2 is what matters; a runaway log is cut
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from common.errors import RunFailure
+from common.error_types import RunFailure
 from common.launch.launcher import RankError, launch_expecting_failure
 from common.launch.rank_failure import SKIPPED
 

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from common.errors import UsageError
+from common.error_types import UsageError
 from common.launch import cores, positive_env_int, total_memory
 
 RUN_BUDGET_MIN = 5        # an accepted run finishes in minutes here, never in an hour

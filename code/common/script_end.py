@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 from common import WORDS, raise_terminated
 from common import Terminated as _Terminated
-from common.errors import RunFailure, UsageError, clip_values
+from common.error_types import RunFailure, UsageError, clip_values
 from common.launch import quiet_unless_rank0
 from common.process_exit import end_process, exit_status
 
