@@ -1,5 +1,5 @@
 """The costs behind the real scripts' limits: run each real script over a grid of flags, measure
-its CPU time (all its processes) and wall time, fit the terms of its COST (common/budget.py) to the
+its CPU time (all its processes) and wall time, fit the terms of its COST (common/run_cost.py) to the
 CPU times and print the fitted coefficients beside the script's, run by run.
 
     python bench/bench_costs.py [--only 05_parallel] [--json costs.json]
@@ -30,9 +30,9 @@ import time
 import numpy as np
 
 from common import cli
-from common.files import write_json
 from common.output import format_table
-from common.suite import CODE, named_by
+from common.output_files import write_json
+from reproduction.suite import CODE, named_by
 
 # Each real script's grid: world sizes at the defaults and at --quick, then each size flag raised.
 GRIDS: dict[str, list[list[str]]] = {

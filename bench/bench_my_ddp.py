@@ -21,7 +21,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 from typing import Any
 
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import choose_backend, launch, preload_for_ddp
+from common.launch import choose_backend, launch, preload_for_ddp
 from common.output import Report, fmt_bytes
 from lecture15.my_ddp_check import TARGET_RATIO, handbook_model, median_step, timing_rank
 

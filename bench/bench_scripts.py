@@ -45,7 +45,7 @@ import time
 from common.cli import make_parser, run_main
 from common.model_bounds import MODEL_BUDGET_S
 from common.output import format_table
-from common.suite import Script, named_by, scripts
+from reproduction.suite import Script, named_by, scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_ONLY_TARGET_S = 1.5

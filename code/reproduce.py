@@ -33,13 +33,15 @@ import threading
 import time
 from typing import Any, Callable
 
-from common import errata, verdicts
+from common import verdicts
 from common.cli import UsageError, make_parser, run_main
-from common.files import check_output_dir, make_output_dir, write_json
-from common.lanes import Lanes, Turns
 from common.leftovers import owned_folder
 from common.output import wrap
-from common.suite import Script, named_by, scripts
+from common.output_files import make_output_dir, write_json
+from common.output_paths import check_output_dir
+from reproduction import errata
+from reproduction.lanes import Lanes, Turns
+from reproduction.suite import Script, named_by, scripts
 
 
 def command(script: Script, json_path: Path, quick: bool, figure_dir: Path | None) -> list[str]:
@@ -52,7 +54,7 @@ def command(script: Script, json_path: Path, quick: bool, figure_dir: Path | Non
 
 
 def run_one(lanes: Lanes, i: int, script: Script, label: str, figure_dir: Path | None) -> dict[str, Any]:
-    """The i-th script's run, from whichever lane runs it (common.lanes), its line shown in order
+    """The i-th script's run, from whichever lane runs it (reproduction.lanes), its line shown in order
     with a ticker while it is awaited."""
     done = threading.Event()
     ticker = threading.Thread(target=_tick, args=(label, time.perf_counter(), done),

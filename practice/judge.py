@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(1, str(Path(__file__).resolve().parent))   # the judge's own package, judging/
 
 from common.cli import UsageError, make_parser, run_main
-from common.files import write_json
 from common.output import wrap
+from common.output_files import write_json
 from judging import PROBLEMS, Problem
 from judging.messages import NOT_WRITTEN
 
@@ -232,8 +232,8 @@ def report(runs: list[tuple[Problem, ProblemRun]], seconds: float, json_path: st
 def check_machine(problems: list[Problem], quick: bool) -> None:
     """The ranks the chosen cases start, against this machine and COURSE_BACKEND, before any case
     (a case would fail as if the solution were wrong)."""
-    from common.errors import UsageError
-    from common.machine import check_backend, max_local_ranks
+    from common.error_types import UsageError
+    from common.launch import check_backend, max_local_ranks
 
     sizes = [c.inputs.get("world_size", 1) for p in problems for c in p.cases().CASES
              if isinstance(c.inputs, dict) and (c.quick or not quick)]

@@ -67,13 +67,13 @@ _RUNNER: list = []   # this worker's prestarted interpreter, made on the first r
 
 
 def _runner():  # type: ignore[no-untyped-def]
-    """The worker's common.prestarted.Prestarted: each run forks from an interpreter that has
+    """The worker's reproduction.prestarted.Prestarted: each run forks from an interpreter that has
     imported torch once (a fresh start per run was most of the suite's time). Tests of how a
     process starts, signals and torchrun start theirs with subprocess."""
     if not _RUNNER:
         import atexit
 
-        from common.prestarted import Prestarted
+        from reproduction.prestarted import Prestarted
 
         _RUNNER.append(Prestarted(dict(os.environ, PYTHONUNBUFFERED="1")))
         atexit.register(_RUNNER[0].close)
@@ -249,7 +249,7 @@ def quick_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def full_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """`reproduce.py --json` without --quick, run once, for the scripts --quick shortens (a script
     whose code never sees --quick runs the same either way: its quick run stands for both)."""
-    from common.suite import scripts
+    from reproduction.suite import scripts
 
     shortened = ",".join(s.name for s in scripts() if s.shortened)
     return _reproduction(tmp_path_factory, "reproduce-full", "--only", shortened, pages=False)

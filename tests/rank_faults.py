@@ -16,7 +16,7 @@ import pytest
 import torch.distributed
 from conftest import ROOT, popen
 
-from common.launcher import RankError, launch
+from common.launch import RankError, launch
 
 
 def worker_with_fault(rank: int, world_size: int, fault_rank: int, call: str, nth: int,

@@ -27,9 +27,9 @@ import torch
 import torch.distributed as dist
 from conftest import ROOT
 
-from common import dist_count, rank_side, torchrun_blame
-from common.launcher import RankError, launch
-from common.rank_side import KILLED, LOST, RAISED, TORCH, Failure, failure_of
+from common import dist_count
+from common.launch import RankError, launch, rank_failure, torchrun_blame
+from common.launch.rank_failure import KILLED, LOST, RAISED, TORCH, Failure, failure_of
 
 RUNS = 20       # launches per pattern: the old verdict was wrong in every run (wait) or 1 in 4
 WORLD = 3
@@ -117,8 +117,8 @@ MISMATCH_PROGRAM = """
 import sys
 sys.path.insert(0, {code!r})
 import torch, torch.distributed as dist
-from common.exits import run_main
-from common.launcher import launch
+from common.script_end import run_main
+from common.launch.launcher import launch
 
 def mismatched_sizes(rank, world):
     if rank == 0:
@@ -138,7 +138,7 @@ def test_the_one_line_has_gloos_words_under_it() -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("-c: error: rank 0 was killed by SIGABRT"), proc.stderr
-    assert 2 <= len(lines) <= 1 + rank_side._KEPT_WORDS, proc.stderr
+    assert 2 <= len(lines) <= 1 + rank_failure._KEPT_WORDS, proc.stderr
     assert all(line.startswith("  rank 0 wrote: ") for line in lines[1:]), proc.stderr
     assert "Received data size doesn't match expected size" in proc.stderr, proc.stderr
 
@@ -149,10 +149,10 @@ def test_last_words_leave_out_torchs_waiting_warnings_and_keep_the_end() -> None
             + "".join(f"line {i}\n" for i in range(9))
             + "[I1203 23:26:18.000000 123 socket.cpp:1] info\n"
             + f"  what():  [enforce fail at {gloo}] 32 vs 24\n\n")
-    assert rank_side.last_words(text) == ("line 6", "line 7", "line 8",
+    assert rank_failure.last_words(text) == ("line 6", "line 7", "line 8",
                                           "what():  [enforce fail at pair.cc:456] 32 vs 24")
-    assert rank_side.last_words("x" * 1000)[0] == "x" * rank_side._WORDS_WIDTH + "…"
-    assert rank_side.last_words("") == ()
+    assert rank_failure.last_words("x" * 1000)[0] == "x" * rank_failure._WORDS_WIDTH + "…"
+    assert rank_failure.last_words("") == ()
 
 
 # ---- what a failure is, from what torch raised -----------------------------------------------------
@@ -372,7 +372,7 @@ def test_two_nodes_name_the_killed_rank_every_time() -> None:
 
 def test_last_words_stop_where_faulthandler_dumps_the_stacks() -> None:
     """pytest (or PYTHONFAULTHANDLER) dumps a dying rank's stacks after gloo's reason: the reason is kept."""
-    from common.rank_side import last_words
+    from common.launch.rank_failure import last_words
 
     text = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
             "  what():  [enforce fail at /x/gloo/transport/tcp/pair.cc:456] 32 vs 24. Received data size "

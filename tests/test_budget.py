@@ -1,4 +1,4 @@
-"""Limits by cost (common/budget.py): every real script states what a run costs here, and a run
+"""Limits by cost (common/run_cost.py): every real script states what a run costs here, and a run
 that would not finish in minutes, or would not fit in memory, is refused before any work with one
 line that says the estimate, what it grows with and the largest setting that fits."""
 
@@ -11,10 +11,10 @@ import pytest
 from conftest import ROOT, python
 from test_runtime import _parser_of
 
-from common import budget, cli
-from common.budget import Cost, Term
-from common.errors import UsageError
-from common.suite import scripts
+from common import cli, flags, run_cost
+from common.error_types import UsageError
+from common.run_cost import Cost, Term
+from reproduction.suite import scripts
 
 REAL = [s.name for s in scripts() if s.real]
 
@@ -61,27 +61,27 @@ def _defaults() -> dict[str, tuple[str, object]]:
 
 
 def test_the_largest_setting_offered_fits_and_one_more_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(budget, "cores", lambda: 2)
+    monkeypatch.setattr(run_cost, "cores", lambda: 2)
     monkeypatch.delenv("COURSE_MAX_MINUTES", raising=False)
     args = argparse.Namespace(world_size=40, layers=50)
     with pytest.raises(UsageError) as err:
-        budget.check_cost(_toy(), args, _defaults())
+        run_cost.check_cost(_toy(), args, _defaults())
     text = str(err.value)
     limits = re.search(r"at most --world-size (\d+) at these sizes, or --layers (\d+)", text)
     w, layers = (int(v) for v in limits.groups())
-    fits = lambda **k: budget.wall_s(_toy(), argparse.Namespace(**{**vars(args), **k})) <= 300  # noqa: E731
+    fits = lambda **k: run_cost.wall_s(_toy(), argparse.Namespace(**{**vars(args), **k})) <= 300  # noqa: E731
     assert fits(world_size=w) and not fits(world_size=w + 1)
     assert fits(layers=layers) and not fits(layers=layers + 1)
     assert "0.01 s × W²·L" in text and text.startswith("--world-size 40 with --layers 50: about ")
     monkeypatch.setenv("COURSE_MAX_MINUTES", "1000")        # a longer budget admits it
-    budget.check_cost(_toy(), args, _defaults())
+    run_cost.check_cost(_toy(), args, _defaults())
 
 
 def test_memory_beyond_the_machines_share_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(budget, "total_memory", lambda: 16 * 2**30)
+    monkeypatch.setattr(run_cost, "total_memory", lambda: 16 * 2**30)
     with pytest.raises(UsageError, match=r"--layers 20,000: about 18.6 GiB of memory, more than 50% of this "
                                          r"machine's 16.0 GiB, estimated; at most --layers 8,589"):
-        budget.check_cost(_toy(), argparse.Namespace(world_size=4, layers=20_000), _defaults())
+        run_cost.check_cost(_toy(), argparse.Namespace(world_size=4, layers=20_000), _defaults())
 
 
 def test_a_models_world_size_is_not_the_ranks_a_script_starts() -> None:
@@ -113,7 +113,7 @@ def test_every_size_flag_is_in_the_cost_and_a_billion_is_refused(name: str,
     """--numbers, --batch and the like at 999999999 failed only after the ranks started."""
     parser = _parser_of(name, monkeypatch)
     base, cost = _defaults_of(parser), parser.cost
-    size_types = (cli.positive_int, cli.nonnegative_int, cli.size_bytes, cli.bucket_cap)
+    size_types = (flags.positive_int, flags.nonnegative_int, flags.size_bytes, flags.bucket_cap)
     sized = [a for a in parser._actions
              if a.option_strings and a.type in size_types and a.dest not in ("world_size",)]
     defaults = parser._setting_defaults(also=frozenset({"timeout_s"}))
@@ -124,4 +124,4 @@ def test_every_size_flag_is_in_the_cost_and_a_billion_is_refused(name: str,
         moves = cost.cpu_s(big) > cost.cpu_s(base) or (cost.memory and cost.memory(big) > cost.memory(base))
         assert moves, f"{name} {action.option_strings[0]} changes no term of COST: how does it scale the run?"
         with pytest.raises(UsageError):
-            budget.check_cost(cost, big, defaults)
+            run_cost.check_cost(cost, big, defaults)

@@ -11,7 +11,7 @@ import pytest
 
 from common import checker, verdicts
 from common.checker import Row, decide
-from common.errors import RunFailure
+from common.error_types import RunFailure
 from common.output import Report
 
 

@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # also when run as a script
 from common import checker  # noqa: E402
-from common.suite import scripts  # noqa: E402
+from reproduction.suite import scripts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPARED = ("agrees", "differs", "other machine", "other setting")

@@ -1,4 +1,4 @@
-"""One flag per knob: a flag that more than one command offers comes from common.cli.FLAGS, and a
+"""One flag per knob: a flag that more than one command offers comes from common.flags.FLAGS, and a
 knob has one name everywhere (a static reading of every add_argument, scripts and tools alike:
 tests/test_runtime.py checks the lecture scripts' parsers as they run)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from common import cli
+from common import flags
 
 # Names a knob once had beside its FLAGS name: pipeline stages are --pp (cs336/05_parallel.py and
 # 06_pipeline.py), timed repeats whose median is reported are --repeats (02_benchmark had --iters).
@@ -30,7 +30,7 @@ def _commands() -> list[Path]:
 
 
 def test_a_flag_offered_twice_or_shared_comes_from_flags() -> None:
-    shared = {f"--{name.replace('_', '-')}" for name in cli.FLAGS}
+    shared = {f"--{name.replace('_', '-')}" for name in flags.FLAGS}
     where: dict[str, list[str]] = {}
     for path in _commands():
         for option in _added_options(path):
@@ -39,7 +39,7 @@ def test_a_flag_offered_twice_or_shared_comes_from_flags() -> None:
     for option, paths in where.items():
         assert option not in shared, (f"{paths} add {option} themselves: "
                                       f"make_parser(..., {option[2:]}=...) gives it")
-        assert len(paths) == 1, f"{option} is added in {paths}: define it once in common.cli.FLAGS"
+        assert len(paths) == 1, f"{option} is added in {paths}: define it once in common.flags.FLAGS"
         assert option not in RETIRED, f"{paths} offer {option}: the knob is {RETIRED[option]}"
 
 

@@ -11,7 +11,8 @@ from conftest import code_env, flat
 
 from common import checker
 from common.checker import ASSUMPTION, MEASURED, Row
-from common.cli import UsageError, make_parser, parse_size
+from common.cli import UsageError, make_parser
+from common.flags import parse_size
 from common.output import Report, fmt_bytes, format_table
 
 

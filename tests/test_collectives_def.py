@@ -1,4 +1,4 @@
-"""A collective is defined once (common.collectives_def): the simulator's counts equal the
+"""A collective is defined once (common.collectives): the simulator's counts equal the
 definition's for every algorithm at K = 1…9, every consumer reads the definition (patch it and they
 all follow), no other module writes a ring formula of its own, and an unknown name raises."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from common import collectives_def as cdef
+from common import collectives as cdef
 from common import costmodel as cm
 from common.costmodel import Link
 from cs336 import busbw
@@ -108,7 +108,7 @@ def test_every_consumer_reads_the_definition(monkeypatch: pytest.MonkeyPatch) ->
 FORMULAS = [re.compile(p) for p in (r"\b2 \* \( (\w+) - 1 \)", r"\( (\w+) - 1 \) / \1\b",
                                     r"\( (\w+) - 1 \) \* \w+ / \1\b", r"\b(\w+) - 2 \+ \w+",
                                     r"\( (\w+) - 1 \) \. bit_length\b")]
-ALLOWED = {"code/common/collectives_def.py": None, "code/lecture14/collectives.py": None,
+ALLOWED = {"code/common/collectives.py": None, "code/lecture14/collectives.py": None,
            "code/lecture14/collectives_reference.py": None,
            "code/cs336/primitives.py": 9,        # the notes' volume column and bounds, beside ours
            "code/cs336/01_collectives.py": 1,    # the notes' identity (p−1)/p·p·S = (p−1)·S
@@ -129,7 +129,7 @@ def test_no_second_definition_of_a_ring_formula() -> None:
         hits = sum(len(f.findall(code)) for f in FORMULAS)
         if hits and ALLOWED.get(rel, 0) is not None and hits != ALLOWED.get(rel, 0):
             found[rel] = hits
-    assert not found, f"collective formulas outside common/collectives_def.py: {found}"
+    assert not found, f"collective formulas outside common/collectives.py: {found}"
 
 
 def test_the_formula_search_finds_a_formula() -> None:

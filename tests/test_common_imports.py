@@ -44,19 +44,20 @@ def _changed_by(then: str) -> dict:
 
 
 def _common_modules() -> list[str]:
-    return sorted(f"common.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "code" / "common")]))
+    return sorted(m.name for m in pkgutil.walk_packages([str(ROOT / "code" / "common")], prefix="common."))
 
 
 def test_importing_every_common_module_changes_nothing() -> None:
     modules = _common_modules()
-    assert {"common.cli", "common.launcher", "common.torchrun", "common.exits"} <= set(modules)
+    assert {"common.cli", "common.launch", "common.launch.launcher", "common.launch.torchrun",
+            "common.script_end"} <= set(modules)
     imports = "\n".join(f"import {m}" for m in modules)
     assert _changed_by(imports) == {}
 
 
 def test_the_probe_sees_what_a_script_start_changes() -> None:
     # The check is not empty: what launch and run_main do at a script's start is seen as a change.
-    changed = _changed_by("from common.torchrun import quiet_unless_rank0\nquiet_unless_rank0()")
+    changed = _changed_by("from common.launch.torchrun import quiet_unless_rank0\nquiet_unless_rank0()")
     assert {"stdout", "stderr", "fds"} <= set(changed), changed
     changed = _changed_by("import signal\nsignal.signal(signal.SIGTERM, lambda *a: None)\n"
                           "import os\nos.environ['X_COURSE'] = '1'")

@@ -15,7 +15,7 @@ from conftest import assert_usage_error, flat, load_script, run_script
 from rank_faults import signal_a_rank_during
 
 from common import costmodel as cm
-from common.launcher import launch
+from common.launch import launch
 from cs336 import primitives as prim
 from lecture14 import collectives as col
 from lecture14.rank_ops import op_data

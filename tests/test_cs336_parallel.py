@@ -22,7 +22,7 @@ from torch import nn
 
 from common import costmodel as cm
 from common.cli import UsageError
-from common.launcher import launch
+from common.launch import launch
 from cs336 import ledger, mlp
 
 SCRIPT = "cs336/05_parallel.py"

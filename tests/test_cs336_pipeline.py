@@ -255,7 +255,8 @@ def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
     assert bubble["S=4, M=8"][1:4] == ["30 ms", "30 ✓¹", "90 ✗"]
     # every count the sentence gives is a mark the student can see (the shortcut line's ✓³ too), and
     # every superscript on a cell has its footnote in the part
-    cells = [cell for row in table["rows"] for cell in row[1:]] + [part3.split("every row: ")[1].split()[0:2][1]]
+    shortcut = part3.split("every row: ")[1].split()[1]
+    cells = [cell for row in table["rows"] for cell in row[1:]] + [shortcut]
     assert sum(c.endswith("✗") for c in cells) == 12 and sum("✓" in c for c in cells) == 6 + 13
     for mark in {c[-1] for c in cells if c[-1] in "¹²³"}:
         assert f"{mark} assumes: " in part3, mark

@@ -19,7 +19,7 @@ from conftest import ROOT, flat, load_script, python, run_script
 
 from common import checker
 from common.cli import UsageError
-from common.launcher import launch
+from common.launch import launch
 from cs336 import mlp
 
 SCRIPT = "cs336/07_tensor_parallel.py"

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from common.launcher import launch
+from common.launch import launch
 from lecture14 import data_parallel as dp
 
 

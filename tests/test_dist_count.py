@@ -11,7 +11,7 @@ from torch.distributed import P2POp, all_reduce, batch_isend_irecv, irecv, isend
 
 from common import dist_count
 from common.dist_count import counting
-from common.launcher import launch
+from common.launch import launch
 
 
 def _spellings(rank: int, world: int) -> dict:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from common import gloo_ran
-from common.launcher import launch
+from common.launch import launch
 
 ELEMENTS = 4000
 

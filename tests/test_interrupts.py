@@ -27,8 +27,8 @@ RANKS = """
 import sys, time
 sys.path.insert(0, {code!r})
 import common
-from common.exits import run_main
-from common.launcher import launch
+from common.script_end import run_main
+from common.launch.launcher import launch
 
 def work(rank, world_size):
     time.sleep(0.5)
@@ -50,8 +50,8 @@ WRITES = """
 import sys
 sys.path.insert(0, {code!r})
 import common
-from common.exits import run_main
-from common.files import write_text
+from common.script_end import run_main
+from common.output_files import write_text
 
 def main():
     text = "x" * (4 << 20)
@@ -238,8 +238,8 @@ ENDING = """
 import atexit, os, signal, sys
 sys.path.insert(0, {code!r})
 import common
-from common.exits import run_main
-from common.errors import UsageError
+from common.script_end import run_main
+from common.error_types import UsageError
 
 def main():
     # the signal lands while the process ends (an atexit function runs in end_process's teardown)

@@ -1,4 +1,4 @@
-"""common.lanes: the reproduction's two lanes give each script's result in order, keep a script that
+"""reproduction.lanes: the reproduction's two lanes give each script's result in order, keep a script that
 reads a clock alone on the machine, and leave nothing running when they are left early."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conftest import load_script
 
-from common.lanes import Lanes, Turns
-from common.suite import Script, scripts
+from reproduction.lanes import Lanes, Turns
+from reproduction.suite import Script, scripts
 
 # Each run appends "<event> <name>" to a log: the order of the events is what the tests read.
 SIDE = '''import sys, time
@@ -24,8 +24,8 @@ open(log, "a").write(f"end {name}\\n")
 print(name)
 '''
 # The same, read off a clock as far as Script.timed can tell (the text names perf_counter()), and
-# one that runs in this thread's lane as a script with ranks would (the text names common.launcher).
-RANKS = SIDE.replace("import sys, time", "import os, sys, time  # common.launcher\n"
+# one that runs in this thread's lane as a script with ranks would (its text has "from common.launch import").
+RANKS = SIDE.replace("import sys, time", "import os, sys, time  # from common.launch import launch\n"
                     "open(os.path.join(os.path.dirname(sys.argv[2]), 'ranks_ran'), 'w').close()")
 # A timed one waits (10 s at most) until a script with ranks has run: were it in the side lane, it
 # would then run beside the next one (this thread's lane starts late: it imports torch first).

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from conftest import ROOT, popen
 
-from common.launcher import RankError, launch
-from common.rank_side import RAISED
+from common.launch import RankError, launch
+from common.launch.rank_failure import RAISED
 
 PROBE = Path(__file__).parent / "probes" / "launch_probe.py"
 
@@ -192,8 +192,8 @@ def test_ctrl_c_to_the_parent_alone_takes_the_ranks_down() -> None:
 SIGTERM_IN_BOOTSTRAP = """
 import os, signal, sys, time
 sys.path.insert(0, {code!r})
-from common import launcher, rank_side
-from common.exits import run_main
+from common.launch import launcher, rank_side
+from common.script_end import run_main
 
 def slow_bootstrap(*args):  # rank 0 interrupts the parent before the rank's own set-up has run
     if args[1] == 0 and args[3].poll(20):  # once the parent sends the port, its forks are done
@@ -380,7 +380,7 @@ def test_ddp_preload_in_the_parent_when_ranks_outnumber_cores_or_the_parent_need
     # optimizer of its own after them (parent_too) would import it again alone, so it goes first.
     import builtins
 
-    from common import launcher
+    from common.launch import launcher
 
     imported: list[str] = []
     real_import = builtins.__import__

@@ -175,11 +175,11 @@ def test_03_mpi_indices_and_owner_chunk_claims_for_other_k(tmp_path: Path) -> No
 
 
 def test_the_staged_report_is_read_back_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """common.staged accepts only the skip it staged: the right ranks blamed and waiting, after
+    """common.launch.staged_failure accepts only the skip it staged: the right ranks blamed and waiting, after
     the timeout; any other report is the run's failure (exit 1), with the report in its line."""
-    from common import staged
-    from common.errors import RunFailure
-    from common.launcher import RankError
+    from common.error_types import RunFailure
+    from common.launch import RankError
+    from common.launch import staged_failure as staged
 
     # The report is read by its fields: a message in the skip's words is no skip.
     skip = RankError(1, "finished its work (so did rank 2, rank 3) while rank 0 waited 1 s …", kind="skipped",

@@ -132,7 +132,7 @@ def test_an_error_in_the_average_checks_is_that_ranks(nth: int) -> None:
 def test_average_gradients_claims_from_real_ranks(tmp_path: Path, quick_run) -> None:
     """§4.1: 'gloo has no AVG' decided by this torch's gloo (tried here in a run of our own);
     SUM then ÷ W and the grad-None skip agree; staleness K − 1 and 8× the updates at 8 workers."""
-    from common.launcher import launch
+    from common.launch import launch
     out = tmp_path / "05.json"
     quick_run(SCRIPT, json_to=out)
     claims = _claims(out)

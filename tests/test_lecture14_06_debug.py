@@ -81,7 +81,7 @@ def test_a_collective_that_matches_is_no_lesson(tmp_path: Path) -> None:
 
 def test_quick_is_not_offered_as_a_shorter_run() -> None:
     """--quick, which reproduce.py passes to every script, says it runs the same (nothing long to cut)."""
-    from common.suite import Script
+    from reproduction.suite import Script
 
     assert not Script(CODE / SCRIPT).shortened
     assert "the run is the same" in " ".join(run_script(SCRIPT, "--help", timeout=60).stdout.split())

@@ -18,7 +18,7 @@ import torch._dynamo  # noqa: F401 - DDP() needs it; imported before the ranks f
 from conftest import assert_usage_error, flat, load_script, python, run_script
 from torch import nn
 
-from common.launcher import launch
+from common.launch import launch
 from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
 
 CODE = Path(__file__).resolve().parents[1] / "code" / "lecture15"

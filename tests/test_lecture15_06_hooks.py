@@ -114,7 +114,7 @@ def test_the_whole_error_does_not_depend_on_which_thread_ran_the_callback() -> N
 def test_quick_is_not_offered_as_a_shorter_run() -> None:
     """The default run is already short: --quick, which reproduce.py passes to every script, says it
     runs the same (suite.py sees no shortening)."""
-    from common.suite import Script
+    from reproduction.suite import Script
 
     assert not Script(CODE / SCRIPT).shortened
     assert "the run is the same" in " ".join(run_script(SCRIPT, "--help", timeout=60).stdout.split())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import flat, load_script, run_script
 
-from common.suite import scripts
+from reproduction.suite import scripts
 
 SCRIPT = "lecture15/model_vs_real.py"
 SIZES = [2**14, 2**16, 2**18, 2**20, 2**22]

@@ -264,7 +264,7 @@ dist.all_reduce = avg_sums
 """
 
 GLOO_WITHOUT_AVG = """
-from common import capabilities
+from common.launch import capabilities
 capabilities._probe = lambda: {"avg": "Cannot use ReduceOp.AVG with Gloo", "reduce_scatter": None}
 """
 

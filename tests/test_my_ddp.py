@@ -18,7 +18,7 @@ import torch.distributed as dist
 from conftest import assert_usage_error, flat, load_script, run_script
 from torch.nn.parallel import DistributedDataParallel
 
-from common.launcher import RankError, launch
+from common.launch import RankError, launch
 from lecture15.handbook_model import global_batch, handbook_model, shard, share_of_loss
 from lecture15.my_ddp import MyDDP
 

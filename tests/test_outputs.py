@@ -1,4 +1,4 @@
-"""Outputs never replace what their path points at (common/files.py): a device node, a FIFO and a
+"""Outputs never replace what their path points at (common/output_files.py): a device node, a FIFO and a
 symlink stay what they were; a regular file is written whole, keeping its mode and owner; "-" is
 standard output; an empty path or a missing folder is a usage error; a failed or interrupted write
 leaves no file and no temporary file, and says which file failed.
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, python
 
-from common import files
-from common.errors import RunFailure, UsageError
+from common import output_files, output_paths
+from common.error_types import RunFailure, UsageError
 
 MODEL = "lecture15/03_overlap.py"   # model only: a second or so, writes --json and draws figures
 NULL, FULL = (1, 3), (1, 7)          # the major/minor numbers of Linux's null and full devices
@@ -75,8 +75,8 @@ def test_the_guard_itself_keeps_the_node(tmp_path: Path) -> None:
     """In-process: write_bytes on a node writes to it; with the node kind removed from _resolve
     (the guard) the rename would have replaced it, which this test would see."""
     null = node(tmp_path, "null", NULL)
-    assert files._resolve(str(null)) == ("node", str(null))
-    files.write_bytes(str(null), b"x" * 100_000)
+    assert output_paths.resolve_output(str(null)) == ("node", str(null))
+    output_files.write_bytes(str(null), b"x" * 100_000)
     assert stat.S_ISCHR(os.lstat(null).st_mode)
 
 
@@ -104,7 +104,7 @@ def test_a_fifo_whose_reader_leaves_is_one_line(tmp_path: Path) -> None:
     reader = threading.Thread(target=read_one_byte_and_leave)
     reader.start()
     with pytest.raises(RunFailure, match=f"writing {fifo} failed: Broken pipe"):
-        files.write_bytes(str(fifo), b"x" * (4 << 20))   # more than a pipe holds
+        output_files.write_bytes(str(fifo), b"x" * (4 << 20))   # more than a pipe holds
     reader.join(10)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
@@ -115,11 +115,11 @@ def test_a_symlink_is_written_through(tmp_path: Path) -> None:
     target, link = tmp_path / "real.json", tmp_path / "link.json"
     target.write_text("old")
     link.symlink_to(target.name)
-    files.write_json(str(link), {"a": 1})
+    output_files.write_json(str(link), {"a": 1})
     assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
     dangling = tmp_path / "dangling.json"
     dangling.symlink_to(tmp_path / "made.json")
-    files.write_json(str(dangling), {"b": 2})
+    output_files.write_json(str(dangling), {"b": 2})
     assert dangling.is_symlink() and json.loads((tmp_path / "made.json").read_text()) == {"b": 2}
     assert leftovers(tmp_path) == []
 
@@ -140,7 +140,7 @@ def test_an_existing_file_keeps_its_mode_and_owner(tmp_path: Path) -> None:
 
 def test_a_new_file_gets_the_usual_mode(tmp_path: Path) -> None:
     out = tmp_path / "new.json"
-    files.write_json(str(out), {})
+    output_files.write_json(str(out), {})
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
@@ -156,9 +156,9 @@ def test_dash_is_standard_output_and_the_text_moves_to_stderr() -> None:
 
 
 def test_own_descriptors_are_written_in_place() -> None:
-    assert files._resolve("-") == ("fd", 1)
-    assert files._resolve(f"/proc/{os.getpid()}/fd/2") == ("fd", 2)
-    assert files._resolve("/proc/self/fd/1") == ("fd", 1)
+    assert output_paths.resolve_output("-") == ("fd", 1)
+    assert output_paths.resolve_output(f"/proc/{os.getpid()}/fd/2") == ("fd", 2)
+    assert output_paths.resolve_output("/proc/self/fd/1") == ("fd", 1)
 
 
 @pytest.mark.parametrize("flag", ["--json", "--save-figs"])
@@ -174,7 +174,7 @@ def test_a_missing_folder_is_a_usage_error(tmp_path: Path) -> None:
     proc = run("--save-figs", str(tmp_path / "no" / "figs"))
     assert "no such folder" in one_error_line(proc, 2)
     with pytest.raises(UsageError):
-        files.check_output_dir("-", "--save-figs")
+        output_paths.check_output_dir("-", "--save-figs")
 
 
 def test_figures_go_into_a_new_folder_and_through_a_symlinked_one(tmp_path: Path) -> None:
@@ -231,23 +231,23 @@ def test_dotdot_after_a_symlinked_folder_goes_where_the_shell_would(tmp_path: Pa
     (tmp_path / "real" / "inner").mkdir(parents=True)
     (tmp_path / "link").symlink_to(tmp_path / "real" / "inner")
     monkeypatch.chdir(tmp_path)
-    files.write_json("link/../out.json", {"a": 1})        # the shell: real/inner/.. = real
+    output_files.write_json("link/../out.json", {"a": 1})        # the shell: real/inner/.. = real
     assert (tmp_path / "real" / "out.json").is_file() and not (tmp_path / "out.json").exists()
 
 
 def test_a_symlink_to_a_folder_not_made_yet(tmp_path: Path) -> None:
     (tmp_path / "figs").symlink_to(tmp_path / "made-later")
-    files.check_output_dir(str(tmp_path / "figs"), "--save-figs")
-    files.make_output_dir(str(tmp_path / "figs"))
+    output_paths.check_output_dir(str(tmp_path / "figs"), "--save-figs")
+    output_files.make_output_dir(str(tmp_path / "figs"))
     assert (tmp_path / "made-later").is_dir() and (tmp_path / "figs").is_symlink()
 
 
 def test_a_fifo_nobody_reads_fails_in_one_line(tmp_path: Path, monkeypatch) -> None:
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
-    monkeypatch.setattr(files, "_FIFO_WAIT_S", 0.3)
+    monkeypatch.setattr(output_files, "_FIFO_WAIT_S", 0.3)
     with pytest.raises(RunFailure, match="nothing read it within 0.3 s"):
-        files.write_bytes(str(fifo), b"{}")
+        output_files.write_bytes(str(fifo), b"{}")
 
 
 def test_sockets_closed_descriptors_and_trailing_slashes_are_refused(tmp_path: Path) -> None:
@@ -256,14 +256,14 @@ def test_sockets_closed_descriptors_and_trailing_slashes_are_refused(tmp_path: P
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(tmp_path / "s"))
     with pytest.raises(UsageError, match="is a socket"):
-        files.check_output_file(str(tmp_path / "s"), "--json")
+        output_paths.check_output_file(str(tmp_path / "s"), "--json")
     sock.close()
     free = os.open(os.devnull, os.O_RDONLY)
     os.close(free)   # a descriptor number that is not open now
     with pytest.raises(UsageError, match=f"descriptor {free} is not open"):
-        files.check_output_file(f"/proc/self/fd/{free}", "--json")
+        output_paths.check_output_file(f"/proc/self/fd/{free}", "--json")
     with pytest.raises(UsageError, match="ends with /"):
-        files.check_output_file(str(tmp_path / "new") + "/", "--json")
+        output_paths.check_output_file(str(tmp_path / "new") + "/", "--json")
 
 
 def test_a_proc_link_to_a_regular_file_is_truncated(tmp_path: Path) -> None:
@@ -275,24 +275,24 @@ def test_a_proc_link_to_a_regular_file_is_truncated(tmp_path: Path) -> None:
     with open(target, "r+") as held:
         other = subprocess.Popen(["sleep", "30"], stdout=held)
     try:
-        files.write_bytes(f"/proc/{other.pid}/fd/1", b"xy")
+        output_files.write_bytes(f"/proc/{other.pid}/fd/1", b"xy")
     finally:
         other.kill()
         other.wait()
     assert target.read_text() == "xy"
-    assert files._resolve("/proc/thread-self/fd/2") == ("fd", 2)
+    assert output_paths.resolve_output("/proc/thread-self/fd/2") == ("fd", 2)
 
 
 def test_hard_links_and_setuid_bits_are_kept(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text("old")
     os.link(a, b)
-    files.write_json(str(a), {"new": 1})
+    output_files.write_json(str(a), {"new": 1})
     assert json.loads(b.read_text()) == {"new": 1} and os.stat(a).st_ino == os.stat(b).st_ino
     c = tmp_path / "c.json"
     c.write_text("old")
     os.chmod(c, 0o4750)
-    files.write_json(str(c), {})
+    output_files.write_json(str(c), {})
     assert stat.S_IMODE(c.stat().st_mode) == 0o4750
 
 
@@ -335,7 +335,7 @@ def test_a_folder_another_run_made_first_is_used(tmp_path: Path, monkeypatch) ->
         mkdir(path, *args)          # ours, second: FileExistsError
 
     monkeypatch.setattr(os, "mkdir", the_other_run_first)
-    files.make_output_dir(str(target))
+    output_files.make_output_dir(str(target))
     assert target.is_dir()
 
 

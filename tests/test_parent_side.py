@@ -1,4 +1,4 @@
-"""The parent's side of a run (common.parent_side.Collector) on its own: who is blamed for a failure
+"""The parent's side of a run (common.launch.parent_side.Collector) on its own: who is blamed for a failure
 and when a silent rank is named, with children and pipes made up for each case (test_launcher.py
 runs the same code on real ranks)."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from common import parent_side
-from common.rank_side import LOST, RAISED, TORCH, Failure
+from common.launch import parent_side
+from common.launch.rank_failure import LOST, RAISED, TORCH, Failure
 
 
 class _Gone:

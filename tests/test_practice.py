@@ -208,11 +208,11 @@ def test_the_judge_reads_only_the_end_of_what_a_case_printed(tmp_path: Path) -> 
 
 
 def test_the_judge_keeps_one_copy_of_its_helpers() -> None:
-    """The loop that writes a whole buffer is common.files'; the handler that takes a process tree
+    """The loop that writes a whole buffer is common.output_files'; the handler that takes a process tree
     down on SIGTERM is procs.kill_tree_on, for the judge and the keeper alike."""
     sources = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "practice").rglob("*.py")}
     assert not [name for name, text in sources.items() if "def _write_all" in text or "def _on_term" in text]
-    assert sandbox._write_all.__module__ == "common.files"
+    assert sandbox._write_all.__module__ == "common.output_files"
 
 # ---- the command line -----------------------------------------------------------------------------------
 def _judge_cli(*args: str) -> subprocess.CompletedProcess:

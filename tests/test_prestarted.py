@@ -1,4 +1,4 @@
-"""common.prestarted: a run forked from the prestarted interpreter ends as `python FILE ARGS` does.
+"""reproduction.prestarted: a run forked from the prestarted interpreter ends as `python FILE ARGS` does.
 
 The reference is a fresh interpreter (subprocess.run) on the same file: output, exit status,
 argv, path, working folder and environment must be equal, for every way a script can end."""
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from common.prestarted import Prestarted
+from reproduction.prestarted import Prestarted
 
 PROBE = '''
 import atexit, dataclasses, json, os, sys

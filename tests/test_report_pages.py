@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 from conftest import ROOT, assert_usage_error
 
-from common import errata
-from common.suite import scripts
+from reproduction import errata
+from reproduction.suite import scripts
 
 
 @pytest.fixture

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, load_script, popen, python
 
-from common import cli, machine
-from common.files import write_json
+from common import cli, flags
+from common.launch import machine
 from common.output import Report, fmt_num
-from common.suite import Script, scripts
+from common.output_files import write_json
+from reproduction.suite import Script, scripts
 
 REAL = "lecture14/02_primitives.py"     # starts ranks; default run a couple of seconds
 MODEL = "lecture15/03_overlap.py"       # model only, draws figures
@@ -136,7 +137,7 @@ def test_an_interrupted_run_leaves_no_file_and_no_rank(tmp_path: Path) -> None:
 CLEANUP_FAILS = """
 import os, signal, sys
 sys.path.insert(0, {code!r})
-from common.exits import run_main
+from common.script_end import run_main
 def main():
     read, write = os.pipe()
     try:
@@ -218,11 +219,11 @@ def test_every_flag_offered_twice_means_one_thing(monkeypatch: pytest.MonkeyPatc
             for option in action.option_strings:
                 used.setdefault(option, []).append((name, action))
     common_flags = {"-h", "--help", "--quick", "--json", "--save-figs", "--timeout-s"}
-    shared = {f"--{n.replace('_', '-')}" for n in cli.FLAGS}
+    shared = {f"--{n.replace('_', '-')}" for n in flags.FLAGS}
     for option, uses in used.items():
         if len(uses) > 1 and option not in common_flags:
             scripts = [n for n, _ in uses]
-            assert option in shared, f"{option} is defined in {scripts}: define it once in cli.FLAGS"
+            assert option in shared, f"{option} is defined in {scripts}: define it once in flags.FLAGS"
             types = {a.type for _, a in uses}
             dests = {a.dest for _, a in uses}
             assert len(types) == 1 and len(dests) == 1, f"{option} has different rules in {scripts}"
@@ -310,7 +311,7 @@ def test_every_script_runs_fits_the_page_and_keeps_stderr_clean(quick_reproducti
 ENDING = """
 import atexit, json, os, sys, threading, time
 sys.path.insert(0, {code!r})
-from common import exits
+from common import script_end
 class Teardown:
     def __del__(self):
         os.write(1, b"[modules torn down]")
@@ -325,8 +326,8 @@ def main():
     threading.Thread(target=lambda: (time.sleep(0.3), print("thread joined"))).start()
     print("printed")
     if {fail}:
-        raise exits.UsageError("bad")
-exits.run_main(main)
+        raise script_end.UsageError("bad")
+script_end.run_main(main)
 """
 
 
@@ -355,7 +356,7 @@ def test_run_main_ends_as_python_does_less_the_modules_teardown(tmp_path: Path, 
 def test_python_i_still_reaches_the_prompt_after_run_main(tmp_path: Path) -> None:
     script = tmp_path / "inspect_me.py"
     script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'code')!r})\n"
-                      "from common.exits import run_main\nanswer = 42\nrun_main(lambda: print('ran'))\n",
+                      "from common.script_end import run_main\nanswer = 42\nrun_main(lambda: print('ran'))\n",
                       encoding="utf-8")
     proc = subprocess.run([sys.executable, "-i", str(script)], input="print('prompt', answer)\n",
                           capture_output=True, text=True, timeout=60)

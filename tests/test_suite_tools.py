@@ -8,8 +8,8 @@ import re
 import pytest
 from conftest import ROOT, python, run_script
 
-from common import lanes
-from common.suite import CODE, LECTURES, SHORTENS, scripts
+from reproduction import lanes
+from reproduction.suite import CODE, LECTURES, SHORTENS, scripts
 
 
 def test_suite_lists_every_numbered_script_and_no_module() -> None:

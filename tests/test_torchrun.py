@@ -47,8 +47,8 @@ def test_leftover_rank_variables_are_a_usage_error_not_a_torchrun_run() -> None:
 ])
 def test_only_torchrun_makes_a_process_a_rank(monkeypatch: pytest.MonkeyPatch, env: dict, torchrun: bool,
                                               refused: bool) -> None:
-    from common import torchrun as tr
-    from common.errors import UsageError
+    from common.error_types import UsageError
+    from common.launch import torchrun as tr
 
     for name in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
@@ -64,7 +64,7 @@ def test_only_torchrun_makes_a_process_a_rank(monkeypatch: pytest.MonkeyPatch, e
 
 
 def test_loopback_hosts() -> None:
-    from common.loopback import is_loopback_host
+    from common.launch.loopback import is_loopback_host
 
     assert is_loopback_host("localhost") and is_loopback_host("127.0.0.1") and is_loopback_host("127.3.4.5")
     assert not is_loopback_host("0.0.0.0") and not is_loopback_host("192.0.2.1")

@@ -1,5 +1,5 @@
 """Every real script gives the same numbers under torchrun as standalone: one test per script (the
-scripts that start ranks through common.launcher), each running it with `--quick --json` both ways
+scripts that start ranks through common.launch.launcher), each running it with `--quick --json` both ways
 and comparing what does not depend on timing, exactly (floats to rounding). Under torchrun the
 --json goes into a named pipe, read as it comes: a second rank writing it would show as a second
 document; each title is printed once (rank 0 alone prints), and torchrun's world size replaces a
@@ -31,7 +31,7 @@ from conftest import ROOT, load_script, run_script
 
 from common import checker
 from common.checker import MEASURED
-from common.suite import scripts
+from reproduction.suite import scripts
 
 # One worker runs them all (pytest-xdist --dist loadgroup): the batches are this module's, and real
 # ranks on two cores want no second torchrun beside them.

@@ -71,7 +71,7 @@ def _printed_words(stdout: str) -> set[str]:
     phrases = {p: v.word for v in verdicts.VERDICTS for p in (v.one, v.many)}
     counted = "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
     for sentence in re.findall(r"in the table above\): (.*?\.)(?: |$)", flat(stdout)):
-        words |= {phrases[p] for p in re.findall(rf"\d+ ({counted})(?=[,;.]| and)", sentence)}
+        words |= {phrases[p] for p in re.findall(rf"\d+ ({counted})(?=[,;.:]| and)", sentence)}
     return words
 
 
@@ -103,7 +103,8 @@ def test_reproduce_and_report_md_use_the_words(quick_reproduction: dict) -> None
     claims = quick_reproduction["claims"]
     used = {c["verdict"] for c in claims}
     summary = flat(quick_reproduction["stdout"])
-    assert f"of {len(claims)} claims, {verdicts.count_sentence([c['verdict'] for c in claims])}." in summary
+    assert f"; {verdicts.claims_sentence([c['verdict'] for c in claims])}." in summary
+    assert verdicts.count_sentence([c["verdict"] for c in claims], verdicts.FINDINGS_ORDER) in summary
     report = flat((quick_reproduction["report_dir"] / "report.md").read_text(encoding="utf-8"))
     for word in used:
         assert f"**{word}**: {flat(verdicts.LEGEND[word])}" in report, word

@@ -11,7 +11,7 @@ import re
 import pytest
 from conftest import assert_usage_error, flat, run_script
 
-from common.suite import scripts
+from reproduction.suite import scripts
 
 MAX_LINES = 300  # at K = 1024; the most any of them prints at K = 8 is 291
 # Model-only scripts that mention --world-size (each says how to run it with one in its docstring).

@@ -7,7 +7,7 @@ Every runnable file imports this package first, before torch: from then on a Ctr
 a SIGHUP (even one that lands while torch is still importing, a second or two) ends with one word
 on stderr instead of a traceback, and exit 130, 143 or 129 as run_main gives later (nothing to clean
 up yet: no rank started, no file written).
-`common.exits.run_main` takes over once main() runs. What lands before the script's first line
+`common.script_end.run_main` takes over once main() runs. What lands before the script's first line
 is Python's own (and its site-packages' .pth files', which may print a "Fatal Python error").
 """
 
@@ -23,7 +23,7 @@ WORDS = {int(signal.SIGINT): "interrupted", int(signal.SIGTERM): "terminated",
 
 class Terminated(BaseException):
     """SIGTERM or SIGHUP (`signum`), raised where the main thread is, so that `finally` blocks
-    clean up as for Ctrl-C (common.exits turns it into its word and status)."""
+    clean up as for Ctrl-C (common.script_end turns it into its word and status)."""
 
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         super().__init__(signum)
@@ -35,13 +35,13 @@ def raise_terminated(signum: int, frame: object) -> None:
 
 
 def _quiet_signal_hook(kind, value, tb, _previous=sys.excepthook):  # type: ignore[no-untyped-def]
-    """An import stopped by a signal: its word and 128 + its number, as common.exits.run_main (under
+    """An import stopped by a signal: its word and 128 + its number, as common.script_end.run_main (under
     torchrun only rank 0 says it, as later)."""
     signum = signal.SIGINT if issubclass(kind, KeyboardInterrupt) else getattr(value, "signum", None)
     if signum is None:
         _previous(kind, value, tb)
         return
-    from common.torchrun import is_rank0
+    from common.launch import is_rank0
     try:
         if is_rank0():
             sys.stderr.write(f"{WORDS[int(signum)]}\n")

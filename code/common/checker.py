@@ -53,7 +53,7 @@ records named values (`rep.value("step_no_overlap_ms", 53.28)`); when a part end
 `decide` for each row of that part and prints one compact "vs the notes" table, the reasons of
 what does not agree below it (the notes' errors first), and the legend of the verdict words once
 (common/verdicts.py prints them).
-reproduce.py, the report pages, docs/errata.md (common/errata.py) and the tests all read what this
+reproduce.py, the report pages, docs/errata.md (reproduction/errata.py) and the tests all read what this
 decided.
 """
 

@@ -1,7 +1,7 @@
 """The α-β cost model: one message of n bytes costs α + n/β. Pure Python, no torch.
 
 Every script and every later lecture takes its communication times from here. What each
-collective's algorithms send, in how many rounds, is defined once in common.collectives_def;
+collective's algorithms send, in how many rounds, is defined once in common.collectives;
 the functions below are the names the scripts call, each reading that definition. Sizes are
 bytes and times seconds; MB/µs only appear where output is formatted.
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from common import collectives_def as cdef
-from common.collectives_def import check_size as _check
-from common.collectives_def import tree_depth
+from common import collectives as cdef
+from common.collectives import check_size as _check
+from common.collectives import tree_depth
 
 # Re-exported (scripts and other helpers import them from here): see __all__ at the end.
 from common.costmodel_collectives import (

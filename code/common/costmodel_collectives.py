@@ -3,7 +3,7 @@
     from common.costmodel_collectives import ring_primitive_time, CollectiveCall
     ring_primitive_time("all-gather", 8, 1e6, NOTES_LINK)
 
-Each function reads common.collectives_def (what each algorithm sends, in how many rounds); none
+Each function reads common.collectives (what each algorithm sends, in how many rounds); none
 keeps a formula of its own. CS336 lecture 8's per-collective costs and lecture 14's seven
 primitives. The notes write T ≈ α·N_msg + S/B_eff. Every collective below is the ring version:
 K−1 rounds (reduce-scatter, all-gather) or 2(K−1) (all-reduce), each round one message of N/K
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common import collectives_def as cdef
-from common.collectives_def import check_size as _check
+from common import collectives as cdef
+from common.collectives import check_size as _check
 from common.link import Link
 
 
@@ -76,7 +76,7 @@ def ring_all_gather_time(k: int, nbytes: float, link: Link) -> float:
 class CollectiveCall:
     """`calls` ring collectives of one kind, each on an N-byte buffer (`nbytes`), in one step."""
 
-    kind: str       # a collective's name (collectives_def): "all-reduce", "reduce-scatter", ...
+    kind: str       # a collective's name (common.collectives): "all-reduce", "reduce-scatter", ...
     what: str       # what it carries, in words
     calls: int
     nbytes: float   # the full buffer of one call (all-gather: its output)
@@ -100,7 +100,7 @@ class CollectiveCall:
 def ring_bytes_sent(op: str, k: int, total_bytes: float) -> float:
     """Bytes the busiest rank sends in torch.distributed's `op` ("all_reduce", "all_gather",
     "reduce_scatter", ...) run as a ring, the call's size N `total_bytes` (for all-gather: every
-    rank's piece together): a collective's counted form (collectives_def.Collective.ring_bytes)."""
+    rank's piece together): a collective's counted form (common.collectives.Collective.ring_bytes)."""
     return cdef.by_torch_name(op).ring_bytes(k, total_bytes)
 
 
@@ -109,7 +109,7 @@ def ring_bytes_sent(op: str, k: int, total_bytes: float) -> float:
 # Here S is one piece, the notes' unit: what each device holds of the smaller of input and output
 # (broadcast, reduce and all-reduce: the whole buffer; scatter: the root holds K·S; gather and
 # all-gather: K·S at the end; reduce-scatter: K·S in, S out). Each primitive runs as its ring
-# algorithm in collectives_def (broadcast and reduce: a pipelined chain round the ring).
+# algorithm in common.collectives (broadcast and reduce: a pipelined chain round the ring).
 # Positions v = (rank − root) mod K round the ring.
 
 RING_PRIMITIVES = tuple(cdef.COLLECTIVES)
@@ -157,7 +157,7 @@ def ring_primitive_time(primitive: str, k: int, piece_bytes: float, link: Link, 
 
 # ==== Rooted primitives without a ring: the root talks to every device itself (cs336/01_collectives) ====
 # What CS336 lecture 8's table counts for gather and reduce ("each rank sends S") is this star, not
-# a ring: collectives_def's "direct" algorithms. S is one piece, as above.
+# a ring: common.collectives' "direct" algorithms. S is one piece, as above.
 
 def direct_primitive_bytes_sent(primitive: str, k: int, piece_bytes: float) -> list[float]:
     """Bytes each device sends, by position v, when the root sends to (or receives from) every

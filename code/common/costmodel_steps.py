@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from common.collectives_def import check_size as _check
+from common.collectives import check_size as _check
 from common.costmodel_collectives import (
     CollectiveCall,
     ring_all_gather_bytes_per_device,

@@ -16,7 +16,7 @@ import re
 import shutil
 import tempfile
 
-from common.exits import signals_held
+from common.script_end import signals_held
 
 # Every kind of folder the suite makes under the temporary directory: each is cleaned by its own
 # next run (PREFIXES: the test that every mkdtemp/TemporaryDirectory of ours uses one of them).

@@ -10,12 +10,12 @@ When flags cost together (micro-batches × their size × the values of n trained
 function of the parsed flags, usually `largest_fitting` over the script's cost, and `given` names
 the flags it read: "at most --micro-batches 17,476 at --micro-batch-size 32 --sync-every 8".
 
-A flag that needs no Bound costs the same at any value: a closed form (common.collectives_def lists
+A flag that needs no Bound costs the same at any value: a closed form (common.collectives lists
 no K positions for a ring, so --tp 10^9 costs what --tp 8 does), or a count fixed by the notes'
 models. Devices are the exception, bounded whatever they cost (check_devices): a model's
 --world-size, --tp, --pp and --dp, and one split's TP × PP × DP, go up to MAX_MODEL_WORLD.
 
-The real scripts' limits are common.budget's: minutes and memory of real processes on this machine.
+The real scripts' limits are common.run_cost's: minutes and memory of real processes on this machine.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from common.errors import UsageError
+from common.error_types import UsageError
 
 # What a model-only script may take: 1.5 s at the notes' setting (bench/bench_scripts.py's target),
 # and at the largest value its Bounds accept, all together, about MODEL_BUDGET_S of CPU and at most
@@ -91,7 +91,7 @@ class Flags:
 
 def check_bounds(bounds: dict[str, Bound], args: argparse.Namespace, flags: Flags) -> None:
     """UsageError for a flag past its bound. Flags that cost together may each be past theirs: the
-    two that fit with the least change are named, as common.budget names a real run's."""
+    two that fit with the least change are named, as common.run_cost names a real run's."""
     over = [(dest, bound, bound.at(args)) for dest, bound in bounds.items()
             if getattr(args, dest, None) is not None and getattr(args, dest) > bound.at(args)]
     if not over:

@@ -17,8 +17,8 @@ from typing import Any, Sequence
 from common import checker, verdicts
 from common.checker import Claim
 from common.cli import off_setting
-from common.errors import RunFailure, UsageError
-from common.files import make_output_dir, write_bytes, write_json
+from common.error_types import RunFailure, UsageError
+from common.output_files import make_output_dir, write_bytes, write_json
 from common.text import PAGE_WIDTH, bar, format_table, paragraphs, wrap  # noqa: F401 (the scripts' names)
 from common.units import fmt_bytes, fmt_num, fmt_time  # noqa: F401 (the scripts' names for them)
 

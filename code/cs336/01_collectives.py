@@ -27,15 +27,20 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common import staged
-from common.budget import Cost, Term
-from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
-from common.collectives_def import COLLECTIVES
+from common.collectives import COLLECTIVES
 from common.collectives_real import run_collective
-from common.launcher import choose_backend, launch, rank_device
+from common.launch import (
+    MAX_STAGED_RANKS,
+    ask_gloo,
+    choose_backend,
+    launch,
+    rank_device,
+    skipped_collective,
+    under_torchrun,
+)
 from common.output import Report, fmt_num
-from common.torchrun import under_torchrun
+from common.run_cost import Cost, Term
 from cs336 import primitives as prim
 from cs336.primitives import ROOT
 from lecture14 import collectives as col
@@ -105,7 +110,7 @@ def collectives_worker(rank: int, world_size: int, n: int, seed: int) -> dict:
 
 
 def seven_primitives(x: torch.Tensor, world_size: int) -> dict[str, tuple]:
-    """Each of collectives_def's collectives once: (what this rank put in, what it holds after),
+    """Each of common.collectives' collectives once: (what this rank put in, what it holds after),
     None where nothing (common.collectives_real.run_collective, gloo's workarounds included)."""
     out = {name: run_collective(name, x, ROOT) for name in COLLECTIVES}
     return {k: tuple(None if t is None else t.tolist() for t in v) for k, v in out.items()}
@@ -325,13 +330,14 @@ def part5_skip(rep: Report, args: argparse.Namespace) -> None:
         rep.values(skip_waits=None, skip_outcome="not run under torchrun")
         return
     timeout = args.timeout_s or (SKIP_TIMEOUT_S / 2 if args.quick else SKIP_TIMEOUT_S)
-    w = min(args.world_size, staged.MAX_RANKS)
+    w = min(args.world_size, MAX_STAGED_RANKS)
     if w < args.world_size:
-        rep.line(f"  on {w} of the {args.world_size} ranks (a few show it; see common/staged.py)")
+        rep.line(f"  on {w} of the {args.world_size} ranks"
+                 " (a few show it; see common/launch/staged_failure.py)")
     last = w - 1
     # Only the staged report counts (rank `last` named for finishing while the others waited until
     # the timeout): a rank killed, stopped or failing during this part is a failure of the run, exit 1.
-    seconds, report = staged.skipped_collective(
+    seconds, report = skipped_collective(
         skip_worker, w, backend="auto", timeout_s=timeout, skippers=[last], waiters=range(last),
         staged=f"Part 5 staged a skipped collective (rank {last} skips one)")
     waited = report is not None

@@ -29,18 +29,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from common.budget import Cost, Term
-from common.cli import (
-    UsageError,
-    make_parser,
-    nonnegative_int,
-    positive_float,
-    run_main,
-    size_bytes,
-)
+from common.cli import UsageError, make_parser, run_main
 from common.costmodel import fit_line_relative, ring_alpha_beta_from_line
-from common.launcher import launch, rank_device
+from common.flags import nonnegative_int, positive_float, size_bytes
+from common.launch import launch, rank_device
 from common.output import Report, fmt_bytes, fmt_time, new_figure
+from common.run_cost import Cost, Term
 from cs336 import busbw as bw
 from cs336.busbw import COLLECTIVES, Buffers
 

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from common.cli import Bound, UsageError, make_parser, run_main
-from common.collectives_def import algorithm
+from common.collectives import algorithm
 from common.costmodel import (
     CS336_ETHERNET,
     CS336_INFINIBAND,

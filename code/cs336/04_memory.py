@@ -25,7 +25,7 @@ import argparse
 import math
 import re
 
-from common.cli import UsageError, make_parser, positive_int, run_main
+from common.cli import UsageError, make_parser, run_main
 from common.costmodel import (
     CS336_INFINIBAND,
     CS336_NVLINK,
@@ -35,6 +35,7 @@ from common.costmodel import (
     zero_step_bytes_per_device,
     zero_step_collectives,
 )
+from common.flags import positive_int
 from common.output import Report, fmt_bytes, fmt_time
 from common.units import GiB
 from cs336 import ledger as lg

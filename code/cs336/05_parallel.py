@@ -30,11 +30,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from common import costmodel as cm
-from common.budget import Cost, Term
-from common.capabilities import ask_gloo, gloo_lacks
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import launch
+from common.launch import ask_gloo, gloo_lacks, launch
 from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.run_cost import Cost, Term
 from cs336 import comm, ledger, mlp
 
 ELEM = 8                # float64: one process and the ranks differ only in summation order

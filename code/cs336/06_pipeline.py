@@ -27,16 +27,8 @@ import argparse
 import functools
 import math
 
-from common.cli import (
-    Bound,
-    UsageError,
-    make_parser,
-    nonnegative_float,
-    positive_float,
-    positive_int,
-    run_main,
-    time_ms,
-)
+from common.cli import Bound, UsageError, make_parser, run_main
+from common.flags import nonnegative_float, positive_float, positive_int, time_ms
 from common.output import Report, fmt_time, new_figure
 from common.units import ms
 from cs336 import pipeline as pp

@@ -40,11 +40,10 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from common import costmodel as cm
 from common import dist_count, gloo_ran
-from common.budget import Cost, Term
-from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import launch
+from common.launch import ask_gloo, launch
 from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.run_cost import Cost, Term
 from cs336 import comm, mlp
 from cs336 import dtensor_tp as dt
 

@@ -39,12 +39,11 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from common import costmodel as cm
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.dist_count import counting
-from common.launcher import launch
+from common.launch import launch, under_torchrun
 from common.output import MOVED_SHARE, Report, fmt_bytes
-from common.torchrun import under_torchrun
+from common.run_cost import Cost, Term
 from cs336 import mlp
 from cs336 import pipeline as pp
 from cs336.engine_probes import PassLog, listed_order, most_held, order_text

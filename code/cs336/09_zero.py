@@ -42,11 +42,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from common import costmodel as cm
 from common import gloo_ran
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.dist_count import counting
-from common.launcher import launch
+from common.launch import launch
 from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.run_cost import Cost, Term
 from cs336 import ledger, mlp
 from cs336.engine_probes import calls_text, collectives_by_kind, local_elements
 

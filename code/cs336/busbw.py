@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from common import collectives_def
+from common import collectives
 
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "broadcast")
 MAX_SWEEP_SIZES = 100  # a longer sweep is a typo (a factor of 1.001), not a benchmark
@@ -37,7 +37,7 @@ def bus_factor(collective: str, n: int) -> float:
     _check_collective(collective)
     if int(n) != n or n < 1:
         raise ValueError(f"number of ranks must be an integer >= 1, got {n}")
-    return collectives_def.bus_factor(collective, n)  # the ring's busiest-rank bytes per byte of S
+    return collectives.bus_factor(collective, n)  # the ring's busiest-rank bytes per byte of S
 
 
 def algbw(total_bytes: float, seconds: float) -> float:

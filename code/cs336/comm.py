@@ -3,7 +3,7 @@ each recorded in the rank's `CommLog` (calls, and the bytes the rank sends).
 
 The counting is common.dist_count's: each call here runs inside `dist_count.counting()`, and what it
 saw (a collective's input bytes, a send's or receive's) is folded into the log with `add_counts`, a
-collective at its size N (collectives_def's `nbytes_of_input`). So the log counts what reached the
+collective at its size N (common.collectives' `nbytes_of_input`). So the log counts what reached the
 process group, gloo's padding and fallback included, never what the caller meant to send.
 CommLog keeps its own `add` for counters that dist_count cannot see (DTensor's functional
 collectives start in C++: cs336/dtensor_tp.py) and because the CS336 tables want a log per group.
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from common import dist_count
-from common.collectives_def import BY_TORCH_NAME
+from common.collectives import BY_TORCH_NAME
 from common.collectives_real import all_gather_uneven, reduce_scatter_uneven
 from common.costmodel import ring_bytes_sent
 

@@ -32,7 +32,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from common import costmodel as cm
-from common.collectives_def import BY_TORCH_NAME
+from common.collectives import BY_TORCH_NAME
 from common.output import Report, fmt_bytes
 from cs336 import comm, mlp
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common import collectives_def as cdef
+from common import collectives as cdef
 from common import costmodel as cm
 from lecture14 import collectives as col
 

@@ -29,13 +29,18 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common import staged
-from common.budget import Cost, Term
-from common.capabilities import ask_gloo
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import choose_backend, launch, rank_device
+from common.launch import (
+    MAX_STAGED_RANKS,
+    ask_gloo,
+    choose_backend,
+    launch,
+    rank_device,
+    skipped_collective,
+    under_torchrun,
+)
 from common.output import Report
-from common.torchrun import under_torchrun
+from common.run_cost import Cost, Term
 from lecture14 import collectives as col
 from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_scatter_real, show, yes
 
@@ -323,12 +328,13 @@ def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
                    skipped_collective_fails=None)
         return
     timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
-    w = min(args.world_size, staged.MAX_RANKS)
+    w = min(args.world_size, MAX_STAGED_RANKS)
     if w < args.world_size:
-        rep.line(f"  on {w} of the {args.world_size} ranks (a few show it; see common/staged.py)")
+        rep.line(f"  on {w} of the {args.world_size} ranks"
+                 " (a few show it; see common/launch/staged_failure.py)")
     # The report must be the staged one (ranks 1.. named for finishing while rank 0 waited until the
     # timeout): a rank killed, stopped or failing during this part is a failure of the run, exit 1.
-    seconds, report = staged.skipped_collective(
+    seconds, report = skipped_collective(
         skip_collective_worker, w, backend="auto", timeout_s=timeout, skippers=range(1, w), waiters=[ROOT],
         staged="Part 4 staged a skipped collective (only rank 0 calls all_reduce)")
     rep.line(f"  only rank 0 calls all_reduce; after {seconds:.2f} s (timeout {timeout:g} s) the launcher "

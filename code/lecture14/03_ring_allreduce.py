@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from common.cli import Bound, UsageError, link_from_args, make_parser, run_main, size_bytes
-from common.collectives_def import algorithm
+from common.cli import Bound, UsageError, link_from_args, make_parser, run_main
+from common.collectives import algorithm
 from common.costmodel import (
     ALLREDUCE_ALGORITHMS,
     Link,
@@ -38,6 +38,7 @@ from common.costmodel import (
     continuous_best_segments,
     ring_broadcast_time,
 )
+from common.flags import size_bytes
 from common.output import Report, bar, fmt_bytes, fmt_num, fmt_time
 from lecture14 import collectives as col
 from lecture14 import figures, ring_views
@@ -59,7 +60,7 @@ BOUNDS = {"world_size": Bound(2048, "Part 1 counts each of the ring's 2K(K−1) 
 FP_K, FP_SEED = 64, 0
 BAR_WIDTH = 25  # Part 3's bars: the segments table stays within the page
 
-ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from collectives_def)
+ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from common.collectives)
     name: (simulate, algorithm(ALLREDUCE_ALGORITHMS[name]).rounds)
     for name, simulate in (("ring", col.ring_allreduce), ("tree", col.tree_allreduce),
                            ("naive", col.naive_allreduce), ("parameter server", col.parameter_server))
@@ -256,7 +257,7 @@ def segments_table(rep: Report, k: int, n: int, link: Link, top: int) -> tuple[d
     """Part 3's table, S = 1, 2, 4 … 2**top: the tick simulation (where it stays small) against the
     closed form. Returns the simulated times by S and whether ticks and times all agree."""
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
-    ticks = algorithm("pipelined ring broadcast").rounds  # K-2+S, from collectives_def
+    ticks = algorithm("pipelined ring broadcast").rounds  # K-2+S, from common.collectives
     scale = max(ring_broadcast_time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
     for s in (2**i for i in range(top + 1)):
         formula = ring_broadcast_time(k, n, link, s)

@@ -28,8 +28,7 @@ import torch
 import torch.distributed as dist
 
 from common import checker
-from common.budget import Cost, Term
-from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
+from common.cli import UsageError, link_from_args, make_parser, run_main
 from common.costmodel import (
     ALLREDUCE_TIMES,
     ETHERNET,
@@ -40,8 +39,10 @@ from common.costmodel import (
     ring_naive_crossover_bytes,
     ring_tree_crossover_bytes,
 )
-from common.launcher import launch
+from common.flags import positive_float, positive_int
+from common.launch import launch
 from common.output import Report, fmt_bytes, fmt_time
+from common.run_cost import Cost, Term
 from lecture14 import alpha_beta_numerics as num
 from lecture14 import figures
 

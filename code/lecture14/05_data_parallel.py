@@ -23,12 +23,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from common.budget import Cost, Term
-from common.capabilities import ask_gloo, gloo_lacks
-from common.cli import UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
+from common.cli import UsageError, link_from_args, make_parser, run_main
 from common.costmodel import data_parallel_speedup, ring_allreduce_time
-from common.launcher import launch, preload_for_ddp, rank_device
+from common.flags import positive_float, positive_int
+from common.launch import ask_gloo, gloo_lacks, launch, preload_for_ddp, rank_device
 from common.output import MOVED_SHARE, Report, fmt_bytes, fmt_time
+from common.run_cost import Cost, Term
 from lecture14 import async_sgd, figures
 from lecture14 import data_parallel as dp
 

@@ -34,12 +34,11 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
-from common.errors import RunFailure
-from common.launcher import capture_stderr, launch, launch_expecting_failure
+from common.error_types import RunFailure
+from common.launch import capture_stderr, launch, launch_expecting_failure, under_torchrun
 from common.output import Report
-from common.torchrun import under_torchrun
+from common.run_cost import Cost, Term
 
 MISMATCH_TIMEOUT_S = 1.0   # a healthy collective here takes milliseconds; the plain run waits this long
 ELEMENTS = 4               # the tensor every rank hands to its collective

@@ -2,14 +2,14 @@
 cs336/01_collectives.py): readable rank data, and the calls whose pieces may differ in size
 (common.collectives_real, under the names these scripts use).
 
-Inside a rank (after common.launcher.launch has joined the group):
+Inside a rank (after common.launch.launch has joined the group):
     x = rank_data(rank, n, rank_device())       # 10(r+1), 10(r+1)+1, ...: sums exact in float32
     piece, how = reduce_scatter_real(x, world_size)
     whole = all_gather_real(piece, sizes)        # pieces of unequal size: padded, then trimmed
     mine = scatter_real(whole_or_none, sizes, src=0)
 
 Pieces follow torch.tensor_split, i.e. np.array_split and lecture14.collectives.chunk_bounds: the
-first n % K are one element longer (common.collectives_def.split_sizes). In the parent:
+first n % K are one element longer (common.collectives.split_sizes). In the parent:
 `all_inputs` (the same data as numpy, for the simulator) and `show` (a buffer as a short line of
 numbers).
 """
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.collectives_def import split_sizes
+from common.collectives import split_sizes
 from common.collectives_real import all_gather_uneven, reduce_scatter_uneven, scatter_uneven
 
 SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from common.collectives_def import algorithm
+from common.collectives import algorithm
 from common.costmodel import ring_allreduce_bytes_per_device
 from common.output import Report
 from lecture14 import collectives as col

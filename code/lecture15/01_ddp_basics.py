@@ -28,10 +28,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.budget import Cost, Term
-from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import launch, preload_for_ddp
+from common.cli import UsageError, make_parser, run_main
+from common.flags import positive_int
+from common.launch import launch, preload_for_ddp
 from common.output import Report, fmt_time, movement_floor
+from common.run_cost import Cost, Term
 from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
 
 IN_FEATURES, HIDDEN = 16, 32  # Part 2's MLP: 16 -> 32 -> 1; PyTorch's default init, bound 1/sqrt(fan_in)

@@ -28,10 +28,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.budget import Cost, Term
-from common.cli import UsageError, make_parser, positive_int, run_main
-from common.launcher import capture_stderr, launch, preload_for_ddp
+from common.cli import UsageError, make_parser, run_main
+from common.flags import positive_int
+from common.launch import capture_stderr, launch, preload_for_ddp
 from common.output import Report, bar, fmt_bytes, fmt_time
+from common.run_cost import Cost, Term
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
     MB,

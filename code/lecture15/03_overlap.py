@@ -22,8 +22,9 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import argparse
 import time
 
-from common.cli import link_from_args, make_parser, nonnegative_float, positive_float, run_main
+from common.cli import link_from_args, make_parser, run_main
 from common.costmodel import Link, ring_allreduce_time
+from common.flags import nonnegative_float, positive_float
 from common.output import Report, fmt_bytes
 from common.units import fmt_ms
 from lecture15.ddp_sim import (

@@ -29,10 +29,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import capture_stderr, launch, preload_for_ddp
+from common.launch import capture_stderr, launch, preload_for_ddp
 from common.output import Report, fmt_time
+from common.run_cost import Cost, Term
 from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
 
 DATA_SEED = 1234

@@ -24,8 +24,9 @@ import math
 
 import numpy as np
 
-from common.cli import Bound, UsageError, link_from_args, make_parser, positive_float, positive_int, run_main
+from common.cli import Bound, UsageError, link_from_args, make_parser, run_main
 from common.costmodel import Link, ring_allreduce_time
+from common.flags import positive_float, positive_int
 from common.model_bounds import largest_fitting
 from common.output import Report, bar, fmt_bytes
 from lecture15.ddp_sim import (

@@ -37,12 +37,12 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, quantizat
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.costmodel import ring_allreduce_bytes_per_device
 from common.dist_count import counting
-from common.launcher import launch, preload_for_ddp
+from common.launch import launch, preload_for_ddp
 from common.output import FLOAT32_MOVED_SHARE, Report, fmt_bytes, new_figure, refuse_still_weights
+from common.run_cost import Cost, Term
 from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
 
 D_IN, HIDDEN, D_OUT = 32, 64, 32   # Linear(32, 64) → tanh → Linear(64, 32): two matrices PowerSGD compresses

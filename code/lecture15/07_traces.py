@@ -37,13 +37,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
 from common.costmodel import Link, ring_allreduce_time
-from common.files import make_output_dir, write_json
-from common.launcher import capture_stderr, launch, preload_for_ddp
+from common.launch import capture_stderr, launch, preload_for_ddp
 from common.leftovers import owned_folder
 from common.output import Report, fmt_bytes
+from common.output_files import make_output_dir, write_json
+from common.run_cost import Cost, Term
 from lecture15.ddp_sim import (
     COMM,
     COMPUTE,

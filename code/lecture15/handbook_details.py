@@ -28,7 +28,6 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-from common.budget import Cost, Term
 from common.cli import make_parser, run_main
 from common.costmodel import (
     Link,
@@ -37,8 +36,9 @@ from common.costmodel import (
     zero_step_bytes_per_device,
 )
 from common.dist_count import counting
-from common.launcher import launch, preload_for_ddp, rank_device
+from common.launch import launch, preload_for_ddp, rank_device
 from common.output import Report, fmt_bytes
+from common.run_cost import Cost, Term
 from lecture15.ddp_sim import MiB, Timeline, assign_buckets, simulate_backward
 from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss
 from lecture15.my_ddp import MyDDP

@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from common.budget import Cost, Term
-from common.cli import UsageError, make_parser, positive_int, run_main
+from common.cli import UsageError, make_parser, run_main
 from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
+from common.flags import positive_int
 from common.output import Report, fmt_bytes
+from common.run_cost import Cost, Term
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
 from lecture15.timings import slowest_rank, spread_ms
 
@@ -301,7 +302,7 @@ def main() -> None:
         raise UsageError("--world-size must be at least 2: one rank has nothing to all-reduce")
     sizes = ALLREDUCE_BYTES[:-1] if args.quick else ALLREDUCE_BYTES
     rep = Report(__file__, "the §3 timeline model against a real DDP step on this machine", args)
-    from common.launcher import launch, preload_for_ddp  # torch loads only once the flags are good
+    from common.launch import launch, preload_for_ddp  # torch loads only once the flags are good
     preload_for_ddp(args.world_size)  # DDP() imports torch._dynamo: see there
     ranks = launch(measure_worker, args.world_size, args.layers, args.width, args.rank_batch,
                    args.bucket_cap_bytes / MiB, sizes, args.repeats, timeout_s=args.timeout_s)

@@ -3,7 +3,7 @@
 Handbook chapter "数据并行与 DDP" (从零实现, and its no_sync exercise) and lecture 15 §2.3 (Reducer).
 Shown by `python code/lecture15/my_ddp_check.py`; checked by tests/test_my_ddp.py.
 
-    ddp = MyDDP(model)                  # inside a process group (common.launcher.launch)
+    ddp = MyDDP(model)                  # inside a process group (common.launch.launch)
     loss_fn(ddp(x), y).backward()       # buckets are all-reduced during backward ...
     opt.step()                          # ... and averaged when backward returns, as with DDP
 

@@ -28,10 +28,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import launch, preload_for_ddp, rank_device
+from common.launch import launch, preload_for_ddp, rank_device
 from common.output import Report, fmt_bytes
+from common.run_cost import Cost, Term
 from lecture15.ddp_sim import MiB
 from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss
 from lecture15.my_ddp import MyDDP

@@ -25,10 +25,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.budget import Cost, Term
 from common.cli import UsageError, make_parser, run_main
-from common.launcher import launch, preload_for_ddp, rank_device
+from common.launch import launch, preload_for_ddp, rank_device
 from common.output import Report
+from common.run_cost import Cost, Term
 from lecture15.handbook_model import handbook_model, shard
 from lecture15.my_ddp import MyDDP
 

@@ -19,9 +19,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from common import errata, verdicts
-from common.files import make_output_dir, write_bytes, write_text
+from common import verdicts
 from common.output import fmt_num
+from common.output_files import make_output_dir, write_bytes, write_text
+from reproduction import errata
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 ORDER = verdicts.FINDINGS_ORDER   # what needs attention first

@@ -54,7 +54,7 @@ from types import ModuleType
 from typing import IO, Any, Callable
 
 from common import raise_terminated
-from common.exits import signals_held
+from common.script_end import signals_held
 from judging import plain, procs, ranks, sandbox
 from judging.casefolder import CaseFolder
 from judging.messages import TEXT_WIDTH, choose_hint, cut, render_pair, show

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from common import dist_count
-from common.collectives_def import BY_TORCH_NAME
+from common.collectives import BY_TORCH_NAME
 from common.costmodel import zero_step_collectives
 from cs336 import ledger, mlp
 from judging.engine import Case, Fail

@@ -138,7 +138,7 @@ def reap() -> None:
 
 def kill_tree_on(sig: int, then: Callable[[int, Any], None] | None = None) -> None:
     """From now on `sig` kills every process below this one, then `then(signum, frame)` (the judge
-    raises, so that its clean-up runs and common.exits says "terminated"); by default it ends this
+    raises, so that its clean-up runs and common.script_end says "terminated"); by default it ends this
     one at once with 128 + sig (a keeper, a forked process: nothing of its own to clean)."""
     def take_down(signum: int, frame: Any) -> None:
         kill_tree()

@@ -1,4 +1,4 @@
-"""The cases that run on real gloo processes (through common.launcher): the ranks' clock, the
+"""The cases that run on real gloo processes (through common.launch): the ranks' clock, the
 student's module inside a rank, and each rank's torch.distributed traffic, counted.
 
 The rule for time: a case has L seconds (--case-limit-s). A rank waits at most L/2 in one collective,
@@ -26,7 +26,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch._C._distributed_c10d import ProcessGroup
 
 from common import dist_count
-from common.launcher import launch
+from common.launch import launch
 
 RANK_GRACE_S = 3.0         # beyond the case limit: the launcher's report of a rank that stopped responding
 RANK_TIMEOUT_S = 5.0       # a rank's wait in one collective; the judge sets it from its case limit

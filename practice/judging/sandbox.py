@@ -31,8 +31,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from common.exits import ENDING_SIGNALS
-from common.files import _write_all  # the one loop that writes all of a buffer to a descriptor
+from common.output_files import _write_all
+from common.script_end import ENDING_SIGNALS
 from judging import plain, procs
 from judging.messages import describe_failure, error_line, kind
 

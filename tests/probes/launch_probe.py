@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import run_main
-from common.launcher import launch
+from common.launch import launch
 
 
 def sum_ranks(rank: int, world_size: int) -> float:

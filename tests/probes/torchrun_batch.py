@@ -18,18 +18,18 @@ from pathlib import Path
 # This checkout's code/, ahead of anything installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "code"))
 import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch's import too)
-from common.prestarted_serve import end_process
+from common.process_exit import end_process
 
 # isort: split
 
 import torch
 
-from common.torchrun import is_rank0, speak
+from common.launch.torchrun import is_rank0, speak
 
 
 def unquiet() -> None:
     """Stdout and stderr where torchrun pointed them, as a fresh process has them: a script's start
-    quiets every rank but 0 (common.torchrun.quiet_unless_rank0) and nothing undoes it, so without
+    quiets every rank but 0 (common.launch.torchrun.quiet_unless_rank0) and nothing undoes it, so without
     this only the batch's first script would show that it quiets them itself."""
     if sys.stdout is not sys.__stdout__:
         sys.stdout.close()
@@ -63,4 +63,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    end_process(0)   # as each script ends (common.exits.run_main), less the modules' teardown
+    end_process(0)   # as each script ends (common.script_end.run_main), less the modules' teardown

@@ -1,4 +1,4 @@
-"""Who is to blame when a rank that torchrun started fails (`common.torchrun_rank`): decided by one
+"""Who is to blame when a rank that torchrun started fails (`common.launch.torchrun_rank`): decided by one
 rank from what every rank wrote to torchrun's store, each rank's `Failure` (what it was doing, and
 whether torch lost its connection to a peer) and its heartbeat (a counter, its phase, where its main
 thread is, its node and process).
@@ -25,13 +25,13 @@ import socket
 import time
 from typing import Any
 
-from common.parent_side import is_stopped
-from common.rank_side import HUNG, KILLED, LOST, TORCH, Failure, RankError, short
+from common.launch.parent_side import is_stopped
+from common.launch.rank_failure import HUNG, KILLED, LOST, TORCH, Failure, RankError, short
 
 
 class Diagnosis:
     """Who is to blame, from what the ranks wrote to the store. `state` is the deciding rank
-    (common.torchrun_rank's: its reads of the store, rank, world and timeout); a heartbeat unchanged
+    (common.launch.torchrun_rank's: its reads of the store, rank, world and timeout); a heartbeat unchanged
     for `stale_s` seconds is a rank that is not running."""
 
     def __init__(self, state: Any, stale_s: float) -> None:

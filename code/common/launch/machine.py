@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from common.errors import UsageError
+from common.error_types import UsageError
 
 RANKS_PER_CORE = 32  # local ranks beyond this spend their time waiting for each other
 MEMORY_PER_RANK = 256 * 2**20  # what a torch rank of these scripts can reach (import + small models)

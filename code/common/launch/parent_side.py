@@ -1,5 +1,5 @@
-"""The parent's side of `common.launcher.launch`, what `common.rank_side` is to each rank: it reads
-what the ranks report, keeps the deadlines no rank can keep for itself, and names the rank to
+"""The parent's side of `common.launch.launch`, what `common.launch.rank_side` is to each rank: it
+reads what the ranks report, keeps the deadlines no rank can keep for itself, and names the rank to
 blame when the run fails (see launcher's docstring for the promises).
 """
 
@@ -11,7 +11,7 @@ import time
 from multiprocessing import connection
 from typing import Any
 
-from common.rank_side import (
+from common.launch.rank_failure import (
     ECHOES,
     EXITED,
     HUNG,

@@ -1,4 +1,4 @@
-"""The two kinds of failure a command reports in one line (common.exits.run_main prints them):
+"""The two kinds of failure a command reports in one line (common.script_end.run_main prints them):
 bad input (`UsageError`: exit status 2, before any work) and a failure at run time whose message
 is already that line (`RunFailure`: exit status 1, e.g. a rank that failed, a file that could not
 be written). Here, below every other module of common/, so any of them can raise them."""

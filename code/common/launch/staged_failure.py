@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from common.errors import RunFailure
-from common.launcher import RankError, launch_expecting_failure
-from common.rank_side import SKIPPED
+from common.error_types import RunFailure
+from common.launch.launcher import RankError, launch_expecting_failure
+from common.launch.rank_failure import SKIPPED
 
 # The most ranks a staged skip runs on. The lesson needs a few; with many more on 2 cores, ranks
 # that finished their work may not all report back before the launcher, after the timeout, asks who
 # is where, and it then names a busy one as hung (64 ranks here: now and then).
-MAX_RANKS = 16
+MAX_STAGED_RANKS = 16
 
 
 def skipped_collective(worker: Callable[..., Any], world_size: int, *, skippers: Iterable[int],

@@ -32,8 +32,8 @@ import threading
 import time
 from typing import Any, Iterator
 
-from common.prestarted import PRELOAD, InterpreterGone, Prestarted
-from common.suite import Script
+from reproduction.prestarted import PRELOAD, InterpreterGone, Prestarted
+from reproduction.suite import Script
 
 MATPLOTLIB = ("matplotlib", "matplotlib.pyplot")
 Result = tuple[subprocess.CompletedProcess, float]   # the run, and its own seconds

@@ -9,11 +9,11 @@ from pathlib import Path
 CODE = Path(__file__).resolve().parents[1]
 LECTURES = ("lecture14", "lecture15", "cs336")
 # Scripts that start real processes; the rest run models only.
-_REAL_MARKERS = ("common.launcher",)
+_REAL_MARKERS = ("from common.launch import",)
 # How a script reads a clock, itself or through common/ (launch_expecting_failure, and
-# staged.skipped_collective around it: the seconds until the launcher gave up, printed).
+# skipped_collective around it: the seconds until the launcher gave up, printed).
 _CLOCKS = (r"\bperf_counter\(|\btime\.time\(|\bmonotonic\(|\.timings\(|\blaunch_expecting_failure\("
-           r"|\bstaged\.skipped_collective\(")
+           r"|\bskipped_collective\(")
 SHORTENS = r"\bquick=|\.quick\b"   # how a script's code sees --quick (common/cli.py applies quick=)
 
 

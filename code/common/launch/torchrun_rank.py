@@ -1,4 +1,4 @@
-"""A rank that torchrun started: what `common.launcher.launch` does when torchrun owns the processes.
+"""A rank that torchrun started: what `common.launch.launch` does when torchrun owns the processes.
 
 torchrun starts the W processes (on one node or several) and hosts the rendezvous store; this
 process is one rank. The first launch joins torchrun's group (gloo on the loopback interface when
@@ -12,7 +12,7 @@ A failure is named as a standalone run names it, in one line that rank 0 alone p
     its own; a rank that ends (by a signal: its agent stops a node's ranks once one died there; or
     after its failure) says so there first;
   - a rank that fails (its own error, a collective that timed out, a peer that vanished) writes
-    its `Failure` there; rank 0's helper then decides who is to blame (common.torchrun_blame): a
+    its `Failure` there; rank 0's helper then decides who is to blame (common.launch.torchrun_blame): a
     rank's own error first, else a rank whose heartbeat stopped without a word (killed, stopped by
     a signal, or its machine gone; never one that wrote that its connection to a peer closed),
     else a rank at work outside torch.distributed while the others timed out waiting for it;
@@ -41,10 +41,11 @@ from typing import Any, Callable, Iterator
 
 import torch.distributed as dist
 
-from common.loopback import is_loopback_host, loopback_interface
-from common.rank_side import Failure, RankError, failure_of, setup_rank, where_main_thread
-from common.torchrun import speak
-from common.torchrun_blame import Diagnosis, end_stopped_ranks
+from common.launch.loopback import is_loopback_host, loopback_interface
+from common.launch.rank_failure import Failure, RankError, failure_of
+from common.launch.rank_side import setup_rank, where_main_thread
+from common.launch.torchrun import speak
+from common.launch.torchrun_blame import Diagnosis, end_stopped_ranks
 
 _BEAT_S = 0.1          # how often a rank's helper writes its heartbeat and whereabouts
 _STALE_S = 1.0         # a heartbeat unchanged this long: that rank's process is not running

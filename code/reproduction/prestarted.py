@@ -27,7 +27,7 @@ reproduce.py and the tests run scripts this way; bench/bench_scripts.py times fr
 is what a student sees. A child's exit status is the one a fresh interpreter gives: SystemExit's
 code, 1 after an uncaught exception (with its traceback), killed by SIGINT after a Ctrl-C that
 nothing caught, and it runs the atexit functions first. The interpreter's side (the fork, the
-child's set-up, its end) is `common.prestarted_serve`.
+child's set-up, its end) is `reproduction.prestarted_serve`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "
 # Variables that may differ from the interpreter's and still fork: ours (COURSE_MAX_RANKS, …, read
 # when a script runs, never by torch) and the one a test session changes for every test.
 FORKS_WITH = ("COURSE_", "PYTEST_CURRENT_TEST")
-# The interpreter's side, loaded by path: it imports nothing of code/ that a script would import.
+# The interpreter's side, loaded by path: it imports nothing of code/ that a script would import
+# (common/process_exit.py it loads by path as well, kept out of sys.modules).
 # `del sys.path[0]`: -c puts the caller's folder first, where a stray glob.py would shadow stdlib.
 _BOOT = ("import sys; del sys.path[0]; "
          "import importlib.util as u; s = u.spec_from_file_location('prestarted_serve', {!r}); "

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from common.loopback import loopback_interface
+from common.launch.loopback import loopback_interface
 
 OPS = ("avg", "reduce_scatter")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from common.errors import UsageError
+from common.error_types import UsageError
 
 _TORCHRUN_OWN = "TORCHELASTIC_RUN_ID"  # set by torchrun's agent (torch/distributed/elastic/agent)
 _IDENTITY = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

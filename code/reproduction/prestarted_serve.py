@@ -1,8 +1,9 @@
-"""The prestarted interpreter's side of `common.prestarted`: import the preloaded modules once,
+"""The prestarted interpreter's side of `reproduction.prestarted`: import the preloaded modules once,
 then fork a child for each request and make it `python FILE ARGS`.
 
-The interpreter runs this file, loaded by path (`python -c BOOT`): it imports nothing of code/, so
-a script that never imports `common` gets nothing of it (its import sets sys.excepthook). A
+The interpreter runs this file, loaded by path (`python -c BOOT`): it imports nothing of code/ as a
+module (common/process_exit.py, how each child ends, is loaded by path too, outside sys.modules),
+so a script that never imports `common` gets nothing of it (its import sets sys.excepthook). A
 request is one JSON line: argv, cwd, env, the two output paths (files, or named pipes the caller
 already reads), and whether the child starts a session of its own. The outputs are opened here
 before the fork, so once the child's pid is replied the caller holds every writer's count it
@@ -11,13 +12,26 @@ will wait for. Replies are JSON lines too: "ready" once, then "pid" and "rc" for
 
 from __future__ import annotations
 
-import functools
+import importlib.util
 import json
 import os
-import signal
 import sys
-import threading
 from typing import Any
+
+
+def _process_exit():  # type: ignore[no-untyped-def]
+    """common/process_exit.py (how a process ends, as run_main ends a script), loaded by path: not
+    through the package `common`, whose import sets sys.excepthook."""
+    code = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(code, "common", "process_exit.py")
+    spec = importlib.util.spec_from_file_location("process_exit", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+_exit = _process_exit()
+end_process, exit_status, _flush_c_stdio = _exit.end_process, _exit.exit_status, _exit.flush_c_stdio
 
 
 def serve() -> None:
@@ -132,82 +146,3 @@ def _uncaught(err: BaseException) -> None:
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     sys.excepthook(type(err), err.with_traceback(tb), tb)  # Python prints the exception's own
-
-
-def exit_status(code: object) -> int:
-    """A SystemExit's code as the exit status Python gives it (a text is printed, then 1)."""
-    if code is None or isinstance(code, int):
-        return code or 0
-    print(code, file=sys.stderr)
-    return 1
-
-
-def end_process(code: int, interrupted: bool = False, words: dict[int, str] | None = None,
-                noted: list[int] | None = None) -> None:
-    """Interpreter shutdown as a fresh process has it, but for the modules' teardown: non-daemon
-    threads joined, atexit functions run, `__main__` cleared and garbage collected (a file left
-    open is flushed), streams flushed; then the exit status, or death by SIGINT after an uncaught
-    Ctrl-C. The teardown of torch's thousands of modules is what it leaves out: about 1 s of every
-    run that imported torch here (common.exits.run_main ends every script through this too).
-
-    `noted`: the signals common.exits noted once the run's work was done (its handlers keep noting
-    them here); a run ending well (code 0) then says the first one's word from `words` and exits
-    128 + its number."""
-    import atexit
-    import gc
-
-    steps = (threading._shutdown, atexit._run_exitfuncs,  # type: ignore[attr-defined]
-             _clear_main, gc.collect,   # files left open: flushed
-             *(functools.partial(_flush, stream)
-               for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)))
-    for step in steps:   # one by one: a Ctrl-C or a failure in one leaves the rest to run
-        try:
-            step()
-        except BaseException:  # noqa: BLE001 - reported, as Python reports a failing exit function
-            sys.excepthook(*sys.exc_info())
-    if interrupted:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    if noted and words and code == 0:
-        if _say(words[noted[0]]):
-            _flush(sys.__stderr__)
-        code = 128 + noted[0]
-    _flush_c_stdio()
-    os._exit(code & 0xFF)   # as exit() takes a status: sys.exit(256) ends 0
-
-
-def _say(word: str) -> bool:
-    try:
-        sys.__stderr__.write(f"{word}\n")
-        return True
-    except (OSError, ValueError, AttributeError):   # stderr itself gone
-        return False
-
-
-def _clear_main() -> None:
-    """__main__'s data first, then (after a collection) its modules, functions and classes: as the
-    teardown does, a __del__ still finds the names it uses."""
-    import gc
-    import types
-
-    names = sys.modules["__main__"].__dict__
-    for name in [n for n, v in names.items() if n != "__builtins__"
-                 and not isinstance(v, (types.ModuleType, types.FunctionType, type))]:
-        names.pop(name, None)
-    gc.collect()
-    names.clear()
-
-
-def _flush(stream: Any) -> None:
-    if stream is not None and not getattr(stream, "closed", False):   # a script may close stderr
-        stream.flush()
-
-
-def _flush_c_stdio() -> None:
-    """C's stdio buffers (printf, std::cout in an extension): exit() flushes them, os._exit not."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).fflush(None)
-    except Exception:  # noqa: BLE001 - no libc to ask: nothing buffered there either
-        pass

@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from common.errors import UsageError
-from common.machine import cores, positive_env_int, total_memory
+from common.error_types import UsageError
+from common.launch import cores, positive_env_int, total_memory
 
 RUN_BUDGET_MIN = 5        # an accepted run finishes in minutes here, never in an hour
 MEMORY_SHARE = 0.5        # of the machine's memory: the rest is the system's and other programs'

@@ -8,7 +8,7 @@ their tensors on `rank_device()` and say so with backend="auto", when CUDA has a
 Nothing listens beyond loopback: the rendezvous store serves a socket the parent bound to
 127.0.0.1 on a port the OS picked (so two scripts started together never collide), and gloo is
 pinned to the loopback interface. Under torchrun nothing is spawned: this process is one rank of
-torchrun's group, and only rank 0 prints (`common.torchrun`, `common.torchrun_rank`).
+torchrun's group, and only rank 0 prints (`common.launch.torchrun`, `common.launch.torchrun_rank`).
 
 Every wait has a deadline, the user's `timeout_s` (plus a fixed grace, and a start-up allowance
 that grows with W), and whatever stalls is named in one line (`RankError`):
@@ -28,8 +28,9 @@ line, in `RankError.said` (`RankError.under`: the lines to print beneath it). A 
 named, never the ranks that then find their connection to it closed, whatever line they were at.
 Ctrl-C and any error take every child down with the parent; the kernel kills the children if the
 parent itself is killed (no orphans). Inside a rank, `capture_stderr()` keeps what torch's C++ side
-prints so the worker can return it beside the part it belongs to. What a child does between the fork
-and its exit is in `common.rank_side`, what the parent watches meanwhile in `common.parent_side`.
+prints so the worker can return it beside the part it belongs to. What a child does between
+the fork and its exit is in `common.launch.rank_side`, what the parent watches meanwhile in
+`common.launch.parent_side`.
 """
 
 from __future__ import annotations
@@ -49,15 +50,16 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from common.cli import DEFAULT_TIMEOUT_S
-from common.errors import UsageError
-from common.exits import signals_held
+from common.error_types import UsageError
+from common.flags import DEFAULT_TIMEOUT_S
+from common.launch.machine import check_backend, check_world_size
+from common.launch.parent_side import Collector
+from common.launch.rank_failure import RankError, last_words
+from common.launch.rank_side import child_main
+from common.launch.torchrun import check_environment, quiet_unless_rank0, under_torchrun
+from common.launch.torchrun_rank import launch_in_torchrun
 from common.leftovers import owned_folder
-from common.machine import check_backend, check_world_size
-from common.parent_side import Collector
-from common.rank_side import RankError, child_main, last_words
-from common.torchrun import check_environment, quiet_unless_rank0, under_torchrun
-from common.torchrun_rank import launch_in_torchrun
+from common.script_end import signals_held
 
 __all__ = ["RankError", "capture_stderr", "choose_backend", "launch", "launch_expecting_failure",
            "preload_for_ddp", "rank_device", "startup_allowance_s"]

@@ -22,9 +22,9 @@ from typing import Callable, Iterator
 
 from common import WORDS, raise_terminated
 from common import Terminated as _Terminated
-from common.errors import RunFailure, UsageError, clip_values
-from common.prestarted_serve import end_process, exit_status
-from common.torchrun import quiet_unless_rank0
+from common.error_types import RunFailure, UsageError, clip_values
+from common.launch import quiet_unless_rank0
+from common.process_exit import end_process, exit_status
 
 __all__ = ["run_main", "signals_held"]
 
@@ -39,7 +39,7 @@ def run_main(main: Callable[[], object]) -> None:
     141, as a shell reports a reader that stopped early.
 
     Run by `python FILE` (not -i), the process then ends as Python would end it less the teardown of
-    torch's modules, about 1 s here (common.prestarted_serve.end_process). Under a tool that
+    torch's modules, about 1 s here (common.process_exit.end_process). Under a tool that
     runs the file and waits for it to return (cProfile, pdb, runpy: its frame is below the
     script's), it returns or raises SystemExit as before, for the tool to finish its work."""
     program = sys._getframe(1).f_back is None   # the script's module frame is the bottom one
@@ -105,7 +105,7 @@ def signals_held(mask: bool = False) -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP noted, not raised, inside the block, and raised again as it ends:
     for a few steps that must happen together (a temporary file made and its name kept for the
     clean-up; ranks forked and known). With `mask`, this thread also blocks them at the C level, a
-    mask a forked child inherits (see common.launcher). Only the main thread sets handlers: in
+    mask a forked child inherits (see common.launch.launcher). Only the main thread sets handlers: in
     another thread this holds nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
