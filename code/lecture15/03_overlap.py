@@ -27,9 +27,7 @@ from common.costmodel import Link, ring_allreduce_time
 from common.output import Report, fmt_bytes
 from common.units import fmt_ms
 from lecture15.ddp_sim import (
-    BERT_TARGET,
     MB,
-    RESNET_TARGET,
     ComputeModel,
     MiB,
     ModelSpec,
@@ -37,16 +35,20 @@ from lecture15.ddp_sim import (
     ascii_timeline,
     assign_buckets_in_order,
     bert_large,
-    calibration_target_s,
     gradient_ready_times,
-    notes_bert_compute,
-    notes_resnet_compute,
     registration_order,
     resnet50,
     simulate_ddp,
 )
 from lecture15.ddp_sim import gantt_figure as ddp_gantt
 from lecture15.figures import sweep_figure
+from lecture15.notes_calibration import (
+    BERT_TARGET,
+    RESNET_TARGET,
+    calibration_target_s,
+    notes_bert_compute,
+    notes_resnet_compute,
+)
 
 # The notes' "25 MB" cap is 25 × 10^6 B (it gives their bucket counts; PyTorch's 25 MiB does not).
 EXPLICIT_25_MIB = 25 * MiB  # bucket_cap_mb=25 written out: every bucket, the first too, capped at 25 MiB
