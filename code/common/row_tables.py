@@ -76,13 +76,18 @@ def expand(block: dict[str, Any], relpath: str = "") -> list[dict[str, Any]]:
 
 def fill(value: Any, parameters: dict[str, Any]) -> Any:
     """A template's field with the entry's parameters: "{P}" alone is P's value as is (a number stays a
-    number); in longer text each {P} is written as str(P); other fields as they are."""
+    number); in longer text each {P} is written as text (`written`); other fields as they are."""
     if not isinstance(value, str):
         return value
     alone = PARAMETER.fullmatch(value)
     if alone and alone[1] in parameters:
         return parameters[alone[1]]
-    return PARAMETER.sub(lambda m: str(parameters[m[1]]) if m[1] in parameters else m[0], value)
+    return PARAMETER.sub(lambda m: written(parameters[m[1]]) if m[1] in parameters else m[0], value)
+
+
+def written(parameter: Any) -> str:
+    """A parameter as text: a float as :g writes it (3.0 as "3", 22.6 as "22.6"), anything else as str."""
+    return f"{parameter:g}" if isinstance(parameter, float) else str(parameter)
 
 
 def check_bytes(unit: str, kind: str, what: str, unchecked: str, where: str) -> None:
