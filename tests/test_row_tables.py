@@ -17,16 +17,17 @@ CODE = Path(__file__).resolve().parents[1] / "code"
 BEFORE = Path(__file__).with_name("row_blocks_before.json")
 # Scripts whose rows still name values built at run time: being converted, emptied by the end.
 NOT_YET = {"cs336/01_collectives.py", "cs336/04_memory.py", "cs336/07_tensor_parallel.py",
-           "cs336/08_pipeline_schedules.py", "cs336/09_zero.py", "lecture14/05_data_parallel.py",
-           "lecture14/exercises.py", "lecture15/06_comm_hooks.py"}
+           "cs336/08_pipeline_schedules.py", "cs336/09_zero.py"}
 
 
 def _sources(script: str) -> str:
     """The row's script and the modules of its own folder it imports (`from cs336.engine_probes
-    import …`): where a value may be recorded."""
+    import …`, `from lecture14 import async_sgd`): where a value may be recorded."""
     folder, _ = script.split("/")
     text = (CODE / script).read_text(encoding="utf-8")
     siblings = set(re.findall(rf"^from {folder}\.(\w+) import", text, re.M))
+    for names in re.findall(rf"^from {folder} import (.+)$", text, re.M):   # from lecture14 import a, b as c
+        siblings |= {name.split(" as ")[0].strip() for name in names.split(",")}
     modules = [(CODE / folder / f"{name}.py").read_text(encoding="utf-8") for name in siblings]
     return "\n".join([text, *modules])
 
