@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from common import checker, verdicts
+from common import agreement, checker, row_tables, verdicts
 from common.checker import Row, decide
 from common.error_types import RunFailure
 from common.output import Report
@@ -101,13 +101,14 @@ def test_n_odd_is_the_notes_words_n_duo(ours: float, status: str) -> None:
     row = _row(notes=None, places=None, n_odd=300)
     assert decide(row, "P", {"x": ours}, []).status == status
     assert row.notes_shown == "300-odd"
-    assert [checker.next_round_figure(n) for n in (100, 300, 20, 1.5)] == [200, 400, 30, 2.5]
+    assert [agreement.next_round_figure(n) for n in (100, 300, 20, 1.5)] == [200, 400, 30, 2.5]
 
 
 def _table(tmp_path, monkeypatch, text: str) -> str:
     """A table file of a test's own under code/ (load_table reads paths relative to it)."""
-    monkeypatch.setattr(checker, "CODE", tmp_path)
+    monkeypatch.setattr(row_tables, "CODE", tmp_path)
     (tmp_path / "t.toml").write_text(text, encoding="utf-8")
+    row_tables.read_table.cache_clear()
     checker.load_table.cache_clear()
     checker.load_errata.cache_clear()
     return "t.toml"
@@ -153,8 +154,8 @@ def test_a_byte_figure_says_whether_it_is_a_size_counted_sent_or_priced(tmp_path
 
 
 def test_every_byte_claim_in_the_json_says_what_it_is() -> None:
-    rows = [r for r in checker.all_rows() if r.unit in checker.BYTE_UNITS and not r.unchecked]
-    assert rows and all(r.bytes in checker.BYTE_KINDS for r in rows)
+    rows = [r for r in checker.all_rows() if r.unit in row_tables.BYTE_UNITS and not r.unchecked]
+    assert rows and all(r.bytes in row_tables.BYTE_KINDS for r in rows)
     claim = checker.decide(rows[0], "P", {rows[0].value: 1}, [])
     assert claim.bytes == rows[0].bytes
 

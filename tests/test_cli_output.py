@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import code_env, flat
 
-from common import checker
+from common import agreement, checker
 from common.checker import ASSUMPTION, MEASURED, Row
 from common.cli import UsageError, make_parser
 from common.flags import parse_size
@@ -111,7 +111,7 @@ def test_claim_rules_are_strict() -> None:
     assert status(0.1 + 0.2, 0.3) == "agrees"             # ... up to float arithmetic
     assert status(31, 10, factor=3) == "differs"
     with pytest.raises(ValueError):
-        checker.compare(1.0, 1.0, None, 0.5)
+        agreement.compare(1.0, 1.0, None, 0.5)
     # Agrees, so no slip.
     some = checker.all_errata()[0].id
     assert not checker.decide(_row("x", notes=2.0, erratum=some), "P", {"x": 2.0}, []).erratum

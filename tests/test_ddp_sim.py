@@ -5,6 +5,9 @@ done by hand, and brute-force re-simulation."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -312,3 +315,12 @@ def test_skip_sync_model() -> None:
     assert skip_sync_speedup(59.3, 49.3, 8) == pytest.approx(1.17, abs=0.01)   # §5: +17 %
     with pytest.raises(ValueError):
         skip_sync_step_s(1.0, 1.0, 0)
+
+
+def test_the_simulator_reads_no_table():
+    """The pure simulator imports nothing from the notes' checker: its calibration targets come in as
+    arguments (lecture15/notes_calibration.py reads them from the notes' table)."""
+    code = Path(__file__).resolve().parents[1] / "code"
+    probe = "import sys, lecture15.ddp_sim; print('common.checker' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=code, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

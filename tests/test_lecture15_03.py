@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 from conftest import assert_usage_error, flat, run_script
 
-from lecture15.ddp_sim import notes_resnet_compute
 from lecture15.models import resnet50
+from lecture15.notes_calibration import notes_resnet_compute
 
 SCRIPT = "lecture15/03_overlap.py"
 

@@ -17,8 +17,9 @@ import pytest
 from conftest import load_script, run_script
 
 from common.costmodel import Link
-from lecture15.ddp_sim import MB, notes_resnet_compute, simulate_ddp
+from lecture15.ddp_sim import MB, simulate_ddp
 from lecture15.models import resnet50
+from lecture15.notes_calibration import notes_resnet_compute
 from lecture15.timeline_grid import (
     ALPHAS_US,
     BETAS_GBS,

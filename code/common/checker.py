@@ -1,84 +1,22 @@
 """The one checker: every statement of the notes, decided against what the scripts recorded.
 
-The notes are data, one TOML table per document, beside the scripts that check it
-(`code/lecture14/notes.toml`, `code/lecture15/notes.toml`, `code/lecture15/handbook.toml`,
-`code/cs336/notes.toml`). A row is one number or checkable statement of the notes, in our words:
-
-    [[row]]
-    id = "L15-3.1-step-no-overlap"      # unique; the report, the tests and the errata name it
-    section = "§3.1"
-    statement = "ResNet-50 on 16 ranks, …: one step without overlap takes 53.3 ms"
-    script = "lecture15/03_overlap.py"  # where our value comes from …
-    value = "step_no_overlap_ms"        # … the name the script records (Report.value)
-    what = "step without overlap"       # the short label of the printed comparison
-    notes = 53.3                        # the notes' figure (a number, true/false or a word)
-    unit = "ms"
-    basis = "stated assumption"         # see BASES
-    places = 1                          # agreement: rounds to the notes' digits; or factor = 2;
-                                        # or neither: exact (for a bound the notes give: below = 10,
-                                        # above = 5, between = [50, 200])
-    depends = ["--world-size", "--alpha-us", "--beta-gbs", "--bucket-cap-mb"]  # flags that void it ([]: none)
-    # assumes = "the backward calibrated" # a stated assumption, short: printed under a row matched under it
-    # erratum = "L15-err-…"             # the notes are wrong here: the [[erratum]] this row is an
-                                        # instance of (a slip or an inconsistency, below)
-    # reading = "MB written for MiB"    # a convention the notes follow consistently, under which the
-                                        # row is read: shown beside the row, never an error
-    # printed_unit = "MB"               # the unit the notes print, where the reading makes it `unit`
-    # states = "pytorch-default-cap"    # rows of several tables that say the same thing: judged alike
-    # bytes = "ring model"              # a byte figure says what it is (BYTE_KINDS); its `what` says so too
-    # same_as = "scratch_bytes"         # a check of our own (PyTorch's engine against ours): compare
-                                        # with another recorded value instead of a notes' figure
-    why = "uncalibrated: {uncal_ms:.2f} ms"   # the reason, a template over recorded values
-
-Agreement rules, in the notes' words: `places` (the digits the notes print), `factor` (their 约,
-"about", within a factor the row states), `below` / `above` / `between` (a bound they give), `n_odd`
-("300 多 ms", 300-odd: at least N, below the next round figure, 300 ≤ ours < 400), or none: exact.
-
-When the notes are wrong, the row names an erratum, one per distinct error however many rows show it:
-
-    [[erratum]]
-    id = "CS-err-forward-only-bubble"
-    kind = "slip"            # slip: the notes contradict their own stated model, units or arithmetic,
-                             # or a fact they cite (PyTorch's source, a specification); one value
-                             # inconsistency: two places of the notes disagree (no one correct value)
-    title = "the bubble counts the forward fill only"
-    places = ["§流水线并行: '气泡 = (S−1)·t_f' (the bubble is (S−1)·t_f)"]  # the notes' words, translated;
-                             # an inconsistency names both places
-    argument = "…"           # the most charitable reading, what it gives, and why the verdict stands
-                             # (an inconsistency: what each place gives and which one we follow, why)
-    source = "…"             # an external fact's source (PyTorch's source, a specification, a paper)
-
-A row that cannot be checked has `unchecked = "why"` instead of script/value/notes. A script only
-records named values (`rep.value("step_no_overlap_ms", 53.28)`); when a part ends its Report asks
-`decide` for each row of that part and prints one compact "vs the notes" table, the reasons of
-what does not agree below it (the notes' errors first), and the legend of the verdict words once
-(common/verdicts.py prints them).
+The notes are data, one TOML table per document beside the scripts that check it (row_tables.TABLES);
+a row is one number or checkable statement of the notes, in our words. The rows' fields, the id
+convention, how a row finds its script and its part, templates and parameter lists: docs/rows.md.
+Here: the rows and errata loaded and checked against that schema, and each row decided (`decide`) on
+the values a script recorded; common/agreement.py holds the agreement rules' arithmetic.
 reproduce.py, the report pages, docs/errata.md (reproduction/errata.py) and the tests all read what this
 decided.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
-from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Sequence
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (requirements.txt)
-    import tomli as tomllib
-
-from common.units import fmt_num
-
-CODE = Path(__file__).resolve().parents[1]
-# Checks of our own, not statements of the notes: PyTorch's engines beside ours. Their rows'
-# "notes" field is what we expect, and the printed tables say so ("expected", not "notes").
-OWN_TABLES = ("lecture14/engines.toml", "lecture15/engines.toml", "cs336/engines.toml")
-TABLES = ("lecture14/notes.toml", "lecture15/notes.toml", "lecture15/handbook.toml", "cs336/notes.toml",
-          *OWN_TABLES)
+from common.agreement import compare, within_bound
+from common.row_tables import CODE, OWN_TABLES, TABLES, check_bytes, read_table, table_rows
 
 # What our value is, against the notes' (a row's `basis`), and the verdict word each gives.
 EXACT = "exact formula"             # a closed form: must agree
@@ -93,19 +31,6 @@ BASES = (EXACT, ASSUMPTION, MEASURED, OBSERVED, CALIBRATION)
 SLIP = "slip"                    # the notes contradict their own model, units, arithmetic or a cited fact
 INCONSISTENCY = "inconsistency"  # two places of the notes disagree: each reading shown, no one value
 ERROR_KINDS = (SLIP, INCONSISTENCY)
-
-# What a byte figure is (a row's `bytes`, required where its unit is one of BYTE_UNITS). Traffic is
-# one of three things that differ on gloo, so a row saying which names it in its `what` as well.
-BYTE_KINDS = {
-    "size": "a size: of a tensor, of state held, of a cap; no traffic",
-    "counted": "what the process group was handed, call by call (dtype × elements)",
-    "on the wire here": "what gloo ran here (a reduce-scatter runs as an all-reduce of the whole input)",
-    "ring model": "the cost model's price (the ring's bytes for the collective named)",
-}
-TRAFFIC_WORDS = ("counted", "on the wire here", "ring model")
-BYTE_UNITS = ("B", "KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB")
-
-
 
 @dataclass(frozen=True)
 class Erratum:
@@ -211,12 +136,11 @@ class Claim:
 
 @lru_cache(maxsize=None)
 def load_table(relpath: str) -> tuple[Row, ...]:
-    """The rows of one document's table (code/<relpath>), checked for the fields a row needs."""
-    with open(CODE / relpath, "rb") as fh:
-        data = tomllib.load(fh)
-    document = data.get("document", relpath)
+    """The rows of one document's table (code/<relpath>), parameter lists expanded, each checked for
+    the fields a row needs."""
+    document = read_table(relpath).get("document", relpath)
     rows = []
-    for raw in data.get("row", []):
+    for raw in table_rows(relpath):
         if "slip" in raw:
             raise ValueError(f"{relpath}: row {raw.get('id')}: 'slip' is gone: name an [[erratum]]")
         entry = dict(raw, document=document, depends=tuple(raw.get("depends", ())),
@@ -232,8 +156,7 @@ def load_table(relpath: str) -> tuple[Row, ...]:
 @lru_cache(maxsize=None)
 def load_errata(relpath: str) -> tuple[Erratum, ...]:
     """The [[erratum]] entries of one document's table, each checked for what its kind needs."""
-    with open(CODE / relpath, "rb") as fh:
-        data = tomllib.load(fh)
+    data = read_table(relpath)
     errata = []
     for raw in data.get("erratum", []):
         entry = Erratum(**dict(raw, document=data.get("document", relpath),
@@ -268,7 +191,7 @@ def _check_row(row: Row, relpath: str) -> None:
     if row.printed_unit and row.printed_unit != row.unit and not row.reading:
         raise ValueError(f"{where}: the notes print {row.printed_unit}, ours is in {row.unit}: compare like "
                          "with like (convert), or state the reading that makes them one unit")
-    _check_bytes(row, where)
+    check_bytes(row.unit, row.bytes, row.what, row.unchecked, where)
     if row.unchecked:
         if row.erratum or row.reading:
             raise ValueError(f"{where}: an unchecked row is neither an erratum nor a reading")
@@ -298,17 +221,6 @@ def _check_row(row: Row, relpath: str) -> None:
         raise ValueError(f"{where}: only a row of basis {ASSUMPTION!r} states an assumption (assumes)")
     if row.erratum and row.basis in (MEASURED, CALIBRATION):
         raise ValueError(f"{where}: a timing here or a calibration target cannot show the notes wrong")
-
-
-def _check_bytes(row: Row, where: str) -> None:
-    """A byte figure says what it is; traffic says it in the words printed beside it."""
-    if row.bytes and row.bytes not in BYTE_KINDS:
-        raise ValueError(f"{where}: bytes {row.bytes!r} is none of {', '.join(BYTE_KINDS)}")
-    if row.unit in BYTE_UNITS and not row.unchecked and not row.bytes:
-        raise ValueError(f"{where}: a figure in {row.unit} says what it is: bytes = one of "
-                         f"{', '.join(BYTE_KINDS)}")
-    if row.bytes in TRAFFIC_WORDS and row.bytes not in row.what:
-        raise ValueError(f"{where}: traffic that is {row.bytes!r} says so in its `what`")
 
 
 def all_rows() -> list[Row]:
@@ -370,65 +282,6 @@ def rows_for(script: str) -> list[Row]:
 
 
 # ---- deciding one row ---------------------------------------------------------------------------
-
-def rounded(value: float, places: int) -> Decimal:
-    """`value` rounded half away from zero to `places` decimals (no binary-float surprises)."""
-    return Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)
-
-
-def compare(ours: Any, notes: Any, places: int | None, factor: float | None) -> tuple[bool, str, str]:
-    """(agreed, rule, decision): ours rounded to `places` is the notes' figure; or within `factor`
-    of it (only the notes' "about" values); or neither given: equal (to float arithmetic)."""
-    if isinstance(ours, (bool, str)) or isinstance(notes, (bool, str)):
-        agreed = ours == notes
-        return agreed, "equal", f"{ours!r} {'is' if agreed else 'is not'} {notes!r}"
-    ours, notes = float(ours), float(notes)
-    if places is not None:
-        agreed = rounded(ours, places) == rounded(notes, places)
-        unit = f"{places} decimal place{'s' if places != 1 else ''}"
-        return agreed, f"rounds to {unit}", (f"{fmt_num(ours, 10)} rounds to {rounded(ours, places)} at "
-                                             f"{unit}; the notes print {fmt_num(notes, 10)}")
-    if factor is not None:
-        if not factor >= 1:
-            raise ValueError(f"factor must be at least 1, got {factor}")
-        low, high = sorted((notes / factor, notes * factor))
-        agreed = low <= ours <= high
-        return agreed, f"within a factor of {factor:g}", (
-            f"{fmt_num(ours)} is {'inside' if agreed else 'outside'} {fmt_num(low)} … {fmt_num(high)}")
-    agreed = math.isclose(ours, notes, rel_tol=1e-9, abs_tol=1e-12)
-    return agreed, "exact", f"{fmt_num(ours, 10)} {'=' if agreed else '≠'} {fmt_num(notes, 10)}"
-
-
-def next_round_figure(n: float) -> float:
-    """The round figure after `n` that "N 多" stops below: 300 -> 400, 100 -> 200, 20 -> 30, 1.5 -> 2.5."""
-    return n + 10.0 ** math.floor(math.log10(n))
-
-
-def within_bound(ours: Any, name: str, limit: Any) -> tuple[bool, str, str]:
-    """(agreed, rule, decision) for a bound the notes give ("under 3": below = 3; "300 多": n_odd)."""
-    value = float(ours)
-    if name == "n_odd":
-        high = next_round_figure(limit)
-        inside = limit <= value < high
-        return inside, f"{limit:g}-odd: at least {limit:g}, below {high:g}", (
-            f"{fmt_num(value, 6)} is {'inside' if inside else 'outside'} {limit:g} … {high:g}")
-    if name == "below":
-        return (
-            value < limit,
-            f"below {limit:g}",
-            f"{fmt_num(value, 6)} {'<' if value < limit else '≥'} {limit:g}",
-        )
-    if name == "above":
-        return (
-            value > limit,
-            f"above {limit:g}",
-            f"{fmt_num(value, 6)} {'>' if value > limit else '≤'} {limit:g}",
-        )
-    low, high = limit
-    inside = low <= value <= high
-    return inside, f"between {low:g} and {high:g}", (
-        f"{fmt_num(value, 6)} is {'inside' if inside else 'outside'} {low:g} … {high:g}")
-
 
 def decide(row: Row, part: str, values: dict[str, Any], off: Sequence[str]) -> Claim:
     """The row against our value `values[row.value]`; `off`: how this run left the notes'

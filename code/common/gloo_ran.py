@@ -182,15 +182,16 @@ def substitutions(handed: ByKind, ran: ByKind) -> tuple[ByKind, ByKind]:
     return missing, extra
 
 
-def report(rep: Any, cases: list[tuple[str, str, ByKind, ByKind]], k: int) -> dict[str, str]:
+def report(rep: Any, cases: list[tuple[str, tuple[str, str], ByKind, ByKind]], k: int) -> dict[str, str]:
     """The table of what each side handed its group (counted) beside what gloo ran (on the wire
-    here), a step; what ran in another's place, in words; NCCL's way where gloo substitutes. Records
-    <name>_wire (calls and bytes by kind) and <name>_wire_bytes (bytes by kind, returned by name)."""
+    here), a step; what ran in another's place, in words; NCCL's way where gloo substitutes. A case
+    (label, (wire, wire_bytes), handed, ran) records what ran under its names: `wire` its calls and
+    bytes by kind, `wire_bytes` its bytes by kind (also returned, by that name)."""
     rows, said, nccl, moved = [], [], set(), {}
-    for label, name, handed, ran in cases:
+    for label, (wire, wire_bytes), handed, ran in cases:
         rows.append([label, calls_short(handed), total(handed), calls_short(ran), total(ran)])
-        moved[name] = bytes_text(ran)
-        rep.values(**{f"{name}_wire": ops_text(ran), f"{name}_wire_bytes": moved[name]})
+        moved[wire_bytes] = bytes_text(ran)
+        rep.values(**{wire: ops_text(ran), wire_bytes: moved[wire_bytes]})
         missing, extra = substitutions(handed, ran)
         if missing or extra:
             said.append(f"{label}: {calls_short(missing)} handed ({total(missing)}) ran as "

@@ -166,7 +166,8 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
         before, after = ([None if b is None else len(b) for b in (res["seven"][name][i] for res in real)]
                          for i in (0, 1))
         ours = prim.shape_text(before, after, [res["right"][name] for res in real])
-        rep.value(f"shape_{name.replace('-', '_')}", ours)
+        key = name.replace("-", "_")      # the rows' parameter list: value = "shape_{key}"
+        rep.value(f"shape_{key}", ours)
         rows.append([name, rep.notes_text(f"CS-coll-shape-{name}"), ours,
                      prim.lengths_text([list(pair) for pair in zip(before, after)])])
     rep.table(["primitive", "notes: in → out", f"Part 1's ranks (p = {w})", "elements in → out"], rows,
@@ -186,6 +187,13 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
     notes_volumes(rep)
 
 
+# The notes' volume column, each primitive's value under the name its row compares.
+VOLUME_VALUES = {"broadcast": "volume_broadcast_S", "scatter": "volume_scatter_S",
+                 "gather": "volume_gather_S", "reduce": "volume_reduce_S",
+                 "all-gather": "volume_all_gather_S", "reduce-scatter": "volume_reduce_scatter_S",
+                 "all-reduce": "volume_all_reduce_S"}
+
+
 def notes_volumes(rep: Report) -> None:
     """The notes' volume column at their p = 4 (whatever --world-size), in units of S."""
     p, n = prim.NOTES_P, prim.NOTES_N
@@ -193,7 +201,7 @@ def notes_volumes(rep: Report) -> None:
     for name, v in prim.volumes(p, n).items():
         whose = prim.WHOSE_SENDS[name]
         ours = (v.sent[ROOT] if whose == "root" else v.busiest) / v.piece
-        rep.value(f"volume_{name.replace('-', '_')}_S", ours)
+        rep.value(VOLUME_VALUES[name], ours)
         rows.append([name, "the root" if whose == "root" else "busiest rank", ours,
                      rep.notes_text(f"CS-coll-volume-{name}")])
     rep.line(f"\n  the notes' volume column at their p = {p}, whatever --world-size (N = {n:,} B, "

@@ -120,10 +120,14 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
     total = lg.training_state_bytes(lg.LLAMA2_13B.params)
     fits = total <= args.gpu_memory_gb * 1e9
     rep.line(f"  Llama 2 13B's state fits one {args.gpu_memory_gb:g} GB card: {'yes' if fits else 'no'}")
-    rep.values(**{f"ledger_{key}_b": b for _, b, key in entries[:4]}, bytes_per_param=lg.BYTES_PER_PARAM,
+    (_, param_b, _), (_, grad_b, _), (_, master_b, _), (_, adam_b, _) = entries[:4]
+    llama = lg.LLAMA2_13B.params
+    rep.values(ledger_param_b=param_b, ledger_grad_b=grad_b, ledger_master_b=master_b, ledger_adam_b=adam_b,
+               bytes_per_param=lg.BYTES_PER_PARAM,
                state_200m_gib=lg.training_state_bytes(lg.NOTES_200M.params) / GiB,
                state_200m_gb=lg.training_state_bytes(lg.NOTES_200M.params) / 1e9, llama_state_gb=total / 1e9,
-               **{f"llama_{llama_rows[key]}_gb": b * lg.LLAMA2_13B.params / 1e9 for _, b, key in entries[:4]},
+               llama_params_gb=param_b * llama / 1e9, llama_grads_gb=grad_b * llama / 1e9,
+               llama_master_gb=master_b * llama / 1e9, llama_adam_gb=adam_b * llama / 1e9,
                llama_fits_one_card=fits)
     rep.compare_with_notes(in_table=True)
     d, layers = lg.MLP_12.width, lg.MLP_12.layers

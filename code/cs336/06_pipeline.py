@@ -153,12 +153,12 @@ def stage_table(rep: Report, runs: dict, s: int) -> None:
 def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
     tf = args.tf_ms / 1e3
     rows, eta = [], {}
-    for s, m in EFFICIENCY:
-        sims = [run(name, s, m, tf, k * tf).efficiency for k in (1, 2) for name in ("GPipe", "1F1B")]
-        eta[(s, m)] = 100 * sims[3]
-        rows.append([s, m, f"{m}/{m + s - 1}", 100 * m / (m + s - 1)] + [100 * e for e in sims[:3]]
-                    + [rep.marked(100 * sims[3], f"CS-eta-S{s}-M{m}", {f"eta_S{s}_M{m}": eta[(s, m)]}),
-                       rep.notes_text(f"CS-eta-S{s}-M{m}")])
+    for S, M in EFFICIENCY:
+        sims = [run(name, S, M, tf, k * tf).efficiency for k in (1, 2) for name in ("GPipe", "1F1B")]
+        eta[(S, M)] = 100 * sims[3]
+        rows.append([S, M, f"{M}/{M + S - 1}", 100 * M / (M + S - 1)] + [100 * e for e in sims[:3]]
+                    + [rep.marked(100 * sims[3], f"CS-eta-S{S}-M{M}", {f"eta_S{S}_M{M}": eta[(S, M)]}),
+                       rep.notes_text(f"CS-eta-S{S}-M{M}")])
     rep.table(["S", "M", "fraction", "η closed %", "GPipe tb=tf", "1F1B tb=tf", "GPipe tb=2tf", "1F1B tb=2tf",
                "the notes' η"], rows, name="efficiency")
     rep.marks_legend()
@@ -166,7 +166,8 @@ def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
              "equal "
              "stages and no time outside the passes (p2p, launches, optimizer step): then it holds for "
              "GPipe and 1F1B and any t_b/t_f")
-    rep.values(**{f"eta_S{s}_M{m}": e for (s, m), e in eta.items()})
+    for (S, M), e in eta.items():
+        rep.value(f"eta_S{S}_M{M}", e)
     rises = eta[(4, 4)] < eta[(4, 8)] < eta[(4, 16)] and eta[(8, 8)] < eta[(4, 8)]
     trend = rep.marked("yes" if rises else "no", "CS-pp-microbatch", {"eta_rises_with_m_falls_with_s": rises})
     rep.line(f"  η rises with M and falls with S: {trend}")
@@ -177,14 +178,15 @@ def part2_efficiency(rep: Report, args: argparse.Namespace) -> None:
 def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
     tf, tb = args.tf_ms / 1e3, args.tb_ms / 1e3
     rows = []
-    for s, m in BUBBLE:
-        sim, key, ids = run("1F1B", s, m, tf, tb), f"S{s}_M{m}", f"CS-bubble-S{s}-M{m}"
-        fill, work, share = (s - 1) * tf, m * (tf + tb), 100 * pp.notes_bubble_share(s, m, tf, tb)
+    for S, M in BUBBLE:
+        sim, ids = run("1F1B", S, M, tf, tb), f"CS-bubble-S{S}-M{M}"
+        fill, work, share = (S - 1) * tf, M * (tf + tb), 100 * pp.notes_bubble_share(S, M, tf, tb)
         real_bubble = max(sim.idle)   # the same on every stage when stages are equal
-        values = {f"work_{key}_ms": ms(work), f"fill_{key}_ms": ms(fill), f"notes_share_{key}_pct": share,
-                  f"bubble_{key}_ms": ms(real_bubble), f"share_{key}_pct": 100 * sim.bubble_fraction}
+        values = {f"work_S{S}_M{M}_ms": ms(work), f"fill_S{S}_M{M}_ms": ms(fill),
+                  f"notes_share_S{S}_M{M}_pct": share, f"bubble_S{S}_M{M}_ms": ms(real_bubble),
+                  f"share_S{S}_M{M}_pct": 100 * sim.bubble_fraction}
         rep.values(**values)
-        rows.append([f"S={s}, M={m}", rep.notes_text(f"{ids}-notes-bubble"),
+        rows.append([f"S={S}, M={M}", rep.notes_text(f"{ids}-notes-bubble"),
                      rep.marked(ms(fill), f"{ids}-notes-bubble", values),
                      rep.marked(ms(real_bubble), f"{ids}-bubble", values),
                      rep.notes_text(f"{ids}-work"), rep.marked(ms(work), f"{ids}-work", values),
@@ -211,28 +213,28 @@ def five_percent(rep: Report, args: argparse.Namespace) -> None:
     and by a real schedule, and of the ideal time (Narayanan et al.'s bubble fraction)."""
     tf, tb = args.tf_ms / 1e3, args.tb_ms / 1e3
     rows = []
-    for s in (2, 4, 8, 16):
-        by_notes = pp.smallest_micro_batches(s, FIVE_PERCENT,
-                                             lambda m, s=s: pp.notes_bubble_share(s, m, tf, tb))
-        by_real = pp.smallest_micro_batches(s, FIVE_PERCENT,
-                                            lambda m, s=s: pp.bubble_fraction_closed_form(s, m))
+    for S in (2, 4, 8, 16):
+        by_notes = pp.smallest_micro_batches(S, FIVE_PERCENT,
+                                             lambda m, S=S: pp.notes_bubble_share(S, m, tf, tb))
+        by_real = pp.smallest_micro_batches(S, FIVE_PERCENT,
+                                            lambda m, S=S: pp.bubble_fraction_closed_form(S, m))
         # Narayanan et al.: bubble time over the ideal time M(t_f + t_b), a real schedule's and the
         # notes' fill's.
-        by_ideal = pp.smallest_micro_batches(s, FIVE_PERCENT, lambda m, s=s: (s - 1) / m)
-        by_ideal_fill = pp.smallest_micro_batches(s, FIVE_PERCENT,
-                                                  lambda m, s=s: (s - 1) * tf / (m * (tf + tb)))
+        by_ideal = pp.smallest_micro_batches(S, FIVE_PERCENT, lambda m, S=S: (S - 1) / m)
+        by_ideal_fill = pp.smallest_micro_batches(S, FIVE_PERCENT,
+                                                  lambda m, S=S: (S - 1) * tf / (m * (tf + tb)))
         # The real schedule simulated at that M and one below: the closed form's answer checked pass by pass.
-        at, below = (run("1F1B", s, k, tf, tb).bubble_fraction if k else 1.0 for k in (by_real, by_real - 1))
+        at, below = (run("1F1B", S, k, tf, tb).bubble_fraction if k else 1.0 for k in (by_real, by_real - 1))
         sim_ok = at <= FIVE_PERCENT and (by_real == 1 or below > FIVE_PERCENT)
-        below_pct = 100 * pp.notes_bubble_share(s, by_notes - 1, tf, tb) if by_notes > 1 else float("nan")
-        values = {f"min_m_notes_S{s}": by_notes, f"min_m_notes_below_S{s}": by_notes - 1,
-                  f"min_m_notes_below_pct_S{s}": below_pct, f"min_m_real_S{s}": by_real,
-                  f"min_m_ideal_S{s}": by_ideal, f"min_m_ideal_fill_S{s}": by_ideal_fill}
-        ids = f"CS-five-pct-S{s}"
-        if s in (4, 8):
+        below_pct = 100 * pp.notes_bubble_share(S, by_notes - 1, tf, tb) if by_notes > 1 else float("nan")
+        values = {f"min_m_notes_S{S}": by_notes, f"min_m_notes_below_S{S}": by_notes - 1,
+                  f"min_m_notes_below_pct_S{S}": below_pct, f"min_m_real_S{S}": by_real,
+                  f"min_m_ideal_S{S}": by_ideal, f"min_m_ideal_fill_S{S}": by_ideal_fill}
+        ids = f"CS-five-pct-S{S}"
+        if S in (4, 8):
             rep.values(**values)
-        notes = s in (4, 8)
-        rows.append([s, rep.notes_text(f"{ids}-real") if notes else "-",
+        notes = S in (4, 8)
+        rows.append([S, rep.notes_text(f"{ids}-real") if notes else "-",
                      rep.marked(by_notes, f"{ids}-notes", values) if notes else str(by_notes),
                      f"{below_pct:.3g}",
                      rep.marked(by_real, f"{ids}-real", values) if notes else str(by_real),

@@ -218,6 +218,26 @@ def bounds_row(ref: mlp.Reference) -> str:
     return f"step 1 ≤ {CHECK_TOL:g}·size, W ≤ {MOVED_SHARE:g}·{ref.moved:.2g} moved"
 
 
+# The values the rows of cs336/engines.toml compare, under the names they write (grep finds the row and
+# the line that records it): each side's calls and ring-model bytes a step, counted and by the formula
+# (dt.traffic_table's Names), and what gloo ran for them (gloo_ran.report: calls, bytes).
+P1_TRAFFIC = {"hand": ("p1_hand_calls", "p1_hand_bytes", "p1_hand_formula_calls", "p1_hand_formula_bytes"),
+              "at input": ("p1_at_input_calls", "p1_at_input_bytes", "p1_at_input_formula_calls",
+                           "p1_at_input_formula_bytes"),
+              "at output": ("p1_at_output_calls", "p1_at_output_bytes", "p1_at_output_formula_calls",
+                            "p1_at_output_formula_bytes")}
+P1_WIRE = {"hand": ("p1_hand_wire", "p1_hand_wire_bytes"),
+           "at input": ("p1_at_input_wire", "p1_at_input_wire_bytes"),
+           "at output": ("p1_at_output_wire", "p1_at_output_wire_bytes")}
+P2_TRAFFIC = {"step": ("p2_step_calls", "p2_step_bytes", "p2_step_formula_calls", "p2_step_formula_bytes"),
+              "forward": ("p2_forward_calls", "p2_forward_bytes", "p2_forward_formula_calls",
+                          "p2_forward_formula_bytes"),
+              "backward": ("p2_backward_calls", "p2_backward_bytes", "p2_backward_formula_calls",
+                           "p2_backward_formula_bytes")}
+P3_TRAFFIC = {"tp": ("p3_tp_calls", "p3_tp_bytes", "p3_tp_formula_calls", "p3_tp_formula_bytes"),
+              "dp": ("p3_dp_calls", "p3_dp_bytes", "p3_dp_formula_calls", "p3_dp_formula_bytes")}
+
+
 def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
     k, L, d, b, n = args.world_size, args.layers, args.width, args.batch, args.steps
     sides = {s: [r[s] for r in ranks] for s in ("hand", "at input", "at output")}
@@ -230,10 +250,9 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
               + [[bounds_row(ref), *marks]], name="vs_one_process")
     scatter, reduce = (dt.colwise_traffic(k, L, d, b, ELEM, op) for op in ("reduce_scatter", "all_reduce"))
     logs = {s: [r["log"] for r in runs] for s, runs in sides.items()}
-    labels = {"hand": ("by hand (05)", "p1_hand"), "at input": ("DTensor, at input", "p1_at_input"),
-              "at output": ("DTensor, at output", "p1_at_output")}
+    labels = {"hand": "by hand (05)", "at input": "DTensor, at input", "at output": "DTensor, at output"}
     formulas = {"hand": scatter, "at input": scatter, "at output": reduce}
-    dt.traffic_table(rep, [(*labels[s], logs[s], n, [formulas[s]] * k) for s in sides])
+    dt.traffic_table(rep, [(labels[s], P1_TRAFFIC[s], logs[s], n, [formulas[s]] * k) for s in sides])
     a = b * d * ELEM
     ratio = dt.backward_call_bytes(logs["at output"][0]) / dt.backward_call_bytes(logs["at input"][0])
     rep.values(p1_backward_ratio=ratio, p1_backward_ratio_formula=cm.ring_bytes_sent("all_reduce", k, a)
@@ -250,8 +269,10 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
              f"all-reduce, of which each rank uses only its columns (and GELU runs on the whole tensor, p "
              f"times): in the ring model, NCCL's price, {ratio:.2f}× the bytes a backward call "
              f"((p−1)/p·A → 2(p−1)/p·A).")
-    moved = gloo_ran.report(rep, [dt.wire_case(*labels[s], sides[s], logs[s], n) for s in sides], k)
-    same = "the same bytes as" if moved["p1_at_output"] == moved["p1_hand"] else "other bytes than"
+    moved = gloo_ran.report(rep, [dt.wire_case(labels[s], P1_WIRE[s], sides[s], logs[s], n) for s in sides],
+                            k)
+    same = ("the same bytes as" if moved["p1_at_output_wire_bytes"] == moved["p1_hand_wire_bytes"]
+            else "other bytes than")
     rep.note(f"On the wire here the plan gathered at the output moves {same} 05 (a row below): the ring "
              f"model's {ratio:.2f}× is NCCL's price, not what gloo ran.")
     dt.counting_note(rep, [r[s] for r in ranks for s in dt.PLANS])
@@ -270,10 +291,10 @@ def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
     one = [dt.megatron_traffic(k, blocks, b, d, ELEM)] * k
     steps, grad_runs = [r["Megatron"] for r in ranks], [r["input grad"] for r in ranks]
     dt.traffic_table(rep, [
-        ("a step, x is data", "p2_step", [r["log"] for r in steps], n,
+        ("a step, x is data", P2_TRAFFIC["step"], [r["log"] for r in steps], n,
          [dt.megatron_traffic(k, 2 * blocks - 1, b, d, ELEM)] * k),
-        ("dL/dx too: forward", "p2_forward", [r["forward"] for r in grad_runs], 1, one),
-        ("… and backward", "p2_backward", [r["backward"] for r in grad_runs], 1, one)])
+        ("dL/dx too: forward", P2_TRAFFIC["forward"], [r["forward"] for r in grad_runs], 1, one),
+        ("… and backward", P2_TRAFFIC["backward"], [r["backward"] for r in grad_runs], 1, one)])
     a = b * d * ELEM
     both = max(r["forward"].per_step(1, dt.OPS)[1] + r["backward"].per_step(1, dt.OPS)[1] for r in grad_runs)
     rep.values(p2_input_grad_bytes=both, p2_notes_tp_bytes=cm.tp_step_bytes_per_device(blocks, a, k))
@@ -285,8 +306,10 @@ def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
              f"call in the ring model. With x needing dL/dx, forward and backward together are the notes' 2L "
              f"all-reduces of A (cm.tp_step_bytes_per_device, L = {blocks} blocks): {fmt_bytes(both)} in the "
              f"ring model.")
-    gloo_ran.report(rep, [dt.wire_case("a step, x is data", "p2_step", steps, [r["log"] for r in steps], n),
-                          dt.wire_case("dL/dx too: both", "p2_input_grad", grad_runs,
+    gloo_ran.report(rep, [dt.wire_case("a step, x is data", ("p2_step_wire", "p2_step_wire_bytes"), steps,
+                                       [r["log"] for r in steps], n),
+                          dt.wire_case("dL/dx too: both", ("p2_input_grad_wire", "p2_input_grad_wire_bytes"),
+                                       grad_runs,
                                        [r["forward"] + r["backward"] for r in grad_runs], 1)], k)
     rep.compare_with_notes(in_table=True)
 
@@ -297,9 +320,7 @@ def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref:
     if "2-D" not in ranks[0]:
         rep.line(f"  not run: Part 3 needs --world-size = --tp × a data-parallel size of at least 2 (4 ranks "
                  f"at --tp 2); here {k} ranks, --tp {tp}")
-        names = [f"p3_{dim}_{what}" for dim in ("tp", "dp") for what in ("calls", "bytes", "formula_calls",
-                                                                           "formula_bytes")]
-        rep.values(p3_dtensor_dp_calls=None, **dict.fromkeys(names))
+        rep.values(p3_dtensor_dp_calls=None, **dict.fromkeys(P3_TRAFFIC["tp"] + P3_TRAFFIC["dp"]))
         return
     runs = [r["2-D"] for r in ranks]
     found = dt.mesh_gaps(runs, ref, dp, b)
@@ -309,9 +330,9 @@ def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref:
     local = sum(p.numel() for p, _ in runs[0]["params"])
     tp_logs, dp_logs = [r["tp_log"] for r in runs], [r["dp_log"] for r in runs]
     dt.traffic_table(rep, [
-        ("tp: activations", "p3_tp", tp_logs, args.steps,
+        ("tp: activations", P3_TRAFFIC["tp"], tp_logs, args.steps,
          [dt.megatron_traffic(tp, L - 1, r["rows"], d, ELEM) for r in runs]),
-        ("dp: gradient shards", "p3_dp", dp_logs, args.steps,
+        ("dp: gradient shards", P3_TRAFFIC["dp"], dp_logs, args.steps,
          [dt.shard_average_traffic(dp, local, ELEM)] * k)])
     rep.value("p3_dtensor_dp_calls", sum(r["dtensor_dp_calls"] for r in runs))
     rep.note(f"each rank holds {local:,} of the {L * d * d:,} weights (1/{tp}) and {runs[0]['rows']} of the "
@@ -319,8 +340,8 @@ def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref:
              f"backward) in groups of {tp}, counted by DTensorComm; dp carries gradients: one all-reduce of "
              f"my shards, 1/{tp} of the model, with the {dp} ranks holding the same ones, counted by "
              f"dist_count (a method call). The notes' Megatron keeps tp inside a node's fast links for that.")
-    gloo_ran.report(rep, [dt.wire_case("a step, tp and dp", "p3_step", runs, [tp_logs[0] + dp_logs[0]],
-                                    args.steps)], tp)
+    gloo_ran.report(rep, [dt.wire_case("a step, tp and dp", ("p3_step_wire", "p3_step_wire_bytes"), runs,
+                                       [tp_logs[0] + dp_logs[0]], args.steps)], tp)
     rep.note("The dp average is written out (× my rows, SUM over the dp group, ÷ B, as 05's data parallel, "
              "in one bucket as DDP): Megatron's DP, on shards. DDP itself refuses DTensor parameters in "
              "torch 2.13 (its first broadcast has no DTensor sharding strategy); FSDP2's fully_shard over dp "

@@ -258,6 +258,27 @@ def part2_orders(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[
     rep.compare_with_notes(in_table=True)
 
 
+# Each schedule's values under the names the rows of cs336/engines.toml compare, written out so that
+# grep finds the row and the line that records it. Its ranks that ran the simulator's order, those a
+# formula predicts do, the makespan of the order ran and of the simulator's:
+ORDER_VALUES = {
+    "GPipe": ("GPipe_ranks_as_simulated", "GPipe_ranks_predicted", "GPipe_makespan_ms",
+              "GPipe_sim_makespan_ms"),
+    "1F1B": ("1F1B_ranks_as_simulated", "1F1B_ranks_predicted", "1F1B_makespan_ms", "1F1B_sim_makespan_ms"),
+    "interleaved": ("interleaved_ranks_as_simulated", "interleaved_ranks_predicted",
+                    "interleaved_makespan_ms", "interleaved_sim_makespan_ms"),
+    "interleaved_ms": ("interleaved_ms_ranks_as_simulated", "interleaved_ms_ranks_predicted",
+                       "interleaved_ms_makespan_ms", "interleaved_ms_sim_makespan_ms")}
+# ... and the micro-batches each rank held, ran and simulated, rank by rank and the most on any rank
+HELD_VALUES = {
+    "GPipe": ("GPipe_held", "GPipe_held_sim", "GPipe_held_most", "GPipe_held_sim_most"),
+    "1F1B": ("1F1B_held", "1F1B_held_sim", "1F1B_held_most", "1F1B_held_sim_most"),
+    "interleaved": ("interleaved_held", "interleaved_held_sim", "interleaved_held_most",
+                    "interleaved_held_sim_most"),
+    "interleaved_ms": ("interleaved_ms_held", "interleaved_ms_held_sim", "interleaved_ms_held_most",
+                       "interleaved_ms_held_sim_most")}
+
+
 def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, readings: set[str]) -> None:
     """One schedule's recorded orders against the simulator's: the timeline they make, the ranks
     that differ (rows: the simulator judged), and the check that every rank ran the order PyTorch's
@@ -286,9 +307,9 @@ def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, 
                  f"    simulator's  {order_text(sim.orders[rank], s)}")
     # where PyTorch's rule and the simulator's (Megatron's) meet: a formula, never the simulator itself
     predicted = [kind != "interleaved" or as_megatron(s, m, r) for r in range(s)]
-    rep.values(**{f"{key}_ranks_as_simulated": sum(same), f"{key}_ranks_predicted": sum(predicted),
-                  f"{key}_makespan_ms": round(laid.makespan * 1e3, 9),
-                  f"{key}_sim_makespan_ms": round(sim.makespan * 1e3, 9)})
+    names = ORDER_VALUES[key]
+    rep.values(**dict(zip(names, (sum(same), sum(predicted), round(laid.makespan * 1e3, 9),
+                                  round(sim.makespan * 1e3, 9)))))
 
 
 def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
@@ -304,8 +325,7 @@ def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: 
                      bound])
         ran_all.append(rows[-1][1])
         cached_all.append(rows[-1][2])
-        rep.values(**{f"{key}_held": rows[-1][1], f"{key}_held_sim": rows[-1][3],
-                      f"{key}_held_most": max(ran), f"{key}_held_sim_most": max(sim)})
+        rep.values(**dict(zip(HELD_VALUES[key], (rows[-1][1], rows[-1][3], max(ran), max(sim)))))
     rep.table(["schedule", "ran, rank 0 … S-1", "PyTorch's fwd_cache", "the simulator's", "the notes' bound"],
               rows,
               name="held")

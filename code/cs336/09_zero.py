@@ -56,6 +56,18 @@ ENGINES = {"ZeRO-1": "ZeroRedundancyOptimizer(Adam) under DDP",
            "FSDP2-no-reshard": "fully_shard, reshard_after_forward=False"}
 SHORT = {"FSDP2-no-reshard": "no reshard"}   # the bytes table's engine column, within the page
 LEDGER_STAGE = {"ZeRO-1": "ZeRO-1", "FSDP2": "ZeRO-3", "FSDP2-no-reshard": "ZeRO-3"}
+# Each engine's values under the names the rows of cs336/engines.toml compare, written out so that grep
+# finds the row and the line that records it: the bytes each rank holds, measured and by the engine's
+# own rule, and all ranks' together, measured and by the ledger (Part 2) ...
+MEMORY_VALUES = {"ZeRO-1": ("ZeRO-1_bytes", "ZeRO-1_rule_bytes", "ZeRO-1_sum", "ZeRO-1_ledger_sum"),
+                 "FSDP2": ("FSDP2_bytes", "FSDP2_rule_bytes", "FSDP2_sum", "FSDP2_ledger_sum"),
+                 "FSDP2-no-reshard": ("FSDP2-no-reshard_bytes", "FSDP2-no-reshard_rule_bytes",
+                                      "FSDP2-no-reshard_sum", "FSDP2-no-reshard_ledger_sum")}
+# ... and a step's collectives, counted and by the cost model, as gloo should run them and as it did (Part 3)
+COLLECTIVE_VALUES = {"ZeRO-1": ("ZeRO-1_counted", "ZeRO-1_formula", "ZeRO-1_wire_expected", "ZeRO-1_wire"),
+                     "FSDP2": ("FSDP2_counted", "FSDP2_formula", "FSDP2_wire_expected", "FSDP2_wire"),
+                     "FSDP2-no-reshard": ("FSDP2-no-reshard_counted", "FSDP2-no-reshard_formula",
+                                          "FSDP2-no-reshard_wire_expected", "FSDP2-no-reshard_wire")}
 # CPU time here (bench/bench_costs.py, 2 cores): imports and the one-process reference, the W² gloo
 # start-up, every engine's steps (FSDP2's 3L collectives a step on W ranks dominate).
 COST = Cost([Term("1", 9.0, lambda a: 1), Term("W²", 0.05, lambda a: a.world_size**2),
@@ -217,9 +229,9 @@ def part2_memory(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> No
         total, ledger_total = sums[3], sums[5]
         rows += mine + [[SHORT.get(engine, engine), "all", *sums, ""]]
         measured = [[r[engine][e] for e in ("params", "grads", "state")] for r in ranks]
-        rep.values(**{f"{engine}_bytes": joined([row_bytes(*m)[3] for m in measured]),
-                      f"{engine}_rule_bytes": joined([row_bytes(*e)[3] for e in rule]),
-                      f"{engine}_sum": total, f"{engine}_ledger_sum": ledger_total})
+        rep.values(**dict(zip(MEMORY_VALUES[engine], (joined([row_bytes(*m)[3] for m in measured]),
+                                                      joined([row_bytes(*e)[3] for e in rule]),
+                                                      total, ledger_total))))
     rep.table(["engine", "rank", "parameters B", "gradients B", "Adam m+v B", "total B", "by its rule B",
                "by the ledger B", "after forward"], rows, name="bytes")
     z1 = [r["ZeRO-1"] for r in ranks]
@@ -299,9 +311,9 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
             (c, b), (fc, fb) = worst.get(kind, (0, 0)), want.get(kind, (0, 0))
             rows.append([engine, kind, f"{c:g}, {fmt_bytes(b)}", f"{fc:g}, {fmt_bytes(fb)}",
                          gloo_ran_for(kind, got[0], ran), "the same" if same else "DIFFERENT"])
-        rep.values(**{f"{engine}_counted": calls_text(worst), f"{engine}_formula": calls_text(want),
-                      f"{engine}_wire_expected": gloo_ran.ops_text(as_all_reduces(got[0])),
-                      f"{engine}_wire": gloo_ran.ops_text(ran) if ran is not None else "not watched"})
+        rep.values(**dict(zip(COLLECTIVE_VALUES[engine], (
+            calls_text(worst), calls_text(want), gloo_ran.ops_text(as_all_reduces(got[0])),
+            gloo_ran.ops_text(ran) if ran is not None else "not watched"))))
     rep.table(["engine", "collective", "calls, bytes handed", "by the cost model", "gloo ran for them",
                "every rank"], rows, name="collectives")
     unseen = rep.value("unseen", max(r[e]["unseen"] or 0 for r in ranks for e in ENGINES))

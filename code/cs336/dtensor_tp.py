@@ -219,29 +219,33 @@ def traffic_row(name: str, logs: list[comm.CommLog], steps: int,
 SHORT = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR"}
 HEADERS = ["side", "all-gather", "reduce-scatter", "all-reduce", "ring model B/step", "by the formula",
            "formula B", "all ranks as it"]
-Case = tuple[str, str, list[comm.CommLog], int, list[Formula]]
+# The names a row of the traffic table is recorded under, in this order: its calls (text by kind) and
+# bytes (ring model) a step, counted, and by the formula ("p1_hand_calls", "p1_hand_bytes", …).
+Names = tuple[str, str, str, str]
+Case = tuple[str, Names, list[comm.CommLog], int, list[Formula]]
 
 
 def traffic_table(rep: Report, cases: list[Case]) -> None:
-    """The traffic table: (label, value name, each rank's log, steps, each rank's formula) a row: the
+    """The traffic table: (label, value names, each rank's log, steps, each rank's formula) a row: the
     calls counted (handed to the group) and the ring model's bytes of them; the rank farthest from
-    its formula recorded as <name>_calls (text by kind), _bytes (ring model), _formula_…"""
+    its formula recorded under the case's names (Names)."""
     rows = []
-    for label, name, logs, steps, formulas in cases:
+    for label, names, logs, steps, formulas in cases:
         row, worst = traffic_row(label, logs, steps, formulas)
         rows.append(row)
         want = formulas[worst]
-        rep.values(**{f"{name}_calls": calls_text(counted_calls(logs[worst], steps)),
-                      f"{name}_bytes": logs[worst].per_step(steps, OPS)[1],
-                      f"{name}_formula_calls": calls_text({op: c for op, (c, _) in want.items()}),
-                      f"{name}_formula_bytes": sum(b for _, b in want.values())})
+        rep.values(**dict(zip(names, (calls_text(counted_calls(logs[worst], steps)),
+                                      logs[worst].per_step(steps, OPS)[1],
+                                      calls_text({op: c for op, (c, _) in want.items()}),
+                                      sum(b for _, b in want.values())))))
     rep.table(HEADERS, rows, name="traffic")
 
 
-def wire_case(label: str, name: str, runs: list[dict], logs: list[comm.CommLog], steps: int) -> tuple:
+def wire_case(label: str, names: tuple[str, str], runs: list[dict], logs: list[comm.CommLog],
+              steps: int) -> tuple:
     """gloo_ran.report's case for rank 0: a step's calls handed to the group (from a log of `steps`)
-    and what gloo ran in a step (each run's "ran")."""
-    return label, name, handed(logs[0], steps), runs[0]["ran"]
+    and what gloo ran in a step (each run's "ran"), recorded under `names` (calls, bytes)."""
+    return label, names, handed(logs[0], steps), runs[0]["ran"]
 
 
 def counting_note(rep: Report, runs: list[dict]) -> None:

@@ -55,6 +55,7 @@ NOTES_FASTEST = {  # N: (the recorded value's suffix, the notes' row naming the 
 REAL_PROCS = (2, 4)                           # the notes' two process counts
 REAL_SIZES = [2**10 * 4**i for i in range(8)]  # 1 KiB … 16 MiB by factors of 4
 QUICK_SIZES = [2**10, 2**14, 2**18, 2**20]      # 1 KiB, 16 KiB, 256 KiB, 1 MiB
+CROSSOVER_KB = {"tree": "ring_tree_crossover_kb", "naive": "ring_naive_crossover_kb"}  # recorded values
 GLOO_ALPHA_ROW = "L14-3.4-gloo-fit"      # the notes' fitted gloo α, 4 processes (Part 2)
 # Part 3: the notes give 2048 tokens per GPU but no compute rate: an H100's dense bf16 peak at 40 %
 # MFU is our assumption, printed beside the shares it decides.
@@ -139,10 +140,10 @@ def model_times_table(rep: Report, k: int, link: Link) -> None:
     for row, n in zip(rows, MODEL_SIZES):
         row.append(rep.notes_text(NOTES_FASTEST[n][1]) if n in NOTES_FASTEST else "-")
     rep.table(["N", "ring", "tree", "naive", "fastest", "the notes' fastest"], rows, name="times")
-    for n, (name, _) in NOTES_FASTEST.items():
+    for n, (size, _) in NOTES_FASTEST.items():   # the rows' parameter list: value = "fastest_{size}"
         times = allreduce_times(k, n, link)
-        rep.value(f"fastest_{name}", winners[n])
-        rep.value(f"times_{name}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
+        rep.value(f"fastest_{size}", winners[n])
+        rep.value(f"times_{size}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
     rep.compare_with_notes(in_table=True)
 
 
@@ -165,11 +166,11 @@ def ring_crossovers(rep: Report, k: int, link: Link) -> dict[str, float | None]:
             faster = "the ring is never slower" if ring(1e6) <= other(1e6) else "the ring is never faster"
             rep.line(f"  ring vs {name}: no crossover at K = {k}, α = {link.alpha_s * 1e6:g} µs{where} — "
                      f"{faster}")
-            rep.value(f"ring_{name}_crossover_kb", None)
+            rep.value(CROSSOVER_KB[name], None)
             continue
         # The closed form must land on the equal-time point the search finds.
         assert searched is not None and math.isclose(closed, searched, rel_tol=1e-6), (closed, searched)
-        rep.value(f"ring_{name}_crossover_kb", closed / 1e3)
+        rep.value(CROSSOVER_KB[name], closed / 1e3)
     return crossovers
 
 

@@ -261,10 +261,12 @@ def part2_model_buckets(rep: Report, args) -> None:
     rep.values(resnet_tensors=counts["resnet"][0], bert_tensors=counts["bert"][0],
                torch_function_agrees=torch_agrees,
                hundreds_of_tensors=min(counts["resnet"][0], counts["bert"][0]) >= 100)
-    for name, (tensors, tiny, buckets) in counts.items():
-        rep.values(**{f"{name}_buckets_25mb": buckets[0], f"{name}_buckets_default": buckets[1],
-                      f"{name}_buckets_25mib": buckets[2], f"{name}_tiny": tiny,
-                      f"{name}_tiny_pct": 100 * tiny / tensors})
+    (resnet, resnet_tiny, resnet_buckets), (bert, bert_tiny, bert_buckets) = counts["resnet"], counts["bert"]
+    rep.values(resnet_buckets_25mb=resnet_buckets[0], resnet_buckets_default=resnet_buckets[1],
+               resnet_buckets_25mib=resnet_buckets[2], resnet_tiny=resnet_tiny,
+               resnet_tiny_pct=100 * resnet_tiny / resnet)
+    rep.values(bert_buckets_25mb=bert_buckets[0], bert_buckets_default=bert_buckets[1],
+               bert_buckets_25mib=bert_buckets[2], bert_tiny=bert_tiny, bert_tiny_pct=100 * bert_tiny / bert)
     # the notes' 25 MB as 25e6 B, with PyTorch's default 1 MiB first bucket (for the erratum's argument)
     for name, spec in (("resnet", resnet50()), ("bert", bert_large())):
         rep.value(f"{name}_buckets_25mb_first_1mib", len(assign_buckets(spec.param_bytes(), 25 * MB,

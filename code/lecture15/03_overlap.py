@@ -28,9 +28,7 @@ from common.flags import nonnegative_float, positive_float
 from common.output import Report, fmt_bytes
 from common.units import fmt_ms
 from lecture15.ddp_sim import (
-    BERT_TARGET,
     MB,
-    RESNET_TARGET,
     ComputeModel,
     MiB,
     ModelSpec,
@@ -38,16 +36,20 @@ from lecture15.ddp_sim import (
     ascii_timeline,
     assign_buckets_in_order,
     bert_large,
-    calibration_target_s,
     gradient_ready_times,
-    notes_bert_compute,
-    notes_resnet_compute,
     registration_order,
     resnet50,
     simulate_ddp,
 )
 from lecture15.ddp_sim import gantt_figure as ddp_gantt
 from lecture15.figures import sweep_figure
+from lecture15.notes_calibration import (
+    BERT_TARGET,
+    RESNET_TARGET,
+    calibration_target_s,
+    notes_bert_compute,
+    notes_resnet_compute,
+)
 
 # The notes' "25 MB" cap is 25 × 10^6 B (it gives their bucket counts; PyTorch's 25 MiB does not).
 EXPLICIT_25_MIB = 25 * MiB  # bucket_cap_mb=25 written out: every bucket, the first too, capped at 25 MiB
@@ -273,7 +275,10 @@ def record_best_caps(rep: Report, caps: list[float], results: dict, best_cap: di
     steps = [t.step_s for t in results[("ResNet-50", "fast")]]
     both_lose = all(results[col][0].step_s > min(t.step_s for t in results[col]) < results[col][-1].step_s
                     for col in columns)
-    rep.values(**{f"best_cap_{n.split('-')[0].lower()}_{ln}_mib": best_cap[(n, ln)] for n, ln in columns})
+    rep.values(best_cap_resnet_fast_mib=best_cap[("ResNet-50", "fast")],
+               best_cap_resnet_slow_mib=best_cap[("ResNet-50", "slow")],
+               best_cap_bert_fast_mib=best_cap[("BERT-large", "fast")],
+               best_cap_bert_slow_mib=best_cap[("BERT-large", "slow")])
     rep.values(best_cap_bert_fast_mb=best_cap[("BERT-large", "fast")] * MiB / MB,
                best_cap_resnet_fast_mb=best_cap[("ResNet-50", "fast")] * MiB / MB,
                resnet_fast_at_25_mib_ms=steps[caps.index(25)] * 1e3 if 25 in caps else float("nan"),

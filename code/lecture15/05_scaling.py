@@ -35,8 +35,6 @@ from lecture15.ddp_sim import (
     MiB,
     ModelSpec,
     bert_large,
-    notes_bert_compute,
-    notes_resnet_compute,
     resnet50,
     skip_sync_speedup,
     skip_sync_step_s,
@@ -53,6 +51,7 @@ from lecture15.least_squares import (  # noqa: F401  (tests use them from here)
     mean_gradient,
     micro_batches,
 )
+from lecture15.notes_calibration import notes_bert_compute, notes_resnet_compute
 
 # Part 3's problem: a fixed linear-regression task (lecture15.least_squares). Feature scales from 0.5
 # to 2 give a Hessian with eigenvalues from about 0.25 to 4, so plain SGD is stable for lr < 2/λ_max

@@ -69,6 +69,11 @@ BROKEN: dict[str, tuple[Callable[[], Any], Callable[..., Any]]] = {
                               psgd.batched_powerSGD_hook),
     "quantization_pertensor_hook": (lambda: None, quantization_hooks.quantization_pertensor_hook),
 }
+# Whether each fails, and how: the names its row (lecture15/engines.toml) and its reason use.
+BROKEN_VALUES = {"bf16_compress_hook": ("bf16_compress_hook_fails", "bf16_compress_hook_error"),
+                 "batched_powerSGD_hook": ("batched_powerSGD_hook_fails", "batched_powerSGD_hook_error"),
+                 "quantization_pertensor_hook": ("quantization_pertensor_hook_fails",
+                                                 "quantization_pertensor_hook_error")}
 # CPU time here (measured at W = 4 on 2 cores: import torch 2.3 s, torch._dynamo 1.9 s, then five
 # trainings of `steps` steps, 3.2 s at 30): each step one to three small all-reduces that 4 ranks on 2
 # cores take turns at, 9-12 ms each, so the all-reduces are the trainings' time. 16 steps at lr 1
@@ -291,6 +296,22 @@ def part1_allreduce_hook(rep: Report, args: argparse.Namespace, ranks: list[dict
 
 SHORT = {"allreduce_hook": "allreduce", "fp16_compress_hook": "fp16",
          "PowerSGD r=1, error feedback": "psgd_ef", "PowerSGD r=1, no error feedback": "psgd_noef"}
+# The values the rows of lecture15/engines.toml compare, under the names they write (grep finds both):
+# each hook's bytes a step counted and by our rule, and PowerSGD's each call's bytes.
+BYTES = {"allreduce_hook": ("allreduce_bytes_counted", "allreduce_bytes_predicted"),
+         "fp16_compress_hook": ("fp16_bytes_counted", "fp16_bytes_predicted"),
+         "PowerSGD r=1, error feedback": ("psgd_ef_bytes_counted", "psgd_ef_bytes_predicted"),
+         "PowerSGD r=1, no error feedback": ("psgd_noef_bytes_counted", "psgd_noef_bytes_predicted")}
+CALL_BYTES = {"allreduce_hook": ("allreduce_call_bytes_counted", "allreduce_call_bytes_predicted"),
+              "fp16_compress_hook": ("fp16_call_bytes_counted", "fp16_call_bytes_predicted"),
+              "PowerSGD r=1, error feedback": ("psgd_ef_call_bytes_counted", "psgd_ef_call_bytes_predicted"),
+              "PowerSGD r=1, no error feedback": ("psgd_noef_call_bytes_counted",
+                                                  "psgd_noef_call_bytes_predicted")}
+# ... and after the steps, how far each hook's training is from plain DDP's, and its final loss over it
+DISTANCE = {"allreduce_hook": ("allreduce_distance", "allreduce_loss_ratio"),
+            "fp16_compress_hook": ("fp16_distance", "fp16_loss_ratio"),
+            "PowerSGD r=1, error feedback": ("psgd_ef_distance", "psgd_ef_loss_ratio"),
+            "PowerSGD r=1, no error feedback": ("psgd_noef_distance", "psgd_noef_loss_ratio")}
 
 
 def part2_bytes(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
@@ -303,12 +324,12 @@ def part2_bytes(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
         got, want = [n for _, n in counted], predicted_calls(name, shapes)
         rows.append([name, "/".join(sorted({d for d, _ in counted})), "+".join(map(str, got)),
                      "+".join(map(str, want)), f"{sum(got) / plain:.3f}", fmt_bytes(ring_price(k, got))])
-        rep.values(**{f"{short}_bytes_counted": sum(got), f"{short}_bytes_predicted": sum(want),
+        (counted_bytes, predicted_bytes), (counted_each, predicted_each) = BYTES[name], CALL_BYTES[name]
+        rep.values(**{counted_bytes: sum(got), predicted_bytes: sum(want),
                       f"{short}_ring_sent": ring_price(k, got),
                       f"{short}_calls_counted": len(got), f"{short}_calls_predicted": len(want),
                       # each call's bytes in order: the rows judge the calls, not only their sum
-                      f"{short}_call_bytes_counted": "+".join(map(str, got)),
-                      f"{short}_call_bytes_predicted": "+".join(map(str, want))})
+                      counted_each: "+".join(map(str, got)), predicted_each: "+".join(map(str, want))})
     rep.table(["hook", "dtype", "bytes counted", "our rule's bytes", "÷ allreduce_hook's",
                "ring model: bytes sent per rank"], rows, name="bytes_per_step")
     rep.compare_with_notes(in_table=True)
@@ -350,9 +371,9 @@ def part3_convergence(rep: Report, args: argparse.Namespace, ranks: list[dict[st
         rows.append([name, f"{early:.2g}", f"{end:.2g}", f"{losses[0]:.4g}", f"{losses[-1]:.4g}",
                      f"{losses[-1] / exact[-1]:.3g}",
                      f"{EXPECTED[name][0]} {rep.notes_text(EXPECTED[name][1])}" if name in EXPECTED else ""])
-        if name in SHORT:
-            rep.values(**{f"{SHORT[name]}_distance": end,
-                          f"{SHORT[name]}_loss_ratio": losses[-1] / exact[-1]})
+        if name in DISTANCE:
+            distance, loss_ratio = DISTANCE[name]
+            rep.values(**{distance: end, loss_ratio: losses[-1] / exact[-1]})
     at = min(DISTANCE_STEP, args.steps)
     rep.table(["hook", f"max |Δparam| after {at} steps", f"after {args.steps} steps", "loss, step 1",
                f"loss, step {args.steps}", "final loss ÷ plain DDP's", "expected"],
@@ -393,8 +414,8 @@ def part4_broken(rep: Report, ranks: list[dict[str, Any]]) -> None:
         rep.line(f"  {name}: raised in {where}" if where else f"  {name}: it ran")
         for error, on in seen.items():
             rep.line(f"    rank{'s' if len(on) > 1 else ''} {', '.join(map(str, on))}: {error}")
-        rep.values(**{f"{name}_fails": all(r["broken"][name]["error"] for r in ranks),
-                      f"{name}_error": " / ".join(seen)})
+        fails, error = BROKEN_VALUES[name]
+        rep.values(**{fails: all(r["broken"][name]["error"] for r in ranks), error: " / ".join(seen)})
         rep.record(f"{name}_whole_error", ranks[0]["broken"][name]["whole"])   # in --json, every line of it
     rep.compare_with_notes(in_table=True)
     rep.note("bf16_compress_hook is refused by its name when it is registered, though gloo all-reduces "

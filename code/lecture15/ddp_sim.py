@@ -22,12 +22,10 @@ The model, in plain words:
 
 from __future__ import annotations
 
-import functools
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from common import checker
 from common.costmodel import Link, ring_allreduce_time
 from common.timeline import Span, ascii_rows, gantt_row, painted
 from common.units import MB, MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
@@ -40,8 +38,7 @@ __all__ = [
     "ComputeModel", "gradient_ready_times", "registration_order", "buckets_for_registration",
     "Span", "COMPUTE", "COMM", "Timeline", "simulate_backward", "simulate_ddp", "ascii_timeline",
     "gantt_figure",
-    "NOTES_S3", "RESNET_TARGET", "BERT_TARGET", "calibration_target_s", "calibrated_to",
-    "calibrated_to_step", "notes_resnet_compute", "notes_bert_compute",
+    "NOTES_S3", "calibrated_to", "calibrated_to_step",
     "ScalingPoint", "throughput_speedup", "weak_scaling", "skip_sync_step_s", "skip_sync_speedup",
 ]
 
@@ -122,20 +119,10 @@ class ComputeModel:
 # The notes never state their compute model. Scripts that compare with their timeline figures
 # calibrate openly: the backward is scaled (one factor) until the model reproduces ONE figure the
 # notes print (the target, agreeing by construction), and every other figure is then a check.
-# Targets: ResNet-50, §3 Part 3's 37.75 ms step (their most precise ResNet figure); BERT-large,
-# §3 Part 4's reversed-order 444.7 ms step. Both at the notes' §3 setting (below), whatever flags say.
+# The targets are the notes' rows, which this pure model never reads: lecture15/notes_calibration.py
+# reads them from the notes' table and hands them to calibrated_to_step. Both at the notes' §3
+# setting (below), whatever flags say.
 NOTES_S3 = {"world_size": 16, "alpha_s": 10e-6, "beta_Bps": 10e9, "cap_bytes": 25 * 10**6}
-# The targets are the notes' rows (code/lecture15/notes.toml, basis "calibration target"), read from
-# there: nothing here retypes them.
-RESNET_TARGET = "L15-3.2-step-no-first-cap"   # ResNet-50, batch 32, 25 MB buckets, overlapped: 37.75 ms
-BERT_TARGET = "L15-3.2-order-reversed"        # BERT-large, 25 MB buckets, registered reversed: 444.7 ms
-
-
-def calibration_target_s(row_id: str) -> float:
-    """The notes' step (in the row's ms) that a compute model is calibrated to, in seconds."""
-    row = checker.row(row_id)
-    assert row.basis == checker.CALIBRATION and row.unit == "ms", row
-    return float(row.notes) * 1e-3
 
 
 def calibrated_to(model: ModelSpec, backward_s: float, base: ComputeModel = ComputeModel()) -> ComputeModel:
@@ -164,18 +151,6 @@ def calibrated_to_step(model: ModelSpec, target_step_s: float, registration: str
         low, high = (middle, high) if step(middle) < target_step_s else (low, middle)
     # `high`: the smallest factor found whose step reaches the target (never a hair below it)
     return ComputeModel(base.flops_per_s, base.backward_over_forward, high)
-
-
-@functools.cache
-def notes_resnet_compute() -> ComputeModel:
-    """ResNet-50 (batch 32) calibrated to the notes' 37.75 ms step (see NOTES_S3)."""
-    return calibrated_to_step(resnet50(batch=32), calibration_target_s(RESNET_TARGET))
-
-
-@functools.cache
-def notes_bert_compute() -> ComputeModel:
-    """BERT-large (4 × 512 tokens) calibrated to the notes' reversed-order 444.7 ms step (see NOTES_S3)."""
-    return calibrated_to_step(bert_large(), calibration_target_s(BERT_TARGET), registration="reversed")
 
 
 def gradient_ready_times(model: ModelSpec, compute: ComputeModel) -> list[float]:

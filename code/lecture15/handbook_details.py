@@ -154,10 +154,11 @@ def part2_comm_hooks(rep: Report, args: argparse.Namespace, ranks: list[dict[str
              f"bucket_cap_mb = {fmt_bytes(args.bucket_cap_bytes, binary=True)}; counted: every tensor a hook "
              "handed to dist.all_reduce, all steps. The compressed gradients train slightly differently "
              "(last column): the handbook's trade")
-    for short, name in (("bf16", "bf16_compress_hook"), ("fp16", "fp16_compress_hook")):
-        hook = hooks[name]
-        rep.values(**{f"{short}_share": hook["bytes"] / plain["bytes"], f"{short}_bytes": hook["bytes"],
-                      f"{short}_dtype": "/".join(hook["dtypes"])})
+    bf16, fp16 = hooks["bf16_compress_hook"], hooks["fp16_compress_hook"]
+    rep.values(bf16_share=bf16["bytes"] / plain["bytes"], bf16_bytes=bf16["bytes"],
+               bf16_dtype="/".join(bf16["dtypes"]))
+    rep.values(fp16_share=fp16["bytes"] / plain["bytes"], fp16_bytes=fp16["bytes"],
+               fp16_dtype="/".join(fp16["dtypes"]))
     rep.value("plain_bytes", plain["bytes"])
 
 

@@ -9,7 +9,7 @@ no model: it looks up the point its sliders select in this grid and draws it. Ev
 comes from `ddp_sim.simulate_backward` with the buckets of `ddp_sim.assign_buckets` and the gradient
 ready times of `ddp_sim.gradient_ready_times`, as `simulate_ddp` builds them for
 lecture15/03_overlap.py; the compute models are 03_overlap's (ResNet-50 and BERT-large each scaled
-openly to one notes' step, `ddp_sim.notes_resnet_compute()` and `notes_bert_compute()`; the
+openly to one notes' step, `notes_calibration.notes_resnet_compute()` and `notes_bert_compute()`; the
 uniform stacks at the plain FLOP rate).
 
 Why it is fast (≈ 7,000 settings, two timelines each): the buckets and their ready times depend only
@@ -27,11 +27,9 @@ from typing import Any, Sequence
 
 from common.costmodel import Link, ring_allreduce_time
 from lecture15.ddp_sim import (
-    BERT_TARGET,
     DEFAULT_FIRST_BUCKET_BYTES,
     MB,
     NOTES_S3,
-    RESNET_TARGET,
     ComputeModel,
     MiB,
     ModelSpec,
@@ -40,12 +38,16 @@ from lecture15.ddp_sim import (
     assign_buckets,
     bert_large,
     bucket_sizes,
-    calibration_target_s,
     gradient_ready_times,
-    notes_bert_compute,
-    notes_resnet_compute,
     resnet50,
     simulate_backward,
+)
+from lecture15.notes_calibration import (
+    BERT_TARGET,
+    RESNET_TARGET,
+    calibration_target_s,
+    notes_bert_compute,
+    notes_resnet_compute,
 )
 
 TIME_UNIT_S = 1e-7          # stored times are integers of 0.1 µs

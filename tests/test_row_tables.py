@@ -1,0 +1,80 @@
+"""common/row_tables.py: the notes' tables as written, their parameter lists expanded (docs/rows.md),
+and every checked row found by grep: the value it names is written, as the row writes it, in the
+script that records it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from common import checker, row_tables
+
+CODE = Path(__file__).resolve().parents[1] / "code"
+BEFORE = Path(__file__).with_name("row_blocks_before.json")
+
+
+def _sources(script: str) -> str:
+    """The row's script and the modules of its own folder it imports (`from cs336.engine_probes
+    import …`, `from lecture14 import async_sgd`): where a value may be recorded."""
+    folder, _ = script.split("/")
+    text = (CODE / script).read_text(encoding="utf-8")
+    siblings = set(re.findall(rf"^from {folder}\.(\w+) import", text, re.M))
+    for names in re.findall(rf"^from {folder} import (.+)$", text, re.M):   # from lecture14 import a, b as c
+        siblings |= {name.split(" as ")[0].strip() for name in names.split(",")}
+    modules = [(CODE / folder / f"{name}.py").read_text(encoding="utf-8") for name in siblings]
+    return "\n".join([text, *modules])
+
+
+def _written(name: str, source: str) -> bool:
+    """`name` written in `source` as a string ("eta_S{S}_M{M}" inside f"…" counts) or a keyword
+    (rep.values(name=…))."""
+    return re.search(rf"""(["']){re.escape(name)}\1|\b{re.escape(name)}\s*=""", source) is not None
+
+
+def test_every_checked_row_names_a_value_its_script_writes() -> None:
+    """grep VALUE finds both the row and the line that records it: a row's `value` and `same_as`, as
+    the table writes them (in a block with a parameter list, the template: "eta_S{S}_M{M}", which the
+    script records as f"eta_S{S}_M{M}"), appear literally in its script or a module of the script's
+    folder that it imports. No name is built any other way (no `**{…}`, no f"{name}_bytes")."""
+    missing = []
+    for table in row_tables.TABLES:
+        for block in row_tables.read_table(table).get("row", []):
+            for row in [dict(block, **t) for t in block.get("template", [])] or [block]:
+                if row.get("unchecked"):
+                    continue
+                source = _sources(row["script"])
+                for name in (row["value"], row.get("same_as", "")):
+                    if name and not _written(name, source):
+                        missing.append(f"{table}: {row['id']}: {name} not in {row['script']}")
+    assert not missing, f"{len(missing)} rows name a value their script never writes:\n" + "\n".join(missing)
+
+
+def test_a_parameter_list_expands_to_the_rows_it_replaced() -> None:
+    """Each block with a parameter list gives exactly the rows that were written out by hand before
+    (row_blocks_before.json: their fields as loaded then), in the same order, nothing else."""
+    before = json.loads(BEFORE.read_text(encoding="utf-8"))
+    by_id = {r.id: r for r in checker.all_rows()}
+    blocks = [(table, block) for table in row_tables.TABLES for block in row_tables.read_table(table)["row"]]
+    expanded = [row["id"] for table, block in blocks if "each" in block
+                for row in row_tables.expand(block, table)]
+    assert expanded == [r["id"] for r in before]
+    for old in before:
+        assert json.loads(json.dumps(dataclasses.asdict(by_id[old["id"]]))) == old, old["id"]
+
+
+def test_a_template_fills_its_parameters_and_leaves_the_recorded_values_names() -> None:
+    block = {"each": [{"S": 4, "share": 3.0}, {"S": 8, "share": 22.6}], "id": "X-S{S}", "notes": "{share}",
+             "statement": "S = {S}: {share} %", "why": "ours {bubble_S{S}:.1f} ({S})"}
+    rows = row_tables.expand(block)
+    assert [(r["id"], r["notes"], r["statement"]) for r in rows] == [("X-S4", 3.0, "S = 4: 3 %"),
+                                                                     ("X-S8", 22.6, "S = 8: 22.6 %")]
+    assert rows[0]["why"] == "ours {bubble_S4:.1f} (4)"
+
+
+def test_a_template_parameter_no_entry_gives_is_refused() -> None:
+    with pytest.raises(ValueError, match="in no entry"):
+        row_tables.expand({"each": [{"S": 4}], "id": "X-S{S}-M{M}"}, "t.toml")
