@@ -272,10 +272,10 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
                 f"{os.cpu_count()} cores",
         quick=quick, total_s=total_s, sections=sections, groups=groups, claims=claims,
         agreeing=sum(1 for c in claims if c["agree"]),
-        measured=[c for c in claims if c["verdict"] in ("matches, timed here",
-                                                         "not compared: other machine")],
+        measured=[c for c in claims if c["verdict"] in TIMED],
         uncompared=[(w, counts[w], verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)
                     if w.startswith("not compared") and w != "not compared: other machine"],
+        **_tally(counts),
         counts=[(w, counts[w], tone(w), verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)],
         claims_sentence=verdicts.claims_sentence([c["verdict"] for c in claims]),
         count_parts=verdicts.count_parts([c["verdict"] for c in claims], ORDER),
@@ -298,6 +298,25 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         write_text(str(path), text)
         written.append(path)
     return written
+
+
+TIMED = ("matches, timed here", "not compared: other machine")
+
+
+def _tally(counts: Counter[str]) -> dict[str, list[tuple[str, int, str]]]:
+    """The findings' counts, each (word, count, as shown), each word once on the page: the errata's
+    words, the other words that disagree, the agreeing words (but the timed one), what was timed here
+    against the notes' machine, and what was not compared ("not compared: other setting" shown as
+    "other setting" after its line's "Not compared:")."""
+    words = _ordered(counts)
+    return dict(
+        wrong=[(w, counts[w], w) for w in words if w in ("error in the notes", "notes inconsistent")],
+        other_wrong=[(w, counts[w], w) for w in words if w in DISAGREEING
+                     and w not in ("error in the notes", "notes inconsistent")],
+        agree_words=[(w, counts[w], w) for w in words if w in verdicts.AGREEING and w not in TIMED],
+        measured_counts=[(w, counts[w], w) for w in words if w in TIMED],
+        uncompared_counts=[(w, counts[w], w.removeprefix("not compared: ")) for w in words
+                           if w not in DISAGREEING and w not in verdicts.AGREEING and w not in TIMED])
 
 
 def _ordered(counts: Counter[str]) -> list[str]:

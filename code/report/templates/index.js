@@ -22,12 +22,12 @@ function setFold(button, open) {
   button.setAttribute("aria-expanded", String(open));
   $(".act", button).textContent = open ? "(hide)" : "(show)";
   panel.hidden = !open;
-  if (open) panel.querySelectorAll(".scroller").forEach(edges);
+  if (open) { panel.querySelectorAll(".scroller").forEach(edges); measureQuotes(panel); }
 }
 $$("button.fold").forEach((b) => b.addEventListener("click", () =>
   setFold(b, b.getAttribute("aria-expanded") !== "true")));
-// A wide screen has room for the tables: they open there; a phone keeps them one tap away.
-if (window.matchMedia("(min-width: 1100px)").matches) $$('button.fold[data-kind="data"]').forEach((b) => setFold(b, true));
+// The tables stay folded at every width, as on a phone: opened, a wide screen's page was 100 screens
+// of tables; folded, each is one tap away under its part ("2 tables (show)").
 
 // Whatever a link lands on is shown: its fold opened, a filter that hides it cleared.
 function reveal(target) {
@@ -77,12 +77,37 @@ function measureNotes() {
 measureNotes();
 window.addEventListener("resize", measureNotes);
 
-// The notes' words in a row: two lines on a phone; a tap (or Enter on it) shows them whole.
+// The notes' words in a row: two lines on a phone; a quote that is cut there is a button (a tap,
+// Enter or Space shows it whole). One that is whole at this width is text: no Tab stop, no role.
+function measureQuotes(root = document) {
+  $$("q.said", root).forEach((q) => {
+    if (q.offsetParent === null) return;               // folded away: measured when its fold opens
+    const open = q.classList.contains("open");
+    q.classList.remove("open");
+    const cut = getComputedStyle(q).webkitLineClamp !== "none" && q.scrollHeight > q.clientHeight + 1;
+    q.classList.toggle("open", open && cut);
+    q.classList.toggle("cut", cut);
+    if (cut) {
+      q.tabIndex = 0; q.setAttribute("role", "button");
+      q.setAttribute("aria-expanded", String(open && cut));
+    } else {
+      q.removeAttribute("tabindex"); q.removeAttribute("role"); q.removeAttribute("aria-expanded");
+    }
+  });
+}
+function toggleQuote(q) {
+  if (!q.classList.contains("cut")) return;
+  const open = q.classList.toggle("open");
+  q.setAttribute("aria-expanded", String(open));
+}
 $$("q.said").forEach((q) => {
-  q.tabIndex = 0;
-  q.addEventListener("click", () => q.classList.toggle("open"));
-  q.addEventListener("keydown", (ev) => { if (ev.key === "Enter") q.classList.toggle("open"); });
+  q.addEventListener("click", () => toggleQuote(q));
+  q.addEventListener("keydown", (ev) => {
+    if ((ev.key === "Enter" || ev.key === " ") && q.classList.contains("cut")) { ev.preventDefault(); toggleQuote(q); }
+  });
 });
+measureQuotes();
+window.addEventListener("resize", () => measureQuotes());
 
 // ---- filters ----------------------------------------------------------------------------------------
 // "folded": the page as it opens (the rows that need a look, the agreeing ones folded); "all": every
@@ -127,11 +152,18 @@ function applyFilter(key) {
   document.getElementById("filter-empty").hidden = any;
   const label = $(`#filters button[data-filter="${key}"]`);
   const names = {agree: "what agrees with the notes"};
-  const shown = key === "folded" ? "" : "only: " + (label ? label.firstChild.textContent.trim() : names[key] || key);
-  document.getElementById("bar-filter").textContent = shown;
+  const what = key === "folded" ? "" : (label ? label.firstChild.textContent.trim() : names[key] || key);
+  const n = $$("tr.claim:not(.filtered)").length, rows = `${n} row${n === 1 ? "" : "s"}`;
+  const bar = document.getElementById("bar-filter");
+  bar.hidden = key === "folded";
+  document.getElementById("bar-filter-what").textContent = what && `only ${what} (${rows})`;
+  bar.setAttribute("aria-label", what && `Showing only ${what}, ${rows}: clear the filter`);
+  bar.title = what && `Showing only ${what} (${rows}): tap to show the findings again`;
+  document.getElementById("bar-filter-said").textContent = what && `Showing only ${what}, ${rows}.`;
   document.getElementById("filter-note").hidden = key === "folded";
-  document.getElementById("filter-what").textContent = shown && `Showing ${shown.replace("only: ", "")}` +
-    ` (${$$("tr.claim:not(.filtered)").length} rows).`;
+  document.getElementById("filter-what").textContent = what && `Showing ${what} (${rows}).`;
+  barHeight();
+  measureQuotes();
 }
 $$("#filters button").forEach((button) => {
   button.addEventListener("click", () => applyFilter(button.dataset.filter));
@@ -140,6 +172,19 @@ document.getElementById("filter-reset").addEventListener("click", () => {
   applyFilter("folded");
   document.getElementById("summary").scrollIntoView();
 });
+// The bar's filter button clears the filter and keeps the reader where they were.
+document.getElementById("bar-filter").addEventListener("click", () => {
+  const at = current && current.id !== "summary" ? current : null;
+  applyFilter("folded");
+  if (at) at.scrollIntoView(); else document.getElementById("summary").scrollIntoView();
+});
+// The bar's height (it grows a line for a filter on a narrow screen): what sticks under it and the
+// anchors' landing place follow it.
+function barHeight() {
+  document.documentElement.style.setProperty("--bar", `${document.getElementById("bar").offsetHeight}px`);
+}
+barHeight();
+window.addEventListener("resize", barHeight);
 // A count in the findings: exactly its rows, the first of them on screen.
 $$("a[data-filter]").forEach((a) => a.addEventListener("click", (ev) => {
   ev.preventDefault();
@@ -152,6 +197,15 @@ $$("a[data-filter]").forEach((a) => a.addEventListener("click", (ev) => {
 const here = document.getElementById("here");
 const places = $$("section.part[data-label], section.script, #summary");
 let current = null, pending = false;
+// "L15 §2 · buckets › 2" as two spans: the topic may be shortened ("L15 §2 · buc…"), the part never.
+function placeSpans(label) {
+  const cut = label.lastIndexOf(" › ");
+  const topic = document.createElement("span"), part = document.createElement("span");
+  topic.className = "h-topic"; part.className = "h-part";
+  topic.textContent = cut < 0 ? label : label.slice(0, cut);
+  part.textContent = cut < 0 ? "" : "\u00a0" + label.slice(cut + 1);   // a flex item drops a plain space
+  return part.textContent ? [topic, part] : [topic];
+}
 function locate() {
   pending = false;
   const line = parseFloat(getComputedStyle(document.documentElement).scrollPaddingTop) + 8 || 60;
@@ -165,8 +219,11 @@ function locate() {
   if (found === current) return;
   current = found;
   const label = !found ? "Contents" : found.id === "summary" ? "Findings" : found.dataset.label;
-  here.textContent = label;
-  document.getElementById("here-wide").textContent = label === "Contents" ? "" : "You are at: " + label;
+  here.replaceChildren(...placeSpans(label));
+  const wide = document.getElementById("here-wide");
+  if (label === "Contents") wide.replaceChildren();
+  else { const at = document.createElement("span"); at.className = "at"; at.append(...placeSpans(label));
+         wide.replaceChildren("You are at: ", at); }
   tocButton.setAttribute("aria-label", `Contents (you are at ${label})`);
   $$('#toc a[aria-current]').forEach((a) => a.removeAttribute("aria-current"));
   const link = found && ($(`#toc li[data-part="${found.id}"] > a`) ||
@@ -258,12 +315,24 @@ document.addEventListener("click", (ev) => { if (!ev.target.closest(".search")) 
 
 // ---- figures full size ------------------------------------------------------------------------------
 const viewer = document.getElementById("viewer");
+const viewerBox = document.getElementById("viewer-box"), fit = document.getElementById("viewer-fit");
+function fitFigure(on) {
+  viewerBox.classList.toggle("fit", on);
+  fit.setAttribute("aria-pressed", String(on));
+  fit.textContent = on ? "Full size" : "Fit to the screen";
+  edges(viewerBox.closest(".scroller"));
+}
+fit.addEventListener("click", () => fitFigure(!viewerBox.classList.contains("fit")));
+// Full size at first, scrolling in its box with the sign that says so; "Fit to the screen" shrinks it.
 $$("button.zoom").forEach((b) => b.addEventListener("click", () => {
   const img = $("img", b), big = document.createElement("img");   // made here: no empty <img> on the page
   big.id = "viewer-img"; big.src = img.src; big.alt = img.alt;
-  document.getElementById("viewer-box").replaceChildren(big);
+  big.addEventListener("load", () => edges(viewerBox.closest(".scroller")));
+  viewerBox.replaceChildren(big);
+  viewerBox.scrollLeft = 0;
   document.getElementById("viewer-caption").textContent = img.alt;
   viewer.showModal();
+  fitFigure(false);
 }));
 viewer.addEventListener("click", (ev) => { if (ev.target === viewer) viewer.close(); });
 
@@ -271,6 +340,9 @@ viewer.addEventListener("click", (ev) => { if (ev.target === viewer) viewer.clos
 function edges(scroller) {
   const box = $(".box", scroller);
   const more = box.scrollWidth > box.clientWidth + 1;
+  const first = $("table.data tr > :first-child", box);     // a table's first column sticks; a drawing's not
+  scroller.style.setProperty("--stick", `${first ? first.getBoundingClientRect().width : 0}px`);
+  scroller.style.setProperty("--top", `${box.offsetTop}px`);
   scroller.classList.toggle("scrolls", more);
   scroller.classList.toggle("more-right", more && box.scrollLeft + box.clientWidth < box.scrollWidth - 1);
   scroller.classList.toggle("more-left", more && box.scrollLeft > 1);
