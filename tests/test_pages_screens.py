@@ -219,9 +219,11 @@ def test_the_legend_explains_every_verdict_word(screens, reproduction: dict) -> 
 # ---- moving through the report ---------------------------------------------------------------------
 def test_errata_link_to_their_claims_and_differs_holds_the_rest(screens, reproduction: dict) -> None:
     page, _ = screens("index", 1366)
+    # An erratum's line links its first row, its <details> every row: every row in error, and only those.
     links = page.eval_on_selector_all("#errata-table a", "as => as.map(a => a.getAttribute('href'))")
     errata = [c for c in reproduction["claims"] if c["erratum"]]
-    assert len(links) == len(errata) > 0
+    rows = page.eval_on_selector_all("#errata-table details a", "as => as.map(a => a.getAttribute('href'))")
+    assert len(rows) == len(errata) > 0 and len(set(rows)) == len(rows) and set(links) == set(rows)
     for href in links:
         row = page.locator(f"tr.claim[id='{href[1:]}']")
         assert row.count() == 1 and row.get_attribute("data-erratum") == "yes"

@@ -70,8 +70,11 @@ def test_the_index_page_renders_everything_the_run_wrote(quick_reproduction: dic
     # The counts at the top are the run's, verdict by verdict, and so are the claim rows.
     claims = quick_reproduction["claims"]
     expected = Counter(c["verdict"] for c in claims)
-    shown_counts = {el.get_attribute("data-verdict"): int(el.inner_text().split()[0])
-                    for el in page.locator("#counts .count[data-verdict]").all()}
+    # (each word once: the counts' lines, then "Measured here" and "Not compared" under the lists)
+    found = [(el.get_attribute("data-verdict"), int(el.inner_text().split()[0]))
+             for el in page.locator("#summary .count[data-verdict]").all()]
+    shown_counts = dict(found)
+    assert len(shown_counts) == len(found)
     assert shown_counts.pop("erratum") == sum(1 for c in claims if c["erratum"])
     assert shown_counts == dict(expected)
     rows = page.locator("tr.claim")

@@ -44,6 +44,7 @@ function land(id) {
   reveal(target);
   $$("tr.landed").forEach((r) => r.classList.remove("landed"));
   if (target.matches("tr.claim")) target.classList.add("landed");
+  if (target.matches("li.erratum")) $("details", target).open = true;
 }
 document.addEventListener("click", (ev) => {
   const a = ev.target.closest('a[href^="#"]');
@@ -243,60 +244,124 @@ tocButton.addEventListener("click", () => {
 
 // ---- search -----------------------------------------------------------------------------------------
 // Each part: its title (with its topic's), its tables' captions, its statements (what each row
-// says and the notes' words) and values. A part is found when every word is somewhere in it; a
-// word in a title weighs most, then in a statement, then a caption or value.
+// says and the notes' words), values and printed lines; and each erratum of the findings (its title, "errata").
+// Text and query are cut into tokens the same way: letters and digits apart ("ZeRO-3", "zero3" and
+// "zero 3" are all zero·3; "ResNet-50" and "resnet50" resnet·50), a number whole ("25" is not "256"
+// nor "1.25"); a word matches the start of a token ("bucket" finds "buckets"). A part is found when
+// every token is somewhere in it; a token in a title weighs most, then in a statement, then a caption
+// or value; the query's tokens next to each other, as typed, weigh more again.
 const text = (el) => (el ? el.textContent : "").replace(/\s+/g, " ").trim();
+const NUMBER = /^\d+(?:[.,]\d+)*$/;
+function tokens(s) {
+  const out = [];
+  for (const t of s.toLowerCase().match(/[\p{L}\p{N}]+(?:[.,]\p{N}+)*/gu) || [])
+    out.push(...(t.match(/\d+(?:[.,]\d+)*|[^\d.,]+/g) || []).filter((x) => !/^[.,]+$/.test(x)));
+  return out;
+}
+function field(s) { return {s, t: tokens(s)}; }
 const index = $$("section.part").map((part) => {
   const script = part.closest("section.script");
   const title = `${script.dataset.label} ${text($(".t", script))} ${part.dataset.label ? text($("h3", part)) : ""}`;
-  return {part, script, title: title.toLowerCase(),
+  return {href: part.id, title: field(title),
     label: part.dataset.label ? `${script.dataset.label} › ${text($("h3 a", part))}` : `${script.dataset.label}: ${text($(".t", script))}`,
-    whats: $$("tr.claim td.what > a", part).map(text),
-    said: $$("tr.claim q.said", part).map(text),
-    captions: $$("p.cap > span:first-child", part).map(text),
-    values: $$("tr.claim td.val .v", part).map(text).concat($$("table.data td", part).map(text)),
-    notes: $$(".note", part).map(text)};
-});
+    whats: $$("tr.claim td.what > a", part).map(text).map(field),
+    said: $$("tr.claim q.said", part).map(text).map(field),
+    captions: $$("p.cap > span:first-child:not(.more), table.data th", part).map(text).map(field),
+    values: $$("tr.claim td.val .v", part).map(text).concat($$("table.data td", part).map(text)).map(field),
+    printed: $$("pre.out, pre.drawing", part).flatMap((pre) => pre.textContent.split("\n"))
+      .map((line) => line.trim()).filter(Boolean).map(field),
+    notes: $$(".note", part).map(text).map(field)};
+}).concat($$("#errata-table > li.erratum").map((li) => ({
+  href: li.id, label: `Erratum: ${text($("summary b", li))}`,
+  title: field(`errata erratum ${text($("summary", li))} ${text($("a.place", li))}`),
+  whats: [], said: $$(".places li", li).map(text).map(field), captions: [], values: [], printed: [],
+  notes: [field(text($(".more-of p.why", li)))], finding: true})));
 const search = document.getElementById("search"), panel = document.getElementById("search-panel");
 const results = document.getElementById("search-results"), count = document.getElementById("search-count");
 function showResults(open) { panel.hidden = !open; }
 function escapeHtml(s) { return s.replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c])); }
-function hits(list, word) { return list.filter((s) => s.toLowerCase().includes(word)); }
-function score(item, words) {
+// Does query token q match text token t (or t and the next, written apart: "all reduce" for "allreduce")?
+function same(q, t, next) {
+  if (NUMBER.test(q)) return t === q;
+  if (NUMBER.test(t)) return false;
+  const stem = q.length > 3 && q.endsWith("s") ? q.slice(0, -1) : q;
+  return t.startsWith(stem) || (next !== undefined && !NUMBER.test(next) && (t + next).startsWith(stem) &&
+    stem.length > t.length) || (/[^\x00-\x7f]/.test(q) && t.includes(q));
+}
+function has(f, q) { return f.t.some((t, i) => same(q, t, f.t[i + 1])); }
+// The longest run of the query's tokens, in order, next to each other in the field.
+function run(f, qs) {
+  let best = 0;
+  for (let i = 0; i < f.t.length; i++) {
+    let n = 0;
+    while (n < qs.length && i + n < f.t.length && same(qs[n], f.t[i + n])) n++;
+    best = Math.max(best, n);
+    for (let k = 1; k < qs.length && !n; k++) {          // a run starting at a later query token
+      let m = 0;
+      while (k + m < qs.length && i + m < f.t.length && same(qs[k + m], f.t[i + m])) m++;
+      best = Math.max(best, m);
+    }
+  }
+  return best;
+}
+function score(item, qs) {
   let total = 0, snippet = "";
-  for (const w of words) {
-    const stem = w.split("-")[0];
-    const inTitle = item.title.includes(w) ? 12 : (stem.length > 2 && item.title.includes(stem) ? 5 : 0);
-    const whats = hits(item.whats, w), said = hits(item.said, w), caps = hits(item.captions, w);
-    const values = hits(item.values, w), notes = hits(item.notes, w);
-    const s = inTitle + 3 * Math.min(whats.length, 4) + 2 * Math.min(said.length, 4) + 2 * Math.min(caps.length, 3) +
-      Math.min(values.length, 3) + 0.5 * Math.min(notes.length, 2);
+  const fields = [["whats", 3, 4], ["said", 2, 4], ["captions", 2, 3], ["values", 1, 3], ["printed", 1, 3],
+                  ["notes", 0.5, 2]];
+  for (const q of qs) {
+    let s = has(item.title, q) ? 12 : 0;
+    for (const [name, weight, most] of fields) {
+      const found = item[name].filter((f) => has(f, q));
+      s += weight * Math.min(found.length, most);
+      if (!snippet && found.length && name !== "values") snippet = found[0].s;
+    }
     if (s === 0) return [0, ""];
     total += s;
-    if (!snippet) snippet = whats[0] || said[0] || caps[0] || values[0] || notes[0] || "";
   }
+  if (qs.length > 1) {                 // the tokens as typed, together: a phrase
+    const whole = (f) => run(f, qs) === qs.length;
+    total += (whole(item.title) ? 20 : 0);
+    let together = "";
+    for (const [name, weight, most] of fields) {
+      const found = item[name].filter(whole);
+      total += 4 * weight * Math.min(found.length, most);
+      if (!together && found.length) together = found[0].s;
+    }
+    if (together) snippet = together;
+  }
+  if (!snippet) snippet = (item.values.find((f) => qs.some((q) => has(f, q))) || {s: ""}).s;
+  // An erratum is on the first screen already: it comes after the parts unless "errata" is asked for.
+  if (item.finding && !qs.some((q) => q.startsWith("errat"))) total /= 2;
   return [total, snippet];
 }
-function mark(s, words) {
+function mark(s, qs) {
   let out = escapeHtml(s.length > 140 ? s.slice(0, 137) + "…" : s);
-  for (const w of words) {
-    const re = new RegExp(w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "gi");
+  for (const q of new Set(qs)) {
+    const body = q.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    const re = NUMBER.test(q) ? new RegExp(`(?<![\\d.,])${body}(?![\\d]|[.,]\\d)`, "gi") : new RegExp(body, "gi");
     out = out.replace(re, (m) => `<mark>${m}</mark>`);
   }
   return out;
 }
+const SHOWN = 20;
+let limit = SHOWN;
+const more = document.getElementById("search-more");
+more.addEventListener("click", () => { limit = Infinity; runSearch(); search.focus(); });
 function runSearch() {
-  const words = search.value.toLowerCase().split(/\s+/).filter((w) => w.length > 0);
-  if (!words.length) { showResults(false); results.innerHTML = ""; return; }
-  const found = index.map((item, i) => [item, i, ...score(item, words)]).filter((r) => r[2] > 0)
+  const qs = tokens(search.value);
+  if (!qs.length) { showResults(false); results.innerHTML = ""; return; }
+  const found = index.map((item, i) => [item, i, ...score(item, qs)]).filter((r) => r[2] > 0)
     .sort((a, b) => b[2] - a[2] || a[1] - b[1]);
-  count.textContent = found.length ? `${found.length} part${found.length === 1 ? "" : "s"} found` : "Nothing found";
-  results.innerHTML = found.slice(0, 20).map(([item, , , snippet]) =>
-    `<li><a href="#${item.part.id}"><b>${escapeHtml(item.label)}</b>` +
-    (snippet ? `<span class="hit">${mark(snippet, words)}</span>` : "") + "</a></li>").join("");
+  const n = found.length, cut = n > limit;
+  count.textContent = !n ? "Nothing found" : cut ? `first ${limit} of ${n} found` : `${n} found`;
+  more.hidden = !cut;
+  more.textContent = `show all ${n}`;
+  results.innerHTML = found.slice(0, limit).map(([item, , , snippet]) =>
+    `<li><a href="#${item.href}"><b>${escapeHtml(item.label)}</b>` +
+    (snippet ? `<span class="hit">${mark(snippet, qs)}</span>` : "") + "</a></li>").join("");
   showResults(true);
 }
-search.addEventListener("input", runSearch);
+search.addEventListener("input", () => { limit = SHOWN; runSearch(); });
 search.addEventListener("focus", () => { if (search.value.trim()) runSearch(); });
 search.addEventListener("keydown", (ev) => {
   if (ev.key === "Enter") { const a = $("#search-results a"); if (a) a.click(); }
@@ -335,6 +400,7 @@ $$("button.zoom").forEach((b) => b.addEventListener("click", () => {
   fitFigure(false);
 }));
 viewer.addEventListener("click", (ev) => { if (ev.target === viewer) viewer.close(); });
+viewer.addEventListener("close", () => { viewerBox.replaceChildren(); edges(viewerBox.closest(".scroller")); });
 
 // ---- wide tables: a sign at the edge that more is there ---------------------------------------------
 function edges(scroller) {
