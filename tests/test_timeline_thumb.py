@@ -115,10 +115,21 @@ def test_every_bucket_can_be_picked_by_a_thumb_or_from_the_list(opened) -> None:
     page.eval_on_selector("#cap", "e => { e.value = 0; e.dispatchEvent(new Event('input')); }")
     buckets = int(page.locator("#buckets").text_content())
     assert page.locator("#bucket-list option").count() == buckets > 300
+    assert page.input_value("#bucket-row") == "off"          # the row last tapped: without overlap
+    page.select_option("#bucket-row", "on")
     page.select_option("#bucket-list", "200")
-    assert page.locator("#bucket-panel").inner_text().startswith(f"Bucket 200 of {buckets}")
+    assert page.locator("#bucket-panel").inner_text().startswith(f"Bucket 200 of {buckets} (with overlap)")
     assert page.get_attribute('#chart rect.bucket[data-which="on"][data-bucket="200"]', "class") == (
         "bucket picked")
+    # the buckets without overlap are in the list too: the row beside it says which
+    page.select_option("#bucket-row", "off")
+    assert page.locator("#bucket-panel").inner_text().startswith(f"Bucket 200 of {buckets} (without overlap)")
+    assert page.get_attribute('#chart rect.bucket[data-which="off"][data-bucket="200"]', "class") == (
+        "bucket picked")
+    assert page.locator("#bucket-row").bounding_box()["height"] >= 24
+    # a bucket of one tensor says "1 tensor"
+    ones = page.eval_on_selector_all("#bucket-list option", "os => os.map(o => o.textContent)")
+    assert any(o.endswith(", 1 tensor") for o in ones) and not any(o.endswith(" 1 tensors") for o in ones)
     assert page.locator("#bucket-list").bounding_box()["height"] >= 24
     # the curve's points: a 24 px target each
     sizes = page.eval_on_selector_all("#curve .cap-point", """gs => gs.map(g => {

@@ -138,7 +138,10 @@ function initControls() {
   });
   window.addEventListener("hashchange", () => { setState(stateFromUrl()); update(); });
   window.addEventListener("resize", () => { if (current) render(current); });
-  $("bucket-list").addEventListener("change", () => pick(Number($("bucket-list").value), "on", false));
+  // the list names a bucket, the row beside it says which timeline's (with overlap or without)
+  const fromList = () => pick(Number($("bucket-list").value), $("bucket-row").value, false);
+  $("bucket-list").addEventListener("change", fromList);
+  $("bucket-row").addEventListener("change", fromList);
 }
 function selection() {
   const idx = Object.fromEntries(Object.keys(SLIDERS).map((id) => [id, Number($(id).value)]));

@@ -129,12 +129,14 @@ function pick(b, which, fromClick) {
     $("bucket-panel").scrollIntoView({block: "nearest"});
   }
 }
-// The list of the buckets (with overlap): a bucket picked without aiming at it.
+// The list of the buckets, and the row (with overlap or without): a bucket picked without aiming at it.
+const tensorsText = (n) => `${n} tensor${n === 1 ? "" : "s"}`;
 function bucketList(v) {
   const {cap} = v, list = $("bucket-list");
   list.replaceChildren(...cap.bytes.map((bytes, b) => Object.assign(document.createElement("option"),
-    {value: b, textContent: `bucket ${b} of ${cap.buckets}: ${bytesText(bytes)}, ${cap.tensors[b]} tensors`})));
+    {value: b, textContent: `bucket ${b} of ${cap.buckets}: ${bytesText(bytes)}, ${tensorsText(cap.tensors[b])}`})));
   list.value = picked.bucket;
+  $("bucket-row").value = picked.which;
 }
 // The chart is held at the top of the screen (sticky) where the screen is tall enough: what the
 // browser scrolls into view (a slider reached with Tab) must land below it, not under it.
@@ -159,7 +161,8 @@ function markPicked() {
     r.classList.toggle("picked", on);
     r.setAttribute("tabindex", on ? 0 : -1);
   });
-  if (picked.which === "on") $("bucket-list").value = picked.bucket;
+  $("bucket-list").value = picked.bucket;
+  $("bucket-row").value = picked.which;
 }
 function panel(v) {
   const {model, cap, point, s} = v, b = Math.min(picked.bucket, cap.buckets - 1);
@@ -177,7 +180,7 @@ function panel(v) {
     box.appendChild(p);
   };
   line(`Bucket ${b} of ${cap.buckets} (${picked.which === "on" ? "with overlap" : "without overlap"}): ` +
-       `${cap.tensors[b]} tensors, ${cap.bytes[b].toLocaleString("en")} bytes ` +
+       `${tensorsText(cap.tensors[b])}, ${cap.bytes[b].toLocaleString("en")} bytes ` +
        `(${bytesText(cap.bytes[b])}); ` +
        `its last gradient is ready at ${exactMs(cap.ready[b])}.`);
   line(`All-reduce from ${exactMs(start)} to ${exactMs(end)}: ${exactMs(point.d[b])} = latency 2(K−1)α ` +
