@@ -191,7 +191,8 @@ def test_the_bars_filter_is_a_button_that_clears_it(pages, reproduction: dict) -
     assert shown == sum(1 for c in reproduction["claims"] if c["verdict"] not in AGREEING)
     # Where you are: a long topic is shortened, its part's number kept on the button.
     page.evaluate("document.getElementById('lecture15-03_overlap-py--Part-3').scrollIntoView()")
-    page.wait_for_function("document.querySelector('#here .h-part') !== null")
+    page.wait_for_function("document.getElementById('here').textContent.startsWith('L15 §3') && "
+                           "document.querySelector('#here .h-part').textContent.trim().endsWith('3')")
     part, button = page.evaluate("""() => [document.querySelector('#here .h-part').getBoundingClientRect(),
                                            document.getElementById('toc-button').getBoundingClientRect()]""")
     assert part["width"] > 0 and part["right"] <= button["right"]

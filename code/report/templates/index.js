@@ -199,13 +199,17 @@ const here = document.getElementById("here");
 const places = $$("section.part[data-label], section.script, #summary");
 let current = null, pending = false;
 // "L15 §2 · buckets › 2" as two spans: the topic may be shortened ("L15 §2 · buc…"), the part never.
-function placeSpans(label) {
+// Each box keeps its two spans and changes their text only: a tap that starts on a span the scroll
+// has just replaced would never become a click.
+function showPlace(box, label) {
   const cut = label.lastIndexOf(" › ");
-  const topic = document.createElement("span"), part = document.createElement("span");
-  topic.className = "h-topic"; part.className = "h-part";
-  topic.textContent = cut < 0 ? label : label.slice(0, cut);
-  part.textContent = cut < 0 ? "" : "\u00a0" + label.slice(cut + 1);   // a flex item drops a plain space
-  return part.textContent ? [topic, part] : [topic];
+  if (!box.querySelector(".h-topic")) {
+    const topic = document.createElement("span"), part = document.createElement("span");
+    topic.className = "h-topic"; part.className = "h-part";
+    box.replaceChildren(topic, part);
+  }
+  box.querySelector(".h-topic").textContent = cut < 0 ? label : label.slice(0, cut);
+  box.querySelector(".h-part").textContent = cut < 0 ? "" : "\u00a0" + label.slice(cut + 1);  // (a flex item drops a plain space)
 }
 function locate() {
   pending = false;
@@ -220,11 +224,10 @@ function locate() {
   if (found === current) return;
   current = found;
   const label = !found ? "Contents" : found.id === "summary" ? "Findings" : found.dataset.label;
-  here.replaceChildren(...placeSpans(label));
+  showPlace(here, label);
   const wide = document.getElementById("here-wide");
-  if (label === "Contents") wide.replaceChildren();
-  else { const at = document.createElement("span"); at.className = "at"; at.append(...placeSpans(label));
-         wide.replaceChildren("You are at: ", at); }
+  wide.hidden = label === "Contents";
+  showPlace(wide.querySelector(".at"), label);
   tocButton.setAttribute("aria-label", `Contents (you are at ${label})`);
   $$('#toc a[aria-current]').forEach((a) => a.removeAttribute("aria-current"));
   const link = found && ($(`#toc li[data-part="${found.id}"] > a`) ||
