@@ -16,6 +16,7 @@ from typing import Callable, NamedTuple
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["fast_loop"]   # `-m fast`: the tests that start no process (tests/fast_loop.py)
 
 # A shell starts a background job (`… &`, a CI runner's step) with SIGINT ignored, and every process
 # inherits that across exec: each test of Ctrl-C would then wait for an interrupt that never comes.
