@@ -132,6 +132,14 @@ def count_parts(words: Sequence[str], order: Sequence[str] = tuple(BY_WORD)) -> 
             for i, (w, phrase) in enumerate(said)]
 
 
+def count_label(word: str, n: int) -> str:
+    """The count's words without their verb, for a link that follows its number: "21 errors in the
+    notes", "64 match, assuming", "53 seen as the notes say" ("notes inconsistent" as it is)."""
+    text = BY_WORD[word].one if n == 1 else BY_WORD[word].many
+    text = re.sub(r"^(is|are|was|were) (an? )?", "", text)
+    return word if text.startswith("where ") else text
+
+
 def claims_sentence(words: Sequence[str]) -> str:
     """A whole run's count, the same on the terminal and the pages: "472 claims (399 statements of
     the notes and 73 checks of our own): 21 are errors in the notes; …", what needs attention first."""

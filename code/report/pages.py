@@ -309,11 +309,14 @@ def _tally(counts: Counter[str]) -> dict[str, list[tuple[str, int, str]]]:
     against the notes' machine, and what was not compared ("not compared: other setting" shown as
     "other setting" after its line's "Not compared:")."""
     words = _ordered(counts)
+
+    def said(w: str) -> str:
+        return verdicts.count_label(w, counts[w])
     return dict(
-        wrong=[(w, counts[w], w) for w in words if w in ("error in the notes", "notes inconsistent")],
-        other_wrong=[(w, counts[w], w) for w in words if w in DISAGREEING
+        wrong=[(w, counts[w], said(w)) for w in words if w in ("error in the notes", "notes inconsistent")],
+        other_wrong=[(w, counts[w], said(w)) for w in words if w in DISAGREEING
                      and w not in ("error in the notes", "notes inconsistent")],
-        agree_words=[(w, counts[w], w) for w in words if w in verdicts.AGREEING and w not in TIMED],
+        agree_words=[(w, counts[w], said(w)) for w in words if w in verdicts.AGREEING and w not in TIMED],
         measured_counts=[(w, counts[w], w) for w in words if w in TIMED],
         uncompared_counts=[(w, counts[w], w.removeprefix("not compared: ")) for w in words
                            if w not in DISAGREEING and w not in verdicts.AGREEING and w not in TIMED])
