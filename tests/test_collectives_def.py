@@ -14,12 +14,14 @@ import pytest
 
 from common import collectives as cdef
 from common import costmodel as cm
-from common.costmodel import Link
+from common.costmodel_collectives import CollectiveCall, ring_allreduce_terms
+from common.costmodel_steps import zero_step_bytes_per_device
+from common.link import NOTES_LINK, Link
 from cs336 import busbw
 from lecture14 import collectives as col
 
 ROOT = Path(__file__).resolve().parents[1]
-LINKS = [cm.NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
+LINKS = [NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
 
 
 @pytest.mark.parametrize("name", cdef.SIMULATED)
@@ -61,11 +63,9 @@ def test_each_collective_names_its_algorithms_and_torch_call() -> None:
     lambda: cdef.collective("all_reduce"), lambda: cdef.collective("ring"),
     lambda: cdef.by_torch_name("all-reduce"), lambda: cdef.algorithm("broadcast"),
     lambda: cdef.algorithm("ring all_reduce"), lambda: col.traffic("all-gather", 4, 8),
-    lambda: col.traffic("direct scatter", 4, 8), lambda: cm.CollectiveCall("allreduce", "x", 1, 8),
-    lambda: cm.ring_bytes_sent("all-reduce", 4, 8), lambda: cm.ring_primitive_rounds("all_gather", 4),
-    lambda: cm.ring_primitive_bytes_sent("ring all-reduce", 4, 8), lambda: busbw.bus_factor("scatter", 4),
-    lambda: cm.direct_primitive_bytes_sent("all-reduce", 4, 8),
-    lambda: cm.allreduce_traffic_bytes("butterfly", 4, 8),
+    lambda: col.traffic("direct scatter", 4, 8), lambda: CollectiveCall("allreduce", "x", 1, 8),
+    lambda: cdef.algorithm("direct all-reduce"), lambda: busbw.bus_factor("scatter", 4),
+    lambda: cdef.algorithm("butterfly all-reduce"),
 ])
 def test_an_unknown_name_raises(call) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError):
@@ -82,20 +82,18 @@ def test_every_consumer_reads_the_definition(monkeypatch: pytest.MonkeyPatch) ->
     patched = cdef.Algorithm(ring.name, ring.collective, lambda k, s: 5, lambda k, n, s: Fraction(n))
     monkeypatch.setitem(cdef.ALGORITHMS, "ring all-reduce", patched)
     k, n, link = 4, 1000, Link(1.0, 1000.0)
-    assert cm.ring_allreduce_bytes_per_device(k, n) == 7000
-    assert cm.ring_bytes_sent("all_reduce", k, n) == 7000
-    assert cm.ring_primitive_bytes_sent("all-reduce", k, n) == [7000.0] * k
-    assert cm.allreduce_traffic_bytes("ring", k, n) == (7000, 28000)
-    assert cm.CollectiveCall("all-reduce", "g", 2, n).bytes_per_device(k) == 14000
-    assert cm.zero_step_bytes_per_device("DDP", k, n) == 7000
+    assert cdef.algorithm("ring all-reduce").busiest_bytes(k, n) == 7000
+    assert cdef.algorithm("ring all-reduce").bytes_sent(k, n) == [7000.0] * k
+    assert cdef.algorithm("ring all-reduce").total_bytes(k, n) == 28000
+    assert CollectiveCall("all-reduce", "g", 2, n).ring.busiest_bytes(k, n) == 7000
+    assert zero_step_bytes_per_device("DDP", k, n) == 7000
     assert busbw.bus_factor("all-reduce", k) == 7
     log = CommLog(k)
     log.add("all_reduce", n)
     assert log.sent["all_reduce"] == 7000
-    assert cm.ring_primitive_rounds("all-reduce", k) == 5
-    assert cm.CollectiveCall("all-reduce", "g", 1, n).rounds_per_call(k) == 5
-    assert cm.ring_allreduce_time(k, n, link) == cm.ring_primitive_time("all-reduce", k, n, link) == 5 * 2.0
-    assert cm.ring_allreduce_terms(k, n, link)[0] == 5.0
+    assert CollectiveCall("all-reduce", "g", 1, n).ring.rounds(k) == 5
+    assert cdef.algorithm("ring all-reduce").time(k, n, link) == 5 * 2.0
+    assert ring_allreduce_terms(k, n, link)[0] == 5.0
     assert cm.ring_alpha_beta_from_line(k, 10.0, 1.0)[0] == 2.0
     with pytest.raises(ImportError):  # and the simulator refuses to disagree: no schedule for a new one
         col.check_schedules(cdef.SIMULATED + ("butterfly all-reduce",))

@@ -20,8 +20,9 @@ from conftest import assert_usage_error, flat, load_script, python
 from rank_faults import assert_named_at_once
 from torch import nn
 
-from common import costmodel as cm
+from common import collectives as cdef
 from common.cli import UsageError
+from common.costmodel_steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
 from common.launch import launch
 from cs336 import ledger, mlp
 
@@ -143,9 +144,9 @@ def test_counted_bytes_and_calls_equal_hand_counts_and_formulas(run) -> None:
                 "ZeRO": (2, 2 * 250 * e)},
             3: {"DP": (5, 5 * 4 / 3 * 100 * e), "TP": (9, 5 * 2 * 7 * 4 * e + 4 * 2 / 3 * 7 * 10 * e),
                 "ZeRO": (2, 2 * 2 * 167 * e)}}[k]
-    formulas = {"DP": cm.dp_step_traffic(k, LAYERS, WIDTH, e),
-                "TP": cm.tp_step_traffic(k, LAYERS, WIDTH, BATCH, e),
-                "ZeRO": cm.zero_step_traffic(k, LAYERS * WIDTH * WIDTH, e)}
+    formulas = {"DP": dp_step_traffic(k, LAYERS, WIDTH, e),
+                "TP": tp_step_traffic(k, LAYERS, WIDTH, BATCH, e),
+                "ZeRO": zero_step_traffic(k, LAYERS * WIDTH * WIDTH, e)}
     ops = {"DP": ("all_reduce",), "TP": ("all_gather", "reduce_scatter"),
            "ZeRO": ("reduce_scatter", "all_gather")}
     for rank, r in enumerate(ranks):
@@ -159,7 +160,7 @@ def test_counted_bytes_and_calls_equal_hand_counts_and_formulas(run) -> None:
         sends, sent = log.per_step(STEPS, ("send",))
         directions = (rank > 0) + (rank < k - 1)
         assert (sends, sent) == (MICRO * directions, BATCH * WIDTH * e * directions)
-        assert (sends, sent) == cm.pp_step_traffic(k, rank, MICRO, BATCH, WIDTH, e)
+        assert (sends, sent) == pp_step_traffic(k, rank, MICRO, BATCH, WIDTH, e)
         assert log.per_step(STEPS, ("recv",))[0] == sends              # every send has its recv
 
 
@@ -182,9 +183,9 @@ def test_splits_and_padding() -> None:
 
 
 def test_formulas_edge_cases() -> None:
-    assert cm.tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)[0] == 80
+    assert tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)[0] == 80
     with pytest.raises(ValueError):
-        cm.ring_bytes_sent("all-reduce", 4, 100)  # the collective's name, not torch's "all_reduce"
+        cdef.by_torch_name("all-reduce")  # the collective's name, not torch's "all_reduce"
 
 
 def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path, quick_run) -> None:

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from conftest import assert_usage_error, flat, load_script, run_script
 
-from common.costmodel import Link
+from common.link import Link
 from lecture15.ddp_sim import MB, resnet50
 
 SCRIPT_05 = "lecture15/05_scaling.py"

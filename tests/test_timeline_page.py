@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import load_script, run_script
 
-from common.costmodel import Link
+from common.link import Link
 from lecture15.ddp_sim import MB, simulate_ddp
 from lecture15.models import resnet50
 from lecture15.notes_calibration import notes_resnet_compute

@@ -181,7 +181,7 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
         rep.line(f"\n  p = {p}: pieces of {show(sorted(set(piece_sizes(args.size, p)), reverse=True))} B")
         rep.table(["primitive", "notes (B)", "formula (B)", "simulator (B)", "every rank (B)",
                    "≤ 1 B/msg"], prim.volume_rows(p, args.size), name=f"p={p}")
-    rep.note("the busiest rank's bytes by the formula (costmodel.ring_primitive_bytes_sent) and by the "
+    rep.note("the busiest rank's bytes by the formula (common.collectives: the ring's bytes_sent) and by the "
              "simulator, lecture14.collectives.traffic on a ring (broadcast and reduce a chain round it), "
              "then every rank's: where p does not divide N, within a byte per message of the closed form.")
     notes_volumes(rep)

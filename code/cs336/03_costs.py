@@ -29,26 +29,25 @@ import numpy as np
 
 from common.cli import Bound, UsageError, make_parser, run_main
 from common.collectives import algorithm
-from common.costmodel import (
-    CS336_ETHERNET,
-    CS336_INFINIBAND,
-    CS336_NVLINK,
+from common.costmodel_collectives import (
     CollectiveCall,
-    Link,
     alpha_beta_time,
+    ring_allreduce_balance_bytes,
+    ring_allreduce_terms,
+)
+from common.costmodel_steps import (
     pp_step_bytes_per_device,
     pp_step_send_time,
-    ring_allreduce_balance_bytes,
-    ring_allreduce_bytes_per_device,
-    ring_allreduce_terms,
-    ring_allreduce_time,
     tp_step_bytes_per_device,
     zero_step_collectives,
 )
+from common.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK, Link
 from common.output import Report, bar, fmt_bytes, fmt_time
 from common.units import GiB, KiB, MiB
 from cs336.ledger import LEDGER, LLAMA2_13B, MLP_12, OPTIMIZER_STATE, activation_bytes, training_state_bytes
 from lecture14 import collectives as col
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 NOTES_P, NOTES_ALPHA_US, NOTES_SIZE, NOTES_BETA = 4, 5.0, 64 * MiB, 50 * GiB  # Part 1: MiB, GiB/s
 NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16 = 128, 1024, 2
@@ -109,11 +108,11 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     latency, bandwidth = ring_allreduce_terms(p, s, link)
     rep.line(f"  2(p-1)α = {2 * (p - 1)}α = {fmt_time(latency)};  2(p-1)/p·S/B = {2 * (p - 1) / p:g} × "
              f"{fmt_bytes(s, binary=True)} / {beta / GiB:.4g} GiB/s = {fmt_time(bandwidth)};  "
-             f"T = {fmt_time(ring_allreduce_time(p, s, link))}")
+             f"T = {fmt_time(RING_ALLREDUCE.time(p, s, link))}")
     stand_in = col.ring_allreduce([np.zeros(p, dtype=np.uint8)] * p)  # one byte per chunk, scaled
     counted = stand_in.busiest_sent / p * s
-    same = (stand_in.n_rounds == algorithm("ring all-reduce").rounds(p)
-            and math.isclose(counted, ring_allreduce_bytes_per_device(p, s)))
+    same = (stand_in.n_rounds == RING_ALLREDUCE.rounds(p)
+            and math.isclose(counted, RING_ALLREDUCE.busiest_bytes(p, s)))
     # The notes' first-order model with the counted messages and bytes: the same T as the closed form.
     first_order = alpha_beta_time(stand_in.n_rounds, counted, link)
     rep.line(f"  counted (a p-byte ring): N_msg = {stand_in.n_rounds}, S_sent = "
@@ -124,7 +123,7 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     # (shown in the comparison's row on the notes' 1.92 ms, not again on a line of its own)
     rep.values(latency_us=latency * 1e6, bandwidth_ms=bandwidth * 1e3,
                bandwidth_decimal_ms=bandwidth_decimal * 1e3, first_order_same=same and math.isclose(
-        first_order, ring_allreduce_time(p, s, link), rel_tol=1e-12), ring_terms_counted=same)
+        first_order, RING_ALLREDUCE.time(p, s, link), rel_tol=1e-12), ring_terms_counted=same)
     balance = ring_allreduce_balance_bytes(p, link)
     if balance > 0:
         rep.line(f"  the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)}; below it "
@@ -164,7 +163,7 @@ def part2_interconnects(rep: Report) -> None:
     # What the two places of the notes that disagree give (rows CS-links-nvlink-450, CS-links-ib-latency):
     # the box's 39 GB (4 cards) at the caption's 60 % and 85 % of NVLink's one-way 450 GB/s peak, and
     # Llama 2 13B's 2L TP calls' start-ups at the table's 1-2 µs and at the TP paragraph's 5 µs.
-    box, calls = ring_allreduce_bytes_per_device(NOTES_P, LLAMA2_13B.params * FP16), 2 * LLAMA2_13B.layers
+    box, calls = RING_ALLREDUCE.busiest_bytes(NOTES_P, LLAMA2_13B.params * FP16), 2 * LLAMA2_13B.layers
     rep.values(box_nvlink_60_ms=box / (EFFECTIVE_SHARE[0] * CS336_NVLINK.beta_Bps) * 1e3,
                box_nvlink_85_ms=box / (EFFECTIVE_SHARE[1] * CS336_NVLINK.beta_Bps) * 1e3,
                tp_startups_ib_table_lo_us=calls * IB_TABLE_ALPHA_US[0],
@@ -176,7 +175,7 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     grads = LLAMA2_13B.params * FP16
     # The conversion box: 8 cards by its words, 4 cards by its numbers (computed at both, whatever p).
-    box = {cards: ring_allreduce_bytes_per_device(cards, grads) for cards in (NOTES_P, BOX_CARDS)}
+    box = {cards: RING_ALLREDUCE.busiest_bytes(cards, grads) for cards in (NOTES_P, BOX_CARDS)}
     rep.values(grads_gb=grads / 1e9, volume_8_cards_gb=box[BOX_CARDS] / 1e9,
                box_nvlink_ms=box[NOTES_P] / CS336_NVLINK.beta_Bps * 1e3,
                box_ib_ms=box[NOTES_P] / CS336_INFINIBAND.beta_Bps * 1e3,
@@ -189,7 +188,7 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     rows, times = [], {}
     backward = 2 / 3 * STEP_MS[0] / 1e3   # the shorter step's backward: what overlap can hide behind
     for link in (CS336_NVLINK, nv_eff, CS336_INFINIBAND, CS336_ETHERNET, eth_peak):
-        t = times[link.name] = ring_allreduce_time(p, grads, link)
+        t = times[link.name] = RING_ALLREDUCE.time(p, grads, link)
         hidden = "yes" if t <= backward else ("at 400 ms" if t <= 2 / 3 * STEP_MS[1] / 1e3 else "no")
         rows.append([link.name, link.beta_Bps / 1e9, f"{t * 1e3:.5g} ms", f"{t * 1e3 / STEP_MS[1]:.2f}-"
                      f"{t * 1e3 / STEP_MS[0]:.2f}", f"{100 * t / (t + STEP_MS[1] / 1e3):.0f}-"
@@ -197,7 +196,7 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["link", "GB/s", "all-reduce", "÷ compute", "no-overlap share", "in backward?"], rows,
               name="llama_links")
     rep.note("InfiniBand's 40, Ethernet's 10 GB/s: 80 % of their peaks; NVLink's 450: its whole peak")
-    rep.values(volume_gb=ring_allreduce_bytes_per_device(p, grads) / 1e9,
+    rep.values(volume_gb=RING_ALLREDUCE.busiest_bytes(p, grads) / 1e9,
                t_nvlink_ms=times[CS336_NVLINK.name] * 1e3,
                t_ib_ms=times[CS336_INFINIBAND.name] * 1e3, t_eth_ms=times[CS336_ETHERNET.name] * 1e3,
                backward_ms=backward * 1e3,
@@ -210,18 +209,18 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     calls = 2 * m.layers
     tp_notes = tp_step_bytes_per_device(m.layers, act, p)
     tp_ag = tp_step_bytes_per_device(m.layers, act, p, per_call="all-gather")
-    dp = ring_allreduce_bytes_per_device(p, m.params * FP16)
+    dp = RING_ALLREDUCE.busiest_bytes(p, m.params * FP16)
     calls_tp = [CollectiveCall("all-gather", "activation, forward", m.layers, act),
                 CollectiveCall("reduce-scatter", "its gradient, backward", m.layers, act)]
-    rows, ring_rounds = [], algorithm("ring all-reduce").rounds(p)
+    rows, ring_rounds = [], RING_ALLREDUCE.rounds(p)
     for name, n_calls, nbytes, rounds, t in [
             ("DP: all-reduce of 26 GB", 1, dp, ring_rounds,
-             lambda lk: ring_allreduce_time(p, m.params * FP16, lk)),
+             lambda lk: RING_ALLREDUCE.time(p, m.params * FP16, lk)),
             ("TP, the notes: 2L all-reduce-sized", calls, tp_notes, calls * ring_rounds,
-             lambda lk: calls * ring_allreduce_time(p, act, lk)),
+             lambda lk: calls * RING_ALLREDUCE.time(p, act, lk)),
             ("TP: L all-gathers + L reduce-scatters", calls, tp_ag,
-             sum(c.calls * c.rounds_per_call(p) for c in calls_tp),
-             lambda lk: sum(c.time(p, lk) for c in calls_tp))]:
+             sum(c.calls * c.ring.rounds(p) for c in calls_tp),
+             lambda lk: sum(c.calls * c.ring.time(p, c.nbytes, lk) for c in calls_tp))]:
         rows.append([name, n_calls, fmt_bytes(nbytes), rounds, fmt_time(t(CS336_NVLINK)),
                      fmt_time(t(CS336_INFINIBAND))])
     rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows,
@@ -232,7 +231,7 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     one_call = col.traffic("ring all-gather", NOTES_P, 4000).busiest_sent / 4000
     rep.values(act_5120_b=act, act_5120_mib=act / MiB, act_5120_mb=act / 1e6, tp_calls=calls,
                dp_calls=sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)),
-               dp_step_LW=ring_allreduce_bytes_per_device(NOTES_P, 1.0), tp_call_A=one_call,
+               dp_step_LW=RING_ALLREDUCE.busiest_bytes(NOTES_P, 1.0), tp_call_A=one_call,
                tp_step_LA=2 * one_call,
                tp_step_mb=tp_ag / 1e6, tp_step_mib=tp_ag / MiB, tp_step_doubled_mb=tp_notes / 1e6,
                tp_step_doubled_mib=tp_notes / MiB, tp_over_dp=tp_ag / dp, tp_doubled_over_dp=tp_notes / dp,
@@ -303,9 +302,9 @@ def four_gpu_traffic_rows(p: int, mb: int, stages: int, act: float) -> list[list
     rows = []
     for way, calls in collectives.items():
         rows.append([way, " + ".join(f"{c.calls} {c.kind}" for c in calls), sum(c.calls for c in calls),
-                     fmt_bytes(sum(c.bytes_per_device(p) for c in calls), binary=True),
-                     fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
-                     fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
+                     fmt_bytes(sum(c.calls * c.ring.busiest_bytes(p, c.nbytes) for c in calls), binary=True),
+                     fmt_time(sum(c.calls * c.ring.time(p, c.nbytes, CS336_NVLINK) for c in calls)),
+                     fmt_time(sum(c.calls * c.ring.time(p, c.nbytes, CS336_INFINIBAND) for c in calls))])
     sends = 2 * mb if stages > 1 else 0
     pp_bytes = pp_step_bytes_per_device(act) if stages > 1 else 0.0
     pp_t = {lk.name: pp_step_send_time(mb, act, lk) if stages > 1 else 0.0

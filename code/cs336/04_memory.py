@@ -26,16 +26,15 @@ import math
 import re
 
 from common.cli import UsageError, make_parser, run_main
-from common.costmodel import (
-    CS336_INFINIBAND,
-    CS336_NVLINK,
-    CollectiveCall,
+from common.costmodel_collectives import CollectiveCall
+from common.costmodel_steps import (
     pp_step_bytes_per_device,
     pp_step_send_time,
     zero_step_bytes_per_device,
     zero_step_collectives,
 )
 from common.flags import positive_int
+from common.link import CS336_INFINIBAND, CS336_NVLINK
 from common.output import Report, fmt_bytes, fmt_time
 from common.units import GiB
 from cs336 import ledger as lg
@@ -163,7 +162,7 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     # all-reduce (then broadcasts each shard from its owner).
     notes_zero1 = notes_zero1_collectives(FP16 * P)
     ranks = max(p, 2)   # the ratio is the same for every p >= 2; at p = 1 nothing is sent at all
-    notes_zero1_bytes = sum(c.bytes_per_device(ranks) for c in notes_zero1)
+    notes_zero1_bytes = sum(c.calls * c.ring.busiest_bytes(ranks, c.nbytes) for c in notes_zero1)
     ddp_bytes = zero_step_bytes_per_device("DDP", ranks, FP16 * P)
     rep.values(comm_ddp=comm["DDP"], comm_zero1=comm["ZeRO-1"], comm_zero2=comm["ZeRO-2"],
                comm_zero3=comm["ZeRO-3"], comm_zero1_notes=" + ".join(SHORT[c.kind] for c in notes_zero1),
@@ -214,14 +213,14 @@ def zero_traffic_table(rep: Report, args: argparse.Namespace) -> None:
               for stage in lg.STAGES]
     stages.insert(2, ("ZeRO-1 (notes' text)", "ZeRO-1", notes_zero1_collectives(FP16 * P)))
     for label, stage, calls in stages:
-        sent = sum(c.bytes_per_device(p) for c in calls)
+        sent = sum(c.calls * c.ring.busiest_bytes(p, c.nbytes) for c in calls)
         ddp_bytes = sent if ddp_bytes is None else ddp_bytes
         notes = "-" if label == "ZeRO-1" else rep.notes_text(f"CS-zero-comm-{stage.lower().replace('-', '')}")
         rows.append([label + (" (paper)" if label == "ZeRO-1" else ""),
                      " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls), notes, fmt_bytes(sent),
                      f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
-                     fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
-                     fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
+                     fmt_time(sum(c.calls * c.ring.time(p, c.nbytes, CS336_NVLINK) for c in calls)),
+                     fmt_time(sum(c.calls * c.ring.time(p, c.nbytes, CS336_INFINIBAND) for c in calls))])
     rep.table(["stage", "collectives per step", "notes", "bytes per rank", "× DDP", "NVLink", "InfiniBand"],
               rows, name="zero_traffic")
 
@@ -289,8 +288,8 @@ def megatron_traffic_rows(args: argparse.Namespace, stage_layers: int, micro: in
             rows.append([axis, 1, "-", 0, "0 B", "-"])
             continue
         rows.append([axis, ways, link.name.split(" (")[0], sum(c.calls for c in calls),
-                     fmt_bytes(sum(c.bytes_per_device(ways) for c in calls)),
-                     fmt_time(sum(c.time(ways, link) for c in calls))])
+                     fmt_bytes(sum(c.calls * c.ring.busiest_bytes(ways, c.nbytes) for c in calls)),
+                     fmt_time(sum(c.calls * c.ring.time(ways, c.nbytes, link) for c in calls))])
     pp_row = ["PP", pp, CS336_INFINIBAND.name.split(" (")[0], 2 * micro if pp > 1 else 0,
               fmt_bytes(pp_step_bytes_per_device(micro * act) if pp > 1 else 0),
               fmt_time(pp_step_send_time(micro, micro * act, CS336_INFINIBAND)) if pp > 1 else "-"]

@@ -29,8 +29,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from common import costmodel as cm
 from common.cli import UsageError, make_parser, run_main
+from common.collectives import algorithm
+from common.costmodel_steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
 from common.launch import ask_gloo, gloo_lacks, launch
 from common.output import MOVED_SHARE, Report, fmt_bytes
 from common.run_cost import Cost, Term
@@ -304,7 +305,7 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
             r["log"].per_step(args.steps, ("send",)),
             r["log"].per_step(args.steps, ("recv",))[0],
         )
-        f_sends, f_sent = cm.pp_step_traffic(k, rank, args.micro_batches, args.batch, args.width, ELEM)
+        f_sends, f_sent = pp_step_traffic(k, rank, args.micro_batches, args.batch, args.width, ELEM)
         rows.append([rank, f"{layers.start}–{layers.stop - 1}", sends, f_sends, recvs, fmt_bytes(sent),
                      fmt_bytes(f_sent)])
     rep.table(["rank", "layers", "sends a step", "sends by the formula", "receives a step",
@@ -344,19 +345,19 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
     k, L, d, b, m = args.world_size, args.layers, args.width, args.batch, args.micro_batches
     n, act = L * d * d, b * d * ELEM
     busiest = max(range(k), key=lambda r: ranks[r]["PP"]["log"].sent.get("send", 0))
-    cases = [("DP", ("all_reduce",), 0, cm.dp_step_traffic(k, L, d, ELEM),
-              f"2(p−1)/p·Pe {fmt_bytes(cm.ring_bytes_sent('all_reduce', k, n * ELEM))}"),
-             ("TP", ("all_gather", "reduce_scatter"), 0, cm.tp_step_traffic(k, L, d, b, ELEM),
-              f"2L·2(p−1)/p·A {fmt_bytes(2 * L * cm.ring_bytes_sent('all_reduce', k, act))}"),
-             (f"PP rank {busiest}", ("send",), busiest, cm.pp_step_traffic(k, busiest, m, b, d, ELEM),
+    cases = [("DP", ("all_reduce",), 0, dp_step_traffic(k, L, d, ELEM),
+              f"2(p−1)/p·Pe {fmt_bytes(algorithm('ring all-reduce').busiest_bytes(k, n * ELEM))}"),
+             ("TP", ("all_gather", "reduce_scatter"), 0, tp_step_traffic(k, L, d, b, ELEM),
+              f"2L·2(p−1)/p·A {fmt_bytes(2 * L * algorithm('ring all-reduce').busiest_bytes(k, act))}"),
+             (f"PP rank {busiest}", ("send",), busiest, pp_step_traffic(k, busiest, m, b, d, ELEM),
               f"A per boundary {fmt_bytes(act)}")]
-    cases += [(z, ("reduce_scatter", "all_gather"), 0, cm.zero_step_traffic(k, n, ELEM), "")
+    cases += [(z, ("reduce_scatter", "all_gather"), 0, zero_step_traffic(k, n, ELEM), "")
               for z in ("ZeRO-1", "ZeRO-2")]
     rows, agree = [], True
     for name, ops, rank, (f_calls, f_sent), notes_sent in cases:
         key = name.split()[0]
         counted = [r[key]["log"].per_step(args.steps, ops) for r in ranks]
-        formulas = [cm.pp_step_traffic(k, r, m, b, d, ELEM)
+        formulas = [pp_step_traffic(k, r, m, b, d, ELEM)
                     for r in range(k)] if key == "PP" else [(f_calls, f_sent)] * k
         equal = all(c == f[0] and math.isclose(s, f[1], rel_tol=1e-12)
                     for (c, s), f in zip(counted, formulas))
@@ -367,10 +368,10 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
                "bytes by the formula", "all ranks as it", "notes' estimate"], rows, name="traffic")
     rep.record("counted_equals_formula", agree)
     rep.note(f"e = {ELEM} B, A = B·d·e. Bytes: a collective's are the ring model's price of each counted "
-             "call (costmodel.ring_bytes_sent at the call's size: what NCCL's ring sends), PP's sends are "
-             "counted (what went on the wire). DP all-reduces each W apart: L calls where the notes count "
-             "one (the same bytes). TP's calls send (p−1)/p each, the notes charge 2(p−1)/p. ZeRO's RS + AG "
-             "move one all-reduce.")
+             "call (common.collectives' ring busiest_bytes at the call's size: what NCCL's ring sends), "
+             "PP's sends are counted (what went on the wire). DP all-reduces each W apart: L calls where "
+             "the notes count one (the same bytes). TP's calls send (p−1)/p each, the notes charge "
+             "2(p−1)/p. ZeRO's RS + AG move one all-reduce.")
     rep.note("not what gloo ran here: gloo runs each reduce-scatter (TP's backward, ZeRO's gradients) as "
              "an all-reduce of every chunk (the profiler's gloo spans say so: common/gloo_ran.py), "
              "which a ring prices at 2(p−1)/p of the input a rank where a reduce-scatter's is (p−1)/p. The "

@@ -38,8 +38,8 @@ from torch import nn
 # Imported here, before the ranks fork, so they inherit it (it imports torch._dynamo: ~2 s each otherwise).
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from common import costmodel as cm
 from common.cli import UsageError, make_parser, run_main
+from common.costmodel_steps import pp_step_traffic
 from common.dist_count import counting
 from common.launch import launch, under_torchrun
 from common.output import MOVED_SHARE, Report, fmt_bytes
@@ -343,7 +343,7 @@ def part4_sends(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[d
     for key, (kind, m) in runs.items():
         v = VIRTUAL if kind == "interleaved" else 1
         # rank r's virtual stages r, r + S, …, each a stage of an S·v-stage pipeline of the same batch
-        formula = [[cm.pp_step_traffic(s * v, j, m, args.batch, args.width, ELEM) for j in range(r, s * v, s)]
+        formula = [[pp_step_traffic(s * v, j, m, args.batch, args.width, ELEM) for j in range(r, s * v, s)]
                    for r in range(s)]
         sends, f_sends = ([r[key]["sends"] for r in ranks], [sum(c for c, _ in f) for f in formula])
         sent, f_sent = sum(r[key]["sent"] for r in ranks), sum(b for f in formula for _, b in f)

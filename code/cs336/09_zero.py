@@ -40,15 +40,18 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from common import costmodel as cm
 from common import gloo_ran
 from common.cli import UsageError, make_parser, run_main
+from common.collectives import algorithm
+from common.costmodel_steps import zero_step_bytes_per_device, zero_step_collectives
 from common.dist_count import counting
 from common.launch import launch
 from common.output import MOVED_SHARE, Report, fmt_bytes
 from common.run_cost import Cost, Term
 from cs336 import ledger, mlp
 from cs336.engine_probes import calls_text, collectives_by_kind, local_elements
+
+RING_ALL_GATHER = algorithm("ring all-gather")
 
 ELEM = 8                # float64: parameters and gradients 8 B an element, Adam's m and v 16 B
 ENGINES = {"ZeRO-1": "ZeroRedundancyOptimizer(Adam) under DDP",
@@ -266,7 +269,7 @@ def part2_note(rep: Report, args: argparse.Namespace) -> None:
 def formula(stage: str, param_bytes: float, layers: int, per_unit: bool) -> dict[str, tuple[int, float]]:
     """zero_step_collectives per kind; per_unit: FSDP2 communicates a unit (a layer) at a time."""
     out: dict[str, tuple[int, float]] = {}
-    for c in cm.zero_step_collectives(stage, param_bytes, layers if stage == "ZeRO-3" else 1):
+    for c in zero_step_collectives(stage, param_bytes, layers if stage == "ZeRO-3" else 1):
         calls = c.calls * (layers if per_unit and stage != "ZeRO-3" else 1)
         n, b = out.get(c.kind, (0, 0))
         out[c.kind] = (n + calls, b + c.calls * c.nbytes)
@@ -317,8 +320,8 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
     rep.table(["engine", "collective", "calls, bytes handed", "by the cost model", "gloo ran for them",
                "every rank"], rows, name="collectives")
     unseen = rep.value("unseen", max(r[e]["unseen"] or 0 for r in ranks for e in ENGINES))
-    notes_z1 = cm.zero_step_bytes_per_device("ZeRO-1", k, whole)
-    ours_z1 = cm.zero_step_bytes_per_device("DDP", k, whole) + cm.ring_all_gather_bytes_per_device(k, whole)
+    notes_z1 = zero_step_bytes_per_device("ZeRO-1", k, whole)
+    ours_z1 = zero_step_bytes_per_device("DDP", k, whole) + RING_ALL_GATHER.busiest_bytes(k, whole)
     rep.value("zero1_over_notes", ours_z1 / notes_z1)
     rep.note("handed: what the process group was handed in the last step (the second rebuilds DDP's "
              "buckets), a call's whole buffer (an all-gather's output); the cost model: the notes' ZeRO "

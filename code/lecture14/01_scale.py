@@ -25,11 +25,7 @@ import math
 from dataclasses import dataclass
 
 from common.cli import link_from_args, make_parser, run_main
-from common.costmodel import (
-    parameter_server_time,
-    ring_allreduce_bytes_per_device,
-    ring_allreduce_time,
-)
+from common.collectives import algorithm
 from common.output import Report, fmt_bytes, fmt_time
 from lecture14 import collectives as col
 
@@ -197,15 +193,16 @@ def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
              "all-reduce beside it")
     ks = ks_up_to(args.world_size)
     rows, worker_bytes, server_bytes = [], [], []
+    server = algorithm("parameter server").time
     for k in ks:
         moved = parameter_server_step_bytes(k, n)
         worker_bytes.append(max(v for who, v in moved.items() if who != "server"))
         server_bytes.append(moved["server"])
         rows.append([k, fmt_bytes(worker_bytes[-1]), fmt_bytes(server_bytes[-1]),
-                     fmt_time(parameter_server_time(k, n, link)),
-                     fmt_time(parameter_server_time(k, n, link, duplex=True)),
-                     fmt_bytes(2 * ring_allreduce_bytes_per_device(k, n)),
-                     fmt_time(ring_allreduce_time(k, n, link))])
+                     fmt_time(server(k, n, link)),
+                     fmt_time(server(k, n, link) / 2),  # a duplex link: its two rounds at once
+                     fmt_bytes(2 * algorithm("ring all-reduce").busiest_bytes(k, n)),
+                     fmt_time(algorithm("ring all-reduce").time(k, n, link))])
     rep.table(["K", "busiest worker s+r", "server s+r", "server time", "server time, duplex",
                "ring: device s+r", "ring time"], rows, name="ps_traffic")
     rep.values(ps_ks=", ".join(map(str, ks)),

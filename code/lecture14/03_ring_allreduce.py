@@ -29,16 +29,9 @@ import numpy as np
 
 from common.cli import Bound, UsageError, link_from_args, make_parser, run_main
 from common.collectives import algorithm
-from common.costmodel import (
-    ALLREDUCE_ALGORITHMS,
-    Link,
-    allreduce_traffic_bytes,
-    best_broadcast_segments,
-    best_integer_segments,
-    continuous_best_segments,
-    ring_broadcast_time,
-)
+from common.costmodel import best_broadcast_segments, best_integer_segments, continuous_best_segments
 from common.flags import size_bytes
+from common.link import Link
 from common.output import Report, bar, fmt_bytes, fmt_num, fmt_time
 from lecture14 import collectives as col
 from lecture14 import figures, ring_views
@@ -60,11 +53,12 @@ BOUNDS = {"world_size": Bound(2048, "Part 1 counts each of the ring's 2K(K−1) 
 FP_K, FP_SEED = 64, 0
 BAR_WIDTH = 25  # Part 3's bars: the segments table stays within the page
 
-ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from common.collectives)
-    name: (simulate, algorithm(ALLREDUCE_ALGORITHMS[name]).rounds)
-    for name, simulate in (("ring", col.ring_allreduce), ("tree", col.tree_allreduce),
-                           ("naive", col.naive_allreduce), ("parameter server", col.parameter_server))
-}
+# Part 2's all-reduce algorithms (common.collectives' names), each with its simulation; the table
+# names each without " all-reduce" ("ring", "tree", "naive", "parameter server").
+ALGORITHMS = {name: (simulate, algorithm(name)) for name, simulate in (
+    ("ring all-reduce", col.ring_allreduce), ("tree all-reduce", col.tree_allreduce),
+    ("naive all-reduce", col.naive_allreduce), ("parameter server", col.parameter_server))}
+BROADCAST = algorithm("pipelined ring broadcast")  # Part 3's
 
 
 def main() -> None:
@@ -179,16 +173,17 @@ def traffic_rows(ks: list[int], elems: int) -> tuple[list[list], dict[int, float
     rows, ring_ratio, all_match = [], {}, True
     for k in ks:
         inputs = [rng.standard_normal(elems).astype(np.float32) for _ in range(k)]
-        for name, (simulate, rounds_formula) in ALGORITHMS.items():
+        for full_name, (simulate, alg) in ALGORITHMS.items():
+            name = full_name.removesuffix(" all-reduce")
             res = simulate(inputs)
-            busiest, total = allreduce_traffic_bytes(name, k, nbytes)
-            rounds_and_total = res.n_rounds == rounds_formula(k) and res.total_sent == total
+            busiest, total = alg.busiest_bytes(k, nbytes), alg.total_bytes(k, nbytes)
+            rounds_and_total = res.n_rounds == alg.rounds(k) and res.total_sent == total
             match = rounds_and_total and res.busiest_sent == busiest
             # The busiest device's closed form assumes chunks of N/K; rounds and total hold regardless.
             uneven = name == "ring" and elems % k != 0
             all_match &= match or (uneven and rounds_and_total)
             # The closed forms' own figures are shown only where they differ from the simulation's.
-            closed = f"{rounds_formula(k)} rounds, busiest {fmt_bytes(busiest)}, total {fmt_bytes(total)}"
+            closed = f"{alg.rounds(k)} rounds, busiest {fmt_bytes(busiest)}, total {fmt_bytes(total)}"
             rows.append([str(k), name, res.n_rounds, fmt_bytes(res.busiest_sent), res.busiest_sent / nbytes,
                          fmt_bytes(res.total_sent), "yes" if match else (
                              f"no: N/K not whole (busiest {fmt_bytes(busiest)})" if uneven
@@ -237,13 +232,13 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  tick simulation equals the closed form (ticks exactly, time to rounding): "
              f"{'yes' if sim_ok else 'NO'}")
     s_cont = continuous_best_segments(k, n, link)
-    t_best, t_one = ring_broadcast_time(k, n, link, best_pow2), ring_broadcast_time(k, n, link, 1)
+    t_best, t_one = BROADCAST.time(k, n, link, best_pow2), BROADCAST.time(k, n, link, 1)
     rep.line(f"  best power of two S = {best_pow2}: {fmt_time(t_best)}; unsplit: {fmt_time(t_one)}; "
              f"S >> K without α: N/β = {fmt_time(n / link.beta_Bps)}")
     if link.alpha_s > 0 and k > 2:
         best_int = best_integer_segments(k, n, link)
         rep.line(f"  continuous optimum S* = sqrt((K-2)·N/(α·β)) = {fmt_num(s_cont)}; best integer S = "
-                 f"{best_int}: {fmt_time(ring_broadcast_time(k, n, link, best_int))}")
+                 f"{best_int}: {fmt_time(BROADCAST.time(k, n, link, best_int))}")
     else:
         rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
                  "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
@@ -257,10 +252,10 @@ def segments_table(rep: Report, k: int, n: int, link: Link, top: int) -> tuple[d
     """Part 3's table, S = 1, 2, 4 … 2**top: the tick simulation (where it stays small) against the
     closed form. Returns the simulated times by S and whether ticks and times all agree."""
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
-    ticks = algorithm("pipelined ring broadcast").rounds  # K-2+S, from common.collectives
-    scale = max(ring_broadcast_time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
+    ticks = BROADCAST.rounds  # K-2+S, from common.collectives
+    scale = max(BROADCAST.time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
     for s in (2**i for i in range(top + 1)):
-        formula = ring_broadcast_time(k, n, link, s)
+        formula = BROADCAST.time(k, n, link, s)
         if (k - 1) * s <= MAX_SIMULATED_MESSAGES:
             res = col.pipelined_ring_broadcast(n, k, s)
             sim_times[s] = res.time(link)
@@ -285,15 +280,15 @@ def notes_setting_values(rep: Report, run: tuple[int, int, Link]) -> None:
                  f"{link.describe()}")
     best = best_broadcast_segments(k, n, link)
     no_alpha = Link(0.0, link.beta_Bps)
-    rep.values(limit_over_n_b=ring_broadcast_time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps),
-               best_s=best, best_s_ms=ring_broadcast_time(k, n, link, best) * 1e3,
+    rep.values(limit_over_n_b=BROADCAST.time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps),
+               best_s=best, best_s_ms=BROADCAST.time(k, n, link, best) * 1e3,
                best_integer_s=best_integer_segments(k, n, link),
-               best_integer_s_ms=ring_broadcast_time(k, n, link, best_integer_segments(k, n, link)) * 1e3,
-               best_s_ticks=algorithm("pipelined ring broadcast").rounds(k, best),
+               best_integer_s_ms=BROADCAST.time(k, n, link, best_integer_segments(k, n, link)) * 1e3,
+               best_s_ticks=BROADCAST.rounds(k, best),
                best_s_tick_us=(link.alpha_s + n / best / link.beta_Bps) * 1e6,
-               unsplit_ms=ring_broadcast_time(k, n, link, 1) * 1e3, unsplit_ticks=k - 1,
+               unsplit_ms=BROADCAST.time(k, n, link, 1) * 1e3, unsplit_ticks=k - 1,
                unsplit_tick_ms=(link.alpha_s + n / link.beta_Bps) * 1e3,
-               unsplit_no_alpha_ms=ring_broadcast_time(k, n, no_alpha, 1) * 1e3)
+               unsplit_no_alpha_ms=BROADCAST.time(k, n, no_alpha, 1) * 1e3)
 
 
 def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:

@@ -29,18 +29,11 @@ import torch.distributed as dist
 
 from common import checker
 from common.cli import UsageError, link_from_args, make_parser, run_main
-from common.costmodel import (
-    ALLREDUCE_TIMES,
-    ETHERNET,
-    INFINIBAND,
-    NVLINK,
-    Link,
-    ring_allreduce_time,
-    ring_naive_crossover_bytes,
-    ring_tree_crossover_bytes,
-)
+from common.collectives import algorithm
+from common.costmodel import COMPARED_ALLREDUCES, ring_naive_crossover_bytes, ring_tree_crossover_bytes
 from common.flags import positive_float, positive_int
 from common.launch import launch
+from common.link import ETHERNET, INFINIBAND, NVLINK, Link
 from common.output import Report, fmt_bytes, fmt_time
 from common.run_cost import Cost, Term
 from lecture14 import alpha_beta_numerics as num
@@ -92,7 +85,9 @@ def main() -> None:
 
 
 def allreduce_times(k: int, nbytes: float, link: Link) -> dict[str, float]:
-    return {name: fn(k, nbytes, link) for name, fn in ALLREDUCE_TIMES.items()}
+    """Each compared algorithm's time, by its name in the tables ("ring", "tree", "naive")."""
+    return {name.removesuffix(" all-reduce"): algorithm(name).time(k, nbytes, link)
+            for name in COMPARED_ALLREDUCES}
 
 
 def winner(times: dict[str, float]) -> str:
@@ -104,7 +99,7 @@ def winner(times: dict[str, float]) -> str:
 def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: float) -> float:
     """All-reduce time / (all-reduce + forward/backward), no overlap; P cancels when α = 0."""
     compute = 6 * params * tokens / flops_per_s
-    comm = ring_allreduce_time(k, GRAD_BYTES_PER_PARAM * params, link)
+    comm = algorithm("ring all-reduce").time(k, GRAD_BYTES_PER_PARAM * params, link)
     return comm / (comm + compute)
 
 
@@ -135,7 +130,7 @@ def model_times_table(rep: Report, k: int, link: Link) -> None:
     for n in MODEL_SIZES:
         times = allreduce_times(k, n, link)
         winners[n] = winner(times)
-        rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
+        rows.append([fmt_bytes(n)] + [fmt_time(t) for t in times.values()] + [winners[n]])
     # The notes name the fastest at five of these sizes: their word beside ours, decided just below.
     for row, n in zip(rows, MODEL_SIZES):
         row.append(rep.notes_text(NOTES_FASTEST[n][1]) if n in NOTES_FASTEST else "-")
@@ -150,11 +145,11 @@ def model_times_table(rep: Report, k: int, link: Link) -> None:
 def ring_crossovers(rep: Report, k: int, link: Link) -> dict[str, float | None]:
     """Where the ring's time meets the tree's and the naive one's: the closed form, checked against
     a numeric search (None where they never cross at a size of a byte or more)."""
-    ring = lambda n: ring_allreduce_time(k, n, link)  # noqa: E731 - small closures for the search
+    ring = lambda n: algorithm("ring all-reduce").time(k, n, link)  # noqa: E731 - small closures for the search
     others = {"tree": ring_tree_crossover_bytes(k, link), "naive": ring_naive_crossover_bytes(k, link)}
     crossovers: dict[str, float | None] = {}
     for name, closed in others.items():
-        other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
+        other = lambda n, name=name: algorithm(f"{name} all-reduce").time(k, n, link)  # noqa: E731
         searched = num.numeric_crossover(ring, other, *num.search_range(link))
         below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
         crossovers[name] = None if below_a_byte else closed

@@ -24,7 +24,8 @@ import torch.distributed as dist
 from torch import nn
 
 from common.cli import UsageError, link_from_args, make_parser, run_main
-from common.costmodel import data_parallel_speedup, ring_allreduce_time
+from common.collectives import algorithm
+from common.costmodel import data_parallel_speedup
 from common.flags import positive_float, positive_int
 from common.launch import ask_gloo, gloo_lacks, launch, preload_for_ddp, rank_device
 from common.output import MOVED_SHARE, Report, fmt_bytes, fmt_time
@@ -309,7 +310,7 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
     link, t1 = link_from_args(args), args.step_ms * 1e-3
     rep.line(f"  T1 = {args.step_ms:g} ms, {link.describe()}, MB = 1e6 B")
     ks = sorted({1, 2, 4, 8, 16, 32, 64, args.world_size})
-    comms = {k: [ring_allreduce_time(k, mb * 1e6, link) for mb in GRAD_SIZES_MB] for k in ks}
+    comms = {k: [algorithm("ring all-reduce").time(k, mb * 1e6, link) for mb in GRAD_SIZES_MB] for k in ks}
     rows = [[k, fmt_time(t1 / k), *map(fmt_time, comm), *[data_parallel_speedup(t1, k, c) for c in comm]]
             for k, comm in comms.items()]
     rep.table(["K", "T1/K", *[f"T_comm {mb} MB" for mb in GRAD_SIZES_MB],
@@ -317,11 +318,11 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
     rep.note("compute shrinks as 1/K while the ring's time tends to 2N/β: the speedup saturates "
              "(and even falls once the 2(K − 1)·α latency grows).")
     for mb, k in ((10, 8), (100, 8), (400, 2)):  # the notes' three cases
-        comm = ring_allreduce_time(k, mb * 1e6, link)
+        comm = algorithm("ring all-reduce").time(k, mb * 1e6, link)
         rep.values(**{f"speedup_{mb}mb_{k}gpus": data_parallel_speedup(t1, k, comm),
                       f"t_comm_{mb}mb_{k}gpus_ms": comm * 1e3})
     fraction = 1 / 1.4 - 1 / 2  # T1/K + T_comm ≤ T1/1.4 with K = 2
-    comm_big = [ring_allreduce_time(kk, 100e6, link) for kk in (8, 64)]
+    comm_big = [algorithm("ring all-reduce").time(kk, 100e6, link) for kk in (8, 64)]
     big = [data_parallel_speedup(t1, kk, comm) for kk, comm in zip((8, 64), comm_big)]
     rep.values(step_ms=args.step_ms, hw5_comm_budget=fraction, speedup_100mb_64gpus=big[1],
                speedup_gain_8_to_64=big[1] / big[0], t_comm_100mb_64gpus_ms=comm_big[1] * 1e3)

@@ -24,20 +24,14 @@ import math
 import numpy as np
 
 from common.cli import make_parser, run_main
+from common.collectives import algorithm
 from common.costmodel import (
-    NOTES_LINK,
-    Link,
     best_integer_segments,
     continuous_best_segments,
     data_parallel_speedup,
-    naive_allreduce_time,
-    parameter_server_time,
-    ring_allreduce_bytes_per_device,
-    ring_allreduce_time,
-    ring_broadcast_time,
     ring_naive_crossover_bytes,
-    tree_allreduce_time,
 )
+from common.link import NOTES_LINK, Link
 from common.output import Report, fmt_bytes, fmt_time
 from lecture14.collectives import (
     Sym,
@@ -48,6 +42,11 @@ from lecture14.collectives import (
     ring_allreduce,
     symbolic_inputs,
 )
+
+NAIVE_ALLREDUCE = algorithm("naive all-reduce")
+BROADCAST = algorithm("pipelined ring broadcast")
+RING_ALLREDUCE = algorithm("ring all-reduce")
+TREE_ALLREDUCE = algorithm("tree all-reduce")
 
 HOUR, DAY = 3600.0, 86400.0
 FEATURES = 16  # exercise 12's linear model: enough weights for reordered float32 sums to differ
@@ -123,7 +122,7 @@ def ex4_ring_bytes(rep: Report, args: argparse.Namespace) -> None:
     for k in (2, 3, 4, 5, 8, 16):
         res = ring_allreduce([np.full(n_floats, float(r), dtype=np.float32) for r in range(k)])
         n = 4 * n_floats
-        formula = ring_allreduce_bytes_per_device(k, n)
+        formula = RING_ALLREDUCE.busiest_bytes(k, n)
         if n_floats % k == 0:
             exact &= bool(np.all(res.sent == formula))
         else:  # chunks differ by one element: device r skips chunk r+1 (reduce-scatter) and r+2 (all-gather)
@@ -140,8 +139,8 @@ def ex4_ring_bytes(rep: Report, args: argparse.Namespace) -> None:
 def ex5_ring_time(rep: Report) -> None:
     rep.part(5, "exercise 5 — ring all-reduce, K = 16, N = 1 GB, β = 25 GB/s, α = 10 µs")
     k, n, link = 16, 1e9, Link(10e-6, 25e9)
-    total = ring_allreduce_time(k, n, link)
-    latency = total - ring_allreduce_time(k, n, Link(0.0, link.beta_Bps))
+    total = RING_ALLREDUCE.time(k, n, link)
+    latency = total - RING_ALLREDUCE.time(k, n, Link(0.0, link.beta_Bps))
     rep.values(ring_time_ms=total * 1e3, latency_ms=latency * 1e3, latency_share_pct=100 * latency / total)
 
 
@@ -149,26 +148,26 @@ def ex6_pipelined_broadcast(rep: Report) -> None:
     rep.part(6, "exercise 6 — ring broadcast of 100 MB on 4 devices at 10 GB/s, cut into S segments")
     k, n = 4, 100e6
     bw_only, with_alpha = Link(0.0, 10e9), Link(20e-6, 10e9)
-    unsplit, split = ring_broadcast_time(k, n, bw_only, 1), ring_broadcast_time(k, n, bw_only, 100)
+    unsplit, split = BROADCAST.time(k, n, bw_only, 1), BROADCAST.time(k, n, bw_only, 100)
     ticks = pipelined_ring_broadcast(int(n), k, 100)  # the tick-by-tick simulator as a check
-    assert math.isclose(ticks.time(with_alpha), ring_broadcast_time(k, n, with_alpha, 100))
+    assert math.isclose(ticks.time(with_alpha), BROADCAST.time(k, n, with_alpha, 100))
     rep.line(f"  simulated: S = 100 takes {ticks.n_rounds} ticks of {fmt_bytes(ticks.round_bytes()[0])}")
-    slow, unsplit_alpha = ring_broadcast_time(k, n, with_alpha, 100), ring_broadcast_time(k, n, with_alpha, 1)
+    slow, unsplit_alpha = BROADCAST.time(k, n, with_alpha, 100), BROADCAST.time(k, n, with_alpha, 1)
     rep.values(unsplit_ms=unsplit * 1e3, split_ms=split * 1e3, split_alpha_ms=slow * 1e3,
                unsplit_alpha=fmt_time(unsplit_alpha), split_alpha_over_unsplit=slow / unsplit_alpha)
     best = best_integer_segments(k, n, with_alpha)
     rep.line(f"  good, not best: the optimum is S ≈ {continuous_best_segments(k, n, with_alpha):.1f} "
-             f"(best integer {best}: {fmt_time(ring_broadcast_time(k, n, with_alpha, best))})")
+             f"(best integer {best}: {fmt_time(BROADCAST.time(k, n, with_alpha, best))})")
 
 
 def ex7_ring_naive_crossover(rep: Report) -> None:
     rep.part(7, "exercise 7 — message size where ring = all-to-rank-0 (K = 8, α = 5 µs, β = 25 GB/s)")
     k, link = 8, NOTES_LINK
     n = ring_naive_crossover_bytes(k, link)
-    assert math.isclose(ring_allreduce_time(k, n, link), naive_allreduce_time(k, n, link), rel_tol=1e-12)
+    assert math.isclose(RING_ALLREDUCE.time(k, n, link), NAIVE_ALLREDUCE.time(k, n, link), rel_tol=1e-12)
     rep.value("ring_naive_crossover_kb", n / 1e3)
-    rep.line(f"  both take {fmt_time(ring_allreduce_time(k, n, link))} there; the binary tree takes "
-             f"{fmt_time(tree_allreduce_time(k, n, link))}, faster than both (04_alpha_beta.py Part 1)")
+    rep.line(f"  both take {fmt_time(RING_ALLREDUCE.time(k, n, link))} there; the binary tree takes "
+             f"{fmt_time(TREE_ALLREDUCE.time(k, n, link))}, faster than both (04_alpha_beta.py Part 1)")
 
 
 def ex8_parameter_server(rep: Report) -> None:
@@ -178,10 +177,11 @@ def ex8_parameter_server(rep: Report) -> None:
     sim = parameter_server([np.zeros(1000, dtype=np.float32) for _ in range(k)])  # 4 KB stand-in for 2 GB
     ratio = sim.received[k] / sim.sent[0], sim.sent[k] / sim.received[0]
     rep.line(f"  simulated: the server receives {ratio[0]:g}× and sends {ratio[1]:g}× what one worker sends")
-    rep.values(server_s=parameter_server_time(k, n, link),
-               server_duplex_s=parameter_server_time(k, n, link, duplex=True),
-               ring_sent_gb=ring_allreduce_bytes_per_device(k, n) / 1e9,
-               ring_s=ring_allreduce_time(k, n, link))
+    server_s = algorithm("parameter server").time(k, n, link)
+    rep.values(server_s=server_s,
+               server_duplex_s=server_s / 2,  # a duplex link sends and receives at once: two rounds overlap
+               ring_sent_gb=RING_ALLREDUCE.busiest_bytes(k, n) / 1e9,
+               ring_s=RING_ALLREDUCE.time(k, n, link))
 
 
 def sample_weights(counts: list[int]) -> list[float]:
@@ -247,7 +247,7 @@ def ex11_speedup(rep: Report) -> None:
     rep.part(11, "exercise 11 — speedup without overlap: 100 ms step, 1 GB gradients, 25 GB/s, α = 0")
     link, t1, n = Link(0.0, 25e9), 0.100, 1e9
     for k in (2, 4, 8):
-        comm = ring_allreduce_time(k, n, link)
+        comm = RING_ALLREDUCE.time(k, n, link)
         rep.values(**{f"allreduce_k{k}_ms": comm * 1e3, f"speedup_k{k}": data_parallel_speedup(t1, k, comm)})
     limit = t1 / (2 * n / link.beta_Bps)  # K → ∞: compute → 0, all-reduce → 2N/β
     rep.line(f"  compute T1/K = {', '.join(f'{t1 / k * 1e3:g}' for k in (2, 4, 8))} ms; the all-reduce tends "

@@ -9,7 +9,6 @@ from typing import Callable
 import numpy as np
 
 from common.collectives import algorithm
-from common.costmodel import ring_allreduce_bytes_per_device
 from common.output import Report
 from lecture14 import collectives as col
 
@@ -62,7 +61,7 @@ def many_workers(rep: Report, k: int) -> tuple[col.Result, bool]:
     rep.table(["quantity", "counted", "closed form", "formula"], [
         ["rounds", res.n_rounds, algorithm("ring all-reduce").rounds(k), "2(K - 1)"],
         ["bytes each worker sends (fewest, most)", f"{res.sent.min():,}, {res.sent.max():,}",
-         f"{ring_allreduce_bytes_per_device(k, item * k):,.0f}", "2(K - 1)/K · N"],
+         f"{algorithm('ring all-reduce').busiest_bytes(k, item * k):,.0f}", "2(K - 1)/K · N"],
         ["largest message (B)", int(res.busiest_per_round.max()), item, "N/K"],
     ], name="ring_counts")
     return res, done

@@ -23,8 +23,9 @@ import argparse
 import time
 
 from common.cli import link_from_args, make_parser, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
 from common.flags import nonnegative_float, positive_float
+from common.link import Link
 from common.output import Report, fmt_bytes
 from common.units import fmt_ms
 from lecture15.ddp_sim import (
@@ -50,6 +51,8 @@ from lecture15.notes_calibration import (
     notes_bert_compute,
     notes_resnet_compute,
 )
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 # The notes' "25 MB" cap is 25 × 10^6 B (it gives their bucket counts; PyTorch's 25 MiB does not).
 EXPLICIT_25_MIB = 25 * MiB  # bucket_cap_mb=25 written out: every bucket, the first too, capped at 25 MiB
@@ -239,7 +242,7 @@ def cap0_costs(rep: Report, args: argparse.Namespace, results: dict, no_overlap:
                                                           for n, ln in columns))
     for n, ln in (col for col in columns if not slower[col]):
         tensors = len(specs[n].params)
-        latency = tensors * ring_allreduce_time(args.world_size, 0, links[ln])   # 2(K−1)α per all-reduce
+        latency = tensors * RING_ALLREDUCE.time(args.world_size, 0, links[ln])   # 2(K−1)α per all-reduce
         rep.note(f"{n}, {ln} link: cap 0 still wins; the latency it adds ({tensors} × 2(K−1)α = "
                  f"{fmt_ms(latency)} ms) is less than what overlap hides")
     single = [results[c][-1] for c in columns]

@@ -25,8 +25,9 @@ import math
 import numpy as np
 
 from common.cli import Bound, UsageError, link_from_args, make_parser, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
 from common.flags import positive_float, positive_int
+from common.link import Link
 from common.model_bounds import largest_fitting
 from common.output import Report, bar, fmt_bytes
 from lecture15.ddp_sim import (
@@ -102,8 +103,8 @@ def ring_terms(rep: Report, ks: list[int], link: Link) -> None:
     resnet = resnet50()
     rows, terms = [], []
     for k in sorted({2, max(2, ks[-1])}):
-        latency = ring_allreduce_time(k, 0, link)          # an empty all-reduce: 2(K−1)α
-        bandwidth = ring_allreduce_time(k, resnet.nbytes, link) - latency
+        latency = algorithm("ring all-reduce").time(k, 0, link)          # an empty all-reduce: 2(K−1)α
+        bandwidth = algorithm("ring all-reduce").time(k, resnet.nbytes, link) - latency
         rows.append([k, f"{latency * 1e3:.3f}", f"{bandwidth * 1e3:.2f}"])
         terms.append((latency, bandwidth))
     grow = [terms[-1][i] / terms[0][i] if terms[0][i] else None for i in (0, 1)]  # None: no term (α = 0)

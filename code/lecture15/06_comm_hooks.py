@@ -38,7 +38,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import UsageError, make_parser, run_main
-from common.costmodel import ring_allreduce_bytes_per_device
+from common.collectives import algorithm
 from common.dist_count import counting
 from common.launch import launch, preload_for_ddp
 from common.output import FLOAT32_MOVED_SHARE, Report, fmt_bytes, new_figure, refuse_still_weights
@@ -256,7 +256,7 @@ def predicted_calls(name: str, shapes: list[tuple[int, ...]]) -> list[int]:
 def ring_price(world: int, call_bytes: list[int]) -> float:
     """Ring model (costmodel): the bytes a rank would send for these all-reduces on a ring, 2(K−1)/K
     of each input. A price, not a measurement: gloo's own algorithm may route them otherwise."""
-    return sum(ring_allreduce_bytes_per_device(world, n) for n in call_bytes)
+    return sum(algorithm("ring all-reduce").busiest_bytes(world, n) for n in call_bytes)
 
 
 def max_gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:

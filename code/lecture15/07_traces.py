@@ -38,9 +38,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import UsageError, make_parser, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
 from common.launch import capture_stderr, launch, preload_for_ddp
 from common.leftovers import owned_folder
+from common.link import Link
 from common.output import Report, fmt_bytes
 from common.output_files import make_output_dir, write_json
 from common.run_cost import Cost, Term
@@ -55,6 +56,8 @@ from lecture15.ddp_sim import (
     simulate_backward,
 )
 from lecture15.model_vs_real import fit_ring, make_mlp
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 # reproduce.py passes --quick to every script; here it changes nothing, and says so
 QUICK_HELP = "accepted, and the run is the same: the default run is already short (one profiled step)"
@@ -258,7 +261,7 @@ def part1_link(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
     link, failed = fit_ring(k, SWEEP_BYTES, medians)
     if link is None:   # a loaded machine: the largest size alone still gives a bandwidth (α taken as 0)
         t, n = medians[-1], SWEEP_BYTES[-1]
-        link = Link(0.0, ring_allreduce_time(k, n, Link(0.0, 1.0)) / t, "the 1 MiB all-reduce alone")
+        link = Link(0.0, RING_ALLREDUCE.time(k, n, Link(0.0, 1.0)) / t, "the 1 MiB all-reduce alone")
         rep.line(f"  {failed}; using {link.describe()}")
     else:
         rep.line(f"  least-squares fit: {link.describe()}")
@@ -321,7 +324,7 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
     sizes, cap = ranks[0]["param_bytes"], args.bucket_cap_bytes
     ready = [statistics.fmean(r["ready"][i] for r in ranks) for i in range(len(sizes))]
     sim = simulate_backward(ready, sizes, assign_buckets(sizes, cap, cap),
-                            lambda n: ring_allreduce_time(args.world_size, n, link), overlap=True,
+                            lambda n: RING_ALLREDUCE.time(args.world_size, n, link), overlap=True,
                             names=ranks[0]["param_names"])
     rep.table(["step", "backward + exposed all-reduce (ms)", "first all-reduce starts (ms)"],
               [[name, f"{t.step_s * 1e3:.2f}", f"{t.first_comm_start_s * 1e3:.2f}"]

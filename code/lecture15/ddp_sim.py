@@ -26,10 +26,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
+from common.link import Link
 from common.timeline import Span, ascii_rows, gantt_row, painted
 from common.units import MB, MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
 from lecture15.models import FP32_BYTES, ModelSpec, Param, bert_large, resnet50
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 __all__ = [
     "MB", "MiB", "DEFAULT_FIRST_BUCKET_BYTES", "NOTES_FLOPS_PER_S", "FP32_BYTES",
@@ -274,7 +277,7 @@ def simulate_ddp(model: ModelSpec, world_size: int, link: Link, cap_bytes: int,
         order = registration if registration is not None else range(len(model.params))
         buckets = buckets_for_registration(model, list(order), cap_bytes, first_cap_bytes)
     return simulate_backward(gradient_ready_times(model, compute), model.param_bytes(), buckets,
-                             lambda nbytes: ring_allreduce_time(world_size, nbytes, link), overlap,
+                             lambda nbytes: RING_ALLREDUCE.time(world_size, nbytes, link), overlap,
                              [p.name for p in model.params], compute.forward_s(model))
 
 

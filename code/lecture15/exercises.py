@@ -26,7 +26,8 @@ import math
 import numpy as np
 
 from common.cli import make_parser, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
+from common.link import Link
 from common.output import Report
 from lecture15.ddp_sim import (
     MB,
@@ -38,6 +39,8 @@ from lecture15.ddp_sim import (
     skip_sync_step_s,
     throughput_speedup,
 )
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 SECTION3_LINK = Link(10e-6, 10e9, "§3's fast interconnect")   # the notes' §3 setting: 16 ranks
 SECTION3_RANKS = 16
@@ -166,7 +169,7 @@ def part4(rep: Report) -> None:
 
 def part5(rep: Report) -> None:
     model, k, link = resnet50(), SECTION3_RANKS, SECTION3_LINK
-    per_bucket_latency = ring_allreduce_time(k, 0, link)      # an empty all-reduce: 2(K−1)α
+    per_bucket_latency = RING_ALLREDUCE.time(k, 0, link)      # an empty all-reduce: 2(K−1)α
     cap0 = simulate_ddp(model, k, link, cap_bytes=0)
     serial = simulate_ddp(model, k, link, cap_bytes=10 * model.nbytes, overlap=False)
     rep.line(f"  ResNet-50, K = {k}, α = {link.alpha_s * 1e6:g} µs, β = {link.beta_Bps / 1e9:g} GB/s: any "
@@ -245,11 +248,11 @@ def part8(rep: Report) -> None:
 def part9(rep: Report) -> None:
     model = resnet50()
     k, link = SECTION3_RANKS, SECTION3_LINK
-    bitmap = ring_allreduce_time(k, len(model.params) * 4, link)
+    bitmap = RING_ALLREDUCE.time(k, len(model.params) * 4, link)
     rep.note("a bucket is one flat buffer of one dtype (the gradients' float); the usage bitmap is integers, "
              "and one bitmap for all parameters is smaller than one per bucket.")
     rep.line(f"  ResNet-50's {len(model.params)}-entry int32 bitmap, all-reduced at K = {k}: "
-             f"{bitmap * 1e3:.3f} ms, nearly all 2(K−1)α = {ring_allreduce_time(k, 0, link) * 1e3:.2f} ms")
+             f"{bitmap * 1e3:.3f} ms, nearly all 2(K−1)α = {RING_ALLREDUCE.time(k, 0, link) * 1e3:.2f} ms")
 
 
 def part10(rep: Report) -> None:

@@ -31,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from common.cli import UsageError, make_parser, run_main
-from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
+from common.collectives import algorithm
+from common.costmodel import fit_line_relative, ring_alpha_beta_from_line
 from common.flags import positive_int
+from common.link import Link
 from common.output import Report, fmt_bytes
 from common.run_cost import Cost, Term
 from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
@@ -199,7 +201,7 @@ def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any
     sizes, times = result["sizes"], result["allreduce_s"]
     link, failed = fit_ring(args.world_size, sizes, times)
     rows = [[fmt_bytes(n, binary=True), spread_ms(runs, 3),
-             f"{ring_allreduce_time(args.world_size, n, link) * 1e3:.3f}" if link else "-",
+             f"{algorithm('ring all-reduce').time(args.world_size, n, link) * 1e3:.3f}" if link else "-",
              f"{n / t / 1e9:.2f}"] for n, t, runs in zip(sizes, times, result["allreduce_runs"])]
     rep.table(["size", "measured, ms: median (min–max)", "fitted ring (ms)", "algbw (GB/s, median)"], rows,
               name="allreduce")
@@ -265,7 +267,7 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
         return
 
     def comm(nbytes: int) -> float:
-        return ring_allreduce_time(args.world_size, nbytes, link)
+        return algorithm("ring all-reduce").time(args.world_size, nbytes, link)
 
     overlapped = simulate_backward(result["ready_s"], sizes, buckets, comm, overlap=True,
                                    names=result["param_names"], forward_s=result["forward_s"])

@@ -17,7 +17,8 @@ import random
 from types import ModuleType
 from typing import Any
 
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
+from common.link import Link
 from judging.engine import Case, Fail
 from judging.messages import kind, show
 from judging.sandbox import call
@@ -32,6 +33,8 @@ from lecture15.ddp_sim import (
     resnet50,
     simulate_backward,
 )
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 FUNCTIONS = ("assign_buckets", "allreduce_time", "timeline")
 REL_TOL = 1e-9
@@ -149,19 +152,19 @@ def _number(value: Any, what: str, hint: str) -> float:
 
 def check_time(inputs: dict[str, Any], data: list[dict[str, Any]]) -> None:
     for (nbytes, k, alpha_s, beta), result in zip(inputs["calls"], data):
-        expected = ring_allreduce_time(k, nbytes, Link(alpha_s, beta))
+        expected = RING_ALLREDUCE.time(k, nbytes, Link(alpha_s, beta))
         got = _number(result["returned"], "the all-reduce time", HINT_RING)
         if not _close(got, expected):
             # what it is instead chooses the hint: one phase of the two, or whole tensors as messages
             hint = (HINT_PHASES if _close(2 * got, expected) else HINT_CHUNK_BYTES
-                    if _close(got, ring_allreduce_time(k, nbytes * k, Link(alpha_s, beta))) else HINT_RING)
+                    if _close(got, RING_ALLREDUCE.time(k, nbytes * k, Link(alpha_s, beta))) else HINT_RING)
             raise Fail(f"{expected!r} s for {nbytes:,} B on K = {k}", f"{got!r} s", hint)
 
 
 def _model_spans(inputs: dict[str, Any]) -> Any:
     link = Link(inputs["alpha_s"], inputs["beta_Bps"])
     return simulate_backward(inputs["ready_s"], inputs["param_bytes"], inputs["buckets"],
-                             lambda nbytes: ring_allreduce_time(inputs["world_size"], nbytes, link))
+                             lambda nbytes: RING_ALLREDUCE.time(inputs["world_size"], nbytes, link))
 
 
 def _check_spans(inputs: dict[str, Any], got_spans: Any, spans: list[tuple[float, float]]) -> None:

@@ -20,7 +20,7 @@ import torch
 
 from common import dist_count
 from common.collectives import BY_TORCH_NAME
-from common.costmodel import zero_step_collectives
+from common.costmodel_steps import zero_step_collectives
 from cs336 import ledger, mlp
 from judging.engine import Case, Fail
 from judging.messages import kind
