@@ -11,9 +11,12 @@ from conftest import code_env, flat
 
 from common import agreement, checker
 from common.checker import ASSUMPTION, MEASURED, Row
-from common.cli import UsageError, make_parser
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.flags import parse_size
-from common.output import Report, fmt_bytes, format_table
+from common.output import Report
+from common.text import format_table
+from common.units import fmt_bytes
 
 
 @pytest.mark.parametrize("text,expected", [

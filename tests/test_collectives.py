@@ -10,6 +10,7 @@ from common import costmodel as cm
 from common.collectives import algorithm, tree_depth
 from common.link import NOTES_LINK, Link
 from lecture14 import collectives as col
+from lecture14.symbolic import Sym, format_chunks, symbolic_inputs, worker_name
 
 BROADCAST = algorithm("pipelined ring broadcast")
 
@@ -143,12 +144,12 @@ def test_best_segments_by_simulation_matches_costmodel() -> None:
 
 
 def test_symbolic_ring_k4_matches_the_notes() -> None:
-    res = col.ring_allreduce(col.symbolic_inputs(4), history=True)
+    res = col.ring_allreduce(symbolic_inputs(4), history=True)
     after_rs = [r for r in res.rounds if r.phase == "reduce-scatter"][-1].state
-    assert col.format_chunks(after_rs[0], res.bounds) == ["a0", "a1+b1+c1+d1", "a2+c2+d2", "a3+d3"]
-    assert col.format_chunks(after_rs[1], res.bounds)[:3] == ["a0+b0", "b1", "a2+b2+c2+d2"]
+    assert format_chunks(after_rs[0], res.bounds) == ["a0", "a1+b1+c1+d1", "a2+c2+d2", "a3+d3"]
+    assert format_chunks(after_rs[1], res.bounds)[:3] == ["a0+b0", "b1", "a2+b2+c2+d2"]
     full = ["a0+b0+c0+d0", "a1+b1+c1+d1", "a2+b2+c2+d2", "a3+b3+c3+d3"]
-    assert all(col.format_chunks(out, res.bounds) == full for out in res.outputs)
+    assert all(format_chunks(out, res.bounds) == full for out in res.outputs)
     # The notes' chunk indices: round i, device r sends (r - i) mod K, then (r + 1 - i) mod K.
     for rnd in res.rounds:
         offset = 0 if rnd.phase == "reduce-scatter" else 1
@@ -157,8 +158,8 @@ def test_symbolic_ring_k4_matches_the_notes() -> None:
 
 
 def test_symbolic_ring_k3_matches_exercise_3() -> None:
-    res = col.ring_allreduce(col.symbolic_inputs(3), history=True)
-    first = [col.format_chunks(s, res.bounds) for s in res.rounds[0].state]
+    res = col.ring_allreduce(symbolic_inputs(3), history=True)
+    first = [format_chunks(s, res.bounds) for s in res.rounds[0].state]
     assert first == [["a0", "a1", "a2+c2"], ["a0+b0", "b1", "b2"], ["c0", "b1+c1", "c2"]]
     second = res.rounds[1].state
     assert [str(second[0][1]), str(second[1][2]), str(second[2][0])] == ["a1+b1+c1", "a2+b2+c2", "a0+b0+c0"]
@@ -167,17 +168,17 @@ def test_symbolic_ring_k3_matches_exercise_3() -> None:
 @pytest.mark.parametrize("k", [1, 2, 5, 9, 27, 30])
 def test_symbolic_every_term_exactly_once(k: int) -> None:
     length = k + 3  # chunks of unequal size
-    full = [col.Sym([(w, j) for w in range(k)]) for j in range(length)]
+    full = [Sym([(w, j) for w in range(k)]) for j in range(length)]
     for fn in (col.ring_allreduce, col.tree_allreduce, col.naive_allreduce):
-        for out in fn(col.symbolic_inputs(k, length)).outputs:
+        for out in fn(symbolic_inputs(k, length)).outputs:
             assert list(out) == full
 
 
 def test_worker_names_and_sym() -> None:
-    assert [col.worker_name(r) for r in (0, 1, 25, 26, 27, 51, 52)] == ["a", "b", "z", "aa", "ab", "az", "ba"]
-    s = col.Sym([(2, 1)]) + col.Sym([(0, 1)])
-    assert str(s) == "a1+c1" and str(col.Sym()) == "0" and sum([s], col.Sym()) == s
-    assert str(s + col.Sym([(0, 1)])) == "a1+a1+c1"  # adding twice shows
+    assert [worker_name(r) for r in (0, 1, 25, 26, 27, 51, 52)] == ["a", "b", "z", "aa", "ab", "az", "ba"]
+    s = Sym([(2, 1)]) + Sym([(0, 1)])
+    assert str(s) == "a1+c1" and str(Sym()) == "0" and sum([s], Sym()) == s
+    assert str(s + Sym([(0, 1)])) == "a1+a1+c1"  # adding twice shows
 
 
 def test_round_semantics_and_errors() -> None:

@@ -11,6 +11,7 @@ from common import collectives as cdef
 from common.link import NOTES_LINK, Link
 from lecture14 import collectives as col
 from lecture14.collectives_reference import reference
+from lecture14.symbolic import format_chunks, symbolic_inputs
 
 KS = [1, 2, 3, 5, 8, 17, 64, 256, 1024]
 # Algorithms whose message count grows like K·log K or less: cheap for the reference at any K.
@@ -166,13 +167,13 @@ def test_scatter_gather_and_chain_reduce_equal_numpy(k: int, n: int) -> None:
 
 
 def test_symbolic_scatter_and_gather_show_the_pieces() -> None:
-    res = col.scatter(col.symbolic_inputs(4, 8), root=1, history=True)
-    shown = [col.format_chunks(o, [slice(None)])[0] for o in res.outputs]
+    res = col.scatter(symbolic_inputs(4, 8), root=1, history=True)
+    shown = [format_chunks(o, [slice(None)])[0] for o in res.outputs]
     assert shown == ["b0 b1", "b2 b3", "b4 b5", "b6 b7"]
     # Round 0: the root sends the farthest piece (rank 0's, three hops away) to rank 2.
     first = res.rounds[0].transfers
     assert [(t.src, t.dst, t.chunk) for t in first] == [(1, 2, 0)]
-    got = col.gather([a[:1] for a in col.symbolic_inputs(3)], root=0, history=True)
+    got = col.gather([a[:1] for a in symbolic_inputs(3)], root=0, history=True)
     assert " ".join(map(str, got.outputs[0])) == "a0 b0 c0" and got.n_rounds == 2
 
 

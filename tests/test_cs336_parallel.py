@@ -21,8 +21,9 @@ from rank_faults import assert_named_at_once
 from torch import nn
 
 from common import collectives as cdef
-from common.cli import UsageError
+from common.collectives import split_sizes
 from common.costmodel_steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
+from common.error_types import UsageError
 from common.launch import launch
 from cs336 import ledger, mlp
 
@@ -103,7 +104,7 @@ def test_data_parallel_equals_one_process_and_avg_does_not(run, refs) -> None:
 def test_tensor_parallel_equals_one_process(run, refs) -> None:
     k, ranks = run
     ref, tp = refs["sgd"], [r["TP"] for r in ranks]
-    assert [r["params"][0].shape[1] for r in tp] == mlp.split_sizes(WIDTH, k)  # column slices
+    assert [r["params"][0].shape[1] for r in tp] == split_sizes(WIDTH, k)  # column slices
     for r in tp:                                                     # the whole output on every rank
         assert _diff(r["output"], ref["output"]) < TOL and abs(r["loss"] - ref["loss"]) < TOL
     joined = [torch.cat([r["grads"][i] for r in tp], dim=1) for i in range(LAYERS)]
@@ -115,7 +116,7 @@ def test_tensor_parallel_equals_one_process(run, refs) -> None:
 def test_pipeline_equals_one_process(run, refs) -> None:
     k, ranks = run
     ref, pp = refs["sgd"], [r["PP"] for r in ranks]
-    assert [len(r["params"]) for r in pp] == mlp.split_sizes(LAYERS, k)     # 3+2, or 2+2+1
+    assert [len(r["params"]) for r in pp] == split_sizes(LAYERS, k)     # 3+2, or 2+2+1
     assert _diff(pp[-1]["output"], ref["output"]) < TOL and abs(pp[-1]["loss"] - ref["loss"]) < TOL
     assert _diff([g for r in pp for g in r["grads"]], ref["grads"]) < TOL
     assert _diff([p for r in pp for p in r["params"]], ref["params_after"][-1]) < TOL
@@ -173,7 +174,7 @@ def test_gelu_grad_matches_autograd() -> None:
 def test_splits_and_padding() -> None:
     for n in range(1, 30):
         for parts in range(1, n + 1):
-            assert mlp.split_sizes(n, parts) == [len(t) for t in torch.arange(n).tensor_split(parts)]
+            assert split_sizes(n, parts) == [len(t) for t in torch.arange(n).tensor_split(parts)]
             blocks = mlp.stage_layers(n, parts)
             assert [i for b in blocks for i in b] == list(range(n)) and all(len(b) for b in blocks)
     ts = [torch.arange(6.0).view(2, 3), torch.arange(5.0)]
@@ -236,7 +237,7 @@ def local_term_only(dz, w_local, widths, log):
 
 
 module.tp_input_gradient = local_term_only   # forked ranks inherit it
-from common.cli import run_main
+from common.script_end import run_main
 run_main(module.main)
 """
 

@@ -18,8 +18,8 @@ import pytest
 from conftest import ROOT, flat, load_script, python, run_script
 
 from common import checker
-from common.cli import UsageError
 from common.costmodel_steps import tp_step_traffic
+from common.error_types import UsageError
 from common.launch import launch
 from cs336 import mlp
 
@@ -110,7 +110,7 @@ spec.loader.exec_module(module)
 import torch.distributed as dist
 from torch import nn
 {patch}
-from common.cli import run_main
+from common.script_end import run_main
 run_main(module.main)
 """
 # PyTorch's side computes another GELU (tanh's approximation): DTensor's every layout is off.

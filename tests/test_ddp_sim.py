@@ -17,10 +17,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from common.collectives import algorithm
 from common.link import Link
+from common.units import MB, MiB
 from lecture15.ddp_sim import (
-    MB,
     ComputeModel,
-    MiB,
     assign_buckets,
     assign_buckets_in_order,
     bucket_sizes,

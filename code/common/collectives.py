@@ -92,6 +92,8 @@ def check_segments(segments: int) -> None:
 def split_sizes(n: int, parts: int) -> list[int]:
     """How n elements are cut into `parts` pieces, as torch.tensor_split and np.array_split cut
     them: n // parts each, the first n % parts one more (with n < parts some are empty)."""
+    if int(parts) != parts or parts < 1:
+        raise ValueError(f"number of pieces must be an integer >= 1, got {parts}")
     q, extra = divmod(int(n), parts)
     return [q + 1 if i < extra else q for i in range(parts)]
 

@@ -16,11 +16,11 @@ from typing import Any, Sequence
 
 from common import checker, verdicts
 from common.checker import Claim
-from common.cli import off_setting
 from common.error_types import RunFailure, UsageError
+from common.notes_setting import off_setting
 from common.output_files import make_output_dir, write_bytes, write_json
-from common.text import PAGE_WIDTH, bar, format_table, paragraphs, wrap  # noqa: F401 (the scripts' names)
-from common.units import fmt_bytes, fmt_num, fmt_time  # noqa: F401 (the scripts' names for them)
+from common.text import PAGE_WIDTH, format_table, paragraphs, wrap
+from common.units import fmt_num
 
 # "= one process" for trained weights is judged against how far they moved there: a right engine
 # differs from one process by round-off, a wrong one (no update, a missing average, a stale shard)

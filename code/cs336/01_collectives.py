@@ -27,9 +27,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main
-from common.collectives import COLLECTIVES
+from common.cli import make_parser
+from common.collectives import COLLECTIVES, split_sizes
 from common.collectives_real import run_collective
+from common.error_types import UsageError
 from common.launch import (
     MAX_STAGED_RANKS,
     ask_gloo,
@@ -39,13 +40,15 @@ from common.launch import (
     skipped_collective,
     under_torchrun,
 )
-from common.output import Report, fmt_num
+from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_num
 from cs336 import primitives as prim
 from cs336.primitives import ROOT
 from lecture14 import collectives as col
 from lecture14 import rank_ops
-from lecture14.rank_ops import all_inputs, piece_sizes, show, yes
+from lecture14.rank_ops import all_inputs, show, yes
 
 RANDOM_NUMBERS = 10_000   # random float32 numbers per rank (Parts 3 and 4): enough to see rounding
 SKIP_TIMEOUT_S = 1.0      # Part 5: a healthy collective here takes milliseconds (0.5 s with --quick)
@@ -178,7 +181,7 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
     rep.line(f"\n  bytes each rank sends on a ring, the ring model (formulas and the simulator, no rank "
              f"runs them), N = {args.size:,} B (S = N for broadcast, reduce, all-reduce; N/p for the rest):")
     for p in sizes:
-        rep.line(f"\n  p = {p}: pieces of {show(sorted(set(piece_sizes(args.size, p)), reverse=True))} B")
+        rep.line(f"\n  p = {p}: pieces of {show(sorted(set(split_sizes(args.size, p)), reverse=True))} B")
         rep.table(["primitive", "notes (B)", "formula (B)", "simulator (B)", "every rank (B)",
                    "≤ 1 B/msg"], prim.volume_rows(p, args.size), name=f"p={p}")
     rep.note("the busiest rank's bytes by the formula (common.collectives: the ring's bytes_sent) and by the "

@@ -29,12 +29,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.costmodel import fit_line_relative, ring_alpha_beta_from_line
+from common.error_types import UsageError
 from common.flags import nonnegative_int, positive_float, size_bytes
 from common.launch import launch, rank_device
-from common.output import Report, fmt_bytes, fmt_time, new_figure
+from common.output import Report, new_figure
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from cs336 import busbw as bw
 from cs336.busbw import COLLECTIVES, Buffers
 

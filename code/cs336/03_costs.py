@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from common.cli import Bound, UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
 from common.costmodel_collectives import (
     CollectiveCall,
@@ -41,9 +41,13 @@ from common.costmodel_steps import (
     tp_step_bytes_per_device,
     zero_step_collectives,
 )
+from common.error_types import UsageError
 from common.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK, Link
-from common.output import Report, bar, fmt_bytes, fmt_time
-from common.units import GiB, KiB, MiB
+from common.model_bounds import Bound
+from common.output import Report
+from common.script_end import run_main
+from common.text import bar
+from common.units import GiB, KiB, MiB, fmt_bytes, fmt_time
 from cs336.ledger import LEDGER, LLAMA2_13B, MLP_12, OPTIMIZER_STATE, activation_bytes, training_state_bytes
 from lecture14 import collectives as col
 

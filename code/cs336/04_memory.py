@@ -25,7 +25,7 @@ import argparse
 import math
 import re
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.costmodel_collectives import CollectiveCall
 from common.costmodel_steps import (
     pp_step_bytes_per_device,
@@ -33,10 +33,12 @@ from common.costmodel_steps import (
     zero_step_bytes_per_device,
     zero_step_collectives,
 )
+from common.error_types import UsageError
 from common.flags import positive_int
 from common.link import CS336_INFINIBAND, CS336_NVLINK
-from common.output import Report, fmt_bytes, fmt_time
-from common.units import GiB
+from common.output import Report
+from common.script_end import run_main
+from common.units import GiB, fmt_bytes, fmt_time
 from cs336 import ledger as lg
 
 NOTES_P, NOTES_PARAMS, NOTES_GPU_GB, NOTES_BATCH, FP16 = 4, 13e9, 80.0, 128, 2

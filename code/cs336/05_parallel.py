@@ -29,12 +29,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from common.cli import UsageError, make_parser, run_main
-from common.collectives import algorithm
+from common.cli import make_parser
+from common.collectives import algorithm, split_sizes
 from common.costmodel_steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
+from common.error_types import UsageError
 from common.launch import ask_gloo, gloo_lacks, launch
-from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes
 from cs336 import comm, ledger, mlp
 
 ELEM = 8                # float64: one process and the ranks differ only in summation order
@@ -127,7 +130,7 @@ def data_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, 
 
 def tensor_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, log: comm.CommLog) -> dict:
     rank, k = dist.get_rank(), dist.get_world_size()
-    widths = mlp.split_sizes(x.shape[1], k)
+    widths = split_sizes(x.shape[1], k)
     cols = slice(mlp.offsets(widths)[rank], mlp.offsets(widths)[rank] + widths[rank])
     ws = [w[:, cols].clone() for w in params]           # my column slice of every layer
     opt, res = torch.optim.SGD(ws, lr=mlp.LR_SGD), {}
@@ -267,7 +270,7 @@ def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy:
 
 
 def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    dp, sizes = [r["DP"] for r in ranks], mlp.split_sizes(args.batch, args.world_size)
+    dp, sizes = [r["DP"] for r in ranks], split_sizes(args.batch, args.world_size)
     avg_gap = mlp.max_abs_diff(dp[0]["avg_grads"], ref.grads)
     compare(rep, args, ref, "DP", torch.cat([r["output"] for r in dp]),
             sum(n * r["loss"] for n, r in zip(sizes, dp)) / args.batch, dp[0]["grads"], dp[0]["params"],
@@ -283,7 +286,7 @@ def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict]
 
 def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict],
                           ref: mlp.Reference) -> None:
-    tp, widths = [r["TP"] for r in ranks], mlp.split_sizes(args.width, args.world_size)
+    tp, widths = [r["TP"] for r in ranks], split_sizes(args.width, args.world_size)
     def joined(key: str) -> list[torch.Tensor]:
         return [torch.cat([r[key][i] for r in tp], dim=1) for i in range(args.layers)]
     outputs = [r["output"] for r in tp]   # every rank holds the whole output: the worst of them
@@ -310,7 +313,7 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
                      fmt_bytes(f_sent)])
     rep.table(["rank", "layers", "sends a step", "sends by the formula", "receives a step",
                "bytes sent a step, counted", "bytes by the formula"], rows, name="per_rank")
-    rep.note(f"micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; sends "
+    rep.note(f"micro-batches of {sizes_text(split_sizes(args.batch, args.micro_batches))} rows; sends "
              "and their bytes counted by cs336/comm.py (point-to-point: what went on the wire). The backward "
              "mirrors the notes' forward-only sketch: a middle stage sends 2M a step. GPipe holds "
              "O(M) activations.")

@@ -27,10 +27,13 @@ import argparse
 import functools
 import math
 
-from common.cli import Bound, UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.flags import nonnegative_float, positive_float, positive_int, time_ms
-from common.output import Report, fmt_time, new_figure
-from common.units import ms
+from common.model_bounds import Bound
+from common.output import Report, new_figure
+from common.script_end import run_main
+from common.units import fmt_time, ms
 from cs336 import pipeline as pp
 
 NOTES_TF_MS, NOTES_TB_MS = 10.0, 20.0    # the worked example's t_f and t_b (the defaults)

@@ -39,12 +39,15 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module
 
 from common import dist_count, gloo_ran
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
 from common.costmodel_steps import tp_step_bytes_per_device
+from common.error_types import UsageError
 from common.launch import ask_gloo, launch
-from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes
 from cs336 import comm, mlp
 from cs336 import dtensor_tp as dt
 

@@ -38,12 +38,15 @@ from torch import nn
 # Imported here, before the ranks fork, so they inherit it (it imports torch._dynamo: ~2 s each otherwise).
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.costmodel_steps import pp_step_traffic
 from common.dist_count import counting
+from common.error_types import UsageError
 from common.launch import launch, under_torchrun
-from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes
 from cs336 import mlp
 from cs336 import pipeline as pp
 from cs336.engine_probes import PassLog, listed_order, most_held, order_text
@@ -357,8 +360,9 @@ def part4_sends(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[d
              "in ProcessGroup.send) in the\n"
              "last step (the first also exchanges shapes): point-to-point sends, so the bytes counted are\n"
              "the bytes on the wire here (no collective algorithm in between, no ring model). The formula\n"
-             "is costmodel.pp_step_traffic, which 05_parallel.py's send/recv GPipe meets: a micro-batch's\n"
-             f"activation forward, its gradient back. Interleaved is a pipeline of {VIRTUAL}·S stages:\n"
+             "is costmodel_steps.pp_step_traffic, which 05_parallel.py's send/recv GPipe meets: a\n"
+             "micro-batch's activation forward, its gradient back. Interleaved is a pipeline of\n"
+             f"{VIRTUAL}·S stages:\n"
              f"{VIRTUAL}·S - 1 boundaries to cross where plain schedules have S - 1, each crossed by the\n"
              "whole batch's activation and its gradient")
     rep.compare_with_notes(in_table=True)

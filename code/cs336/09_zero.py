@@ -12,7 +12,7 @@ parameters, gradients and Adam state from its local shards against the engine's 
 against cs336/ledger.py's ZeRO table (04_memory.py) at the same parameter count and world size:
 equal over all ranks, uneven per rank, and why. Part 3 counts the collectives of a step
 (common.dist_count, FSDP2's included: what the process group was handed) against
-costmodel.zero_step_collectives, the notes' ZeRO communication, and shows what gloo ran for them (its
+costmodel_steps.zero_step_collectives, the notes' ZeRO communication, and shows what gloo ran for them (its
 profiler spans, common.gloo_ran): FSDP2's reduce-scatters run here as all-reduces of the padded
 buffer. Trained weights off one process by more than a share of how far they moved end the run in
 exit 1, in one line naming the engine; a byte off the split or a collective off the formula is a
@@ -41,13 +41,16 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from common import gloo_ran
-from common.cli import UsageError, make_parser, run_main
-from common.collectives import algorithm
+from common.cli import make_parser
+from common.collectives import algorithm, split_sizes
 from common.costmodel_steps import zero_step_bytes_per_device, zero_step_collectives
 from common.dist_count import counting
+from common.error_types import UsageError
 from common.launch import launch
-from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes
 from cs336 import ledger, mlp
 from cs336.engine_probes import calls_text, collectives_by_kind, local_elements
 
@@ -183,8 +186,8 @@ def rule_elements(engine: str, args: argparse.Namespace) -> list[tuple[int, int,
 
 def ledger_elements(stage: str, n: int, k: int, rank: int) -> tuple[int, int, int]:
     """(parameters, gradients, Adam m + v) elements the ledger's `stage` leaves on `rank`: an entry
-    ZeRO shards is rank's even slice of the flat buffer (ledger.shard_sizes), else whole."""
-    shard = ledger.shard_sizes(n, k)[rank]
+    ZeRO shards is rank's even slice of the flat buffer (split_sizes), else whole."""
+    shard = split_sizes(n, k)[rank]
     p, g, m = (shard if entry in ledger.SHARDED[stage] else n
                for entry in ("fp16 parameters", "fp16 gradients", "Adam m (fp32)"))
     return p, g, 2 * m
@@ -259,7 +262,7 @@ def part2_note(rep: Report, args: argparse.Namespace) -> None:
              "ranks is "
              f"{' + '.join(str(e // (d * d)) for e in greedy)} matrices of m and v.\n"
              f"FSDP2 cuts every W along dim 0 like torch.chunk: {'/'.join(map(str, chunks))} of {d} rows "
-             f"(tensor_split would give {'/'.join(map(str, ledger.shard_sizes(d, k)))}).\n"
+             f"(tensor_split would give {'/'.join(map(str, split_sizes(d, k)))}).\n"
              "'after forward': parameters held between forward and backward: whole without resharding,\n"
              "as in the ledger's ZeRO-2. 05_parallel.py's hand-written ZeRO pads the flat buffer to "
              f"{k}·{ledger.padded_shard_elements(n, k):,} elements: "

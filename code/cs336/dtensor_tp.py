@@ -32,7 +32,8 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from common.collectives import BY_TORCH_NAME, algorithm
-from common.output import Report, fmt_bytes
+from common.output import Report
+from common.units import fmt_bytes
 from cs336 import comm, mlp
 
 Pieces = list[tuple[torch.Tensor, int]]  # a rank's piece of each W, and the dim of W it was cut along

@@ -24,9 +24,11 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from common.cli import link_from_args, make_parser, run_main
+from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
-from common.output import Report, fmt_bytes, fmt_time
+from common.output import Report
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from lecture14 import collectives as col
 
 SECONDS_PER_HOUR = 3600.0

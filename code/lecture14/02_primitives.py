@@ -29,7 +29,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.collectives_real import all_gather_uneven
+from common.error_types import UsageError
 from common.launch import (
     MAX_STAGED_RANKS,
     ask_gloo,
@@ -41,8 +43,10 @@ from common.launch import (
 )
 from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
 from lecture14 import collectives as col
-from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_scatter_real, show, yes
+from lecture14.network import Result
+from lecture14.rank_ops import all_inputs, rank_data, reduce_scatter_real, show, yes
 
 ROOT = 0  # the root of broadcast and reduce, and the parameter server
 LR = 0.5  # the parameter server's learning rate in Part 2 (any value works)
@@ -126,7 +130,7 @@ def identity_routes(x: torch.Tensor, world_size: int) -> dict[str, list[float]]:
     dist.reduce(via_root, dst=ROOT)
     dist.broadcast(via_root, src=ROOT)
     piece, _ = reduce_scatter_real(x, world_size)
-    via_chunks = all_gather_real(piece, [c.numel() for c in x.tensor_split(world_size)])
+    via_chunks = all_gather_uneven(piece, [c.numel() for c in x.tensor_split(world_size)])
     # Parameter server: rank ROOT is the server (it contributes no gradient); the others are workers
     # whose gradient is x. Pull = broadcast, push = reduce, the server updates, the next pull broadcasts.
     params = rank_data(ROOT, n, x.device) * 10 if rank == ROOT else torch.empty_like(x)
@@ -289,7 +293,7 @@ def identity_rows(rep: Report, inputs: list[np.ndarray], exact: list[dict], nois
 
 
 def parameter_server_step(inputs: list[np.ndarray], exact: list[dict], n: int
-                          ) -> tuple[col.Result, float, float]:
+                          ) -> tuple[Result, float, float]:
     """The parameter-server step: workers are ranks 1..W-1 with gradients x_r (the simulator has
     K = W-1 workers). Returns the simulation and the real ranks' gaps to numpy and to it."""
     w = len(inputs)

@@ -27,14 +27,21 @@ import math
 
 import numpy as np
 
-from common.cli import Bound, UsageError, link_from_args, make_parser, run_main
+from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
 from common.costmodel import best_broadcast_segments, best_integer_segments, continuous_best_segments
+from common.error_types import UsageError
 from common.flags import size_bytes
 from common.link import Link
-from common.output import Report, bar, fmt_bytes, fmt_num, fmt_time
+from common.model_bounds import Bound
+from common.output import Report
+from common.script_end import run_main
+from common.text import bar
+from common.units import fmt_bytes, fmt_num, fmt_time
 from lecture14 import collectives as col
 from lecture14 import figures, ring_views
+from lecture14.network import Result
+from lecture14.symbolic import Sym, format_chunks, symbolic_inputs
 
 NOTES_K = {1: 4, 3: 8}  # the notes' device counts: 4 workers in Part 1, 8 devices in Part 3
 NOTES_ALPHA_US, NOTES_BETA_GBS, NOTES_SIZE = 5.0, 25.0, 64 * 10**6  # Part 3's link and N (64 MB)
@@ -102,10 +109,10 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
              "reduce-scatter round i: worker r sends chunk (r - i) mod K to r + 1, which adds it;\n"
              "all-gather round i: worker r sends chunk (r + 1 - i) mod K to r + 1, which overwrites.")
     if symbolic:
-        res = col.ring_allreduce(col.symbolic_inputs(k), history=True)
-        ring_views.show_rounds(rep, res, k, lambda buf: col.format_chunks(buf, res.bounds))
-        total = col.Sym([(w, j) for w in range(k) for j in range(k)])
-        done = all(sum(buf, col.Sym()) == total and all(len(v.terms) == k for v in buf)
+        res = col.ring_allreduce(symbolic_inputs(k), history=True)
+        ring_views.show_rounds(rep, res, k, lambda buf: format_chunks(buf, res.bounds))
+        total = Sym([(w, j) for w in range(k) for j in range(k)])
+        done = all(sum(buf, Sym()) == total and all(len(v.terms) == k for v in buf)
                    for buf in res.outputs)
     else:
         res, done = ring_views.many_workers(rep, k)
@@ -123,20 +130,20 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
     rep.compare_with_notes()  # these rows hold at any K; the next two are the notes' K = 4 buffers
     # The notes' buffers after reduce-scatter are for K = 4: shown at that K whatever --world-size says.
     notes_k = NOTES_K[1]
-    at4 = res if k == notes_k and symbolic else col.ring_allreduce(col.symbolic_inputs(notes_k), history=True)
+    at4 = res if k == notes_k and symbolic else col.ring_allreduce(symbolic_inputs(notes_k), history=True)
     rs_end = next(r for r in reversed(at4.rounds) if r.phase == "reduce-scatter").state
-    rep.values(rs_state_worker0="  ".join(col.format_chunks(rs_end[0], at4.bounds)),
-               rs_state_worker1="  ".join(col.format_chunks(rs_end[1], at4.bounds)[:3]))
+    rep.values(rs_state_worker0="  ".join(format_chunks(rs_end[0], at4.bounds)),
+               rs_state_worker1="  ".join(format_chunks(rs_end[1], at4.bounds)[:3]))
 
 
-def owner_chunk_complete(res: col.Result, k: int, symbolic: bool) -> bool | None:
+def owner_chunk_complete(res: Result, k: int, symbolic: bool) -> bool | None:
     """After reduce-scatter, does worker r hold chunk (r + 1) mod K summed over all K workers?
     Read from the kept rounds: symbols, or counts of workers (K > 16 keeps no rounds: None)."""
     rs_end = [r for r in res.rounds if r.phase == "reduce-scatter"][-1].state
     if rs_end is None:
         return None
     if symbolic:
-        return all(rs_end[r][(r + 1) % k] == col.Sym([(w, (r + 1) % k) for w in range(k)]) for r in range(k))
+        return all(rs_end[r][(r + 1) % k] == Sym([(w, (r + 1) % k) for w in range(k)]) for r in range(k))
     return all(rs_end[r][(r + 1) % k] == k for r in range(k))
 
 

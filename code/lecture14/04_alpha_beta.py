@@ -28,14 +28,17 @@ import torch
 import torch.distributed as dist
 
 from common import checker
-from common.cli import UsageError, link_from_args, make_parser, run_main
+from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
 from common.costmodel import COMPARED_ALLREDUCES, ring_naive_crossover_bytes, ring_tree_crossover_bytes
+from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import launch
 from common.link import ETHERNET, INFINIBAND, NVLINK, Link
-from common.output import Report, fmt_bytes, fmt_time
+from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from lecture14 import alpha_beta_numerics as num
 from lecture14 import figures
 

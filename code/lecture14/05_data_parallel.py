@@ -23,13 +23,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from common.cli import UsageError, link_from_args, make_parser, run_main
+from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
 from common.costmodel import data_parallel_speedup
+from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import ask_gloo, gloo_lacks, launch, preload_for_ddp, rank_device
-from common.output import MOVED_SHARE, Report, fmt_bytes, fmt_time
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from lecture14 import async_sgd, figures
 from lecture14 import data_parallel as dp
 

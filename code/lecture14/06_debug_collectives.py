@@ -34,11 +34,12 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main
-from common.error_types import RunFailure
+from common.cli import make_parser
+from common.error_types import RunFailure, UsageError
 from common.launch import capture_stderr, launch, launch_expecting_failure, under_torchrun
 from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
 
 MISMATCH_TIMEOUT_S = 1.0   # a healthy collective here takes milliseconds; the plain run waits this long
 ELEMENTS = 4               # the tensor every rank hands to its collective

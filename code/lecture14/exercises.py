@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from common.cli import make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
 from common.costmodel import (
     best_integer_segments,
@@ -32,16 +32,17 @@ from common.costmodel import (
     ring_naive_crossover_bytes,
 )
 from common.link import NOTES_LINK, Link
-from common.output import Report, fmt_bytes, fmt_time
+from common.output import Report
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from lecture14.collectives import (
-    Sym,
     all_gather,
     parameter_server,
     pipelined_ring_broadcast,
     reduce_scatter,
     ring_allreduce,
-    symbolic_inputs,
 )
+from lecture14.symbolic import Sym, symbolic_inputs
 
 NAIVE_ALLREDUCE = algorithm("naive all-reduce")
 BROADCAST = algorithm("pipelined ring broadcast")

@@ -15,7 +15,8 @@ import numpy as np
 from common.collectives import algorithm
 from common.costmodel import COMPARED_ALLREDUCES
 from common.link import Link
-from common.output import fmt_bytes, fmt_time, new_figure
+from common.output import new_figure
+from common.units import fmt_bytes, fmt_time
 
 BROADCAST = algorithm("pipelined ring broadcast")
 

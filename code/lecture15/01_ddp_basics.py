@@ -28,12 +28,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.flags import positive_int
 from common.launch import launch, preload_for_ddp
-from common.output import Report, fmt_time, movement_floor
+from common.output import Report, movement_floor
 from common.run_cost import Cost, Term
-from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
+from common.script_end import run_main
+from common.units import fmt_time
+from lecture14.data_parallel import flat_params
 
 IN_FEATURES, HIDDEN = 16, 32  # Part 2's MLP: 16 -> 32 -> 1; PyTorch's default init, bound 1/sqrt(fan_in)
 DATA_SEED = 1234              # the same data on every rank; each rank takes its own shard

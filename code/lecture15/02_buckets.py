@@ -28,21 +28,18 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.flags import positive_int
 from common.launch import capture_stderr, launch, preload_for_ddp
-from common.output import Report, bar, fmt_bytes, fmt_time
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import (
-    DEFAULT_FIRST_BUCKET_BYTES,
-    MB,
-    MiB,
-    assign_buckets,
-    assign_buckets_in_order,
-    bert_large,
-    resnet50,
-)
+from common.script_end import run_main
+from common.text import bar
+from common.units import MB, MiB, fmt_bytes, fmt_time
+from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, assign_buckets, assign_buckets_in_order
 from lecture15.figures import small_tensors_figure
+from lecture15.models import bert_large, resnet50
 
 LAYERS, WIDTH = 6, 512        # Part 1's model: one Linear(512, 512) is 1,050,624 bytes of fp32 gradient
 ITERATIONS = 3                # iteration 1 uses one bucket; DDP rebuilds before iteration 2

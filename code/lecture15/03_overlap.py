@@ -22,28 +22,25 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import argparse
 import time
 
-from common.cli import link_from_args, make_parser, run_main
+from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
 from common.flags import nonnegative_float, positive_float
 from common.link import Link
-from common.output import Report, fmt_bytes
-from common.units import fmt_ms
+from common.output import Report
+from common.script_end import run_main
+from common.units import MB, MiB, fmt_bytes, fmt_ms
 from lecture15.ddp_sim import (
-    MB,
     ComputeModel,
-    MiB,
-    ModelSpec,
     Timeline,
     ascii_timeline,
     assign_buckets_in_order,
-    bert_large,
     gradient_ready_times,
     registration_order,
-    resnet50,
     simulate_ddp,
 )
 from lecture15.ddp_sim import gantt_figure as ddp_gantt
 from lecture15.figures import sweep_figure
+from lecture15.models import ModelSpec, bert_large, resnet50
 from lecture15.notes_calibration import (
     BERT_TARGET,
     RESNET_TARGET,

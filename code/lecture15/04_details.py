@@ -29,11 +29,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.launch import capture_stderr, launch, preload_for_ddp
-from common.output import Report, fmt_time
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
+from common.script_end import run_main
+from common.units import fmt_time
+from lecture14.data_parallel import flat_params
 
 DATA_SEED = 1234
 IN, HIDDEN = 8, 16           # Part 1's model: 8 -> 16 -> 1, far below one bucket's cap

@@ -24,25 +24,19 @@ import math
 
 import numpy as np
 
-from common.cli import Bound, UsageError, link_from_args, make_parser, run_main
+from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
+from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.link import Link
-from common.model_bounds import largest_fitting
-from common.output import Report, bar, fmt_bytes
-from lecture15.ddp_sim import (
-    MB,
-    ComputeModel,
-    MiB,
-    ModelSpec,
-    bert_large,
-    resnet50,
-    skip_sync_speedup,
-    skip_sync_step_s,
-    weak_scaling,
-)
+from common.model_bounds import Bound, largest_fitting
+from common.output import Report
+from common.script_end import run_main
+from common.text import bar
+from common.units import MB, MiB, fmt_bytes
+from lecture15.ddp_sim import ComputeModel, skip_sync_speedup, skip_sync_step_s, weak_scaling
 from lecture15.figures import convergence_figure
-from lecture15.least_squares import (  # noqa: F401  (tests use them from here)
+from lecture15.least_squares import (
     CONV_DATA_SEED,
     CONV_DIM,
     CONV_ORDER_SEED,
@@ -52,6 +46,7 @@ from lecture15.least_squares import (  # noqa: F401  (tests use them from here)
     mean_gradient,
     micro_batches,
 )
+from lecture15.models import ModelSpec, bert_large, resnet50
 from lecture15.notes_calibration import notes_bert_compute, notes_resnet_compute
 
 # Part 3's problem: a fixed linear-regression task (lecture15.least_squares). Feature scales from 0.5

@@ -37,13 +37,16 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, quantizat
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
 from common.dist_count import counting
+from common.error_types import UsageError
 from common.launch import launch, preload_for_ddp
-from common.output import FLOAT32_MOVED_SHARE, Report, fmt_bytes, new_figure, refuse_still_weights
+from common.output import FLOAT32_MOVED_SHARE, Report, new_figure, refuse_still_weights
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
+from common.script_end import run_main
+from common.units import MiB, fmt_bytes
+from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, assign_buckets
 
 D_IN, HIDDEN, D_OUT = 32, 64, 32   # Linear(32, 64) → tanh → Linear(64, 32): two matrices PowerSGD compresses
 ELEM = 4                           # float32: what DDP's hooks are written for (fp16 halves it)

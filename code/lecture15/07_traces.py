@@ -37,24 +37,19 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
+from common.error_types import UsageError
 from common.launch import capture_stderr, launch, preload_for_ddp
 from common.leftovers import owned_folder
 from common.link import Link
-from common.output import Report, fmt_bytes
+from common.output import Report
 from common.output_files import make_output_dir, write_json
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import (
-    COMM,
-    COMPUTE,
-    MiB,
-    Span,
-    Timeline,
-    assign_buckets,
-    gantt_figure,
-    simulate_backward,
-)
+from common.script_end import run_main
+from common.timeline import Span
+from common.units import MiB, fmt_bytes
+from lecture15.ddp_sim import COMM, COMPUTE, Timeline, assign_buckets, gantt_figure, simulate_backward
 from lecture15.model_vs_real import fit_ring, make_mlp
 
 RING_ALLREDUCE = algorithm("ring all-reduce")

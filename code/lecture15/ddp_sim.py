@@ -29,22 +29,10 @@ from typing import Any, Callable, Sequence
 from common.collectives import algorithm
 from common.link import Link
 from common.timeline import Span, ascii_rows, gantt_row, painted
-from common.units import MB, MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
-from lecture15.models import FP32_BYTES, ModelSpec, Param, bert_large, resnet50
+from common.units import MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
+from lecture15.models import ModelSpec, Param
 
 RING_ALLREDUCE = algorithm("ring all-reduce")
-
-__all__ = [
-    "MB", "MiB", "DEFAULT_FIRST_BUCKET_BYTES", "NOTES_FLOPS_PER_S", "FP32_BYTES",
-    "Param", "ModelSpec", "resnet50", "bert_large",
-    "assign_buckets", "assign_buckets_in_order", "bucket_sizes",
-    "ComputeModel", "gradient_ready_times", "registration_order", "buckets_for_registration",
-    "Span", "COMPUTE", "COMM", "Timeline", "simulate_backward", "simulate_ddp", "ascii_timeline",
-    "gantt_figure",
-    "NOTES_S3", "calibrated_to", "calibrated_to_step",
-    "ScalingPoint", "throughput_speedup", "weak_scaling", "skip_sync_step_s", "skip_sync_speedup",
-]
-
 DEFAULT_FIRST_BUCKET_BYTES = MiB   # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 NOTES_FLOPS_PER_S = 16e12          # the compute rate that reproduces the notes' ResNet-50 backward
 

@@ -25,20 +25,21 @@ import math
 
 import numpy as np
 
-from common.cli import make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
 from common.link import Link
 from common.output import Report
+from common.script_end import run_main
+from common.units import MB
 from lecture15.ddp_sim import (
-    MB,
     ascii_timeline,
     assign_buckets,
-    resnet50,
     simulate_backward,
     simulate_ddp,
     skip_sync_step_s,
     throughput_speedup,
 )
+from lecture15.models import resnet50
 
 RING_ALLREDUCE = algorithm("ring all-reduce")
 

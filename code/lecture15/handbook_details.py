@@ -28,15 +28,17 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-from common.cli import make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
 from common.costmodel_steps import zero_step_bytes_per_device
 from common.dist_count import counting
 from common.launch import launch, preload_for_ddp, rank_device
 from common.link import Link
-from common.output import Report, fmt_bytes
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import MiB, Timeline, assign_buckets, simulate_backward
+from common.script_end import run_main
+from common.units import MiB, fmt_bytes
+from lecture15.ddp_sim import Timeline, assign_buckets, simulate_backward
 from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss
 from lecture15.my_ddp import MyDDP
 

@@ -30,14 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
 from common.costmodel import fit_line_relative, ring_alpha_beta_from_line
+from common.error_types import UsageError
 from common.flags import positive_int
 from common.link import Link
-from common.output import Report, fmt_bytes
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
+from common.script_end import run_main
+from common.units import MiB, fmt_bytes
+from lecture15.ddp_sim import ascii_timeline, assign_buckets, simulate_backward
 from lecture15.timings import slowest_rank, spread_ms
 
 ALLREDUCE_BYTES = [2**14, 2**16, 2**18, 2**20, 2**22, 2**24]   # 16 KiB … 16 MiB, factor 4

@@ -28,11 +28,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.launch import launch, preload_for_ddp, rank_device
-from common.output import Report, fmt_bytes
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import MiB
+from common.script_end import run_main
+from common.units import MiB, fmt_bytes
 from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss
 from lecture15.my_ddp import MyDDP
 from lecture15.timings import slowest_rank, spread_ms

@@ -25,10 +25,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.launch import launch, preload_for_ddp, rank_device
 from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
 from lecture15.handbook_model import handbook_model, shard
 from lecture15.my_ddp import MyDDP
 

@@ -27,22 +27,18 @@ from typing import Any, Sequence
 
 from common.collectives import algorithm
 from common.link import Link
+from common.units import MB, MiB
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
-    MB,
     NOTES_S3,
     ComputeModel,
-    MiB,
-    ModelSpec,
-    Param,
     Timeline,
     assign_buckets,
-    bert_large,
     bucket_sizes,
     gradient_ready_times,
-    resnet50,
     simulate_backward,
 )
+from lecture15.models import ModelSpec, Param, bert_large, resnet50
 from lecture15.notes_calibration import (
     BERT_TARGET,
     RESNET_TARGET,

@@ -19,20 +19,19 @@ from typing import Any
 
 from common.collectives import algorithm
 from common.link import Link
-from judging.engine import Case, Fail
+from common.units import MB, MiB
+from judging.engine import Case
 from judging.messages import kind, show
-from judging.sandbox import call
+from judging.sandbox import Fail, call
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
-    MB,
     ComputeModel,
-    MiB,
     assign_buckets,
     assign_buckets_in_order,
     gradient_ready_times,
-    resnet50,
     simulate_backward,
 )
+from lecture15.models import resnet50
 
 RING_ALLREDUCE = algorithm("ring all-reduce")
 
