@@ -192,7 +192,8 @@ def report(rep: Any, cases: list[tuple[str, tuple[str, str], ByKind, ByKind]], k
     for label, (wire, wire_bytes), handed, ran in cases:
         rows.append([label, calls_short(handed), total(handed), calls_short(ran), total(ran)])
         moved[wire_bytes] = bytes_text(ran)
-        rep.values(**{wire: ops_text(ran), wire_bytes: moved[wire_bytes]})
+        rep.value(wire, ops_text(ran))
+        rep.value(wire_bytes, moved[wire_bytes])
         missing, extra = substitutions(handed, ran)
         if missing or extra:
             said.append(f"{label}: {calls_short(missing)} handed ({total(missing)}) ran as "

@@ -123,13 +123,19 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  Llama 2 13B's state fits one {args.gpu_memory_gb:g} GB card: {'yes' if fits else 'no'}")
     (_, param_b, _), (_, grad_b, _), (_, master_b, _), (_, adam_b, _) = entries[:4]
     llama = lg.LLAMA2_13B.params
-    rep.values(ledger_param_b=param_b, ledger_grad_b=grad_b, ledger_master_b=master_b, ledger_adam_b=adam_b,
-               bytes_per_param=lg.BYTES_PER_PARAM,
-               state_200m_gib=lg.training_state_bytes(lg.NOTES_200M.params) / GiB,
-               state_200m_gb=lg.training_state_bytes(lg.NOTES_200M.params) / 1e9, llama_state_gb=total / 1e9,
-               llama_params_gb=param_b * llama / 1e9, llama_grads_gb=grad_b * llama / 1e9,
-               llama_master_gb=master_b * llama / 1e9, llama_adam_gb=adam_b * llama / 1e9,
-               llama_fits_one_card=fits)
+    rep.value("ledger_param_b", param_b)
+    rep.value("ledger_grad_b", grad_b)
+    rep.value("ledger_master_b", master_b)
+    rep.value("ledger_adam_b", adam_b)
+    rep.value("bytes_per_param", lg.BYTES_PER_PARAM)
+    rep.value("state_200m_gib", lg.training_state_bytes(lg.NOTES_200M.params) / GiB)
+    rep.value("state_200m_gb", lg.training_state_bytes(lg.NOTES_200M.params) / 1e9)
+    rep.value("llama_state_gb", total / 1e9)
+    rep.value("llama_params_gb", param_b * llama / 1e9)
+    rep.value("llama_grads_gb", grad_b * llama / 1e9)
+    rep.value("llama_master_gb", master_b * llama / 1e9)
+    rep.value("llama_adam_gb", adam_b * llama / 1e9)
+    rep.value("llama_fits_one_card", fits)
     rep.compare_with_notes(in_table=True)
     d, layers = lg.MLP_12.width, lg.MLP_12.layers
     act = lg.activation_bytes(args.batch, d, FP16)
@@ -166,10 +172,13 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     ranks = max(p, 2)   # the ratio is the same for every p >= 2; at p = 1 nothing is sent at all
     notes_zero1_bytes = sum(c.calls * c.ring.busiest_bytes(ranks, c.nbytes) for c in notes_zero1)
     ddp_bytes = zero_step_bytes_per_device("DDP", ranks, FP16 * P)
-    rep.values(comm_ddp=comm["DDP"], comm_zero1=comm["ZeRO-1"], comm_zero2=comm["ZeRO-2"],
-               comm_zero3=comm["ZeRO-3"], comm_zero1_notes=" + ".join(SHORT[c.kind] for c in notes_zero1),
-               zero1_notes_over_ddp=notes_zero1_bytes / ddp_bytes,
-               zero2_saves_for_no_bytes=zero2_is_best_value())
+    rep.value("comm_ddp", comm["DDP"])
+    rep.value("comm_zero1", comm["ZeRO-1"])
+    rep.value("comm_zero2", comm["ZeRO-2"])
+    rep.value("comm_zero3", comm["ZeRO-3"])
+    rep.value("comm_zero1_notes", " + ".join(SHORT[c.kind] for c in notes_zero1))
+    rep.value("zero1_notes_over_ddp", notes_zero1_bytes / ddp_bytes)
+    rep.value("zero2_saves_for_no_bytes", zero2_is_best_value())
     rep.compare_with_notes(in_table=True)
 
 
@@ -196,9 +205,12 @@ def zero_formula_values(rep: Report, P: float, p: int) -> None:
                                            lg.zero_notes_formula(stage, 1.0, k))
                               for k in (1, 2, 3, 4, 7, 8, 64, 1000, 1024)) for stage in lg.STAGES}
     adam = sum(lg.ledger_bytes(P)[k] for k in ("Adam m (fp32)", "Adam v (fp32)"))
-    rep.values(ddp_formula_ok=formulas_ok["DDP"], zero1_formula_ok=formulas_ok["ZeRO-1"],
-               zero2_formula_ok=formulas_ok["ZeRO-2"], zero3_formula_ok=formulas_ok["ZeRO-3"],
-               zero1_adam_gb=adam / p / 1e9, zero2_grads_gb=lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9)
+    rep.value("ddp_formula_ok", formulas_ok["DDP"])
+    rep.value("zero1_formula_ok", formulas_ok["ZeRO-1"])
+    rep.value("zero2_formula_ok", formulas_ok["ZeRO-2"])
+    rep.value("zero3_formula_ok", formulas_ok["ZeRO-3"])
+    rep.value("zero1_adam_gb", adam / p / 1e9)
+    rep.value("zero2_grads_gb", lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9)
     opt = sum(lg.ledger_bytes(P)[k] for k in lg.OPTIMIZER_STATE)
     rep.note(f"ZeRO-1 shards the whole optimizer state, master weights too: {fmt_bytes(opt)} → "
              f"{fmt_bytes(opt / p)} per card\n(Adam's m and v alone: {fmt_bytes(adam)} → "

@@ -260,7 +260,7 @@ def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy:
             *(extra or []), [f"parameters after {args.steps} SGD steps (lr {mlp.LR_SGD})",
              mlp.max_abs_diff(params, ref.params_after[-1])]]
     gap = max(r[1] for r in rows if r not in (extra or []))
-    rep.record("max_diff", gap)
+    rep.value("max_diff", gap, compared=False)
     # step 1 to round-off; the trained weights (the last row) against how far they moved
     mark, _ = rep.mark_trained(f"{strategy} against one process", rows[-1][1], ref.moved,
                                max(r[1] for r in rows[:3]), CHECK_TOL)
@@ -280,8 +280,11 @@ def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict]
     rep.note(f"batch slices {sizes_text(sizes)}; a rank's loss is its slice's mean, so its gradient counts "
              "n_r/B of the whole: × n_r, all-reduce (SUM), ÷ B. op=AVG weights every slice alike: right for "
              "equal slices.")
-    rep.values(dp_losses_differ=differ, dp_replicas_same=same, dp_losses_differ_params_same=differ and same,
-               avg_is_batch_gradient=avg_gap <= CHECK_TOL, slices=sizes_text(sizes))
+    rep.value("dp_losses_differ", differ)
+    rep.value("dp_replicas_same", same)
+    rep.value("dp_losses_differ_params_same", differ and same)
+    rep.value("avg_is_batch_gradient", avg_gap <= CHECK_TOL)
+    rep.value("slices", sizes_text(sizes))
 
 
 def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict],
@@ -324,7 +327,7 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
     z1, z2 = [r["ZeRO-1"] for r in ranks], [r["ZeRO-2"] for r in ranks]
     gap = max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
               for s, p in enumerate(ref.params_after))
-    rep.record("max_diff", gap)
+    rep.value("max_diff", gap, compared=False)
     mark, _ = rep.mark_trained("ZeRO-1 and ZeRO-2 (Adam) against one process", gap, ref.moved)
     rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
               [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p),
@@ -369,7 +372,7 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
                      "yes" if equal else "NO", notes_sent])
     rep.table(["strategy", "calls, counted", "calls by the formula", "bytes sent: ring model, PP counted",
                "bytes by the formula", "all ranks as it", "notes' estimate"], rows, name="traffic")
-    rep.record("counted_equals_formula", agree)
+    rep.value("counted_equals_formula", agree, compared=False)
     rep.note(f"e = {ELEM} B, A = B·d·e. Bytes: a collective's are the ring model's price of each counted "
              "call (common.collectives' ring busiest_bytes at the call's size: what NCCL's ring sends), "
              "PP's sends are counted (what went on the wire). DP all-reduces each W apart: L calls where "
@@ -381,8 +384,9 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
              "ring model's figure is NCCL's, which has a real reduce-scatter; 07_tensor_parallel.py shows "
              "both.")
     ops = {s: {op.replace("_", "-") for r in ranks for op in r[s]["log"].calls} for s in ("DP", "TP", "PP")}
-    rep.values(dp_collectives=" + ".join(sorted(ops["DP"])), tp_collectives=" + ".join(sorted(ops["TP"])),
-               pp_collectives=" / ".join(sorted(ops["PP"], reverse=True)))
+    rep.value("dp_collectives", " + ".join(sorted(ops["DP"])))
+    rep.value("tp_collectives", " + ".join(sorted(ops["TP"])))
+    rep.value("pp_collectives", " / ".join(sorted(ops["PP"], reverse=True)))
     held_fractions(rep, args, ranks)
 
 

@@ -311,8 +311,9 @@ def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, 
     # where PyTorch's rule and the simulator's (Megatron's) meet: a formula, never the simulator itself
     predicted = [kind != "interleaved" or as_megatron(s, m, r) for r in range(s)]
     names = ORDER_VALUES[key]
-    rep.values(**dict(zip(names, (sum(same), sum(predicted), round(laid.makespan * 1e3, 9),
-                                  round(sim.makespan * 1e3, 9)))))
+    for name, value in zip(names, (sum(same), sum(predicted), round(laid.makespan * 1e3, 9),
+                                  round(sim.makespan * 1e3, 9))):
+        rep.value(name, value)
 
 
 def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
@@ -328,11 +329,13 @@ def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: 
                      bound])
         ran_all.append(rows[-1][1])
         cached_all.append(rows[-1][2])
-        rep.values(**dict(zip(HELD_VALUES[key], (rows[-1][1], rows[-1][3], max(ran), max(sim)))))
+        for name, value in zip(HELD_VALUES[key], (rows[-1][1], rows[-1][3], max(ran), max(sim))):
+            rep.value(name, value)
     rep.table(["schedule", "ran, rank 0 … S-1", "PyTorch's fwd_cache", "the simulator's", "the notes' bound"],
               rows,
               name="held")
-    rep.values(held_all=" | ".join(ran_all), cached_all=" | ".join(cached_all))
+    rep.value("held_all", " | ".join(ran_all))
+    rep.value("cached_all", " | ".join(cached_all))
     rep.note("micro-batches whose forward had run on the stage and whose backward had not, at most (in\n"
              f"whole stages: an interleaved chunk is 1/{VIRTUAL}); 'ran' counts them in the recorded order,\n"
              "the cache is what PyTorch's stages kept for backward, read after every forward. GPipe keeps\n"
@@ -352,8 +355,10 @@ def part4_sends(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[d
         sent, f_sent = sum(r[key]["sent"] for r in ranks), sum(b for f in formula for _, b in f)
         rows.append([label(key, runs), " ".join(map(str, sends)), " ".join(map(str, f_sends)),
                      fmt_bytes(sent), fmt_bytes(f_sent)])
-        rep.values(**{f"{key}_sends": rows[-1][1], f"{key}_sends_formula": rows[-1][2], f"{key}_sent": sent,
-                      f"{key}_sent_formula": f_sent})
+        rep.value(f"{key}_sends", rows[-1][1])
+        rep.value(f"{key}_sends_formula", rows[-1][2])
+        rep.value(f"{key}_sent", sent)
+        rep.value(f"{key}_sent_formula", f_sent)
     rep.table(["schedule", "sends per rank", "by the formula", "bytes sent", "bytes by the formula"], rows,
               name="sends")
     rep.note("sends and bytes counted on all ranks by common.dist_count (PyTorch's batch_isend_irecv ends\n"

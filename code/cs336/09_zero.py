@@ -235,19 +235,21 @@ def part2_memory(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> No
         total, ledger_total = sums[3], sums[5]
         rows += mine + [[SHORT.get(engine, engine), "all", *sums, ""]]
         measured = [[r[engine][e] for e in ("params", "grads", "state")] for r in ranks]
-        rep.values(**dict(zip(MEMORY_VALUES[engine], (joined([row_bytes(*m)[3] for m in measured]),
+        for name, value in zip(MEMORY_VALUES[engine], (joined([row_bytes(*m)[3] for m in measured]),
                                                       joined([row_bytes(*e)[3] for e in rule]),
-                                                      total, ledger_total))))
+                                                      total, ledger_total)):
+            rep.value(name, value)
     rep.table(["engine", "rank", "parameters B", "gradients B", "Adam m+v B", "total B", "by its rule B",
                "by the ledger B", "after forward"], rows, name="bytes")
     z1 = [r["ZeRO-1"] for r in ranks]
-    rep.values(zero1_params_grads=joined([ELEM * (r["params"] + r["grads"]) for r in z1]),
-               ledger_zero1_params_grads=joined([ELEM * sum(ledger_elements("ZeRO-1", n, k, r)[:2])
-                                                 for r in range(k)]),
-               fsdp_after_forward=joined([ELEM * r["FSDP2"]["held_forward"] for r in ranks]),
-               fsdp_params=joined([ELEM * r["FSDP2"]["params"] for r in ranks]),
-               no_reshard_after_forward=joined([ELEM * r["FSDP2-no-reshard"]["held_forward"] for r in ranks]),
-               whole_params=joined([ELEM * n] * k))
+    rep.value("zero1_params_grads", joined([ELEM * (r["params"] + r["grads"]) for r in z1]))
+    rep.value("ledger_zero1_params_grads", joined([ELEM * sum(ledger_elements("ZeRO-1", n, k, r)[:2])
+                                                 for r in range(k)]))
+    rep.value("fsdp_after_forward", joined([ELEM * r["FSDP2"]["held_forward"] for r in ranks]))
+    rep.value("fsdp_params", joined([ELEM * r["FSDP2"]["params"] for r in ranks]))
+    rep.value("no_reshard_after_forward",
+              joined([ELEM * r["FSDP2-no-reshard"]["held_forward"] for r in ranks]))
+    rep.value("whole_params", joined([ELEM * n] * k))
     part2_note(rep, args)
     rep.compare_with_notes(in_table=True)
 
@@ -317,9 +319,10 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
             (c, b), (fc, fb) = worst.get(kind, (0, 0)), want.get(kind, (0, 0))
             rows.append([engine, kind, f"{c:g}, {fmt_bytes(b)}", f"{fc:g}, {fmt_bytes(fb)}",
                          gloo_ran_for(kind, got[0], ran), "the same" if same else "DIFFERENT"])
-        rep.values(**dict(zip(COLLECTIVE_VALUES[engine], (
+        for name, value in zip(COLLECTIVE_VALUES[engine], (
             calls_text(worst), calls_text(want), gloo_ran.ops_text(as_all_reduces(got[0])),
-            gloo_ran.ops_text(ran) if ran is not None else "not watched"))))
+            gloo_ran.ops_text(ran) if ran is not None else "not watched")):
+            rep.value(name, value)
     rep.table(["engine", "collective", "calls, bytes handed", "by the cost model", "gloo ran for them",
                "every rank"], rows, name="collectives")
     unseen = rep.value("unseen", max(r[e]["unseen"] or 0 for r in ranks for e in ENGINES))

@@ -234,10 +234,11 @@ def traffic_table(rep: Report, cases: list[Case]) -> None:
         row, worst = traffic_row(label, logs, steps, formulas)
         rows.append(row)
         want = formulas[worst]
-        rep.values(**dict(zip(names, (calls_text(counted_calls(logs[worst], steps)),
+        for name, value in zip(names, (calls_text(counted_calls(logs[worst], steps)),
                                       logs[worst].per_step(steps, OPS)[1],
                                       calls_text({op: c for op, (c, _) in want.items()}),
-                                      sum(b for _, b in want.values())))))
+                                      sum(b for _, b in want.values()))):
+            rep.value(name, value)
     rep.table(HEADERS, rows, name="traffic")
 
 
@@ -254,8 +255,9 @@ def counting_note(rep: Report, runs: list[dict]) -> None:
     python = sum(r["python_calls"] for r in runs)
     recorded = sum(sum(r["log"].calls.values()) for r in runs)
     unseen = sum(r["group_ops_unseen"] or 0 for r in runs)
-    rep.values(dtensor_calls_recorded=recorded, dtensor_group_ops_unseen=unseen,
-               dtensor_calls_through_python=python)
+    rep.value("dtensor_calls_recorded", recorded)
+    rep.value("dtensor_group_ops_unseen", unseen)
+    rep.value("dtensor_calls_through_python", python)
     rep.note(f"DTensor's collectives (every plan and rank): {recorded} logged by a dispatch mode, as "
              f"CommDebugMode counts them (cs336/dtensor_tp.py); common.dist_count's patched ProcessGroup "
              f"methods saw {python}: they are functional collectives (torch.ops._c10d_functional), which "

@@ -118,22 +118,24 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
         res, done = ring_views.many_workers(rep, k)
     rep.line(f"  {res.n_rounds} rounds = 2(K - 1); each worker ends with every chunk summed over all {k}, "
              f"each term once: {'yes' if done else 'NO'}")
-    rep.record("rounds", res.n_rounds)
+    rep.value("rounds", res.n_rounds, compared=False)
     # The notes' MPI loops (slides 47–48): reduce-scatter round i sends chunk (r − i) mod K and receives
     # (r − i − 1) mod K; all-gather round i sends (r − i + 1) mod K. Checked on every simulated message.
     mpi = all(np.array_equal(rnd.dst, (rnd.src + 1) % k) and np.array_equal(
         rnd.chunk, (rnd.src - rnd.index + (rnd.phase != "reduce-scatter")) % k) and (
         rnd.phase != "reduce-scatter" or np.array_equal(rnd.chunk, (rnd.dst - rnd.index - 1) % k))
               for rnd in res.rounds)
-    rep.values(ring_k=k, ring_messages=sum(len(r.src) for r in res.rounds), mpi_chunk_indices=mpi,
-               owner_chunk_complete=owner_chunk_complete(res, k, symbolic))
+    rep.value("ring_k", k)
+    rep.value("ring_messages", sum(len(r.src) for r in res.rounds))
+    rep.value("mpi_chunk_indices", mpi)
+    rep.value("owner_chunk_complete", owner_chunk_complete(res, k, symbolic))
     rep.compare_with_notes()  # these rows hold at any K; the next two are the notes' K = 4 buffers
     # The notes' buffers after reduce-scatter are for K = 4: shown at that K whatever --world-size says.
     notes_k = NOTES_K[1]
     at4 = res if k == notes_k and symbolic else col.ring_allreduce(symbolic_inputs(notes_k), history=True)
     rs_end = next(r for r in reversed(at4.rounds) if r.phase == "reduce-scatter").state
-    rep.values(rs_state_worker0="  ".join(format_chunks(rs_end[0], at4.bounds)),
-               rs_state_worker1="  ".join(format_chunks(rs_end[1], at4.bounds)[:3]))
+    rep.value("rs_state_worker0", "  ".join(format_chunks(rs_end[0], at4.bounds)))
+    rep.value("rs_state_worker1", "  ".join(format_chunks(rs_end[1], at4.bounds)[:3]))
 
 
 def owner_chunk_complete(res: Result, k: int, symbolic: bool) -> bool | None:
@@ -166,9 +168,10 @@ def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
         rep.note("where K does not divide N, ring chunks differ by one element: the busiest device sends\n"
                  "a little more than 2(K-1)/K·N (tests check the exact chunk-size sum); the line above\n"
                  "still requires those rows' rounds and total bytes to equal the closed forms")
-    rep.record("ring_bytes_over_n", ring_ratio)
-    rep.values(traffic_ks=", ".join(map(str, ks)), traffic_closed_forms=all_match,
-               ring_sent_over_n_at_64=ring_ratio[max(ks)])
+    rep.value("ring_bytes_over_n", ring_ratio, compared=False)
+    rep.value("traffic_ks", ", ".join(map(str, ks)))
+    rep.value("traffic_closed_forms", all_match)
+    rep.value("ring_sent_over_n_at_64", ring_ratio[max(ks)])
     fp_order_difference(rep, elems)
 
 
@@ -227,7 +230,8 @@ def fp_order_difference(rep: Report, elems: int) -> None:
              "few float32 spacings at the scale of the sums; a relative difference per element is not\n"
              "meaningful here (sums close to 0 make it arbitrarily large), so the measure is the max\n"
              "absolute difference")
-    rep.values(fp_elements=elems, fp_max_diff=float(diff.max()))
+    rep.value("fp_elements", elems)
+    rep.value("fp_max_diff", float(diff.max()))
 
 
 def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
@@ -249,7 +253,9 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     else:
         rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
                  "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
-    rep.values(ticks_k=k, ticks_top_s=2**top, tick_simulation_ok=sim_ok)
+    rep.value("ticks_k", k)
+    rep.value("ticks_top_s", 2**top)
+    rep.value("tick_simulation_ok", sim_ok)
     notes_setting_values(rep, (k, n, link))
     if rep.figure_dir():
         rep.save_figure(figures.broadcast_segments(k, n, link, sim_times, best_pow2), "broadcast_segments")
@@ -287,15 +293,17 @@ def notes_setting_values(rep: Report, run: tuple[int, int, Link]) -> None:
                  f"{link.describe()}")
     best = best_broadcast_segments(k, n, link)
     no_alpha = Link(0.0, link.beta_Bps)
-    rep.values(limit_over_n_b=BROADCAST.time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps),
-               best_s=best, best_s_ms=BROADCAST.time(k, n, link, best) * 1e3,
-               best_integer_s=best_integer_segments(k, n, link),
-               best_integer_s_ms=BROADCAST.time(k, n, link, best_integer_segments(k, n, link)) * 1e3,
-               best_s_ticks=BROADCAST.rounds(k, best),
-               best_s_tick_us=(link.alpha_s + n / best / link.beta_Bps) * 1e6,
-               unsplit_ms=BROADCAST.time(k, n, link, 1) * 1e3, unsplit_ticks=k - 1,
-               unsplit_tick_ms=(link.alpha_s + n / link.beta_Bps) * 1e3,
-               unsplit_no_alpha_ms=BROADCAST.time(k, n, no_alpha, 1) * 1e3)
+    rep.value("limit_over_n_b", BROADCAST.time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps))
+    rep.value("best_s", best)
+    rep.value("best_s_ms", BROADCAST.time(k, n, link, best) * 1e3)
+    rep.value("best_integer_s", best_integer_segments(k, n, link))
+    rep.value("best_integer_s_ms", BROADCAST.time(k, n, link, best_integer_segments(k, n, link)) * 1e3)
+    rep.value("best_s_ticks", BROADCAST.rounds(k, best))
+    rep.value("best_s_tick_us", (link.alpha_s + n / best / link.beta_Bps) * 1e6)
+    rep.value("unsplit_ms", BROADCAST.time(k, n, link, 1) * 1e3)
+    rep.value("unsplit_ticks", k - 1)
+    rep.value("unsplit_tick_ms", (link.alpha_s + n / link.beta_Bps) * 1e3)
+    rep.value("unsplit_no_alpha_ms", BROADCAST.time(k, n, no_alpha, 1) * 1e3)
 
 
 def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:

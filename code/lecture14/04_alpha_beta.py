@@ -121,8 +121,8 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     found = [c for c in crossovers.values() if c is not None]
     ring_from = max(found) if found else None
     rep.note("few rounds win small (latency-bound) messages, the ring large ones; NCCL picks likewise")
-    rep.values(ring_from=fmt_bytes(ring_from) if ring_from else "no size",
-               ring_from_kb=ring_from / 1e3 if ring_from else None)
+    rep.value("ring_from", fmt_bytes(ring_from) if ring_from else "no size")
+    rep.value("ring_from_kb", ring_from / 1e3 if ring_from else None)
     if rep.figure_dir():
         rep.save_figure(figures.alpha_beta_sizes(k, link, [1e2, 1e9], crossovers), "allreduce_by_size")
 
@@ -210,7 +210,7 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
                        for s in range(args.repeats)]  # [sweep][size]: each call is the slowest rank's
             runs[k] = num.summarize_run(k, sizes, slowest, [all(r["correct"][i] for r in result)
                                                           for i in range(len(sizes))])
-            rep.record(f"sweeps_{k}", runs[k]["sweeps"])
+            rep.value(f"sweeps_{k}", runs[k]["sweeps"], compared=False)
     rep.table(["size"] + [f"{k} processes: median [range]" for k in runs] + ["correct"],
               [[fmt_bytes(n, binary=True)]
                + [f"{fmt_time(r['median'][i])} [{fmt_time(r['low'][i])} … {fmt_time(r['high'][i])}]"
@@ -239,19 +239,23 @@ def record_fit(rep: Report, runs: dict[int, dict]) -> None:
     run = runs.get(4)  # under torchrun another K: the notes' figures are for 4 processes
     alpha, beta, ratio = (run[key] if run else num.spread([None]) for key in ("alpha", "beta", "ratio"))
     link_alpha = min(NVLINK.alpha_s, INFINIBAND.alpha_s)
-    rep.values(gloo_alpha_us=alpha.median * 1e6 if alpha.measured else None,
-               gloo_beta_gbs=beta.median / 1e9 if beta.measured else None,
-               gloo_fits_ok=alpha.used, gloo_fits=alpha.total,
-               gloo_alpha_range=f"{alpha.low * 1e6:.3g} … {alpha.high * 1e6:.3g} µs" if alpha.used
-               else "none",
-               gloo_beta_range=f"{beta.low / 1e9:.3g} … {beta.high / 1e9:.3g} GB/s" if beta.used else "none",
-               link_alpha_us=link_alpha * 1e6,
-               gloo_alpha_over_link=alpha.median / link_alpha if alpha.measured else None,
-               notes_alpha_over_link=notes_gloo_alpha_s() / link_alpha,
-               notes_alpha_orders=math.log10(notes_gloo_alpha_s() / link_alpha),
-               small_sizes_ratio=ratio.median if ratio.used else float("nan"), small_sizes_sweeps=ratio.used,
-               small_sizes_low=ratio.low, small_sizes_high=ratio.high,
-               small_sizes_median=ratio.median if ratio.used else None)
+    rep.value("gloo_alpha_us", alpha.median * 1e6 if alpha.measured else None)
+    rep.value("gloo_beta_gbs", beta.median / 1e9 if beta.measured else None)
+    rep.value("gloo_fits_ok", alpha.used)
+    rep.value("gloo_fits", alpha.total)
+    rep.value("gloo_alpha_range", f"{alpha.low * 1e6:.3g} … {alpha.high * 1e6:.3g} µs" if alpha.used
+               else "none")
+    rep.value("gloo_beta_range",
+              f"{beta.low / 1e9:.3g} … {beta.high / 1e9:.3g} GB/s" if beta.used else "none")
+    rep.value("link_alpha_us", link_alpha * 1e6)
+    rep.value("gloo_alpha_over_link", alpha.median / link_alpha if alpha.measured else None)
+    rep.value("notes_alpha_over_link", notes_gloo_alpha_s() / link_alpha)
+    rep.value("notes_alpha_orders", math.log10(notes_gloo_alpha_s() / link_alpha))
+    rep.value("small_sizes_ratio", ratio.median if ratio.used else float("nan"))
+    rep.value("small_sizes_sweeps", ratio.used)
+    rep.value("small_sizes_low", ratio.low)
+    rep.value("small_sizes_high", ratio.high)
+    rep.value("small_sizes_median", ratio.median if ratio.used else None)
 
 
 def notes_gloo_alpha_s() -> float:
@@ -276,11 +280,12 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
                                   for link in links],
               rows, name="share")
     shares = {link.name: [comm_share(k, p, link, tokens, flops_per_s) for p in params] for link in links}
-    rep.values(mfu=args.mfu, peak_tflops=args.peak_tflops,
-               share_nvlink_pct=100 * shares[NVLINK.name][0],
-               share_infiniband_pct=100 * shares[INFINIBAND.name][0],
-               share_ethernet_pct=100 * shares[ETHERNET.name][0],
-               share_spread=max(max(v) - min(v) for v in shares.values()))
+    rep.value("mfu", args.mfu)
+    rep.value("peak_tflops", args.peak_tflops)
+    rep.value("share_nvlink_pct", 100 * shares[NVLINK.name][0])
+    rep.value("share_infiniband_pct", 100 * shares[INFINIBAND.name][0])
+    rep.value("share_ethernet_pct", 100 * shares[ETHERNET.name][0])
+    rep.value("share_spread", max(max(v) - min(v) for v in shares.values()))
     # A latency α (this run's --alpha-us) adds 2(K-1)·α per step: how much it moves the share for the
     # smallest P.
     latent = [Link(args.alpha_us * 1e-6, link.beta_Bps) for link in links]
@@ -289,7 +294,7 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
     verdict = "latency is negligible" if moved < 1 else "latency is not negligible at this K"
     rep.line(f"  with α = {args.alpha_us:g} µs the share for {params[0] / 1e6:g}M parameters moves by at "
              f"most {moved:.2f} points: {verdict}")
-    rep.record("alpha_moves_share_points", moved)
+    rep.value("alpha_moves_share_points", moved, compared=False)
 
 
 if __name__ == "__main__":

@@ -76,8 +76,11 @@ def ex1_compute_budget(rep: Report) -> None:
     flops = 6 * 70e9 * 2e12  # 6ND
     gpu_seconds = flops / 350e12
     hours_1024 = gpu_seconds / 1024 / HOUR
-    rep.values(flops=flops, gpu_seconds=gpu_seconds, gpu_hours_1e4=gpu_seconds / HOUR / 1e4,
-               hours_1024=hours_1024, days_1024=hours_1024 * HOUR / DAY)
+    rep.value("flops", flops)
+    rep.value("gpu_seconds", gpu_seconds)
+    rep.value("gpu_hours_1e4", gpu_seconds / HOUR / 1e4)
+    rep.value("hours_1024", hours_1024)
+    rep.value("days_1024", hours_1024 * HOUR / DAY)
 
 
 def ex2_buffer_sizes(rep: Report) -> None:
@@ -87,7 +90,8 @@ def ex2_buffer_sizes(rep: Report) -> None:
     ag = all_gather([np.arange(n // k, dtype=float) for _ in range(k)])
     rep.line(f"  simulated, K = {k}: reduce-scatter of {n} numbers leaves {rs.outputs[0].size} on each "
              f"device, all-gather of {n // k} leaves {ag.outputs[0].size}")
-    rep.values(rs_output_ratio=rs.outputs[0].size / n, ag_output_ratio=ag.outputs[0].size / (n // k))
+    rep.value("rs_output_ratio", rs.outputs[0].size / n)
+    rep.value("ag_output_ratio", ag.outputs[0].size / (n // k))
     uneven = reduce_scatter([np.arange(10.0) for _ in range(k)])
     rep.note(f"N not divisible by K: 10 numbers split as {[o.size for o in uneven.outputs]} (sizes differ by "
              "one)")
@@ -142,7 +146,9 @@ def ex5_ring_time(rep: Report) -> None:
     k, n, link = 16, 1e9, Link(10e-6, 25e9)
     total = RING_ALLREDUCE.time(k, n, link)
     latency = total - RING_ALLREDUCE.time(k, n, Link(0.0, link.beta_Bps))
-    rep.values(ring_time_ms=total * 1e3, latency_ms=latency * 1e3, latency_share_pct=100 * latency / total)
+    rep.value("ring_time_ms", total * 1e3)
+    rep.value("latency_ms", latency * 1e3)
+    rep.value("latency_share_pct", 100 * latency / total)
 
 
 def ex6_pipelined_broadcast(rep: Report) -> None:
@@ -154,8 +160,11 @@ def ex6_pipelined_broadcast(rep: Report) -> None:
     assert math.isclose(ticks.time(with_alpha), BROADCAST.time(k, n, with_alpha, 100))
     rep.line(f"  simulated: S = 100 takes {ticks.n_rounds} ticks of {fmt_bytes(ticks.round_bytes()[0])}")
     slow, unsplit_alpha = BROADCAST.time(k, n, with_alpha, 100), BROADCAST.time(k, n, with_alpha, 1)
-    rep.values(unsplit_ms=unsplit * 1e3, split_ms=split * 1e3, split_alpha_ms=slow * 1e3,
-               unsplit_alpha=fmt_time(unsplit_alpha), split_alpha_over_unsplit=slow / unsplit_alpha)
+    rep.value("unsplit_ms", unsplit * 1e3)
+    rep.value("split_ms", split * 1e3)
+    rep.value("split_alpha_ms", slow * 1e3)
+    rep.value("unsplit_alpha", fmt_time(unsplit_alpha))
+    rep.value("split_alpha_over_unsplit", slow / unsplit_alpha)
     best = best_integer_segments(k, n, with_alpha)
     rep.line(f"  good, not best: the optimum is S ≈ {continuous_best_segments(k, n, with_alpha):.1f} "
              f"(best integer {best}: {fmt_time(BROADCAST.time(k, n, with_alpha, best))})")
@@ -179,10 +188,10 @@ def ex8_parameter_server(rep: Report) -> None:
     ratio = sim.received[k] / sim.sent[0], sim.sent[k] / sim.received[0]
     rep.line(f"  simulated: the server receives {ratio[0]:g}× and sends {ratio[1]:g}× what one worker sends")
     server_s = algorithm("parameter server").time(k, n, link)
-    rep.values(server_s=server_s,
-               server_duplex_s=server_s / 2,  # a duplex link sends and receives at once: two rounds overlap
-               ring_sent_gb=RING_ALLREDUCE.busiest_bytes(k, n) / 1e9,
-               ring_s=RING_ALLREDUCE.time(k, n, link))
+    rep.value("server_s", server_s)
+    rep.value("server_duplex_s", server_s / 2)  # a duplex link sends and receives at once: two rounds overlap
+    rep.value("ring_sent_gb", RING_ALLREDUCE.busiest_bytes(k, n) / 1e9)
+    rep.value("ring_s", RING_ALLREDUCE.time(k, n, link))
 
 
 def sample_weights(counts: list[int]) -> list[float]:
@@ -226,9 +235,12 @@ def ex9_unequal_shards(rep: Report) -> None:
     # How far the gradient is off depends on the data. With orthogonal per-sample gradients of equal
     # length it is the relative error of the weight vector itself (20.4 % for 3, 3, 2, 2); the notes'
     # 21 % is script 05's figure on one data set.
-    rep.values(inverse_weight_334=1 / w[0], inverse_weight_333=1 / w[1], largest_deviation_pct=max(devs),
-               smallest_deviation_pct=min(devs), weight_ratio_2_over_3=w4[2] / w4[0],
-               gradient_error_3322_pct=100 * weight_vector_error([3, 3, 2, 2]))
+    rep.value("inverse_weight_334", 1 / w[0])
+    rep.value("inverse_weight_333", 1 / w[1])
+    rep.value("largest_deviation_pct", max(devs))
+    rep.value("smallest_deviation_pct", min(devs))
+    rep.value("weight_ratio_2_over_3", w4[2] / w4[0])
+    rep.value("gradient_error_3322_pct", 100 * weight_vector_error([3, 3, 2, 2]))
     naive, fixed = correlated_errors([3, 3, 2, 2])  # random gradients with a common direction
     rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by {100 * naive:.1f} %, "
              f"sum-then-divide by {fixed:.1e}")
@@ -241,7 +253,8 @@ def effective_batch(ranks: int, per_rank: int, accumulation_steps: int = 1) -> i
 
 def ex10_effective_batch(rep: Report) -> None:
     rep.part(10, "exercise 10 — equivalent single-GPU batch")
-    rep.values(batch_4x32=effective_batch(4, 32), batch_4x32x2=effective_batch(4, 32, 2))
+    rep.value("batch_4x32", effective_batch(4, 32))
+    rep.value("batch_4x32x2", effective_batch(4, 32, 2))
 
 
 def ex11_speedup(rep: Report) -> None:
@@ -249,7 +262,8 @@ def ex11_speedup(rep: Report) -> None:
     link, t1, n = Link(0.0, 25e9), 0.100, 1e9
     for k in (2, 4, 8):
         comm = RING_ALLREDUCE.time(k, n, link)
-        rep.values(**{f"allreduce_k{k}_ms": comm * 1e3, f"speedup_k{k}": data_parallel_speedup(t1, k, comm)})
+        rep.value(f"allreduce_k{k}_ms", comm * 1e3)
+        rep.value(f"speedup_k{k}", data_parallel_speedup(t1, k, comm))
     limit = t1 / (2 * n / link.beta_Bps)  # K → ∞: compute → 0, all-reduce → 2N/β
     rep.line(f"  compute T1/K = {', '.join(f'{t1 / k * 1e3:g}' for k in (2, 4, 8))} ms; the all-reduce tends "
              f"to 2N/β: at most {limit:.2f}× on any K")
@@ -297,7 +311,8 @@ def ex12_replicas_in_sync(rep: Report) -> None:
     diffs = [replica_drift(k, steps, **kw) for _, kw in cases]
     rep.table(["case", "max |w_r - w_0| after 20 steps"],
               [[name, f"{d:.3g}"] for (name, _), d in zip(cases, diffs)], name="drift")
-    rep.values(replicas_stay_identical=diffs[0] == 0.0, every_cause_drifts=all(d > 0 for d in diffs[1:]))
+    rep.value("replicas_stay_identical", diffs[0] == 0.0)
+    rep.value("every_cause_drifts", all(d > 0 for d in diffs[1:]))
     rep.note("DDP broadcasts rank 0's parameters once, at construction (lecture 15)")
 
 

@@ -299,12 +299,16 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
              "launches the bucket's all-reduce, so the last bucket always starts inside one. With one "
              "bucket nothing computes after it: no overlap, whatever the load (try --bucket-cap-mb 100). "
              "On busy cores a rank's gloo thread may start only after its backward: that rank shows none.")
-    rep.values(real_overlap=any(overlapped), real_ranks=len(ranks), real_allreduces=len(comm),
-               sim_buckets=len(buckets))
-    rep.timings(real_overlap_ranks=sum(overlapped),   # load decides how many: a timing, not a count
-                real_first_allreduce_ms=comm[0].start_s * 1e3, real_backward_ms=real.backward_s * 1e3,
-                real_overlap_ms=max(o["overlap_s"] for o in overlaps) * 1e3,
-                real_compute_ms=overlaps[0]["compute_s"] * 1e3)
+    rep.value("real_overlap", any(overlapped))
+    rep.value("real_ranks", len(ranks))
+    rep.value("real_allreduces", len(comm))
+    rep.value("sim_buckets", len(buckets))
+    # load decides how many: a timing, not a count
+    rep.value("real_overlap_ranks", sum(overlapped), timed=True)
+    rep.value("real_first_allreduce_ms", comm[0].start_s * 1e3, timed=True)
+    rep.value("real_backward_ms", real.backward_s * 1e3, timed=True)
+    rep.value("real_overlap_ms", max(o["overlap_s"] for o in overlaps) * 1e3, timed=True)
+    rep.value("real_compute_ms", overlaps[0]["compute_s"] * 1e3, timed=True)
     rep.compare_with_notes(in_table=True)   # the overlap and the all-reduces counted above
     if not expected:   # one all-reduce after the last gradient: overlap found would be a measuring bug
         rep.check_close("overlap found vs 1 all-reduce (none expected)", float(any(overlapped)), 0)
@@ -332,14 +336,15 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
                                            f"{cap / MiB:g} MiB, {link.describe()}")}
     traces |= {f"real_rank{rank}": r["trace"] for rank, r in enumerate(ranks)}
     problems = [f"{name}: {p}" for name, t in traces.items() for p in trace_problems(t)]
-    rep.values(sim_overlap=sim.first_comm_start_s < sim.backward_s, traces_valid=not problems,
-               trace_problems="; ".join(problems) or "none")
+    rep.value("sim_overlap", sim.first_comm_start_s < sim.backward_s)
+    rep.value("traces_valid", not problems)
+    rep.value("trace_problems", "; ".join(problems) or "none")
     if args.trace:
         make_output_dir(args.trace)
         for name, trace in traces.items():
             path = os.path.join(args.trace, f"{rep.figure_name(name)}.json")
             write_json(path, trace)
-            rep.record(f"trace_{name}", os.path.basename(path))
+            rep.value(f"trace_{name}", os.path.basename(path), compared=False)
         rep.line(f"  traces written to {args.trace}: {len(traces)} files (open them in ui.perfetto.dev or "
                  "chrome://tracing)")
     if rep.figure_dir() is not None:   # matplotlib (1-2 s to import) only when a figure was asked for

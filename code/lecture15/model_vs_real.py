@@ -212,8 +212,8 @@ def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any
              f"2(K−1)/K·n/β, K = {args.world_size}, least squares in relative error "
              f"({len(result['allreduce_runs'][0])} repeats per size, slowest rank)")
     if link:   # our figures, which the notes give none of: recorded, not compared
-        rep.record("alpha_s", link.alpha_s)
-        rep.record("beta_Bps", link.beta_Bps)
+        rep.value("alpha_s", link.alpha_s, compared=False)
+        rep.value("beta_Bps", link.beta_Bps, compared=False)
     return link
 
 
@@ -287,7 +287,7 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     for key, value in (("verdict", said), ("predicted_overlap_s", overlapped.step_with_forward_s),
                        ("predicted_serial_s", serial.step_with_forward_s), ("measured_s", measured),
                        ("measured_runs_s", runs)):
-        rep.record(key, value)
+        rep.value(key, value, compared=False)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rep.note(f"limits: {args.world_size} ranks share this machine's {cores} cores, so gloo's threads and the "
              "backward compete for them (the model lets the two streams run side by side for free); the "

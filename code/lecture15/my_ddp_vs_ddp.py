@@ -178,7 +178,7 @@ def part2_order(rep: Report, ranks: list[dict[str, Any]]) -> None:
     rep.note("ready order pairs rank 0's bucket 0 with rank 1's bucket 1: same size, so gloo sums unrelated "
              "gradients without any error (lecture 15 §2.3, exercise 6). PyTorch rebuilds its buckets in the "
              "observed order after step 1; MyDDP, like PyTorch 1.5, keeps the construction-time buckets.")
-    rep.record("rank_order", {k: [r["order"][k] for r in ranks] for k in ("index", "naive")})
+    rep.value("rank_order", {k: [r["order"][k] for r in ranks] for k in ("index", "naive")}, compared=False)
 
 
 # ---- Part 3: buffers and sparse gradients --------------------------------------------------------
