@@ -30,8 +30,9 @@ import time
 import numpy as np
 
 from common import cli
-from common.output import format_table
 from common.output_files import write_json
+from common.script_end import run_main
+from common.text import format_table
 from reproduction.suite import CODE, named_by
 
 # Each real script's grid: world sizes at the defaults and at --quick, then each size flag raised.
@@ -184,4 +185,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    cli.run_main(main)
+    run_main(main)

@@ -42,8 +42,10 @@ import time
 from collections import Counter
 from typing import Callable
 
-from common.cli import UsageError, make_parser, run_main
-from common.output import format_table
+from common.cli import make_parser
+from common.error_types import UsageError
+from common.script_end import run_main
+from common.text import format_table
 
 ROOT = Path(__file__).resolve().parents[1]
 ENDINGS = {"SIGINT": (130, "interrupted\n"), "SIGTERM": (143, "terminated\n"), "SIGHUP": (129, "hung up\n")}

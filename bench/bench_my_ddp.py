@@ -20,10 +20,14 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 from typing import Any
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.launch import choose_backend, launch, preload_for_ddp
-from common.output import Report, fmt_bytes
-from lecture15.my_ddp_check import TARGET_RATIO, handbook_model, median_step, timing_rank
+from common.output import Report
+from common.script_end import run_main
+from common.units import fmt_bytes
+from lecture15.handbook_model import handbook_model
+from lecture15.my_ddp_check import TARGET_RATIO, median_step, timing_rank
 
 HIDDEN_SIZES = (256, 1024)   # the handbook's model, and one where communication weighs more
 

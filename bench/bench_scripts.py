@@ -42,9 +42,10 @@ import subprocess
 import tempfile
 import time
 
-from common.cli import make_parser, run_main
+from common.cli import make_parser
 from common.model_bounds import MODEL_BUDGET_S
-from common.output import format_table
+from common.script_end import run_main
+from common.text import format_table
 from reproduction.suite import Script, named_by, scripts
 
 ROOT = Path(__file__).resolve().parents[1]

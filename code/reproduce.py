@@ -34,11 +34,13 @@ import time
 from typing import Any, Callable
 
 from common import verdicts
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.leftovers import owned_folder
-from common.output import wrap
 from common.output_files import make_output_dir, write_json
 from common.output_paths import check_output_dir
+from common.script_end import run_main
+from common.text import wrap
 from reproduction import errata
 from reproduction.lanes import Lanes, Turns
 from reproduction.suite import Script, named_by, scripts

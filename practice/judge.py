@@ -36,9 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 sys.path.insert(1, str(Path(__file__).resolve().parent))   # the judge's own package, judging/
 
-from common.cli import UsageError, make_parser, run_main
-from common.output import wrap
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.output_files import write_json
+from common.script_end import run_main
+from common.text import wrap
 from judging import PROBLEMS, Problem
 from judging.messages import NOT_WRITTEN
 

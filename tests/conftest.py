@@ -166,7 +166,7 @@ module = importlib.util.module_from_spec(spec)
 sys.modules["patched"] = module
 spec.loader.exec_module(module)
 {patch}
-from common.cli import run_main
+from common.script_end import run_main
 run_main(module.main)   # forked ranks inherit the patch
 """
 

@@ -13,6 +13,7 @@ from common import agreement, checker, row_tables, verdicts
 from common.checker import Row, decide
 from common.error_types import RunFailure
 from common.output import Report
+from common.text import PAGE_WIDTH
 
 
 class _AnyValue(dict):
@@ -261,7 +262,7 @@ def test_the_comparison_fits_the_page_whether_values_fit_their_column_or_not(val
     claim = checker.Claim("Part 1", "a statement", value, value, "", checker.EXACT,
                           "differs", "why", erratum="E", error=checker.SLIP)
     lines = verdicts.comparison_lines([claim])
-    assert max(len(line) for line in lines) <= verdicts.PAGE_WIDTH
+    assert max(len(line) for line in lines) <= PAGE_WIDTH
     assert any("error in the notes" in line for line in lines)
 
 

@@ -11,9 +11,12 @@ from conftest import code_env, flat
 
 from common import agreement, checker
 from common.checker import ASSUMPTION, MEASURED, Row
-from common.cli import UsageError, make_parser
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.flags import parse_size
-from common.output import Report, fmt_bytes, format_table
+from common.output import Report
+from common.text import format_table
+from common.units import fmt_bytes
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -88,7 +91,13 @@ def test_claims_status_and_json(tmp_path, capsys) -> None:
             _row("measured_flag", notes=True, basis=MEASURED)]
     rep = _report_with(tmp_path, rows)
     rep.part(1, "numbers")
-    rep.values(same=3.151, off=48, here=9.0, flag=True, about=2.9e-5, too_small=0.0, measured_flag=False)
+    rep.value("same", 3.151)
+    rep.value("off", 48)
+    rep.value("here", 9.0)
+    rep.value("flag", True)
+    rep.value("about", 2.9e-5)
+    rep.value("too_small", 0.0)
+    rep.value("measured_flag", False)
     rep.table(["a", "b"], [[1, "x"], [22, "yy"]])
     rep.finish()
     data = json.loads((tmp_path / "out.json").read_text())
@@ -133,7 +142,9 @@ def test_claims_off_the_notes_setting_are_not_compared(tmp_path, capsys) -> None
     rows = [_row("t", notes=5.0, places=0, depends=every), _row("a", notes=5.0, depends=("--alpha-us",)),
             _row("n", notes=5.0, depends=())]
     off = _report_with(tmp_path, rows, "--step-ms", "3", "--bucket-cap-mb", "1", parser=parser)
-    off.values(t=5.0, a=5.0, n=5.0)
+    off.value("t", 5.0)
+    off.value("a", 5.0)
+    off.value("n", 5.0)
     claims = {c["ref"]: c for c in off.finish()["claims"]}
     assert claims["t"]["status"] == "other setting" and claims["t"]["rule"] == "not compared"
     assert "--step-ms 3 (notes' setting: 2)" in claims["t"]["decision"]

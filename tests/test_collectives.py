@@ -7,14 +7,18 @@ import numpy as np
 import pytest
 
 from common import costmodel as cm
-from common.costmodel import Link
+from common.collectives import algorithm, tree_depth
+from common.link import NOTES_LINK, Link
 from lecture14 import collectives as col
+from lecture14.symbolic import Sym, format_chunks, symbolic_inputs, worker_name
+
+BROADCAST = algorithm("pipelined ring broadcast")
 
 RNG = np.random.default_rng(2024)
 # Random (K, length) pairs with K in 1..17; lengths below K, not divisible by K, and zero included.
 CASES = sorted({(int(k), int(n)) for k, n in zip(RNG.integers(1, 18, 25), RNG.integers(0, 60, 25))}
                | {(1, 0), (1, 5), (4, 3), (5, 7), (7, 7), (16, 64), (17, 3)})
-LINKS = [cm.NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
+LINKS = [NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
 
 
 def random_inputs(k: int, n: int, seed: int = 0) -> list[np.ndarray]:
@@ -81,7 +85,7 @@ def test_ring_bytes_per_device_when_k_divides_n() -> None:
         nbytes = 4 * n
         assert res.sent.tolist() == [2 * (k - 1) * nbytes // k] * k
         assert res.received.tolist() == res.sent.tolist()
-        assert res.sent[0] == cm.ring_allreduce_bytes_per_device(k, nbytes)
+        assert res.sent[0] == algorithm("ring all-reduce").busiest_bytes(k, nbytes)
         assert res.n_rounds == 2 * (k - 1)
 
 
@@ -103,18 +107,16 @@ def test_traffic_rounds_and_time_match_closed_forms(k: int, link: Link) -> None:
     xs = [np.ones(n_elems, dtype=np.float32)] * k
     sims = {"ring": col.ring_allreduce(xs), "tree": col.tree_allreduce(xs),
             "naive": col.naive_allreduce(xs), "parameter server": col.parameter_server(xs)}
+    closed = {name: algorithm(name if name == "parameter server" else f"{name} all-reduce") for name in sims}
     for name, res in sims.items():
-        busiest, total = cm.allreduce_traffic_bytes(name, k, nbytes)
+        busiest, total = closed[name].busiest_bytes(k, nbytes), closed[name].total_bytes(k, nbytes)
         assert res.busiest_sent == busiest and res.total_sent == total, name
         assert res.busiest_received == busiest, name
-    assert sims["tree"].n_rounds == 2 * cm.tree_depth(k)
+    assert sims["tree"].n_rounds == 2 * tree_depth(k)
     assert sims["ring"].n_rounds == 2 * (k - 1)
     assert sims["naive"].n_rounds == (2 if k > 1 else 0) and sims["parameter server"].n_rounds == 2
-    assert sims["ring"].time(link) == pytest.approx(cm.ring_allreduce_time(k, nbytes, link), rel=1e-12)
-    assert sims["tree"].time(link) == pytest.approx(cm.tree_allreduce_time(k, nbytes, link), rel=1e-12)
-    assert sims["naive"].time(link) == pytest.approx(cm.naive_allreduce_time(k, nbytes, link), rel=1e-12)
-    assert sims["parameter server"].time(link) == pytest.approx(cm.parameter_server_time(k, nbytes, link),
-                                                                rel=1e-12)
+    for name, res in sims.items():
+        assert res.time(link) == pytest.approx(closed[name].time(k, nbytes, link), rel=1e-12), name
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 8, 11])
@@ -124,7 +126,7 @@ def test_pipelined_broadcast_ticks_and_time(k: int, segments: int) -> None:
     res = col.pipelined_ring_broadcast(nbytes, k, segments)
     assert res.n_rounds == k - 2 + segments
     for link in LINKS:
-        assert res.time(link) == pytest.approx(cm.ring_broadcast_time(k, nbytes, link, segments), rel=1e-12)
+        assert res.time(link) == pytest.approx(BROADCAST.time(k, nbytes, link, segments), rel=1e-12)
     assert res.received.tolist() == [0] + [nbytes] * (k - 1)  # every non-root gets N, once
     data = np.arange(23, dtype=np.float32)  # real data, segments not dividing it, another root
     moved = col.pipelined_ring_broadcast(data, k, segments, root=k - 1)
@@ -137,17 +139,17 @@ def test_pipelined_broadcast_ticks_and_time(k: int, segments: int) -> None:
 
 def test_best_segments_by_simulation_matches_costmodel() -> None:
     k, n = 8, 64_000_000
-    times = {2**i: col.pipelined_ring_broadcast(n, k, 2**i).time(cm.NOTES_LINK) for i in range(11)}
-    assert min(times, key=times.get) == cm.best_broadcast_segments(k, n, cm.NOTES_LINK) == 64
+    times = {2**i: col.pipelined_ring_broadcast(n, k, 2**i).time(NOTES_LINK) for i in range(11)}
+    assert min(times, key=times.get) == cm.best_broadcast_segments(k, n, NOTES_LINK) == 64
 
 
 def test_symbolic_ring_k4_matches_the_notes() -> None:
-    res = col.ring_allreduce(col.symbolic_inputs(4), history=True)
+    res = col.ring_allreduce(symbolic_inputs(4), history=True)
     after_rs = [r for r in res.rounds if r.phase == "reduce-scatter"][-1].state
-    assert col.format_chunks(after_rs[0], res.bounds) == ["a0", "a1+b1+c1+d1", "a2+c2+d2", "a3+d3"]
-    assert col.format_chunks(after_rs[1], res.bounds)[:3] == ["a0+b0", "b1", "a2+b2+c2+d2"]
+    assert format_chunks(after_rs[0], res.bounds) == ["a0", "a1+b1+c1+d1", "a2+c2+d2", "a3+d3"]
+    assert format_chunks(after_rs[1], res.bounds)[:3] == ["a0+b0", "b1", "a2+b2+c2+d2"]
     full = ["a0+b0+c0+d0", "a1+b1+c1+d1", "a2+b2+c2+d2", "a3+b3+c3+d3"]
-    assert all(col.format_chunks(out, res.bounds) == full for out in res.outputs)
+    assert all(format_chunks(out, res.bounds) == full for out in res.outputs)
     # The notes' chunk indices: round i, device r sends (r - i) mod K, then (r + 1 - i) mod K.
     for rnd in res.rounds:
         offset = 0 if rnd.phase == "reduce-scatter" else 1
@@ -156,8 +158,8 @@ def test_symbolic_ring_k4_matches_the_notes() -> None:
 
 
 def test_symbolic_ring_k3_matches_exercise_3() -> None:
-    res = col.ring_allreduce(col.symbolic_inputs(3), history=True)
-    first = [col.format_chunks(s, res.bounds) for s in res.rounds[0].state]
+    res = col.ring_allreduce(symbolic_inputs(3), history=True)
+    first = [format_chunks(s, res.bounds) for s in res.rounds[0].state]
     assert first == [["a0", "a1", "a2+c2"], ["a0+b0", "b1", "b2"], ["c0", "b1+c1", "c2"]]
     second = res.rounds[1].state
     assert [str(second[0][1]), str(second[1][2]), str(second[2][0])] == ["a1+b1+c1", "a2+b2+c2", "a0+b0+c0"]
@@ -166,17 +168,17 @@ def test_symbolic_ring_k3_matches_exercise_3() -> None:
 @pytest.mark.parametrize("k", [1, 2, 5, 9, 27, 30])
 def test_symbolic_every_term_exactly_once(k: int) -> None:
     length = k + 3  # chunks of unequal size
-    full = [col.Sym([(w, j) for w in range(k)]) for j in range(length)]
+    full = [Sym([(w, j) for w in range(k)]) for j in range(length)]
     for fn in (col.ring_allreduce, col.tree_allreduce, col.naive_allreduce):
-        for out in fn(col.symbolic_inputs(k, length)).outputs:
+        for out in fn(symbolic_inputs(k, length)).outputs:
             assert list(out) == full
 
 
 def test_worker_names_and_sym() -> None:
-    assert [col.worker_name(r) for r in (0, 1, 25, 26, 27, 51, 52)] == ["a", "b", "z", "aa", "ab", "az", "ba"]
-    s = col.Sym([(2, 1)]) + col.Sym([(0, 1)])
-    assert str(s) == "a1+c1" and str(col.Sym()) == "0" and sum([s], col.Sym()) == s
-    assert str(s + col.Sym([(0, 1)])) == "a1+a1+c1"  # adding twice shows
+    assert [worker_name(r) for r in (0, 1, 25, 26, 27, 51, 52)] == ["a", "b", "z", "aa", "ab", "az", "ba"]
+    s = Sym([(2, 1)]) + Sym([(0, 1)])
+    assert str(s) == "a1+c1" and str(Sym()) == "0" and sum([s], Sym()) == s
+    assert str(s + Sym([(0, 1)])) == "a1+a1+c1"  # adding twice shows
 
 
 def test_round_semantics_and_errors() -> None:

@@ -7,16 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common import costmodel as cm
-from common.costmodel import Link
+from common import collectives as cdef
+from common.link import NOTES_LINK, Link
 from lecture14 import collectives as col
 from lecture14.collectives_reference import reference
+from lecture14.symbolic import format_chunks, symbolic_inputs
 
 KS = [1, 2, 3, 5, 8, 17, 64, 256, 1024]
 # Algorithms whose message count grows like K·log K or less: cheap for the reference at any K.
 FEW_MESSAGES = {"tree all-reduce", "naive all-reduce", "parameter server", "tree broadcast", "tree reduce",
                 "pipelined ring broadcast", "pipelined ring reduce"}
-LINKS = [cm.NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
+LINKS = [NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
 PRIMITIVE_SIM = {  # the costmodel's name -> (the simulator's algorithm, the buffer it cuts, in pieces)
     "broadcast": ("pipelined ring broadcast", 1), "reduce": ("pipelined ring reduce", 1),
     "scatter": ("ring scatter", "k"), "gather": ("ring gather", "k"), "all-gather": ("ring all-gather", "k"),
@@ -76,7 +77,7 @@ def test_moved_data_equals_the_reference(k: int, algorithm: str) -> None:
 
 
 @pytest.mark.parametrize("k", KS)
-@pytest.mark.parametrize("primitive", cm.RING_PRIMITIVES)
+@pytest.mark.parametrize("primitive", cdef.COLLECTIVES)
 def test_seven_primitives_match_the_ring_closed_forms(k: int, primitive: str) -> None:
     algorithm, pieces = PRIMITIVE_SIM[primitive]
     root = k // 3
@@ -85,14 +86,16 @@ def test_seven_primitives_match_the_ring_closed_forms(k: int, primitive: str) ->
     for piece, segments in cases:
         nbytes = piece * (k if pieces == "k" else 1)
         res = col.traffic(algorithm, k, nbytes, root=root, segments=segments)
-        by_position = cm.ring_primitive_bytes_sent(primitive, k, piece)
+        coll = cdef.collective(primitive)
+        ring = cdef.algorithm(coll.ring)
+        by_position = ring.bytes_sent(k, coll.nbytes_of_piece(k, piece))
         rooted = primitive in ("broadcast", "scatter", "gather", "reduce")
         want = [by_position[(r - root) % k] if rooted else by_position[r] for r in range(k)]
         assert res.sent.tolist() == want, (primitive, k)
         assert res.total_sent == sum(want) and res.received.sum() == res.total_sent
-        assert res.n_rounds == cm.ring_primitive_rounds(primitive, k, segments)
+        assert res.n_rounds == ring.rounds(k, segments)
         for link in LINKS:
-            expected = cm.ring_primitive_time(primitive, k, piece, link, segments)
+            expected = ring.time(k, coll.nbytes_of_piece(k, piece), link, segments)
             assert res.time(link) == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
@@ -100,7 +103,8 @@ def test_the_notes_table_entries_that_hold_and_those_that_do_not() -> None:
     # Per-rank send volume under a ring (CS336 lecture 8): scatter's root sends (K-1)·S, not S;
     # a ring gather's busiest device sends (K-1)·S, not S (S each holds for sending straight to the root).
     k, s = 8, 1000
-    sent = {p: cm.ring_primitive_bytes_sent(p, k, s) for p in cm.RING_PRIMITIVES}
+    sent = {name: cdef.algorithm(c.ring).bytes_sent(k, c.nbytes_of_piece(k, s))
+            for name, c in cdef.COLLECTIVES.items()}
     assert max(sent["broadcast"]) == s and sent["broadcast"][0] == s
     assert sent["scatter"][0] == (k - 1) * s and max(sent["gather"]) == (k - 1) * s
     assert max(sent["reduce"]) == s and sent["reduce"][0] == 0
@@ -114,14 +118,11 @@ def test_allreduce_counts_match_closed_forms_at_any_k(k: int) -> None:
     for name, alg in (("ring", "ring all-reduce"), ("tree", "tree all-reduce"), ("naive", "naive all-reduce"),
                       ("parameter server", "parameter server")):
         res = col.traffic(alg, k, nbytes)
-        busiest, total = cm.allreduce_traffic_bytes(name, k, nbytes)
+        closed = cdef.algorithm(alg)
+        busiest, total = closed.busiest_bytes(k, nbytes), closed.total_bytes(k, nbytes)
         assert (res.busiest_sent, res.busiest_received, res.total_sent) == (busiest, busiest, total), name
-    times = {"ring all-reduce": cm.ring_allreduce_time, "tree all-reduce": cm.tree_allreduce_time,
-             "naive all-reduce": cm.naive_allreduce_time, "parameter server": cm.parameter_server_time}
-    for alg, formula in times.items():
         for link in LINKS:
-            assert col.traffic(alg, k, nbytes).time(link) == pytest.approx(formula(k, nbytes, link),
-                                                                           rel=1e-12)
+            assert res.time(link) == pytest.approx(closed.time(k, nbytes, link), rel=1e-12)
 
 
 @pytest.mark.parametrize("k", KS)
@@ -166,13 +167,13 @@ def test_scatter_gather_and_chain_reduce_equal_numpy(k: int, n: int) -> None:
 
 
 def test_symbolic_scatter_and_gather_show_the_pieces() -> None:
-    res = col.scatter(col.symbolic_inputs(4, 8), root=1, history=True)
-    shown = [col.format_chunks(o, [slice(None)])[0] for o in res.outputs]
+    res = col.scatter(symbolic_inputs(4, 8), root=1, history=True)
+    shown = [format_chunks(o, [slice(None)])[0] for o in res.outputs]
     assert shown == ["b0 b1", "b2 b3", "b4 b5", "b6 b7"]
     # Round 0: the root sends the farthest piece (rank 0's, three hops away) to rank 2.
     first = res.rounds[0].transfers
     assert [(t.src, t.dst, t.chunk) for t in first] == [(1, 2, 0)]
-    got = col.gather([a[:1] for a in col.symbolic_inputs(3)], root=0, history=True)
+    got = col.gather([a[:1] for a in symbolic_inputs(3)], root=0, history=True)
     assert " ".join(map(str, got.outputs[0])) == "a0 b0 c0" and got.n_rounds == 2
 
 
@@ -195,4 +196,4 @@ def test_traffic_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
         col.traffic("butterfly", 4, 8)
     with pytest.raises(ValueError):
-        cm.ring_primitive_bytes_sent("all-to-all", 4, 8)
+        cdef.collective("all-to-all")

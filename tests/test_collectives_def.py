@@ -4,6 +4,7 @@ all follow), no other module writes a ring formula of its own, and an unknown na
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -14,12 +15,14 @@ import pytest
 
 from common import collectives as cdef
 from common import costmodel as cm
-from common.costmodel import Link
+from common.costmodel_collectives import CollectiveCall, ring_allreduce_terms
+from common.costmodel_steps import zero_step_bytes_per_device
+from common.link import NOTES_LINK, Link
 from cs336 import busbw
 from lecture14 import collectives as col
 
 ROOT = Path(__file__).resolve().parents[1]
-LINKS = [cm.NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
+LINKS = [NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
 
 
 @pytest.mark.parametrize("name", cdef.SIMULATED)
@@ -61,11 +64,9 @@ def test_each_collective_names_its_algorithms_and_torch_call() -> None:
     lambda: cdef.collective("all_reduce"), lambda: cdef.collective("ring"),
     lambda: cdef.by_torch_name("all-reduce"), lambda: cdef.algorithm("broadcast"),
     lambda: cdef.algorithm("ring all_reduce"), lambda: col.traffic("all-gather", 4, 8),
-    lambda: col.traffic("direct scatter", 4, 8), lambda: cm.CollectiveCall("allreduce", "x", 1, 8),
-    lambda: cm.ring_bytes_sent("all-reduce", 4, 8), lambda: cm.ring_primitive_rounds("all_gather", 4),
-    lambda: cm.ring_primitive_bytes_sent("ring all-reduce", 4, 8), lambda: busbw.bus_factor("scatter", 4),
-    lambda: cm.direct_primitive_bytes_sent("all-reduce", 4, 8),
-    lambda: cm.allreduce_traffic_bytes("butterfly", 4, 8),
+    lambda: col.traffic("direct scatter", 4, 8), lambda: CollectiveCall("allreduce", "x", 1, 8),
+    lambda: cdef.algorithm("direct all-reduce"), lambda: busbw.bus_factor("scatter", 4),
+    lambda: cdef.algorithm("butterfly all-reduce"),
 ])
 def test_an_unknown_name_raises(call) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError):
@@ -82,20 +83,18 @@ def test_every_consumer_reads_the_definition(monkeypatch: pytest.MonkeyPatch) ->
     patched = cdef.Algorithm(ring.name, ring.collective, lambda k, s: 5, lambda k, n, s: Fraction(n))
     monkeypatch.setitem(cdef.ALGORITHMS, "ring all-reduce", patched)
     k, n, link = 4, 1000, Link(1.0, 1000.0)
-    assert cm.ring_allreduce_bytes_per_device(k, n) == 7000
-    assert cm.ring_bytes_sent("all_reduce", k, n) == 7000
-    assert cm.ring_primitive_bytes_sent("all-reduce", k, n) == [7000.0] * k
-    assert cm.allreduce_traffic_bytes("ring", k, n) == (7000, 28000)
-    assert cm.CollectiveCall("all-reduce", "g", 2, n).bytes_per_device(k) == 14000
-    assert cm.zero_step_bytes_per_device("DDP", k, n) == 7000
+    assert cdef.algorithm("ring all-reduce").busiest_bytes(k, n) == 7000
+    assert cdef.algorithm("ring all-reduce").bytes_sent(k, n) == [7000.0] * k
+    assert cdef.algorithm("ring all-reduce").total_bytes(k, n) == 28000
+    assert CollectiveCall("all-reduce", "g", 2, n).ring.busiest_bytes(k, n) == 7000
+    assert zero_step_bytes_per_device("DDP", k, n) == 7000
     assert busbw.bus_factor("all-reduce", k) == 7
     log = CommLog(k)
     log.add("all_reduce", n)
     assert log.sent["all_reduce"] == 7000
-    assert cm.ring_primitive_rounds("all-reduce", k) == 5
-    assert cm.CollectiveCall("all-reduce", "g", 1, n).rounds_per_call(k) == 5
-    assert cm.ring_allreduce_time(k, n, link) == cm.ring_primitive_time("all-reduce", k, n, link) == 5 * 2.0
-    assert cm.ring_allreduce_terms(k, n, link)[0] == 5.0
+    assert CollectiveCall("all-reduce", "g", 1, n).ring.rounds(k) == 5
+    assert cdef.algorithm("ring all-reduce").time(k, n, link) == 5 * 2.0
+    assert ring_allreduce_terms(k, n, link)[0] == 5.0
     assert cm.ring_alpha_beta_from_line(k, 10.0, 1.0)[0] == 2.0
     with pytest.raises(ImportError):  # and the simulator refuses to disagree: no schedule for a new one
         col.check_schedules(cdef.SIMULATED + ("butterfly all-reduce",))
@@ -144,3 +143,75 @@ def test_every_collective_has_its_real_call() -> None:
     assert list(real.REAL_CALLS) == list(cdef.COLLECTIVES)
     with pytest.raises(ValueError):
         real.run_collective("allreduce", None, 0)  # type: ignore[arg-type]  # no rank needed: refused first
+
+
+# ---- one public name for a collective's time and one for its bytes ----------------------------------
+# They are Algorithm.time and Algorithm.busiest_bytes (with bytes_sent and total_bytes, the same
+# bytes by position and added up). A second name is a public function or method elsewhere whose
+# name speaks of time or bytes and which hands back what one of those methods says (alone, or times a
+# count, or halved), a module constant bound to one of them (`X = algorithm(...).time`), or a table
+# of such functions (ALLREDUCE_TIMES). Names that answer a different question stay: a step's bytes
+# (several collectives), the α-β terms, crossovers, the notes' own figures.
+ALGORITHM_METHODS = {"time", "busiest_bytes", "bytes_sent", "total_bytes"}
+SPEAKS_OF = re.compile(r"time|bytes|sent|volume")
+STEP_TOTALS = "code/common/costmodel_steps.py"  # a step's traffic: its several collectives together
+
+
+def _calls_a_method(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+               and n.func.attr in ALGORITHM_METHODS for n in ast.walk(node))
+
+
+def _forwards(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A few statements, no loop, one of the methods called: the function says what one
+    collective costs under another name (a step's or a table's loops are other questions)."""
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    loops = (ast.For, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    return (len(body) <= 4 and not any(isinstance(n, loops) for n in ast.walk(func))
+            and _calls_a_method(func))
+
+
+def _second_names(text: str, rel: str) -> list[str]:
+    tree, found = ast.parse(text), []
+    scopes = [(tree, "")] + [(c, f"{c.name}.") for c in tree.body if isinstance(c, ast.ClassDef)]
+    for scope, prefix in scopes:
+        for node in scope.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + node.name
+                if (node.name.startswith("_") or not SPEAKS_OF.search(node.name.lower())
+                        or (rel == "code/common/collectives_def.py" and prefix == "Algorithm.")
+                        or rel == STEP_TOTALS):
+                    continue
+                if _forwards(node):
+                    found.append(f"{rel}:{node.lineno}: {name}")
+            elif isinstance(node, ast.Assign) and not prefix:
+                value = node.value
+                bound = isinstance(value, ast.Attribute) and value.attr in ALGORITHM_METHODS
+                table = isinstance(value, ast.Dict) and any(
+                    isinstance(v, ast.Attribute) and v.attr in ALGORITHM_METHODS
+                    or isinstance(v, ast.Name) and SPEAKS_OF.search(v.id.lower()) for v in value.values)
+                if bound or table:
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node.targets[0])}")
+    return found
+
+
+def test_one_public_name_for_a_collectives_time_and_bytes() -> None:
+    found = []
+    for path in sorted([*ROOT.glob("code/**/*.py"), *ROOT.glob("practice/judging/*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        found += _second_names(path.read_text(encoding="utf-8"), rel)
+    assert not found, ("a second public name for a collective's time or bytes (call "
+                       "collectives_def.algorithm(name).time / .busiest_bytes instead):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("text", [
+    'def ring_allreduce_time(k, n, link):\n    return cdef.algorithm("ring all-reduce").time(k, n, link)\n',
+    "class CollectiveCall:\n    def time(self, k, link):\n"
+    "        return self.calls * self._ring().time(k, self.nbytes, link)\n",
+    "def parameter_server_time(k, n, link, duplex=False):\n"
+    '    both = algorithm("parameter server").time(k, n, link)\n    return both / 2 if duplex else both\n',
+    'ring_bytes = algorithm("ring all-reduce").busiest_bytes\n',
+    "ALLREDUCE_TIMES = {'ring': ring_allreduce_time, 'tree': tree_allreduce_time}\n",
+])
+def test_the_scan_finds_a_second_name(text: str) -> None:
+    assert len(_second_names(text, "code/x.py")) == 1

@@ -17,10 +17,10 @@ def test_counts_fold_in_at_the_calls_size() -> None:
     log = CommLog(k)
     log.add_counts(seen)
     # an all-gather's input is one rank's piece: N = K × 80, and a ring sends (K-1)/K of N
-    assert log.sent["all_gather"] == cdef.collective("all-gather").ring_bytes(k, 320)
-    assert log.sent["all_gather_into_tensor"] == cdef.collective("all-gather").ring_bytes(k, 32)
-    assert log.sent["reduce_scatter"] == cdef.collective("reduce-scatter").ring_bytes(k, 320)
-    assert log.sent["all_reduce"] == cdef.collective("all-reduce").ring_bytes(k, 320)
+    assert log.sent["all_gather"] == cdef.algorithm("ring all-gather").busiest_bytes(k, 320)
+    assert log.sent["all_gather_into_tensor"] == cdef.algorithm("ring all-gather").busiest_bytes(k, 32)
+    assert log.sent["reduce_scatter"] == cdef.algorithm("ring reduce-scatter").busiest_bytes(k, 320)
+    assert log.sent["all_reduce"] == cdef.algorithm("ring all-reduce").busiest_bytes(k, 320)
     assert (log.calls["send"], log.sent["send"], log.calls["recv"]) == (2, 96, 3)
     assert "recv" not in log.sent                       # a receive sends nothing
 

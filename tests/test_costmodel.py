@@ -7,9 +7,13 @@ import math
 import pytest
 
 from common import costmodel as cm
-from common.costmodel import Link
+from common.collectives import algorithm, tree_depth
+from common.link import NOTES_LINK, Link
 
-LINKS = [cm.NOTES_LINK, Link(10e-6, 10e9), Link(1e-6, 3e9), Link(50e-6, 100e9)]
+BROADCAST = algorithm("pipelined ring broadcast")
+RING_ALLREDUCE = algorithm("ring all-reduce")
+
+LINKS = [NOTES_LINK, Link(10e-6, 10e9), Link(1e-6, 3e9), Link(50e-6, 100e9)]
 
 
 def ring_by_rounds(k: int, n: float, link: Link) -> float:
@@ -21,45 +25,45 @@ def ring_by_rounds(k: int, n: float, link: Link) -> float:
 @pytest.mark.parametrize("link", LINKS)
 def test_ring_equals_its_rounds(k: int, link: Link) -> None:
     for n in (1.0, 1000.0, 12345.0, 64e6):
-        assert cm.ring_allreduce_time(k, n, link) == pytest.approx(ring_by_rounds(k, n, link), rel=1e-12)
+        assert RING_ALLREDUCE.time(k, n, link) == pytest.approx(ring_by_rounds(k, n, link), rel=1e-12)
 
 
 def test_tree_depth_is_ceil_log2() -> None:
     for k in range(1, 300):
-        assert cm.tree_depth(k) == math.ceil(math.log2(k)) if k > 1 else cm.tree_depth(k) == 0
+        assert tree_depth(k) == math.ceil(math.log2(k)) if k > 1 else tree_depth(k) == 0
 
 
 def test_ring_bytes_per_device() -> None:
-    assert cm.ring_allreduce_bytes_per_device(4, 1000) == 1500
-    assert cm.ring_allreduce_bytes_per_device(1, 1000) == 0
+    assert RING_ALLREDUCE.busiest_bytes(4, 1000) == 1500
+    assert RING_ALLREDUCE.busiest_bytes(1, 1000) == 0
 
 
 @pytest.mark.parametrize("k", [3, 4, 5, 8, 16, 33, 256])
 @pytest.mark.parametrize("link", LINKS)
 def test_crossovers_are_where_the_times_meet(k: int, link: Link) -> None:
-    for cross, other in ((cm.ring_tree_crossover_bytes(k, link), cm.tree_allreduce_time),
-                         (cm.ring_naive_crossover_bytes(k, link), cm.naive_allreduce_time)):
+    for cross, other in ((cm.ring_tree_crossover_bytes(k, link), algorithm("tree all-reduce").time),
+                         (cm.ring_naive_crossover_bytes(k, link), algorithm("naive all-reduce").time)):
         if cross is None:
             continue
-        ring = cm.ring_allreduce_time(k, cross, link)
+        ring = RING_ALLREDUCE.time(k, cross, link)
         assert ring == pytest.approx(other(k, cross, link), rel=1e-9)
-        assert cm.ring_allreduce_time(k, cross * 1.1, link) < other(k, cross * 1.1, link)
-        assert cm.ring_allreduce_time(k, cross * 0.9, link) > other(k, cross * 0.9, link)
+        assert RING_ALLREDUCE.time(k, cross * 1.1, link) < other(k, cross * 1.1, link)
+        assert RING_ALLREDUCE.time(k, cross * 0.9, link) > other(k, cross * 0.9, link)
 
 
 def test_notes_crossovers_at_the_defaults() -> None:
-    assert cm.ring_tree_crossover_bytes(8, cm.NOTES_LINK) == pytest.approx(235294, rel=1e-4)
-    assert cm.ring_naive_crossover_bytes(8, cm.NOTES_LINK) == pytest.approx(122449, rel=1e-4)
-    assert cm.ring_naive_crossover_bytes(2, cm.NOTES_LINK) is None
+    assert cm.ring_tree_crossover_bytes(8, NOTES_LINK) == pytest.approx(235294, rel=1e-4)
+    assert cm.ring_naive_crossover_bytes(8, NOTES_LINK) == pytest.approx(122449, rel=1e-4)
+    assert cm.ring_naive_crossover_bytes(2, NOTES_LINK) is None
     assert cm.ring_tree_crossover_bytes(4, Link(0.0, 1e9)) is None
 
 
 def test_pipelined_broadcast_and_best_segments() -> None:
-    link, n = cm.NOTES_LINK, 64e6
-    assert cm.ring_broadcast_time(8, n, link, 1) == pytest.approx(7 * (5e-6 + n / 25e9))
-    assert cm.ring_broadcast_time(8, n, link, 64) == pytest.approx(70 * (5e-6 + n / 64 / 25e9))
+    link, n = NOTES_LINK, 64e6
+    assert BROADCAST.time(8, n, link, 1) == pytest.approx(7 * (5e-6 + n / 25e9))
+    assert BROADCAST.time(8, n, link, 64) == pytest.approx(70 * (5e-6 + n / 64 / 25e9))
     best = cm.best_broadcast_segments(8, n, link)
-    brute = min((2**i for i in range(21)), key=lambda s: cm.ring_broadcast_time(8, n, link, s))
+    brute = min((2**i for i in range(21)), key=lambda s: BROADCAST.time(8, n, link, s))
     assert best == brute == 64
     s_star = cm.continuous_best_segments(8, n, link)
     t = lambda s: (8 - 2 + s) * (link.alpha_s + n / (s * link.beta_Bps))  # noqa: E731
@@ -68,9 +72,8 @@ def test_pipelined_broadcast_and_best_segments() -> None:
 
 def test_parameter_server_and_speedup() -> None:
     link = Link(0.0, 25e9)
-    assert cm.parameter_server_time(16, 2e9, link) == pytest.approx(2.56)
-    assert cm.parameter_server_time(16, 2e9, link, duplex=True) == pytest.approx(1.28)
-    comm = cm.ring_allreduce_time(8, 10e6, cm.NOTES_LINK)
+    assert algorithm("parameter server").time(16, 2e9, link) == pytest.approx(2.56)
+    comm = RING_ALLREDUCE.time(8, 10e6, NOTES_LINK)
     assert cm.data_parallel_speedup(0.02, 8, comm) == pytest.approx(0.02 / (0.0025 + comm))
 
 
@@ -83,9 +86,9 @@ def test_link_rejects_nonsense(bad: dict) -> None:
 
 def test_times_reject_bad_device_counts() -> None:
     with pytest.raises(ValueError):
-        cm.ring_allreduce_time(0, 10, cm.NOTES_LINK)
+        RING_ALLREDUCE.time(0, 10, NOTES_LINK)
     with pytest.raises(ValueError):
-        cm.ring_broadcast_time(4, 10, cm.NOTES_LINK, 0)
+        BROADCAST.time(4, 10, NOTES_LINK, 0)
 
 
 def test_relative_fit_through_origin_and_bad_input() -> None:
@@ -101,8 +104,8 @@ def test_relative_fit_through_origin_and_bad_input() -> None:
         cm.ring_alpha_beta_from_line(1, 1e-4, 1e-9)
 
 
-@pytest.mark.parametrize("k,n,link", [(8, 64e6, cm.NOTES_LINK), (4, 100e6, Link(20e-6, 10e9)),
+@pytest.mark.parametrize("k,n,link", [(8, 64e6, NOTES_LINK), (4, 100e6, Link(20e-6, 10e9)),
                                       (3, 1e3, Link(50e-6, 1e9)), (16, 1e9, Link(1e-6, 100e9))])
 def test_best_integer_segments_equals_a_scan(k: int, n: float, link: Link) -> None:
-    scan = min(range(1, 5000), key=lambda s: cm.ring_broadcast_time(k, n, link, s))
+    scan = min(range(1, 5000), key=lambda s: BROADCAST.time(k, n, link, s))
     assert cm.best_integer_segments(k, n, link) == scan

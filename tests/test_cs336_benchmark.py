@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from conftest import ROOT, assert_usage_error, run_script
 
-from common.costmodel import ring_allreduce_bytes_per_device
+from common.collectives import algorithm
 from cs336 import busbw as bw
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 SCRIPT = "cs336/02_benchmark.py"
 MIB = 2**20
@@ -44,7 +46,7 @@ def test_the_chunk_size_slip_reads_n_times_low() -> None:
 
 def test_factors_for_other_world_sizes() -> None:
     for n in (1, 2, 3, 5, 8):
-        assert bw.bus_factor("all-reduce", n) == pytest.approx(ring_allreduce_bytes_per_device(n, 1.0))
+        assert bw.bus_factor("all-reduce", n) == pytest.approx(RING_ALLREDUCE.busiest_bytes(n, 1.0))
         assert bw.bus_factor("all-reduce", n) == pytest.approx(2 * (n - 1) / n)
         assert bw.bus_factor("reduce-scatter",
                              n) == bw.bus_factor("all-gather", n) == pytest.approx((n - 1) / n)

@@ -14,7 +14,7 @@ import pytest
 from conftest import assert_usage_error, flat, load_script, run_script
 from rank_faults import signal_a_rank_during
 
-from common import costmodel as cm
+from common import collectives as cdef
 from common.launch import launch
 from cs336 import primitives as prim
 from lecture14 import collectives as col
@@ -87,7 +87,8 @@ def test_volumes_against_the_closed_forms(p: int, n: int) -> None:
     for name, v in vols.items():
         piece = nbytes if name in ("broadcast", "reduce", "all-reduce") else nbytes / p
         assert v.piece == piece
-        assert v.closed == cm.ring_primitive_bytes_sent(name, p, piece)  # ROOT = 0: positions = ranks
+        coll = cdef.collective(name)  # ROOT = 0: positions = ranks
+        assert v.closed == cdef.algorithm(coll.ring).bytes_sent(p, coll.nbytes_of_piece(p, piece))
         assert v.within, (name, p, n)
         if name not in ("scatter", "gather"):  # every byte of N travels p-1 hops (all-reduce: twice)
             assert sum(v.sent) == (2 if name == "all-reduce" else 1) * (p - 1) * nbytes, name
@@ -112,10 +113,10 @@ def test_notes_entries_that_differ_at_p4() -> None:
     assert differs == {"scatter", "gather"}
     assert vols["scatter"].sent[0] == vols["gather"].busiest == 3 * prim.NOTES_N / p
     # straight to / from the root: gather's S per rank holds, scatter's root still sends (p-1)·S
-    assert cm.direct_primitive_bytes_sent("gather", p, 10) == [0, 10, 10, 10]
-    assert cm.direct_primitive_bytes_sent("scatter", p, 10) == [30, 0, 0, 0]
+    assert cdef.algorithm("direct gather").bytes_sent(p, 10 * p) == [0, 10, 10, 10]
+    assert cdef.algorithm("direct scatter").bytes_sent(p, 10 * p) == [30, 0, 0, 0]
     with pytest.raises(ValueError):
-        cm.direct_primitive_bytes_sent("all-reduce", p, 10)
+        cdef.algorithm("direct all-reduce")
 
 
 @pytest.mark.parametrize("p,n", [(2, 1001), (3, 1001), (4, 1001), (8, 7), (4, 4000)])

@@ -10,9 +10,19 @@ import numpy as np
 import pytest
 from conftest import assert_usage_error, run_script
 
-from common import costmodel as cm
-from common.costmodel import Link
+from common.collectives import algorithm
+from common.costmodel_collectives import alpha_beta_time, ring_allreduce_balance_bytes, ring_allreduce_terms
+from common.costmodel_steps import (
+    pp_step_bytes_per_device,
+    pp_step_send_time,
+    tp_step_bytes_per_device,
+    zero_step_bytes_per_device,
+    zero_step_collectives,
+)
+from common.link import CS336_NVLINK, Link
 from lecture14 import collectives as col
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 S03 = "cs336/03_costs.py"
 LINKS = [Link(5e-6, 50 * 2**30), Link(1e-6, 450e9), Link(0.0, 10e9), Link(20e-6, 1e9)]
@@ -33,11 +43,10 @@ def pieces(k: int, n: int) -> list[np.ndarray]:
 def test_reduce_scatter_and_all_gather_equal_their_rounds(k: int, link: Link) -> None:
     n = 840 * k  # K divides N: every chunk N/K
     rs, ag = col.reduce_scatter(buffers(k, n)), col.all_gather(pieces(k, n))
-    for res, time_fn, bytes_fn in ((rs, cm.ring_reduce_scatter_time, cm.ring_reduce_scatter_bytes_per_device),
-                                   (ag, cm.ring_all_gather_time, cm.ring_all_gather_bytes_per_device)):
+    for res, ring in ((rs, algorithm("ring reduce-scatter")), (ag, algorithm("ring all-gather"))):
         assert res.n_rounds == k - 1
-        assert time_fn(k, n, link) == pytest.approx(res.time(link), rel=1e-12, abs=1e-18)
-        assert all(s == bytes_fn(k, n) for s in res.sent)
+        assert ring.time(k, n, link) == pytest.approx(res.time(link), rel=1e-12, abs=1e-18)
+        assert all(s == ring.busiest_bytes(k, n) for s in res.sent)
 
 
 @pytest.mark.parametrize("k,n", [(3, 1000), (4, 1001), (7, 50), (5, 3)])
@@ -45,7 +54,7 @@ def test_uneven_chunks_stay_within_one_element_per_round(k: int, n: int) -> None
     link = Link(1e-6, 1e9)
     res = col.reduce_scatter(buffers(k, n))
     assert res.total_sent == (k - 1) * n  # each chunk travels K-1 hops, whatever its size
-    formula = cm.ring_reduce_scatter_time(k, n, link)
+    formula = algorithm("ring reduce-scatter").time(k, n, link)
     assert formula <= res.time(link) + 1e-15 <= formula + (k - 1) / link.beta_Bps + 1e-12
 
 
@@ -54,36 +63,36 @@ def test_uneven_chunks_stay_within_one_element_per_round(k: int, n: int) -> None
 def test_allreduce_terms_are_the_rounds_alphas_and_the_busiest_bytes(k: int, link: Link) -> None:
     n = 64 * k
     res = col.ring_allreduce(buffers(k, n))
-    latency, bandwidth = cm.ring_allreduce_terms(k, n, link)
+    latency, bandwidth = ring_allreduce_terms(k, n, link)
     assert latency == pytest.approx(res.n_rounds * link.alpha_s)
     assert bandwidth == pytest.approx(res.busiest_sent / link.beta_Bps)
-    assert latency + bandwidth == pytest.approx(cm.ring_allreduce_time(k, n, link), rel=1e-12, abs=1e-18)
+    assert latency + bandwidth == pytest.approx(RING_ALLREDUCE.time(k, n, link), rel=1e-12, abs=1e-18)
     assert latency + bandwidth == pytest.approx(res.time(link), rel=1e-12, abs=1e-18)
     # The notes' generic α·N_msg + S/B with the ring's messages and bytes is the same thing.
-    assert cm.alpha_beta_time(res.n_rounds, res.busiest_sent, link) == pytest.approx(res.time(link),
+    assert alpha_beta_time(res.n_rounds, res.busiest_sent, link) == pytest.approx(res.time(link),
                                                                                      abs=1e-18)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 8, 64])
 @pytest.mark.parametrize("link", [lk for lk in LINKS if lk.alpha_s > 0])
 def test_balance_size_is_where_the_terms_cross(k: int, link: Link) -> None:
-    n = cm.ring_allreduce_balance_bytes(k, link)
-    lat, bw = cm.ring_allreduce_terms(k, n, link)
+    n = ring_allreduce_balance_bytes(k, link)
+    lat, bw = ring_allreduce_terms(k, n, link)
     assert lat == pytest.approx(bw, rel=1e-12)
-    lat, bw = cm.ring_allreduce_terms(k, n / 2, link)
+    lat, bw = ring_allreduce_terms(k, n / 2, link)
     assert lat > bw
-    lat, bw = cm.ring_allreduce_terms(k, n * 2, link)
+    lat, bw = ring_allreduce_terms(k, n * 2, link)
     assert lat < bw
     with pytest.raises(ValueError):
-        cm.ring_allreduce_balance_bytes(1, link)
+        ring_allreduce_balance_bytes(1, link)
 
 
 def test_notes_four_rank_example() -> None:
     link = Link(5e-6, 50 * 2**30)
-    lat, bw = cm.ring_allreduce_terms(4, 64 * 2**20, link)
+    lat, bw = ring_allreduce_terms(4, 64 * 2**20, link)
     assert lat == pytest.approx(30e-6)
     assert bw == pytest.approx(1.875e-3, rel=1e-12)  # not 1.92: MiB / GiB is 1/1024
-    assert cm.ring_allreduce_balance_bytes(4, link) == pytest.approx(4 * 5e-6 * 50 * 2**30)
+    assert ring_allreduce_balance_bytes(4, link) == pytest.approx(4 * 5e-6 * 50 * 2**30)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 8])
@@ -92,21 +101,21 @@ def test_zero_traffic_against_simulated_collectives(k: int) -> None:
     ar = col.ring_allreduce(buffers(k, p_bytes))
     rs, ag = col.reduce_scatter(buffers(k, p_bytes)), col.all_gather(pieces(k, p_bytes))
     for stage in ("DDP", "ZeRO-1", "ZeRO-2"):
-        assert cm.zero_step_bytes_per_device(stage, k, p_bytes) == ar.busiest_sent
+        assert zero_step_bytes_per_device(stage, k, p_bytes) == ar.busiest_sent
     assert rs.busiest_sent + ag.busiest_sent == ar.busiest_sent  # RS then AG is the all-reduce
-    z3 = cm.zero_step_bytes_per_device("ZeRO-3", k, p_bytes)
+    z3 = zero_step_bytes_per_device("ZeRO-3", k, p_bytes)
     assert z3 == 2 * ag.busiest_sent + rs.busiest_sent == pytest.approx(1.5 * ar.busiest_sent)
     # ZeRO-3 layer by layer: L calls of P/L each move the same bytes, with L times the start-ups.
     layers = 6
-    calls = cm.zero_step_collectives("ZeRO-3", p_bytes, layers=layers)
+    calls = zero_step_collectives("ZeRO-3", p_bytes, layers=layers)
     per_layer = col.all_gather(pieces(k, p_bytes // layers))
     assert sum(c.calls for c in calls) == 3 * layers
-    assert sum(c.bytes_per_device(k) for c in calls) == pytest.approx(z3)
+    assert sum(c.calls * c.ring.busiest_bytes(k, c.nbytes) for c in calls) == pytest.approx(z3)
     expected = 3 * layers * per_layer.time(link)  # RS and AG of the same size take the same rounds
-    assert sum(c.time(k, link) for c in calls) == pytest.approx(expected, rel=1e-12)
-    ddp = cm.zero_step_collectives("DDP", p_bytes)[0]
-    assert ddp.time(k, link) == pytest.approx(ar.time(link), rel=1e-12)
-    assert ddp.rounds_per_call(k) == ar.n_rounds and calls[0].rounds_per_call(k) == k - 1
+    assert sum(c.calls * c.ring.time(k, c.nbytes, link) for c in calls) == pytest.approx(expected, rel=1e-12)
+    ddp = zero_step_collectives("DDP", p_bytes)[0]
+    assert ddp.ring.time(k, ddp.nbytes, link) == pytest.approx(ar.time(link), rel=1e-12)
+    assert ddp.ring.rounds(k) == ar.n_rounds and calls[0].ring.rounds(k) == k - 1
 
 
 @pytest.mark.parametrize("k", [2, 4, 8])
@@ -114,32 +123,32 @@ def test_tp_traffic_against_simulated_layers(k: int) -> None:
     layers, act = 5, 96 * k
     ag, rs = col.all_gather(pieces(k, act)), col.reduce_scatter(buffers(k, act))
     counted = layers * (ag.busiest_sent + rs.busiest_sent)
-    assert cm.tp_step_bytes_per_device(layers, act, k, per_call="all-gather") == counted
+    assert tp_step_bytes_per_device(layers, act, k, per_call="all-gather") == counted
     ar = col.ring_allreduce(buffers(k, act))
-    assert cm.tp_step_bytes_per_device(layers, act, k) == 2 * layers * ar.busiest_sent
+    assert tp_step_bytes_per_device(layers, act, k) == 2 * layers * ar.busiest_sent
     with pytest.raises(ValueError):
-        cm.tp_step_bytes_per_device(layers, act, k, per_call="broadcast")
+        tp_step_bytes_per_device(layers, act, k, per_call="broadcast")
 
 
 def test_pipeline_sends() -> None:
     link, act = Link(3e-6, 2e9), 1e6
     for m in (1, 2, 8, 32):
         by_hand = sum(link.alpha_s + act / m / link.beta_Bps for _ in range(2 * m))
-        assert cm.pp_step_send_time(m, act, link) == pytest.approx(by_hand)
-    assert cm.pp_step_bytes_per_device(act) == 2 * act
+        assert pp_step_send_time(m, act, link) == pytest.approx(by_hand)
+    assert pp_step_bytes_per_device(act) == 2 * act
     with pytest.raises(ValueError):
-        cm.pp_step_send_time(0, act, link)
+        pp_step_send_time(0, act, link)
 
 
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
-        cm.zero_step_collectives("ZeRO-4", 1.0)
+        zero_step_collectives("ZeRO-4", 1.0)
     with pytest.raises(ValueError):
-        cm.zero_step_collectives("ZeRO-3", 1.0, layers=0)
+        zero_step_collectives("ZeRO-3", 1.0, layers=0)
     with pytest.raises(ValueError):
-        cm.alpha_beta_time(-1, 10, cm.CS336_NVLINK)
+        alpha_beta_time(-1, 10, CS336_NVLINK)
     with pytest.raises(ValueError):
-        cm.ring_reduce_scatter_time(0, 10, cm.CS336_NVLINK)
+        algorithm("ring reduce-scatter").time(0, 10, CS336_NVLINK)
 
 
 # ---- the script ----------------------------------------------------------------------------------

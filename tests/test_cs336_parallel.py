@@ -20,8 +20,10 @@ from conftest import assert_usage_error, flat, load_script, python
 from rank_faults import assert_named_at_once
 from torch import nn
 
-from common import costmodel as cm
-from common.cli import UsageError
+from common import collectives as cdef
+from common.collectives import split_sizes
+from common.costmodel_steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
+from common.error_types import UsageError
 from common.launch import launch
 from cs336 import ledger, mlp
 
@@ -102,7 +104,7 @@ def test_data_parallel_equals_one_process_and_avg_does_not(run, refs) -> None:
 def test_tensor_parallel_equals_one_process(run, refs) -> None:
     k, ranks = run
     ref, tp = refs["sgd"], [r["TP"] for r in ranks]
-    assert [r["params"][0].shape[1] for r in tp] == mlp.split_sizes(WIDTH, k)  # column slices
+    assert [r["params"][0].shape[1] for r in tp] == split_sizes(WIDTH, k)  # column slices
     for r in tp:                                                     # the whole output on every rank
         assert _diff(r["output"], ref["output"]) < TOL and abs(r["loss"] - ref["loss"]) < TOL
     joined = [torch.cat([r["grads"][i] for r in tp], dim=1) for i in range(LAYERS)]
@@ -114,7 +116,7 @@ def test_tensor_parallel_equals_one_process(run, refs) -> None:
 def test_pipeline_equals_one_process(run, refs) -> None:
     k, ranks = run
     ref, pp = refs["sgd"], [r["PP"] for r in ranks]
-    assert [len(r["params"]) for r in pp] == mlp.split_sizes(LAYERS, k)     # 3+2, or 2+2+1
+    assert [len(r["params"]) for r in pp] == split_sizes(LAYERS, k)     # 3+2, or 2+2+1
     assert _diff(pp[-1]["output"], ref["output"]) < TOL and abs(pp[-1]["loss"] - ref["loss"]) < TOL
     assert _diff([g for r in pp for g in r["grads"]], ref["grads"]) < TOL
     assert _diff([p for r in pp for p in r["params"]], ref["params_after"][-1]) < TOL
@@ -143,9 +145,9 @@ def test_counted_bytes_and_calls_equal_hand_counts_and_formulas(run) -> None:
                 "ZeRO": (2, 2 * 250 * e)},
             3: {"DP": (5, 5 * 4 / 3 * 100 * e), "TP": (9, 5 * 2 * 7 * 4 * e + 4 * 2 / 3 * 7 * 10 * e),
                 "ZeRO": (2, 2 * 2 * 167 * e)}}[k]
-    formulas = {"DP": cm.dp_step_traffic(k, LAYERS, WIDTH, e),
-                "TP": cm.tp_step_traffic(k, LAYERS, WIDTH, BATCH, e),
-                "ZeRO": cm.zero_step_traffic(k, LAYERS * WIDTH * WIDTH, e)}
+    formulas = {"DP": dp_step_traffic(k, LAYERS, WIDTH, e),
+                "TP": tp_step_traffic(k, LAYERS, WIDTH, BATCH, e),
+                "ZeRO": zero_step_traffic(k, LAYERS * WIDTH * WIDTH, e)}
     ops = {"DP": ("all_reduce",), "TP": ("all_gather", "reduce_scatter"),
            "ZeRO": ("reduce_scatter", "all_gather")}
     for rank, r in enumerate(ranks):
@@ -159,7 +161,7 @@ def test_counted_bytes_and_calls_equal_hand_counts_and_formulas(run) -> None:
         sends, sent = log.per_step(STEPS, ("send",))
         directions = (rank > 0) + (rank < k - 1)
         assert (sends, sent) == (MICRO * directions, BATCH * WIDTH * e * directions)
-        assert (sends, sent) == cm.pp_step_traffic(k, rank, MICRO, BATCH, WIDTH, e)
+        assert (sends, sent) == pp_step_traffic(k, rank, MICRO, BATCH, WIDTH, e)
         assert log.per_step(STEPS, ("recv",))[0] == sends              # every send has its recv
 
 
@@ -172,7 +174,7 @@ def test_gelu_grad_matches_autograd() -> None:
 def test_splits_and_padding() -> None:
     for n in range(1, 30):
         for parts in range(1, n + 1):
-            assert mlp.split_sizes(n, parts) == [len(t) for t in torch.arange(n).tensor_split(parts)]
+            assert split_sizes(n, parts) == [len(t) for t in torch.arange(n).tensor_split(parts)]
             blocks = mlp.stage_layers(n, parts)
             assert [i for b in blocks for i in b] == list(range(n)) and all(len(b) for b in blocks)
     ts = [torch.arange(6.0).view(2, 3), torch.arange(5.0)]
@@ -182,9 +184,9 @@ def test_splits_and_padding() -> None:
 
 
 def test_formulas_edge_cases() -> None:
-    assert cm.tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)[0] == 80
+    assert tp_step_traffic(4, 40, 5120, 128, 2, first_input_grad=True)[0] == 80
     with pytest.raises(ValueError):
-        cm.ring_bytes_sent("all-reduce", 4, 100)  # the collective's name, not torch's "all_reduce"
+        cdef.by_torch_name("all-reduce")  # the collective's name, not torch's "all_reduce"
 
 
 def test_quick_run_prints_every_part_and_its_claims(tmp_path: Path, quick_run) -> None:
@@ -235,7 +237,7 @@ def local_term_only(dz, w_local, widths, log):
 
 
 module.tp_input_gradient = local_term_only   # forked ranks inherit it
-from common.cli import run_main
+from common.script_end import run_main
 run_main(module.main)
 """
 

@@ -18,7 +18,8 @@ import pytest
 from conftest import ROOT, flat, load_script, python, run_script
 
 from common import checker
-from common.cli import UsageError
+from common.costmodel_steps import tp_step_traffic
+from common.error_types import UsageError
 from common.launch import launch
 from cs336 import mlp
 
@@ -59,13 +60,12 @@ def test_quick_run_agrees_row_by_row_and_byte_for_byte(quick_run) -> None:
 
 
 def test_the_reduce_scatter_formula_is_the_cost_models() -> None:
-    from common import costmodel as cm
     from cs336 import dtensor_tp as dt
 
     for k, layers, width, batch in [(4, 8, 128, 32), (3, 2, 12, 5), (2, 6, 10, 1)]:
         by_kind = dt.colwise_traffic(k, layers, width, batch, 8, "reduce_scatter")
         total = (sum(c for c, _ in by_kind.values()), sum(b for _, b in by_kind.values()))
-        assert total == pytest.approx(cm.tp_step_traffic(k, layers, width, batch, 8))
+        assert total == pytest.approx(tp_step_traffic(k, layers, width, batch, 8))
 
 
 def _count_both(rank: int, world_size: int) -> dict:
@@ -110,7 +110,7 @@ spec.loader.exec_module(module)
 import torch.distributed as dist
 from torch import nn
 {patch}
-from common.cli import run_main
+from common.script_end import run_main
 run_main(module.main)
 """
 # PyTorch's side computes another GELU (tanh's approximation): DTensor's every layout is off.

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from common.collectives import split_sizes
 from common.launch import launch
 from lecture14 import data_parallel as dp
 
@@ -25,7 +26,7 @@ def test_partition_covers_each_index_once_with_balanced_sizes(size: int, world_s
     assert max(sizes) - min(sizes) <= 1
     extra = size % world_size
     assert sizes == [size // world_size + 1] * extra + [size // world_size] * (world_size - extra)
-    assert sizes == dp.partition_sizes(size, world_size)
+    assert sizes == split_sizes(size, world_size)
 
 
 def test_partition_is_contiguous_slices_of_a_local_shuffle() -> None:

@@ -15,11 +15,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
+from common.link import Link
+from common.units import MB, MiB
 from lecture15.ddp_sim import (
-    MB,
     ComputeModel,
-    MiB,
     assign_buckets,
     assign_buckets_in_order,
     bucket_sizes,
@@ -230,7 +230,7 @@ def _random_timeline_case(rng: random.Random):
     buckets = [[registration[i] for i in b] for b in in_order]
     link = Link(rng.choice([0.0, 1e-5, 1e-4]), rng.choice([1e9, 1e10, 1e11]))
     k = rng.choice([2, 3, 16, 100])
-    return ready, sizes, buckets, (lambda nbytes: ring_allreduce_time(k, nbytes, link))
+    return ready, sizes, buckets, (lambda nbytes: algorithm("ring all-reduce").time(k, nbytes, link))
 
 
 def test_timeline_invariants_and_reference_on_random_cases() -> None:

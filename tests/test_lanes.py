@@ -118,7 +118,7 @@ def test_a_side_run_whose_interpreter_died_runs_again_fresh(tmp_path: Path) -> N
 
 def test_every_script_that_records_a_timing_is_timed(quick_reproduction: dict) -> None:
     # Independent of Script.timed's reading of the text: what each script's --json says it timed
-    # (Report.timings) or the rows the notes' tables mark "measured here".
+    # (Report.value(..., timed=True)) or the rows the notes' tables mark "measured here".
     from common import checker
 
     timed = {s.name for s in scripts() if s.timed}

@@ -12,16 +12,14 @@ from types import ModuleType
 import pytest
 from conftest import assert_usage_error, flat, load_script, run_script
 
+from common.collectives import algorithm
 from common.costmodel import (
-    Link,
     fit_line_relative,
-    naive_allreduce_time,
-    ring_allreduce_time,
     ring_alpha_beta_from_line,
     ring_naive_crossover_bytes,
     ring_tree_crossover_bytes,
-    tree_allreduce_time,
 )
+from common.link import Link
 from common.output import Report
 from lecture14 import alpha_beta_numerics as num
 
@@ -97,26 +95,27 @@ def test_01_bad_flags(argv: list[str]) -> None:
 
 # ---- 04: crossovers, fit, share -----------------------------------------------------------------
 
+RING, TREE = algorithm("ring all-reduce"), algorithm("tree all-reduce")
 CASES = [(k, Link(a, b)) for k in (4, 5, 8, 16, 100, 1024)
          for a, b in ((5e-6, 25e9), (2e-6, 50e9), (30e-6, 1e9))]
 
 
 @pytest.mark.parametrize("k,link", CASES)
 def test_crossovers_equal_times_and_sign_change(k: int, link: Link) -> None:
-    for closed, other in ((ring_tree_crossover_bytes(k, link), tree_allreduce_time),
-                          (ring_naive_crossover_bytes(k, link), naive_allreduce_time)):
+    for closed, other in ((ring_tree_crossover_bytes(k, link), TREE.time),
+                          (ring_naive_crossover_bytes(k, link), algorithm("naive all-reduce").time)):
         assert closed is not None and closed > 0
-        ring = ring_allreduce_time(k, closed, link)
+        ring = RING.time(k, closed, link)
         assert ring == pytest.approx(other(k, closed, link), rel=1e-9)
         below, above = closed * (1 - 1e-4), closed * (1 + 1e-4)
-        assert ring_allreduce_time(k, below, link) > other(k, below, link)  # fewer rounds win small
-        assert ring_allreduce_time(k, above, link) < other(k, above, link)  # the ring wins large
+        assert RING.time(k, below, link) > other(k, below, link)  # fewer rounds win small
+        assert RING.time(k, above, link) < other(k, above, link)  # the ring wins large
 
 
 @pytest.mark.parametrize("k,link", CASES[::3])
 def test_numeric_search_finds_the_closed_form(k: int, link: Link) -> None:
-    found = num.numeric_crossover(lambda n: ring_allreduce_time(k, n, link),
-                                  lambda n: tree_allreduce_time(k, n, link), *num.search_range(link))
+    found = num.numeric_crossover(lambda n: RING.time(k, n, link),
+                                  lambda n: TREE.time(k, n, link), *num.search_range(link))
     assert found == pytest.approx(ring_tree_crossover_bytes(k, link), rel=1e-9)
 
 
@@ -131,8 +130,8 @@ def test_notes_crossovers_by_hand() -> None:
 def test_no_crossover_when_the_ring_never_loses_to_the_tree(k: int) -> None:
     link = Link(5e-6, 25e9)
     assert ring_tree_crossover_bytes(k, link) is None
-    assert num.numeric_crossover(lambda n: ring_allreduce_time(k, n, link),
-                                 lambda n: tree_allreduce_time(k, n, link), *num.search_range(link)) is None
+    assert num.numeric_crossover(lambda n: RING.time(k, n, link),
+                                 lambda n: TREE.time(k, n, link), *num.search_range(link)) is None
 
 
 def test_winner_ranges_match_a_brute_force_scan() -> None:
@@ -142,8 +141,8 @@ def test_winner_ranges_match_a_brute_force_scan() -> None:
     assert ranges[1][0] == pytest.approx(link.alpha_s * link.beta_Bps / 2, rel=1e-6)  # 6(α+N/β) = 2(α+7N/β)
     assert ranges[2][0] == pytest.approx(ring_tree_crossover_bytes(8, link), rel=1e-6)
     for n in (1e3, 5e4, 7e4, 2e5, 3e5, 1e8):
-        times = {"ring": ring_allreduce_time(8, n, link), "tree": tree_allreduce_time(8, n, link),
-                 "naive": naive_allreduce_time(8, n, link)}
+        times = {"ring": RING.time(8, n, link), "tree": TREE.time(8, n, link),
+                 "naive": algorithm("naive all-reduce").time(8, n, link)}
         expected = min(times, key=times.get)
         assert [name for start, name in ranges if start <= n][-1] == expected
 
@@ -152,7 +151,7 @@ def test_winner_ranges_match_a_brute_force_scan() -> None:
 def test_fit_recovers_alpha_beta_from_ring_formula(k: int) -> None:
     link = Link(130e-6, 4e9)
     sizes = [2**10 * 4**i for i in range(8)]
-    times = [ring_allreduce_time(k, n, link) for n in sizes]
+    times = [RING.time(k, n, link) for n in sizes]
     alpha, beta = ring_alpha_beta_from_line(k, *fit_line_relative(sizes, times))
     assert alpha == pytest.approx(130e-6, rel=1e-9)
     assert beta == pytest.approx(4e9, rel=1e-9)

@@ -12,6 +12,8 @@ import pytest
 from conftest import assert_usage_error, flat, load_script, run_script
 from rank_faults import assert_named_at_once, signal_a_rank_during
 
+from lecture14.symbolic import symbolic_inputs
+
 S02, S03 = "lecture14/02_primitives.py", "lecture14/03_ring_allreduce.py"
 
 
@@ -167,7 +169,7 @@ def test_03_mpi_indices_and_owner_chunk_claims_for_other_k(tmp_path: Path) -> No
     found = claims(out)
     assert found["L14-3.2-mpi-chunk-indices"]["status"] == "agrees"
     assert found["L14-3.2-owner-chunk"]["status"] == "agrees"
-    res = col.ring_allreduce(col.symbolic_inputs(5), history=True)
+    res = col.ring_allreduce(symbolic_inputs(5), history=True)
     rs_end = [r for r in res.rounds if r.phase == "reduce-scatter"][-1].state
     for r in range(5):
         full = [j for j in range(5) if len(rs_end[r][j].terms) == 5]

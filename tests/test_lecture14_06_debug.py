@@ -48,7 +48,7 @@ module = importlib.util.module_from_spec(spec)
 sys.modules["debug"] = module
 spec.loader.exec_module(module)
 module.debug_detail = contextlib.nullcontext
-from common.cli import run_main
+from common.script_end import run_main
 run_main(module.main)
 """
 

@@ -19,7 +19,8 @@ from conftest import assert_usage_error, flat, load_script, python, run_script
 from torch import nn
 
 from common.launch import launch
-from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
+from common.units import MiB
+from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, assign_buckets
 
 CODE = Path(__file__).resolve().parents[1] / "code" / "lecture15"
 
@@ -172,7 +173,7 @@ BROKEN_SHARD_LOSS = """
 import sys
 sys.path[:0] = [{tests!r}, {code!r}]
 from conftest import load_script
-from common.cli import run_main
+from common.script_end import run_main
 basics = load_script("lecture15/01_ddp_basics.py")
 basics.shard_loss = lambda out, y, world_size, n: ((out - y) ** 2).mean()
 sys.argv = ["01_ddp_basics.py", "--quick", "--world-size", "3", "--batch", "10"]

@@ -17,8 +17,9 @@ import torch
 import torch.distributed as dist
 from conftest import assert_usage_error, flat, load_script, run_script
 
-from common.costmodel import Link
-from lecture15.ddp_sim import MB, resnet50
+from common.link import Link
+from common.units import MB
+from lecture15.models import resnet50
 
 SCRIPT_05 = "lecture15/05_scaling.py"
 EXERCISES = "lecture15/exercises.py"

@@ -60,8 +60,8 @@ def _keeps_its_cache(self, bwd_chunk_id, *args, **kwargs):
     self.fwd_cache[bwd_chunk_id] = kept
     return out
 _stage._PipelineStageBase.backward_one_chunk = _keeps_its_cache
-_traffic = module.cm.pp_step_traffic
-module.cm.pp_step_traffic = lambda k, rank, m, b, d, e: tuple(
+_traffic = module.pp_step_traffic
+module.pp_step_traffic = lambda k, rank, m, b, d, e: tuple(
     x + y for x, y in zip(_traffic(k, rank, m, b, d, e), (1, e)))
 """
 # PyTorch's interleaved warm-up one forward short on rank S - 2 at M = S: a rank the simulator's
@@ -188,7 +188,7 @@ module.run_collective = _one_rank_wrong
 rank_ops.reduce_copy = lambda x, dst, op, _copy=rank_ops.reduce_copy: _copy(x, dst, dist.ReduceOp.SUM)
 del dist.reduce_scatter_tensor, dist.all_gather_into_tensor
 """ + edited("lecture14.rank_ops", "allreduce_two_routes",
-             ("piece_sizes(x.numel(), world_size))", "piece_sizes(x.numel(), world_size)[::-1])")) + edited(
+             ("split_sizes(x.numel(), world_size))", "split_sizes(x.numel(), world_size)[::-1])")) + edited(
     "script", "skip_worker", ("if rank != world_size - 1:", "if rank != world_size:"))
 
 MAX_FOR_SUM = """

@@ -224,12 +224,13 @@ module.hw5_worker = drifting
 GLOBAL_SHUFFLE_AND_ZERO_GRADS = """
 import random
 import torch
+from common.collectives import split_sizes
 from lecture14 import data_parallel as dp
 def globally_seeded(size, world_size, rank, seed):   # seeds and shuffles the global generator
     order = list(range(size))
     random.seed(seed)
     random.shuffle(order)
-    sizes = dp.partition_sizes(size, world_size)
+    sizes = split_sizes(size, world_size)
     return order[sum(sizes[:rank]):sum(sizes[:rank + 1])]
 dp.partition_indices = globally_seeded
 average = dp.average_gradients

@@ -24,10 +24,11 @@ import torch
 from conftest import ROOT, python
 
 sys.path.insert(0, str(ROOT / "practice"))
+from common.output_files import _write_all  # noqa: E402
 from judging import PROBLEMS, engine, plain, sandbox  # noqa: E402
-from judging.engine import Case, Fail  # noqa: E402
+from judging.engine import Case  # noqa: E402
 from judging.messages import cut_pair, render_pair  # noqa: E402
-from judging.sandbox import load_solution  # noqa: E402
+from judging.sandbox import Fail, load_solution  # noqa: E402
 
 JUDGE = ROOT / "practice" / "judge.py"
 WRONG, RIGHT = ROOT / "tests" / "practice_wrong", ROOT / "tests" / "practice_right"
@@ -212,7 +213,7 @@ def test_the_judge_keeps_one_copy_of_its_helpers() -> None:
     down on SIGTERM is procs.kill_tree_on, for the judge and the keeper alike."""
     sources = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "practice").rglob("*.py")}
     assert not [name for name, text in sources.items() if "def _write_all" in text or "def _on_term" in text]
-    assert sandbox._write_all.__module__ == "common.output_files"
+    assert _write_all.__module__ == "common.output_files"
 
 # ---- the command line -----------------------------------------------------------------------------------
 def _judge_cli(*args: str) -> subprocess.CompletedProcess:
@@ -290,7 +291,9 @@ def test_help_states_the_time_rule() -> None:
 
 def test_113_expected_buckets_agree_with_torch() -> None:
     """The judge's expected buckets (ddp_sim) are PyTorch's own on the first-bucket case's sizes."""
-    from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets, resnet50
+    from common.units import MiB
+    from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, assign_buckets
+    from lecture15.models import resnet50
 
     sizes = resnet50().param_bytes()
     tensors = [torch.empty(n // 4, dtype=torch.float32, device="meta") for n in reversed(sizes)]

@@ -31,7 +31,7 @@ def _sources(script: str) -> str:
 
 def _written(name: str, source: str) -> bool:
     """`name` written in `source` as a string ("eta_S{S}_M{M}" inside f"…" counts) or a keyword
-    (rep.values(name=…))."""
+    (a helper's keyword, name=…)."""
     return re.search(rf"""(["']){re.escape(name)}\1|\b{re.escape(name)}\s*=""", source) is not None
 
 

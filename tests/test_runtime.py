@@ -20,8 +20,9 @@ from conftest import ROOT, load_script, popen, python
 
 from common import cli, flags
 from common.launch import machine
-from common.output import Report, fmt_num
+from common.output import Report
 from common.output_files import write_json
+from common.units import fmt_num
 from reproduction.suite import Script, scripts
 
 REAL = "lecture14/02_primitives.py"     # starts ranks; default run a couple of seconds

@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT, python, run_script
 
 from reproduction import lanes
+from reproduction.prestarted import PRELOAD
 from reproduction.suite import CODE, LECTURES, SHORTENS, scripts
 
 
@@ -89,7 +90,7 @@ def test_the_interpreter_imports_torch_only_for_scripts_that_start_ranks() -> No
     real = [s for s in scripts() if s.real]
     assert model_only and real
     assert lanes.preload(model_only) == ("numpy",)
-    assert lanes.preload(model_only + real[:1]) == lanes.PRELOAD
+    assert lanes.preload(model_only + real[:1]) == PRELOAD
 
 
 def test_bench_prints_a_row_per_script() -> None:

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import load_script, run_script
 
-from common.costmodel import Link
-from lecture15.ddp_sim import MB, simulate_ddp
+from common.link import Link
+from common.units import MB
+from lecture15.ddp_sim import simulate_ddp
 from lecture15.models import resnet50
 from lecture15.notes_calibration import notes_resnet_compute
 from lecture15.timeline_grid import (

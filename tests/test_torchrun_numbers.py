@@ -127,7 +127,7 @@ def differences(script: str, standalone: dict, torchrun: dict) -> list[str]:
     # torchrun batch draws none; the figures' data are the tables compared here.
     skip = [re.compile(p) for p in TIMED.get(script, []) + BY_DESIGN.get(script, []) + [r"/figures\[\d+\]$"]]
     skip += [re.compile(rf"^Part [^/]+/values/{re.escape(name)}$") for name in measured_values(script)]
-    skip += [re.compile(rf"^{re.escape(part)}/values/{re.escape(name)}$")   # what Report.timings marked
+    skip += [re.compile(rf"^{re.escape(part)}/values/{re.escape(name)}$")   # what Report.value marked timed
              for data in (standalone, torchrun) for part, body in data["parts"].items()
              for name in body.get("timed", [])]
     a, b = _values(standalone), _values(torchrun)
@@ -348,7 +348,7 @@ def test_the_comparison_sees_a_difference() -> None:
 
 
 def test_only_values_marked_as_timings_are_left_out() -> None:
-    # Report.timings lists a value under its part's "timed"; a value recorded beside it is compared.
+    # Report.value(timed=True) lists a value under its part's "timed"; a value recorded beside it is compared.
     alone = {"parts": {"Part 2": {"values": {"t_ms": 1.0, "n": 3}, "timed": ["t_ms"]}}, "claims": []}
     under = {"parts": {"Part 2": {"values": {"t_ms": 7.0, "n": 4}, "timed": ["t_ms"]}}, "claims": []}
     assert differences("x.py", alone, under) == ["Part 2/values/n: standalone 3, torchrun 4"]

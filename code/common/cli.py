@@ -22,7 +22,6 @@ import os
 import sys
 from typing import Any
 
-from common.costmodel import NOTES_LINK, Link
 from common.error_types import UsageError, clip_values
 from common.flags import (
     DEFAULT_TIMEOUT_S,
@@ -41,16 +40,11 @@ from common.launch import (
     quiet_unless_rank0,
     under_torchrun,
 )
-from common.model_bounds import MAX_MODEL_WORLD, Bound, Flags, check_bounds, check_split, check_world
-from common.notes_setting import NOT_A_SETTING, off_setting, setting_defaults
+from common.link import NOTES_LINK, Link
+from common.model_bounds import Bound, Flags, check_bounds, check_split, check_world
+from common.notes_setting import setting_defaults
 from common.output_paths import check_output_dir, check_output_file, divert_stdout
 from common.run_cost import Cost, check_cost
-from common.script_end import run_main
-
-# run_main (common.script_end) and off_setting (common.notes_setting) live by what they do; they are
-# named here too because every script has imported them from here.
-__all__ = ["NOT_A_SETTING", "UsageError", "make_parser", "off_setting", "link_from_args", "run_main",
-           "Bound", "MAX_MODEL_WORLD"]
 
 # ---- the parser -------------------------------------------------------------------------------
 

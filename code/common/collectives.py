@@ -33,8 +33,11 @@ Exact where K (and S) divide N; the simulator counts uneven pieces byte by byte.
 
 Where the rest lives: the real calls whose pieces differ in size, with gloo's workarounds, are in
 common.collectives_real (torch, ranks only); a call's counted form, the bytes a rank is charged for
-torch's `torch_name` of size N, is `Collective.ring_bytes` (costmodel.ring_bytes_sent, which
-cs336.comm.CommLog and common.dist_count's names use). Adding a collective or an algorithm: its
+torch's `torch_name` of size N, is its ring's busiest bytes,
+`algorithm(by_torch_name(name).ring).busiest_bytes(k, N)` (what cs336.comm.CommLog counts). A
+collective's time and bytes have these methods as their one public name each (Algorithm.time,
+Algorithm.busiest_bytes with its views bytes_sent and total_bytes); tests/test_collectives_def.py
+fails when another module defines a second. Adding a collective or an algorithm: its
 entry here, its schedule in lecture14/collectives.py (import fails until it has one), its tests.
 """
 
@@ -89,6 +92,8 @@ def check_segments(segments: int) -> None:
 def split_sizes(n: int, parts: int) -> list[int]:
     """How n elements are cut into `parts` pieces, as torch.tensor_split and np.array_split cut
     them: n // parts each, the first n % parts one more (with n < parts some are empty)."""
+    if int(parts) != parts or parts < 1:
+        raise ValueError(f"number of pieces must be an integer >= 1, got {parts}")
     q, extra = divmod(int(n), parts)
     return [q + 1 if i < extra else q for i in range(parts)]
 
@@ -280,10 +285,6 @@ class Collective:
         records): an all-gather's input is one rank's piece, N/K; every other input is all of N."""
         return input_bytes * k if self.name == "all-gather" else input_bytes
 
-    def ring_bytes(self, k: int, nbytes: float) -> float:
-        """Bytes the busiest rank sends in the ring algorithm, N the call's size (the counted form)."""
-        return algorithm(self.ring).busiest_bytes(k, nbytes)
-
 
 COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("broadcast", "broadcast", True, True, "pipelined ring broadcast"),
@@ -329,4 +330,4 @@ def bus_factor(name: str, k: int) -> float:
     coll = collective(name)
     if not coll.bus_factor_defined:
         raise ValueError(f"nccl-tests reports no bus bandwidth for {name!r}")
-    return coll.ring_bytes(k, 1.0)
+    return algorithm(coll.ring).busiest_bytes(k, 1.0)

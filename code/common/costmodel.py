@@ -1,14 +1,12 @@
-"""The α-β cost model: one message of n bytes costs α + n/β. Pure Python, no torch.
+"""Lecture 14's comparison of all-reduce algorithms, the pipelined broadcast's segments and the
+fits of measured times, on the α-β model: one message of n bytes costs α + n/β. Pure Python, no torch.
 
-Every script and every later lecture takes its communication times from here. What each
-collective's algorithms send, in how many rounds, is defined once in common.collectives;
-the functions below are the names the scripts call, each reading that definition. Sizes are
-bytes and times seconds; MB/µs only appear where output is formatted.
-
-This module holds lecture 14's comparison of all-reduce algorithms, the pipelined broadcast and
-the fits of measured times; the rest lives by what it does, every name re-exported here:
+A collective's time and bytes are common.collectives.Algorithm's `time` and `busiest_bytes` (one
+name each); the questions asked of them here: where one algorithm overtakes another, how many
+segments a broadcast wants, what α and β a measured line means. The rest of the model lives by
+what it does, each imported from its own module:
   common.link                  Link and the notes' links
-  common.costmodel_collectives one collective on a ring: bytes per device, rounds, time
+  common.costmodel_collectives the notes' α·N_msg + S/B_eff, a ring all-reduce's two terms, a step's calls
   common.costmodel_steps       CS336 lecture 8: what a DP, TP, PP or ZeRO step communicates
 
 Closed forms (K devices, N bytes per device, L = ceil(log2 K)):
@@ -27,115 +25,17 @@ from typing import Sequence
 from common import collectives as cdef
 from common.collectives import check_size as _check
 from common.collectives import tree_depth
+from common.link import Link
 
-# Re-exported (scripts and other helpers import them from here): see __all__ at the end.
-from common.costmodel_collectives import (
-    RING_PRIMITIVES,
-    CollectiveCall,
-    alpha_beta_time,
-    direct_primitive_bytes_sent,
-    ring_all_gather_bytes_per_device,
-    ring_all_gather_time,
-    ring_allreduce_balance_bytes,
-    ring_allreduce_bytes_per_device,
-    ring_allreduce_terms,
-    ring_bytes_sent,
-    ring_primitive_bytes_sent,
-    ring_primitive_rounds,
-    ring_primitive_time,
-    ring_reduce_scatter_bytes_per_device,
-    ring_reduce_scatter_time,
-)
-from common.costmodel_steps import (
-    ZERO_STAGES,
-    dp_step_traffic,
-    pp_step_bytes_per_device,
-    pp_step_send_time,
-    pp_step_traffic,
-    tp_step_bytes_per_device,
-    tp_step_traffic,
-    zero_step_bytes_per_device,
-    zero_step_collectives,
-    zero_step_traffic,
-)
-from common.link import (
-    CS336_ETHERNET,
-    CS336_INFINIBAND,
-    CS336_NVLINK,
-    ETHERNET,
-    INFINIBAND,
-    LINK_PRESETS,
-    NOTES_LINK,
-    NVLINK,
-    Link,
-)
-
-
-def ring_allreduce_time(k: int, nbytes: float, link: Link) -> float:
-    """2(K-1)(α + N/(Kβ)): reduce-scatter then all-gather, N/K per round."""
-    return cdef.algorithm("ring all-reduce").time(k, nbytes, link)
-
-
-def tree_allreduce_time(k: int, nbytes: float, link: Link) -> float:
-    """2L(α + N/β), L = ceil(log2 K): up the binomial tree and back down, the whole N each round."""
-    return cdef.algorithm("tree all-reduce").time(k, nbytes, link)
-
-
-def naive_allreduce_time(k: int, nbytes: float, link: Link) -> float:
-    """2(α + (K-1)N/β): all to device 0 and back, (K-1)·N through its one link each way."""
-    return cdef.algorithm("naive all-reduce").time(k, nbytes, link)
-
-
-def parameter_server_time(k: int, nbytes: float, link: Link, duplex: bool = False) -> float:
-    """One step's traffic at a server with K workers: receive K·N gradients, send K·N parameters.
-
-    With `duplex` the server's link sends and receives at once: its two rounds overlap.
-    """
-    both = cdef.algorithm("parameter server").time(k, nbytes, link)
-    return both / 2 if duplex else both
-
-
-ALLREDUCE_TIMES = {
-    "ring": ring_allreduce_time,
-    "tree": tree_allreduce_time,
-    "naive": naive_allreduce_time,
-}
-
-
-
-# allreduce_traffic_bytes' labels (the lecture 14 tables' words) -> the algorithms
-ALLREDUCE_ALGORITHMS = {"ring": "ring all-reduce", "tree": "tree all-reduce", "naive": "naive all-reduce",
-                        "parameter server": "parameter server"}
-
-
-def allreduce_traffic_bytes(algorithm: str, k: int, nbytes: float) -> tuple[float, float]:
-    """(bytes the busiest device sends, bytes all devices send) in one all-reduce of N bytes each.
-
-    The busiest device receives as much as it sends. With L = ceil(log2 K):
-      ring              2(K-1)/K·N per device (all equal)      total 2(K-1)·N
-      tree (binomial)   L·N, the root broadcasting back down   total 2(K-1)·N
-      naive             (K-1)·N, device 0                      total 2(K-1)·N
-      parameter server  K·N, the server (K workers + server)   total 2K·N
-    """
-    if algorithm not in ALLREDUCE_ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r} ({', '.join(ALLREDUCE_ALGORITHMS)})")
-    alg = cdef.algorithm(ALLREDUCE_ALGORITHMS[algorithm])
-    return alg.busiest_bytes(k, nbytes), alg.total_bytes(k, nbytes)
-
-
-def ring_broadcast_time(k: int, nbytes: float, link: Link, segments: int = 1) -> float:
-    """Broadcast N bytes round a ring of K devices, cut into S segments that follow each other.
-
-    The first segment needs K-1 hops; each further one arrives one tick later: K-2+S ticks of
-    α + N/(S·β). With S = 1 this is (K-1)(α + N/β).
-    """
-    return cdef.algorithm("pipelined ring broadcast").time(k, nbytes, link, segments)
+# The all-reduce algorithms lecture 14 compares by time (04_alpha_beta); its tables name each
+# without " all-reduce": "ring", "tree", "naive".
+COMPARED_ALLREDUCES = ("ring all-reduce", "tree all-reduce", "naive all-reduce")
 
 
 def best_broadcast_segments(k: int, nbytes: float, link: Link, max_log2: int = 20) -> int:
     """The power of two S (1 … 2^max_log2) with the smallest pipelined ring broadcast time."""
-    candidates = [2**i for i in range(max_log2 + 1)]
-    return min(candidates, key=lambda s: ring_broadcast_time(k, nbytes, link, s))
+    candidates, broadcast = [2**i for i in range(max_log2 + 1)], cdef.algorithm("pipelined ring broadcast")
+    return min(candidates, key=lambda s: broadcast.time(k, nbytes, link, s))
 
 
 def continuous_best_segments(k: int, nbytes: float, link: Link) -> float:
@@ -153,7 +53,8 @@ def best_integer_segments(k: int, nbytes: float, link: Link) -> int:
     if not math.isfinite(s_star):
         raise ValueError("with α = 0 more segments are always better: no best S")
     candidates = {max(1, math.floor(s_star)), max(1, math.ceil(s_star))}
-    return min(candidates, key=lambda s: ring_broadcast_time(k, nbytes, link, s))
+    broadcast = cdef.algorithm("pipelined ring broadcast")
+    return min(candidates, key=lambda s: broadcast.time(k, nbytes, link, s))
 
 
 def ring_tree_crossover_bytes(k: int, link: Link) -> float | None:
@@ -219,22 +120,3 @@ def ring_alpha_beta_from_line(k: int, intercept_s: float, slope_s_per_byte: floa
         raise ValueError("a ring of one device sends nothing: fit with K >= 2")
     rounds = cdef.algorithm("ring all-reduce").rounds(k)
     return intercept_s / rounds, rounds / (k * slope_s_per_byte)
-
-
-# The stable API: this module's names and those of the modules it was split into.
-__all__ = [
-    "Link", "NOTES_LINK", "NVLINK", "INFINIBAND", "ETHERNET", "LINK_PRESETS", "ring_allreduce_time",
-    "tree_allreduce_time", "naive_allreduce_time", "parameter_server_time", "ALLREDUCE_TIMES",
-    "ring_allreduce_bytes_per_device", "ALLREDUCE_ALGORITHMS", "allreduce_traffic_bytes",
-    "ring_broadcast_time", "best_broadcast_segments", "continuous_best_segments", "best_integer_segments",
-    "ring_tree_crossover_bytes", "ring_naive_crossover_bytes", "data_parallel_speedup",
-    "fit_line_relative", "ring_alpha_beta_from_line", "CS336_NVLINK", "CS336_INFINIBAND",
-    "CS336_ETHERNET", "alpha_beta_time", "ring_allreduce_terms", "ring_allreduce_balance_bytes",
-    "ring_reduce_scatter_bytes_per_device", "ring_all_gather_bytes_per_device",
-    "ring_reduce_scatter_time", "ring_all_gather_time", "CollectiveCall", "ZERO_STAGES",
-    "zero_step_collectives", "zero_step_bytes_per_device", "tp_step_bytes_per_device",
-    "pp_step_bytes_per_device", "pp_step_send_time", "ring_bytes_sent", "dp_step_traffic",
-    "tp_step_traffic", "pp_step_traffic", "zero_step_traffic", "RING_PRIMITIVES",
-    "ring_primitive_bytes_sent", "ring_primitive_rounds", "ring_primitive_time",
-    "direct_primitive_bytes_sent", "tree_depth",
-]

@@ -8,20 +8,16 @@ x = gelu(x @ W) for L square W of width d, batch B, e bytes per element, p ranks
 record every call they make and are checked against these. A collective is counted as a ring
 sends it (nccl-tests' bus factor: all-reduce 2(p-1)/p·S, all-gather and reduce-scatter
 (p-1)/p·S, S the size of the whole result), exact for equal slices; gloo's own schedule for a
-given size may differ. common.costmodel re-exports every name here.
+given size may differ.
 """
 
 from __future__ import annotations
 
 import math
 
+from common.collectives import algorithm
 from common.collectives import check_size as _check
-from common.costmodel_collectives import (
-    CollectiveCall,
-    ring_all_gather_bytes_per_device,
-    ring_allreduce_bytes_per_device,
-    ring_bytes_sent,
-)
+from common.costmodel_collectives import CollectiveCall
 from common.link import Link
 
 ZERO_STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
@@ -53,7 +49,7 @@ def zero_step_collectives(stage: str, param_bytes: float, layers: int = 1) -> li
 
 def zero_step_bytes_per_device(stage: str, k: int, param_bytes: float) -> float:
     """Bytes one rank sends per step: 2(K−1)/K·2P for DDP, ZeRO-1, ZeRO-2; 3(K−1)/K·2P for ZeRO-3."""
-    return sum(c.bytes_per_device(k) for c in zero_step_collectives(stage, param_bytes))
+    return sum(c.calls * c.ring.busiest_bytes(k, c.nbytes) for c in zero_step_collectives(stage, param_bytes))
 
 
 def tp_step_bytes_per_device(layers: int, activation_bytes: float, k: int,
@@ -63,9 +59,9 @@ def tp_step_bytes_per_device(layers: int, activation_bytes: float, k: int,
     per_call="all-gather" each is an all-gather or reduce-scatter, (K−1)/K·A (2L·(K−1)/K·A)."""
     _check(k, activation_bytes)
     if per_call == "all-reduce":
-        one = ring_allreduce_bytes_per_device(k, activation_bytes)
+        one = algorithm("ring all-reduce").busiest_bytes(k, activation_bytes)
     elif per_call == "all-gather":
-        one = ring_all_gather_bytes_per_device(k, activation_bytes)
+        one = algorithm("ring all-gather").busiest_bytes(k, activation_bytes)
     else:
         raise ValueError(f"per_call must be 'all-reduce' or 'all-gather', got {per_call!r}")
     return 2 * layers * one
@@ -89,7 +85,7 @@ def pp_step_send_time(micro_batches: int, activation_bytes: float, link: Link) -
 def dp_step_traffic(k: int, layers: int, width: int, elem_bytes: int) -> tuple[int, float]:
     """(calls, bytes a rank sends) per step of the notes' data-parallel loop, which all-reduces
     every W.grad separately: L all-reduces of d·d·e bytes. One flat all-reduce sends the same bytes."""
-    return layers, layers * ring_bytes_sent("all_reduce", k, width * width * elem_bytes)
+    return layers, layers * algorithm("ring all-reduce").busiest_bytes(k, width * width * elem_bytes)
 
 
 def tp_step_traffic(k: int, layers: int, width: int, batch: int, elem_bytes: int,
@@ -102,9 +98,9 @@ def tp_step_traffic(k: int, layers: int, width: int, batch: int, elem_bytes: int
     unless `first_input_grad` (its input is data; in a transformer it is the embedding's output).
     """
     _check(k, 0)
-    gather = ring_bytes_sent("all_gather", k, k * batch * math.ceil(width / k) * elem_bytes)
+    gather = algorithm("ring all-gather").busiest_bytes(k, k * batch * math.ceil(width / k) * elem_bytes)
     backward_calls = layers if first_input_grad else layers - 1
-    scatter = ring_bytes_sent("reduce_scatter", k, batch * width * elem_bytes)
+    scatter = algorithm("ring reduce-scatter").busiest_bytes(k, batch * width * elem_bytes)
     return layers + backward_calls, layers * gather + backward_calls * scatter
 
 
@@ -125,4 +121,4 @@ def zero_step_traffic(k: int, n_params: int, elem_bytes: int) -> tuple[int, floa
     _check(k, 0)
     padded = -(-n_params // k) * k * elem_bytes
     calls = zero_step_collectives("ZeRO-1", padded)
-    return sum(c.calls for c in calls), sum(c.bytes_per_device(k) for c in calls)
+    return sum(c.calls for c in calls), sum(c.calls * c.ring.busiest_bytes(k, c.nbytes) for c in calls)

@@ -12,8 +12,9 @@ A collective's bytes are one of three figures, and on gloo they differ:
                       cs336.comm, cs336.dtensor_tp): the collective the call names, at its size N;
     on the wire here  what gloo ran for it (this module): the operation named by gloo's own span
                       and the buffer it moved, N in common.collectives' convention;
-    ring model        the price of the collective named, costmodel.ring_bytes_sent: what a ring
-                      sends, which is what NCCL runs (it has a real reduce-scatter, (p-1)/p·N a rank).
+    ring model        the price of the collective named, its ring's busiest_bytes (common.collectives):
+                      what a ring sends, which is what NCCL runs (it has a real reduce-scatter,
+                      (p-1)/p·N a rank).
 
 In torch 2.13 gloo runs `reduce_scatter_tensor` as one all-reduce of the whole input and
 `dist.reduce_scatter` as an all-reduce of each chunk (FSDP2's reduce-scatters too, on its padded
@@ -191,7 +192,8 @@ def report(rep: Any, cases: list[tuple[str, tuple[str, str], ByKind, ByKind]], k
     for label, (wire, wire_bytes), handed, ran in cases:
         rows.append([label, calls_short(handed), total(handed), calls_short(ran), total(ran)])
         moved[wire_bytes] = bytes_text(ran)
-        rep.values(**{wire: ops_text(ran), wire_bytes: moved[wire_bytes]})
+        rep.value(wire, ops_text(ran))
+        rep.value(wire_bytes, moved[wire_bytes])
         missing, extra = substitutions(handed, ran)
         if missing or extra:
             said.append(f"{label}: {calls_short(missing)} handed ({total(missing)}) ran as "

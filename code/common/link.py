@@ -3,7 +3,7 @@
     from common.link import Link, NOTES_LINK
     Link(5e-6, 25e9, "notes' link").message_time(1e6)
 
-Pure Python. common.costmodel re-exports every name here (its stable API).
+Pure Python.
 """
 
 from __future__ import annotations

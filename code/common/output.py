@@ -16,11 +16,11 @@ from typing import Any, Sequence
 
 from common import checker, verdicts
 from common.checker import Claim
-from common.cli import off_setting
 from common.error_types import RunFailure, UsageError
+from common.notes_setting import off_setting
 from common.output_files import make_output_dir, write_bytes, write_json
-from common.text import PAGE_WIDTH, bar, format_table, paragraphs, wrap  # noqa: F401 (the scripts' names)
-from common.units import fmt_bytes, fmt_num, fmt_time  # noqa: F401 (the scripts' names for them)
+from common.text import PAGE_WIDTH, format_table, paragraphs, wrap
+from common.units import fmt_num
 
 # "= one process" for trained weights is judged against how far they moved there: a right engine
 # differs from one process by round-off, a wrong one (no update, a missing average, a stale shard)
@@ -128,30 +128,28 @@ class Report:
         tables = self.parts[self._part].setdefault("tables", {})
         tables[name or f"table{len(tables) + 1}"] = {"headers": list(headers), "rows": rows}
 
-    def record(self, key: str, value: Any) -> None:
-        """Keep a value for --json without printing it."""
-        self.parts[self._part][key] = value
-
     # ---- our values, the notes' rows, self-checks ------------------------------------------------
-    def value(self, name: str, value: Any) -> Any:
-        """Record a named value: what the notes' rows (checker) compare with, and their reasons
-        name. Recorded in --json under the part's "values". Returns the value."""
+    def value(self, name: str, value: Any, timed: bool = False, compared: bool = True) -> Any:
+        """Record a named value for --json; returns it. The one way a script records a number.
+
+        By default it is what the notes' rows (checker) compare with and their reasons name, kept
+        under the part's "values", once a run. `timed`: read off a clock (or computed from one), also
+        listed under the part's "timed" (another run, torchrun's included, gives other numbers by
+        nature). compared=False: kept for --json only, beside the part's title, and no row reads it
+        (a table's raw data, a sweep's inputs); recording it again replaces it.
+        """
+        part = self.parts[self._part]
+        if not compared:
+            part[name] = value
+            return value
         if name in self._values:
             raise ValueError(f"{self.script}: the value {name!r} is recorded twice")
         self._values[name] = value
         self._fresh.append(name)
-        self.parts[self._part].setdefault("values", {})[name] = value
+        part.setdefault("values", {})[name] = value
+        if timed:
+            part.setdefault("timed", []).append(name)
         return value
-
-    def values(self, **named: Any) -> None:
-        for name, value in named.items():
-            self.value(name, value)
-
-    def timings(self, **named: Any) -> None:
-        """Values read off a clock (or computed from one), listed in --json under the part's
-        "timed": another run, torchrun's included, gives other numbers by nature."""
-        self.values(**named)
-        self.parts[self._part].setdefault("timed", []).extend(named)
 
     def notes_text(self, row_id: str) -> str:
         """A row's notes' value with its unit, read from the notes' table, for a script's own table

@@ -27,9 +27,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main
-from common.collectives import COLLECTIVES
+from common.cli import make_parser
+from common.collectives import COLLECTIVES, split_sizes
 from common.collectives_real import run_collective
+from common.error_types import UsageError
 from common.launch import (
     MAX_STAGED_RANKS,
     ask_gloo,
@@ -39,13 +40,15 @@ from common.launch import (
     skipped_collective,
     under_torchrun,
 )
-from common.output import Report, fmt_num
+from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_num
 from cs336 import primitives as prim
 from cs336.primitives import ROOT
 from lecture14 import collectives as col
 from lecture14 import rank_ops
-from lecture14.rank_ops import all_inputs, piece_sizes, show, yes
+from lecture14.rank_ops import all_inputs, show, yes
 
 RANDOM_NUMBERS = 10_000   # random float32 numbers per rank (Parts 3 and 4): enough to see rounding
 SKIP_TIMEOUT_S = 1.0      # Part 5: a healthy collective here takes milliseconds (0.5 s with --quick)
@@ -153,7 +156,8 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> list[dict]:
              "After reduce the other ranks' buffers are scratch (gloo leaves partial sums, NCCL nothing "
              "defined).")
     missing = [f for f in DIST_API if not hasattr(dist, f)]
-    rep.values(dist_api_present=not missing, dist_api_missing=", ".join(missing) or "none")
+    rep.value("dist_api_present", not missing)
+    rep.value("dist_api_missing", ", ".join(missing) or "none")
     for r, res in enumerate(real):
         res["right"] = {name: ok[r] for name, ok in right.items()}
     return real
@@ -178,10 +182,10 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
     rep.line(f"\n  bytes each rank sends on a ring, the ring model (formulas and the simulator, no rank "
              f"runs them), N = {args.size:,} B (S = N for broadcast, reduce, all-reduce; N/p for the rest):")
     for p in sizes:
-        rep.line(f"\n  p = {p}: pieces of {show(sorted(set(piece_sizes(args.size, p)), reverse=True))} B")
+        rep.line(f"\n  p = {p}: pieces of {show(sorted(set(split_sizes(args.size, p)), reverse=True))} B")
         rep.table(["primitive", "notes (B)", "formula (B)", "simulator (B)", "every rank (B)",
                    "≤ 1 B/msg"], prim.volume_rows(p, args.size), name=f"p={p}")
-    rep.note("the busiest rank's bytes by the formula (costmodel.ring_primitive_bytes_sent) and by the "
+    rep.note("the busiest rank's bytes by the formula (common.collectives: the ring's bytes_sent) and by the "
              "simulator, lecture14.collectives.traffic on a ring (broadcast and reduce a chain round it), "
              "then every rank's: where p does not divide N, within a byte per message of the closed form.")
     notes_volumes(rep)
@@ -209,9 +213,10 @@ def notes_volumes(rep: Report) -> None:
     rep.table(["primitive", "sends", "ours (S)", "notes"], rows, name="notes_volumes")
     rep.compare_with_notes(in_table=True)
     ag = col.traffic("ring all-gather", p, n)
-    rep.values(ag_rs_identity=all(np.isclose((q - 1) / q * q * 1.0, q - 1.0) for q in range(2, 257)),
-               ring_ag_steps=ag.n_rounds, ring_ag_share_per_step=ag.round_bytes()[0] / n,
-               ag_p256_share=col.traffic("ring all-gather", 256, 256 * 1000).busiest_sent / (256 * 1000))
+    rep.value("ag_rs_identity", all(np.isclose((q - 1) / q * q * 1.0, q - 1.0) for q in range(2, 257)))
+    rep.value("ring_ag_steps", ag.n_rounds)
+    rep.value("ring_ag_share_per_step", ag.round_bytes()[0] / n)
+    rep.value("ag_p256_share", col.traffic("ring all-gather", 256, 256 * 1000).busiest_sent / (256 * 1000))
 
 
 def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool:
@@ -242,12 +247,16 @@ def part3_split(rep: Report, args: argparse.Namespace, real: list[dict]) -> bool
     grows = [col.traffic("ring all-reduce", q, q * 1000).busiest_sent / (q * 1000)
              for q in (2, 4, 8, 64, 256)]
     ring, naive = (row[3] for row in prim.lower_bound_rows(p, n4) if row[0] in ("ring", "naive"))
-    rep.values(split_bit_for_bit=same and same_sim, rs_phase_S=rs.busiest_sent / n4,
-               ag_phase_S=ag.busiest_sent / n4,
-               ring_ar_S=ar.busiest_sent / n4, ring_rs_steps=rs.n_rounds,
-               tends_to_2S=all(g < 2 for g in grows) and grows[-1] > 1.99,
-               tends_to_2S_values=", ".join(f"{g:.3f}" for g in grows),
-               ring_below_naive=ring < naive, ring_busiest_S=ring, naive_busiest_S=naive)
+    rep.value("split_bit_for_bit", same and same_sim)
+    rep.value("rs_phase_S", rs.busiest_sent / n4)
+    rep.value("ag_phase_S", ag.busiest_sent / n4)
+    rep.value("ring_ar_S", ar.busiest_sent / n4)
+    rep.value("ring_rs_steps", rs.n_rounds)
+    rep.value("tends_to_2S", all(g < 2 for g in grows) and grows[-1] > 1.99)
+    rep.value("tends_to_2S_values", ", ".join(f"{g:.3f}" for g in grows))
+    rep.value("ring_below_naive", ring < naive)
+    rep.value("ring_busiest_S", ring)
+    rep.value("naive_busiest_S", naive)
     rep.line(f"  the rows below at the notes' p = {p}, whatever --world-size")
     return same and same_sim
 
@@ -269,9 +278,9 @@ def part4_confusions(rep: Report, args: argparse.Namespace, real: list[dict], sp
     holds = _all_means_every_rank(rep, args, real)
     rep.line(f"\n  (c) all-reduce = reduce-scatter + all-gather, bit for bit (Part 3): {yes(split_ok)}; "
              "(p-1)/p·S twice = 2(p-1)/p·S a rank")
-    rep.values(order_free_ops=order_free and order_matters,
-               all_reduce_everyone=all(h[1] for h in holds.values()),
-               reduce_root_holds=holds[ROOT][0])
+    rep.value("order_free_ops", order_free and order_matters)
+    rep.value("all_reduce_everyone", all(h[1] for h in holds.values()))
+    rep.value("reduce_root_holds", holds[ROOT][0])
 
 
 def _reduce_order(rep: Report, args: argparse.Namespace, real: list[dict]) -> tuple[bool, bool]:
@@ -335,7 +344,8 @@ def _all_means_every_rank(rep: Report, args: argparse.Namespace, real: list[dict
 def part5_skip(rep: Report, args: argparse.Namespace) -> None:
     if under_torchrun():
         rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
-        rep.values(skip_waits=None, skip_outcome="not run under torchrun")
+        rep.value("skip_waits", None)
+        rep.value("skip_outcome", "not run under torchrun")
         return
     timeout = args.timeout_s or (SKIP_TIMEOUT_S / 2 if args.quick else SKIP_TIMEOUT_S)
     w = min(args.world_size, MAX_STAGED_RANKS)
@@ -354,7 +364,8 @@ def part5_skip(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"    {report or 'no error: every rank got through (it should not have)'}")
     rep.note(f"ranks 0..{last - 1} wait in the all_reduce for rank {last}, which went on to the end; without "
              "a timeout the program would look hung for ever: the protocol, not the data, is incomplete.")
-    rep.values(skip_waits=waited, skip_outcome=report or "every rank got through, which it should not have")
+    rep.value("skip_waits", waited)
+    rep.value("skip_outcome", report or "every rank got through, which it should not have")
 
 
 if __name__ == "__main__":

@@ -29,12 +29,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.costmodel import fit_line_relative, ring_alpha_beta_from_line
+from common.error_types import UsageError
 from common.flags import nonnegative_int, positive_float, size_bytes
 from common.launch import launch, rank_device
-from common.output import Report, fmt_bytes, fmt_time, new_figure
+from common.output import Report, new_figure
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from cs336 import busbw as bw
 from cs336.busbw import COLLECTIVES, Buffers
 
@@ -230,7 +233,7 @@ def _collective_table(rep: Report, collective: str, sizes: list[int], results: l
     slip = collective in SLIPS  # the slip: S/n taken for S (Part 3)
     rep.table(["S"] + ["S/n"] * slip + ["t (p50)", "p10 … p90", "algbw GB/s", "busbw GB/s"]
               + ["lecture code's GB/s"] * slip + ["ok"], table, name=collective)
-    rep.record(collective, rows)
+    rep.value(collective, rows, compared=False)
     return rows
 
 
@@ -247,15 +250,15 @@ def _copy_and_link(rep: Report, results: list[dict], m: dict) -> None:
     if m["link"]:
         rep.line(f"  one ring step (each rank sends {fmt_bytes(shift[0]['bytes'], True)} right, receives "
                  f"from the left): {m['link'] / 1e9:.3g} GB/s per link")
-    rep.record("copy_Bps", m["copy"])
-    rep.record("link_Bps", m["link"])
+    rep.value("copy_Bps", m["copy"], compared=False)
+    rep.value("link_Bps", m["link"], compared=False)
 
 
 def part2_latency(rep: Report, m: dict) -> None:
     sizes, n = m["sizes"], m["n"]
     if len(sizes) < 2:
         rep.note("one size only: nothing to fit here (give --max-bytes above --min-bytes)")
-        rep.timings(startup_share_smallest=None)
+        rep.value("startup_share_smallest", None, timed=True)
         return
     rows, fits = [], {}
     for collective, data in m["rows"].items():
@@ -280,7 +283,8 @@ def part2_latency(rep: Report, m: dict) -> None:
         if alpha > 0:
             rep.line(f"  all-reduce read as a ring of 2(n−1) = {2 * (n - 1)} steps: α ≈ a / {2 * (n - 1)} = "
                      f"{fmt_time(alpha)} per step")
-    rep.timings(startup_share_smallest=rows[0][-1] if n > 1 else None)  # one rank: no link, no startup
+    # one rank: no link, no startup
+    rep.value("startup_share_smallest", rows[0][-1] if n > 1 else None, timed=True)
 
 
 def part3_reading(rep: Report, m: dict) -> None:
@@ -288,9 +292,10 @@ def part3_reading(rep: Report, m: dict) -> None:
     last = {c: rows[-1] for c, rows in m["rows"].items()}
     if n == 1:
         rep.note("one rank: S/n is S, every factor is 0 and there is no link: nothing to read here")
-        rep.values(lecture_rs_over_busbw=None, lecture_rs_reading="nothing to compare on one rank",
-                   ar_time_link_ratio=None)
-        rep.timings(ar_time_reading="nothing: one rank has no link")
+        rep.value("lecture_rs_over_busbw", None)
+        rep.value("lecture_rs_reading", "nothing to compare on one rank")
+        rep.value("ar_time_link_ratio", None)
+        rep.value("ar_time_reading", "nothing: one rank has no link", timed=True)
         return
     rs, ag = last["reduce-scatter"], last["all-gather"]
     ways = [["S (total) × (n−1)/n / t: nccl-tests' busbw", rs["busbw"] / 1e9, ag["busbw"] / 1e9],
@@ -303,7 +308,8 @@ def part3_reading(rep: Report, m: dict) -> None:
              "rank's chunk, S/n) taken for S reads n times too low. One rank's input over t, no factor, is\n"
              "algbw for reduce-scatter (n/(n−1) × busbw) and algbw/n for all-gather.")
     ratio = rs["slip"] / rs["busbw"]
-    rep.values(lecture_rs_over_busbw=ratio, lecture_rs_reading=f"{ratio:.4g} of it here on {n} ranks")
+    rep.value("lecture_rs_over_busbw", ratio)
+    rep.value("lecture_rs_reading", f"{ratio:.4g} of it here on {n} ranks")
     rows = [[c, r["busbw"] / 1e9, r["busbw"] / m["link"], r["t"] * m["link"] / r["S"], bw.bus_factor(c, n)]
             for c, r in last.items()]
     rep.line(f"\n  the same largest size against one ring step's per-link bandwidth ({m['link'] / 1e9:.3g} "
@@ -315,7 +321,7 @@ def part3_reading(rep: Report, m: dict) -> None:
     ar = last["all-reduce"]
     volume, ring = ar["t"] * m["link"] / ar["S"], bw.bus_factor("all-reduce", n)
     rep.value("ar_time_link_ratio", volume)
-    rep.timings(ar_time_reading=f"{volume:.3g}, against the ring's {ring:.3g}")
+    rep.value("ar_time_reading", f"{volume:.3g}, against the ring's {ring:.3g}", timed=True)
 
 
 def part4_behind(rep: Report, m: dict) -> None:
@@ -327,7 +333,7 @@ def part4_behind(rep: Report, m: dict) -> None:
     rep.table(["collective", "busbw GB/s", "busbw / memory copy", "t / t(all-reduce)", "slowest / fastest "
                                                                                        "rank"],
               rows, name="behind")
-    rep.timings(ar_busbw_over_copy=rows[0][2] if m["n"] > 1 else None)
+    rep.value("ar_busbw_over_copy", rows[0][2] if m["n"] > 1 else None, timed=True)
     rep.note("the notes' causes of a low number: a small tensor (Part 2); the wrong path (loopback TCP: "
              "against a memory copy); a late rank (slowest / fastest); no overlap (not measured). gloo's "
              "reduce-scatter runs a whole all-reduce (ProcessGroupGloo): about 1, where a ring takes 0.5.")

@@ -27,28 +27,31 @@ import math
 
 import numpy as np
 
-from common.cli import Bound, UsageError, make_parser, run_main
+from common.cli import make_parser
 from common.collectives import algorithm
-from common.costmodel import (
-    CS336_ETHERNET,
-    CS336_INFINIBAND,
-    CS336_NVLINK,
+from common.costmodel_collectives import (
     CollectiveCall,
-    Link,
     alpha_beta_time,
+    ring_allreduce_balance_bytes,
+    ring_allreduce_terms,
+)
+from common.costmodel_steps import (
     pp_step_bytes_per_device,
     pp_step_send_time,
-    ring_allreduce_balance_bytes,
-    ring_allreduce_bytes_per_device,
-    ring_allreduce_terms,
-    ring_allreduce_time,
     tp_step_bytes_per_device,
     zero_step_collectives,
 )
-from common.output import Report, bar, fmt_bytes, fmt_time
-from common.units import GiB, KiB, MiB
+from common.error_types import UsageError
+from common.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK, Link
+from common.model_bounds import Bound
+from common.output import Report
+from common.script_end import run_main
+from common.text import bar
+from common.units import GiB, KiB, MiB, fmt_bytes, fmt_time
 from cs336.ledger import LEDGER, LLAMA2_13B, MLP_12, OPTIMIZER_STATE, activation_bytes, training_state_bytes
 from lecture14 import collectives as col
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 NOTES_P, NOTES_ALPHA_US, NOTES_SIZE, NOTES_BETA = 4, 5.0, 64 * MiB, 50 * GiB  # Part 1: MiB, GiB/s
 NOTES_BATCH, TP_EXAMPLE_WIDTH, FP16 = 128, 1024, 2
@@ -109,11 +112,11 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     latency, bandwidth = ring_allreduce_terms(p, s, link)
     rep.line(f"  2(p-1)α = {2 * (p - 1)}α = {fmt_time(latency)};  2(p-1)/p·S/B = {2 * (p - 1) / p:g} × "
              f"{fmt_bytes(s, binary=True)} / {beta / GiB:.4g} GiB/s = {fmt_time(bandwidth)};  "
-             f"T = {fmt_time(ring_allreduce_time(p, s, link))}")
+             f"T = {fmt_time(RING_ALLREDUCE.time(p, s, link))}")
     stand_in = col.ring_allreduce([np.zeros(p, dtype=np.uint8)] * p)  # one byte per chunk, scaled
     counted = stand_in.busiest_sent / p * s
-    same = (stand_in.n_rounds == algorithm("ring all-reduce").rounds(p)
-            and math.isclose(counted, ring_allreduce_bytes_per_device(p, s)))
+    same = (stand_in.n_rounds == RING_ALLREDUCE.rounds(p)
+            and math.isclose(counted, RING_ALLREDUCE.busiest_bytes(p, s)))
     # The notes' first-order model with the counted messages and bytes: the same T as the closed form.
     first_order = alpha_beta_time(stand_in.n_rounds, counted, link)
     rep.line(f"  counted (a p-byte ring): N_msg = {stand_in.n_rounds}, S_sent = "
@@ -122,9 +125,12 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
     # The notes' 1.5 × 64/50 ms works their MiB and GiB/s as MB and GB/s: the same term in those units.
     bandwidth_decimal = bandwidth * (1e6 / MiB) * (GiB / 1e9)   # S in MB, B in GB/s
     # (shown in the comparison's row on the notes' 1.92 ms, not again on a line of its own)
-    rep.values(latency_us=latency * 1e6, bandwidth_ms=bandwidth * 1e3,
-               bandwidth_decimal_ms=bandwidth_decimal * 1e3, first_order_same=same and math.isclose(
-        first_order, ring_allreduce_time(p, s, link), rel_tol=1e-12), ring_terms_counted=same)
+    rep.value("latency_us", latency * 1e6)
+    rep.value("bandwidth_ms", bandwidth * 1e3)
+    rep.value("bandwidth_decimal_ms", bandwidth_decimal * 1e3)
+    rep.value("first_order_same", same and math.isclose(
+        first_order, RING_ALLREDUCE.time(p, s, link), rel_tol=1e-12))
+    rep.value("ring_terms_counted", same)
     balance = ring_allreduce_balance_bytes(p, link)
     if balance > 0:
         rep.line(f"  the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)}; below it "
@@ -154,34 +160,38 @@ def part2_interconnects(rep: Report) -> None:
              "PCIe's 64 two-way ('双向'). "
              f"Like for like, '900 → 64 GB/s' is {one_way['nvlink']:g} → {PCIE5_X16_ONE_WAY_GBS:.0f} GB/s "
              f"one way ({one_way['nvlink'] / PCIE5_X16_ONE_WAY_GBS:.1f}×, not {900 / 64:.1f}×)")
-    rep.values(ib_gbs=one_way["ib"], roce_gbs=one_way["roce"], nvlink_two_way_gbs=2 * one_way["nvlink"],
-               nvlink_over_ib=one_way["nvlink"] / one_way["ib"],
-               ib_over_eth=one_way["ib"] / one_way["roce"], pcie_one_way_gbs=PCIE5_X16_ONE_WAY_GBS,
-               pcie_two_way_gbs=2 * PCIE5_X16_ONE_WAY_GBS,
-               nvlink_450_pct_of_peak=100 * CS336_NVLINK.beta_Bps / 1e9 / one_way["nvlink"],
-               ib_40_pct_of_peak=100 * CS336_INFINIBAND.beta_Bps / 1e9 / one_way["ib"],
-               ib_alpha_us=CS336_INFINIBAND.alpha_s * 1e6)
+    rep.value("ib_gbs", one_way["ib"])
+    rep.value("roce_gbs", one_way["roce"])
+    rep.value("nvlink_two_way_gbs", 2 * one_way["nvlink"])
+    rep.value("nvlink_over_ib", one_way["nvlink"] / one_way["ib"])
+    rep.value("ib_over_eth", one_way["ib"] / one_way["roce"])
+    rep.value("pcie_one_way_gbs", PCIE5_X16_ONE_WAY_GBS)
+    rep.value("pcie_two_way_gbs", 2 * PCIE5_X16_ONE_WAY_GBS)
+    rep.value("nvlink_450_pct_of_peak", 100 * CS336_NVLINK.beta_Bps / 1e9 / one_way["nvlink"])
+    rep.value("ib_40_pct_of_peak", 100 * CS336_INFINIBAND.beta_Bps / 1e9 / one_way["ib"])
+    rep.value("ib_alpha_us", CS336_INFINIBAND.alpha_s * 1e6)
     # What the two places of the notes that disagree give (rows CS-links-nvlink-450, CS-links-ib-latency):
     # the box's 39 GB (4 cards) at the caption's 60 % and 85 % of NVLink's one-way 450 GB/s peak, and
     # Llama 2 13B's 2L TP calls' start-ups at the table's 1-2 µs and at the TP paragraph's 5 µs.
-    box, calls = ring_allreduce_bytes_per_device(NOTES_P, LLAMA2_13B.params * FP16), 2 * LLAMA2_13B.layers
-    rep.values(box_nvlink_60_ms=box / (EFFECTIVE_SHARE[0] * CS336_NVLINK.beta_Bps) * 1e3,
-               box_nvlink_85_ms=box / (EFFECTIVE_SHARE[1] * CS336_NVLINK.beta_Bps) * 1e3,
-               tp_startups_ib_table_lo_us=calls * IB_TABLE_ALPHA_US[0],
-               tp_startups_ib_table_hi_us=calls * IB_TABLE_ALPHA_US[1],
-               tp_startups_ib_paragraph_us=calls * CS336_INFINIBAND.alpha_s * 1e6)
+    box, calls = RING_ALLREDUCE.busiest_bytes(NOTES_P, LLAMA2_13B.params * FP16), 2 * LLAMA2_13B.layers
+    rep.value("box_nvlink_60_ms", box / (EFFECTIVE_SHARE[0] * CS336_NVLINK.beta_Bps) * 1e3)
+    rep.value("box_nvlink_85_ms", box / (EFFECTIVE_SHARE[1] * CS336_NVLINK.beta_Bps) * 1e3)
+    rep.value("tp_startups_ib_table_lo_us", calls * IB_TABLE_ALPHA_US[0])
+    rep.value("tp_startups_ib_table_hi_us", calls * IB_TABLE_ALPHA_US[1])
+    rep.value("tp_startups_ib_paragraph_us", calls * CS336_INFINIBAND.alpha_s * 1e6)
 
 
 def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     p = args.world_size
     grads = LLAMA2_13B.params * FP16
     # The conversion box: 8 cards by its words, 4 cards by its numbers (computed at both, whatever p).
-    box = {cards: ring_allreduce_bytes_per_device(cards, grads) for cards in (NOTES_P, BOX_CARDS)}
-    rep.values(grads_gb=grads / 1e9, volume_8_cards_gb=box[BOX_CARDS] / 1e9,
-               box_nvlink_ms=box[NOTES_P] / CS336_NVLINK.beta_Bps * 1e3,
-               box_ib_ms=box[NOTES_P] / CS336_INFINIBAND.beta_Bps * 1e3,
-               box_nvlink_8_ms=box[BOX_CARDS] / CS336_NVLINK.beta_Bps * 1e3,
-               box_ib_8_ms=box[BOX_CARDS] / CS336_INFINIBAND.beta_Bps * 1e3)
+    box = {cards: RING_ALLREDUCE.busiest_bytes(cards, grads) for cards in (NOTES_P, BOX_CARDS)}
+    rep.value("grads_gb", grads / 1e9)
+    rep.value("volume_8_cards_gb", box[BOX_CARDS] / 1e9)
+    rep.value("box_nvlink_ms", box[NOTES_P] / CS336_NVLINK.beta_Bps * 1e3)
+    rep.value("box_ib_ms", box[NOTES_P] / CS336_INFINIBAND.beta_Bps * 1e3)
+    rep.value("box_nvlink_8_ms", box[BOX_CARDS] / CS336_NVLINK.beta_Bps * 1e3)
+    rep.value("box_ib_8_ms", box[BOX_CARDS] / CS336_INFINIBAND.beta_Bps * 1e3)
     rep.note("the notes' effective one-way bandwidths, α = 1 µs NVLink, 5 µs otherwise; compute: "
              f"{STEP_MS[0]:g}-{STEP_MS[1]:g} ms forward + backward (the notes' A100), backward ≈ 2/3")
     eth_peak = Link(CS336_ETHERNET.alpha_s, 12.5e9, "100G Ethernet at peak")
@@ -189,7 +199,7 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     rows, times = [], {}
     backward = 2 / 3 * STEP_MS[0] / 1e3   # the shorter step's backward: what overlap can hide behind
     for link in (CS336_NVLINK, nv_eff, CS336_INFINIBAND, CS336_ETHERNET, eth_peak):
-        t = times[link.name] = ring_allreduce_time(p, grads, link)
+        t = times[link.name] = RING_ALLREDUCE.time(p, grads, link)
         hidden = "yes" if t <= backward else ("at 400 ms" if t <= 2 / 3 * STEP_MS[1] / 1e3 else "no")
         rows.append([link.name, link.beta_Bps / 1e9, f"{t * 1e3:.5g} ms", f"{t * 1e3 / STEP_MS[1]:.2f}-"
                      f"{t * 1e3 / STEP_MS[0]:.2f}", f"{100 * t / (t + STEP_MS[1] / 1e3):.0f}-"
@@ -197,11 +207,12 @@ def part3_llama_allreduce(rep: Report, args: argparse.Namespace) -> None:
     rep.table(["link", "GB/s", "all-reduce", "÷ compute", "no-overlap share", "in backward?"], rows,
               name="llama_links")
     rep.note("InfiniBand's 40, Ethernet's 10 GB/s: 80 % of their peaks; NVLink's 450: its whole peak")
-    rep.values(volume_gb=ring_allreduce_bytes_per_device(p, grads) / 1e9,
-               t_nvlink_ms=times[CS336_NVLINK.name] * 1e3,
-               t_ib_ms=times[CS336_INFINIBAND.name] * 1e3, t_eth_ms=times[CS336_ETHERNET.name] * 1e3,
-               backward_ms=backward * 1e3,
-               nvlink_over_backward=times[CS336_NVLINK.name] / backward)
+    rep.value("volume_gb", RING_ALLREDUCE.busiest_bytes(p, grads) / 1e9)
+    rep.value("t_nvlink_ms", times[CS336_NVLINK.name] * 1e3)
+    rep.value("t_ib_ms", times[CS336_INFINIBAND.name] * 1e3)
+    rep.value("t_eth_ms", times[CS336_ETHERNET.name] * 1e3)
+    rep.value("backward_ms", backward * 1e3)
+    rep.value("nvlink_over_backward", times[CS336_NVLINK.name] / backward)
 
 
 def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
@@ -210,18 +221,18 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
     calls = 2 * m.layers
     tp_notes = tp_step_bytes_per_device(m.layers, act, p)
     tp_ag = tp_step_bytes_per_device(m.layers, act, p, per_call="all-gather")
-    dp = ring_allreduce_bytes_per_device(p, m.params * FP16)
+    dp = RING_ALLREDUCE.busiest_bytes(p, m.params * FP16)
     calls_tp = [CollectiveCall("all-gather", "activation, forward", m.layers, act),
                 CollectiveCall("reduce-scatter", "its gradient, backward", m.layers, act)]
-    rows, ring_rounds = [], algorithm("ring all-reduce").rounds(p)
+    rows, ring_rounds = [], RING_ALLREDUCE.rounds(p)
     for name, n_calls, nbytes, rounds, t in [
             ("DP: all-reduce of 26 GB", 1, dp, ring_rounds,
-             lambda lk: ring_allreduce_time(p, m.params * FP16, lk)),
+             lambda lk: RING_ALLREDUCE.time(p, m.params * FP16, lk)),
             ("TP, the notes: 2L all-reduce-sized", calls, tp_notes, calls * ring_rounds,
-             lambda lk: calls * ring_allreduce_time(p, act, lk)),
+             lambda lk: calls * RING_ALLREDUCE.time(p, act, lk)),
             ("TP: L all-gathers + L reduce-scatters", calls, tp_ag,
-             sum(c.calls * c.rounds_per_call(p) for c in calls_tp),
-             lambda lk: sum(c.time(p, lk) for c in calls_tp))]:
+             sum(c.calls * c.ring.rounds(p) for c in calls_tp),
+             lambda lk: sum(c.calls * c.ring.time(p, c.nbytes, lk) for c in calls_tp))]:
         rows.append([name, n_calls, fmt_bytes(nbytes), rounds, fmt_time(t(CS336_NVLINK)),
                      fmt_time(t(CS336_INFINIBAND))])
     rep.table(["per step, per rank", "calls", "bytes", "α's (ring rounds)", "NVLink", "InfiniBand"], rows,
@@ -230,16 +241,25 @@ def part4_dp_vs_tp(rep: Report, args: argparse.Namespace) -> None:
              "own α (column 'α's'); their A = B × d counts one token a sequence (why: below)")
     # The DP vs TP table's per-call and per-step formulas at the notes' p = 4, in units of LW and A.
     one_call = col.traffic("ring all-gather", NOTES_P, 4000).busiest_sent / 4000
-    rep.values(act_5120_b=act, act_5120_mib=act / MiB, act_5120_mb=act / 1e6, tp_calls=calls,
-               dp_calls=sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)),
-               dp_step_LW=ring_allreduce_bytes_per_device(NOTES_P, 1.0), tp_call_A=one_call,
-               tp_step_LA=2 * one_call,
-               tp_step_mb=tp_ag / 1e6, tp_step_mib=tp_ag / MiB, tp_step_doubled_mb=tp_notes / 1e6,
-               tp_step_doubled_mib=tp_notes / MiB, tp_over_dp=tp_ag / dp, tp_doubled_over_dp=tp_notes / dp,
-               context=LLAMA2_CONTEXT, tp_context_over_dp=tp_ag * LLAMA2_CONTEXT / dp,
-               tp_equals_dp_tokens=dp / tp_ag,
-               tp_startups_nvlink_us=calls * CS336_NVLINK.alpha_s * 1e6,
-               tp_startups_ib_us=calls * CS336_INFINIBAND.alpha_s * 1e6)
+    rep.value("act_5120_b", act)
+    rep.value("act_5120_mib", act / MiB)
+    rep.value("act_5120_mb", act / 1e6)
+    rep.value("tp_calls", calls)
+    rep.value("dp_calls", sum(c.calls for c in zero_step_collectives("DDP", m.params * FP16)))
+    rep.value("dp_step_LW", RING_ALLREDUCE.busiest_bytes(NOTES_P, 1.0))
+    rep.value("tp_call_A", one_call)
+    rep.value("tp_step_LA", 2 * one_call)
+    rep.value("tp_step_mb", tp_ag / 1e6)
+    rep.value("tp_step_mib", tp_ag / MiB)
+    rep.value("tp_step_doubled_mb", tp_notes / 1e6)
+    rep.value("tp_step_doubled_mib", tp_notes / MiB)
+    rep.value("tp_over_dp", tp_ag / dp)
+    rep.value("tp_doubled_over_dp", tp_notes / dp)
+    rep.value("context", LLAMA2_CONTEXT)
+    rep.value("tp_context_over_dp", tp_ag * LLAMA2_CONTEXT / dp)
+    rep.value("tp_equals_dp_tokens", dp / tp_ag)
+    rep.value("tp_startups_nvlink_us", calls * CS336_NVLINK.alpha_s * 1e6)
+    rep.value("tp_startups_ib_us", calls * CS336_INFINIBAND.alpha_s * 1e6)
 
 
 def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
@@ -259,7 +279,9 @@ def part5_tp_activation(rep: Report, args: argparse.Namespace) -> None:
          fmt_bytes(reduced, binary=True)]], name="tp_layer")
     # a layer's traffic: the forward all-gather and the backward reduce-scatter (the TP table's
     # '每层 2 次（前向+反向）', two calls a layer)
-    rep.values(act_1024_kib=act / KiB, ag_kib=gathered / KiB, layer_fwd_bwd_kib=(gathered + scattered) / KiB)
+    rep.value("act_1024_kib", act / KiB)
+    rep.value("ag_kib", gathered / KiB)
+    rep.value("layer_fwd_bwd_kib", (gathered + scattered) / KiB)
 
 
 def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
@@ -267,8 +289,13 @@ def part6_four_gpu_mlp(rep: Report, args: argparse.Namespace) -> None:
     d, layers, batch = m.width, m.layers, NOTES_BATCH
     state = training_state_bytes(m.params)
     act = activation_bytes(batch, d, FP16)
-    rep.values(layer_params_m=d * d / 1e6, layer_mib=d * d * FP16 / MiB, params_m=m.params / 1e6,
-               state_gib=state / GiB, state_b=state, state_gb=state / 1e9, act_4096_mib=act / MiB)
+    rep.value("layer_params_m", d * d / 1e6)
+    rep.value("layer_mib", d * d * FP16 / MiB)
+    rep.value("params_m", m.params / 1e6)
+    rep.value("state_gib", state / GiB)
+    rep.value("state_b", state)
+    rep.value("state_gb", state / 1e9)
+    rep.value("act_4096_mib", act / MiB)
     stages = min(p, layers)
     tp_cols, pp_layers, local_batch = math.ceil(d / p), math.ceil(layers / stages), math.ceil(batch / p)
     held = {"DP": m.params, "TP": layers * d * tp_cols, "PP": pp_layers * d * d}
@@ -303,9 +330,9 @@ def four_gpu_traffic_rows(p: int, mb: int, stages: int, act: float) -> list[list
     rows = []
     for way, calls in collectives.items():
         rows.append([way, " + ".join(f"{c.calls} {c.kind}" for c in calls), sum(c.calls for c in calls),
-                     fmt_bytes(sum(c.bytes_per_device(p) for c in calls), binary=True),
-                     fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
-                     fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
+                     fmt_bytes(sum(c.calls * c.ring.busiest_bytes(p, c.nbytes) for c in calls), binary=True),
+                     fmt_time(sum(c.calls * c.ring.time(p, c.nbytes, CS336_NVLINK) for c in calls)),
+                     fmt_time(sum(c.calls * c.ring.time(p, c.nbytes, CS336_INFINIBAND) for c in calls))])
     sends = 2 * mb if stages > 1 else 0
     pp_bytes = pp_step_bytes_per_device(act) if stages > 1 else 0.0
     pp_t = {lk.name: pp_step_send_time(mb, act, lk) if stages > 1 else 0.0

@@ -25,19 +25,20 @@ import argparse
 import math
 import re
 
-from common.cli import UsageError, make_parser, run_main
-from common.costmodel import (
-    CS336_INFINIBAND,
-    CS336_NVLINK,
-    CollectiveCall,
+from common.cli import make_parser
+from common.costmodel_collectives import CollectiveCall
+from common.costmodel_steps import (
     pp_step_bytes_per_device,
     pp_step_send_time,
     zero_step_bytes_per_device,
     zero_step_collectives,
 )
+from common.error_types import UsageError
 from common.flags import positive_int
-from common.output import Report, fmt_bytes, fmt_time
-from common.units import GiB
+from common.link import CS336_INFINIBAND, CS336_NVLINK
+from common.output import Report
+from common.script_end import run_main
+from common.units import GiB, fmt_bytes, fmt_time
 from cs336 import ledger as lg
 
 NOTES_P, NOTES_PARAMS, NOTES_GPU_GB, NOTES_BATCH, FP16 = 4, 13e9, 80.0, 128, 2
@@ -122,13 +123,19 @@ def part1_ledger(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  Llama 2 13B's state fits one {args.gpu_memory_gb:g} GB card: {'yes' if fits else 'no'}")
     (_, param_b, _), (_, grad_b, _), (_, master_b, _), (_, adam_b, _) = entries[:4]
     llama = lg.LLAMA2_13B.params
-    rep.values(ledger_param_b=param_b, ledger_grad_b=grad_b, ledger_master_b=master_b, ledger_adam_b=adam_b,
-               bytes_per_param=lg.BYTES_PER_PARAM,
-               state_200m_gib=lg.training_state_bytes(lg.NOTES_200M.params) / GiB,
-               state_200m_gb=lg.training_state_bytes(lg.NOTES_200M.params) / 1e9, llama_state_gb=total / 1e9,
-               llama_params_gb=param_b * llama / 1e9, llama_grads_gb=grad_b * llama / 1e9,
-               llama_master_gb=master_b * llama / 1e9, llama_adam_gb=adam_b * llama / 1e9,
-               llama_fits_one_card=fits)
+    rep.value("ledger_param_b", param_b)
+    rep.value("ledger_grad_b", grad_b)
+    rep.value("ledger_master_b", master_b)
+    rep.value("ledger_adam_b", adam_b)
+    rep.value("bytes_per_param", lg.BYTES_PER_PARAM)
+    rep.value("state_200m_gib", lg.training_state_bytes(lg.NOTES_200M.params) / GiB)
+    rep.value("state_200m_gb", lg.training_state_bytes(lg.NOTES_200M.params) / 1e9)
+    rep.value("llama_state_gb", total / 1e9)
+    rep.value("llama_params_gb", param_b * llama / 1e9)
+    rep.value("llama_grads_gb", grad_b * llama / 1e9)
+    rep.value("llama_master_gb", master_b * llama / 1e9)
+    rep.value("llama_adam_gb", adam_b * llama / 1e9)
+    rep.value("llama_fits_one_card", fits)
     rep.compare_with_notes(in_table=True)
     d, layers = lg.MLP_12.width, lg.MLP_12.layers
     act = lg.activation_bytes(args.batch, d, FP16)
@@ -163,12 +170,15 @@ def part2_zero(rep: Report, args: argparse.Namespace) -> None:
     # all-reduce (then broadcasts each shard from its owner).
     notes_zero1 = notes_zero1_collectives(FP16 * P)
     ranks = max(p, 2)   # the ratio is the same for every p >= 2; at p = 1 nothing is sent at all
-    notes_zero1_bytes = sum(c.bytes_per_device(ranks) for c in notes_zero1)
+    notes_zero1_bytes = sum(c.calls * c.ring.busiest_bytes(ranks, c.nbytes) for c in notes_zero1)
     ddp_bytes = zero_step_bytes_per_device("DDP", ranks, FP16 * P)
-    rep.values(comm_ddp=comm["DDP"], comm_zero1=comm["ZeRO-1"], comm_zero2=comm["ZeRO-2"],
-               comm_zero3=comm["ZeRO-3"], comm_zero1_notes=" + ".join(SHORT[c.kind] for c in notes_zero1),
-               zero1_notes_over_ddp=notes_zero1_bytes / ddp_bytes,
-               zero2_saves_for_no_bytes=zero2_is_best_value())
+    rep.value("comm_ddp", comm["DDP"])
+    rep.value("comm_zero1", comm["ZeRO-1"])
+    rep.value("comm_zero2", comm["ZeRO-2"])
+    rep.value("comm_zero3", comm["ZeRO-3"])
+    rep.value("comm_zero1_notes", " + ".join(SHORT[c.kind] for c in notes_zero1))
+    rep.value("zero1_notes_over_ddp", notes_zero1_bytes / ddp_bytes)
+    rep.value("zero2_saves_for_no_bytes", zero2_is_best_value())
     rep.compare_with_notes(in_table=True)
 
 
@@ -195,9 +205,12 @@ def zero_formula_values(rep: Report, P: float, p: int) -> None:
                                            lg.zero_notes_formula(stage, 1.0, k))
                               for k in (1, 2, 3, 4, 7, 8, 64, 1000, 1024)) for stage in lg.STAGES}
     adam = sum(lg.ledger_bytes(P)[k] for k in ("Adam m (fp32)", "Adam v (fp32)"))
-    rep.values(ddp_formula_ok=formulas_ok["DDP"], zero1_formula_ok=formulas_ok["ZeRO-1"],
-               zero2_formula_ok=formulas_ok["ZeRO-2"], zero3_formula_ok=formulas_ok["ZeRO-3"],
-               zero1_adam_gb=adam / p / 1e9, zero2_grads_gb=lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9)
+    rep.value("ddp_formula_ok", formulas_ok["DDP"])
+    rep.value("zero1_formula_ok", formulas_ok["ZeRO-1"])
+    rep.value("zero2_formula_ok", formulas_ok["ZeRO-2"])
+    rep.value("zero3_formula_ok", formulas_ok["ZeRO-3"])
+    rep.value("zero1_adam_gb", adam / p / 1e9)
+    rep.value("zero2_grads_gb", lg.ledger_bytes(P)["fp16 gradients"] / p / 1e9)
     opt = sum(lg.ledger_bytes(P)[k] for k in lg.OPTIMIZER_STATE)
     rep.note(f"ZeRO-1 shards the whole optimizer state, master weights too: {fmt_bytes(opt)} → "
              f"{fmt_bytes(opt / p)} per card\n(Adam's m and v alone: {fmt_bytes(adam)} → "
@@ -214,14 +227,14 @@ def zero_traffic_table(rep: Report, args: argparse.Namespace) -> None:
               for stage in lg.STAGES]
     stages.insert(2, ("ZeRO-1 (notes' text)", "ZeRO-1", notes_zero1_collectives(FP16 * P)))
     for label, stage, calls in stages:
-        sent = sum(c.bytes_per_device(p) for c in calls)
+        sent = sum(c.calls * c.ring.busiest_bytes(p, c.nbytes) for c in calls)
         ddp_bytes = sent if ddp_bytes is None else ddp_bytes
         notes = "-" if label == "ZeRO-1" else rep.notes_text(f"CS-zero-comm-{stage.lower().replace('-', '')}")
         rows.append([label + (" (paper)" if label == "ZeRO-1" else ""),
                      " + ".join(f"{c.calls} {SHORT[c.kind]}" for c in calls), notes, fmt_bytes(sent),
                      f"{sent / ddp_bytes:.2g}" if ddp_bytes else "-",
-                     fmt_time(sum(c.time(p, CS336_NVLINK) for c in calls)),
-                     fmt_time(sum(c.time(p, CS336_INFINIBAND) for c in calls))])
+                     fmt_time(sum(c.calls * c.ring.time(p, c.nbytes, CS336_NVLINK) for c in calls)),
+                     fmt_time(sum(c.calls * c.ring.time(p, c.nbytes, CS336_INFINIBAND) for c in calls))])
     rep.table(["stage", "collectives per step", "notes", "bytes per rank", "× DDP", "NVLink", "InfiniBand"],
               rows, name="zero_traffic")
 
@@ -289,8 +302,8 @@ def megatron_traffic_rows(args: argparse.Namespace, stage_layers: int, micro: in
             rows.append([axis, 1, "-", 0, "0 B", "-"])
             continue
         rows.append([axis, ways, link.name.split(" (")[0], sum(c.calls for c in calls),
-                     fmt_bytes(sum(c.bytes_per_device(ways) for c in calls)),
-                     fmt_time(sum(c.time(ways, link) for c in calls))])
+                     fmt_bytes(sum(c.calls * c.ring.busiest_bytes(ways, c.nbytes) for c in calls)),
+                     fmt_time(sum(c.calls * c.ring.time(ways, c.nbytes, link) for c in calls))])
     pp_row = ["PP", pp, CS336_INFINIBAND.name.split(" (")[0], 2 * micro if pp > 1 else 0,
               fmt_bytes(pp_step_bytes_per_device(micro * act) if pp > 1 else 0),
               fmt_time(pp_step_send_time(micro, micro * act, CS336_INFINIBAND)) if pp > 1 else "-"]

@@ -29,11 +29,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from common import costmodel as cm
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.collectives import algorithm, split_sizes
+from common.costmodel_steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
+from common.error_types import UsageError
 from common.launch import ask_gloo, gloo_lacks, launch
-from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes
 from cs336 import comm, ledger, mlp
 
 ELEM = 8                # float64: one process and the ranks differ only in summation order
@@ -126,7 +130,7 @@ def data_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, 
 
 def tensor_parallel_rank(params: list[torch.Tensor], x: torch.Tensor, steps: int, log: comm.CommLog) -> dict:
     rank, k = dist.get_rank(), dist.get_world_size()
-    widths = mlp.split_sizes(x.shape[1], k)
+    widths = split_sizes(x.shape[1], k)
     cols = slice(mlp.offsets(widths)[rank], mlp.offsets(widths)[rank] + widths[rank])
     ws = [w[:, cols].clone() for w in params]           # my column slice of every layer
     opt, res = torch.optim.SGD(ws, lr=mlp.LR_SGD), {}
@@ -256,7 +260,7 @@ def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy:
             *(extra or []), [f"parameters after {args.steps} SGD steps (lr {mlp.LR_SGD})",
              mlp.max_abs_diff(params, ref.params_after[-1])]]
     gap = max(r[1] for r in rows if r not in (extra or []))
-    rep.record("max_diff", gap)
+    rep.value("max_diff", gap, compared=False)
     # step 1 to round-off; the trained weights (the last row) against how far they moved
     mark, _ = rep.mark_trained(f"{strategy} against one process", rows[-1][1], ref.moved,
                                max(r[1] for r in rows[:3]), CHECK_TOL)
@@ -266,7 +270,7 @@ def compare(rep: Report, args: argparse.Namespace, ref: mlp.Reference, strategy:
 
 
 def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: mlp.Reference) -> None:
-    dp, sizes = [r["DP"] for r in ranks], mlp.split_sizes(args.batch, args.world_size)
+    dp, sizes = [r["DP"] for r in ranks], split_sizes(args.batch, args.world_size)
     avg_gap = mlp.max_abs_diff(dp[0]["avg_grads"], ref.grads)
     compare(rep, args, ref, "DP", torch.cat([r["output"] for r in dp]),
             sum(n * r["loss"] for n, r in zip(sizes, dp)) / args.batch, dp[0]["grads"], dp[0]["params"],
@@ -276,13 +280,16 @@ def part1_data_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict]
     rep.note(f"batch slices {sizes_text(sizes)}; a rank's loss is its slice's mean, so its gradient counts "
              "n_r/B of the whole: × n_r, all-reduce (SUM), ÷ B. op=AVG weights every slice alike: right for "
              "equal slices.")
-    rep.values(dp_losses_differ=differ, dp_replicas_same=same, dp_losses_differ_params_same=differ and same,
-               avg_is_batch_gradient=avg_gap <= CHECK_TOL, slices=sizes_text(sizes))
+    rep.value("dp_losses_differ", differ)
+    rep.value("dp_replicas_same", same)
+    rep.value("dp_losses_differ_params_same", differ and same)
+    rep.value("avg_is_batch_gradient", avg_gap <= CHECK_TOL)
+    rep.value("slices", sizes_text(sizes))
 
 
 def part2_tensor_parallel(rep: Report, args: argparse.Namespace, ranks: list[dict],
                           ref: mlp.Reference) -> None:
-    tp, widths = [r["TP"] for r in ranks], mlp.split_sizes(args.width, args.world_size)
+    tp, widths = [r["TP"] for r in ranks], split_sizes(args.width, args.world_size)
     def joined(key: str) -> list[torch.Tensor]:
         return [torch.cat([r[key][i] for r in tp], dim=1) for i in range(args.layers)]
     outputs = [r["output"] for r in tp]   # every rank holds the whole output: the worst of them
@@ -304,12 +311,12 @@ def part3_pipeline(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
             r["log"].per_step(args.steps, ("send",)),
             r["log"].per_step(args.steps, ("recv",))[0],
         )
-        f_sends, f_sent = cm.pp_step_traffic(k, rank, args.micro_batches, args.batch, args.width, ELEM)
+        f_sends, f_sent = pp_step_traffic(k, rank, args.micro_batches, args.batch, args.width, ELEM)
         rows.append([rank, f"{layers.start}–{layers.stop - 1}", sends, f_sends, recvs, fmt_bytes(sent),
                      fmt_bytes(f_sent)])
     rep.table(["rank", "layers", "sends a step", "sends by the formula", "receives a step",
                "bytes sent a step, counted", "bytes by the formula"], rows, name="per_rank")
-    rep.note(f"micro-batches of {sizes_text(mlp.split_sizes(args.batch, args.micro_batches))} rows; sends "
+    rep.note(f"micro-batches of {sizes_text(split_sizes(args.batch, args.micro_batches))} rows; sends "
              "and their bytes counted by cs336/comm.py (point-to-point: what went on the wire). The backward "
              "mirrors the notes' forward-only sketch: a middle stage sends 2M a step. GPipe holds "
              "O(M) activations.")
@@ -320,7 +327,7 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
     z1, z2 = [r["ZeRO-1"] for r in ranks], [r["ZeRO-2"] for r in ranks]
     gap = max(mlp.max_abs_diff(z[0]["params_after"][s], p) for z in (z1, z2)
               for s, p in enumerate(ref.params_after))
-    rep.record("max_diff", gap)
+    rep.value("max_diff", gap, compared=False)
     mark, _ = rep.mark_trained("ZeRO-1 and ZeRO-2 (Adam) against one process", gap, ref.moved)
     rep.table(["after step", "ZeRO-1 max |diff| vs torch.optim.Adam", "ZeRO-2"],
               [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p),
@@ -344,19 +351,19 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
     k, L, d, b, m = args.world_size, args.layers, args.width, args.batch, args.micro_batches
     n, act = L * d * d, b * d * ELEM
     busiest = max(range(k), key=lambda r: ranks[r]["PP"]["log"].sent.get("send", 0))
-    cases = [("DP", ("all_reduce",), 0, cm.dp_step_traffic(k, L, d, ELEM),
-              f"2(p−1)/p·Pe {fmt_bytes(cm.ring_bytes_sent('all_reduce', k, n * ELEM))}"),
-             ("TP", ("all_gather", "reduce_scatter"), 0, cm.tp_step_traffic(k, L, d, b, ELEM),
-              f"2L·2(p−1)/p·A {fmt_bytes(2 * L * cm.ring_bytes_sent('all_reduce', k, act))}"),
-             (f"PP rank {busiest}", ("send",), busiest, cm.pp_step_traffic(k, busiest, m, b, d, ELEM),
+    cases = [("DP", ("all_reduce",), 0, dp_step_traffic(k, L, d, ELEM),
+              f"2(p−1)/p·Pe {fmt_bytes(algorithm('ring all-reduce').busiest_bytes(k, n * ELEM))}"),
+             ("TP", ("all_gather", "reduce_scatter"), 0, tp_step_traffic(k, L, d, b, ELEM),
+              f"2L·2(p−1)/p·A {fmt_bytes(2 * L * algorithm('ring all-reduce').busiest_bytes(k, act))}"),
+             (f"PP rank {busiest}", ("send",), busiest, pp_step_traffic(k, busiest, m, b, d, ELEM),
               f"A per boundary {fmt_bytes(act)}")]
-    cases += [(z, ("reduce_scatter", "all_gather"), 0, cm.zero_step_traffic(k, n, ELEM), "")
+    cases += [(z, ("reduce_scatter", "all_gather"), 0, zero_step_traffic(k, n, ELEM), "")
               for z in ("ZeRO-1", "ZeRO-2")]
     rows, agree = [], True
     for name, ops, rank, (f_calls, f_sent), notes_sent in cases:
         key = name.split()[0]
         counted = [r[key]["log"].per_step(args.steps, ops) for r in ranks]
-        formulas = [cm.pp_step_traffic(k, r, m, b, d, ELEM)
+        formulas = [pp_step_traffic(k, r, m, b, d, ELEM)
                     for r in range(k)] if key == "PP" else [(f_calls, f_sent)] * k
         equal = all(c == f[0] and math.isclose(s, f[1], rel_tol=1e-12)
                     for (c, s), f in zip(counted, formulas))
@@ -365,20 +372,21 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
                      "yes" if equal else "NO", notes_sent])
     rep.table(["strategy", "calls, counted", "calls by the formula", "bytes sent: ring model, PP counted",
                "bytes by the formula", "all ranks as it", "notes' estimate"], rows, name="traffic")
-    rep.record("counted_equals_formula", agree)
+    rep.value("counted_equals_formula", agree, compared=False)
     rep.note(f"e = {ELEM} B, A = B·d·e. Bytes: a collective's are the ring model's price of each counted "
-             "call (costmodel.ring_bytes_sent at the call's size: what NCCL's ring sends), PP's sends are "
-             "counted (what went on the wire). DP all-reduces each W apart: L calls where the notes count "
-             "one (the same bytes). TP's calls send (p−1)/p each, the notes charge 2(p−1)/p. ZeRO's RS + AG "
-             "move one all-reduce.")
+             "call (common.collectives' ring busiest_bytes at the call's size: what NCCL's ring sends), "
+             "PP's sends are counted (what went on the wire). DP all-reduces each W apart: L calls where "
+             "the notes count one (the same bytes). TP's calls send (p−1)/p each, the notes charge "
+             "2(p−1)/p. ZeRO's RS + AG move one all-reduce.")
     rep.note("not what gloo ran here: gloo runs each reduce-scatter (TP's backward, ZeRO's gradients) as "
              "an all-reduce of every chunk (the profiler's gloo spans say so: common/gloo_ran.py), "
              "which a ring prices at 2(p−1)/p of the input a rank where a reduce-scatter's is (p−1)/p. The "
              "ring model's figure is NCCL's, which has a real reduce-scatter; 07_tensor_parallel.py shows "
              "both.")
     ops = {s: {op.replace("_", "-") for r in ranks for op in r[s]["log"].calls} for s in ("DP", "TP", "PP")}
-    rep.values(dp_collectives=" + ".join(sorted(ops["DP"])), tp_collectives=" + ".join(sorted(ops["TP"])),
-               pp_collectives=" / ".join(sorted(ops["PP"], reverse=True)))
+    rep.value("dp_collectives", " + ".join(sorted(ops["DP"])))
+    rep.value("tp_collectives", " + ".join(sorted(ops["TP"])))
+    rep.value("pp_collectives", " / ".join(sorted(ops["PP"], reverse=True)))
     held_fractions(rep, args, ranks)
 
 

@@ -27,10 +27,13 @@ import argparse
 import functools
 import math
 
-from common.cli import Bound, UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.flags import nonnegative_float, positive_float, positive_int, time_ms
-from common.output import Report, fmt_time, new_figure
-from common.units import ms
+from common.model_bounds import Bound
+from common.output import Report, new_figure
+from common.script_end import run_main
+from common.units import fmt_time, ms
 from cs336 import pipeline as pp
 
 NOTES_TF_MS, NOTES_TB_MS = 10.0, 20.0    # the worked example's t_f and t_b (the defaults)
@@ -129,8 +132,8 @@ def part1_schedules(rep: Report, args: argparse.Namespace) -> None:
                  f"it waits in the fill and the\ndrain only) and {extra['1F1B']:g} ms to 1F1B: its "
                  "alternation makes stages wait for a gradient's\nround trip in the steady phase too")
     for name, sim in runs.items():
-        rep.record(name, {"makespan_ms": ms(sim.makespan), "bubble_fraction": sim.bubble_fraction,
-                          "peak_activations": sim.peak_activations})
+        rep.value(name, {"makespan_ms": ms(sim.makespan), "bubble_fraction": sim.bubble_fraction,
+                          "peak_activations": sim.peak_activations}, compared=False)
     plot_runs(rep, list(runs.values()), "schedules",
               f"S = {s} stages, M = {m} micro-batches, t_f = {ms(tf):g} ms, t_b = {ms(tb):g} ms, p2p = "
               f"{ms(p2p):g} ms")
@@ -185,7 +188,8 @@ def part3_bubble_time(rep: Report, args: argparse.Namespace) -> None:
         values = {f"work_S{S}_M{M}_ms": ms(work), f"fill_S{S}_M{M}_ms": ms(fill),
                   f"notes_share_S{S}_M{M}_pct": share, f"bubble_S{S}_M{M}_ms": ms(real_bubble),
                   f"share_S{S}_M{M}_pct": 100 * sim.bubble_fraction}
-        rep.values(**values)
+        for name, value in values.items():
+            rep.value(name, value)
         rows.append([f"S={S}, M={M}", rep.notes_text(f"{ids}-notes-bubble"),
                      rep.marked(ms(fill), f"{ids}-notes-bubble", values),
                      rep.marked(ms(real_bubble), f"{ids}-bubble", values),
@@ -232,7 +236,8 @@ def five_percent(rep: Report, args: argparse.Namespace) -> None:
                   f"min_m_ideal_S{S}": by_ideal, f"min_m_ideal_fill_S{S}": by_ideal_fill}
         ids = f"CS-five-pct-S{S}"
         if S in (4, 8):
-            rep.values(**values)
+            for name, value in values.items():
+                rep.value(name, value)
         notes = S in (4, 8)
         rows.append([S, rep.notes_text(f"{ids}-real") if notes else "-",
                      rep.marked(by_notes, f"{ids}-notes", values) if notes else str(by_notes),
@@ -268,8 +273,10 @@ def part4_gpipe_vs_1f1b(rep: Report, args: argparse.Namespace) -> None:
                "1F1B last stage"], rows, name="compare")
     rep.note("peak: the most micro-batches' activations held at once on the first stage; 1F1B's stage s\n"
              "holds min(S - s, M), so only the first stage holds S (the notes' 'S per stage' is its bound)")
-    rep.values(gpipe_1f1b_same_bubble=same, bubble_is_closed_form=closed_ok, gpipe_holds_all_m=gpipe_all,
-               first_stage_at_most_s=first_le_s)
+    rep.value("gpipe_1f1b_same_bubble", same)
+    rep.value("bubble_is_closed_form", closed_ok)
+    rep.value("gpipe_holds_all_m", gpipe_all)
+    rep.value("first_stage_at_most_s", first_le_s)
     rep.line(f"  1F1B: stage s holds at most S - s (every row): {'yes' if bound_ok else 'NO'}")
     interleaved(rep, args, tf, tb, v)
 

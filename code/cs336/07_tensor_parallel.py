@@ -38,14 +38,20 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module
 
-from common import costmodel as cm
 from common import dist_count, gloo_ran
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.collectives import algorithm
+from common.costmodel_steps import tp_step_bytes_per_device
+from common.error_types import UsageError
 from common.launch import ask_gloo, launch
-from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes
 from cs336 import comm, mlp
 from cs336 import dtensor_tp as dt
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 ELEM = 8                # float64
 CHECK_TOL = 1e-9        # of a quantity's own size: float64 round-off is near 1e-16; beyond this is a bug
@@ -255,8 +261,9 @@ def part1_notes_layout(rep: Report, args: argparse.Namespace, ranks: list[dict],
     dt.traffic_table(rep, [(labels[s], P1_TRAFFIC[s], logs[s], n, [formulas[s]] * k) for s in sides])
     a = b * d * ELEM
     ratio = dt.backward_call_bytes(logs["at output"][0]) / dt.backward_call_bytes(logs["at input"][0])
-    rep.values(p1_backward_ratio=ratio, p1_backward_ratio_formula=cm.ring_bytes_sent("all_reduce", k, a)
-               / cm.ring_bytes_sent("reduce_scatter", k, a))
+    rep.value("p1_backward_ratio", ratio)
+    rep.value("p1_backward_ratio_formula", RING_ALLREDUCE.busiest_bytes(k, a)
+               / algorithm("ring reduce-scatter").busiest_bytes(k, a))
     rep.note(f"counted: the calls each side handed its group (05: comm.CommLog; DTensor: a dispatch mode); "
              f"ring model: what a ring sends for them (formula: dt.colwise_traffic; its reduce-scatter side "
              f"is cm.tp_step_traffic); all ranks as it: every rank's calls and bytes equal its formula. "
@@ -297,7 +304,8 @@ def part2_megatron(rep: Report, args: argparse.Namespace, ranks: list[dict], ref
         ("… and backward", P2_TRAFFIC["backward"], [r["backward"] for r in grad_runs], 1, one)])
     a = b * d * ELEM
     both = max(r["forward"].per_step(1, dt.OPS)[1] + r["backward"].per_step(1, dt.OPS)[1] for r in grad_runs)
-    rep.values(p2_input_grad_bytes=both, p2_notes_tp_bytes=cm.tp_step_bytes_per_device(blocks, a, k))
+    rep.value("p2_input_grad_bytes", both)
+    rep.value("p2_notes_tp_bytes", tp_step_bytes_per_device(blocks, a, k))
     rep.note(f"{blocks} blocks. W₁ by columns: each rank computes gelu(x·W₁_r), its own columns of the "
              f"hidden layer, with no communication; W₂ by rows: h_r·W₂_r is rank r's term of the block's "
              f"output (Partial), one all-reduce makes it whole (Megatron's g). Backward mirrors it: the "
@@ -320,7 +328,9 @@ def part3_mesh_2d(rep: Report, args: argparse.Namespace, ranks: list[dict], ref:
     if "2-D" not in ranks[0]:
         rep.line(f"  not run: Part 3 needs --world-size = --tp × a data-parallel size of at least 2 (4 ranks "
                  f"at --tp 2); here {k} ranks, --tp {tp}")
-        rep.values(p3_dtensor_dp_calls=None, **dict.fromkeys(P3_TRAFFIC["tp"] + P3_TRAFFIC["dp"]))
+        rep.value("p3_dtensor_dp_calls", None)
+        for name in P3_TRAFFIC["tp"] + P3_TRAFFIC["dp"]:
+            rep.value(name, None)
         return
     runs = [r["2-D"] for r in ranks]
     found = dt.mesh_gaps(runs, ref, dp, b)

@@ -38,12 +38,15 @@ from torch import nn
 # Imported here, before the ranks fork, so they inherit it (it imports torch._dynamo: ~2 s each otherwise).
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from common import costmodel as cm
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.costmodel_steps import pp_step_traffic
 from common.dist_count import counting
+from common.error_types import UsageError
 from common.launch import launch, under_torchrun
-from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes
 from cs336 import mlp
 from cs336 import pipeline as pp
 from cs336.engine_probes import PassLog, listed_order, most_held, order_text
@@ -308,8 +311,9 @@ def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, 
     # where PyTorch's rule and the simulator's (Megatron's) meet: a formula, never the simulator itself
     predicted = [kind != "interleaved" or as_megatron(s, m, r) for r in range(s)]
     names = ORDER_VALUES[key]
-    rep.values(**dict(zip(names, (sum(same), sum(predicted), round(laid.makespan * 1e3, 9),
-                                  round(sim.makespan * 1e3, 9)))))
+    for name, value in zip(names, (sum(same), sum(predicted), round(laid.makespan * 1e3, 9),
+                                  round(sim.makespan * 1e3, 9))):
+        rep.value(name, value)
 
 
 def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
@@ -325,11 +329,13 @@ def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: 
                      bound])
         ran_all.append(rows[-1][1])
         cached_all.append(rows[-1][2])
-        rep.values(**dict(zip(HELD_VALUES[key], (rows[-1][1], rows[-1][3], max(ran), max(sim)))))
+        for name, value in zip(HELD_VALUES[key], (rows[-1][1], rows[-1][3], max(ran), max(sim))):
+            rep.value(name, value)
     rep.table(["schedule", "ran, rank 0 … S-1", "PyTorch's fwd_cache", "the simulator's", "the notes' bound"],
               rows,
               name="held")
-    rep.values(held_all=" | ".join(ran_all), cached_all=" | ".join(cached_all))
+    rep.value("held_all", " | ".join(ran_all))
+    rep.value("cached_all", " | ".join(cached_all))
     rep.note("micro-batches whose forward had run on the stage and whose backward had not, at most (in\n"
              f"whole stages: an interleaved chunk is 1/{VIRTUAL}); 'ran' counts them in the recorded order,\n"
              "the cache is what PyTorch's stages kept for backward, read after every forward. GPipe keeps\n"
@@ -343,22 +349,25 @@ def part4_sends(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[d
     for key, (kind, m) in runs.items():
         v = VIRTUAL if kind == "interleaved" else 1
         # rank r's virtual stages r, r + S, …, each a stage of an S·v-stage pipeline of the same batch
-        formula = [[cm.pp_step_traffic(s * v, j, m, args.batch, args.width, ELEM) for j in range(r, s * v, s)]
+        formula = [[pp_step_traffic(s * v, j, m, args.batch, args.width, ELEM) for j in range(r, s * v, s)]
                    for r in range(s)]
         sends, f_sends = ([r[key]["sends"] for r in ranks], [sum(c for c, _ in f) for f in formula])
         sent, f_sent = sum(r[key]["sent"] for r in ranks), sum(b for f in formula for _, b in f)
         rows.append([label(key, runs), " ".join(map(str, sends)), " ".join(map(str, f_sends)),
                      fmt_bytes(sent), fmt_bytes(f_sent)])
-        rep.values(**{f"{key}_sends": rows[-1][1], f"{key}_sends_formula": rows[-1][2], f"{key}_sent": sent,
-                      f"{key}_sent_formula": f_sent})
+        rep.value(f"{key}_sends", rows[-1][1])
+        rep.value(f"{key}_sends_formula", rows[-1][2])
+        rep.value(f"{key}_sent", sent)
+        rep.value(f"{key}_sent_formula", f_sent)
     rep.table(["schedule", "sends per rank", "by the formula", "bytes sent", "bytes by the formula"], rows,
               name="sends")
     rep.note("sends and bytes counted on all ranks by common.dist_count (PyTorch's batch_isend_irecv ends\n"
              "in ProcessGroup.send) in the\n"
              "last step (the first also exchanges shapes): point-to-point sends, so the bytes counted are\n"
              "the bytes on the wire here (no collective algorithm in between, no ring model). The formula\n"
-             "is costmodel.pp_step_traffic, which 05_parallel.py's send/recv GPipe meets: a micro-batch's\n"
-             f"activation forward, its gradient back. Interleaved is a pipeline of {VIRTUAL}·S stages:\n"
+             "is costmodel_steps.pp_step_traffic, which 05_parallel.py's send/recv GPipe meets: a\n"
+             "micro-batch's activation forward, its gradient back. Interleaved is a pipeline of\n"
+             f"{VIRTUAL}·S stages:\n"
              f"{VIRTUAL}·S - 1 boundaries to cross where plain schedules have S - 1, each crossed by the\n"
              "whole batch's activation and its gradient")
     rep.compare_with_notes(in_table=True)

@@ -12,7 +12,7 @@ parameters, gradients and Adam state from its local shards against the engine's 
 against cs336/ledger.py's ZeRO table (04_memory.py) at the same parameter count and world size:
 equal over all ranks, uneven per rank, and why. Part 3 counts the collectives of a step
 (common.dist_count, FSDP2's included: what the process group was handed) against
-costmodel.zero_step_collectives, the notes' ZeRO communication, and shows what gloo ran for them (its
+costmodel_steps.zero_step_collectives, the notes' ZeRO communication, and shows what gloo ran for them (its
 profiler spans, common.gloo_ran): FSDP2's reduce-scatters run here as all-reduces of the padded
 buffer. Trained weights off one process by more than a share of how far they moved end the run in
 exit 1, in one line naming the engine; a byte off the split or a collective off the formula is a
@@ -40,15 +40,21 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from common import costmodel as cm
 from common import gloo_ran
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.collectives import algorithm, split_sizes
+from common.costmodel_steps import zero_step_bytes_per_device, zero_step_collectives
 from common.dist_count import counting
+from common.error_types import UsageError
 from common.launch import launch
-from common.output import MOVED_SHARE, Report, fmt_bytes
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes
 from cs336 import ledger, mlp
 from cs336.engine_probes import calls_text, collectives_by_kind, local_elements
+
+RING_ALL_GATHER = algorithm("ring all-gather")
 
 ELEM = 8                # float64: parameters and gradients 8 B an element, Adam's m and v 16 B
 ENGINES = {"ZeRO-1": "ZeroRedundancyOptimizer(Adam) under DDP",
@@ -180,8 +186,8 @@ def rule_elements(engine: str, args: argparse.Namespace) -> list[tuple[int, int,
 
 def ledger_elements(stage: str, n: int, k: int, rank: int) -> tuple[int, int, int]:
     """(parameters, gradients, Adam m + v) elements the ledger's `stage` leaves on `rank`: an entry
-    ZeRO shards is rank's even slice of the flat buffer (ledger.shard_sizes), else whole."""
-    shard = ledger.shard_sizes(n, k)[rank]
+    ZeRO shards is rank's even slice of the flat buffer (split_sizes), else whole."""
+    shard = split_sizes(n, k)[rank]
     p, g, m = (shard if entry in ledger.SHARDED[stage] else n
                for entry in ("fp16 parameters", "fp16 gradients", "Adam m (fp32)"))
     return p, g, 2 * m
@@ -229,19 +235,21 @@ def part2_memory(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> No
         total, ledger_total = sums[3], sums[5]
         rows += mine + [[SHORT.get(engine, engine), "all", *sums, ""]]
         measured = [[r[engine][e] for e in ("params", "grads", "state")] for r in ranks]
-        rep.values(**dict(zip(MEMORY_VALUES[engine], (joined([row_bytes(*m)[3] for m in measured]),
+        for name, value in zip(MEMORY_VALUES[engine], (joined([row_bytes(*m)[3] for m in measured]),
                                                       joined([row_bytes(*e)[3] for e in rule]),
-                                                      total, ledger_total))))
+                                                      total, ledger_total)):
+            rep.value(name, value)
     rep.table(["engine", "rank", "parameters B", "gradients B", "Adam m+v B", "total B", "by its rule B",
                "by the ledger B", "after forward"], rows, name="bytes")
     z1 = [r["ZeRO-1"] for r in ranks]
-    rep.values(zero1_params_grads=joined([ELEM * (r["params"] + r["grads"]) for r in z1]),
-               ledger_zero1_params_grads=joined([ELEM * sum(ledger_elements("ZeRO-1", n, k, r)[:2])
-                                                 for r in range(k)]),
-               fsdp_after_forward=joined([ELEM * r["FSDP2"]["held_forward"] for r in ranks]),
-               fsdp_params=joined([ELEM * r["FSDP2"]["params"] for r in ranks]),
-               no_reshard_after_forward=joined([ELEM * r["FSDP2-no-reshard"]["held_forward"] for r in ranks]),
-               whole_params=joined([ELEM * n] * k))
+    rep.value("zero1_params_grads", joined([ELEM * (r["params"] + r["grads"]) for r in z1]))
+    rep.value("ledger_zero1_params_grads", joined([ELEM * sum(ledger_elements("ZeRO-1", n, k, r)[:2])
+                                                 for r in range(k)]))
+    rep.value("fsdp_after_forward", joined([ELEM * r["FSDP2"]["held_forward"] for r in ranks]))
+    rep.value("fsdp_params", joined([ELEM * r["FSDP2"]["params"] for r in ranks]))
+    rep.value("no_reshard_after_forward",
+              joined([ELEM * r["FSDP2-no-reshard"]["held_forward"] for r in ranks]))
+    rep.value("whole_params", joined([ELEM * n] * k))
     part2_note(rep, args)
     rep.compare_with_notes(in_table=True)
 
@@ -256,7 +264,7 @@ def part2_note(rep: Report, args: argparse.Namespace) -> None:
              "ranks is "
              f"{' + '.join(str(e // (d * d)) for e in greedy)} matrices of m and v.\n"
              f"FSDP2 cuts every W along dim 0 like torch.chunk: {'/'.join(map(str, chunks))} of {d} rows "
-             f"(tensor_split would give {'/'.join(map(str, ledger.shard_sizes(d, k)))}).\n"
+             f"(tensor_split would give {'/'.join(map(str, split_sizes(d, k)))}).\n"
              "'after forward': parameters held between forward and backward: whole without resharding,\n"
              "as in the ledger's ZeRO-2. 05_parallel.py's hand-written ZeRO pads the flat buffer to "
              f"{k}·{ledger.padded_shard_elements(n, k):,} elements: "
@@ -266,7 +274,7 @@ def part2_note(rep: Report, args: argparse.Namespace) -> None:
 def formula(stage: str, param_bytes: float, layers: int, per_unit: bool) -> dict[str, tuple[int, float]]:
     """zero_step_collectives per kind; per_unit: FSDP2 communicates a unit (a layer) at a time."""
     out: dict[str, tuple[int, float]] = {}
-    for c in cm.zero_step_collectives(stage, param_bytes, layers if stage == "ZeRO-3" else 1):
+    for c in zero_step_collectives(stage, param_bytes, layers if stage == "ZeRO-3" else 1):
         calls = c.calls * (layers if per_unit and stage != "ZeRO-3" else 1)
         n, b = out.get(c.kind, (0, 0))
         out[c.kind] = (n + calls, b + c.calls * c.nbytes)
@@ -311,14 +319,15 @@ def part3_collectives(rep: Report, args: argparse.Namespace, ranks: list[dict]) 
             (c, b), (fc, fb) = worst.get(kind, (0, 0)), want.get(kind, (0, 0))
             rows.append([engine, kind, f"{c:g}, {fmt_bytes(b)}", f"{fc:g}, {fmt_bytes(fb)}",
                          gloo_ran_for(kind, got[0], ran), "the same" if same else "DIFFERENT"])
-        rep.values(**dict(zip(COLLECTIVE_VALUES[engine], (
+        for name, value in zip(COLLECTIVE_VALUES[engine], (
             calls_text(worst), calls_text(want), gloo_ran.ops_text(as_all_reduces(got[0])),
-            gloo_ran.ops_text(ran) if ran is not None else "not watched"))))
+            gloo_ran.ops_text(ran) if ran is not None else "not watched")):
+            rep.value(name, value)
     rep.table(["engine", "collective", "calls, bytes handed", "by the cost model", "gloo ran for them",
                "every rank"], rows, name="collectives")
     unseen = rep.value("unseen", max(r[e]["unseen"] or 0 for r in ranks for e in ENGINES))
-    notes_z1 = cm.zero_step_bytes_per_device("ZeRO-1", k, whole)
-    ours_z1 = cm.zero_step_bytes_per_device("DDP", k, whole) + cm.ring_all_gather_bytes_per_device(k, whole)
+    notes_z1 = zero_step_bytes_per_device("ZeRO-1", k, whole)
+    ours_z1 = zero_step_bytes_per_device("DDP", k, whole) + RING_ALL_GATHER.busiest_bytes(k, whole)
     rep.value("zero1_over_notes", ours_z1 / notes_z1)
     rep.note("handed: what the process group was handed in the last step (the second rebuilds DDP's "
              "buckets), a call's whole buffer (an all-gather's output); the cost model: the notes' ZeRO "

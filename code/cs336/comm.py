@@ -9,7 +9,7 @@ CommLog keeps its own `add` for counters that dist_count cannot see (DTensor's f
 collectives start in C++: cs336/dtensor_tp.py) and because the CS336 tables want a log per group.
 
 Two figures a call: `handed` is what the process group was handed (counted: the collective's size
-N); `sent` is what a ring sends for it (the ring model, `costmodel.ring_bytes_sent`, nccl-tests'
+N); `sent` is what a ring sends for it (the ring model, common.collectives' ring `busiest_bytes`, nccl-tests'
 bus factor: NCCL's price); a send's are its tensor's bytes in both. Neither is what gloo ran: in
 torch 2.13 gloo runs a reduce-scatter as all-reduces (common.gloo_ran reads what it ran). Whether
 gloo has reduce_scatter at all is asked once (common.collectives_real holds gloo's workarounds).
@@ -25,9 +25,8 @@ import torch
 import torch.distributed as dist
 
 from common import dist_count
-from common.collectives import BY_TORCH_NAME
+from common.collectives import BY_TORCH_NAME, algorithm, by_torch_name
 from common.collectives_real import all_gather_uneven, reduce_scatter_uneven
-from common.costmodel import ring_bytes_sent
 
 
 @dataclass
@@ -47,7 +46,8 @@ class CommLog:
         if op == "send":
             self.sent[op] = self.sent.get(op, 0) + nbytes
         elif op != "recv":
-            self.sent[op] = self.sent.get(op, 0) + ring_bytes_sent(op, self.world_size, nbytes)
+            ring = algorithm(by_torch_name(op).ring)
+            self.sent[op] = self.sent.get(op, 0) + ring.busiest_bytes(self.world_size, nbytes)
 
     def add_counts(self, counts: dist_count.Counts) -> None:
         """Fold in what common.dist_count saw: each collective call at its size N, sends and receives

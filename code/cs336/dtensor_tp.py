@@ -31,9 +31,9 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from common import costmodel as cm
-from common.collectives import BY_TORCH_NAME
-from common.output import Report, fmt_bytes
+from common.collectives import BY_TORCH_NAME, algorithm
+from common.output import Report
+from common.units import fmt_bytes
 from cs336 import comm, mlp
 
 Pieces = list[tuple[torch.Tensor, int]]  # a rank's piece of each W, and the dim of W it was cut along
@@ -128,21 +128,21 @@ def colwise_traffic(k: int, layers: int, width: int, batch: int, elem: int, back
     """A step of the notes' layout: L all-gathers forward, and the input gradient of layers 2 … L
     reduced by `backward`: "reduce_scatter" (05's: cm.tp_step_traffic's calls and bytes) or
     "all_reduce" (twice a reduce-scatter's ring bytes a call)."""
-    gather = cm.ring_bytes_sent("all_gather", k, k * batch * math.ceil(width / k) * elem)
-    reduce = cm.ring_bytes_sent(backward, k, batch * width * elem)
+    gather = algorithm("ring all-gather").busiest_bytes(k, k * batch * math.ceil(width / k) * elem)
+    reduce = algorithm(BY_TORCH_NAME[backward].ring).busiest_bytes(k, batch * width * elem)
     return {"all_gather": (layers, layers * gather), backward: (layers - 1, (layers - 1) * reduce)}
 
 
 def megatron_traffic(k: int, calls: int, rows: int, width: int, elem: int) -> Formula:
     """`calls` of Megatron's all-reduces, each of a block's output or input gradient (rows × d): a
     step makes one a block forward, one a block backward but the first's."""
-    return {"all_reduce": (calls, calls * cm.ring_bytes_sent("all_reduce", k, rows * width * elem))}
+    return {"all_reduce": (calls, calls * algorithm("ring all-reduce").busiest_bytes(k, rows * width * elem))}
 
 
 def shard_average_traffic(dp: int, n_local: int, elem: int) -> Formula:
     """Data parallelism over a tp-sharded model: one all-reduce a step of this rank's gradient shards
     (n_local elements, flattened) with the dp ranks holding the same shards."""
-    return {"all_reduce": (1, cm.ring_bytes_sent("all_reduce", dp, n_local * elem))}
+    return {"all_reduce": (1, algorithm("ring all-reduce").busiest_bytes(dp, n_local * elem))}
 
 
 def calls_text(calls: dict[str, float]) -> str:
@@ -234,10 +234,11 @@ def traffic_table(rep: Report, cases: list[Case]) -> None:
         row, worst = traffic_row(label, logs, steps, formulas)
         rows.append(row)
         want = formulas[worst]
-        rep.values(**dict(zip(names, (calls_text(counted_calls(logs[worst], steps)),
+        for name, value in zip(names, (calls_text(counted_calls(logs[worst], steps)),
                                       logs[worst].per_step(steps, OPS)[1],
                                       calls_text({op: c for op, (c, _) in want.items()}),
-                                      sum(b for _, b in want.values())))))
+                                      sum(b for _, b in want.values()))):
+            rep.value(name, value)
     rep.table(HEADERS, rows, name="traffic")
 
 
@@ -254,8 +255,9 @@ def counting_note(rep: Report, runs: list[dict]) -> None:
     python = sum(r["python_calls"] for r in runs)
     recorded = sum(sum(r["log"].calls.values()) for r in runs)
     unseen = sum(r["group_ops_unseen"] or 0 for r in runs)
-    rep.values(dtensor_calls_recorded=recorded, dtensor_group_ops_unseen=unseen,
-               dtensor_calls_through_python=python)
+    rep.value("dtensor_calls_recorded", recorded)
+    rep.value("dtensor_group_ops_unseen", unseen)
+    rep.value("dtensor_calls_through_python", python)
     rep.note(f"DTensor's collectives (every plan and rank): {recorded} logged by a dispatch mode, as "
              f"CommDebugMode counts them (cs336/dtensor_tp.py); common.dist_count's patched ProcessGroup "
              f"methods saw {python}: they are functional collectives (torch.ops._c10d_functional), which "

@@ -109,13 +109,6 @@ def zero_notes_formula(stage: str, params: float, p: int) -> float:
     return formulas[stage]
 
 
-def shard_sizes(n: int, p: int) -> list[int]:
-    """Elements of an n-element flat buffer on each of p ranks (np.array_split: the first n % p
-    ranks hold one more). ZeRO flattens a parameter group and cuts it this way."""
-    _check_ranks(p)
-    return split_sizes(n, p)
-
-
 def padded_shard_elements(n: int, p: int) -> int:
     """Elements of each rank's shard when the n-element flat buffer is padded with zeros to a
     multiple of p, so every shard has the same shape (what 05_parallel.py's ZeRO does for gloo)."""
@@ -136,7 +129,8 @@ def zero_bytes_per_rank(stage: str, params: int, p: int) -> list[int]:
         raise ValueError(f"unknown stage {stage!r} ({', '.join(STAGES)})")
     if int(params) != params or params < 0:
         raise ValueError(f"parameter count must be a whole number >= 0, got {params}")
-    shards = shard_sizes(int(params), p)
+    _check_ranks(p)
+    shards = split_sizes(int(params), p)  # ZeRO flattens the group and cuts it as np.array_split
     kept = sum(b for name, b in LEDGER.items() if name not in SHARDED[stage]) * int(params)
     sharded = sum(b for name, b in LEDGER.items() if name in SHARDED[stage])
     return [kept + sharded * n for n in shards]

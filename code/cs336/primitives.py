@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common import collectives as cdef
-from common import costmodel as cm
 from lecture14 import collectives as col
 
 ROOT = 0                    # the root of broadcast, scatter, gather, reduce
@@ -46,7 +45,7 @@ class Volume:
 
     piece: float           # the notes' S
     notes: float           # the notes' formula at S
-    closed: list[float]    # costmodel.ring_primitive_bytes_sent, by rank
+    closed: list[float]    # common.collectives: the ring's bytes_sent, by rank
     sent: list[int]        # the simulator's count, by rank
     messages: list[int]    # messages each rank sends
     direct: str            # the rooted ones sent straight to / from the root: "root 3S" etc.
@@ -68,13 +67,13 @@ def volumes(p: int, nbytes: int) -> dict[str, Volume]:
     for name, alg in SIM_ALGORITHM.items():
         piece = cdef.collective(name).piece_bytes(p, nbytes)
         chunks = 1 if cdef.algorithm(alg).segmented else p  # a chain moves the whole buffer
-        by_position = cm.ring_primitive_bytes_sent(name, p, piece)
+        by_position = cdef.algorithm(alg).bytes_sent(p, cdef.collective(name).nbytes_of_piece(p, piece))
         closed = [by_position[(r - ROOT) % p] for r in range(p)]
         sent = col.traffic(alg, p, nbytes, root=ROOT).sent.tolist()
         messages = col.traffic(alg, p, chunks, root=ROOT).sent.tolist()  # one byte per message
         direct = ""
         if name in ("scatter", "gather"):
-            star = cm.direct_primitive_bytes_sent(name, p, 1)
+            star = cdef.algorithm(f"direct {name}").bytes_sent(p, cdef.collective(name).nbytes_of_piece(p, 1))
             direct = ("the root sends " if name == "scatter" else "each other rank sends ") + \
                 f"{max(star):g}S"
         out[name] = Volume(piece, notes_volume(name, p, piece), closed, sent, messages, direct)

@@ -24,13 +24,11 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from common.cli import link_from_args, make_parser, run_main
-from common.costmodel import (
-    parameter_server_time,
-    ring_allreduce_bytes_per_device,
-    ring_allreduce_time,
-)
-from common.output import Report, fmt_bytes, fmt_time
+from common.cli import link_from_args, make_parser
+from common.collectives import algorithm
+from common.output import Report
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from lecture14 import collectives as col
 
 SECONDS_PER_HOUR = 3600.0
@@ -145,12 +143,15 @@ def part1_six_nd(rep: Report, args: argparse.Namespace) -> None:
     days = DEEPSEEK_V3.gpu_hours / DEEPSEEK_V3.gpus / 24
     # MoE: DeepSeek-V3 holds more parameters than LLaMA yet pays for only the active ones per token.
     # The ratios and the days are the comparison's rows (and its footnote): printed there, once.
-    rep.values(peak_tflops=args.peak_tflops,
-               deepseek_peak_pct=100 * fraction_of_peak(DEEPSEEK_V3, peak),
-               llama_peak_pct=100 * fraction_of_peak(LLAMA_31, peak),
-               params_ratio=ratio_params, gpu_hours_ratio=ratio_hours,
-               deepseek_days=days, deepseek_months=days / DAYS_PER_MONTH,
-               deepseek_tokens_t=DEEPSEEK_V3.tokens / 1e12, llama_tokens_t=LLAMA_31.tokens / 1e12)
+    rep.value("peak_tflops", args.peak_tflops)
+    rep.value("deepseek_peak_pct", 100 * fraction_of_peak(DEEPSEEK_V3, peak))
+    rep.value("llama_peak_pct", 100 * fraction_of_peak(LLAMA_31, peak))
+    rep.value("params_ratio", ratio_params)
+    rep.value("gpu_hours_ratio", ratio_hours)
+    rep.value("deepseek_days", days)
+    rep.value("deepseek_months", days / DAYS_PER_MONTH)
+    rep.value("deepseek_tokens_t", DEEPSEEK_V3.tokens / 1e12)
+    rep.value("llama_tokens_t", LLAMA_31.tokens / 1e12)
 
 
 def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
@@ -168,9 +169,11 @@ def part2_two_walls(rep: Report, args: argparse.Namespace) -> None:
                "years at peak", "years at its rate"], rows, name="walls")
     state_405b = training_state_bytes(LLAMA_31.total_params)
     shortfall = state_405b / gpu_bytes
-    rep.values(state_405b_tb=state_405b / 1e12, gpu_memory_gb=args.gpu_memory_gb, memory_shortfall=shortfall,
-               memory_shortfall_log10=math.log10(shortfall),
-               llama_years_at_peak=years_on_one_gpu(LLAMA_31, peak))
+    rep.value("state_405b_tb", state_405b / 1e12)
+    rep.value("gpu_memory_gb", args.gpu_memory_gb)
+    rep.value("memory_shortfall", shortfall)
+    rep.value("memory_shortfall_log10", math.log10(shortfall))
+    rep.value("llama_years_at_peak", years_on_one_gpu(LLAMA_31, peak))
 
 
 def part3_data_vs_model(rep: Report, args: argparse.Namespace) -> None:
@@ -186,7 +189,8 @@ def part3_data_vs_model(rep: Report, args: argparse.Namespace) -> None:
                f"fits {args.gpu_memory_gb:g} GB?"], rows, name="per_worker")
     rep.note("data parallelism copies the whole model to every worker: it makes training finish sooner,\n"
              "not fit; splitting the model (tensor × pipeline) divides the state by the number of pieces")
-    rep.values(dp_state_per_worker_tb=state / 1e12, tp_pp_state_gb=state / (tp * pp) / 1e9)
+    rep.value("dp_state_per_worker_tb", state / 1e12)
+    rep.value("tp_pp_state_gb", state / (tp * pp) / 1e9)
 
 
 def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
@@ -197,20 +201,21 @@ def part4_parameter_server(rep: Report, args: argparse.Namespace) -> None:
              "all-reduce beside it")
     ks = ks_up_to(args.world_size)
     rows, worker_bytes, server_bytes = [], [], []
+    server = algorithm("parameter server").time
     for k in ks:
         moved = parameter_server_step_bytes(k, n)
         worker_bytes.append(max(v for who, v in moved.items() if who != "server"))
         server_bytes.append(moved["server"])
         rows.append([k, fmt_bytes(worker_bytes[-1]), fmt_bytes(server_bytes[-1]),
-                     fmt_time(parameter_server_time(k, n, link)),
-                     fmt_time(parameter_server_time(k, n, link, duplex=True)),
-                     fmt_bytes(2 * ring_allreduce_bytes_per_device(k, n)),
-                     fmt_time(ring_allreduce_time(k, n, link))])
+                     fmt_time(server(k, n, link)),
+                     fmt_time(server(k, n, link) / 2),  # a duplex link: its two rounds at once
+                     fmt_bytes(2 * algorithm("ring all-reduce").busiest_bytes(k, n)),
+                     fmt_time(algorithm("ring all-reduce").time(k, n, link))])
     rep.table(["K", "busiest worker s+r", "server s+r", "server time", "server time, duplex",
                "ring: device s+r", "ring time"], rows, name="ps_traffic")
-    rep.values(ps_ks=", ".join(map(str, ks)),
-               ps_worker_moves_2n=all(math.isclose(w, 2 * n) for w in worker_bytes),
-               ps_server_moves_2kn=all(math.isclose(s / w, k)
+    rep.value("ps_ks", ", ".join(map(str, ks)))
+    rep.value("ps_worker_moves_2n", all(math.isclose(w, 2 * n) for w in worker_bytes))
+    rep.value("ps_server_moves_2kn", all(math.isclose(s / w, k)
                                        for k, s, w in zip(ks, server_bytes, worker_bytes)))
 
 

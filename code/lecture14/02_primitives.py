@@ -29,7 +29,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.collectives_real import all_gather_uneven
+from common.error_types import UsageError
 from common.launch import (
     MAX_STAGED_RANKS,
     ask_gloo,
@@ -41,8 +43,10 @@ from common.launch import (
 )
 from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
 from lecture14 import collectives as col
-from lecture14.rank_ops import all_gather_real, all_inputs, rank_data, reduce_scatter_real, show, yes
+from lecture14.network import Result
+from lecture14.rank_ops import all_inputs, rank_data, reduce_scatter_real, show, yes
 
 ROOT = 0  # the root of broadcast and reduce, and the parameter server
 LR = 0.5  # the parameter server's learning rate in Part 2 (any value works)
@@ -126,7 +130,7 @@ def identity_routes(x: torch.Tensor, world_size: int) -> dict[str, list[float]]:
     dist.reduce(via_root, dst=ROOT)
     dist.broadcast(via_root, src=ROOT)
     piece, _ = reduce_scatter_real(x, world_size)
-    via_chunks = all_gather_real(piece, [c.numel() for c in x.tensor_split(world_size)])
+    via_chunks = all_gather_uneven(piece, [c.numel() for c in x.tensor_split(world_size)])
     # Parameter server: rank ROOT is the server (it contributes no gradient); the others are workers
     # whose gradient is x. Pull = broadcast, push = reduce, the server updates, the next pull broadcasts.
     params = rank_data(ROOT, n, x.device) * 10 if rank == ROOT else torch.empty_like(x)
@@ -232,9 +236,10 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> None:
     rep.note(f"reduce-scatter ran as {results[0]['reduce_scatter_method']}; with N not divisible by K, "
              "chunks follow np.array_split: the first N mod K ranks get one number more (torch.tensor_split "
              "too)")
-    rep.values(numbers=n, rs_out_numbers=len(results[0]["reduce-scatter"][1]),
-               rs_output_ratio=len(results[0]["reduce-scatter"][1]) / n,
-               ag_output_ratio=len(results[0]["all-gather"][1]) / n)
+    rep.value("numbers", n)
+    rep.value("rs_out_numbers", len(results[0]["reduce-scatter"][1]))
+    rep.value("rs_output_ratio", len(results[0]["reduce-scatter"][1]) / n)
+    rep.value("ag_output_ratio", len(results[0]["all-gather"][1]) / n)
 
 
 def part2_identities(rep: Report, args: argparse.Namespace) -> None:
@@ -260,8 +265,9 @@ def part2_identities(rep: Report, args: argparse.Namespace) -> None:
              f"rank {ROOT}'s numbers × 10, update params - {LR:g} · sum / {w - 1}; collectives.py's model: "
              f"the server's link carries K·N = {ps_sim.received[-1]:,} B each way, a worker's "
              f"{ps_sim.sent[0]:,} B")
-    rep.values(reduce_broadcast_equal=real_ok["reduce_broadcast"], rs_ag_equal=real_ok["rs_ag"],
-               ps_step_equal=ps_gap <= PS_TOLERANCE)
+    rep.value("reduce_broadcast_equal", real_ok["reduce_broadcast"])
+    rep.value("rs_ag_equal", real_ok["rs_ag"])
+    rep.value("ps_step_equal", ps_gap <= PS_TOLERANCE)
 
 
 def identity_rows(rep: Report, inputs: list[np.ndarray], exact: list[dict], noisy: list[dict]
@@ -289,7 +295,7 @@ def identity_rows(rep: Report, inputs: list[np.ndarray], exact: list[dict], nois
 
 
 def parameter_server_step(inputs: list[np.ndarray], exact: list[dict], n: int
-                          ) -> tuple[col.Result, float, float]:
+                          ) -> tuple[Result, float, float]:
     """The parameter-server step: workers are ranks 1..W-1 with gradients x_r (the simulator has
     K = W-1 workers). Returns the simulation and the real ranks' gaps to numpy and to it."""
     w = len(inputs)
@@ -317,15 +323,16 @@ def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
              f"{show([res['bytes_sent'] for res in results])}, collectives.py's ring: "
              f"{show(sim.sent.tolist())}")
     rep.check_close("the ring of shifts vs dist.all_reduce and collectives.py", gap, 0.0)
-    rep.values(shift_right_ok=all(results[r]["after"] == results[(r - 1) % w]["before"] for r in range(w)),
-               ring_bytes_ok=[res["bytes_sent"] for res in results] == sim.sent.tolist())
+    rep.value("shift_right_ok", all(results[r]["after"] == results[(r - 1) % w]["before"] for r in range(w)))
+    rep.value("ring_bytes_ok", [res["bytes_sent"] for res in results] == sim.sent.tolist())
 
 
 def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
     if under_torchrun():
         rep.line("  skipped under torchrun: the stuck collective would break torchrun's one process group")
-        rep.values(skip_ranks=args.world_size, skip_outcome="not run under torchrun",
-                   skipped_collective_fails=None)
+        rep.value("skip_ranks", args.world_size)
+        rep.value("skip_outcome", "not run under torchrun")
+        rep.value("skipped_collective_fails", None)
         return
     timeout = args.timeout_s or (DEADLOCK_TIMEOUT_S / 2 if args.quick else DEADLOCK_TIMEOUT_S)
     w = min(args.world_size, MAX_STAGED_RANKS)
@@ -342,8 +349,10 @@ def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:
                                                       "have)")
     rep.note("every rank must make the same collective calls in the same order; without a timeout "
              "this run would wait for ever (NCCL's default timeout is minutes).")
-    rep.values(skip_ranks=w, skipped_collective_fails=report is not None,
-               skip_outcome=f"the launch failed after {seconds:.2f} s" if report else "the launch completed")
+    rep.value("skip_ranks", w)
+    rep.value("skipped_collective_fails", report is not None)
+    rep.value("skip_outcome",
+              f"the launch failed after {seconds:.2f} s" if report else "the launch completed")
 
 
 if __name__ == "__main__":

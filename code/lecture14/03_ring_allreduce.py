@@ -27,21 +27,21 @@ import math
 
 import numpy as np
 
-from common.cli import Bound, UsageError, link_from_args, make_parser, run_main
+from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
-from common.costmodel import (
-    ALLREDUCE_ALGORITHMS,
-    Link,
-    allreduce_traffic_bytes,
-    best_broadcast_segments,
-    best_integer_segments,
-    continuous_best_segments,
-    ring_broadcast_time,
-)
+from common.costmodel import best_broadcast_segments, best_integer_segments, continuous_best_segments
+from common.error_types import UsageError
 from common.flags import size_bytes
-from common.output import Report, bar, fmt_bytes, fmt_num, fmt_time
+from common.link import Link
+from common.model_bounds import Bound
+from common.output import Report
+from common.script_end import run_main
+from common.text import bar
+from common.units import fmt_bytes, fmt_num, fmt_time
 from lecture14 import collectives as col
 from lecture14 import figures, ring_views
+from lecture14.network import Result
+from lecture14.symbolic import Sym, format_chunks, symbolic_inputs
 
 NOTES_K = {1: 4, 3: 8}  # the notes' device counts: 4 workers in Part 1, 8 devices in Part 3
 NOTES_ALPHA_US, NOTES_BETA_GBS, NOTES_SIZE = 5.0, 25.0, 64 * 10**6  # Part 3's link and N (64 MB)
@@ -60,11 +60,12 @@ BOUNDS = {"world_size": Bound(2048, "Part 1 counts each of the ring's 2K(K−1) 
 FP_K, FP_SEED = 64, 0
 BAR_WIDTH = 25  # Part 3's bars: the segments table stays within the page
 
-ALGORITHMS = {  # name in the table: (simulation, closed-form rounds from common.collectives)
-    name: (simulate, algorithm(ALLREDUCE_ALGORITHMS[name]).rounds)
-    for name, simulate in (("ring", col.ring_allreduce), ("tree", col.tree_allreduce),
-                           ("naive", col.naive_allreduce), ("parameter server", col.parameter_server))
-}
+# Part 2's all-reduce algorithms (common.collectives' names), each with its simulation; the table
+# names each without " all-reduce" ("ring", "tree", "naive", "parameter server").
+ALGORITHMS = {name: (simulate, algorithm(name)) for name, simulate in (
+    ("ring all-reduce", col.ring_allreduce), ("tree all-reduce", col.tree_allreduce),
+    ("naive all-reduce", col.naive_allreduce), ("parameter server", col.parameter_server))}
+BROADCAST = algorithm("pipelined ring broadcast")  # Part 3's
 
 
 def main() -> None:
@@ -108,41 +109,43 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
              "reduce-scatter round i: worker r sends chunk (r - i) mod K to r + 1, which adds it;\n"
              "all-gather round i: worker r sends chunk (r + 1 - i) mod K to r + 1, which overwrites.")
     if symbolic:
-        res = col.ring_allreduce(col.symbolic_inputs(k), history=True)
-        ring_views.show_rounds(rep, res, k, lambda buf: col.format_chunks(buf, res.bounds))
-        total = col.Sym([(w, j) for w in range(k) for j in range(k)])
-        done = all(sum(buf, col.Sym()) == total and all(len(v.terms) == k for v in buf)
+        res = col.ring_allreduce(symbolic_inputs(k), history=True)
+        ring_views.show_rounds(rep, res, k, lambda buf: format_chunks(buf, res.bounds))
+        total = Sym([(w, j) for w in range(k) for j in range(k)])
+        done = all(sum(buf, Sym()) == total and all(len(v.terms) == k for v in buf)
                    for buf in res.outputs)
     else:
         res, done = ring_views.many_workers(rep, k)
     rep.line(f"  {res.n_rounds} rounds = 2(K - 1); each worker ends with every chunk summed over all {k}, "
              f"each term once: {'yes' if done else 'NO'}")
-    rep.record("rounds", res.n_rounds)
+    rep.value("rounds", res.n_rounds, compared=False)
     # The notes' MPI loops (slides 47–48): reduce-scatter round i sends chunk (r − i) mod K and receives
     # (r − i − 1) mod K; all-gather round i sends (r − i + 1) mod K. Checked on every simulated message.
     mpi = all(np.array_equal(rnd.dst, (rnd.src + 1) % k) and np.array_equal(
         rnd.chunk, (rnd.src - rnd.index + (rnd.phase != "reduce-scatter")) % k) and (
         rnd.phase != "reduce-scatter" or np.array_equal(rnd.chunk, (rnd.dst - rnd.index - 1) % k))
               for rnd in res.rounds)
-    rep.values(ring_k=k, ring_messages=sum(len(r.src) for r in res.rounds), mpi_chunk_indices=mpi,
-               owner_chunk_complete=owner_chunk_complete(res, k, symbolic))
+    rep.value("ring_k", k)
+    rep.value("ring_messages", sum(len(r.src) for r in res.rounds))
+    rep.value("mpi_chunk_indices", mpi)
+    rep.value("owner_chunk_complete", owner_chunk_complete(res, k, symbolic))
     rep.compare_with_notes()  # these rows hold at any K; the next two are the notes' K = 4 buffers
     # The notes' buffers after reduce-scatter are for K = 4: shown at that K whatever --world-size says.
     notes_k = NOTES_K[1]
-    at4 = res if k == notes_k and symbolic else col.ring_allreduce(col.symbolic_inputs(notes_k), history=True)
+    at4 = res if k == notes_k and symbolic else col.ring_allreduce(symbolic_inputs(notes_k), history=True)
     rs_end = next(r for r in reversed(at4.rounds) if r.phase == "reduce-scatter").state
-    rep.values(rs_state_worker0="  ".join(col.format_chunks(rs_end[0], at4.bounds)),
-               rs_state_worker1="  ".join(col.format_chunks(rs_end[1], at4.bounds)[:3]))
+    rep.value("rs_state_worker0", "  ".join(format_chunks(rs_end[0], at4.bounds)))
+    rep.value("rs_state_worker1", "  ".join(format_chunks(rs_end[1], at4.bounds)[:3]))
 
 
-def owner_chunk_complete(res: col.Result, k: int, symbolic: bool) -> bool | None:
+def owner_chunk_complete(res: Result, k: int, symbolic: bool) -> bool | None:
     """After reduce-scatter, does worker r hold chunk (r + 1) mod K summed over all K workers?
     Read from the kept rounds: symbols, or counts of workers (K > 16 keeps no rounds: None)."""
     rs_end = [r for r in res.rounds if r.phase == "reduce-scatter"][-1].state
     if rs_end is None:
         return None
     if symbolic:
-        return all(rs_end[r][(r + 1) % k] == col.Sym([(w, (r + 1) % k) for w in range(k)]) for r in range(k))
+        return all(rs_end[r][(r + 1) % k] == Sym([(w, (r + 1) % k) for w in range(k)]) for r in range(k))
     return all(rs_end[r][(r + 1) % k] == k for r in range(k))
 
 
@@ -165,9 +168,10 @@ def part2_traffic(rep: Report, args: argparse.Namespace) -> None:
         rep.note("where K does not divide N, ring chunks differ by one element: the busiest device sends\n"
                  "a little more than 2(K-1)/K·N (tests check the exact chunk-size sum); the line above\n"
                  "still requires those rows' rounds and total bytes to equal the closed forms")
-    rep.record("ring_bytes_over_n", ring_ratio)
-    rep.values(traffic_ks=", ".join(map(str, ks)), traffic_closed_forms=all_match,
-               ring_sent_over_n_at_64=ring_ratio[max(ks)])
+    rep.value("ring_bytes_over_n", ring_ratio, compared=False)
+    rep.value("traffic_ks", ", ".join(map(str, ks)))
+    rep.value("traffic_closed_forms", all_match)
+    rep.value("ring_sent_over_n_at_64", ring_ratio[max(ks)])
     fp_order_difference(rep, elems)
 
 
@@ -179,16 +183,17 @@ def traffic_rows(ks: list[int], elems: int) -> tuple[list[list], dict[int, float
     rows, ring_ratio, all_match = [], {}, True
     for k in ks:
         inputs = [rng.standard_normal(elems).astype(np.float32) for _ in range(k)]
-        for name, (simulate, rounds_formula) in ALGORITHMS.items():
+        for full_name, (simulate, alg) in ALGORITHMS.items():
+            name = full_name.removesuffix(" all-reduce")
             res = simulate(inputs)
-            busiest, total = allreduce_traffic_bytes(name, k, nbytes)
-            rounds_and_total = res.n_rounds == rounds_formula(k) and res.total_sent == total
+            busiest, total = alg.busiest_bytes(k, nbytes), alg.total_bytes(k, nbytes)
+            rounds_and_total = res.n_rounds == alg.rounds(k) and res.total_sent == total
             match = rounds_and_total and res.busiest_sent == busiest
             # The busiest device's closed form assumes chunks of N/K; rounds and total hold regardless.
             uneven = name == "ring" and elems % k != 0
             all_match &= match or (uneven and rounds_and_total)
             # The closed forms' own figures are shown only where they differ from the simulation's.
-            closed = f"{rounds_formula(k)} rounds, busiest {fmt_bytes(busiest)}, total {fmt_bytes(total)}"
+            closed = f"{alg.rounds(k)} rounds, busiest {fmt_bytes(busiest)}, total {fmt_bytes(total)}"
             rows.append([str(k), name, res.n_rounds, fmt_bytes(res.busiest_sent), res.busiest_sent / nbytes,
                          fmt_bytes(res.total_sent), "yes" if match else (
                              f"no: N/K not whole (busiest {fmt_bytes(busiest)})" if uneven
@@ -225,7 +230,8 @@ def fp_order_difference(rep: Report, elems: int) -> None:
              "few float32 spacings at the scale of the sums; a relative difference per element is not\n"
              "meaningful here (sums close to 0 make it arbitrarily large), so the measure is the max\n"
              "absolute difference")
-    rep.values(fp_elements=elems, fp_max_diff=float(diff.max()))
+    rep.value("fp_elements", elems)
+    rep.value("fp_max_diff", float(diff.max()))
 
 
 def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
@@ -237,17 +243,19 @@ def part3_pipelined_broadcast(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  tick simulation equals the closed form (ticks exactly, time to rounding): "
              f"{'yes' if sim_ok else 'NO'}")
     s_cont = continuous_best_segments(k, n, link)
-    t_best, t_one = ring_broadcast_time(k, n, link, best_pow2), ring_broadcast_time(k, n, link, 1)
+    t_best, t_one = BROADCAST.time(k, n, link, best_pow2), BROADCAST.time(k, n, link, 1)
     rep.line(f"  best power of two S = {best_pow2}: {fmt_time(t_best)}; unsplit: {fmt_time(t_one)}; "
              f"S >> K without α: N/β = {fmt_time(n / link.beta_Bps)}")
     if link.alpha_s > 0 and k > 2:
         best_int = best_integer_segments(k, n, link)
         rep.line(f"  continuous optimum S* = sqrt((K-2)·N/(α·β)) = {fmt_num(s_cont)}; best integer S = "
-                 f"{best_int}: {fmt_time(ring_broadcast_time(k, n, link, best_int))}")
+                 f"{best_int}: {fmt_time(BROADCAST.time(k, n, link, best_int))}")
     else:
         rep.note("α = 0 or K = 2: no interior optimum (more segments never hurt when K > 2 and α = 0;\n"
                  "with K = 2 there is one link and nothing to overlap, so S = 1 is best whenever α > 0)")
-    rep.values(ticks_k=k, ticks_top_s=2**top, tick_simulation_ok=sim_ok)
+    rep.value("ticks_k", k)
+    rep.value("ticks_top_s", 2**top)
+    rep.value("tick_simulation_ok", sim_ok)
     notes_setting_values(rep, (k, n, link))
     if rep.figure_dir():
         rep.save_figure(figures.broadcast_segments(k, n, link, sim_times, best_pow2), "broadcast_segments")
@@ -257,10 +265,10 @@ def segments_table(rep: Report, k: int, n: int, link: Link, top: int) -> tuple[d
     """Part 3's table, S = 1, 2, 4 … 2**top: the tick simulation (where it stays small) against the
     closed form. Returns the simulated times by S and whether ticks and times all agree."""
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
-    ticks = algorithm("pipelined ring broadcast").rounds  # K-2+S, from common.collectives
-    scale = max(ring_broadcast_time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
+    ticks = BROADCAST.rounds  # K-2+S, from common.collectives
+    scale = max(BROADCAST.time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
     for s in (2**i for i in range(top + 1)):
-        formula = ring_broadcast_time(k, n, link, s)
+        formula = BROADCAST.time(k, n, link, s)
         if (k - 1) * s <= MAX_SIMULATED_MESSAGES:
             res = col.pipelined_ring_broadcast(n, k, s)
             sim_times[s] = res.time(link)
@@ -285,15 +293,17 @@ def notes_setting_values(rep: Report, run: tuple[int, int, Link]) -> None:
                  f"{link.describe()}")
     best = best_broadcast_segments(k, n, link)
     no_alpha = Link(0.0, link.beta_Bps)
-    rep.values(limit_over_n_b=ring_broadcast_time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps),
-               best_s=best, best_s_ms=ring_broadcast_time(k, n, link, best) * 1e3,
-               best_integer_s=best_integer_segments(k, n, link),
-               best_integer_s_ms=ring_broadcast_time(k, n, link, best_integer_segments(k, n, link)) * 1e3,
-               best_s_ticks=algorithm("pipelined ring broadcast").rounds(k, best),
-               best_s_tick_us=(link.alpha_s + n / best / link.beta_Bps) * 1e6,
-               unsplit_ms=ring_broadcast_time(k, n, link, 1) * 1e3, unsplit_ticks=k - 1,
-               unsplit_tick_ms=(link.alpha_s + n / link.beta_Bps) * 1e3,
-               unsplit_no_alpha_ms=ring_broadcast_time(k, n, no_alpha, 1) * 1e3)
+    rep.value("limit_over_n_b", BROADCAST.time(k, n, no_alpha, FAR_SEGMENTS) / (n / link.beta_Bps))
+    rep.value("best_s", best)
+    rep.value("best_s_ms", BROADCAST.time(k, n, link, best) * 1e3)
+    rep.value("best_integer_s", best_integer_segments(k, n, link))
+    rep.value("best_integer_s_ms", BROADCAST.time(k, n, link, best_integer_segments(k, n, link)) * 1e3)
+    rep.value("best_s_ticks", BROADCAST.rounds(k, best))
+    rep.value("best_s_tick_us", (link.alpha_s + n / best / link.beta_Bps) * 1e6)
+    rep.value("unsplit_ms", BROADCAST.time(k, n, link, 1) * 1e3)
+    rep.value("unsplit_ticks", k - 1)
+    rep.value("unsplit_tick_ms", (link.alpha_s + n / link.beta_Bps) * 1e3)
+    rep.value("unsplit_no_alpha_ms", BROADCAST.time(k, n, no_alpha, 1) * 1e3)
 
 
 def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:

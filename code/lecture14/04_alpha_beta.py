@@ -28,21 +28,17 @@ import torch
 import torch.distributed as dist
 
 from common import checker
-from common.cli import UsageError, link_from_args, make_parser, run_main
-from common.costmodel import (
-    ALLREDUCE_TIMES,
-    ETHERNET,
-    INFINIBAND,
-    NVLINK,
-    Link,
-    ring_allreduce_time,
-    ring_naive_crossover_bytes,
-    ring_tree_crossover_bytes,
-)
+from common.cli import link_from_args, make_parser
+from common.collectives import algorithm
+from common.costmodel import COMPARED_ALLREDUCES, ring_naive_crossover_bytes, ring_tree_crossover_bytes
+from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import launch
-from common.output import Report, fmt_bytes, fmt_time
+from common.link import ETHERNET, INFINIBAND, NVLINK, Link
+from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from lecture14 import alpha_beta_numerics as num
 from lecture14 import figures
 
@@ -92,7 +88,9 @@ def main() -> None:
 
 
 def allreduce_times(k: int, nbytes: float, link: Link) -> dict[str, float]:
-    return {name: fn(k, nbytes, link) for name, fn in ALLREDUCE_TIMES.items()}
+    """Each compared algorithm's time, by its name in the tables ("ring", "tree", "naive")."""
+    return {name.removesuffix(" all-reduce"): algorithm(name).time(k, nbytes, link)
+            for name in COMPARED_ALLREDUCES}
 
 
 def winner(times: dict[str, float]) -> str:
@@ -104,7 +102,7 @@ def winner(times: dict[str, float]) -> str:
 def comm_share(k: int, params: float, link: Link, tokens: int, flops_per_s: float) -> float:
     """All-reduce time / (all-reduce + forward/backward), no overlap; P cancels when α = 0."""
     compute = 6 * params * tokens / flops_per_s
-    comm = ring_allreduce_time(k, GRAD_BYTES_PER_PARAM * params, link)
+    comm = algorithm("ring all-reduce").time(k, GRAD_BYTES_PER_PARAM * params, link)
     return comm / (comm + compute)
 
 
@@ -123,8 +121,8 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
     found = [c for c in crossovers.values() if c is not None]
     ring_from = max(found) if found else None
     rep.note("few rounds win small (latency-bound) messages, the ring large ones; NCCL picks likewise")
-    rep.values(ring_from=fmt_bytes(ring_from) if ring_from else "no size",
-               ring_from_kb=ring_from / 1e3 if ring_from else None)
+    rep.value("ring_from", fmt_bytes(ring_from) if ring_from else "no size")
+    rep.value("ring_from_kb", ring_from / 1e3 if ring_from else None)
     if rep.figure_dir():
         rep.save_figure(figures.alpha_beta_sizes(k, link, [1e2, 1e9], crossovers), "allreduce_by_size")
 
@@ -135,7 +133,7 @@ def model_times_table(rep: Report, k: int, link: Link) -> None:
     for n in MODEL_SIZES:
         times = allreduce_times(k, n, link)
         winners[n] = winner(times)
-        rows.append([fmt_bytes(n)] + [fmt_time(times[name]) for name in ALLREDUCE_TIMES] + [winners[n]])
+        rows.append([fmt_bytes(n)] + [fmt_time(t) for t in times.values()] + [winners[n]])
     # The notes name the fastest at five of these sizes: their word beside ours, decided just below.
     for row, n in zip(rows, MODEL_SIZES):
         row.append(rep.notes_text(NOTES_FASTEST[n][1]) if n in NOTES_FASTEST else "-")
@@ -150,11 +148,11 @@ def model_times_table(rep: Report, k: int, link: Link) -> None:
 def ring_crossovers(rep: Report, k: int, link: Link) -> dict[str, float | None]:
     """Where the ring's time meets the tree's and the naive one's: the closed form, checked against
     a numeric search (None where they never cross at a size of a byte or more)."""
-    ring = lambda n: ring_allreduce_time(k, n, link)  # noqa: E731 - small closures for the search
+    ring = lambda n: algorithm("ring all-reduce").time(k, n, link)  # noqa: E731 - small closures for the search
     others = {"tree": ring_tree_crossover_bytes(k, link), "naive": ring_naive_crossover_bytes(k, link)}
     crossovers: dict[str, float | None] = {}
     for name, closed in others.items():
-        other = lambda n, name=name: ALLREDUCE_TIMES[name](k, n, link)  # noqa: E731
+        other = lambda n, name=name: algorithm(f"{name} all-reduce").time(k, n, link)  # noqa: E731
         searched = num.numeric_crossover(ring, other, *num.search_range(link))
         below_a_byte = closed is not None and closed < 1  # a tiny α: they cross where no message is
         crossovers[name] = None if below_a_byte else closed
@@ -212,7 +210,7 @@ def part2_measure_gloo(rep: Report, args: argparse.Namespace) -> None:
                        for s in range(args.repeats)]  # [sweep][size]: each call is the slowest rank's
             runs[k] = num.summarize_run(k, sizes, slowest, [all(r["correct"][i] for r in result)
                                                           for i in range(len(sizes))])
-            rep.record(f"sweeps_{k}", runs[k]["sweeps"])
+            rep.value(f"sweeps_{k}", runs[k]["sweeps"], compared=False)
     rep.table(["size"] + [f"{k} processes: median [range]" for k in runs] + ["correct"],
               [[fmt_bytes(n, binary=True)]
                + [f"{fmt_time(r['median'][i])} [{fmt_time(r['low'][i])} … {fmt_time(r['high'][i])}]"
@@ -241,19 +239,23 @@ def record_fit(rep: Report, runs: dict[int, dict]) -> None:
     run = runs.get(4)  # under torchrun another K: the notes' figures are for 4 processes
     alpha, beta, ratio = (run[key] if run else num.spread([None]) for key in ("alpha", "beta", "ratio"))
     link_alpha = min(NVLINK.alpha_s, INFINIBAND.alpha_s)
-    rep.values(gloo_alpha_us=alpha.median * 1e6 if alpha.measured else None,
-               gloo_beta_gbs=beta.median / 1e9 if beta.measured else None,
-               gloo_fits_ok=alpha.used, gloo_fits=alpha.total,
-               gloo_alpha_range=f"{alpha.low * 1e6:.3g} … {alpha.high * 1e6:.3g} µs" if alpha.used
-               else "none",
-               gloo_beta_range=f"{beta.low / 1e9:.3g} … {beta.high / 1e9:.3g} GB/s" if beta.used else "none",
-               link_alpha_us=link_alpha * 1e6,
-               gloo_alpha_over_link=alpha.median / link_alpha if alpha.measured else None,
-               notes_alpha_over_link=notes_gloo_alpha_s() / link_alpha,
-               notes_alpha_orders=math.log10(notes_gloo_alpha_s() / link_alpha),
-               small_sizes_ratio=ratio.median if ratio.used else float("nan"), small_sizes_sweeps=ratio.used,
-               small_sizes_low=ratio.low, small_sizes_high=ratio.high,
-               small_sizes_median=ratio.median if ratio.used else None)
+    rep.value("gloo_alpha_us", alpha.median * 1e6 if alpha.measured else None)
+    rep.value("gloo_beta_gbs", beta.median / 1e9 if beta.measured else None)
+    rep.value("gloo_fits_ok", alpha.used)
+    rep.value("gloo_fits", alpha.total)
+    rep.value("gloo_alpha_range", f"{alpha.low * 1e6:.3g} … {alpha.high * 1e6:.3g} µs" if alpha.used
+               else "none")
+    rep.value("gloo_beta_range",
+              f"{beta.low / 1e9:.3g} … {beta.high / 1e9:.3g} GB/s" if beta.used else "none")
+    rep.value("link_alpha_us", link_alpha * 1e6)
+    rep.value("gloo_alpha_over_link", alpha.median / link_alpha if alpha.measured else None)
+    rep.value("notes_alpha_over_link", notes_gloo_alpha_s() / link_alpha)
+    rep.value("notes_alpha_orders", math.log10(notes_gloo_alpha_s() / link_alpha))
+    rep.value("small_sizes_ratio", ratio.median if ratio.used else float("nan"))
+    rep.value("small_sizes_sweeps", ratio.used)
+    rep.value("small_sizes_low", ratio.low)
+    rep.value("small_sizes_high", ratio.high)
+    rep.value("small_sizes_median", ratio.median if ratio.used else None)
 
 
 def notes_gloo_alpha_s() -> float:
@@ -278,11 +280,12 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
                                   for link in links],
               rows, name="share")
     shares = {link.name: [comm_share(k, p, link, tokens, flops_per_s) for p in params] for link in links}
-    rep.values(mfu=args.mfu, peak_tflops=args.peak_tflops,
-               share_nvlink_pct=100 * shares[NVLINK.name][0],
-               share_infiniband_pct=100 * shares[INFINIBAND.name][0],
-               share_ethernet_pct=100 * shares[ETHERNET.name][0],
-               share_spread=max(max(v) - min(v) for v in shares.values()))
+    rep.value("mfu", args.mfu)
+    rep.value("peak_tflops", args.peak_tflops)
+    rep.value("share_nvlink_pct", 100 * shares[NVLINK.name][0])
+    rep.value("share_infiniband_pct", 100 * shares[INFINIBAND.name][0])
+    rep.value("share_ethernet_pct", 100 * shares[ETHERNET.name][0])
+    rep.value("share_spread", max(max(v) - min(v) for v in shares.values()))
     # A latency α (this run's --alpha-us) adds 2(K-1)·α per step: how much it moves the share for the
     # smallest P.
     latent = [Link(args.alpha_us * 1e-6, link.beta_Bps) for link in links]
@@ -291,7 +294,7 @@ def part3_share_of_step(rep: Report, args: argparse.Namespace) -> None:
     verdict = "latency is negligible" if moved < 1 else "latency is not negligible at this K"
     rep.line(f"  with α = {args.alpha_us:g} µs the share for {params[0] / 1e6:g}M parameters moves by at "
              f"most {moved:.2f} points: {verdict}")
-    rep.record("alpha_moves_share_points", moved)
+    rep.value("alpha_moves_share_points", moved, compared=False)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from common.cli import UsageError, link_from_args, make_parser, run_main
-from common.costmodel import data_parallel_speedup, ring_allreduce_time
+from common.cli import link_from_args, make_parser
+from common.collectives import algorithm
+from common.costmodel import data_parallel_speedup
+from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import ask_gloo, gloo_lacks, launch, preload_for_ddp, rank_device
-from common.output import MOVED_SHARE, Report, fmt_bytes, fmt_time
+from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from lecture14 import async_sgd, figures
 from lecture14 import data_parallel as dp
 
@@ -144,8 +148,10 @@ def part1_partition(rep: Report, args: argparse.Namespace) -> None:
     untouched = random.getstate() == state_before  # the shuffles left the global random state alone
     rep.note("rank r gets size // W samples, the first size % W ranks one more; slicing by the "
              "fraction 1/W instead (naive, not used) drops the remainder.")
-    rep.values(partition_ranks=w, seed=args.seed, partition_alone_covers=covered and untouched,
-               proportional_drops_remainder=drops_remainder)
+    rep.value("partition_ranks", w)
+    rep.value("seed", args.seed)
+    rep.value("partition_alone_covers", covered and untouched)
+    rep.value("proportional_drops_remainder", drops_remainder)
 
 
 def part2_equivalence(rep: Report, args: argparse.Namespace) -> dict:
@@ -169,7 +175,9 @@ def part2_equivalence(rep: Report, args: argparse.Namespace) -> dict:
              f"{steps} steps; loss {losses[0]:.4g} → {losses[-1]:.4g}; the last row: HW5's train_step and "
              f"average_gradients on {w} real ranks ({PER_RANK_REAL * w} samples), its weights held to one "
              f"process (= one process: ok = within {MOVED_SHARE:g} of how far they moved)")
-    rep.values(replicas_identical=all_identical, full_batch_gap=max(diffs), steps=steps)
+    rep.value("replicas_identical", all_identical)
+    rep.value("full_batch_gap", max(diffs))
+    rep.value("steps", steps)
     average_gradients_checks(rep, w, [c for _, c in results])
     return {"model": model, "x": x, "y": y, "steps": steps, "full": reference, "runs": runs}
 
@@ -213,10 +221,12 @@ def average_gradients_checks(rep: Report, w: int, checks: list[dict]) -> None:
     if checks[0]["avg"] is not None:  # this gloo takes AVG: it must give the mean (1 + … + W) / W
         rep.check_close(f"all_reduce(op=ReduceOp.AVG) on {w} gloo ranks vs the mean",
                         max(abs(v - (w + 1) / 2) for c in checks for v in c["avg"]), 0.0)
-    rep.values(gloo_rejects_avg=checks[0]["avg"] is None, torch_version=torch.__version__,
-               avg_outcome=f"raised: {checks[0]['avg_error']}" if checks[0]["avg"] is None else "accepts AVG",
-               sum_then_divide_is_mean=all(c["averaged"] == mean for c in checks),
-               skips_none_grads=all(c["unused_none"] and c["averaged"] == mean for c in checks))
+    rep.value("gloo_rejects_avg", checks[0]["avg"] is None)
+    rep.value("torch_version", torch.__version__)
+    rep.value("avg_outcome",
+              f"raised: {checks[0]['avg_error']}" if checks[0]["avg"] is None else "accepts AVG")
+    rep.value("sum_then_divide_is_mean", all(c["averaged"] == mean for c in checks))
+    rep.value("skips_none_grads", all(c["unused_none"] and c["averaged"] == mean for c in checks))
 
 
 def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
@@ -252,9 +262,12 @@ def part3_unequal_shards(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  naive error on the MLP data over {seeds} data seeds: min {100 * spread[0]:.1f} %, "
              f"median {100 * spread[seeds // 2]:.1f} %, max {100 * spread[-1]:.1f} %")
     onehot, mlp = rel[cases[0][0]], rel[cases[1][0]]
-    rep.values(unequal_shards=" ".join(map(str, counts)), naive_error_orthogonal_pct=100 * onehot[0],
-               naive_error_mlp_pct=100 * mlp[0], weight_vector_error_pct=100 * weight_error,
-               sum_then_divide_error=mlp[2], weighted_error=mlp[1])
+    rep.value("unequal_shards", " ".join(map(str, counts)))
+    rep.value("naive_error_orthogonal_pct", 100 * onehot[0])
+    rep.value("naive_error_mlp_pct", 100 * mlp[0])
+    rep.value("weight_vector_error_pct", 100 * weight_error)
+    rep.value("sum_then_divide_error", mlp[2])
+    rep.value("weighted_error", mlp[1])
 
 
 def part4_accumulation(rep: Report, args: argparse.Namespace, part2: dict) -> None:
@@ -266,7 +279,8 @@ def part4_accumulation(rep: Report, args: argparse.Namespace, part2: dict) -> No
     rep.table(["comparison (same model, data and slices, " + f"{steps} steps)", "max |Δθ|"],
               [["accumulation vs simulated data parallel", to_dp],
                ["accumulation vs full batch", to_full]], name="accumulation")
-    rep.values(accumulation_gap=to_dp, micro_batches=MICRO_BATCHES)
+    rep.value("accumulation_gap", to_dp)
+    rep.value("micro_batches", MICRO_BATCHES)
     rep.note("split a batch in space (ranks) or in time (micro-batches): same gradient; combined, each rank "
              "accumulates and all-reduces after its last micro-batch only (DDP's no_sync, lecture 15)")
 
@@ -297,7 +311,9 @@ def part5_async(rep: Report, args: argparse.Namespace) -> None:
              f"each update averages {k} gradients at the current w; async τ: each gradient is one update, "
              "computed at w as it was τ updates earlier. 'diverged' = overflowed or ended above the starting "
              "loss.")
-    rep.values(**async_sgd.findings(sw, problem, k, args.seed))  # the notes' §4.3 statements, read off
+    # the notes' §4.3 statements, read off
+    for name, value in async_sgd.findings(sw, problem, k, args.seed).items():
+        rep.value(name, value)
     if rep.figure_dir():
         panels = async_sgd.curve_panels(problem, k, (PS_LRS[0], 0.2), taus)
         rep.save_figure(figures.async_curves(panels, k, sw.optimum, sw.start, f"seed {args.seed}, "
@@ -309,7 +325,7 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
     link, t1 = link_from_args(args), args.step_ms * 1e-3
     rep.line(f"  T1 = {args.step_ms:g} ms, {link.describe()}, MB = 1e6 B")
     ks = sorted({1, 2, 4, 8, 16, 32, 64, args.world_size})
-    comms = {k: [ring_allreduce_time(k, mb * 1e6, link) for mb in GRAD_SIZES_MB] for k in ks}
+    comms = {k: [algorithm("ring all-reduce").time(k, mb * 1e6, link) for mb in GRAD_SIZES_MB] for k in ks}
     rows = [[k, fmt_time(t1 / k), *map(fmt_time, comm), *[data_parallel_speedup(t1, k, c) for c in comm]]
             for k, comm in comms.items()]
     rep.table(["K", "T1/K", *[f"T_comm {mb} MB" for mb in GRAD_SIZES_MB],
@@ -317,19 +333,22 @@ def part6_speedup(rep: Report, args: argparse.Namespace) -> None:
     rep.note("compute shrinks as 1/K while the ring's time tends to 2N/β: the speedup saturates "
              "(and even falls once the 2(K − 1)·α latency grows).")
     for mb, k in ((10, 8), (100, 8), (400, 2)):  # the notes' three cases
-        comm = ring_allreduce_time(k, mb * 1e6, link)
-        rep.values(**{f"speedup_{mb}mb_{k}gpus": data_parallel_speedup(t1, k, comm),
-                      f"t_comm_{mb}mb_{k}gpus_ms": comm * 1e3})
+        comm = algorithm("ring all-reduce").time(k, mb * 1e6, link)
+        rep.value(f"speedup_{mb}mb_{k}gpus", data_parallel_speedup(t1, k, comm))
+        rep.value(f"t_comm_{mb}mb_{k}gpus_ms", comm * 1e3)
     fraction = 1 / 1.4 - 1 / 2  # T1/K + T_comm ≤ T1/1.4 with K = 2
-    comm_big = [ring_allreduce_time(kk, 100e6, link) for kk in (8, 64)]
+    comm_big = [algorithm("ring all-reduce").time(kk, 100e6, link) for kk in (8, 64)]
     big = [data_parallel_speedup(t1, kk, comm) for kk, comm in zip((8, 64), comm_big)]
-    rep.values(step_ms=args.step_ms, hw5_comm_budget=fraction, speedup_100mb_64gpus=big[1],
-               speedup_gain_8_to_64=big[1] / big[0], t_comm_100mb_64gpus_ms=comm_big[1] * 1e3)
+    rep.value("step_ms", args.step_ms)
+    rep.value("hw5_comm_budget", fraction)
+    rep.value("speedup_100mb_64gpus", big[1])
+    rep.value("speedup_gain_8_to_64", big[1] / big[0])
+    rep.value("t_comm_100mb_64gpus_ms", comm_big[1] * 1e3)
     budget = fraction * t1  # ring on 2 devices: 2(α + N/(2β)) ≤ budget  ⇒  N ≤ (budget − 2α)·β
     largest = max(0.0, (budget - 2 * link.alpha_s) * link.beta_Bps)
     rep.line(f"  T_comm ≤ {budget * 1e3:.3g} ms: on this link, gradients up to {fmt_bytes(largest)} on 2 "
              "GPUs")
-    rep.record("largest_gradient_bytes_for_1.4x", largest)
+    rep.value("largest_gradient_bytes_for_1.4x", largest, compared=False)
     if rep.figure_dir():
         by_size = {f"{mb} MB": [r[2 + len(GRAD_SIZES_MB) + i] for r in rows]
                    for i, mb in enumerate(GRAD_SIZES_MB)}

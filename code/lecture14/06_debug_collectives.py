@@ -34,11 +34,12 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from common.cli import UsageError, make_parser, run_main
-from common.error_types import RunFailure
+from common.cli import make_parser
+from common.error_types import RunFailure, UsageError
 from common.launch import capture_stderr, launch, launch_expecting_failure, under_torchrun
 from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
 
 MISMATCH_TIMEOUT_S = 1.0   # a healthy collective here takes milliseconds; the plain run waits this long
 ELEMENTS = 4               # the tensor every rank hands to its collective
@@ -191,8 +192,11 @@ def part1_plain(rep: Report, args: argparse.Namespace, timeout: float) -> dict[s
              "the rank that made the wrong call are." if gave_up else
              "this group was no plain gloo: it compared the ranks' fingerprints and named the ops before "
              "any timeout (is TORCH_DISTRIBUTED_DEBUG set?); the rows below say so.")
-    rep.values(plain_seconds=seconds, plain_waited_timeout=gave_up,
-               plain_names_ops=names_both(line), plain_line=line, timeout_s=timeout)
+    rep.value("plain_seconds", seconds)
+    rep.value("plain_waited_timeout", gave_up)
+    rep.value("plain_names_ops", names_both(line))
+    rep.value("plain_line", line)
+    rep.value("timeout_s", timeout)
     return {"seconds": seconds, "line": line}
 
 
@@ -210,8 +214,9 @@ def part2_detail(rep: Report, args: argparse.Namespace) -> dict[str, Any]:
                for rank, r in enumerate(ranks)], name="detail_errors")
     # torch's behaviour, not our code's: a row (EN-L14-mismatch-detail-names) judges it, not a check
     named = all(names_both(r["error"]) for r in ranks)
-    rep.values(detail_names_ops=named, detail_error=short_fingerprints(ranks[0]["error"]))
-    rep.timings(detail_seconds=slowest)
+    rep.value("detail_names_ops", named)
+    rep.value("detail_error", short_fingerprints(ranks[0]["error"]))
+    rep.value("detail_seconds", slowest, timed=True)
     rep.compare_with_notes()  # the two rows of the table above; the cost's rows follow its own table
     added = detail_cost(rep, [r["ops"] for r in ranks])
     return {"seconds": slowest, "line": short_fingerprints(ranks[0]["error"]), "added": added}
@@ -271,11 +276,11 @@ def detail_cost(rep: Report, ops: list[dict[str, dict[str, int]]]) -> float:
              "switch, not a setting for training")
     # counted against our reading of ProcessGroupWrapper, rank by rank: torch's code beside ours, a
     # row (EN-L14-detail-extra-ops-per-rank) that says which differs, not a check that ends the run
-    rep.values(detail_extra_ops=added,
-               detail_extra_text=f"{gathers:g} all-gathers and {barriers:g} monitored barrier"
-                                 f"{'s' if barriers != 1 else ''}",
-               detail_extra_counted=by_rank([ops_text(e) for e in extra]),
-               detail_extra_ours=by_rank([ops_text(want) for want in ours]))
+    rep.value("detail_extra_ops", added)
+    rep.value("detail_extra_text", f"{gathers:g} all-gathers and {barriers:g} monitored barrier"
+                                 f"{'s' if barriers != 1 else ''}")
+    rep.value("detail_extra_counted", by_rank([ops_text(e) for e in extra]))
+    rep.value("detail_extra_ours", by_rank([ops_text(want) for want in ours]))
     rep.compare_with_notes(in_table=True)
     return added
 

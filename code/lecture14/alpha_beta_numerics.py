@@ -15,7 +15,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from common.costmodel import ALLREDUCE_TIMES, Link, fit_line_relative, ring_alpha_beta_from_line
+from common.collectives import algorithm
+from common.costmodel import COMPARED_ALLREDUCES, fit_line_relative, ring_alpha_beta_from_line
+from common.link import Link
 
 # ---- Part 1: crossovers by search -----------------------------------------------------------
 
@@ -50,7 +52,8 @@ def search_range(link: Link) -> tuple[float, float]:
 def winner_ranges(k: int, link: Link) -> list[tuple[float, str]]:
     """(from bytes, fastest algorithm) for each range of sizes, found by scanning and bisection."""
     def fastest(n: float) -> str:
-        times = {name: fn(k, n, link) for name, fn in ALLREDUCE_TIMES.items()}
+        times = {name.removesuffix(" all-reduce"): algorithm(name).time(k, n, link)
+                 for name in COMPARED_ALLREDUCES}
         return min(times, key=times.__getitem__)  # exact ties only at K = 2 (tree = naive, ring faster)
 
     grid = np.geomspace(*search_range(link), 1200)

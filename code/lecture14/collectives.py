@@ -38,16 +38,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from common import collectives as cdef
-from lecture14.network import (  # noqa: F401  (re-exported: the stable API)
-    Result,
-    Round,
-    Schedule,
-    Transfer,
-    bounds_from_sizes,
-    chunk_bounds,
-    run_schedule,
-)
-from lecture14.symbolic import Sym, format_chunks, symbolic_inputs, worker_name  # noqa: F401
+from lecture14.network import Result, Schedule, bounds_from_sizes, chunk_bounds, run_schedule
+from lecture14.symbolic import Sym
 
 SYMBOL_BYTES = 4  # a symbolic element is charged like one float32
 

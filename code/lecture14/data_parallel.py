@@ -39,12 +39,6 @@ def _check_partition_args(size: int, world_size: int) -> None:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size}")
 
 
-def partition_sizes(size: int, world_size: int) -> list[int]:
-    """How many samples each rank gets: size // W, and one more for the first size % W ranks."""
-    _check_partition_args(size, world_size)
-    return split_sizes(size, world_size)
-
-
 def partition_indices(size: int, world_size: int, rank: int, seed: int) -> list[int]:
     """The indices (into a data set of `size` samples) that `rank` of `world_size` trains on.
 
@@ -57,7 +51,7 @@ def partition_indices(size: int, world_size: int, rank: int, seed: int) -> list[
         raise ValueError(f"rank must be an integer in [0, {world_size - 1}], got {rank}")
     order = list(range(size))
     random.Random(seed).shuffle(order)
-    sizes = partition_sizes(size, world_size)
+    sizes = split_sizes(size, world_size)  # size // W each, one more for the first size % W ranks
     start = sum(sizes[:rank])
     return order[start:start + sizes[rank]]
 

@@ -23,31 +23,31 @@ import math
 
 import numpy as np
 
-from common.cli import make_parser, run_main
+from common.cli import make_parser
+from common.collectives import algorithm
 from common.costmodel import (
-    NOTES_LINK,
-    Link,
     best_integer_segments,
     continuous_best_segments,
     data_parallel_speedup,
-    naive_allreduce_time,
-    parameter_server_time,
-    ring_allreduce_bytes_per_device,
-    ring_allreduce_time,
-    ring_broadcast_time,
     ring_naive_crossover_bytes,
-    tree_allreduce_time,
 )
-from common.output import Report, fmt_bytes, fmt_time
+from common.link import NOTES_LINK, Link
+from common.output import Report
+from common.script_end import run_main
+from common.units import fmt_bytes, fmt_time
 from lecture14.collectives import (
-    Sym,
     all_gather,
     parameter_server,
     pipelined_ring_broadcast,
     reduce_scatter,
     ring_allreduce,
-    symbolic_inputs,
 )
+from lecture14.symbolic import Sym, symbolic_inputs
+
+NAIVE_ALLREDUCE = algorithm("naive all-reduce")
+BROADCAST = algorithm("pipelined ring broadcast")
+RING_ALLREDUCE = algorithm("ring all-reduce")
+TREE_ALLREDUCE = algorithm("tree all-reduce")
 
 HOUR, DAY = 3600.0, 86400.0
 FEATURES = 16  # exercise 12's linear model: enough weights for reordered float32 sums to differ
@@ -76,8 +76,11 @@ def ex1_compute_budget(rep: Report) -> None:
     flops = 6 * 70e9 * 2e12  # 6ND
     gpu_seconds = flops / 350e12
     hours_1024 = gpu_seconds / 1024 / HOUR
-    rep.values(flops=flops, gpu_seconds=gpu_seconds, gpu_hours_1e4=gpu_seconds / HOUR / 1e4,
-               hours_1024=hours_1024, days_1024=hours_1024 * HOUR / DAY)
+    rep.value("flops", flops)
+    rep.value("gpu_seconds", gpu_seconds)
+    rep.value("gpu_hours_1e4", gpu_seconds / HOUR / 1e4)
+    rep.value("hours_1024", hours_1024)
+    rep.value("days_1024", hours_1024 * HOUR / DAY)
 
 
 def ex2_buffer_sizes(rep: Report) -> None:
@@ -87,7 +90,8 @@ def ex2_buffer_sizes(rep: Report) -> None:
     ag = all_gather([np.arange(n // k, dtype=float) for _ in range(k)])
     rep.line(f"  simulated, K = {k}: reduce-scatter of {n} numbers leaves {rs.outputs[0].size} on each "
              f"device, all-gather of {n // k} leaves {ag.outputs[0].size}")
-    rep.values(rs_output_ratio=rs.outputs[0].size / n, ag_output_ratio=ag.outputs[0].size / (n // k))
+    rep.value("rs_output_ratio", rs.outputs[0].size / n)
+    rep.value("ag_output_ratio", ag.outputs[0].size / (n // k))
     uneven = reduce_scatter([np.arange(10.0) for _ in range(k)])
     rep.note(f"N not divisible by K: 10 numbers split as {[o.size for o in uneven.outputs]} (sizes differ by "
              "one)")
@@ -123,7 +127,7 @@ def ex4_ring_bytes(rep: Report, args: argparse.Namespace) -> None:
     for k in (2, 3, 4, 5, 8, 16):
         res = ring_allreduce([np.full(n_floats, float(r), dtype=np.float32) for r in range(k)])
         n = 4 * n_floats
-        formula = ring_allreduce_bytes_per_device(k, n)
+        formula = RING_ALLREDUCE.busiest_bytes(k, n)
         if n_floats % k == 0:
             exact &= bool(np.all(res.sent == formula))
         else:  # chunks differ by one element: device r skips chunk r+1 (reduce-scatter) and r+2 (all-gather)
@@ -140,35 +144,40 @@ def ex4_ring_bytes(rep: Report, args: argparse.Namespace) -> None:
 def ex5_ring_time(rep: Report) -> None:
     rep.part(5, "exercise 5 — ring all-reduce, K = 16, N = 1 GB, β = 25 GB/s, α = 10 µs")
     k, n, link = 16, 1e9, Link(10e-6, 25e9)
-    total = ring_allreduce_time(k, n, link)
-    latency = total - ring_allreduce_time(k, n, Link(0.0, link.beta_Bps))
-    rep.values(ring_time_ms=total * 1e3, latency_ms=latency * 1e3, latency_share_pct=100 * latency / total)
+    total = RING_ALLREDUCE.time(k, n, link)
+    latency = total - RING_ALLREDUCE.time(k, n, Link(0.0, link.beta_Bps))
+    rep.value("ring_time_ms", total * 1e3)
+    rep.value("latency_ms", latency * 1e3)
+    rep.value("latency_share_pct", 100 * latency / total)
 
 
 def ex6_pipelined_broadcast(rep: Report) -> None:
     rep.part(6, "exercise 6 — ring broadcast of 100 MB on 4 devices at 10 GB/s, cut into S segments")
     k, n = 4, 100e6
     bw_only, with_alpha = Link(0.0, 10e9), Link(20e-6, 10e9)
-    unsplit, split = ring_broadcast_time(k, n, bw_only, 1), ring_broadcast_time(k, n, bw_only, 100)
+    unsplit, split = BROADCAST.time(k, n, bw_only, 1), BROADCAST.time(k, n, bw_only, 100)
     ticks = pipelined_ring_broadcast(int(n), k, 100)  # the tick-by-tick simulator as a check
-    assert math.isclose(ticks.time(with_alpha), ring_broadcast_time(k, n, with_alpha, 100))
+    assert math.isclose(ticks.time(with_alpha), BROADCAST.time(k, n, with_alpha, 100))
     rep.line(f"  simulated: S = 100 takes {ticks.n_rounds} ticks of {fmt_bytes(ticks.round_bytes()[0])}")
-    slow, unsplit_alpha = ring_broadcast_time(k, n, with_alpha, 100), ring_broadcast_time(k, n, with_alpha, 1)
-    rep.values(unsplit_ms=unsplit * 1e3, split_ms=split * 1e3, split_alpha_ms=slow * 1e3,
-               unsplit_alpha=fmt_time(unsplit_alpha), split_alpha_over_unsplit=slow / unsplit_alpha)
+    slow, unsplit_alpha = BROADCAST.time(k, n, with_alpha, 100), BROADCAST.time(k, n, with_alpha, 1)
+    rep.value("unsplit_ms", unsplit * 1e3)
+    rep.value("split_ms", split * 1e3)
+    rep.value("split_alpha_ms", slow * 1e3)
+    rep.value("unsplit_alpha", fmt_time(unsplit_alpha))
+    rep.value("split_alpha_over_unsplit", slow / unsplit_alpha)
     best = best_integer_segments(k, n, with_alpha)
     rep.line(f"  good, not best: the optimum is S ≈ {continuous_best_segments(k, n, with_alpha):.1f} "
-             f"(best integer {best}: {fmt_time(ring_broadcast_time(k, n, with_alpha, best))})")
+             f"(best integer {best}: {fmt_time(BROADCAST.time(k, n, with_alpha, best))})")
 
 
 def ex7_ring_naive_crossover(rep: Report) -> None:
     rep.part(7, "exercise 7 — message size where ring = all-to-rank-0 (K = 8, α = 5 µs, β = 25 GB/s)")
     k, link = 8, NOTES_LINK
     n = ring_naive_crossover_bytes(k, link)
-    assert math.isclose(ring_allreduce_time(k, n, link), naive_allreduce_time(k, n, link), rel_tol=1e-12)
+    assert math.isclose(RING_ALLREDUCE.time(k, n, link), NAIVE_ALLREDUCE.time(k, n, link), rel_tol=1e-12)
     rep.value("ring_naive_crossover_kb", n / 1e3)
-    rep.line(f"  both take {fmt_time(ring_allreduce_time(k, n, link))} there; the binary tree takes "
-             f"{fmt_time(tree_allreduce_time(k, n, link))}, faster than both (04_alpha_beta.py Part 1)")
+    rep.line(f"  both take {fmt_time(RING_ALLREDUCE.time(k, n, link))} there; the binary tree takes "
+             f"{fmt_time(TREE_ALLREDUCE.time(k, n, link))}, faster than both (04_alpha_beta.py Part 1)")
 
 
 def ex8_parameter_server(rep: Report) -> None:
@@ -178,10 +187,11 @@ def ex8_parameter_server(rep: Report) -> None:
     sim = parameter_server([np.zeros(1000, dtype=np.float32) for _ in range(k)])  # 4 KB stand-in for 2 GB
     ratio = sim.received[k] / sim.sent[0], sim.sent[k] / sim.received[0]
     rep.line(f"  simulated: the server receives {ratio[0]:g}× and sends {ratio[1]:g}× what one worker sends")
-    rep.values(server_s=parameter_server_time(k, n, link),
-               server_duplex_s=parameter_server_time(k, n, link, duplex=True),
-               ring_sent_gb=ring_allreduce_bytes_per_device(k, n) / 1e9,
-               ring_s=ring_allreduce_time(k, n, link))
+    server_s = algorithm("parameter server").time(k, n, link)
+    rep.value("server_s", server_s)
+    rep.value("server_duplex_s", server_s / 2)  # a duplex link sends and receives at once: two rounds overlap
+    rep.value("ring_sent_gb", RING_ALLREDUCE.busiest_bytes(k, n) / 1e9)
+    rep.value("ring_s", RING_ALLREDUCE.time(k, n, link))
 
 
 def sample_weights(counts: list[int]) -> list[float]:
@@ -225,9 +235,12 @@ def ex9_unequal_shards(rep: Report) -> None:
     # How far the gradient is off depends on the data. With orthogonal per-sample gradients of equal
     # length it is the relative error of the weight vector itself (20.4 % for 3, 3, 2, 2); the notes'
     # 21 % is script 05's figure on one data set.
-    rep.values(inverse_weight_334=1 / w[0], inverse_weight_333=1 / w[1], largest_deviation_pct=max(devs),
-               smallest_deviation_pct=min(devs), weight_ratio_2_over_3=w4[2] / w4[0],
-               gradient_error_3322_pct=100 * weight_vector_error([3, 3, 2, 2]))
+    rep.value("inverse_weight_334", 1 / w[0])
+    rep.value("inverse_weight_333", 1 / w[1])
+    rep.value("largest_deviation_pct", max(devs))
+    rep.value("smallest_deviation_pct", min(devs))
+    rep.value("weight_ratio_2_over_3", w4[2] / w4[0])
+    rep.value("gradient_error_3322_pct", 100 * weight_vector_error([3, 3, 2, 2]))
     naive, fixed = correlated_errors([3, 3, 2, 2])  # random gradients with a common direction
     rep.line(f"  random correlated gradients, 3/3/2/2: mean of means off by {100 * naive:.1f} %, "
              f"sum-then-divide by {fixed:.1e}")
@@ -240,15 +253,17 @@ def effective_batch(ranks: int, per_rank: int, accumulation_steps: int = 1) -> i
 
 def ex10_effective_batch(rep: Report) -> None:
     rep.part(10, "exercise 10 — equivalent single-GPU batch")
-    rep.values(batch_4x32=effective_batch(4, 32), batch_4x32x2=effective_batch(4, 32, 2))
+    rep.value("batch_4x32", effective_batch(4, 32))
+    rep.value("batch_4x32x2", effective_batch(4, 32, 2))
 
 
 def ex11_speedup(rep: Report) -> None:
     rep.part(11, "exercise 11 — speedup without overlap: 100 ms step, 1 GB gradients, 25 GB/s, α = 0")
     link, t1, n = Link(0.0, 25e9), 0.100, 1e9
     for k in (2, 4, 8):
-        comm = ring_allreduce_time(k, n, link)
-        rep.values(**{f"allreduce_k{k}_ms": comm * 1e3, f"speedup_k{k}": data_parallel_speedup(t1, k, comm)})
+        comm = RING_ALLREDUCE.time(k, n, link)
+        rep.value(f"allreduce_k{k}_ms", comm * 1e3)
+        rep.value(f"speedup_k{k}", data_parallel_speedup(t1, k, comm))
     limit = t1 / (2 * n / link.beta_Bps)  # K → ∞: compute → 0, all-reduce → 2N/β
     rep.line(f"  compute T1/K = {', '.join(f'{t1 / k * 1e3:g}' for k in (2, 4, 8))} ms; the all-reduce tends "
              f"to 2N/β: at most {limit:.2f}× on any K")
@@ -296,7 +311,8 @@ def ex12_replicas_in_sync(rep: Report) -> None:
     diffs = [replica_drift(k, steps, **kw) for _, kw in cases]
     rep.table(["case", "max |w_r - w_0| after 20 steps"],
               [[name, f"{d:.3g}"] for (name, _), d in zip(cases, diffs)], name="drift")
-    rep.values(replicas_stay_identical=diffs[0] == 0.0, every_cause_drifts=all(d > 0 for d in diffs[1:]))
+    rep.value("replicas_stay_identical", diffs[0] == 0.0)
+    rep.value("every_cause_drifts", all(d > 0 for d in diffs[1:]))
     rep.note("DDP broadcasts rank 0's parameters once, at construction (lecture 15)")
 
 

@@ -12,8 +12,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from common.costmodel import ALLREDUCE_TIMES, Link, ring_broadcast_time
-from common.output import fmt_bytes, fmt_time, new_figure
+from common.collectives import algorithm
+from common.costmodel import COMPARED_ALLREDUCES
+from common.link import Link
+from common.output import new_figure
+from common.units import fmt_bytes, fmt_time
+
+BROADCAST = algorithm("pipelined ring broadcast")
 
 
 def _ticks(ax: Any, axis: str, fmt: Any) -> None:
@@ -38,7 +43,7 @@ def broadcast_segments(k: int, n: float, link: Link, sim_times: dict[int, float]
     fig, ax = new_figure(figsize=(6.4, 4.2))
     s_max = max(sim_times) if sim_times else best * 4
     grid = np.unique(np.geomspace(1, s_max, 300).astype(int))
-    ax.plot(grid, [ring_broadcast_time(k, n, link, int(s)) for s in grid], label="(K−2+S)(α + N/(Sβ))")
+    ax.plot(grid, [BROADCAST.time(k, n, link, int(s)) for s in grid], label="(K−2+S)(α + N/(Sβ))")
     ax.plot(list(sim_times), list(sim_times.values()), "o", label="tick-by-tick simulation")
     ax.axvline(best, color="grey", linestyle=":", label=f"best power of two: S = {best}")
     ax.axhline(n / link.beta_Bps, color="grey", linestyle="--", linewidth=0.8, label="N/β (the S ≫ K limit, "
@@ -56,13 +61,14 @@ def alpha_beta_sizes(k: int, link: Link, sizes: Sequence[float],
     """04 Part 1: ring, tree and naive all-reduce time against message size, crossovers marked."""
     fig, ax = new_figure(figsize=(6.8, 4.4))
     grid = np.geomspace(min(sizes), max(sizes), 400)
-    for name, fn in ALLREDUCE_TIMES.items():
-        ax.plot(grid, [fn(k, float(x), link) for x in grid], label=name)
+    for name in COMPARED_ALLREDUCES:
+        ax.plot(grid, [algorithm(name).time(k, float(x), link) for x in grid],
+                label=name.removesuffix(" all-reduce"))
     offsets = [(8, -26), (-78, 10)]  # side by side they would overlap: right-below, left-above
     for (name, at), offset in zip(crossovers.items(), offsets * len(crossovers)):
         if at is None or not min(sizes) <= at <= max(sizes):
             continue
-        t = ALLREDUCE_TIMES["ring"](k, at, link)
+        t = algorithm("ring all-reduce").time(k, at, link)
         ax.plot([at], [t], "kx")
         ax.axvline(at, color="grey", linestyle=":", linewidth=0.8)
         ax.annotate(f"ring = {name}\n{fmt_bytes(at)}", (at, t), textcoords="offset points", xytext=offset,

@@ -1,12 +1,10 @@
 """Collectives on real ranks, shared by the scripts that run them (lecture14/02_primitives.py,
 cs336/01_collectives.py): readable rank data, and the calls whose pieces may differ in size
-(common.collectives_real, under the names these scripts use).
+(the others: common.collectives_real's all_gather_uneven, scatter_uneven).
 
 Inside a rank (after common.launch.launch has joined the group):
     x = rank_data(rank, n, rank_device())       # 10(r+1), 10(r+1)+1, ...: sums exact in float32
-    piece, how = reduce_scatter_real(x, world_size)
-    whole = all_gather_real(piece, sizes)        # pieces of unequal size: padded, then trimmed
-    mine = scatter_real(whole_or_none, sizes, src=0)
+    piece, how = reduce_scatter_real(x, world_size)   # rank r's chunk of the sum, split_sizes' pieces
 
 Pieces follow torch.tensor_split, i.e. np.array_split and lecture14.collectives.chunk_bounds: the
 first n % K are one element longer (common.collectives.split_sizes). In the parent:
@@ -23,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from common.collectives import split_sizes
-from common.collectives_real import all_gather_uneven, reduce_scatter_uneven, scatter_uneven
+from common.collectives_real import all_gather_uneven, reduce_scatter_uneven
 
 SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"
 
@@ -44,16 +42,11 @@ def all_inputs(world_size: int, n: int) -> list[np.ndarray]:
     return [rank_data(r, n).numpy() for r in range(world_size)]
 
 
-piece_sizes = split_sizes  # the K pieces of n elements (torch.tensor_split = np.array_split boundaries)
-
-
 def reduce_scatter_real(x: torch.Tensor, world_size: int) -> tuple[torch.Tensor, str]:
     """Rank r gets chunk r of the sum (torch.tensor_split = np.array_split boundaries)."""
     return reduce_scatter_uneven(x, split_sizes(x.numel(), world_size))
 
 
-all_gather_real = all_gather_uneven    # concatenate every rank's piece (sizes may differ)
-scatter_real = scatter_uneven          # rank r gets piece r of the root's buffer
 
 
 def allreduce_two_routes(x: torch.Tensor) -> dict[str, list[float]]:
@@ -62,7 +55,7 @@ def allreduce_two_routes(x: torch.Tensor) -> dict[str, list[float]]:
     dist.all_reduce(direct)
     world_size = dist.get_world_size()
     piece, _ = reduce_scatter_real(x, world_size)
-    split = all_gather_real(piece, piece_sizes(x.numel(), world_size))
+    split = all_gather_uneven(piece, split_sizes(x.numel(), world_size))
     return {"all_reduce": direct.tolist(), "rs_ag": split.tolist()}
 
 

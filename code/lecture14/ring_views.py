@@ -9,16 +9,16 @@ from typing import Callable
 import numpy as np
 
 from common.collectives import algorithm
-from common.costmodel import ring_allreduce_bytes_per_device
 from common.output import Report
 from lecture14 import collectives as col
+from lecture14.network import Result
 
 MAX_PRINTED_K = 8  # beyond this a round's table is too wide to read: only phase ends are printed
 MAX_COUNTED_K = 16  # beyond this even the phase ends (K columns of counts) are too wide: totals only
 SEED = 0
 
 
-def show_rounds(rep: Report, res: col.Result, k: int, cells: Callable[[np.ndarray], list]) -> None:
+def show_rounds(rep: Report, res: Result, k: int, cells: Callable[[np.ndarray], list]) -> None:
     """Every round (symbolic, small K), or the end of each phase only (term counts, larger K)."""
     every_round = k <= MAX_PRINTED_K
     headers = ["worker"] + [f"chunk {c}" if every_round else str(c) for c in range(k)]
@@ -40,7 +40,7 @@ def show_rounds(rep: Report, res: col.Result, k: int, cells: Callable[[np.ndarra
             show(rnd.state, f"{rnd.phase} {rnd.index}")
 
 
-def many_workers(rep: Report, k: int) -> tuple[col.Result, bool]:
+def many_workers(rep: Report, k: int) -> tuple[Result, bool]:
     """K > 8: symbols would fill the screen (a full sum has K terms), so numbers stand in for them."""
     rep.note(f"K = {k} > {MAX_PRINTED_K}: the round-by-round view with symbols is shown for K <= "
              f"{MAX_PRINTED_K} only;\n'each term once' is checked with numbers: worker r's elements are "
@@ -62,7 +62,7 @@ def many_workers(rep: Report, k: int) -> tuple[col.Result, bool]:
     rep.table(["quantity", "counted", "closed form", "formula"], [
         ["rounds", res.n_rounds, algorithm("ring all-reduce").rounds(k), "2(K - 1)"],
         ["bytes each worker sends (fewest, most)", f"{res.sent.min():,}, {res.sent.max():,}",
-         f"{ring_allreduce_bytes_per_device(k, item * k):,.0f}", "2(K - 1)/K · N"],
+         f"{algorithm('ring all-reduce').busiest_bytes(k, item * k):,.0f}", "2(K - 1)/K · N"],
         ["largest message (B)", int(res.busiest_per_round.max()), item, "N/K"],
     ], name="ring_counts")
     return res, done

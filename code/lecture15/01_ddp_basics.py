@@ -28,12 +28,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.flags import positive_int
 from common.launch import launch, preload_for_ddp
-from common.output import Report, fmt_time, movement_floor
+from common.output import Report, movement_floor
 from common.run_cost import Cost, Term
-from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
+from common.script_end import run_main
+from common.units import fmt_time
+from lecture14.data_parallel import flat_params
 
 IN_FEATURES, HIDDEN = 16, 32  # Part 2's MLP: 16 -> 32 -> 1; PyTorch's default init, bound 1/sqrt(fan_in)
 DATA_SEED = 1234              # the same data on every rank; each rank takes its own shard
@@ -224,8 +227,10 @@ def part2_broadcast_and_training(rep: Report, args, reference: np.ndarray, moved
              f"{2 / IN_FEATURES ** 0.5:g}; rank r starts from seed r. {args.batch} samples in shards of "
              f"{shards}, SGD lr {args.lr:g}, float64; the reference trains rank 0's initial model on the "
              "whole batch.")
-    rep.values(init_gap=max(r[1] for r in rows), identical_after_wrap=all(r[2] for r in rows),
-               identical_after_training=all(r[3] for r in rows), single_process_gap=gap)
+    rep.value("init_gap", max(r[1] for r in rows))
+    rep.value("identical_after_wrap", all(r[2] for r in rows))
+    rep.value("identical_after_training", all(r[3] for r in rows))
+    rep.value("single_process_gap", gap)
 
 
 def part3_cpu_timing(rep: Report, args) -> None:
@@ -261,7 +266,9 @@ def part3_cpu_timing(rep: Report, args) -> None:
              f"{rep.notes_text('L15-1.4-gloo-cost')}); by rank: median "
              f"{statistics.median(costs) * 1e3:.1f} ms, range {costs[0] * 1e3:.1f} – "
              f"{costs[-1] * 1e3:.1f} ms over {len(costs)} ranks ({steps} steps each)")
-    rep.timings(speedup_here=single / ddp, gloo_cost_ms=(ddp - local) * 1e3, local_speedup=single / local)
+    rep.value("speedup_here", single / ddp, timed=True)
+    rep.value("gloo_cost_ms", (ddp - local) * 1e3, timed=True)
+    rep.value("local_speedup", single / local, timed=True)
     rep.compare_with_notes(in_table=True)
     speedup = f"{'No speed-up' if single / ddp < 1 else 'Only'} {single / ddp:.2f}x"
     rep.note(f"3 Linear layers of width {width} ({grad_bytes / 1e6:.2f} MB of float32 gradients), batch "

@@ -28,21 +28,18 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.flags import positive_int
 from common.launch import capture_stderr, launch, preload_for_ddp
-from common.output import Report, bar, fmt_bytes, fmt_time
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import (
-    DEFAULT_FIRST_BUCKET_BYTES,
-    MB,
-    MiB,
-    assign_buckets,
-    assign_buckets_in_order,
-    bert_large,
-    resnet50,
-)
+from common.script_end import run_main
+from common.text import bar
+from common.units import MB, MiB, fmt_bytes, fmt_time
+from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, assign_buckets, assign_buckets_in_order
 from lecture15.figures import small_tensors_figure
+from lecture15.models import bert_large, resnet50
 
 LAYERS, WIDTH = 6, 512        # Part 1's model: one Linear(512, 512) is 1,050,624 bytes of fp32 gradient
 ITERATIONS = 3                # iteration 1 uses one bucket; DDP rebuilds before iteration 2
@@ -176,7 +173,7 @@ def show_cap_run(rep: Report, run: dict, every_rank: list[dict], names: list[str
     third_as_second = [entry[1:] for entry in run["log"] if entry[0] == 3] == second
     same_everywhere = all(other["log"] == run["log"] for other in every_rank)
     rep.line(f"  iteration 3 as iteration 2: {third_as_second}; the same on every rank: {same_everywhere}")
-    rep.record(f"cap_{cap}", {"recorded": run["log"], "iteration3_same": third_as_second})
+    rep.value(f"cap_{cap}", {"recorded": run["log"], "iteration3_same": third_as_second}, compared=False)
     return (match and sum(1 for entry in run["log"] if entry[0] == 1) == 1 and len(second) == len(by_rule)
             and third_as_second and same_everywhere)
 
@@ -196,9 +193,10 @@ def show_rebuild(rep: Report, flagged: list[dict], names: list[str], sizes: list
     order = list(range(len(sizes)))
     constructor = assign_buckets_in_order(sizes, order, 25 * MiB, DEFAULT_FIRST_BUCKET_BYTES)[::-1]
     rebuilt_at_3 = len(static[0]) == len(static[1]) == 1 < len(static[2]) and static[2] == static[3]
-    rep.values(never_rebuilt=all(its == constructor for its in unused), static_graph_from_3=rebuilt_at_3,
-               never_rebuilt_counts=counts["find_unused_parameters=True"],
-               static_graph_counts=counts["static_graph=True"])
+    rep.value("never_rebuilt", all(its == constructor for its in unused))
+    rep.value("static_graph_from_3", rebuilt_at_3)
+    rep.value("never_rebuilt_counts", counts["find_unused_parameters=True"])
+    rep.value("static_graph_counts", counts["static_graph=True"])
 
 
 def part1_real_buckets(rep: Report, args, runs: list[list[dict]]) -> None:
@@ -213,9 +211,11 @@ def part1_real_buckets(rep: Report, args, runs: list[list[dict]]) -> None:
              "Before iteration 2 DDP rebuilds the buckets in the order the gradients became ready, here "
              "the reverse registration order the simulator's rule assumes.")
     first = next(entry for entry in runs[0][0]["log"] if entry[0] == 2)
-    rep.values(layer_mb=(sizes[0] + sizes[1]) / MB, layer_bytes=sizes[0] + sizes[1])
-    rep.values(first_iteration_buckets=max(sum(1 for e in run["log"] if e[0] == 1) for run in runs[0][:2]),
-               recorded_equal_rule=all(matches), bucket0_first=" ".join(first[3][:2]))
+    rep.value("layer_mb", (sizes[0] + sizes[1]) / MB)
+    rep.value("layer_bytes", sizes[0] + sizes[1])
+    rep.value("first_iteration_buckets", max(sum(1 for e in run["log"] if e[0] == 1) for run in runs[0][:2]))
+    rep.value("recorded_equal_rule", all(matches))
+    rep.value("bucket0_first", " ".join(first[3][:2]))
 
 
 # ---- Part 2: the notes' two models, bucketed three ways ------------------------------------------
@@ -258,15 +258,21 @@ def part2_model_buckets(rep: Report, args) -> None:
               rows, name="models")
     for label, text, _, _ in readings:
         rep.line(f"  {label:>7}: {text}")
-    rep.values(resnet_tensors=counts["resnet"][0], bert_tensors=counts["bert"][0],
-               torch_function_agrees=torch_agrees,
-               hundreds_of_tensors=min(counts["resnet"][0], counts["bert"][0]) >= 100)
+    rep.value("resnet_tensors", counts["resnet"][0])
+    rep.value("bert_tensors", counts["bert"][0])
+    rep.value("torch_function_agrees", torch_agrees)
+    rep.value("hundreds_of_tensors", min(counts["resnet"][0], counts["bert"][0]) >= 100)
     (resnet, resnet_tiny, resnet_buckets), (bert, bert_tiny, bert_buckets) = counts["resnet"], counts["bert"]
-    rep.values(resnet_buckets_25mb=resnet_buckets[0], resnet_buckets_default=resnet_buckets[1],
-               resnet_buckets_25mib=resnet_buckets[2], resnet_tiny=resnet_tiny,
-               resnet_tiny_pct=100 * resnet_tiny / resnet)
-    rep.values(bert_buckets_25mb=bert_buckets[0], bert_buckets_default=bert_buckets[1],
-               bert_buckets_25mib=bert_buckets[2], bert_tiny=bert_tiny, bert_tiny_pct=100 * bert_tiny / bert)
+    rep.value("resnet_buckets_25mb", resnet_buckets[0])
+    rep.value("resnet_buckets_default", resnet_buckets[1])
+    rep.value("resnet_buckets_25mib", resnet_buckets[2])
+    rep.value("resnet_tiny", resnet_tiny)
+    rep.value("resnet_tiny_pct", 100 * resnet_tiny / resnet)
+    rep.value("bert_buckets_25mb", bert_buckets[0])
+    rep.value("bert_buckets_default", bert_buckets[1])
+    rep.value("bert_buckets_25mib", bert_buckets[2])
+    rep.value("bert_tiny", bert_tiny)
+    rep.value("bert_tiny_pct", 100 * bert_tiny / bert)
     # the notes' 25 MB as 25e6 B, with PyTorch's default 1 MiB first bucket (for the erratum's argument)
     for name, spec in (("resnet", resnet50()), ("bert", bert_large())):
         rep.value(f"{name}_buckets_25mb_first_1mib", len(assign_buckets(spec.param_bytes(), 25 * MB,
@@ -330,7 +336,9 @@ def part3_small_tensors(rep: Report, args, results: list[dict[int, list[float]]]
              "slower rank's median of up to 5 repeats. Each extra tensor adds about "
              f"{fmt_time(per_message)} whatever its size: a fixed cost per message, the shape of the "
              "paper's figure 2. A bucket pays it once.")
-    rep.timings(many_small_ms=t[many] * 1e3, one_tensor_ms=t[1] * 1e3, small_over_one=t[many] / t[1])
+    rep.value("many_small_ms", t[many] * 1e3, timed=True)
+    rep.value("one_tensor_ms", t[1] * 1e3, timed=True)
+    rep.value("small_over_one", t[many] / t[1], timed=True)
     rep.compare_with_notes(in_table=True)
     if rep.figure_dir() is not None:  # matplotlib only when a figure was asked for
         rep.save_figure(small_tensors_figure(counts, t, results, elements), "small_tensors")

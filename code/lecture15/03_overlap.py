@@ -22,27 +22,25 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 import argparse
 import time
 
-from common.cli import link_from_args, make_parser, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.cli import link_from_args, make_parser
+from common.collectives import algorithm
 from common.flags import nonnegative_float, positive_float
-from common.output import Report, fmt_bytes
-from common.units import fmt_ms
+from common.link import Link
+from common.output import Report
+from common.script_end import run_main
+from common.units import MB, MiB, fmt_bytes, fmt_ms
 from lecture15.ddp_sim import (
-    MB,
     ComputeModel,
-    MiB,
-    ModelSpec,
     Timeline,
     ascii_timeline,
     assign_buckets_in_order,
-    bert_large,
     gradient_ready_times,
     registration_order,
-    resnet50,
     simulate_ddp,
 )
 from lecture15.ddp_sim import gantt_figure as ddp_gantt
 from lecture15.figures import sweep_figure
+from lecture15.models import ModelSpec, bert_large, resnet50
 from lecture15.notes_calibration import (
     BERT_TARGET,
     RESNET_TARGET,
@@ -50,6 +48,8 @@ from lecture15.notes_calibration import (
     notes_bert_compute,
     notes_resnet_compute,
 )
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 # The notes' "25 MB" cap is 25 × 10^6 B (it gives their bucket counts; PyTorch's 25 MiB does not).
 EXPLICIT_25_MIB = 25 * MiB  # bucket_cap_mb=25 written out: every bucket, the first too, capped at 25 MiB
@@ -128,12 +128,14 @@ def part1_timeline(rep: Report, args: argparse.Namespace, link: Link) -> list[tu
     off, on, raw = timelines["--bucket-cap-mb"]
     print_charts(rep, off, on, args.bucket_cap_bytes)
     uncal = simulate_ddp(model, k, link, args.bucket_cap_bytes, overlap=False, compute=flops)
-    rep.values(step_no_overlap_ms=off.step_s * 1e3, step_overlap_ms=on.step_s * 1e3,
-               overlap_gain_pct=100 * (off.step_s / on.step_s - 1),
-               backward_ms=compute.backward_s(model) * 1e3,
-               uncal_no_overlap_ms=uncal.step_s * 1e3, uncal_overlap_ms=raw.step_s * 1e3,
-               uncal_gain_pct=100 * (uncal.step_s / raw.step_s - 1),
-               last_bucket_exposed=on.exposed_comm_s >= on.comm_s[-1] - 1e-12)
+    rep.value("step_no_overlap_ms", off.step_s * 1e3)
+    rep.value("step_overlap_ms", on.step_s * 1e3)
+    rep.value("overlap_gain_pct", 100 * (off.step_s / on.step_s - 1))
+    rep.value("backward_ms", compute.backward_s(model) * 1e3)
+    rep.value("uncal_no_overlap_ms", uncal.step_s * 1e3)
+    rep.value("uncal_overlap_ms", raw.step_s * 1e3)
+    rep.value("uncal_gain_pct", 100 * (uncal.step_s / raw.step_s - 1))
+    rep.value("last_bucket_exposed", on.exposed_comm_s >= on.comm_s[-1] - 1e-12)
     return [("no overlap", off), ("overlap", on)]
 
 
@@ -201,7 +203,7 @@ def part2_bucket_cap(rep: Report, args: argparse.Namespace, link: Link) -> None:
     if args.world_size == 1:
         rep.note("K = 1: nothing to all-reduce, so every cap gives the same step; the 'best' cap below\n"
                  "is only the first of equals")
-    rep.record("sweep_seconds", took)
+    rep.value("sweep_seconds", took, compared=False)
     specs = {name: m for name, m, _ in models}
     # "one bucket" ran with the whole model as its cap: that cap (MiB), not inf, is its value
     best_cap = {(n, ln): (caps + [specs[n].nbytes / MiB])[best[(n, ln)]] for n, ln in columns}
@@ -239,14 +241,14 @@ def cap0_costs(rep: Report, args: argparse.Namespace, results: dict, no_overlap:
                                                           for n, ln in columns))
     for n, ln in (col for col in columns if not slower[col]):
         tensors = len(specs[n].params)
-        latency = tensors * ring_allreduce_time(args.world_size, 0, links[ln])   # 2(K−1)α per all-reduce
+        latency = tensors * RING_ALLREDUCE.time(args.world_size, 0, links[ln])   # 2(K−1)α per all-reduce
         rep.note(f"{n}, {ln} link: cap 0 still wins; the latency it adds ({tensors} × 2(K−1)α = "
                  f"{fmt_ms(latency)} ms) is less than what overlap hides")
     single = [results[c][-1] for c in columns]
-    rep.values(cap0_slower_resnet_fast=slower[("ResNet-50", "fast")],
-               cap0_resnet_fast_ms=results[("ResNet-50", "fast")][0].step_s * 1e3,
-               no_overlap_resnet_fast_ms=no_overlap[("ResNet-50", "fast")] * 1e3,
-               one_bucket_is_no_overlap=all(abs(t.step_s - t.backward_s - t.comm_total_s) < 1e-12
+    rep.value("cap0_slower_resnet_fast", slower[("ResNet-50", "fast")])
+    rep.value("cap0_resnet_fast_ms", results[("ResNet-50", "fast")][0].step_s * 1e3)
+    rep.value("no_overlap_resnet_fast_ms", no_overlap[("ResNet-50", "fast")] * 1e3)
+    rep.value("one_bucket_is_no_overlap", all(abs(t.step_s - t.backward_s - t.comm_total_s) < 1e-12
                                             for t in single))
 
 
@@ -275,21 +277,21 @@ def record_best_caps(rep: Report, caps: list[float], results: dict, best_cap: di
     steps = [t.step_s for t in results[("ResNet-50", "fast")]]
     both_lose = all(results[col][0].step_s > min(t.step_s for t in results[col]) < results[col][-1].step_s
                     for col in columns)
-    rep.values(best_cap_resnet_fast_mib=best_cap[("ResNet-50", "fast")],
-               best_cap_resnet_slow_mib=best_cap[("ResNet-50", "slow")],
-               best_cap_bert_fast_mib=best_cap[("BERT-large", "fast")],
-               best_cap_bert_slow_mib=best_cap[("BERT-large", "slow")])
-    rep.values(best_cap_bert_fast_mb=best_cap[("BERT-large", "fast")] * MiB / MB,
-               best_cap_resnet_fast_mb=best_cap[("ResNet-50", "fast")] * MiB / MB,
-               resnet_fast_at_25_mib_ms=steps[caps.index(25)] * 1e3 if 25 in caps else float("nan"),
-               resnet_fast_best_ms=min(steps) * 1e3,
-               larger_prefers_bigger=(best_cap[("BERT-large", "fast")] >= best_cap[("ResNet-50", "fast")]
+    rep.value("best_cap_resnet_fast_mib", best_cap[("ResNet-50", "fast")])
+    rep.value("best_cap_resnet_slow_mib", best_cap[("ResNet-50", "slow")])
+    rep.value("best_cap_bert_fast_mib", best_cap[("BERT-large", "fast")])
+    rep.value("best_cap_bert_slow_mib", best_cap[("BERT-large", "slow")])
+    rep.value("best_cap_bert_fast_mb", best_cap[("BERT-large", "fast")] * MiB / MB)
+    rep.value("best_cap_resnet_fast_mb", best_cap[("ResNet-50", "fast")] * MiB / MB)
+    rep.value("resnet_fast_at_25_mib_ms", steps[caps.index(25)] * 1e3 if 25 in caps else float("nan"))
+    rep.value("resnet_fast_best_ms", min(steps) * 1e3)
+    rep.value("larger_prefers_bigger", best_cap[("BERT-large", "fast")] >= best_cap[("ResNet-50", "fast")]
                                       and best_cap[("BERT-large", "slow")] >= best_cap[("ResNet-50", "slow")]
                                       and all(best_cap[(n, "slow")] >= best_cap[(n, "fast")]
-                                              for n in ("ResNet-50", "BERT-large"))),
-               best_caps_text=", ".join(f"{n} {ln} {best_cap[(n, ln)]:g}" for n, ln in columns),
-               both_lose=both_lose,
-               both_lose_text="; ".join(f"{n} {ln} {fmt_ms(results[(n, ln)][0].step_s)} / "
+                                              for n in ("ResNet-50", "BERT-large")))
+    rep.value("best_caps_text", ", ".join(f"{n} {ln} {best_cap[(n, ln)]:g}" for n, ln in columns))
+    rep.value("both_lose", both_lose)
+    rep.value("both_lose_text", "; ".join(f"{n} {ln} {fmt_ms(results[(n, ln)][0].step_s)} / "
                                         f"{fmt_ms(min(t.step_s for t in results[(n, ln)]))} / "
                                         f"{fmt_ms(results[(n, ln)][-1].step_s)} ms" for n, ln in columns))
 
@@ -316,14 +318,16 @@ def part3_first_bucket(rep: Report, args: argparse.Namespace, link: Link) -> lis
              f"({fmt_bytes(small.bucket_bytes[0], binary=True)})")
     for text in ascii_timeline(small):
         rep.line("    " + text)
-    rep.values(first_comm_ms=plain.first_comm_start_s * 1e3,
-               first_comm_capped_ms=small.first_comm_start_s * 1e3,
-               step_one_cap_ms=plain.step_s * 1e3, step_first_capped_ms=small.step_s * 1e3,
-               bucket0_last=model.params[plain.buckets[0][-1]].name,
-               bucket0_ready_pct=100 * plain.bucket_ready_s[0] / compute.backward_s(model),
-               uncal_first_comm_ms=raw[0].first_comm_start_s * 1e3,
-               capped_bucket0_ready_ms=small.bucket_ready_s[0] * 1e3,
-               uncal_one_cap_ms=raw[0].step_s * 1e3, uncal_first_capped_ms=raw[1].step_s * 1e3)
+    rep.value("first_comm_ms", plain.first_comm_start_s * 1e3)
+    rep.value("first_comm_capped_ms", small.first_comm_start_s * 1e3)
+    rep.value("step_one_cap_ms", plain.step_s * 1e3)
+    rep.value("step_first_capped_ms", small.step_s * 1e3)
+    rep.value("bucket0_last", model.params[plain.buckets[0][-1]].name)
+    rep.value("bucket0_ready_pct", 100 * plain.bucket_ready_s[0] / compute.backward_s(model))
+    rep.value("uncal_first_comm_ms", raw[0].first_comm_start_s * 1e3)
+    rep.value("capped_bucket0_ready_ms", small.bucket_ready_s[0] * 1e3)
+    rep.value("uncal_one_cap_ms", raw[0].step_s * 1e3)
+    rep.value("uncal_first_capped_ms", raw[1].step_s * 1e3)
     return [("one cap for all", plain), ("small first cap", small)]
 
 
@@ -351,10 +355,14 @@ def part4_bucket_order(rep: Report, args: argparse.Namespace, link: Link) -> lis
         for text in ascii_timeline(kept[label]):
             rep.line("    " + text)
     shuffled = [float(r[4]) for r in rows if r[0].startswith("shuffled")]
-    rep.values(step_correct_ms=kept["correct"].step_s * 1e3, step_shuffled_first_ms=shuffled[0],
-               step_reversed_ms=kept["reversed"].step_s * 1e3, shuffles=len(shuffled),
-               shuffled_low_ms=min(shuffled), shuffled_high_ms=max(shuffled),
-               uncal_correct_ms=float(rows[0][-1]), uncal_reversed_ms=float(rows[-1][-1]))
+    rep.value("step_correct_ms", kept["correct"].step_s * 1e3)
+    rep.value("step_shuffled_first_ms", shuffled[0])
+    rep.value("step_reversed_ms", kept["reversed"].step_s * 1e3)
+    rep.value("shuffles", len(shuffled))
+    rep.value("shuffled_low_ms", min(shuffled))
+    rep.value("shuffled_high_ms", max(shuffled))
+    rep.value("uncal_correct_ms", float(rows[0][-1]))
+    rep.value("uncal_reversed_ms", float(rows[-1][-1]))
     rebuilt = rebuilt_buckets_step(bert, k, link, cap, compute)
     rep.line(f"  today's DDP, buckets rebuilt in the gradients' ready order, any registration order: step "
              f"{fmt_ms(rebuilt.step_s)} ms, {len(rebuilt.buckets)} buckets")

@@ -29,11 +29,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.launch import capture_stderr, launch, preload_for_ddp
-from common.output import Report, fmt_time
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture14.data_parallel import flat_params  # all parameters as one vector, to compare replicas
+from common.script_end import run_main
+from common.units import fmt_time
+from lecture14.data_parallel import flat_params
 
 DATA_SEED = 1234
 IN, HIDDEN = 8, 16           # Part 1's model: 8 -> 16 -> 1, far below one bucket's cap
@@ -167,8 +170,10 @@ def part1_no_sync(rep: Report, args) -> None:
     rep.note(f"{args.world_size} ranks, {micro} micro-batches of {MICRO_BATCH} samples per step, {steps} "
              "steps, loss / micro-batches, float64; one bucket, so syncing every micro-batch costs "
              f"{micro} all-reduces a step. One process: every rank's micro-batches in one.")
-    rep.values(only_forward_saves=per_step == [micro, micro, 1], same_result=all(r[2] for r in rows)
-               and gap < SAME_TRAINING_TOL, allreduces_per_step=" ".join(map(str, per_step)))
+    rep.value("only_forward_saves", per_step == [micro, micro, 1])
+    rep.value("same_result", all(r[2] for r in rows)
+               and gap < SAME_TRAINING_TOL)
+    rep.value("allreduces_per_step", " ".join(map(str, per_step)))
 
 
 # ---- Part 2: unused parameters -----------------------------------------------------------------------
@@ -288,17 +293,19 @@ def part2_unused_parameters(rep: Report, args) -> None:
              "without the option, medians over ranks: it walks the autograd graph after every forward and "
              "all-reduces the 'used' bitmap once more; the gradients are the same."
              + (" PyTorch warned it found no unused parameter (the ranks' stderr)." if warned else ""))
-    rep.values(error_every_rank=all(r["error"] and "Expected to have finished reduction" in r["error"]
-                                    for r in results),
-               partial_use_averaged=all(r[5] for r in rows if r[0] == "b.weight"),
-               never_grad_none=all(r["ddp"]["never.weight"] is None for r in results))
+    rep.value("error_every_rank", all(r["error"] and "Expected to have finished reduction" in r["error"]
+                                    for r in results))
+    rep.value("partial_use_averaged", all(r[5] for r in rows if r[0] == "b.weight"))
+    rep.value("never_grad_none", all(r["ddp"]["never.weight"] is None for r in results))
     calls = [r["allreduce_calls"] for r in results]   # per rank: [without, with] find_unused_parameters
     rep.line(f"  all-reduces in one step, every parameter used (profiler, c10d::allreduce_): "
              f"{calls[0][0]} without find_unused_parameters, {calls[0][1]} with it"
              + ("" if all(c == calls[0] for c in calls) else f" (ranks: {calls})"))
-    rep.values(bitmap_extra_allreduces=min(c[1] - c[0] for c in calls),
-               allreduce_calls_text=f"{calls[0][0]} without, {calls[0][1]} with")
-    rep.timings(find_unused_extra_ms=(t_on - t_off) * 1e3, t_on_ms=t_on * 1e3, t_off_ms=t_off * 1e3)
+    rep.value("bitmap_extra_allreduces", min(c[1] - c[0] for c in calls))
+    rep.value("allreduce_calls_text", f"{calls[0][0]} without, {calls[0][1]} with")
+    rep.value("find_unused_extra_ms", (t_on - t_off) * 1e3, timed=True)
+    rep.value("t_on_ms", t_on * 1e3, timed=True)
+    rep.value("t_off_ms", t_off * 1e3, timed=True)
 
 
 # ---- Part 3: buffers ---------------------------------------------------------------------------------
@@ -332,8 +339,8 @@ def part3_buffers(rep: Report, args) -> None:
     rep.note("Rank r's data is centred at 10 r, BatchNorm momentum 0.1. The statistics kept are rank 0's "
              "alone; SyncBatchNorm computes them across ranks.")
     first = results[0]["after forward 1"]
-    rep.values(buffers_differ=not all(np.array_equal(r["after forward 1"], first) for r in results[1:]),
-               rank0_wins=all(np.array_equal(r["start of forward 2"], first) for r in results))
+    rep.value("buffers_differ", not all(np.array_equal(r["after forward 1"], first) for r in results[1:]))
+    rep.value("rank0_wins", all(np.array_equal(r["start of forward 2"], first) for r in results))
 
 
 if __name__ == "__main__":

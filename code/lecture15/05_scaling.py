@@ -24,24 +24,19 @@ import math
 
 import numpy as np
 
-from common.cli import Bound, UsageError, link_from_args, make_parser, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.cli import link_from_args, make_parser
+from common.collectives import algorithm
+from common.error_types import UsageError
 from common.flags import positive_float, positive_int
-from common.model_bounds import largest_fitting
-from common.output import Report, bar, fmt_bytes
-from lecture15.ddp_sim import (
-    MB,
-    ComputeModel,
-    MiB,
-    ModelSpec,
-    bert_large,
-    resnet50,
-    skip_sync_speedup,
-    skip_sync_step_s,
-    weak_scaling,
-)
+from common.link import Link
+from common.model_bounds import Bound, largest_fitting
+from common.output import Report
+from common.script_end import run_main
+from common.text import bar
+from common.units import MB, MiB, fmt_bytes
+from lecture15.ddp_sim import ComputeModel, skip_sync_speedup, skip_sync_step_s, weak_scaling
 from lecture15.figures import convergence_figure
-from lecture15.least_squares import (  # noqa: F401  (tests use them from here)
+from lecture15.least_squares import (
     CONV_DATA_SEED,
     CONV_DIM,
     CONV_ORDER_SEED,
@@ -51,6 +46,7 @@ from lecture15.least_squares import (  # noqa: F401  (tests use them from here)
     mean_gradient,
     micro_batches,
 )
+from lecture15.models import ModelSpec, bert_large, resnet50
 from lecture15.notes_calibration import notes_bert_compute, notes_resnet_compute
 
 # Part 3's problem: a fixed linear-regression task (lecture15.least_squares). Feature scales from 0.5
@@ -102,8 +98,8 @@ def ring_terms(rep: Report, ks: list[int], link: Link) -> None:
     resnet = resnet50()
     rows, terms = [], []
     for k in sorted({2, max(2, ks[-1])}):
-        latency = ring_allreduce_time(k, 0, link)          # an empty all-reduce: 2(K−1)α
-        bandwidth = ring_allreduce_time(k, resnet.nbytes, link) - latency
+        latency = algorithm("ring all-reduce").time(k, 0, link)          # an empty all-reduce: 2(K−1)α
+        bandwidth = algorithm("ring all-reduce").time(k, resnet.nbytes, link) - latency
         rows.append([k, f"{latency * 1e3:.3f}", f"{bandwidth * 1e3:.2f}"])
         terms.append((latency, bandwidth))
     grow = [terms[-1][i] / terms[0][i] if terms[0][i] else None for i in (0, 1)]  # None: no term (α = 0)
@@ -113,10 +109,12 @@ def ring_terms(rep: Report, ks: list[int], link: Link) -> None:
     rep.line(f"  one all-reduce of ResNet-50's {resnet.nbytes / MB:.1f} MB from K = {rows[0][0]} to "
              f"{rows[-1][0]}: the 2(K−1)α term {latency}, the 2(K−1)/K·N/β term {grow[1]:.2f}× "
              "(it tends to 2N/β: the factor (K−1)/K is 1/2 at K = 2)")
-    rep.values(ring_terms_linear=len(terms) == 2 and grow[0] is not None
-               and math.isclose(grow[0], rows[-1][0] - 1) and grow[1] < 2,
-               latency_growth=f"×{grow[0]:.0f}" if grow[0] else "zero (α = 0)", k_low=rows[0][0],
-               k_high=rows[-1][0], bandwidth_growth=grow[1])
+    rep.value("ring_terms_linear", len(terms) == 2 and grow[0] is not None
+               and math.isclose(grow[0], rows[-1][0] - 1) and grow[1] < 2)
+    rep.value("latency_growth", f"×{grow[0]:.0f}" if grow[0] else "zero (α = 0)")
+    rep.value("k_low", rows[0][0])
+    rep.value("k_high", rows[-1][0])
+    rep.value("bandwidth_growth", grow[1])
 
 
 def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[str, tuple[float, float]]:
@@ -134,7 +132,7 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
               for name, model, compute in scaling_models()}
     steps = {name: (p[0].step_s, p[-1].step_s) for name, p in points.items()}   # (1 rank, top K)
     for name, series in points.items():
-        rep.record(f"weak_scaling_{name}", [vars(p) for p in series])
+        rep.value(f"weak_scaling_{name}", [vars(p) for p in series], compared=False)
     rep.table(["model", "1 rank (ms)", f"{ks[-1]} ranks (ms)", "slowdown"],
               [[name, f"{one * 1e3:.1f}", f"{top * 1e3:.1f}", f"{top / one:.2f}×"]
                for name, (one, top) in steps.items()],
@@ -146,12 +144,12 @@ def part1_slowdown(rep: Report, args: argparse.Namespace, link: Link) -> dict[st
              "α-β ring has no stragglers, congestion or per-call costs")
     ring_terms(rep, ks, link)
     throughput_table(rep, points)
-    rep.values(resnet_slowdown=steps["ResNet-50"][1] / steps["ResNet-50"][0],
-               bert_slowdown=steps["BERT-large"][1] / steps["BERT-large"][0],
-               bert_uncal_slowdown=steps["BERT-large, uncal."][1] / steps["BERT-large, uncal."][0],
-               throughput_grows=all(a.throughput_speedup < b.throughput_speedup
-                                    for ps in points.values() for a, b in zip(ps, ps[1:])),
-               throughput_text="; ".join(f"{n} " + ", ".join(f"{p.throughput_speedup:.1f}" for p in ps)
+    rep.value("resnet_slowdown", steps["ResNet-50"][1] / steps["ResNet-50"][0])
+    rep.value("bert_slowdown", steps["BERT-large"][1] / steps["BERT-large"][0])
+    rep.value("bert_uncal_slowdown", steps["BERT-large, uncal."][1] / steps["BERT-large, uncal."][0])
+    rep.value("throughput_grows", all(a.throughput_speedup < b.throughput_speedup
+                                    for ps in points.values() for a, b in zip(ps, ps[1:])))
+    rep.value("throughput_text", "; ".join(f"{n} " + ", ".join(f"{p.throughput_speedup:.1f}" for p in ps)
                                          for n, ps in points.items()))
     return steps
 
@@ -183,8 +181,9 @@ def part2_skip_sync(rep: Report, args: argparse.Namespace, steps: dict[str, tupl
     rep.line(f"  the paper (Li et al. 2020 fig. 10, measured, as the notes quote it): ResNet-50 on 256 GPUs, "
              f"synchronising every 8 iterations: +{rep.notes_text('L15-5-paper-skip-sync-nccl')} with NCCL, "
              f"+{rep.notes_text('L15-5-paper-skip-sync-gloo')} with gloo")
-    rep.values(resnet_skip_sync_pct=100 * gains["ResNet-50"], bert_skip_sync_pct=100 * gains["BERT-large"],
-               bert_uncal_skip_sync_pct=100 * gains["BERT-large, uncal."])
+    rep.value("resnet_skip_sync_pct", 100 * gains["ResNet-50"])
+    rep.value("bert_skip_sync_pct", 100 * gains["BERT-large"])
+    rep.value("bert_uncal_skip_sync_pct", 100 * gains["BERT-large, uncal."])
 
 
 # ---- Part 3: accumulating n micro-batch gradients per update -----------------------------------
@@ -247,16 +246,18 @@ def part3_convergence(rep: Report, args: argparse.Namespace) -> None:
                 f"{n * args.lr_large:.3g}", loss_text(large[i], loss), loss_text(by_n[i], loss)]
                for i, n in enumerate(intervals)],
               name="final_losses")
-    rep.record("curves", {name: {str(n): c for n, c in by_n.items()} for name, by_n in curves.items()})
-    rep.record("eval_every_micro_batches", eval_every)
+    rep.value("curves",
+              {name: {str(n): c for n, c in by_n.items()} for name, by_n in curves.items()}, compared=False)
+    rep.value("eval_every_micro_batches", eval_every, compared=False)
     if rep.figure_dir():
         titles = {"small lr": f"small lr = {args.lr_small:g}", "large lr": f"large lr = {args.lr_large:g}",
                   "large lr / n": f"large lr / n = {args.lr_large:g} / n"}
         rep.save_figure(convergence_figure(curves, eval_every, titles), "convergence")
-    rep.values(small_lr_harmless=bool(max(abs(v / small[0] - 1) for v in small) < 0.01),
-               small_lr_change_pct=100 * max(abs(v / small[0] - 1) for v in small),
-               large_lr_hurts=bool(large[-1] > large[0] * 1.01), large_n_lr=intervals[-1] * args.lr_large,
-               stability_lr=loss.stability_lr())
+    rep.value("small_lr_harmless", bool(max(abs(v / small[0] - 1) for v in small) < 0.01))
+    rep.value("small_lr_change_pct", 100 * max(abs(v / small[0] - 1) for v in small))
+    rep.value("large_lr_hurts", bool(large[-1] > large[0] * 1.01))
+    rep.value("large_n_lr", intervals[-1] * args.lr_large)
+    rep.value("stability_lr", loss.stability_lr())
     lr_over_n_is_large_batch(rep, args, batches, loss, intervals[-1])
     rep.note("with lr/n a larger n averages out more gradient noise but makes n times fewer updates; "
              "which wins depends on how far from converged the run is. Skipping synchronisation is the old "
@@ -271,14 +272,16 @@ def lr_over_n_is_large_batch(rep: Report, args: argparse.Namespace, batches: lis
     if not (np.all(np.isfinite(w_acc)) and np.all(np.isfinite(w_big))):
         rep.line(f"  lr/n with n = {n} against large-batch SGD (lr {args.lr_large:g}): both diverge past "
                  "float64's range, so their weights cannot be compared")
-        rep.values(lr_over_n_large_batch=None, lr_over_n_gap="none (both overflow float64)")
+        rep.value("lr_over_n_large_batch", None)
+        rep.value("lr_over_n_gap", "none (both overflow float64)")
         return
     gap = float(np.max(np.abs(w_acc - w_big)))
     same = bool(gap <= 1e-9 * max(1.0, float(np.max(np.abs(w_big)))))     # rounding, relative to |w|
     rep.line(f"  lr/n with n = {n} against large-batch SGD (mean gradient of {n}×{args.micro_batch_size} "
              f"samples, lr {args.lr_large:g}): max |Δw| = {gap:.1e}"
              + (" (the same, up to rounding)" if same else ""))
-    rep.values(lr_over_n_large_batch=same, lr_over_n_gap=f"{gap:.1e}")
+    rep.value("lr_over_n_large_batch", same)
+    rep.value("lr_over_n_gap", f"{gap:.1e}")
 
 
 # Part 3 trains three learning rates over every micro-batch for each n = 1, 2, 4 … --sync-every, on

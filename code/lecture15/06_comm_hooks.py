@@ -37,13 +37,16 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, quantizat
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
-from common.costmodel import ring_allreduce_bytes_per_device
+from common.cli import make_parser
+from common.collectives import algorithm
 from common.dist_count import counting
+from common.error_types import UsageError
 from common.launch import launch, preload_for_ddp
-from common.output import FLOAT32_MOVED_SHARE, Report, fmt_bytes, new_figure, refuse_still_weights
+from common.output import FLOAT32_MOVED_SHARE, Report, new_figure, refuse_still_weights
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, MiB, assign_buckets
+from common.script_end import run_main
+from common.units import MiB, fmt_bytes
+from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, assign_buckets
 
 D_IN, HIDDEN, D_OUT = 32, 64, 32   # Linear(32, 64) → tanh → Linear(64, 32): two matrices PowerSGD compresses
 ELEM = 4                           # float32: what DDP's hooks are written for (fp16 halves it)
@@ -256,7 +259,7 @@ def predicted_calls(name: str, shapes: list[tuple[int, ...]]) -> list[int]:
 def ring_price(world: int, call_bytes: list[int]) -> float:
     """Ring model (costmodel): the bytes a rank would send for these all-reduces on a ring, 2(K−1)/K
     of each input. A price, not a measurement: gloo's own algorithm may route them otherwise."""
-    return sum(ring_allreduce_bytes_per_device(world, n) for n in call_bytes)
+    return sum(algorithm("ring all-reduce").busiest_bytes(world, n) for n in call_bytes)
 
 
 def max_gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -274,7 +277,8 @@ def part1_allreduce_hook(rep: Report, args: argparse.Namespace, ranks: list[dict
     gap = max(max_gap(r["runs"]["allreduce_hook"]["params"], r["runs"]["DDP (no hook)"]["params"])
               for r in ranks)
     words = match_words(gap)
-    rep.values(allreduce_hook_vs_ddp=gap, allreduce_hook_match=words)
+    rep.value("allreduce_hook_vs_ddp", gap)
+    rep.value("allreduce_hook_match", words)
     # the row says bit-exact where it should be (K = 4); the mark only that the two train alike,
     # judged against how far the weights moved (a hook that forgets 1/K is K−1 times the movement off)
     same, _ = rep.mark_trained("allreduce_hook", gap, moved, share=FLOAT32_MOVED_SHARE,
@@ -325,11 +329,14 @@ def part2_bytes(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
         rows.append([name, "/".join(sorted({d for d, _ in counted})), "+".join(map(str, got)),
                      "+".join(map(str, want)), f"{sum(got) / plain:.3f}", fmt_bytes(ring_price(k, got))])
         (counted_bytes, predicted_bytes), (counted_each, predicted_each) = BYTES[name], CALL_BYTES[name]
-        rep.values(**{counted_bytes: sum(got), predicted_bytes: sum(want),
-                      f"{short}_ring_sent": ring_price(k, got),
-                      f"{short}_calls_counted": len(got), f"{short}_calls_predicted": len(want),
-                      # each call's bytes in order: the rows judge the calls, not only their sum
-                      counted_each: "+".join(map(str, got)), predicted_each: "+".join(map(str, want))})
+        rep.value(counted_bytes, sum(got))
+        rep.value(predicted_bytes, sum(want))
+        rep.value(f"{short}_ring_sent", ring_price(k, got))
+        rep.value(f"{short}_calls_counted", len(got))
+        rep.value(f"{short}_calls_predicted", len(want))
+        # each call's bytes in order: the rows judge the calls, not only their sum
+        rep.value(counted_each, "+".join(map(str, got)))
+        rep.value(predicted_each, "+".join(map(str, want)))
     rep.table(["hook", "dtype", "bytes counted", "our rule's bytes", "÷ allreduce_hook's",
                "ring model: bytes sent per rank"], rows, name="bytes_per_step")
     rep.compare_with_notes(in_table=True)
@@ -373,7 +380,8 @@ def part3_convergence(rep: Report, args: argparse.Namespace, ranks: list[dict[st
                      f"{EXPECTED[name][0]} {rep.notes_text(EXPECTED[name][1])}" if name in EXPECTED else ""])
         if name in DISTANCE:
             distance, loss_ratio = DISTANCE[name]
-            rep.values(**{distance: end, loss_ratio: losses[-1] / exact[-1]})
+            rep.value(distance, end)
+            rep.value(loss_ratio, losses[-1] / exact[-1])
     at = min(DISTANCE_STEP, args.steps)
     rep.table(["hook", f"max |Δparam| after {at} steps", f"after {args.steps} steps", "loss, step 1",
                f"loss, step {args.steps}", "final loss ÷ plain DDP's", "expected"],
@@ -415,8 +423,10 @@ def part4_broken(rep: Report, ranks: list[dict[str, Any]]) -> None:
         for error, on in seen.items():
             rep.line(f"    rank{'s' if len(on) > 1 else ''} {', '.join(map(str, on))}: {error}")
         fails, error = BROKEN_VALUES[name]
-        rep.values(**{fails: all(r["broken"][name]["error"] for r in ranks), error: " / ".join(seen)})
-        rep.record(f"{name}_whole_error", ranks[0]["broken"][name]["whole"])   # in --json, every line of it
+        rep.value(fails, all(r["broken"][name]["error"] for r in ranks))
+        rep.value(error, " / ".join(seen))
+        # in --json, every line of it
+        rep.value(f"{name}_whole_error", ranks[0]["broken"][name]["whole"], compared=False)
     rep.compare_with_notes(in_table=True)
     rep.note("bf16_compress_hook is refused by its name when it is registered, though gloo all-reduces "
              "bfloat16 on the CPU (handbook_details.py Part 2 runs it under another name). The batched "

@@ -37,24 +37,22 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import UsageError, make_parser, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.cli import make_parser
+from common.collectives import algorithm
+from common.error_types import UsageError
 from common.launch import capture_stderr, launch, preload_for_ddp
 from common.leftovers import owned_folder
-from common.output import Report, fmt_bytes
+from common.link import Link
+from common.output import Report
 from common.output_files import make_output_dir, write_json
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import (
-    COMM,
-    COMPUTE,
-    MiB,
-    Span,
-    Timeline,
-    assign_buckets,
-    gantt_figure,
-    simulate_backward,
-)
+from common.script_end import run_main
+from common.timeline import Span
+from common.units import MiB, fmt_bytes
+from lecture15.ddp_sim import COMM, COMPUTE, Timeline, assign_buckets, gantt_figure, simulate_backward
 from lecture15.model_vs_real import fit_ring, make_mlp
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 # reproduce.py passes --quick to every script; here it changes nothing, and says so
 QUICK_HELP = "accepted, and the run is the same: the default run is already short (one profiled step)"
@@ -258,7 +256,7 @@ def part1_link(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
     link, failed = fit_ring(k, SWEEP_BYTES, medians)
     if link is None:   # a loaded machine: the largest size alone still gives a bandwidth (α taken as 0)
         t, n = medians[-1], SWEEP_BYTES[-1]
-        link = Link(0.0, ring_allreduce_time(k, n, Link(0.0, 1.0)) / t, "the 1 MiB all-reduce alone")
+        link = Link(0.0, RING_ALLREDUCE.time(k, n, Link(0.0, 1.0)) / t, "the 1 MiB all-reduce alone")
         rep.line(f"  {failed}; using {link.describe()}")
     else:
         rep.line(f"  least-squares fit: {link.describe()}")
@@ -301,12 +299,16 @@ def part2_real(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]
              "launches the bucket's all-reduce, so the last bucket always starts inside one. With one "
              "bucket nothing computes after it: no overlap, whatever the load (try --bucket-cap-mb 100). "
              "On busy cores a rank's gloo thread may start only after its backward: that rank shows none.")
-    rep.values(real_overlap=any(overlapped), real_ranks=len(ranks), real_allreduces=len(comm),
-               sim_buckets=len(buckets))
-    rep.timings(real_overlap_ranks=sum(overlapped),   # load decides how many: a timing, not a count
-                real_first_allreduce_ms=comm[0].start_s * 1e3, real_backward_ms=real.backward_s * 1e3,
-                real_overlap_ms=max(o["overlap_s"] for o in overlaps) * 1e3,
-                real_compute_ms=overlaps[0]["compute_s"] * 1e3)
+    rep.value("real_overlap", any(overlapped))
+    rep.value("real_ranks", len(ranks))
+    rep.value("real_allreduces", len(comm))
+    rep.value("sim_buckets", len(buckets))
+    # load decides how many: a timing, not a count
+    rep.value("real_overlap_ranks", sum(overlapped), timed=True)
+    rep.value("real_first_allreduce_ms", comm[0].start_s * 1e3, timed=True)
+    rep.value("real_backward_ms", real.backward_s * 1e3, timed=True)
+    rep.value("real_overlap_ms", max(o["overlap_s"] for o in overlaps) * 1e3, timed=True)
+    rep.value("real_compute_ms", overlaps[0]["compute_s"] * 1e3, timed=True)
     rep.compare_with_notes(in_table=True)   # the overlap and the all-reduces counted above
     if not expected:   # one all-reduce after the last gradient: overlap found would be a measuring bug
         rep.check_close("overlap found vs 1 all-reduce (none expected)", float(any(overlapped)), 0)
@@ -321,7 +323,7 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
     sizes, cap = ranks[0]["param_bytes"], args.bucket_cap_bytes
     ready = [statistics.fmean(r["ready"][i] for r in ranks) for i in range(len(sizes))]
     sim = simulate_backward(ready, sizes, assign_buckets(sizes, cap, cap),
-                            lambda n: ring_allreduce_time(args.world_size, n, link), overlap=True,
+                            lambda n: RING_ALLREDUCE.time(args.world_size, n, link), overlap=True,
                             names=ranks[0]["param_names"])
     rep.table(["step", "backward + exposed all-reduce (ms)", "first all-reduce starts (ms)"],
               [[name, f"{t.step_s * 1e3:.2f}", f"{t.first_comm_start_s * 1e3:.2f}"]
@@ -334,14 +336,15 @@ def part3_simulated(rep: Report, args: argparse.Namespace, ranks: list[dict[str,
                                            f"{cap / MiB:g} MiB, {link.describe()}")}
     traces |= {f"real_rank{rank}": r["trace"] for rank, r in enumerate(ranks)}
     problems = [f"{name}: {p}" for name, t in traces.items() for p in trace_problems(t)]
-    rep.values(sim_overlap=sim.first_comm_start_s < sim.backward_s, traces_valid=not problems,
-               trace_problems="; ".join(problems) or "none")
+    rep.value("sim_overlap", sim.first_comm_start_s < sim.backward_s)
+    rep.value("traces_valid", not problems)
+    rep.value("trace_problems", "; ".join(problems) or "none")
     if args.trace:
         make_output_dir(args.trace)
         for name, trace in traces.items():
             path = os.path.join(args.trace, f"{rep.figure_name(name)}.json")
             write_json(path, trace)
-            rep.record(f"trace_{name}", os.path.basename(path))
+            rep.value(f"trace_{name}", os.path.basename(path), compared=False)
         rep.line(f"  traces written to {args.trace}: {len(traces)} files (open them in ui.perfetto.dev or "
                  "chrome://tracing)")
     if rep.figure_dir() is not None:   # matplotlib (1-2 s to import) only when a figure was asked for

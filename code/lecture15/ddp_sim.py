@@ -26,22 +26,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
+from common.link import Link
 from common.timeline import Span, ascii_rows, gantt_row, painted
-from common.units import MB, MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
-from lecture15.models import FP32_BYTES, ModelSpec, Param, bert_large, resnet50
+from common.units import MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
+from lecture15.models import ModelSpec, Param
 
-__all__ = [
-    "MB", "MiB", "DEFAULT_FIRST_BUCKET_BYTES", "NOTES_FLOPS_PER_S", "FP32_BYTES",
-    "Param", "ModelSpec", "resnet50", "bert_large",
-    "assign_buckets", "assign_buckets_in_order", "bucket_sizes",
-    "ComputeModel", "gradient_ready_times", "registration_order", "buckets_for_registration",
-    "Span", "COMPUTE", "COMM", "Timeline", "simulate_backward", "simulate_ddp", "ascii_timeline",
-    "gantt_figure",
-    "NOTES_S3", "calibrated_to", "calibrated_to_step",
-    "ScalingPoint", "throughput_speedup", "weak_scaling", "skip_sync_step_s", "skip_sync_speedup",
-]
-
+RING_ALLREDUCE = algorithm("ring all-reduce")
 DEFAULT_FIRST_BUCKET_BYTES = MiB   # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 NOTES_FLOPS_PER_S = 16e12          # the compute rate that reproduces the notes' ResNet-50 backward
 
@@ -274,7 +265,7 @@ def simulate_ddp(model: ModelSpec, world_size: int, link: Link, cap_bytes: int,
         order = registration if registration is not None else range(len(model.params))
         buckets = buckets_for_registration(model, list(order), cap_bytes, first_cap_bytes)
     return simulate_backward(gradient_ready_times(model, compute), model.param_bytes(), buckets,
-                             lambda nbytes: ring_allreduce_time(world_size, nbytes, link), overlap,
+                             lambda nbytes: RING_ALLREDUCE.time(world_size, nbytes, link), overlap,
                              [p.name for p in model.params], compute.forward_s(model))
 
 

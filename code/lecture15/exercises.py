@@ -25,19 +25,23 @@ import math
 
 import numpy as np
 
-from common.cli import make_parser, run_main
-from common.costmodel import Link, ring_allreduce_time
+from common.cli import make_parser
+from common.collectives import algorithm
+from common.link import Link
 from common.output import Report
+from common.script_end import run_main
+from common.units import MB
 from lecture15.ddp_sim import (
-    MB,
     ascii_timeline,
     assign_buckets,
-    resnet50,
     simulate_backward,
     simulate_ddp,
     skip_sync_step_s,
     throughput_speedup,
 )
+from lecture15.models import resnet50
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 SECTION3_LINK = Link(10e-6, 10e9, "§3's fast interconnect")   # the notes' §3 setting: 16 ranks
 SECTION3_RANKS = 16
@@ -95,15 +99,17 @@ def part1(rep: Report) -> None:
     machine, local, world = rank_placement(7, machines=3, gpus_per_machine=4)
     first = [r for r in range(world) if rank_placement(r, 3, 4)[0] == machine]
     rep.line(f"  ranks {first[0]}–{first[-1]} live on machine {machine} (counting from 0)")
-    rep.values(ex1_machine=machine, ex1_local_rank=local, ex1_world_size=world)
+    rep.value("ex1_machine", machine)
+    rep.value("ex1_local_rank", local)
+    rep.value("ex1_world_size", world)
     # §1.3's example: 2 machines × 2 GPUs
     layout = [rank_placement(r, 2, 2) for r in range(2 * 2)]
     per_machine = {m: sorted(lr for mm, lr, _ in layout if mm == m) for m in range(2)}
     rep.line(f"  §1.3: 2 machines × 2 GPUs: global ranks 0–{layout[0][2] - 1}, local ranks per machine "
              f"{per_machine}")
     same = len({tuple(v) for v in per_machine.values()}) == 1
-    rep.values(s13_global_ranks=f"0–{layout[0][2] - 1}",
-               s13_local_ranks=", ".join(map(str, per_machine[0])) if same else str(per_machine))
+    rep.value("s13_global_ranks", f"0–{layout[0][2] - 1}")
+    rep.value("s13_local_ranks", ", ".join(map(str, per_machine[0])) if same else str(per_machine))
 
 
 def part2(rep: Report) -> None:
@@ -154,19 +160,22 @@ def part4(rep: Report) -> None:
                  f"all-reduce {e.start_s * 1e3:.1f}–{e.end_s * 1e3:.1f} ms")
     for row in ascii_timeline(overlapped, width=50, full_scale_s=serial.step_s):
         rep.line("  " + row)
-    rep.values(ex4_overlapped_ms=overlapped.step_s * 1e3, ex4_serial_ms=serial.step_s * 1e3,
-               ex4_one_bucket_ms=one.step_s * 1e3)
+    rep.value("ex4_overlapped_ms", overlapped.step_s * 1e3)
+    rep.value("ex4_serial_ms", serial.step_s * 1e3)
+    rep.value("ex4_one_bucket_ms", one.step_s * 1e3)
     events = {e.index: e for e in overlapped.comm_events()}
     one, two = events[0], events[1]
-    rep.values(ex4_bucket0_ready_ms=overlapped.bucket_ready_s[0] * 1e3,
-               ex4_bucket0_comm_ms=(one.end_s - one.start_s) * 1e3, ex4_bucket0_end_ms=one.end_s * 1e3)
-    rep.values(ex4_bucket1_ready_ms=overlapped.bucket_ready_s[1] * 1e3,
-               ex4_bucket1_comm_ms=(two.end_s - two.start_s) * 1e3, ex4_bucket1_end_ms=two.end_s * 1e3)
+    rep.value("ex4_bucket0_ready_ms", overlapped.bucket_ready_s[0] * 1e3)
+    rep.value("ex4_bucket0_comm_ms", (one.end_s - one.start_s) * 1e3)
+    rep.value("ex4_bucket0_end_ms", one.end_s * 1e3)
+    rep.value("ex4_bucket1_ready_ms", overlapped.bucket_ready_s[1] * 1e3)
+    rep.value("ex4_bucket1_comm_ms", (two.end_s - two.start_s) * 1e3)
+    rep.value("ex4_bucket1_end_ms", two.end_s * 1e3)
 
 
 def part5(rep: Report) -> None:
     model, k, link = resnet50(), SECTION3_RANKS, SECTION3_LINK
-    per_bucket_latency = ring_allreduce_time(k, 0, link)      # an empty all-reduce: 2(K−1)α
+    per_bucket_latency = RING_ALLREDUCE.time(k, 0, link)      # an empty all-reduce: 2(K−1)α
     cap0 = simulate_ddp(model, k, link, cap_bytes=0)
     serial = simulate_ddp(model, k, link, cap_bytes=10 * model.nbytes, overlap=False)
     rep.line(f"  ResNet-50, K = {k}, α = {link.alpha_s * 1e6:g} µs, β = {link.beta_Bps / 1e9:g} GB/s: any "
@@ -178,7 +187,8 @@ def part5(rep: Report) -> None:
              f"bucket; cap 0 adds {(buckets - 1) * per_bucket_latency * 1e3:.1f} ms of latency")
     rep.line(f"  step: cap 0, overlapped {cap0.step_s * 1e3:.1f} ms; one bucket, no overlap "
              f"{serial.step_s * 1e3:.1f} ms")
-    rep.values(ex5_cap0_slower=bool(cap0.step_s > serial.step_s), ex5_tensors=len(model.params))
+    rep.value("ex5_cap0_slower", bool(cap0.step_s > serial.step_s))
+    rep.value("ex5_tensors", len(model.params))
 
 
 def part6(rep: Report) -> None:
@@ -245,16 +255,17 @@ def part8(rep: Report) -> None:
 def part9(rep: Report) -> None:
     model = resnet50()
     k, link = SECTION3_RANKS, SECTION3_LINK
-    bitmap = ring_allreduce_time(k, len(model.params) * 4, link)
+    bitmap = RING_ALLREDUCE.time(k, len(model.params) * 4, link)
     rep.note("a bucket is one flat buffer of one dtype (the gradients' float); the usage bitmap is integers, "
              "and one bitmap for all parameters is smaller than one per bucket.")
     rep.line(f"  ResNet-50's {len(model.params)}-entry int32 bitmap, all-reduced at K = {k}: "
-             f"{bitmap * 1e3:.3f} ms, nearly all 2(K−1)α = {ring_allreduce_time(k, 0, link) * 1e3:.2f} ms")
+             f"{bitmap * 1e3:.3f} ms, nearly all 2(K−1)α = {RING_ALLREDUCE.time(k, 0, link) * 1e3:.2f} ms")
 
 
 def part10(rep: Report) -> None:
     ratio = throughput_speedup(256, 50e-3, 100e-3)   # 256 × 32 samples / 100 ms against 32 / 50 ms
-    rep.values(ex10_throughput=ratio, ex10_efficiency_pct=100 * ratio / 256)
+    rep.value("ex10_throughput", ratio)
+    rep.value("ex10_efficiency_pct", 100 * ratio / 256)
 
 
 def part11(rep: Report) -> None:
@@ -327,9 +338,12 @@ def part13(rep: Report) -> None:
     params, per_param = 405e9, 16   # lecture 14's ledger: 16 bytes per parameter (mixed-precision Adam)
     tb = params * per_param / 1e12
     rep.line(f"  405B parameters × {per_param} B (lecture 14's ledger) = {tb:.2f} TB of training state")
-    rep.values(gpipe_bubble_plain_gap=gaps["plain"], gpipe_bubble_micro_gap=gaps["micro"],
-               megatron_mlp_allreduces=made, megatron_gap=gap, megatron_rows_first_gap=wrong,
-               state_405b_tb=tb)
+    rep.value("gpipe_bubble_plain_gap", gaps["plain"])
+    rep.value("gpipe_bubble_micro_gap", gaps["micro"])
+    rep.value("megatron_mlp_allreduces", made)
+    rep.value("megatron_gap", gap)
+    rep.value("megatron_rows_first_gap", wrong)
+    rep.value("state_405b_tb", tb)
 
 
 def main() -> None:

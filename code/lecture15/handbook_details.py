@@ -28,20 +28,21 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-from common.cli import make_parser, run_main
-from common.costmodel import (
-    Link,
-    ring_allreduce_bytes_per_device,
-    ring_allreduce_time,
-    zero_step_bytes_per_device,
-)
+from common.cli import make_parser
+from common.collectives import algorithm
+from common.costmodel_steps import zero_step_bytes_per_device
 from common.dist_count import counting
 from common.launch import launch, preload_for_ddp, rank_device
-from common.output import Report, fmt_bytes
+from common.link import Link
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import MiB, Timeline, assign_buckets, simulate_backward
+from common.script_end import run_main
+from common.units import MiB, fmt_bytes
+from lecture15.ddp_sim import Timeline, assign_buckets, simulate_backward
 from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss
 from lecture15.my_ddp import MyDDP
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 # DDP's built-in hooks, called through lambdas: DDP refuses a hook *named* bf16_compress_hook unless
 # CUDA and NCCL are there, yet gloo all-reduces bfloat16 on the CPU; and a lambda carries no string
@@ -116,9 +117,12 @@ def part1_bucket_views(rep: Report, ranks: list[dict[str, Any]]) -> None:
               [[name, f"{shared} of {total}", buckets] for name, (shared, total, buckets) in views.items()],
               name="bucket_views")
     on, off, mine = views.values()
-    rep.values(view_no_copy=on[0] == on[1] and off[0] == 0, view_on=f"{on[0]}/{on[1]}",
-               view_off=f"{off[0]}/{off[1]}", cat_copies=mine[0] == 0, mine_shared=mine[0],
-               mine_grads=mine[1])
+    rep.value("view_no_copy", on[0] == on[1] and off[0] == 0)
+    rep.value("view_on", f"{on[0]}/{on[1]}")
+    rep.value("view_off", f"{off[0]}/{off[1]}")
+    rep.value("cat_copies", mine[0] == 0)
+    rep.value("mine_shared", mine[0])
+    rep.value("mine_grads", mine[1])
 
 
 # ---- Part 2: comm hooks ---------------------------------------------------------------------------
@@ -155,10 +159,12 @@ def part2_comm_hooks(rep: Report, args: argparse.Namespace, ranks: list[dict[str
              "handed to dist.all_reduce, all steps. The compressed gradients train slightly differently "
              "(last column): the handbook's trade")
     bf16, fp16 = hooks["bf16_compress_hook"], hooks["fp16_compress_hook"]
-    rep.values(bf16_share=bf16["bytes"] / plain["bytes"], bf16_bytes=bf16["bytes"],
-               bf16_dtype="/".join(bf16["dtypes"]))
-    rep.values(fp16_share=fp16["bytes"] / plain["bytes"], fp16_bytes=fp16["bytes"],
-               fp16_dtype="/".join(fp16["dtypes"]))
+    rep.value("bf16_share", bf16["bytes"] / plain["bytes"])
+    rep.value("bf16_bytes", bf16["bytes"])
+    rep.value("bf16_dtype", "/".join(bf16["dtypes"]))
+    rep.value("fp16_share", fp16["bytes"] / plain["bytes"])
+    rep.value("fp16_bytes", fp16["bytes"])
+    rep.value("fp16_dtype", "/".join(fp16["dtypes"]))
     rep.value("plain_bytes", plain["bytes"])
 
 
@@ -170,11 +176,11 @@ def timeline_7b(ranks: int, backward_s: float) -> Timeline:
     # Registration order: the first layer's tensor (index 0) is ready last, at the end of backward.
     ready = [(TENSORS_7B - i) * backward_s / TENSORS_7B for i in range(TENSORS_7B)]
     buckets = assign_buckets(sizes, 25 * MiB, first_cap_bytes=MiB)
-    return simulate_backward(ready, sizes, buckets, lambda n: ring_allreduce_time(ranks, n, LINK_7B))
+    return simulate_backward(ready, sizes, buckets, lambda n: RING_ALLREDUCE.time(ranks, n, LINK_7B))
 
 
 def part3_question(rep: Report) -> None:
-    comm_s = ring_allreduce_time(RANKS_7B, GRAD_7B, LINK_7B)
+    comm_s = RING_ALLREDUCE.time(RANKS_7B, GRAD_7B, LINK_7B)
     rep.line(f"  to hide it the link must deliver >= {comm_s / BACKWARD_7B_S:.0%} of its 50 GB/s: the "
              "handbook's 'not much margin'")
     timeline = timeline_7b(RANKS_7B, BACKWARD_7B_S)   # "only the last bucket is exposed", on ddp_sim
@@ -185,11 +191,14 @@ def part3_question(rep: Report) -> None:
     zero = {stage: zero_step_bytes_per_device(stage, RANKS_7B, GRAD_7B)
             for stage in ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")}
     rep.line("  bytes per rank per step: " + ", ".join(f"{s} {fmt_bytes(b)}" for s, b in zero.items()))
-    rep.values(grad_7b_gb=GRAD_7B / 1e9, ring_7b_gb=ring_allreduce_bytes_per_device(RANKS_7B, GRAD_7B) / 1e9,
-               ring_7b_s=comm_s, hidden_7b=comm_s < BACKWARD_7B_S, backward_7b_s=BACKWARD_7B_S,
-               last_bucket_exposed=math.isclose(timeline.exposed_comm_s, last),
-               zero_same_comm=zero["ZeRO-1"] == zero["ZeRO-2"] == zero["DDP"],
-               zero3_over_ddp=zero["ZeRO-3"] / zero["DDP"])
+    rep.value("grad_7b_gb", GRAD_7B / 1e9)
+    rep.value("ring_7b_gb", RING_ALLREDUCE.busiest_bytes(RANKS_7B, GRAD_7B) / 1e9)
+    rep.value("ring_7b_s", comm_s)
+    rep.value("hidden_7b", comm_s < BACKWARD_7B_S)
+    rep.value("backward_7b_s", BACKWARD_7B_S)
+    rep.value("last_bucket_exposed", math.isclose(timeline.exposed_comm_s, last))
+    rep.value("zero_same_comm", zero["ZeRO-1"] == zero["ZeRO-2"] == zero["DDP"])
+    rep.value("zero3_over_ddp", zero["ZeRO-3"] / zero["DDP"])
 
 
 # ---- Part 4: scaling with the global batch fixed ---------------------------------------------------
@@ -200,20 +209,23 @@ def part4_scaling(rep: Report) -> None:
     for k in SCALING_RANKS:
         timeline = timeline_7b(k, whole_s / k)
         efficiency.append(timeline.backward_s / timeline.step_s)
-        psi = ring_allreduce_bytes_per_device(k, GRAD_7B) / GRAD_7B
+        psi = RING_ALLREDUCE.busiest_bytes(k, GRAD_7B) / GRAD_7B
         rows.append([k, f"{timeline.backward_s:.3f}", f"{psi:.3f}",
-                     f"{ring_allreduce_time(k, GRAD_7B, LINK_7B):.3f}", f"{timeline.step_s:.3f}",
+                     f"{RING_ALLREDUCE.time(k, GRAD_7B, LINK_7B):.3f}", f"{timeline.step_s:.3f}",
                      f"{efficiency[-1]:.0%}"])
     rep.table(["K", "backward/rank (s)", "ring bytes/rank ÷ Ψ", "all-reduce (s)", "step (s)", "efficiency"],
               rows, name="scaling")
     rep.note(f"Part 3's model with its global batch fixed: the whole batch's backward is {RANKS_7B} × "
              f"{BACKWARD_7B_S} s and splits evenly (per-rank compute ∝ per-rank batch, assumed); Ψ = the "
              "bf16 gradients' bytes; efficiency = backward / step")
-    rep.values(ring_bytes_top_psi=ring_allreduce_bytes_per_device(SCALING_RANKS[-1], GRAD_7B) / GRAD_7B,
-               top_k=SCALING_RANKS[-1], low_k=SCALING_RANKS[0], ring_bytes_low_psi=rows[0][2],
-               efficiency_falls=all(a >= b for a, b in zip(efficiency, efficiency[1:]))
-               and efficiency[-1] < efficiency[0], efficiency_text=", ".join(r[-1] for r in rows),
-               ranks_text=", ".join(map(str, SCALING_RANKS)))
+    rep.value("ring_bytes_top_psi", RING_ALLREDUCE.busiest_bytes(SCALING_RANKS[-1], GRAD_7B) / GRAD_7B)
+    rep.value("top_k", SCALING_RANKS[-1])
+    rep.value("low_k", SCALING_RANKS[0])
+    rep.value("ring_bytes_low_psi", rows[0][2])
+    rep.value("efficiency_falls", all(a >= b for a, b in zip(efficiency, efficiency[1:]))
+               and efficiency[-1] < efficiency[0])
+    rep.value("efficiency_text", ", ".join(r[-1] for r in rows))
+    rep.value("ranks_text", ", ".join(map(str, SCALING_RANKS)))
 
 
 # ---- Part 5: DistributedSampler --------------------------------------------------------------------
@@ -247,10 +259,11 @@ def part5_sampler(rep: Report) -> None:
              "divide N it pads (drop_last=False, the default) by repeating the first indices of the shuffled "
              "order, or drops the tail (drop_last=True): each rank gets the same count either way")
     uneven = next((r for r in rows if r[3] or r[4]), None)
-    rep.values(sampler_exact=exact_ok, sampler_any=any_ok,
-               sampler_uneven=(f"K = {uneven[0]}, N = {uneven[1]} repeats {uneven[3]} samples (padding to "
+    rep.value("sampler_exact", exact_ok)
+    rep.value("sampler_any", any_ok)
+    rep.value("sampler_uneven", f"K = {uneven[0]}, N = {uneven[1]} repeats {uneven[3]} samples (padding to "
                                "equal shares); drop_last=True leaves them out instead" if uneven
-                               else "no uneven case tried"))
+                               else "no uneven case tried")
 
 
 def details_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:

@@ -30,12 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from common.cli import UsageError, make_parser, run_main
-from common.costmodel import Link, fit_line_relative, ring_allreduce_time, ring_alpha_beta_from_line
+from common.cli import make_parser
+from common.collectives import algorithm
+from common.costmodel import fit_line_relative, ring_alpha_beta_from_line
+from common.error_types import UsageError
 from common.flags import positive_int
-from common.output import Report, fmt_bytes
+from common.link import Link
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import MiB, ascii_timeline, assign_buckets, simulate_backward
+from common.script_end import run_main
+from common.units import MiB, fmt_bytes
+from lecture15.ddp_sim import ascii_timeline, assign_buckets, simulate_backward
 from lecture15.timings import slowest_rank, spread_ms
 
 ALLREDUCE_BYTES = [2**14, 2**16, 2**18, 2**20, 2**22, 2**24]   # 16 KiB … 16 MiB, factor 4
@@ -199,7 +204,7 @@ def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any
     sizes, times = result["sizes"], result["allreduce_s"]
     link, failed = fit_ring(args.world_size, sizes, times)
     rows = [[fmt_bytes(n, binary=True), spread_ms(runs, 3),
-             f"{ring_allreduce_time(args.world_size, n, link) * 1e3:.3f}" if link else "-",
+             f"{algorithm('ring all-reduce').time(args.world_size, n, link) * 1e3:.3f}" if link else "-",
              f"{n / t / 1e9:.2f}"] for n, t, runs in zip(sizes, times, result["allreduce_runs"])]
     rep.table(["size", "measured, ms: median (min–max)", "fitted ring (ms)", "algbw (GB/s, median)"], rows,
               name="allreduce")
@@ -207,8 +212,8 @@ def part1_allreduce(rep: Report, args: argparse.Namespace, result: dict[str, Any
              f"2(K−1)/K·n/β, K = {args.world_size}, least squares in relative error "
              f"({len(result['allreduce_runs'][0])} repeats per size, slowest rank)")
     if link:   # our figures, which the notes give none of: recorded, not compared
-        rep.record("alpha_s", link.alpha_s)
-        rep.record("beta_Bps", link.beta_Bps)
+        rep.value("alpha_s", link.alpha_s, compared=False)
+        rep.value("beta_Bps", link.beta_Bps, compared=False)
     return link
 
 
@@ -265,7 +270,7 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
         return
 
     def comm(nbytes: int) -> float:
-        return ring_allreduce_time(args.world_size, nbytes, link)
+        return algorithm("ring all-reduce").time(args.world_size, nbytes, link)
 
     overlapped = simulate_backward(result["ready_s"], sizes, buckets, comm, overlap=True,
                                    names=result["param_names"], forward_s=result["forward_s"])
@@ -282,7 +287,7 @@ def part3_predict(rep: Report, args: argparse.Namespace, result: dict[str, Any],
     for key, value in (("verdict", said), ("predicted_overlap_s", overlapped.step_with_forward_s),
                        ("predicted_serial_s", serial.step_with_forward_s), ("measured_s", measured),
                        ("measured_runs_s", runs)):
-        rep.record(key, value)
+        rep.value(key, value, compared=False)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rep.note(f"limits: {args.world_size} ranks share this machine's {cores} cores, so gloo's threads and the "
              "backward compete for them (the model lets the two streams run side by side for free); the "

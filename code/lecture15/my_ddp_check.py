@@ -28,11 +28,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.launch import launch, preload_for_ddp, rank_device
-from common.output import Report, fmt_bytes
+from common.output import Report
 from common.run_cost import Cost, Term
-from lecture15.ddp_sim import MiB
+from common.script_end import run_main
+from common.units import MiB, fmt_bytes
 from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss
 from lecture15.my_ddp import MyDDP
 from lecture15.timings import slowest_rank, spread_ms
@@ -130,10 +132,15 @@ def part1_buckets(rep: Report, args: argparse.Namespace, ranks: list[dict[str, A
     cap = train["ddp_default_cap"]
     tensors = sum(len(names) for names, _ in train["buckets"])
     per_step = train["launches_per_step"]
-    rep.values(check_buckets=len(rows), bucket_bytes=str([r[2] for r in rows]), tensors=tensors,
-               fewer_messages=per_step < tensors, launches_per_step=per_step,
-               ddp_default_cap_mb=cap / 1e6, ddp_default_cap_bytes=cap, ddp_default_cap_mib=cap / MiB,
-               ddp_first_cap_mib=train["ddp_first_cap"] / MiB)
+    rep.value("check_buckets", len(rows))
+    rep.value("bucket_bytes", str([r[2] for r in rows]))
+    rep.value("tensors", tensors)
+    rep.value("fewer_messages", per_step < tensors)
+    rep.value("launches_per_step", per_step)
+    rep.value("ddp_default_cap_mb", cap / 1e6)
+    rep.value("ddp_default_cap_bytes", cap)
+    rep.value("ddp_default_cap_mib", cap / MiB)
+    rep.value("ddp_first_cap_mib", train["ddp_first_cap"] / MiB)
 
 
 def part2_train(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
@@ -156,8 +163,10 @@ def part2_train(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any
              f"against PyTorch DDP {gaps['mine_vs_official']:g}, MyDDP's replicas against rank 0's "
              f"{gaps['ranks_diff']:g}. PyTorch DDP with its defaults launched {train['official_per_step']} "
              f"all-reduces in its steps (its step 1 always uses a single bucket).{uneven}")
-    rep.values(mine_vs_ref=gaps["mine_vs_ref"], official_vs_ref=gaps["official_vs_ref"],
-               replicas_identical=gaps["ranks_diff"] == 0.0, replicas_diff=gaps["ranks_diff"])
+    rep.value("mine_vs_ref", gaps["mine_vs_ref"])
+    rep.value("official_vs_ref", gaps["official_vs_ref"])
+    rep.value("replicas_identical", gaps["ranks_diff"] == 0.0)
+    rep.value("replicas_diff", gaps["ranks_diff"])
 
 
 def part3_no_sync(rep: Report, args: argparse.Namespace, ranks: list[dict[str, Any]]) -> None:
@@ -172,13 +181,14 @@ def part3_no_sync(rep: Report, args: argparse.Namespace, ranks: list[dict[str, A
     rep.note("each micro-batch's loss is its share of the global mean (summed loss × W / batch): for equal "
              "halves, the handbook's 'divide each micro-step's loss by the step count'. Where the block must "
              "sit (the forward inside it): my_ddp_vs_ddp.py Part 1.")
-    rep.values(no_sync_gap=gap, synced_both=synced_both,
-               no_sync_comm_share=acc["launches_per_step"] / synced_both,
-               no_sync_launches=acc["launches_per_step"],
-               ddp_skips=acc["official_per_step"] == plain["official_per_step"],
-               ddp_per_step_no_sync=str(acc["official_per_step"]),
-               ddp_per_step=str(plain["official_per_step"]),
-               hook_after_accumulation=hook_sees_accumulated_grad())
+    rep.value("no_sync_gap", gap)
+    rep.value("synced_both", synced_both)
+    rep.value("no_sync_comm_share", acc["launches_per_step"] / synced_both)
+    rep.value("no_sync_launches", acc["launches_per_step"])
+    rep.value("ddp_skips", acc["official_per_step"] == plain["official_per_step"])
+    rep.value("ddp_per_step_no_sync", str(acc["official_per_step"]))
+    rep.value("ddp_per_step", str(plain["official_per_step"]))
+    rep.value("hook_after_accumulation", hook_sees_accumulated_grad())
 
 
 # ---- Part 4: step time ----------------------------------------------------------------------------
@@ -225,7 +235,7 @@ def part4_timing(rep: Report, args: argparse.Namespace, ranks: list[dict[str, An
              f"{'met' if ratio <= TARGET_RATIO else 'NOT met'} ({args.repeats} interleaved repeats, the same "
              "buckets)")
     rep.value("myddp_over_ddp", ratio)
-    rep.record("steps_s", {"MyDDP": mine, "PyTorch DDP": official})
+    rep.value("steps_s", {"MyDDP": mine, "PyTorch DDP": official}, compared=False)
 
 
 def check_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:

@@ -25,10 +25,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.cli import UsageError, make_parser, run_main
+from common.cli import make_parser
+from common.error_types import UsageError
 from common.launch import launch, preload_for_ddp, rank_device
 from common.output import Report
 from common.run_cost import Cost, Term
+from common.script_end import run_main
 from lecture15.handbook_model import handbook_model, shard
 from lecture15.my_ddp import MyDDP
 
@@ -176,7 +178,7 @@ def part2_order(rep: Report, ranks: list[dict[str, Any]]) -> None:
     rep.note("ready order pairs rank 0's bucket 0 with rank 1's bucket 1: same size, so gloo sums unrelated "
              "gradients without any error (lecture 15 §2.3, exercise 6). PyTorch rebuilds its buckets in the "
              "observed order after step 1; MyDDP, like PyTorch 1.5, keeps the construction-time buckets.")
-    rep.record("rank_order", {k: [r["order"][k] for r in ranks] for k in ("index", "naive")})
+    rep.value("rank_order", {k: [r["order"][k] for r in ranks] for k in ("index", "naive")}, compared=False)
 
 
 # ---- Part 3: buffers and sparse gradients --------------------------------------------------------

@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 
 from common import checker
-from lecture15.ddp_sim import ComputeModel, bert_large, calibrated_to_step, resnet50
+from lecture15.ddp_sim import ComputeModel, calibrated_to_step
+from lecture15.models import bert_large, resnet50
 
 # The notes' rows (code/lecture15/notes.toml, basis "calibration target"): nothing here retypes them.
 # ResNet-50: §3 Part 3's 37.75 ms step (their most precise ResNet figure); BERT-large: §3 Part 4's

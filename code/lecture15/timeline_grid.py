@@ -25,23 +25,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from common.costmodel import Link, ring_allreduce_time
+from common.collectives import algorithm
+from common.link import Link
+from common.units import MB, MiB
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
-    MB,
     NOTES_S3,
     ComputeModel,
-    MiB,
-    ModelSpec,
-    Param,
     Timeline,
     assign_buckets,
-    bert_large,
     bucket_sizes,
     gradient_ready_times,
-    resnet50,
     simulate_backward,
 )
+from lecture15.models import ModelSpec, Param, bert_large, resnet50
 from lecture15.notes_calibration import (
     BERT_TARGET,
     RESNET_TARGET,
@@ -174,7 +171,7 @@ def cap_timelines(model: GridModel, cap_bytes: int | None,
         for alpha in ALPHAS_US:
             link = Link(alpha * 1e-6, beta * 1e9)
             for k in WORLD_SIZES:
-                cost = {n: ring_allreduce_time(k, n, link) for n in set(sizes)}
+                cost = {n: algorithm("ring all-reduce").time(k, n, link) for n in set(sizes)}
                 on, off = (simulate_backward(ready_b, sizes, alone, cost.__getitem__, overlap=overlap)
                            for overlap in (True, False))
                 points.append(_point(on, off))
@@ -211,7 +208,7 @@ def show_setting(model_key: str, cap_index: int, beta_gbs: float, alpha_us: floa
 def latency_units() -> list[list[int]]:
     """The all-reduce's latency term 2(K−1)α (the cost with no bytes), by α then K: the page
     splits a bucket's all-reduce into it and the bandwidth term (the rest)."""
-    return [[to_units(ring_allreduce_time(k, 0, Link(alpha * 1e-6, 1e9))) for k in WORLD_SIZES]
+    return [[to_units(algorithm("ring all-reduce").time(k, 0, Link(alpha * 1e-6, 1e9))) for k in WORLD_SIZES]
             for alpha in ALPHAS_US]
 
 

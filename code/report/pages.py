@@ -20,8 +20,8 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from common import verdicts
-from common.output import fmt_num
 from common.output_files import make_output_dir, write_bytes, write_text
+from common.units import fmt_num
 from reproduction import errata
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

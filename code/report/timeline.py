@@ -27,9 +27,10 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from common import checker
-from common.cli import OneLineParser, run_main
+from common.cli import OneLineParser
 from common.output_files import make_output_dir, write_text
 from common.output_paths import check_output_dir
+from common.script_end import run_main
 from lecture15 import timeline_grid
 from lecture15.ddp_sim import ComputeModel
 

@@ -12,7 +12,7 @@ LECTURES = ("lecture14", "lecture15", "cs336")
 _REAL_MARKERS = ("from common.launch import",)
 # How a script reads a clock, itself or through common/ (launch_expecting_failure, and
 # skipped_collective around it: the seconds until the launcher gave up, printed).
-_CLOCKS = (r"\bperf_counter\(|\btime\.time\(|\bmonotonic\(|\.timings\(|\blaunch_expecting_failure\("
+_CLOCKS = (r"\bperf_counter\(|\btime\.time\(|\bmonotonic\(|\btimed=True\b|\blaunch_expecting_failure\("
            r"|\bskipped_collective\(")
 SHORTENS = r"\bquick=|\.quick\b"   # how a script's code sees --quick (common/cli.py applies quick=)
 

@@ -60,7 +60,7 @@ from judging.casefolder import CaseFolder
 from judging.messages import TEXT_WIDTH, choose_hint, cut, render_pair, show
 from judging.sandbox import Fail
 
-__all__ = ["Case", "CaseResult", "Fail", "ProblemRun", "hint_for", "run_problem", "take_charge", "verdict"]
+__all__ = ["Case", "CaseResult", "ProblemRun", "hint_for", "run_problem", "take_charge", "verdict"]
 
 OUTPUT_LINES = 3    # lines of what a failed case printed that the report shows
 OUTPUT_TAIL_BYTES = 64 << 10    # the judge reads only this much of the end of what a case printed

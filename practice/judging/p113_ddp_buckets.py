@@ -17,21 +17,23 @@ import random
 from types import ModuleType
 from typing import Any
 
-from common.costmodel import Link, ring_allreduce_time
-from judging.engine import Case, Fail
+from common.collectives import algorithm
+from common.link import Link
+from common.units import MB, MiB
+from judging.engine import Case
 from judging.messages import kind, show
-from judging.sandbox import call
+from judging.sandbox import Fail, call
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,
-    MB,
     ComputeModel,
-    MiB,
     assign_buckets,
     assign_buckets_in_order,
     gradient_ready_times,
-    resnet50,
     simulate_backward,
 )
+from lecture15.models import resnet50
+
+RING_ALLREDUCE = algorithm("ring all-reduce")
 
 FUNCTIONS = ("assign_buckets", "allreduce_time", "timeline")
 REL_TOL = 1e-9
@@ -149,19 +151,19 @@ def _number(value: Any, what: str, hint: str) -> float:
 
 def check_time(inputs: dict[str, Any], data: list[dict[str, Any]]) -> None:
     for (nbytes, k, alpha_s, beta), result in zip(inputs["calls"], data):
-        expected = ring_allreduce_time(k, nbytes, Link(alpha_s, beta))
+        expected = RING_ALLREDUCE.time(k, nbytes, Link(alpha_s, beta))
         got = _number(result["returned"], "the all-reduce time", HINT_RING)
         if not _close(got, expected):
             # what it is instead chooses the hint: one phase of the two, or whole tensors as messages
             hint = (HINT_PHASES if _close(2 * got, expected) else HINT_CHUNK_BYTES
-                    if _close(got, ring_allreduce_time(k, nbytes * k, Link(alpha_s, beta))) else HINT_RING)
+                    if _close(got, RING_ALLREDUCE.time(k, nbytes * k, Link(alpha_s, beta))) else HINT_RING)
             raise Fail(f"{expected!r} s for {nbytes:,} B on K = {k}", f"{got!r} s", hint)
 
 
 def _model_spans(inputs: dict[str, Any]) -> Any:
     link = Link(inputs["alpha_s"], inputs["beta_Bps"])
     return simulate_backward(inputs["ready_s"], inputs["param_bytes"], inputs["buckets"],
-                             lambda nbytes: ring_allreduce_time(inputs["world_size"], nbytes, link))
+                             lambda nbytes: RING_ALLREDUCE.time(inputs["world_size"], nbytes, link))
 
 
 def _check_spans(inputs: dict[str, Any], got_spans: Any, spans: list[tuple[float, float]]) -> None:

@@ -18,10 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from judging.engine import Case, Fail
+from common.collectives import split_sizes
+from judging.engine import Case
 from judging.messages import kind, show
 from judging.ranks import run_ranks, solution_in_rank
-from judging.sandbox import function
+from judging.sandbox import Fail, function
 from lecture14 import data_parallel as dp
 
 FUNCTIONS = ("partition_indices", "average_gradients", "train_step")
@@ -86,7 +87,7 @@ def _parts(got: list[Any], shown: dict[str, int]) -> list[list[int]]:
 def check_split_sizes(inputs: dict[str, Any], data: list[Any]) -> None:
     for (size, world, seed), got in zip(inputs["calls"], data):
         shown = {"size": size, "world_size": world, "seed": seed}
-        parts, sizes = _parts(got, shown), dp.partition_sizes(size, world)
+        parts, sizes = _parts(got, shown), split_sizes(size, world)
         if [len(p) for p in parts] != sizes:
             raise Fail(f"shard sizes {sizes} for {size} samples on {world} ranks",
                        f"{[len(p) for p in parts]}", HINT_PART, shown)

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from common.collectives import algorithm
-from judging.engine import Case, Fail
+from judging.engine import Case
 from judging.messages import kind, show
 from judging.ranks import check_seen, counted, recorded_calls, run_ranks, solution_in_rank
-from judging.sandbox import function
+from judging.sandbox import Fail, function
 
 FUNCTIONS = ("ring_allreduce",)
 HINT_SUM = "the README: the SUM over the ranks, as dist.all_reduce's default (op=SUM): no division"

@@ -16,11 +16,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from common.collectives import split_sizes
 from cs336 import comm, mlp
-from judging.engine import Case, Fail
+from judging.engine import Case
 from judging.messages import kind
 from judging.ranks import run_ranks, solution_in_rank
-from judging.sandbox import function
+from judging.sandbox import Fail, function
 
 FUNCTIONS = ("tp_backward",)
 TOL = 1e-12          # float64; only the summation order differs from one process
@@ -44,7 +45,7 @@ HINT_DEADLOCK = (
 
 def tp_worker(rank: int, world: int, layers: int, width: int, batch: int) -> dict[str, Any]:
     params, x = mlp.make_params(layers, width, seed=SEED), mlp.make_batch(batch, width, seed=SEED)
-    widths = mlp.split_sizes(width, world)
+    widths = split_sizes(width, world)
     start = mlp.offsets(widths)[rank]
     ws = [w[:, start:start + widths[rank]].clone() for w in params]
     log = comm.CommLog(world)
@@ -89,7 +90,7 @@ def _shape_of_list(grads: Any, expected: list[torch.Tensor], start: int, width: 
 def check(inputs: dict[str, Any], data: list[Any]) -> None:
     world, layers, width, batch = (inputs[k] for k in ("world_size", "layers", "width", "batch"))
     expected = one_process_grads(layers, width, batch)
-    widths = mlp.split_sizes(width, world)
+    widths = split_sizes(width, world)
     starts = mlp.offsets(widths)
     for rank, res in enumerate(data):
         _shape_of_list(res["grads"], expected, starts[rank], widths[rank])

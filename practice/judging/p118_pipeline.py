@@ -5,7 +5,7 @@ module whose forward notes every pass: which micro-batch (found by its input, ag
 process's activations), and, through a hook on the output's gradient, when its backward ran. From
 that order the judge reads what the notes promise, here in its own process: the activations a rank
 held (engine_probes.most_held) at most S, each rank's order equal to cs336/pipeline.py's
-one_f_one_b_order, the sends and bytes of costmodel.pp_step_traffic (a 1F1B step sends what
+one_f_one_b_order, the sends and bytes of costmodel_steps.pp_step_traffic (a 1F1B step sends what
 GPipe's does, in another order), and the batch's output, the gradients and the weights after every
 step equal to one process (mlp.train_one_process) with SGD and with Adam.
 """
@@ -18,14 +18,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.costmodel import pp_step_traffic
+from common.costmodel_steps import pp_step_traffic
 from cs336 import mlp
 from cs336 import pipeline as pp
 from cs336.engine_probes import most_held
-from judging.engine import Case, Fail
+from judging.engine import Case
 from judging.messages import kind
 from judging.ranks import check_seen, run_ranks, solution_in_rank, watched
-from judging.sandbox import function
+from judging.sandbox import Fail, function
 
 FUNCTIONS = ("train_step",)
 SEED, WIDTH, STEPS = 23, 8, 2

@@ -5,7 +5,7 @@ student's ZeroAdam.step(). Around each step the judge counts the rank's collecti
 each call at its size N) and weighs every tensor the optimizer keeps (its attributes, walked; the
 parameters and their gradients left out). Here in the judge's process: the bytes against
 cs336/ledger.py's optimizer_state_bytes (m and v of one shard), the collectives against
-costmodel.zero_step_collectives("ZeRO-1") (one reduce-scatter of the gradients, one all-gather of
+costmodel_steps.zero_step_collectives("ZeRO-1") (one reduce-scatter of the gradients, one all-gather of
 the parameters), Adam's state shard and every rank's parameters after each step against
 torch.optim.Adam in one process on the whole batch.
 """
@@ -19,13 +19,13 @@ from typing import Any
 import torch
 
 from common import dist_count
-from common.collectives import BY_TORCH_NAME
-from common.costmodel import zero_step_collectives
+from common.collectives import BY_TORCH_NAME, split_sizes
+from common.costmodel_steps import zero_step_collectives
 from cs336 import ledger, mlp
-from judging.engine import Case, Fail
+from judging.engine import Case
 from judging.messages import kind
 from judging.ranks import check_seen, run_ranks, solution_in_rank, watched
-from judging.sandbox import function
+from judging.sandbox import Fail, function
 
 FUNCTIONS = ("ZeroAdam",)
 SEED, STEPS = 29, 3
@@ -168,11 +168,11 @@ def one_process_adam(layers: int, width: int, batch: int) -> list[dict[str, Any]
 
 def shard_bounds(n: int, world: int, rank: int, elements: int) -> tuple[int, int] | None:
     """Where rank's shard lies in the flat vector, by its size: the padded layout (c = ⌈n/k⌉ each,
-    ledger.padded_shard_elements) or tensor_split's (ledger.shard_sizes); None: neither."""
+    ledger.padded_shard_elements) or tensor_split's (common.collectives.split_sizes); None: neither."""
     c = ledger.padded_shard_elements(n, world)
     if elements == c:
         return rank * c, (rank + 1) * c
-    sizes = ledger.shard_sizes(n, world)
+    sizes = split_sizes(n, world)
     return (sum(sizes[:rank]), sum(sizes[:rank + 1])) if elements == sizes[rank] else None
 
 

@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 
 from cs336 import busbw as bw
-from judging.engine import Case, Fail
+from judging.engine import Case
 from judging.messages import kind
 from judging.ranks import run_ranks
-from judging.sandbox import function
+from judging.sandbox import Fail, function
 
 FUNCTIONS = ("bandwidth_row",)
 GB = 1e9              # nccl-tests' GB, and busbw.py's

@@ -1,5 +1,5 @@
-"""RIGHT (problem 119), another layout: shards of tensor_split's sizes (ledger.shard_sizes, the first
-n % k ranks one element more), reduce-scattered as unequal chunks (gloo takes them) and all-gathered
+"""RIGHT (problem 119), another layout: shards of tensor_split's sizes (common.collectives.split_sizes, the
+first n % k ranks one element more), reduce-scattered as unequal chunks (gloo takes them) and all-gathered
 padded to the longest; Adam's m kept with lerp_ (the same average, other rounding)."""
 
 from __future__ import annotations

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import random
 
-from lecture14.data_parallel import average_gradients, partition_sizes, train_step  # noqa: F401  (right ones)
+from common.collectives import split_sizes
+from lecture14.data_parallel import average_gradients, train_step  # noqa: F401  (right ones)
 
 
 def partition_indices(size: int, world_size: int, rank: int, seed: int) -> list[int]:
     order = list(range(size))
     random.seed(seed)                                      # WRONG: reseeds everyone's generator
     random.shuffle(order)
-    sizes = partition_sizes(size, world_size)
+    sizes = split_sizes(size, world_size)
     start = sum(sizes[:rank])
     return order[start:start + sizes[rank]]

@@ -25,8 +25,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from common.cli import run_main
 from common.launch import launch
+from common.script_end import run_main
 
 
 def sum_ranks(rank: int, world_size: int) -> float:

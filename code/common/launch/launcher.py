@@ -61,7 +61,7 @@ from common.launch.torchrun_rank import launch_in_torchrun
 from common.leftovers import owned_folder
 from common.script_end import signals_held
 
-__all__ = ["RankError", "capture_stderr", "choose_backend", "launch", "launch_expecting_failure",
+__all__ = ["capture_stderr", "choose_backend", "launch", "launch_expecting_failure",
            "preload_for_ddp", "rank_device", "startup_allowance_s"]
 
 _TORCH_AFTER_S = 5.0  # torch gives up joining this long after the parent's deadline: the parent names

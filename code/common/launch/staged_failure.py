@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from common.error_types import RunFailure
-from common.launch.launcher import RankError, launch_expecting_failure
-from common.launch.rank_failure import SKIPPED
+from common.launch.launcher import launch_expecting_failure
+from common.launch.rank_failure import SKIPPED, RankError
 
 # The most ranks a staged skip runs on. The lesson needs a few; with many more on 2 cores, ranks
 # that finished their work may not all report back before the launcher, after the timeout, asks who
