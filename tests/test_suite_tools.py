@@ -47,7 +47,7 @@ def test_reproduce_collects_every_claim(tmp_path) -> None:
     data = json.loads(out_json.read_text())
     per_script = {c["script"] for c in data["claims"]}
     assert per_script == {"lecture14/exercises.py", "lecture15/exercises.py"}
-    total = int(re.search(r"of (\d+) claims,", proc.stdout).group(1))
+    total = int(re.search(r"; (\d+) claims \(", proc.stdout).group(1))
     assert total == len(data["claims"]) > 20
 
 
