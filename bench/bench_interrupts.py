@@ -19,7 +19,7 @@ run's in the temporary directory. Phases (where the program has them):
     writing     a temporary file appears in the output folder (an output being written)
     pipe        stdout's reader reads one line and closes it (as `| head -1`)
 
-Linux only (/proc). A benchmark, not a test: tests/test_interrupts.py makes a few of these tries
+Linux only (/proc). A benchmark, not a test: tests/suite/test_interrupts.py makes a few of these tries
 in the suite; this is the issue's count (20 tries per phase per signal, about half an hour).
 """
 

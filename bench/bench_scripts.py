@@ -61,7 +61,7 @@ JUDGE_TARGET_S = 30.0      # practice/judge.py on every reference solution (issu
 IMPORT_TORCH = [sys.executable, "-c", "import torch"]
 # Each model-only script at the largest values its growing flags accept (their Bounds and the shared
 # device limit, common.model_bounds; its other flags cost the same at any value), together where their
-# costs add up in one run; "{dir}" is a fresh folder (figures cost too). tests/test_model_flag_bounds.py
+# costs add up in one run; "{dir}" is a fresh folder (figures cost too). tests/common/test_model_bounds.py
 # runs the same and checks that one more of each is refused.
 LARGEST_RUNS: list[tuple[str, tuple[str, ...]]] = [
     ("cs336/03_costs.py", ("--world-size", "2048")),

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 FAST_FILES = frozenset({
-    "test_checker.py", "test_cli_flags.py", "test_collectives.py", "test_collectives_counts.py",
-    "test_collectives_def.py", "test_comm_log.py", "test_costmodel.py", "test_every_check_can_fail.py",
+    "test_checker.py", "test_flags.py", "test_lecture14_collectives.py", "test_collectives_counts.py",
+    "test_collectives.py", "test_comm.py", "test_costmodel.py", "test_every_check_can_fail.py",
     "test_parent_side.py", "test_row_tables.py",
 })
 

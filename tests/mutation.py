@@ -42,7 +42,7 @@ class Mutation:
     sites: tuple[str, ...] = ()    # self-checks that must fail (a phrase of their call's first argument)
     fails: str = ""                # the regex the one stderr line of a failed run matches
     rows: tuple[str, ...] = ()     # rows whose verdict must become "differs"
-    covered_by: str = ""           # "test_module.py::test_function" that applies it instead
+    covered_by: str = ""           # "module_of_test.py::test_function" that applies it instead
 
     @property
     def test_id(self) -> str:
@@ -70,13 +70,20 @@ def run(tmp_path: Path, mutation: Mutation) -> None:
     assert all(status == "differs" for status in wrong.values()), wrong
 
 
+def module_of_test(name: str):  # type: ignore[no-untyped-def]
+    """The test module of that file name ("test_09_zero.py"), wherever under tests/ it lives (a test
+    file's name is unique there: docs/testing.md), imported as pytest imports it."""
+    (path,) = TESTS.rglob(name)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    return importlib.import_module(path.stem)
+
+
 def all_mutations() -> list[Mutation]:
     """Every test_mutations_*.py module's MUTATIONS, in file order."""
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
     found: list[Mutation] = []
-    for path in sorted(TESTS.glob("test_mutations_*.py")):
-        found += importlib.import_module(path.stem).MUTATIONS
+    for path in sorted(TESTS.rglob("test_mutations_*.py"), key=lambda p: p.name):
+        found += module_of_test(path.name).MUTATIONS
     return found
 
 

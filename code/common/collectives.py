@@ -36,7 +36,7 @@ common.collectives_real (torch, ranks only); a call's counted form, the bytes a 
 torch's `torch_name` of size N, is its ring's busiest bytes,
 `algorithm(by_torch_name(name).ring).busiest_bytes(k, N)` (what cs336.comm.CommLog counts). A
 collective's time and bytes have these methods as their one public name each (Algorithm.time,
-Algorithm.busiest_bytes with its views bytes_sent and total_bytes); tests/test_collectives_def.py
+Algorithm.busiest_bytes with its views bytes_sent and total_bytes); tests/common/test_collectives.py
 fails when another module defines a second. Adding a collective or an algorithm: its
 entry here, its schedule in lecture14/collectives.py (import fails until it has one), its tests.
 """

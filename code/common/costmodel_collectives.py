@@ -7,7 +7,7 @@
 
 A collective's time and bytes have one public name each, the methods of common.collectives.Algorithm
 (`time`, and `busiest_bytes` with its by-position and total views `bytes_sent`, `total_bytes`);
-tests/test_collectives_def.py fails when a second one appears. Here: the notes' first-order model
+tests/common/test_collectives.py fails when a second one appears. Here: the notes' first-order model
 T ≈ α·N_msg + S/B_eff, the ring all-reduce's two terms, and CollectiveCall, one kind of collective
 called `calls` times in a step (CS336 lecture 8). Every collective below runs as its ring: K−1
 rounds (reduce-scatter, all-gather) or 2(K−1) (all-reduce), each round one message of N/K bytes

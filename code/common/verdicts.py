@@ -15,7 +15,7 @@ from common.units import fmt_num
 
 
 # The one vocabulary of outcomes: the terminal's tables, --json's "verdict", the report's pages,
-# report.md and the README all use these words (tests/test_verdict_words.py holds them to it). Each
+# report.md and the README all use these words (tests/suite/test_verdict_words.py holds them to it). Each
 # word says on its own whether the notes and we agree: "matches…", "seen as…" and "holds" agree,
 # "differs", "error in the notes", "notes inconsistent" and "fails" do not, "not compared…" and "fitted to the
 # notes" decide nothing. `one` and `many` make a count a sentence ("12 are errors in the notes").

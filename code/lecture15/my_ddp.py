@@ -1,7 +1,7 @@
 """A from-scratch DDP: the handbook's MyDDP, launching buckets in index order as PyTorch's Reducer does.
 
 Handbook chapter "数据并行与 DDP" (从零实现, and its no_sync exercise) and lecture 15 §2.3 (Reducer).
-Shown by `python code/lecture15/my_ddp_check.py`; checked by tests/test_my_ddp.py.
+Shown by `python code/lecture15/my_ddp_check.py`; checked by tests/lecture15/test_my_ddp.py.
 
     ddp = MyDDP(model)                  # inside a process group (common.launch.launch)
     loss_fn(ddp(x), y).backward()       # buckets are all-reduced during backward ...

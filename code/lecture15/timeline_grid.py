@@ -16,7 +16,7 @@ Why it is fast (≈ 7,000 settings, two timelines each): the buckets and their r
 on (model, cap), so they are computed once per pair; each (link, K) then runs `simulate_backward`
 on the buckets alone (one entry per bucket: its bytes and the moment its last gradient is ready).
 That gives the same communication events and step as the full per-parameter call, because a
-bucket's start depends only on those two numbers (tests/test_timeline_page.py checks it against
+bucket's start depends only on those two numbers (tests/report/test_timeline_page.py checks it against
 `simulate_ddp`). Times are stored as integers of 0.1 µs.
 """
 

@@ -1,5 +1,5 @@
-"""Problem 113 with debugging left in (tests/test_practice_processes.py): each case's arguments choose
-how it asks for input. The judge gives none, whatever its own stdin is (a terminal, a pipe nobody
+"""Problem 113 with debugging left in (tests/practice/test_practice_processes.py): each case's arguments
+choose how it asks for input. The judge gives none, whatever its own stdin is (a terminal, a pipe nobody
 writes to, /dev/null): each must fail at once, naming the call and its line.
   exercise 3 (cap 12 MB)   breakpoint()
   exactly at cap (cap 4)   input()

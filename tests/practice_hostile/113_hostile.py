@@ -1,4 +1,4 @@
-"""Problem 113 written to harm or fool the judge (tests/test_practice_processes.py). Which case does
+"""Problem 113 written to harm or fool the judge (tests/practice/test_practice_processes.py). Which case does
 what is chosen by its arguments; every process it starts sleeps long, so one left behind is seen:
   exercise 3 (cap 12 MB)        forks a child that sleeps, answers right      -> PASS, child killed
   exactly at cap (cap 4)        a setsid daemon by double fork, answers right -> PASS, daemon killed

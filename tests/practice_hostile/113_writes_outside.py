@@ -1,4 +1,4 @@
-"""Problem 113, right, but writing files where a case should not (tests/test_practice_processes.py).
+"""Problem 113, right, but writing files where a case should not (tests/practice/test_practice_processes.py).
 Each case's arguments choose where; JUDGE_TEST_OUTSIDE names a folder of the test's, and
 JUDGE_TEST_OLD a file that was there before the judge started:
   exercise 3 (cap 12 MB)   a log beside this file (Path(__file__)): removed, said

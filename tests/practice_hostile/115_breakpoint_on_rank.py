@@ -1,4 +1,4 @@
-"""Problem 115 with a breakpoint() left in rank 1's path (tests/test_practice_processes.py): the rank
+"""Problem 115 with a breakpoint() left in rank 1's path (tests/practice/test_practice_processes.py): the rank
 must fail at once, named, while the others wait for it in a barrier."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Problem 115 "solved" with an all-reduce, hidden from the judge's counter a different way on each
-world size (tests/test_practice_processes.py):
+world size (tests/practice/test_practice_processes.py):
   2 ranks             torch's own ProcessGroup.allreduce put back on the class, and left there
   3 ranks, 12 numbers the same for one call, then the counting method put back
   3 ranks, 10 numbers a functional collective through torch.ops (no ProcessGroup method at all)

@@ -1,4 +1,4 @@
-"""Problem 113 done badly in every way the judge must survive (tests/test_practice_processes.py): a
+"""Problem 113 done badly in every way the judge must survive (tests/practice/test_practice_processes.py): a
 loop that never ends, sys.exit, os._exit, a wrong return type, an exception; the ring time is right."""
 
 from __future__ import annotations

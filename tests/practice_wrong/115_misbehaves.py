@@ -1,4 +1,4 @@
-"""Problem 115 done badly on real ranks (tests/test_practice_processes.py): one rank crashes, every
+"""Problem 115 done badly on real ranks (tests/practice/test_practice_processes.py): one rank crashes, every
 rank waits for a message nobody sends (a deadlock), one rank loops for ever while the others wait for
 it in a collective (a hung rank, to be named); other sizes are not implemented."""
 

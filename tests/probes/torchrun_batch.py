@@ -1,4 +1,4 @@
-"""Several scripts, one after another, in one torchrun group (tests/test_torchrun_numbers.py):
+"""Several scripts, one after another, in one torchrun group (tests/suite/test_torchrun_numbers.py):
 
     torchrun --standalone --nproc-per-node=N tests/probes/torchrun_batch.py SCRIPT JSON [SCRIPT JSON ...]
 

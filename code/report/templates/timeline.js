@@ -19,7 +19,7 @@ function bytesText(n) {
 
 // ---- the grid as report/timeline.py's encode_grid carries it (each number once) ----------------
 // decodeGrid gives back exactly what timeline_grid.build_grid made (decode_grid in timeline.py takes
-// the same steps; tests/test_timeline_thumb.py compares this page's GRID with build_grid()).
+// the same steps; tests/report/test_timeline_thumb.py compares this page's GRID with build_grid()).
 // "10737onp42950,7B" -> [10737, 0, -1, 1, 42950, 7, 0, 0, 0]: n o p are -1 0 1, a capital a run of zeros
 // (A = 2, B = 3, …).
 function unpackInts(text) {

@@ -4,7 +4,7 @@ each show exactly their rows; the search finds a topic's part first; the parts a
 sections with their titles; tap targets of 24 px and text of 12 px at least; figures open full
 size; wide tables say they scroll and keep their caption and first column; the page is light.
 
-Uses the module-scoped `reproduction` of tests/test_pages_screens.py (PAGES_REPRODUCTION and
+Uses the module-scoped `reproduction` of tests/report/test_pages_screens.py (PAGES_REPRODUCTION and
 PAGES_REPORT_DIR reuse a finished run: the tests here never run the scripts again on their own)."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from common.launch import launch
 from common.units import MiB
 from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, assign_buckets
 
-CODE = Path(__file__).resolve().parents[1] / "code" / "lecture15"
+CODE = Path(__file__).resolve().parents[2] / "code" / "lecture15"
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,7 @@ run_main(basics.main)
 
 def test_ddp_unequal_to_one_process_fails_the_run_in_one_line(tmp_path: Path) -> None:
     broken = tmp_path / "broken_shard_loss.py"
-    tests = Path(__file__).parent
+    tests = Path(__file__).resolve().parents[1]
     broken.write_text(BROKEN_SHARD_LOSS.format(tests=str(tests), code=str(tests.parent / "code")),
                       encoding="utf-8")
     proc = python(broken, timeout=180)
@@ -227,7 +227,7 @@ def test_smoke_04(tmp_path: Path, quick_run) -> None:
 @pytest.mark.parametrize("relpath, args", [
     ("lecture15/01_ddp_basics.py", ("--world-size", "0")),
     # the weights move 2.3e-9, under the 3.6e-9 at which round-off is 1e-6 of it: too still to judge
-    # (--steps 1 --lr 2e-8, 4.6e-9, is accepted: tests/test_mutations_ddp.py fails a wrong DDP there)
+    # (--steps 1 --lr 2e-8, 4.6e-9, is accepted: tests/suite/test_mutations_ddp.py fails a wrong DDP there)
     ("lecture15/01_ddp_basics.py", ("--steps", "1", "--lr", "1e-8")),
     ("lecture15/01_ddp_basics.py", ("--lr", "1")),    # one-process training diverges: NaN everywhere
     ("lecture15/02_buckets.py", ("--bucket-cap-mb", "-1")),

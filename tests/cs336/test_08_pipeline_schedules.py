@@ -4,7 +4,7 @@ stage that computes something else must end the run in exit 1 with one line nami
 and its gap from one process; PyTorch's GPipe run where the script expects 1F1B must end it naming
 the ranks off 1F1B's own rule. The order PyTorch's rule gives is written apart from the simulator
 (so that the rows judge the simulator, the check PyTorch): both agree with what ran at the notes'
-setting and on 2 and 3 ranks. tests/test_mutations_cs336_pp_dp.py makes every row and check fail."""
+setting and on 2 and 3 ranks. tests/suite/test_mutations_cs336_pp_dp.py makes every row and check fail."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from conftest import assert_usage_error, load_script, run_patched, run_script
 from common import checker
 
 SCRIPT = "cs336/08_pipeline_schedules.py"
-CODE = Path(__file__).resolve().parents[1] / "code"
+CODE = Path(__file__).resolve().parents[2] / "code"
 SMALL = ["--pp", "2", "--micro-batches", "2", "--layers", "4", "--width", "8", "--batch", "4"]
 
 

@@ -418,7 +418,7 @@ def _phrase(site: str) -> re.Pattern:
 def test_the_gloo_avg_row_follows_what_gloo_does(tmp_path: Path) -> None:
     """'gloo has no AVG' is observed, not assumed: a gloo without AVG (as before 2025) makes the row
     agree with the notes, and the AVG check is not run. (torch 2.13's gloo has AVG: unmutated, the
-    row differs, test_lecture14_05.py::test_average_gradients_claims_from_real_ranks.)"""
+    row differs, test_05_data_parallel.py::test_average_gradients_claims_from_real_ranks.)"""
     m = next(m for m in MUTATIONS if m.patch == GLOO_WITHOUT_AVG)
     proc, recorded = _recorded_run(tmp_path, m)
     assert proc.returncode == 0, proc.stderr[-3000:]

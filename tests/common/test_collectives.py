@@ -21,7 +21,7 @@ from common.link import NOTES_LINK, Link
 from cs336 import busbw
 from lecture14 import collectives as col
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LINKS = [NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
 
 

@@ -20,7 +20,7 @@ from reproduction.suite import scripts
 def open_page(browser, tmp_path_factory):
     """conftest's open_page, for a page too tall for one picture: index.html is some 100,000 px, and a
     full-page screenshot of it times out on a busy machine. The screenshot here is its first screen
-    (tests/test_pages_screens.py keeps screens of several places at three widths)."""
+    (tests/report/test_pages_screens.py keeps screens of several places at three widths)."""
     from pathlib import Path
 
     pages = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import common
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = "lecture15/exercises.py"  # model-only and quick: enough to see which `common` loads
 
 

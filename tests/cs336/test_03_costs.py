@@ -282,5 +282,5 @@ def test_03_usage_errors(args: tuple[str, ...]) -> None:
 
 
 def test_03_needs_no_torch() -> None:
-    text = (Path(__file__).resolve().parents[1] / "code" / S03).read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "code" / S03).read_text(encoding="utf-8")
     assert "import torch" not in text

@@ -1,6 +1,6 @@
 """The launcher under torchrun: torchrun is told from leftover variables, a failed or stopped rank
 is named by rank 0 alone, the ranks listen on loopback only (the tests that start torchrun are
-marked `torchrun`: slow). The scripts under torchrun: tests/test_torchrun_numbers.py."""
+marked `torchrun`: slow). The scripts under torchrun: tests/suite/test_torchrun_numbers.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ PROBE = ROOT / "tests" / "probes" / "launch_probe.py"
 
 
 # Scripts under torchrun (its world size, rank 0 alone printing, two nodes' local ranks) are run
-# in batches by tests/test_torchrun_numbers.py, beside their numbers.
+# in batches by tests/suite/test_torchrun_numbers.py, beside their numbers.
 
 
 # ---- what only torchrun sets, and the failures rank 0 names -----------------------------------

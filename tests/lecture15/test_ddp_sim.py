@@ -320,7 +320,7 @@ def test_skip_sync_model() -> None:
 def test_the_simulator_reads_no_table():
     """The pure simulator imports nothing from the notes' checker: its calibration targets come in as
     arguments (lecture15/notes_calibration.py reads them from the notes' table)."""
-    code = Path(__file__).resolve().parents[1] / "code"
+    code = Path(__file__).resolve().parents[2] / "code"
     probe = "import sys, lecture15.ddp_sim; print('common.checker' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], cwd=code, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -5,7 +5,7 @@ counts (counted, ring model, on the wire here) against numbers worked out here b
 counts are checked against PyTorch's own CommDebugMode. Each side is then broken in turn (DTensor's
 model computes another GELU; 05's backward loses its reduce): the run must end in exit 1 with one
 line naming the side that broke. At 2 and 3 ranks Parts 1 and 2 run and Part 3 says what it needs.
-(More broken engines, one for every row: tests/test_mutations_cs336_tp_zero.py.)
+(More broken engines, one for every row: tests/suite/test_mutations_cs336_tp_zero.py.)
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ _schedules._get_warmup_ops = lambda rank, local, per_round, size, n, multiply_fa
     _warmup(rank, local, per_round, size, n, multiply_factor) - (n == size and rank == size - 2))
 """
 
-DRIFT = "test_trained_weights_checks.py::test_a_drifting_update_fails_at_the_default"
+DRIFT = "test_output.py::test_a_drifting_update_fails_at_the_default"
 ORDER_RULE = "ranks off PyTorch's own rule"
 
 LOSE_LAST_LOSS = """
@@ -93,7 +93,7 @@ MUTATIONS_08 = [
              sites=("row[0]",), fails=r"error: GPipe, M = 32 against one process: step 1 largest "
                                       r"\|difference\| / its size \S+ > 1e-09 \(and 3 more\)$"),
     Mutation("ScheduleGPipe run where Schedule1F1B is asked", P08, sites=(ORDER_RULE,),
-             covered_by="test_cs336_pipeline_schedules.py::"
+             covered_by="test_08_pipeline_schedules.py::"
                         "test_another_schedule_than_asked_ends_the_run_naming_its_order"),
     Mutation("PyTorch's interleaved warm-up one forward short on rank S-2 at M = S", P08, SHORT_WARMUP,
              sites=(ORDER_RULE,), fails=f"interleaved 1F1B, M = 4: {ORDER_RULE}"),

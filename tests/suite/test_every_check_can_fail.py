@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import importlib
-
-from mutation import all_mutations, check_sites, checked_rows
+from mutation import all_mutations, check_sites, checked_rows, module_of_test
 
 
 def test_every_self_check_has_a_mutation() -> None:
@@ -33,6 +31,6 @@ def test_a_mutation_names_what_it_breaks_and_how_it_is_applied() -> None:
         seen.add((m.test_id, m.script))
         if m.covered_by:
             module, function = m.covered_by.split("::")
-            assert hasattr(importlib.import_module(module.removesuffix(".py")), function), m.covered_by
+            assert hasattr(module_of_test(module), function), m.covered_by
         else:
             assert m.patch, m.name

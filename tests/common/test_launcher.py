@@ -19,7 +19,7 @@ from conftest import ROOT, popen
 from common.launch import RankError, launch
 from common.launch.rank_failure import RAISED
 
-PROBE = Path(__file__).parent / "probes" / "launch_probe.py"
+PROBE = Path(__file__).resolve().parents[1] / "probes" / "launch_probe.py"
 
 
 def rank_and_sum(rank: int, world_size: int, n: int) -> tuple[int, int, list[float], str]:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import pytest
 
-CODE = Path(__file__).resolve().parents[1] / "code"
+CODE = Path(__file__).resolve().parents[2] / "code"
 TRIES = int(os.environ.get("COURSE_INTERRUPT_TRIES", "3"))
 ENDINGS = {"SIGINT": (130, "interrupted"), "SIGTERM": (143, "terminated"), "SIGHUP": (129, "hung up")}
 

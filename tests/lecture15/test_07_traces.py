@@ -10,7 +10,7 @@ from conftest import run_script
 from common import checker
 
 SCRIPT = "lecture15/07_traces.py"
-CODE = Path(__file__).resolve().parents[1] / "code"
+CODE = Path(__file__).resolve().parents[2] / "code"
 BACKWARD = "autograd::engine::evaluate_function: "
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from common import checker, row_tables
 
-CODE = Path(__file__).resolve().parents[1] / "code"
+CODE = Path(__file__).resolve().parents[2] / "code"
 BEFORE = Path(__file__).with_name("row_blocks_before.json")
 
 

@@ -6,7 +6,7 @@ as a whole number, puts phrases first, finds the errata and says when its list i
 filter is a button that clears it; only a quote that is cut is a button; the tables are folded at
 every width.
 
-Uses the module-scoped `reproduction` of tests/test_pages_screens.py (PAGES_REPRODUCTION and
+Uses the module-scoped `reproduction` of tests/report/test_pages_screens.py (PAGES_REPRODUCTION and
 PAGES_REPORT_DIR reuse a finished run: the tests here never run the scripts again on their own)."""
 
 from __future__ import annotations

@@ -122,13 +122,13 @@ module.input_grad_rank = zero_input_grad
 MUTATIONS = [
     # 07's self-checks: one call site, check_sides(rep, what, …), for every side
     Mutation("DTensor's model computes another GELU (tanh's approximation)", TP, sites=("what",),
-             covered_by="test_cs336_tensor_parallel.py::test_a_broken_side_ends_the_run_in_one_line"),
+             covered_by="test_07_tensor_parallel.py::test_a_broken_side_ends_the_run_in_one_line"),
     Mutation("05's backward keeps its own term of dL/dx (no reduce-scatter)", TP, sites=("what",),
-             covered_by="test_cs336_tensor_parallel.py::test_a_broken_side_ends_the_run_in_one_line"),
+             covered_by="test_07_tensor_parallel.py::test_a_broken_side_ends_the_run_in_one_line"),
     Mutation("the learning rate 1.001x in the ranks only (07)", TP, sites=("what",),
-             covered_by="test_trained_weights_checks.py::test_a_drifting_update_fails_at_the_default"),
+             covered_by="test_output.py::test_a_drifting_update_fails_at_the_default"),
     Mutation("the learning rate 1.001x in the ranks only, at the deepest --layers (07)", TP, sites=("what",),
-             covered_by="test_trained_weights_checks.py::test_a_drifting_update_fails_at_the_deepest_accepted_setting"),
+             covered_by="test_output.py::test_a_drifting_update_fails_at_the_deepest_accepted_setting"),
     Mutation("Megatron's dL/dx all zeros, where dL/dx is 6e-10 (--layers 12 --batch 512)", TP, ZERO_DLDX,
              ("--layers", "12", "--batch", "512"), sites=("what",),
              fails=r"error: Megatron TP \(DTensor\) against one process: step 1 largest \|difference\| / "
@@ -154,10 +154,10 @@ MUTATIONS = [
     # 09's self-checks: one call site, a mark in Part 1's table for every engine
     Mutation("ZeroRedundancyOptimizer never broadcasts its updated shards", ZERO,
              sites=('f"{engine} against one process"',),
-             covered_by="test_cs336_zero_engines.py::test_unsent_shards_end_the_run_naming_zero1"),
+             covered_by="test_09_zero.py::test_unsent_shards_end_the_run_naming_zero1"),
     Mutation("the learning rate 1.001x in the ranks only (09)", ZERO,
              sites=('f"{engine} against one process"',),
-             covered_by="test_trained_weights_checks.py::test_a_drifting_update_fails_at_the_default"),
+             covered_by="test_output.py::test_a_drifting_update_fails_at_the_default"),
     # 09's rows
     Mutation("ZeRO-1 unsharded: plain Adam under DDP keeps all of m and v on every rank", ZERO,
              UNSHARDED_ADAM, ZERO_SMALL,

@@ -10,7 +10,7 @@ from conftest import python, run_script
 from common import checker
 
 SCRIPT = "lecture14/06_debug_collectives.py"
-CODE = Path(__file__).resolve().parents[1] / "code"
+CODE = Path(__file__).resolve().parents[2] / "code"
 
 
 def test_detail_names_the_mismatch_at_once_where_plain_gloo_waits(tmp_path: Path) -> None:

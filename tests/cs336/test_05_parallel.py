@@ -244,7 +244,7 @@ run_main(module.main)
 
 def test_a_lost_tp_reduce_ends_the_run_naming_tp(tmp_path: Path) -> None:
     """A run that differs from one process must fail on its own: exit 1, one line naming TP and its gap."""
-    code = Path(__file__).resolve().parents[1] / "code"
+    code = Path(__file__).resolve().parents[2] / "code"
     wrapper = tmp_path / "broken_tp.py"
     wrapper.write_text(BROKEN_TP.format(code=str(code), script=str(code / SCRIPT)), encoding="utf-8")
     proc = python(wrapper, timeout=300)

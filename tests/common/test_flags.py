@@ -1,6 +1,6 @@
 """One flag per knob: a flag that more than one command offers comes from common.flags.FLAGS, and a
 knob has one name everywhere (a static reading of every add_argument, scripts and tools alike:
-tests/test_runtime.py checks the lecture scripts' parsers as they run)."""
+tests/suite/test_runtime.py checks the lecture scripts' parsers as they run)."""
 
 from __future__ import annotations
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "code"))  # also when run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "code"))  # also when run as a script
 from common import checker  # noqa: E402
 from reproduction.suite import scripts  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPARED = ("agrees", "differs", "other machine", "other setting")
 
 
@@ -144,7 +144,7 @@ def test_a_claims_status_does_not_depend_on_quick(full_reproduction: dict, quick
 
 
 if __name__ == "__main__":
-    # For work on one lecture: python3 tests/test_claims_policy.py RUN.json (RUN.json from
+    # For work on one lecture: python3 tests/reproduction/test_claims_policy.py RUN.json (RUN.json from
     # `python3 code/reproduce.py --quick --only lecture14 --json RUN.json`) lists what the tests
     # above would find for the scripts that run covers.
     import json

@@ -110,7 +110,7 @@ def test_every_problem_has_a_statement_that_answers_the_questions_its_cases_ask(
     assert "it must reach the code around the `with`" in readmes["116"]
 
 
-# ---- one case judged in this process (tests/test_practice_fixtures.py) ----------------------------------
+# ---- one case judged in this process (tests/practice/test_practice_fixtures.py) --------------------
 def verdict(case: Case, path: Path) -> Fail | None:
     """A pure-Python case judged in this process: collect, the trip through JSON, check."""
     data = plain.loads(plain.dumps(case.collect(load_solution(path), copy.deepcopy(case.inputs))))

@@ -3,7 +3,7 @@
 ran is FSDP2's reduce-scatters as all-reduces of the padded buffer), and made to disagree: a
 ZeroRedundancyOptimizer that never broadcasts its updated shards must end the run in exit 1 with one
 line naming ZeRO-1 and its gap from one process. (Engines that shard, reshard or count otherwise
-make the rows differ: tests/test_mutations_cs336_tp_zero.py.)"""
+make the rows differ: tests/suite/test_mutations_cs336_tp_zero.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from conftest import assert_usage_error, load_script, run_patched
 from common import checker
 
 SCRIPT = "cs336/09_zero.py"
-CODE = Path(__file__).resolve().parents[1] / "code"
+CODE = Path(__file__).resolve().parents[2] / "code"
 SMALL = ["--world-size", "3", "--layers", "4", "--width", "10", "--batch", "6"]
 
 

@@ -12,7 +12,7 @@ from conftest import load_script, run_script
 from common import checker
 
 SCRIPT = "lecture15/06_comm_hooks.py"
-CODE = Path(__file__).resolve().parents[1] / "code"
+CODE = Path(__file__).resolve().parents[2] / "code"
 
 
 @pytest.fixture
