@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import flat, load_script, run_script
+from lecture15_shared import MODEL_VS_REAL
 
 from reproduction.suite import scripts
 
@@ -70,3 +71,10 @@ def test_quick_run_reports_spread_and_checks_the_buckets(tmp_path: Path, quick_r
         part3 = data["parts"]["Part 3"]
         assert part3["measured_s"] == pytest.approx(sorted(part3["measured_runs_s"])[1])   # median of 3
         assert any(w in part3["verdict"] for w in ("contradicts", "between", "pessimistic"))
+
+
+def test_model_vs_real_quick_runs_real_ddp(quick_run) -> None:
+    out = quick_run(MODEL_VS_REAL).stdout
+    assert re.search(r"the rule's buckets = the real DDP's +True +True +matches", out)   # rebuilt = ours
+    assert "measured DDP step" in out and "fit: fitted gloo ring" in out
+    assert "0.weight" in out and "limits:" in out
