@@ -2,7 +2,7 @@
 
 Each entry of MUTATIONS breaks one thing a check or an observed row exists to catch (tests/mutation.py
 says how they are written). The "= one process" checks judge the trained weights against how far they
-moved in one process (Report.check_trained); their mutation is the one of test_trained_weights_checks:
+moved in one process (Report.check_trained); their mutation is the one of tests/common/test_output.py:
 the ranks' learning rate (or an engine's gradient) 1.001×, applied at the default and at the setting
 that moves the weights least of those the script accepts, where it must still fail (the world size
 moves nothing in one process: the runs use 2 ranks):
