@@ -318,6 +318,20 @@ class PageErrors(list):
     """Console errors, uncaught exceptions and failed requests of one page."""
 
 
+def offline_page(browser, path: Path, width: int = 1280, height: int = 900):  # type: ignore[no-untyped-def]
+    """(page, errors): `path` opened in a fresh offline context of that size, loaded; `errors`
+    collects console errors, uncaught exceptions and failed requests (any fetch from the network)."""
+    context = browser.new_context(offline=True, viewport={"width": width, "height": height})
+    page = context.new_page()
+    errors = PageErrors()
+    page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+    page.goto(Path(path).resolve().as_uri())
+    page.wait_for_load_state("load")
+    return page, errors
+
+
 @pytest.fixture
 def open_page(browser, tmp_path_factory):
     """open_page(path) -> (page, errors): a file opened in a fresh page, offline (a page that
@@ -326,16 +340,8 @@ def open_page(browser, tmp_path_factory):
     contexts = []
 
     def opener(path: Path):
-        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
-        contexts.append((context, path))
-        page = context.new_page()
-        errors = PageErrors()
-        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error"
-                else None)
-        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
-        page.goto(Path(path).resolve().as_uri())
-        page.wait_for_load_state("load")
+        page, errors = offline_page(browser, path)
+        contexts.append((page.context, path))
         return page, errors
 
     yield opener

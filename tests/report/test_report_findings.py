@@ -12,6 +12,7 @@ PAGES_REPORT_DIR reuse a finished run: the tests here never run the scripts agai
 from __future__ import annotations
 
 import pytest
+from conftest import offline_page
 from test_pages_screens import reproduction  # noqa: F401 - the fixture, shared
 
 from common.verdicts import AGREEING
@@ -26,14 +27,7 @@ def pages(browser, reproduction: dict):  # noqa: F811 - the fixture imported abo
 
     def get(size: tuple[int, int]):
         if size not in opened:
-            context = browser.new_context(offline=True, viewport={"width": size[0], "height": size[1]})
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-            page.goto((reproduction["report_dir"] / "index.html").resolve().as_uri())
-            page.wait_for_load_state("load")
-            opened[size] = (page, errors)
+            opened[size] = offline_page(browser, reproduction["report_dir"] / "index.html", size[0], size[1])
         return opened[size]
 
     yield get

@@ -9,7 +9,7 @@ import re
 from collections import Counter
 
 import pytest
-from conftest import ROOT, assert_usage_error
+from conftest import ROOT, assert_usage_error, offline_page
 
 from common import verdicts
 from reproduction import errata
@@ -26,15 +26,7 @@ def open_page(browser, tmp_path_factory):
     pages = []
 
     def opener(path: Path):
-        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error"
-                else None)
-        page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
-        page.goto(Path(path).resolve().as_uri())
-        page.wait_for_load_state("load")
+        page, errors = offline_page(browser, path)
         pages.append((page, path))
         return page, errors
 

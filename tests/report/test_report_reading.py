@@ -14,6 +14,7 @@ import re
 from collections import Counter
 
 import pytest
+from conftest import offline_page
 from test_pages_screens import reproduction  # noqa: F401 - the fixture, shared
 
 from common.verdicts import AGREEING
@@ -30,14 +31,7 @@ def pages(browser, reproduction: dict):  # noqa: F811 - the fixture imported abo
 
     def get(width: int):
         if width not in opened:
-            context = browser.new_context(offline=True, viewport={"width": width, "height": SCREEN})
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-            page.goto((reproduction["report_dir"] / "index.html").resolve().as_uri())
-            page.wait_for_load_state("load")
-            opened[width] = (page, errors)
+            opened[width] = offline_page(browser, reproduction["report_dir"] / "index.html", width, SCREEN)
         return opened[width]
 
     yield get
