@@ -194,12 +194,6 @@ class Report:
         """The line under a table with marks (Report.marked): each mark as a verdict word."""
         self.line(verdicts.MARKS_LEGEND)
 
-    def verdict_of(self, row_id: str, values: dict[str, Any]) -> str:
-        """The verdict word the row `row_id` gets on `values`, decided as compare_with_notes will
-        (for a mark in a script's own table, which prints before the part's comparison)."""
-        row = checker.row(row_id)
-        return verdicts.verdict(checker.decide(row, self._part, values, self._off(row)))
-
     def _off(self, row: checker.Row) -> list[str]:
         if self.args is None:
             return []

@@ -117,19 +117,13 @@ def verdict(claim: Claim | Mapping[str, Any]) -> str:
 
 
 def count_sentence(words: Sequence[str], order: Sequence[str] = tuple(BY_WORD)) -> str:
-    """"6 match; 13 match, assuming; and 12 are errors in the notes", in `order`."""
-    return "".join(phrase + after for _, phrase, after in count_parts(words, order))
-
-
-def count_parts(words: Sequence[str], order: Sequence[str] = tuple(BY_WORD)) -> list[tuple[str, str, str]]:
-    """count_sentence in pieces (word, "13 match, assuming", what follows it), for a page that links
-    each count: separated by "; " when a phrase has a comma of its own, else ", "; "and" before the last."""
+    """"6 match; 13 match, assuming; and 12 are errors in the notes", in `order`: "; " between the
+    counts when one has a comma of its own, else ", "; "and" before the last."""
     counts = {w: words.count(w) for w in order if w in words}
-    said = [(w, f"{n} {BY_WORD[w].one if n == 1 else BY_WORD[w].many}") for w, n in counts.items()]
-    comma = "; " if any("," in phrase for _, phrase in said) else ", "
+    said = [f"{n} {BY_WORD[w].one if n == 1 else BY_WORD[w].many}" for w, n in counts.items()]
+    comma = "; " if any("," in phrase for phrase in said) else ", "
     last = "; and " if comma == "; " else " and "
-    return [(w, phrase, "" if i == len(said) - 1 else last if i == len(said) - 2 else comma)
-            for i, (w, phrase) in enumerate(said)]
+    return said[0] if len(said) == 1 else comma.join(said[:-1]) + last + said[-1] if said else ""
 
 
 def count_label(word: str, n: int) -> str:

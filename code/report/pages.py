@@ -276,10 +276,7 @@ def write_report(directory: Path, runs: list[dict[str, Any]], data: dict[str, di
         uncompared=[(w, counts[w], verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)
                     if w.startswith("not compared") and w != "not compared: other machine"],
         **_tally(counts),
-        counts=[(w, counts[w], tone(w), verdicts.count_sentence([w] * counts[w])) for w in _ordered(counts)],
         claims_sentence=verdicts.claims_sentence([c["verdict"] for c in claims]),
-        count_parts=verdicts.count_parts([c["verdict"] for c in claims], ORDER),
-        own=sum(1 for c in claims if c["verdict"] in verdicts.OWN_WORDS),
         errata_kinds=errata.count_sentence(errata.group(claims), rows_too=False),
         differs=[c for c in claims if c["status"] == "differs" and not c.get("erratum")],
         errata=[c for c in claims if c.get("erratum")],
