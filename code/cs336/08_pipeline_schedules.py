@@ -11,10 +11,11 @@ steps): a gap beyond round-off ends the run in exit 1. Part 2 prints the order i
 really ran its forward and backward passes, recorded from the stage module's forward and a hook on
 its output's gradient, beside the order cs336/pipeline.py simulates (06_pipeline.py's schedules),
 and says where they differ and why. Two judges: a rank off the order PyTorch's own rule gives it
-(read from its source, written here apart from the simulator) ends the run in exit 1 too; the
-rows say whether the simulator's order is what ran. Part 3 counts the activations each stage held
-against the simulator's peak; Part 4 the messages each rank sent (counted: point-to-point, so what
-went on the wire) against the formula that 05_parallel.py's hand-written GPipe (its Part 3) meets.
+(read from its source, written apart from the simulator: cs336/engine_probes.py) ends the run in
+exit 1 too; the rows say whether the simulator's order is what ran. Part 3 counts the activations
+each stage held against the simulator's peak; Part 4 the messages each rank sent (counted:
+point-to-point, so what went on the wire) against the formula that 05_parallel.py's hand-written
+GPipe (its Part 3) meets.
 --quick changes nothing here: every schedule runs in well under a second.
 """
 
@@ -49,7 +50,7 @@ from common.script_end import run_main
 from common.units import fmt_bytes
 from cs336 import mlp
 from cs336 import pipeline as pp
-from cs336.engine_probes import PassLog, listed_order, most_held, order_text
+from cs336.engine_probes import PassLog, as_megatron, listed_order, most_held, order_text, pytorch_order
 
 ELEM = 8                 # float64: the pipeline and one process differ only in the order of additions
 VIRTUAL = 2              # interleaved 1F1B: model chunks (virtual stages) per rank
@@ -99,6 +100,11 @@ def main() -> None:
     rep.finish()
 
 
+def chunks(kind: str) -> int:
+    """Model chunks (virtual stages) per rank: VIRTUAL for interleaved 1F1B, one otherwise."""
+    return VIRTUAL if kind == "interleaved" else 1
+
+
 def stages(args: argparse.Namespace) -> int:
     """S: --pp, or --world-size when only that was moved (a rank per stage either way)."""
     return args.pp if args.pp != DEFAULT_STAGES else args.world_size
@@ -118,7 +124,7 @@ class StageBlock(nn.Module):
 
 def run_schedule(rank: int, k: int, params: list[torch.Tensor], x: torch.Tensor, steps: int, kind: str,
                  micro_batches: int) -> dict:
-    v = VIRTUAL if kind == "interleaved" else 1
+    v = chunks(kind)
     layers = mlp.stage_layers(len(params), k * v)
     log, modules, stages_here = PassLog(), [], []
     for chunk in range(v):
@@ -204,36 +210,6 @@ def data(args: argparse.Namespace) -> tuple[list[torch.Tensor], torch.Tensor]:
             mlp.make_batch(args.batch, args.width, args.seed))
 
 
-def pytorch_order(kind: str, s: int, m: int, rank: int) -> list[tuple[str, int, int]]:
-    """The passes PyTorch's schedule prescribes `rank`, read from its source (schedules.py): warm-up
-    forwards, then one forward and one backward, then the backwards left. GPipe's warm-up is every
-    forward, Schedule1F1B's S - 1 - r, ScheduleInterleaved1F1B's (v-1)·S + 2(S-1-r) (_get_warmup_ops);
-    an interleaved rank takes its chunks' micro-batches S at a time (microbatches_per_round = S when S
-    divides M), backwards from its last chunk. Written apart from cs336/pipeline.py: the check judges
-    PyTorch by it, the rows judge the simulator by what ran."""
-    v = VIRTUAL if kind == "interleaved" else 1
-    total = v * m
-    warmup = {"GPipe": total, "1F1B": min(s - 1 - rank, m),
-              "interleaved": min((v - 1) * s + 2 * (s - 1 - rank), total)}[kind]
-
-    def op(k: int, kind_: str) -> tuple[str, int, int]:   # the k-th forward (or backward) of the rank
-        chunk = (k // s) % v
-        chunk = v - 1 - chunk if kind_ == pp.BACKWARD else chunk
-        return kind_, (k // (s * v)) * s + k % s, chunk * s + rank
-
-    forwards, backwards = ([op(k, kind_) for k in range(total)] for kind_ in (pp.FORWARD, pp.BACKWARD))
-    steady = [p for pair in zip(forwards[warmup:], backwards) for p in pair]
-    return forwards[:warmup] + steady + backwards[total - warmup:]
-
-
-def as_megatron(s: int, m: int, rank: int) -> bool:
-    """Whether PyTorch's interleaved 1F1B runs Megatron-LM's order (the simulator's) on `rank`.
-    PyTorch warms up with (v - 1)·S + 2(S - 1 - r) forwards on rank r (_get_warmup_ops, M a multiple
-    of S), as Megatron does, except that Megatron runs all v·M forwards first when M = S; the steady
-    phase that follows starts with a forward, so a warm-up one short of v·M is the same order."""
-    return m != s or (VIRTUAL - 1) * s + 2 * (s - 1 - rank) + 1 >= VIRTUAL * m
-
-
 def part2_orders(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[dict]) -> None:
     s = stages(args)
     rep.note(f"a timeline is an order laid out as the simulator runs it, with the notes' t_f = {TF_MS:g} ms\n"
@@ -244,7 +220,7 @@ def part2_orders(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[
     readings: set[str] = set()   # each way of reading a chart, printed under the first chart it fits
     for key in runs:
         compare_order(rep, key, runs, ranks, s, readings)
-    short = [r for r in range(s) if not as_megatron(s, runs["interleaved_ms"][1], r)]
+    short = [r for r in range(s) if not as_megatron(s, runs["interleaved_ms"][1], r, VIRTUAL)]
     rep.note(f"interleaved at M = S: Megatron-LM runs every forward first when M = S, and so does the\n"
              "simulator; PyTorch keeps its general warm-up of (v-1)·S + 2(S-1-r) forwards on rank r, then\n"
              f"one forward and one backward: fewer than the v·M = {VIRTUAL * s} forwards on "
@@ -287,14 +263,14 @@ def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, 
     that differ (rows: the simulator judged), and the check that every rank ran the order PyTorch's
     schedule prescribes it (PyTorch judged: a rank off it ends the run)."""
     kind, m = runs[key]
-    v = VIRTUAL if kind == "interleaved" else 1
+    v = chunks(kind)
     ran = [r[key]["passes"] for r in ranks]
     sim = simulated(kind, s, m)
     laid = pp.simulate(ran, m, TF_MS / 1e3, TB_MS / 1e3, virtual=v, name=kind)
     same = [a == b for a, b in zip(ran, sim.orders)]
     scale, reading = pp.chart_key(laid)
     # a rank off the order PyTorch's own rule gives it is a wrong engine, as a gap from one process is
-    off_rule = sum(ran[r] != pytorch_order(kind, s, m, r) for r in range(s))
+    off_rule = sum(ran[r] != pytorch_order(kind, s, m, r, VIRTUAL) for r in range(s))
     ok = rep.mark(f"{label(key, runs)}: ranks off PyTorch's own rule", off_rule == 0,
                   f"{off_rule} of {s}")
     rep.line(f"\n  {label(key, runs)}: {sum(same)} of {s} ranks ran the simulator's order, every rank "
@@ -309,7 +285,7 @@ def compare_order(rep: Report, key: str, runs: dict, ranks: list[dict], s: int, 
         rep.line(f"    rank {rank} ran   {order_text(ran[rank], s)}\n"
                  f"    simulator's  {order_text(sim.orders[rank], s)}")
     # where PyTorch's rule and the simulator's (Megatron's) meet: a formula, never the simulator itself
-    predicted = [kind != "interleaved" or as_megatron(s, m, r) for r in range(s)]
+    predicted = [kind != "interleaved" or as_megatron(s, m, r, VIRTUAL) for r in range(s)]
     names = ORDER_VALUES[key]
     for name, value in zip(names, (sum(same), sum(predicted), round(laid.makespan * 1e3, 9),
                                   round(sim.makespan * 1e3, 9))):
@@ -320,7 +296,7 @@ def part3_activations(rep: Report, args: argparse.Namespace, runs: dict, ranks: 
     s = stages(args)
     rows, ran_all, cached_all = [], [], []
     for key, (kind, m) in runs.items():
-        v = VIRTUAL if kind == "interleaved" else 1
+        v = chunks(kind)
         ran = [most_held(r[key]["passes"], v) for r in ranks]
         cached = [r[key]["most_cached"] / v for r in ranks]
         sim = simulated(kind, s, m).peak_activations
@@ -347,7 +323,7 @@ def part4_sends(rep: Report, args: argparse.Namespace, runs: dict, ranks: list[d
     s = stages(args)
     rows = []
     for key, (kind, m) in runs.items():
-        v = VIRTUAL if kind == "interleaved" else 1
+        v = chunks(kind)
         # rank r's virtual stages r, r + S, …, each a stage of an S·v-stage pipeline of the same batch
         formula = [[pp_step_traffic(s * v, j, m, args.batch, args.width, ELEM) for j in range(r, s * v, s)]
                    for r in range(s)]

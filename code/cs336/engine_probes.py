@@ -6,6 +6,8 @@ form the simulators and the ledger use; these probes read it off the running obj
     PassLog       the forward and backward passes a pipeline stage really ran, in order, and the
                   most micro-batches its stages kept for backward (PipelineStage.fwd_cache)
     listed_order  what a schedule's own listing (pipeline_order) says a rank will run
+    pytorch_order the order PyTorch's schedules prescribe a rank, read from their source, and
+    as_megatron   where it is Megatron-LM's (the simulator's)
     local_elements  elements of a rank's own part of tensors (FSDP2's DTensor shards or plain ones)
     collectives_by_kind  common.dist_count's calls of a step, as calls and bytes per collective
                   (counted: what the process group was handed; common.gloo_ran reads what gloo ran)
@@ -87,6 +89,36 @@ def most_held(order: list[tuple[str, int, int]], v: int) -> float:
 def order_text(order: list[tuple[str, int, int]], stages: int) -> str:
     """F0 F1 B0 …; a pass on a rank's second model chunk is primed (F0')."""
     return " ".join(f"{kind}{m}{chr(39) * (j // stages)}" for kind, m, j in order)
+
+
+def pytorch_order(kind: str, s: int, m: int, rank: int, virtual: int) -> list[tuple[str, int, int]]:
+    """The passes PyTorch's schedule prescribes `rank`, read from its source (schedules.py): warm-up
+    forwards, then one forward and one backward, then the backwards left. GPipe's warm-up is every
+    forward, Schedule1F1B's S - 1 - r, ScheduleInterleaved1F1B's (v-1)·S + 2(S-1-r) (_get_warmup_ops);
+    an interleaved rank takes its chunks' micro-batches S at a time (microbatches_per_round = S when S
+    divides M), backwards from its last chunk. Written apart from cs336/pipeline.py: 08_pipeline_schedules
+    judges PyTorch by it, and the simulator by what ran."""
+    v = virtual if kind == "interleaved" else 1
+    total = v * m
+    warmup = {"GPipe": total, "1F1B": min(s - 1 - rank, m),
+              "interleaved": min((v - 1) * s + 2 * (s - 1 - rank), total)}[kind]
+
+    def op(k: int, kind_: str) -> tuple[str, int, int]:   # the k-th forward (or backward) of the rank
+        chunk = (k // s) % v
+        chunk = v - 1 - chunk if kind_ == pp.BACKWARD else chunk
+        return kind_, (k // (s * v)) * s + k % s, chunk * s + rank
+
+    forwards, backwards = ([op(k, kind_) for k in range(total)] for kind_ in (pp.FORWARD, pp.BACKWARD))
+    steady = [p for pair in zip(forwards[warmup:], backwards) for p in pair]
+    return forwards[:warmup] + steady + backwards[total - warmup:]
+
+
+def as_megatron(s: int, m: int, rank: int, virtual: int) -> bool:
+    """Whether PyTorch's interleaved 1F1B runs Megatron-LM's order (the simulator's) on `rank`.
+    PyTorch warms up with (v - 1)·S + 2(S - 1 - r) forwards on rank r (_get_warmup_ops, M a multiple
+    of S), as Megatron does, except that Megatron runs all v·M forwards first when M = S; the steady
+    phase that follows starts with a forward, so a warm-up one short of v·M is the same order."""
+    return m != s or (virtual - 1) * s + 2 * (s - 1 - rank) + 1 >= virtual * m
 
 
 def local(t: torch.Tensor) -> torch.Tensor:

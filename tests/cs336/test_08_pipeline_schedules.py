@@ -13,6 +13,7 @@ from pathlib import Path
 from conftest import assert_usage_error, load_script, run_patched, run_script
 
 from common import checker
+from cs336.engine_probes import as_megatron, pytorch_order
 
 SCRIPT = "cs336/08_pipeline_schedules.py"
 CODE = Path(__file__).resolve().parents[2] / "code"
@@ -75,16 +76,16 @@ def test_bad_input_is_one_line() -> None:
 
 
 def test_pytorchs_rule_meets_the_simulator_where_megatron_and_pytorch_agree() -> None:
-    """The script's two orders, written apart: PyTorch's rule (pytorch_order) is the simulator's on
-    every rank of GPipe and 1F1B, and of interleaved 1F1B wherever as_megatron says they agree; at
-    M = S it differs exactly on the ranks as_megatron names."""
+    """The script's two orders, written apart: PyTorch's rule (engine_probes.pytorch_order) is the
+    simulator's on every rank of GPipe and 1F1B, and of interleaved 1F1B wherever as_megatron says
+    they agree; at M = S it differs exactly on the ranks as_megatron names."""
     script = load_script(SCRIPT)
     for s in range(2, 7):
         for m in (s, 2 * s, 3 * s):
             for kind in ("GPipe", "1F1B", "interleaved"):
                 sim = script.simulated(kind, s, m).orders
-                rule = [script.pytorch_order(kind, s, m, r) for r in range(s)]
-                agree = [kind != "interleaved" or script.as_megatron(s, m, r) for r in range(s)]
+                rule = [pytorch_order(kind, s, m, r, script.VIRTUAL) for r in range(s)]
+                agree = [kind != "interleaved" or as_megatron(s, m, r, script.VIRTUAL) for r in range(s)]
                 assert [a == b for a, b in zip(rule, sim)] == agree, (kind, s, m)
                 assert all(sorted(o) == sorted(x) for o, x in zip(rule, sim))   # the same passes
 
