@@ -20,6 +20,8 @@ FAST_FILES = frozenset({
     "test_lecture14_collectives.py", "test_collectives_counts.py",
     "test_busbw.py", "test_comm.py", "test_ledger.py", "test_pipeline.py", "test_primitives.py",
     "test_every_check_can_fail.py",
+    # tests/practice/
+    "test_casefolder.py",
 })
 
 

@@ -116,7 +116,11 @@ class CaseFolder:
         practice = Path(__file__).resolve().parents[1]
         places = list(dict.fromkeys([solution.parent, Path.cwd().resolve(), practice]))
         folder = cls(Path(make_owned("judge-case-")).resolve(), solution, places)
-        folder.before, folder.began_ns = _snapshot(places), _now_ns()
+        try:
+            folder.before, folder.began_ns = _snapshot(places), _now_ns()
+        except BaseException:   # the caller never learns of the folder: it goes here (a signal, say)
+            shutil.rmtree(folder.path, ignore_errors=True)
+            raise
         return folder
 
     # ---- in the solution's process --------------------------------------------------------------------

@@ -287,7 +287,8 @@ def _judge_one(problem: str, module: ModuleType, case: Case, solution_path: Path
     capture.truncate()
     began, folder, error = time.perf_counter(), None, ""
     try:
-        folder = CaseFolder.make(solution_path.resolve())
+        with signals_held():   # made and known together: a signal in between left it (1 run in 300)
+            folder = CaseFolder.make(solution_path.resolve())
         outcome = _outcome(case, *_run_tree(case, folder, limit_s, capture), limit_s)
         outcome = _printed_too_much(outcome, capture)
         if "import_error" in outcome or outcome.get("loaded") is False:
