@@ -14,11 +14,12 @@ import pytest
 
 FAST_FILES = frozenset({
     # tests/common/
-    "test_checker.py", "test_flags.py", "test_collectives.py", "test_costmodel.py",
-    "test_costmodel_collectives.py", "test_costmodel_steps.py", "test_parent_side.py", "test_row_tables.py",
+    "test_checker.py", "test_flags.py", "test_collectives.py", "test_link.py",
+    "test_costmodel_steps.py", "test_parent_side.py", "test_row_tables.py",
     # tests/lecture14/, tests/cs336/, tests/suite/
-    "test_lecture14_collectives.py", "test_collectives_counts.py",
-    "test_busbw.py", "test_comm.py", "test_ledger.py", "test_pipeline.py", "test_primitives.py",
+    "test_costmodel.py", "test_lecture14_collectives.py", "test_collectives_counts.py",
+    "test_first_order.py", "test_busbw.py", "test_comm.py", "test_ledger.py", "test_pipeline.py",
+    "test_primitives.py",
     "test_every_check_can_fail.py",
     # tests/practice/
     "test_casefolder.py",

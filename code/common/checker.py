@@ -175,17 +175,6 @@ def load_errata(relpath: str) -> tuple[Erratum, ...]:
     return tuple(errata)
 
 
-def judgement_conflicts(rows: Sequence[Row]) -> dict[str, set[tuple[str, str]]]:
-    """The statements (`states` keys) whose rows are judged differently: {key: the judgements},
-    each (the erratum's kind or "", the reading or ""). Empty when the same statement is judged alike
-    in every table."""
-    judged: dict[str, set[tuple[str, str]]] = {}
-    for r in rows:
-        if r.states:
-            judged.setdefault(r.states, set()).add((erratum(r.erratum).kind if r.erratum else "", r.reading))
-    return {key: kinds for key, kinds in judged.items() if len(kinds) > 1}
-
-
 def _check_row(row: Row, relpath: str) -> None:
     where = f"{relpath}: row {row.id}"
     if row.printed_unit and row.printed_unit != row.unit and not row.reading:

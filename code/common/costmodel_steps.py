@@ -2,25 +2,45 @@
 
     from common.costmodel_steps import zero_step_collectives, tp_step_traffic
 
-Two families. The notes' table (zero_step_*, tp/pp_step_bytes_per_device, pp_step_send_time): a
-step's collectives on an N-byte buffer. The deep MLP of cs336/05_parallel.py (*_step_traffic):
+A CollectiveCall is one kind of collective called `calls` times in a step, each call on the full
+N-byte buffer, priced as the ring it runs as (common.collectives). Two families. The notes' table
+(zero_step_*, tp/pp_step_bytes_per_device, pp_step_send_time): a step's collectives on an N-byte
+buffer. The deep MLP of cs336/05_parallel.py (*_step_traffic):
 x = gelu(x @ W) for L square W of width d, batch B, e bytes per element, p ranks; 05's real ranks
 record every call they make and are checked against these. A collective is counted as a ring
 sends it (nccl-tests' bus factor: all-reduce 2(p-1)/p·S, all-gather and reduce-scatter
 (p-1)/p·S, S the size of the whole result), exact for equal slices; gloo's own schedule for a
-given size may differ.
+given size may differ. Bytes per device are what one device sends (it receives as much).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from common.collectives import algorithm
+from common.collectives import Algorithm, algorithm, collective
 from common.collectives import check_size as _check
-from common.costmodel_collectives import CollectiveCall
 from common.link import Link
 
 ZERO_STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """`calls` ring collectives of one kind, each on an N-byte buffer (`nbytes`), in one step."""
+
+    kind: str       # a collective's name (common.collectives): "all-reduce", "reduce-scatter", ...
+    what: str       # what it carries, in words
+    calls: int
+    nbytes: float   # the full buffer of one call (all-gather: its output)
+
+    def __post_init__(self) -> None:
+        collective(self.kind)  # an unknown kind is an error here, not a guess later
+
+    @property
+    def ring(self) -> Algorithm:
+        """The ring algorithm each call runs as: its `time`, `busiest_bytes`, `rounds`."""
+        return algorithm(collective(self.kind).ring)
 
 
 def zero_step_collectives(stage: str, param_bytes: float, layers: int = 1) -> list[CollectiveCall]:

@@ -1,4 +1,5 @@
-"""A link of the α-β model: one message of n bytes costs α + n/β; the links the notes use.
+"""A link of the α-β model: one message of n bytes costs α + n/β; the links the notes use; the
+link a measured line of times means.
 
     from common.link import Link, NOTES_LINK
     Link(5e-6, 25e9, "notes' link").message_time(1e6)
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
+
+from common.collectives import algorithm, check_size
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,6 @@ NOTES_LINK = Link(5e-6, 25e9, "notes' link")
 NVLINK = Link(5e-6, 150e9, "NVLink-class")
 INFINIBAND = Link(5e-6, 25e9, "InfiniBand-class")
 ETHERNET = Link(5e-6, 3.125e9, "Ethernet-class (25 Gb/s)")
-LINK_PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "ethernet": ETHERNET}
 
 # The notes' links (CS336 lecture 8 worked examples): bandwidth one way, as the notes use it.
 #   NVLink 4.0: 900 GB/s two-way = 450 one way, the notes' "effective" figure; α ≈ 1 µs (their
@@ -52,3 +55,35 @@ LINK_PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "ethernet": ETHERNET
 CS336_NVLINK = Link(1e-6, 450e9, "NVLink 4.0 (450 GB/s one way)")
 CS336_INFINIBAND = Link(5e-6, 40e9, "InfiniBand NDR (40 GB/s effective)")
 CS336_ETHERNET = Link(5e-6, 10e9, "100G Ethernet (10 GB/s effective)")
+
+
+def fit_line_relative(xs: Sequence[float], ys: Sequence[float],
+                      through_origin: bool = False) -> tuple[float, float]:
+    """Least squares of y ≈ a + b·x in relative error: minimises Σ ((a + b·x − y) / y)².
+
+    Measured times span decades (1 KiB to 16 MiB); unweighted, the largest sizes alone would set
+    the line and the intercept (what α comes from) would be noise. With `through_origin`, a = 0.
+    """
+    if len(xs) != len(ys) or len(xs) < (1 if through_origin else 2) or any(y <= 0 for y in ys):
+        raise ValueError("need matching sizes and times > 0: two points at least (one through the origin)")
+    scale = max(abs(x) for x in xs) or 1.0  # keeps the normal equations well conditioned
+    w = [1.0 / (y * y) for y in ys]
+    u = [x / scale for x in xs]
+    s0, s1, s2 = sum(w), sum(wi * ui for wi, ui in zip(w, u)), sum(wi * ui * ui for wi, ui in zip(w, u))
+    t0, t1 = sum(wi * y for wi, y in zip(w, ys)), sum(wi * ui * y for wi, ui, y in zip(w, u, ys))
+    if through_origin:
+        return 0.0, t1 / s2 / scale
+    det = s0 * s2 - s1 * s1
+    if det <= 0:
+        raise ValueError("the sizes must not all be equal")
+    return (t0 * s2 - s1 * t1) / det, (s0 * t1 - s1 * t0) / det / scale
+
+
+def ring_alpha_beta_from_line(k: int, intercept_s: float, slope_s_per_byte: float) -> tuple[float, float]:
+    """Read a measured line t = a + b·N as the ring's 2(K−1)(α + N/(Kβ)): α = a / 2(K−1) per
+    round, β = 2(K−1) / (K·b). Signs are kept: a noisy fit can give a < 0, and the caller says so."""
+    check_size(k, 0)
+    if k < 2:
+        raise ValueError("a ring of one device sends nothing: fit with K >= 2")
+    rounds = algorithm("ring all-reduce").rounds(k)
+    return intercept_s / rounds, rounds / (k * slope_s_per_byte)

@@ -1,5 +1,6 @@
 """CS336 lecture 8 (通信复杂度、互联带宽、Llama 2 13B、TP vs DP、四卡算例): communication costs, computed.
-A model only: the α-β formulas of common.costmodel and the ledger of cs336.ledger, no torch.
+A model only: the α-β formulas of cs336.first_order and common.costmodel_steps, the ledger of
+cs336.ledger, no torch.
 
     python code/cs336/03_costs.py
     python code/cs336/03_costs.py --world-size 8 --alpha-us 10 --beta-gbs 25 --size 1MiB
@@ -29,13 +30,8 @@ import numpy as np
 
 from common.cli import make_parser
 from common.collectives import algorithm
-from common.costmodel_collectives import (
-    CollectiveCall,
-    alpha_beta_time,
-    ring_allreduce_balance_bytes,
-    ring_allreduce_terms,
-)
 from common.costmodel_steps import (
+    CollectiveCall,
     pp_step_bytes_per_device,
     pp_step_send_time,
     tp_step_bytes_per_device,
@@ -48,6 +44,7 @@ from common.output import Report
 from common.script_end import run_main
 from common.text import bar
 from common.units import GiB, KiB, MiB, fmt_bytes, fmt_time
+from cs336.first_order import alpha_beta_time, ring_allreduce_balance_bytes, ring_allreduce_terms
 from cs336.ledger import LEDGER, LLAMA2_13B, MLP_12, OPTIMIZER_STATE, activation_bytes, training_state_bytes
 from lecture14 import collectives as col
 

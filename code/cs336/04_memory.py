@@ -1,5 +1,5 @@
 """CS336 lecture 8 (内存账本、ZeRO、框架对比、Megatron 3D): what training keeps in GPU memory.
-A model only: the ledger of cs336.ledger and the α-β formulas of common.costmodel, no torch.
+A model only: the ledger of cs336.ledger and the α-β formulas of common.costmodel_steps, no torch.
 
     python code/cs336/04_memory.py
     python code/cs336/04_memory.py --params 70B --world-size 64 --tp 8 --pp 4 --dp 32 --seq-len 4096
@@ -26,8 +26,8 @@ import math
 import re
 
 from common.cli import make_parser
-from common.costmodel_collectives import CollectiveCall
 from common.costmodel_steps import (
+    CollectiveCall,
     pp_step_bytes_per_device,
     pp_step_send_time,
     zero_step_bytes_per_device,

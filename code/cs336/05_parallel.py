@@ -379,7 +379,7 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
              "the notes count one (the same bytes). TP's calls send (p−1)/p each, the notes charge "
              "2(p−1)/p. ZeRO's RS + AG move one all-reduce.")
     rep.note("not what gloo ran here: gloo runs each reduce-scatter (TP's backward, ZeRO's gradients) as "
-             "an all-reduce of every chunk (the profiler's gloo spans say so: common/gloo_ran.py), "
+             "an all-reduce of every chunk (the profiler's gloo spans say so: cs336/gloo_ran.py), "
              "which a ring prices at 2(p−1)/p of the input a rank where a reduce-scatter's is (p−1)/p. The "
              "ring model's figure is NCCL's, which has a real reduce-scatter; 07_tensor_parallel.py shows "
              "both.")

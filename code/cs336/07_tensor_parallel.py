@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module
 
-from common import dist_count, gloo_ran
+from common import dist_count
 from common.cli import make_parser
 from common.collectives import algorithm
 from common.costmodel_steps import tp_step_bytes_per_device
@@ -48,7 +48,7 @@ from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
 from common.units import fmt_bytes
-from cs336 import comm, mlp
+from cs336 import comm, gloo_ran, mlp
 from cs336 import dtensor_tp as dt
 
 RING_ALLREDUCE = algorithm("ring all-reduce")

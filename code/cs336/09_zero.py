@@ -13,7 +13,7 @@ against cs336/ledger.py's ZeRO table (04_memory.py) at the same parameter count 
 equal over all ranks, uneven per rank, and why. Part 3 counts the collectives of a step
 (common.dist_count, FSDP2's included: what the process group was handed) against
 costmodel_steps.zero_step_collectives, the notes' ZeRO communication, and shows what gloo ran for them (its
-profiler spans, common.gloo_ran): FSDP2's reduce-scatters run here as all-reduces of the padded
+profiler spans, cs336.gloo_ran): FSDP2's reduce-scatters run here as all-reduces of the padded
 buffer. Trained weights off one process by more than a share of how far they moved end the run in
 exit 1, in one line naming the engine; a byte off the split or a collective off the formula is a
 row of engines.toml that differs.
@@ -40,7 +40,6 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from common import gloo_ran
 from common.cli import make_parser
 from common.collectives import algorithm, split_sizes
 from common.costmodel_steps import zero_step_bytes_per_device, zero_step_collectives
@@ -51,7 +50,7 @@ from common.output import MOVED_SHARE, Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
 from common.units import fmt_bytes
-from cs336 import ledger, mlp
+from cs336 import gloo_ran, ledger, mlp
 from cs336.engine_probes import calls_text, collectives_by_kind, local_elements
 
 RING_ALL_GATHER = algorithm("ring all-gather")

@@ -11,7 +11,7 @@ collectives start in C++: cs336/dtensor_tp.py) and because the CS336 tables want
 Two figures a call: `handed` is what the process group was handed (counted: the collective's size
 N); `sent` is what a ring sends for it (the ring model, common.collectives' ring `busiest_bytes`, nccl-tests'
 bus factor: NCCL's price); a send's are its tensor's bytes in both. Neither is what gloo ran: in
-torch 2.13 gloo runs a reduce-scatter as all-reduces (common.gloo_ran reads what it ran). Whether
+torch 2.13 gloo runs a reduce-scatter as all-reduces (cs336.gloo_ran reads what it ran). Whether
 gloo has reduce_scatter at all is asked once (common.collectives_real holds gloo's workarounds).
 """
 
@@ -105,7 +105,7 @@ def all_gather_columns(piece: torch.Tensor, widths: list[int], log: CommLog) -> 
 def reduce_scatter_columns(partial: torch.Tensor, widths: list[int], log: CommLog) -> torch.Tensor:
     """Sum a (rows, d) tensor over the ranks; rank r gets only its widths[r] columns of the sum. The
     group is handed a reduce-scatter (a gloo without one: an all-reduce, counted as such); gloo in
-    torch 2.13 runs it as an all-reduce of each rank's chunk (common.gloo_ran sees what it ran)."""
+    torch 2.13 runs it as an all-reduce of each rank's chunk (cs336.gloo_ran sees what it ran)."""
     with counted(log):
         return reduce_scatter_uneven(partial, widths, dim=-1)[0]
 

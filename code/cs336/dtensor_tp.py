@@ -16,7 +16,7 @@ too. That is how PyTorch's own `CommDebugMode` counts calls (it logs no bytes, a
 in torch._inductor, 1.2 s here); this one logs each call as comm.py logs the hand-written ones: the
 whole result's bytes N, handed to the group (counted), and their price in costmodel's ring formula
 for the group's size (ring model), so both sides of a comparison are counted by one rule. What gloo
-then runs for them is another figure (common.gloo_ran: a reduce-scatter runs as an all-reduce).
+then runs for them is another figure (cs336.gloo_ran: a reduce-scatter runs as an all-reduce).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ form the simulators and the ledger use; these probes read it off the running obj
     as_megatron   where it is Megatron-LM's (the simulator's)
     local_elements  elements of a rank's own part of tensors (FSDP2's DTensor shards or plain ones)
     collectives_by_kind  common.dist_count's calls of a step, as calls and bytes per collective
-                  (counted: what the process group was handed; common.gloo_ran reads what gloo ran)
+                  (counted: what the process group was handed; cs336.gloo_ran reads what gloo ran)
 
 The lesson (which schedule, which sharding, what is compared) stays in the scripts.
 """

@@ -29,7 +29,6 @@ import numpy as np
 
 from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
-from common.costmodel import best_broadcast_segments, best_integer_segments, continuous_best_segments
 from common.error_types import UsageError
 from common.flags import size_bytes
 from common.link import Link
@@ -40,6 +39,7 @@ from common.text import bar
 from common.units import fmt_bytes, fmt_num, fmt_time
 from lecture14 import collectives as col
 from lecture14 import figures, ring_views
+from lecture14.costmodel import best_broadcast_segments, best_integer_segments, continuous_best_segments
 from lecture14.network import Result
 from lecture14.symbolic import Sym, format_chunks, symbolic_inputs
 

@@ -30,7 +30,6 @@ import torch.distributed as dist
 from common import checker
 from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
-from common.costmodel import COMPARED_ALLREDUCES, ring_naive_crossover_bytes, ring_tree_crossover_bytes
 from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import launch
@@ -41,6 +40,7 @@ from common.script_end import run_main
 from common.units import fmt_bytes, fmt_time
 from lecture14 import alpha_beta_numerics as num
 from lecture14 import figures
+from lecture14.costmodel import COMPARED_ALLREDUCES, ring_naive_crossover_bytes, ring_tree_crossover_bytes
 
 NOTES_K = 8
 MODEL_SIZES = [10**e for e in range(3, 10)]  # 1 KB … 1 GB, MB = 1e6 B as in the notes

@@ -25,7 +25,6 @@ from torch import nn
 
 from common.cli import link_from_args, make_parser
 from common.collectives import algorithm
-from common.costmodel import data_parallel_speedup
 from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import ask_gloo, gloo_lacks, launch, preload_for_ddp, rank_device
@@ -35,6 +34,7 @@ from common.script_end import run_main
 from common.units import fmt_bytes, fmt_time
 from lecture14 import async_sgd, figures
 from lecture14 import data_parallel as dp
+from lecture14.costmodel import data_parallel_speedup
 
 D_IN, HIDDEN = 8, 16        # the small float64 MLP regression of Parts 2 and 4
 SAMPLES = 64                # divisible by 2, 4 and 8, so every simulated shard has the same size

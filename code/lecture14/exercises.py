@@ -3,8 +3,9 @@ with the notes' reference answer printed beside ours. Model only: no processes, 
 
     python code/lecture14/exercises.py
 
-Part n is exercise n. Times come from common.costmodel (the α-β model), rounds and bytes from
-lecture14.collectives (the round-by-round simulator); exercise 12 runs a tiny numpy demonstration.
+Part n is exercise n. Times come from common.collectives and lecture14.costmodel (the α-β model),
+rounds and bytes from lecture14.collectives (the round-by-round simulator); exercise 12 runs a tiny
+numpy demonstration.
 """
 
 from __future__ import annotations
@@ -25,12 +26,6 @@ import numpy as np
 
 from common.cli import make_parser
 from common.collectives import algorithm
-from common.costmodel import (
-    best_integer_segments,
-    continuous_best_segments,
-    data_parallel_speedup,
-    ring_naive_crossover_bytes,
-)
 from common.link import NOTES_LINK, Link
 from common.output import Report
 from common.script_end import run_main
@@ -41,6 +36,12 @@ from lecture14.collectives import (
     pipelined_ring_broadcast,
     reduce_scatter,
     ring_allreduce,
+)
+from lecture14.costmodel import (
+    best_integer_segments,
+    continuous_best_segments,
+    data_parallel_speedup,
+    ring_naive_crossover_bytes,
 )
 from lecture14.symbolic import Sym, symbolic_inputs
 

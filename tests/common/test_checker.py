@@ -183,11 +183,23 @@ def test_every_erratum_is_shown_by_a_row_and_every_named_one_exists() -> None:
             assert row.compares and not row.own and row.why, row.id
 
 
+def judgement_conflicts(rows: list[Row]) -> dict[str, set[tuple[str, str]]]:
+    """The statements (`states` keys) whose rows are judged differently: {key: the judgements},
+    each (the erratum's kind or "", the reading or ""). Empty when the same statement is judged alike
+    in every table."""
+    judged: dict[str, set[tuple[str, str]]] = {}
+    for r in rows:
+        if r.states:
+            judged.setdefault(r.states, set()).add((checker.erratum(r.erratum).kind if r.erratum else "",
+                                                    r.reading))
+    return {key: kinds for key, kinds in judged.items() if len(kinds) > 1}
+
+
 def test_the_same_statement_gets_the_same_judgement_in_every_table() -> None:
     """Rows that state one thing (a shared `states` key, in one table or several) are judged alike:
     the same kind of error, or the same reading, or neither; and one of them judged otherwise fails."""
     rows = checker.all_rows()
-    assert checker.judgement_conflicts(rows) == {}
+    assert judgement_conflicts(rows) == {}
     shared = [r for r in rows if r.states and sum(o.states == r.states for o in rows) > 1]
     assert shared, "no statement is shared between rows: the check would check nothing"
     slip = next(e for e in checker.all_errata() if e.kind == checker.SLIP)
@@ -195,7 +207,7 @@ def test_the_same_statement_gets_the_same_judgement_in_every_table() -> None:
         changed = dataclasses.replace(twin, erratum="" if twin.erratum else slip.id,
                                       reading="" if twin.reading else "another reading")
         mutated = [changed if r.id == twin.id else r for r in rows]
-        assert twin.states in checker.judgement_conflicts(mutated), twin.id
+        assert twin.states in judgement_conflicts(mutated), twin.id
 
 
 def test_same_as_compares_two_values_of_ours() -> None:

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import ast
 import io
+import math
 import re
 import tokenize
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from costmodel_buffers import buffers, pieces
 
 from common import collectives as cdef
-from common import costmodel as cm
-from common.costmodel_collectives import CollectiveCall, ring_allreduce_terms
-from common.costmodel_steps import zero_step_bytes_per_device
-from common.link import NOTES_LINK, Link
+from common.costmodel_steps import CollectiveCall, zero_step_bytes_per_device
+from common.link import NOTES_LINK, Link, ring_alpha_beta_from_line
 from cs336 import busbw
+from cs336.first_order import ring_allreduce_terms
 from lecture14 import collectives as col
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ def test_every_consumer_reads_the_definition(monkeypatch: pytest.MonkeyPatch) ->
     assert CollectiveCall("all-reduce", "g", 1, n).ring.rounds(k) == 5
     assert cdef.algorithm("ring all-reduce").time(k, n, link) == 5 * 2.0
     assert ring_allreduce_terms(k, n, link)[0] == 5.0
-    assert cm.ring_alpha_beta_from_line(k, 10.0, 1.0)[0] == 2.0
+    assert ring_alpha_beta_from_line(k, 10.0, 1.0)[0] == 2.0
     with pytest.raises(ImportError):  # and the simulator refuses to disagree: no schedule for a new one
         col.check_schedules(cdef.SIMULATED + ("butterfly all-reduce",))
 
@@ -111,7 +112,7 @@ ALLOWED = {"code/common/collectives.py": None, "code/lecture14/collectives.py": 
            "code/lecture14/collectives_reference.py": None,
            "code/cs336/primitives.py": 9,        # the notes' volume column and bounds, beside ours
            "code/cs336/01_collectives.py": 1,    # the notes' identity (p−1)/p·p·S = (p−1)·S
-           "code/common/costmodel.py": 1}        # ring-tree crossover, solved from the two times
+           "code/lecture14/costmodel.py": 1}     # ring-tree crossover, solved from the two times
 
 
 def _code_only(text: str) -> str:
@@ -215,3 +216,57 @@ def test_one_public_name_for_a_collectives_time_and_bytes() -> None:
 ])
 def test_the_scan_finds_a_second_name(text: str) -> None:
     assert len(_second_names(text, "code/x.py")) == 1
+
+
+# ---- the α-β times against the rounds they stand for ----------------------------------------------
+RING_ALLREDUCE = cdef.algorithm("ring all-reduce")
+
+
+def ring_by_rounds(k: int, n: float, link: Link) -> float:
+    """Reduce-scatter then all-gather: 2(K-1) rounds, each one message of N/K bytes."""
+    return sum(link.message_time(n / k) for _ in range(2 * (k - 1)))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 13, 64])
+@pytest.mark.parametrize("link", [NOTES_LINK, Link(10e-6, 10e9), Link(1e-6, 3e9), Link(50e-6, 100e9)])
+def test_ring_equals_its_rounds(k: int, link: Link) -> None:
+    for n in (1.0, 1000.0, 12345.0, 64e6):
+        assert RING_ALLREDUCE.time(k, n, link) == pytest.approx(ring_by_rounds(k, n, link), rel=1e-12)
+
+
+def test_tree_depth_is_ceil_log2() -> None:
+    for k in range(1, 300):
+        assert cdef.tree_depth(k) == math.ceil(math.log2(k)) if k > 1 else cdef.tree_depth(k) == 0
+
+
+def test_ring_bytes_per_device() -> None:
+    assert RING_ALLREDUCE.busiest_bytes(4, 1000) == 1500
+    assert RING_ALLREDUCE.busiest_bytes(1, 1000) == 0
+
+
+def test_times_reject_bad_device_counts() -> None:
+    with pytest.raises(ValueError):
+        RING_ALLREDUCE.time(0, 10, NOTES_LINK)
+    with pytest.raises(ValueError):
+        cdef.algorithm("pipelined ring broadcast").time(4, 10, NOTES_LINK, 0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 7, 8])
+@pytest.mark.parametrize("link", [Link(5e-6, 50 * 2**30), Link(1e-6, 450e9), Link(0.0, 10e9),
+                                  Link(20e-6, 1e9)])
+def test_reduce_scatter_and_all_gather_equal_their_rounds(k: int, link: Link) -> None:
+    n = 840 * k  # K divides N: every chunk N/K
+    rs, ag = col.reduce_scatter(buffers(k, n)), col.all_gather(pieces(k, n))
+    for res, ring in ((rs, cdef.algorithm("ring reduce-scatter")), (ag, cdef.algorithm("ring all-gather"))):
+        assert res.n_rounds == k - 1
+        assert ring.time(k, n, link) == pytest.approx(res.time(link), rel=1e-12, abs=1e-18)
+        assert all(s == ring.busiest_bytes(k, n) for s in res.sent)
+
+
+@pytest.mark.parametrize("k,n", [(3, 1000), (4, 1001), (7, 50), (5, 3)])
+def test_uneven_chunks_stay_within_one_element_per_round(k: int, n: int) -> None:
+    link = Link(1e-6, 1e9)
+    res = col.reduce_scatter(buffers(k, n))
+    assert res.total_sent == (k - 1) * n  # each chunk travels K-1 hops, whatever its size
+    formula = cdef.algorithm("ring reduce-scatter").time(k, n, link)
+    assert formula <= res.time(link) + 1e-15 <= formula + (k - 1) / link.beta_Bps + 1e-12

@@ -1,15 +1,15 @@
 """The collectives simulator against independent references: np.sum, np.array_split chunk sizes,
-the notes' printed ring states, and the closed forms of common.costmodel."""
+the notes' printed ring states, and the closed forms of common.collectives and lecture14.costmodel."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from common import costmodel as cm
 from common.collectives import algorithm, tree_depth
 from common.link import NOTES_LINK, Link
 from lecture14 import collectives as col
+from lecture14 import costmodel as cm
 from lecture14.symbolic import Sym, format_chunks, symbolic_inputs, worker_name
 
 BROADCAST = algorithm("pipelined ring broadcast")

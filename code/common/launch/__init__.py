@@ -27,7 +27,7 @@ from typing import Any
 _FACE = {
     # starting ranks
     "launch": "launcher", "launch_expecting_failure": "launcher", "preload_for_ddp": "launcher",
-    "choose_backend": "launcher", "rank_device": "launcher", "capture_stderr": "launcher",
+    "choose_backend": "launcher", "rank_device": "launcher", "capture_stderr": "rank_side",
     # the failures it reports
     "RankError": "rank_failure", "Failure": "rank_failure",
     "skipped_collective": "staged_failure", "MAX_STAGED_RANKS": "staged_failure",

@@ -27,9 +27,9 @@ data size doesn't match expected size" before it aborts the rank, NCCL's reason)
 line, in `RankError.said` (`RankError.under`: the lines to print beneath it). A rank that raises is
 named, never the ranks that then find their connection to it closed, whatever line they were at.
 Ctrl-C and any error take every child down with the parent; the kernel kills the children if the
-parent itself is killed (no orphans). Inside a rank, `capture_stderr()` keeps what torch's C++ side
-prints so the worker can return it beside the part it belongs to. What a child does between
-the fork and its exit is in `common.launch.rank_side`, what the parent watches meanwhile in
+parent itself is killed (no orphans). What a child does between the fork and its exit (and
+`capture_stderr()`, which keeps what torch's C++ side prints inside a rank) is in
+`common.launch.rank_side`, what the parent watches meanwhile in
 `common.launch.parent_side`.
 """
 
@@ -39,7 +39,6 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from datetime import timedelta
@@ -61,7 +60,7 @@ from common.launch.torchrun_rank import launch_in_torchrun
 from common.leftovers import owned_folder
 from common.script_end import signals_held
 
-__all__ = ["capture_stderr", "choose_backend", "launch", "launch_expecting_failure",
+__all__ = ["choose_backend", "launch", "launch_expecting_failure",
            "preload_for_ddp", "rank_device", "startup_allowance_s"]
 
 _TORCH_AFTER_S = 5.0  # torch gives up joining this long after the parent's deadline: the parent names
@@ -95,26 +94,6 @@ def preload_for_ddp(world_size: int, parent_too: bool = False) -> None:
     saves that second import (04_details: 5.7 s -> 4.0-4.4 s)."""
     if parent_too or world_size > _cores():
         import torch._dynamo  # noqa: F401
-
-
-@contextmanager
-def capture_stderr() -> Iterator[list[str]]:
-    """Inside a rank: keep what is written to file descriptor 2 (torch's and gloo's C++ warnings
-    too, which bypass Python) instead of printing it; the list receives the text at the end, for
-    the worker to return, so the parent can show it next to the part it belongs to."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    captured: list[str] = []
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            captured.append(tmp.read().decode("utf-8", "replace"))
 
 
 def launch_expecting_failure(worker: Callable[..., Any], world_size: int, *args: Any, timeout_s: float,

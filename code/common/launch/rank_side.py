@@ -23,8 +23,9 @@ import tempfile
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,26 @@ from common.launch.rank_failure import failure_of
 from common.script_end import ENDING_SIGNALS
 
 _KEPT_STDERR = 64 * 1024  # the end of what a rank wrote to fd 2 is what matters; a runaway log is cut
+
+
+@contextmanager
+def capture_stderr() -> Iterator[list[str]]:
+    """Inside a rank: keep what is written to file descriptor 2 (torch's and gloo's C++ warnings
+    too, which bypass Python) instead of printing it; the list receives the text at the end, for
+    the worker to return, so the parent can show it next to the part it belongs to."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    captured: list[str] = []
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            captured.append(tmp.read().decode("utf-8", "replace"))
 
 
 def setup_rank(local_rank: int, backend: str, threads: int) -> None:

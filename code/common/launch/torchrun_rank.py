@@ -31,7 +31,6 @@ import pickle
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -43,7 +42,7 @@ import torch.distributed as dist
 
 from common.launch.loopback import is_loopback_host, loopback_interface
 from common.launch.rank_failure import Failure, RankError, failure_of
-from common.launch.rank_side import setup_rank, where_main_thread
+from common.launch.rank_side import capture_stderr, setup_rank, where_main_thread
 from common.launch.torchrun import speak
 from common.launch.torchrun_blame import Diagnosis, end_stopped_ranks
 
@@ -127,10 +126,10 @@ class _Rank:
         # torchrun's own LOCAL_RANK picks the GPU; across nodes it is not the global rank.
         setup_rank(int(os.environ.get("LOCAL_RANK", self.rank)), backend, threads)
         self.connected.wait(_STORE_WAIT_S)  # beating before joining: a rank that never joins is named
-        with self.failures(), _folded_stderr() as folded:  # a peer that never comes: socket warnings
+        with self.failures(), capture_stderr() as folded:  # a peer that never comes: socket warnings
             dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))
         self.joined_at = time.monotonic()
-        sys.stderr.write(folded.text)  # joined: what torch had to say, it may say
+        sys.stderr.write(folded[0])  # joined: what torch had to say, it may say
         atexit.register(self.teardown)  # a group left alive aborts the process at exit
 
     @contextmanager
@@ -277,28 +276,6 @@ class _Rank:
 
 class _OthersLate(TimeoutError):
     """The other ranks did not all leave the group in time (rank 0's own wait at exit)."""
-
-
-class _Folded:
-    text = ""
-
-
-@contextmanager
-def _folded_stderr() -> Iterator[_Folded]:
-    """File descriptor 2 kept in a file while the block runs; its text in `.text` after."""
-    folded = _Folded()
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield folded
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            folded.text = tmp.read().decode("utf-8", "replace")
 
 
 def _exit_with(verdict: RankError | None, status: int = 1) -> None:

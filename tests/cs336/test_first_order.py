@@ -1,38 +1,18 @@
-"""The α-β formulas added to common.costmodel for CS336 lecture 8 (common/costmodel_collectives.py)
-against round-by-round counts from lecture14.collectives."""
+"""The notes' first-order model and the ring all-reduce's two terms (cs336/first_order.py) against
+round-by-round counts from lecture14.collectives."""
 
 from __future__ import annotations
 
 import pytest
-from costmodel_buffers import buffers, pieces
+from costmodel_buffers import buffers
 
 from common.collectives import algorithm
-from common.costmodel_collectives import alpha_beta_time, ring_allreduce_balance_bytes, ring_allreduce_terms
 from common.link import Link
+from cs336.first_order import alpha_beta_time, ring_allreduce_balance_bytes, ring_allreduce_terms
 from lecture14 import collectives as col
 
 RING_ALLREDUCE = algorithm("ring all-reduce")
 LINKS = [Link(5e-6, 50 * 2**30), Link(1e-6, 450e9), Link(0.0, 10e9), Link(20e-6, 1e9)]
-
-
-@pytest.mark.parametrize("k", [1, 2, 3, 4, 7, 8])
-@pytest.mark.parametrize("link", LINKS)
-def test_reduce_scatter_and_all_gather_equal_their_rounds(k: int, link: Link) -> None:
-    n = 840 * k  # K divides N: every chunk N/K
-    rs, ag = col.reduce_scatter(buffers(k, n)), col.all_gather(pieces(k, n))
-    for res, ring in ((rs, algorithm("ring reduce-scatter")), (ag, algorithm("ring all-gather"))):
-        assert res.n_rounds == k - 1
-        assert ring.time(k, n, link) == pytest.approx(res.time(link), rel=1e-12, abs=1e-18)
-        assert all(s == ring.busiest_bytes(k, n) for s in res.sent)
-
-
-@pytest.mark.parametrize("k,n", [(3, 1000), (4, 1001), (7, 50), (5, 3)])
-def test_uneven_chunks_stay_within_one_element_per_round(k: int, n: int) -> None:
-    link = Link(1e-6, 1e9)
-    res = col.reduce_scatter(buffers(k, n))
-    assert res.total_sent == (k - 1) * n  # each chunk travels K-1 hops, whatever its size
-    formula = algorithm("ring reduce-scatter").time(k, n, link)
-    assert formula <= res.time(link) + 1e-15 <= formula + (k - 1) / link.beta_Bps + 1e-12
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 8, 16])
@@ -70,3 +50,12 @@ def test_notes_four_rank_example() -> None:
     assert lat == pytest.approx(30e-6)
     assert bw == pytest.approx(1.875e-3, rel=1e-12)  # not 1.92: MiB / GiB is 1/1024
     assert ring_allreduce_balance_bytes(4, link) == pytest.approx(4 * 5e-6 * 50 * 2**30)
+
+
+def test_first_order_refuses_bad_counts() -> None:
+    with pytest.raises(ValueError):
+        alpha_beta_time(-1, 10, LINKS[1])
+    with pytest.raises(ValueError):
+        alpha_beta_time(1.5, 10, LINKS[1])
+    with pytest.raises(ValueError):
+        alpha_beta_time(1, -10, LINKS[1])

@@ -1,4 +1,4 @@
-"""code/common/gloo_ran.py: what gloo ran, read from the profiler's gloo:* spans.
+"""code/cs336/gloo_ran.py: what gloo ran, read from the profiler's gloo:* spans.
 
 On real ranks, each collective is run twice: once inside gloo_ran.watching(), once inside a profiler
 read here another way (FunctionEvents' names, shapes and dtypes; bytes from torch's own element
@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from common import gloo_ran
 from common.launch import launch
+from cs336 import gloo_ran
 
 ELEMENTS = 4000
 

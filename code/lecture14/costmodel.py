@@ -1,13 +1,10 @@
-"""Lecture 14's comparison of all-reduce algorithms, the pipelined broadcast's segments and the
-fits of measured times, on the α-β model: one message of n bytes costs α + n/β. Pure Python, no torch.
+"""Lecture 14's comparison of all-reduce algorithms, the pipelined broadcast's segments and data
+parallelism's speedup, on the α-β model: one message of n bytes costs α + n/β. Pure Python, no torch.
 
 A collective's time and bytes are common.collectives.Algorithm's `time` and `busiest_bytes` (one
 name each); the questions asked of them here: where one algorithm overtakes another, how many
-segments a broadcast wants, what α and β a measured line means. The rest of the model lives by
-what it does, each imported from its own module:
-  common.link                  Link and the notes' links
-  common.costmodel_collectives the notes' α·N_msg + S/B_eff, a ring all-reduce's two terms, a step's calls
-  common.costmodel_steps       CS336 lecture 8: what a DP, TP, PP or ZeRO step communicates
+segments a broadcast wants. What α and β a measured line means is common.link's (three lectures
+fit lines); what a CS336 step communicates is common.costmodel_steps'.
 
 Closed forms (K devices, N bytes per device, L = ceil(log2 K)):
   ring all-reduce        2(K-1)(α + N/(Kβ))        reduce-scatter then all-gather, N/K per round
@@ -20,7 +17,6 @@ Closed forms (K devices, N bytes per device, L = ceil(log2 K)):
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 from common import collectives as cdef
 from common.collectives import check_size as _check
@@ -88,35 +84,3 @@ def data_parallel_speedup(single_step_s: float, k: int, comm_s: float) -> float:
         raise ValueError("single-device step time must be > 0")
     _check(k, 0)
     return single_step_s / (single_step_s / k + comm_s)
-
-
-def fit_line_relative(xs: Sequence[float], ys: Sequence[float],
-                      through_origin: bool = False) -> tuple[float, float]:
-    """Least squares of y ≈ a + b·x in relative error: minimises Σ ((a + b·x − y) / y)².
-
-    Measured times span decades (1 KiB to 16 MiB); unweighted, the largest sizes alone would set
-    the line and the intercept (what α comes from) would be noise. With `through_origin`, a = 0.
-    """
-    if len(xs) != len(ys) or len(xs) < (1 if through_origin else 2) or any(y <= 0 for y in ys):
-        raise ValueError("need matching sizes and times > 0: two points at least (one through the origin)")
-    scale = max(abs(x) for x in xs) or 1.0  # keeps the normal equations well conditioned
-    w = [1.0 / (y * y) for y in ys]
-    u = [x / scale for x in xs]
-    s0, s1, s2 = sum(w), sum(wi * ui for wi, ui in zip(w, u)), sum(wi * ui * ui for wi, ui in zip(w, u))
-    t0, t1 = sum(wi * y for wi, y in zip(w, ys)), sum(wi * ui * y for wi, ui, y in zip(w, u, ys))
-    if through_origin:
-        return 0.0, t1 / s2 / scale
-    det = s0 * s2 - s1 * s1
-    if det <= 0:
-        raise ValueError("the sizes must not all be equal")
-    return (t0 * s2 - s1 * t1) / det, (s0 * t1 - s1 * t0) / det / scale
-
-
-def ring_alpha_beta_from_line(k: int, intercept_s: float, slope_s_per_byte: float) -> tuple[float, float]:
-    """Read a measured line t = a + b·N as the ring's 2(K−1)(α + N/(Kβ)): α = a / 2(K−1) per
-    round, β = 2(K−1) / (K·b). Signs are kept: a noisy fit can give a < 0, and the caller says so."""
-    _check(k, 0)
-    if k < 2:
-        raise ValueError("a ring of one device sends nothing: fit with K >= 2")
-    rounds = cdef.algorithm("ring all-reduce").rounds(k)
-    return intercept_s / rounds, rounds / (k * slope_s_per_byte)
