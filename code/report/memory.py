@@ -27,7 +27,6 @@ import itertools
 import json
 import math
 import subprocess
-import tempfile
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -36,6 +35,7 @@ from common import checker, verdicts
 from common.cli import OneLineParser
 from common.collectives import algorithm
 from common.costmodel_steps import pp_step_traffic, tp_step_bytes_per_device, zero_step_collectives
+from common.leftovers import owned_folder
 from common.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK
 from common.output_files import make_output_dir, write_text
 from common.output_paths import check_output_dir
@@ -159,13 +159,14 @@ BESIDE = [("params", "CS-llama-mem-params", DDP), ("grads", "CS-llama-mem-grads"
           ("master", "CS-llama-mem-master", DDP), ("adam", "CS-llama-mem-adam", DDP),
           ("state", "CS-llama-mem-total", DDP), ("fits-80", "CS-llama-fits", DDP),
           ("adam", "CS-zero1-13b", {"stage": "ZeRO-1", "world": 4}),
-          ("grads", "CS-zero2-13b", {"stage": "ZeRO-2", "world": 4})]
+          ("grads", "CS-zero2-13b", {"stage": "ZeRO-2", "world": 4}),
+          ("state", "CS-mem-200m", {"model": "200m", "stage": "DDP"})]
 DEFAULT_AT = {"model": "llama", "tp": 1, "pp": 1}
 
 
 def script_claims() -> list[dict[str, Any]]:
     """04_memory.py's claims at its defaults (the notes' setting), from its own --json."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with owned_folder("course-run-") as tmp:     # a killed run's folder is removed by the next
         out = Path(tmp) / "04.json"
         subprocess.run([sys.executable, str(SCRIPT_PATH), "--json", str(out)], check=True,
                        stdout=subprocess.DEVNULL)
@@ -177,6 +178,7 @@ def decided(claim: dict[str, Any]) -> dict[str, Any]:
     word = verdicts.verdict(claim)
     return {"row": claim["ref"], "what": claim["what"], "ours": claim["ours"], "notes": claim["notes"],
             "unit": claim["unit"], "verdict": word, "agrees": word in verdicts.AGREEING,
+            "reading": claim.get("reading") or "",
             "why": verdicts.readable(claim["why"]) if word not in verdicts.AGREEING else ""}
 
 

@@ -123,6 +123,10 @@ def test_opens_on_the_notes_setting_with_their_figures_and_04s_verdicts(browser,
         assert row[4] == verdicts.verdict(by_ref[memory.MEMORY_ROWS[stage]])
         assert row[7] == verdicts.verdict(by_ref[memory.COMM_ROWS[stage]])
     assert "notes inconsistent" in [r[7] for r in cells]        # ZeRO-1's and ZeRO-3's cells (erratum)
+    choose(page, "model", "200m")     # their 3.2 "GiB" is GB: 04 says "matches as they write"
+    assert verdicts.verdict(by_ref["CS-mem-200m"]) == "matches as they write"
+    assert "3.2 GB (matches as they write, row CS-mem-200m; read as: GiB written for GB" in page.locator(
+        "#state-notes").text_content()
     assert errors == []
     page.context.close()
 

@@ -152,7 +152,7 @@ function render(s, v) {
     if (!atNotes(s, b.at)) continue;
     const where = b.card === "fits-80" ? $("fits-80") : $(b.card + "-notes");
     const text = `the notes: ${b.card === "fits-80" ? (b.notes ? "fits" : "does not fit") : b.notes + " " + b.unit}` +
-                 ` (${b.verdict}, row ${b.row})`;
+                 ` (${b.verdict}, row ${b.row}${b.reading ? "; read as: " + b.reading : ""})`;
     if (b.card === "fits-80") where.textContent += ` — ${text}`; else where.textContent = text;
   }
   drawChart(s);
