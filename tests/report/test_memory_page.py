@@ -1,0 +1,252 @@
+"""report/memory.html (code/report/memory.py): the page's JS model against the Python one for every
+setting it offers, the notes' ZeRO table with 04_memory.py's own verdicts, each control against
+the model, the URL, reset, the command line, and the page at 390, 768 and 1366 px in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from conftest import offline_page, run_script
+
+from common import verdicts
+from common.units import fmt_bytes
+from cs336 import ledger as lg
+from report import memory
+from report.memory import DEFAULT, all_settings, script_claims, setting_numbers, write_memory
+
+NUMBERS = ("params", "grads", "master", "adam", "state", "activations", "total", "sent", "seconds")
+SHOTS = Path("/tmp/mem_shots")
+
+
+@pytest.fixture(scope="module")
+def claims() -> list[dict]:
+    return script_claims()
+
+
+@pytest.fixture(scope="module")
+def page_file(tmp_path_factory: pytest.TempPathFactory, claims: list[dict]) -> Path:
+    return write_memory(tmp_path_factory.mktemp("report"), claims)
+
+
+def differences(page, first: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every setting the page offers, its JS model against setting_numbers: what differs (with
+    `first`, only the first setting that does)."""
+    # one JSON string: Playwright's own serialisation of 15,000 objects takes 40 s here, this 1 s
+    js = json.loads(page.evaluate("() => JSON.stringify(allSettings().map((s) => [s, compute(s)]))"))
+    py = all_settings()
+    if [s for s, _ in js] != py:
+        return ["the page offers other settings than all_settings()"]
+    out = []
+    for s, got in js:
+        want = setting_numbers(s)
+        bad = [k for k in NUMBERS if (got[k] is None) != (want[k] is None)
+               or (want[k] is not None and not math.isclose(got[k], want[k], rel_tol=1e-9))]
+        bad += ["fits"] if got["fits"] != want["fits"] else []
+        rows = [(r["axis"], r["kind"], r["calls"]) for r in got["traffic"]]
+        wanted = [(r["axis"], r["kind"], r["calls"]) for r in want["traffic"]]
+        bad += ["traffic rows"] if rows != wanted else []
+        bad += [f"{r['axis']} {r['kind']} {k}" for r, w in zip(got["traffic"], want["traffic"])
+                for k in ("bytes", "seconds") if not math.isclose(r[k], w[k], rel_tol=1e-9)]
+        if bad:
+            out.append(f"{s}: {', '.join(bad)}")
+            if first:
+                break
+    return out
+
+
+def test_every_setting_equals_the_python_model(browser, page_file: Path) -> None:
+    page, errors = offline_page(browser, page_file)
+    assert len(all_settings()) > 10_000          # every model, GPUs, stage, TP, PP, b, s and link
+    assert differences(page) == []
+    assert errors == []
+    page.context.close()
+
+
+# Each mutation breaks one thing the JS model computes; the enumeration must notice every one.
+# (text in the page, what it becomes): the ring's rounds, ZeRO over all GPUs instead of the DP
+# ranks, a stage's layers rounded down, an end stage of the pipeline sending both ways.
+MUTATIONS = [('"all-reduce": (k) => 2 * (k - 1)', '"all-reduce": (k) => 2 * k - 1'),
+             ("b * local / dp : b * local", "b * local / s.world : b * local"),
+             ("stageLayers = model.layers ? Math.ceil(", "stageLayers = model.layers ? Math.floor("),
+             ("const ways = s.pp > 2 ? 2 : 1", "const ways = 2")]
+
+
+@pytest.mark.parametrize("before,after", MUTATIONS)
+def test_the_enumeration_fails_when_the_page_parts_from_the_model(browser, page_file: Path, tmp_path: Path,
+                                                                   before: str, after: str) -> None:
+    html = page_file.read_text(encoding="utf-8")
+    assert html.count(before) == 1
+    broken = tmp_path / "memory.html"
+    broken.write_text(html.replace(before, after), encoding="utf-8")
+    page, _ = offline_page(browser, broken)
+    assert differences(page, first=True) != []
+    page.context.close()
+
+
+def test_page_is_small_and_self_contained(page_file: Path) -> None:
+    assert page_file.stat().st_size <= 1.5e6
+    html = page_file.read_text(encoding="utf-8")
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
+    for link in ('href="index.html"', 'href="timeline.html"', 'href="pipeline.html"'):
+        assert link in html
+
+
+def card_bytes(page, card: str) -> float:  # type: ignore[no-untyped-def]
+    return float(page.locator(f"#{card}").get_attribute("data-bytes"))
+
+
+def test_opens_on_the_notes_setting_with_their_figures_and_04s_verdicts(browser, page_file: Path,
+                                                                       claims: list[dict]) -> None:
+    page, errors = offline_page(browser, page_file)
+    want = setting_numbers(DEFAULT)
+    for card in ("params", "grads", "master", "adam", "state", "total"):
+        assert card_bytes(page, card) == pytest.approx(want[card], rel=1e-12)
+        assert page.locator(f"#{card}").text_content() == fmt_bytes(want[card])
+    by_ref = {c["ref"]: c for c in claims}
+    # the notes' figures beside ours, each with the verdict 04_memory.py's run gave it
+    for card, ref in (("params", "CS-llama-mem-params"), ("adam", "CS-llama-mem-adam"),
+                      ("state", "CS-llama-mem-total")):
+        text = page.locator(f"#{card}-notes").text_content()
+        assert f"{by_ref[ref]['notes']:g} GB" in text and ref in text
+        assert verdicts.verdict(by_ref[ref]) in text
+    assert "CS-llama-fits" in page.locator("#fits-80").text_content()
+    cells = page.locator("#notes-table tbody tr").evaluate_all(
+        "rows => rows.map((r) => [...r.children].map((c) => c.textContent.trim()))")
+    for row, stage in zip(cells, lg.STAGES):
+        assert row[0] == stage
+        assert row[3] == fmt_bytes(lg.zero_bytes_per_gpu(stage, 13e9, 4))
+        assert row[4] == verdicts.verdict(by_ref[memory.MEMORY_ROWS[stage]])
+        assert row[7] == verdicts.verdict(by_ref[memory.COMM_ROWS[stage]])
+    assert "notes inconsistent" in [r[7] for r in cells]        # ZeRO-1's and ZeRO-3's cells (erratum)
+    choose(page, "model", "200m")     # their 3.2 "GiB" is GB: 04 says "matches as they write"
+    assert verdicts.verdict(by_ref["CS-mem-200m"]) == "matches as they write"
+    assert "3.2 GB (matches as they write, row CS-mem-200m; read as: GiB written for GB" in page.locator(
+        "#state-notes").text_content()
+    assert errors == []
+    page.context.close()
+
+
+def choose(page, control: str, value: object) -> None:  # type: ignore[no-untyped-def]
+    page.select_option(f"#{control}", str(value))
+
+
+def shown_setting(page) -> dict:  # type: ignore[no-untyped-def]
+    return page.evaluate("() => readState()")
+
+
+def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> None:
+    page, errors = offline_page(browser, page_file)
+    before = setting_numbers(DEFAULT)
+    choose(page, "stage", "ZeRO-3")                   # ZeRO-3 divides the parameters by the world size
+    assert card_bytes(page, "params") == pytest.approx(before["params"] / 4)
+    choose(page, "world", 16)
+    assert card_bytes(page, "params") == pytest.approx(before["params"] / 16)
+    steps = [("tp", 2), ("pp", 4), ("batch", 4), ("seq", 2048), ("link", "ethernet"), ("model", "gpt3"),
+             ("stage", "ZeRO-1"), ("model", "200m"), ("world", 64)]
+    for control, value in steps:
+        old = shown_setting(page)
+        choose(page, control, value)
+        s = shown_setting(page)
+        assert s[control] == value
+        now, then = setting_numbers(s), setting_numbers(old)
+        assert card_bytes(page, "total") == pytest.approx(now["total"], rel=1e-12), control
+        assert page.locator("#traffic tbody tr").count() == len(now["traffic"]) + 1, control
+        if control in ("pp", "batch", "seq"):         # activations move with the stage's layers and b × s
+            assert card_bytes(page, "activations") != then["activations"], control
+        if control == "link":                         # the same bytes, priced on a slower link
+            assert now["sent"] == then["sent"] and now["seconds"] > then["seconds"]
+    assert page.locator("#tp").is_disabled() is False and page.locator("#batch").is_disabled()
+    assert errors == []
+    page.context.close()
+
+
+def test_url_round_trip_reset_and_a_bad_url(browser, page_file: Path) -> None:
+    page, errors = offline_page(browser, page_file)
+    for control, value in (("model", "gpt3"), ("world", 256), ("tp", 8), ("pp", 4), ("stage", "ZeRO-2")):
+        choose(page, control, value)
+    moved, url = shown_setting(page), page.url
+    assert "#" in url and "tp=8" in url
+    again, errors2 = offline_page(browser, page_file)
+    again.goto(url)
+    again.reload()
+    assert shown_setting(again) == moved
+    page.click("#reset")
+    assert shown_setting(page) == DEFAULT and "world=4" in page.url
+    # a setting the page does not offer (TP × PP = 64 on 4 GPUs, a world size of 3) is repaired
+    again.goto(page_file.resolve().as_uri() + "#model=llama&world=3&tp=8&pp=8&stage=ZeRO-9")
+    again.reload()
+    s = shown_setting(again)
+    assert (s["world"], s["stage"]) == (4, "DDP") and 4 % (s["tp"] * s["pp"]) == 0
+    assert errors == errors2 == []
+    for p in (page, again):
+        p.context.close()
+
+
+def part2_ledger_column(stdout: str) -> list[str]:
+    table = stdout.split("== Part 2")[1].split("note:")[0]
+    return [re.split(r"\s{2,}", line.strip())[2] for line in table.splitlines()
+            if line.strip().startswith(("DDP", "ZeRO-"))]
+
+
+def test_the_command_line_prints_the_same_setting(browser, page_file: Path) -> None:
+    page, errors = offline_page(browser, page_file)
+    opening = page.locator("#command").text_content()
+    assert opening == "python code/cs336/04_memory.py --params 13B --world-size 4 --layers 40"
+    printed = run_script("cs336/04_memory.py", *opening.split()[2:]).stdout
+    assert part2_ledger_column(printed) == [fmt_bytes(setting_numbers(dict(DEFAULT, stage=st))["state"])
+                                            for st in lg.STAGES]
+    for control, value in (("model", "gpt3"), ("world", 1024), ("tp", 8), ("pp", 8), ("batch", 96)):
+        choose(page, control, value)
+    split = page.locator("#command").text_content()
+    s = shown_setting(page)
+    printed = run_script("cs336/04_memory.py", *split.split()[2:]).stdout
+    # Part 2 prints one TP × PP slice's ZeRO over the DP ranks; Part 3 the same 3D split
+    assert part2_ledger_column(printed) == [fmt_bytes(setting_numbers(dict(s, stage=st))["state"])
+                                            for st in lg.STAGES]
+    state, zero1 = (setting_numbers(dict(s, stage=st))["state"] for st in ("DDP", "ZeRO-1"))
+    assert f"training state, 16 B each              {fmt_bytes(state)}" in printed
+    assert f"with ZeRO-1 across the 16 DP replicas  {fmt_bytes(zero1)}" in printed
+    assert errors == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("width,height", [(390, 844), (768, 1024), (1366, 768)])
+def test_the_page_at_three_widths(browser, page_file: Path, width: int, height: int) -> None:
+    page, errors = offline_page(browser, page_file, width, height)
+    fcp = page.evaluate("""() => new Promise((done) => {
+        new PerformanceObserver((l) => done(l.getEntries()[0].startTime))
+          .observe({type: 'paint', buffered: true});
+        setTimeout(() => done(null), 3000); })""")
+    assert fcp is not None and fcp <= 1000, f"first paint {fcp} ms"
+    assert page.evaluate("document.documentElement.scrollWidth") <= width      # nothing scrolls sideways
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"memory-{width}.png"), full_page=False)
+    for control in ("model", "world", "stage", "tp", "pp", "batch", "seq", "link", "reset"):
+        box = page.locator(f"#{control}").bounding_box()
+        assert box["height"] >= 24 and box["width"] >= 24, control
+        assert page.locator(f"label[for={control}]").count() == (control != "reset"), control
+    # the chart stays in view while the last control moves
+    page.locator("#link").scroll_into_view_if_needed()
+    choose(page, "link", "infiniband")
+    chart, link = page.locator("#chart").bounding_box(), page.locator("#link").bounding_box()
+    assert chart["y"] >= 0 and chart["y"] + chart["height"] <= height, chart
+    assert link["y"] >= chart["y"] + chart["height"] - 1 and link["y"] + link["height"] <= height + 1
+    page.screenshot(path=str(SHOTS / f"memory-{width}-moved.png"), full_page=False)
+    small = page.evaluate("""() => [...document.querySelectorAll('body *')].filter((e) =>
+        e.childNodes.length && [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())
+        && e.getBoundingClientRect().width > 0 && parseFloat(getComputedStyle(e).fontSize) < 12)
+        .map((e) => e.tagName + ' ' + e.textContent.slice(0, 30))""")
+    assert small == []
+    assert page.locator("#results").get_attribute("aria-live") == "polite"
+    assert errors == []
+    page.context.close()
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    proc = run_script("report/memory.py", str(tmp_path / "no" / "such" / "dir"), expect_rc=None)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
