@@ -196,7 +196,8 @@ def comparison_lines(claims: Sequence[Claim]) -> list[str]:
 SUPERSCRIPTS = "¹²³⁴⁵⁶⁷⁸⁹"
 # A verdict as a mark in a cell of a script's own table (Report.marked), MARKS_LEGEND under it.
 _CELL_MARKS = {"error in the notes": "✗", "notes inconsistent": "✗", "fails": "✗", "differs": "≠"}
-MARKS_LEGEND = "  marks: ✓ matches (✓¹: assuming footnote ¹); ✗ error in the notes; ≠ differs; – not compared"
+MARKS_LEGEND = ("  marks: ✓ matches (✓¹: assuming footnote ¹); ✗ error in the notes, notes inconsistent or\n"
+                "  fails; ≠ differs; – not compared")
 
 
 def superscript(i: int) -> str:

@@ -145,7 +145,9 @@ def test_marks_in_tables_come_from_the_one_vocabulary() -> None:
         source = path.read_text()
         assert not re.search(r"[\"'](✓|✗|≠)", source), f"{path.name} writes a mark itself"
     legend = verdicts.MARKS_LEGEND
-    for word in ("matches", "error in the notes", "differs", "not compared"):
+    for word, mark in verdicts._CELL_MARKS.items():   # every word a mark stands for, named beside it
+        assert word in legend.split(mark, 1)[1].split(";")[0], (word, mark)
+    for word in ("matches", "not compared"):
         assert word in legend
     agree = Claim("P", "w", 1, 1, "", checker.EXACT, "agrees", "")
     assert verdicts.cell_mark(agree) == "✓"
