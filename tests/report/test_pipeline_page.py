@@ -329,3 +329,10 @@ def test_page_is_small_and_paints_quickly(browser, page_file: Path) -> None:
     page.context.close()
     print(f"first contentful paint: {paint:.0f} ms")
     assert paint is not None and paint <= 1000, paint
+
+
+def test_the_reproduction_writes_the_page_and_links_it(page_file: Path, quick_reproduction: dict) -> None:
+    folder = quick_reproduction["report_dir"]
+    assert (folder / "pipeline.html").read_bytes() == page_file.read_bytes()
+    assert 'id="pipeline-link" href="pipeline.html"' in (folder / "index.html").read_text(encoding="utf-8")
+    assert '<a href="pipeline.html">' in (folder / "timeline.html").read_text(encoding="utf-8")
