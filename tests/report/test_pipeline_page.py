@@ -237,6 +237,10 @@ def number(page, element_id: str) -> float:  # type: ignore[no-untyped-def]
 def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> None:
     page, errors = offline_page(browser, page_file)
     bubble = number(page, "bubble")
+    page.focus("#micro_batches")                   # by keyboard: one step of the slider is the next M
+    page.keyboard.press("ArrowRight")
+    assert "M = 12" in text(page, "#setting") and number(page, "bubble") < bubble
+    page.keyboard.press("ArrowLeft")
     move(page, "micro_batches", str(AXES["micro_batches"].index(16)))       # more M: a smaller bubble
     assert number(page, "bubble") < bubble and number(page, "notes-share") < 11.1
     move(page, "schedule", "GPipe")                # GPipe: the same bubble, every micro-batch held
@@ -251,7 +255,7 @@ def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> Non
     move(page, "stages", "2")                      # S = 8: M = 16 is a multiple, kept
     assert "M = 16" in text(page, "#setting") and text(page, "#why-not") == ""
     move(page, "micro_batches", "0")               # interleaved at S = 8 offers M = 8, 16, 24, 32 only
-    assert "M = 8 ·" in text(page, "#setting")
+    assert "M = 8 ·" in text(page, "#setting") and "EN-08-interleaved-ms-order" in text(page, "#why-not")
     move(page, "schedule", "1F1B")
     move(page, "micro_batches", str(AXES["micro_batches"].index(12)))
     move(page, "schedule", "interleaved")          # M = 12 on 8 stages: moved, and said why
@@ -262,9 +266,15 @@ def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> Non
     assert "No flag prints this slow stage" in text(page, "#command-part")
     move(page, "schedule", "1F1B")
     assert "--slow-factor 2" in text(page, "#command")      # stage S/2 under 1F1B: 06 Part 5's
-    before = text(page, "#notes-share")
-    move(page, "tf_ms", "2")                       # t_f = 20 ms: the notes' fill weighs more
-    assert number(page, "notes-share") > float(before.split()[0])
+    step = number(page, "step")
+    move(page, "slow_factor", "2")                 # 3× slower: a longer step still
+    assert number(page, "step") > step and "--slow-factor 3" in text(page, "#command")
+    share = number(page, "notes-share")
+    move(page, "tf_ms", "1")                       # t_f = 20 ms: the notes' fill weighs more
+    assert number(page, "notes-share") > share
+    share = number(page, "notes-share")
+    move(page, "tb_ms", "2")                       # t_b = 40 ms: less
+    assert number(page, "notes-share") < share
     move(page, "target", "20")
     smallest = pp.smallest_micro_batches(8, 0.2 + 1e-12, lambda m: pp.bubble_fraction_closed_form(8, m))
     assert text(page, "#min-ours") == f"M = {smallest}" == "M = 28"
@@ -276,15 +286,18 @@ def test_the_url_keeps_the_setting_and_reset_restores_the_notes(browser, page_fi
     page, errors = offline_page(browser, page_file)
     move(page, "schedule", "interleaved")
     move(page, "virtual", "1")
-    move(page, "tf_ms", "0")
+    move(page, "tf_ms", "1")
     move(page, "slow", "3")
     move(page, "slow_factor", "0")
     url, shown = page.url, text(page, "#results")
-    assert "schedule=interleaved" in url and "v=4" in url and "slow=3" in url and "x=1.5" in url
+    assert all(part in url for part in ("schedule=interleaved", "v=4", "tf=20", "slow=3", "x=1.5"))
     again, errors_again = offline_page(browser, page_file)
     again.goto(url)
     again.reload()
-    assert text(again, "#results") == shown and again.input_value("#slow") == "3"
+    assert text(again, "#results") == shown
+    for control in ("schedule", "virtual", "stages", "micro_batches", "tf_ms", "tb_ms", "slow", "slow_factor",
+                    "target"):
+        assert again.input_value(f"#{control}") == page.input_value(f"#{control}"), control
     again.click("#reset")
     assert text(again, "#setting").startswith("1F1B · S = 4 · M = 8") and "slow=none" in again.url
     assert text(again, "#eta-notes").startswith(notes_text("CS-eta-S4-M8"))

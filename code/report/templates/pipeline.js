@@ -172,7 +172,11 @@ function update(st) {
   const run = runSetting(st), numbers = pageNumbers(st, run);
   current = run;
   history.replaceState(null, "", urlFor(st));
-  $("why-not").textContent = why;
+  // where this model's order is Megatron-LM's and not PyTorch's (08_pipeline_schedules.py found it)
+  const megatron = st.schedule === "interleaved" && st.micro_batches === st.stages
+    ? "At M = S this is Megatron-LM's order (every forward first); PyTorch's ScheduleInterleaved1F1B " +
+      "keeps its warm-up on some ranks (row EN-08-interleaved-ms-order), in the same step time." : "";
+  $("why-not").textContent = [why, megatron].filter(Boolean).join(" ");
   render(st, run, numbers);
 }
 initControls();
