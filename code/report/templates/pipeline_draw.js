@@ -26,7 +26,7 @@ function drawChart(run) {
   const svg = $("chart");
   [...svg.children].forEach((c) => { if (c.tagName !== "title") c.remove(); });
   const W = chartWidth(svg), narrow = W < 600, S = run.stages;
-  const left = narrow ? 50 : 70, right = narrow ? 54 : 100, top = 8;
+  const left = narrow ? 50 : 70, right = narrow ? 58 : 100, top = 8;
   const rowH = S > 4 ? (narrow ? 15 : 20) : (narrow ? 20 : 26), actH = narrow ? 10 : 14, gap = 5;
   const band = rowH + actH + gap, height = top + S * band + 44;
   svg.setAttribute("viewBox", `0 0 ${W} ${height}`);
@@ -64,7 +64,7 @@ function drawChart(run) {
     path += `H${x(end)}V${base}Z`;
     el("path", {d: path, fill: "#59a14f55", stroke: "#59a14f", "stroke-width": 1, class: "held"}, svg);
     el("text", {x: W - right + 6, y: y + rowH / 2 + 5, "font-size": 12}, svg,
-       narrow ? msText(run.idle[d]) : `idle ${msText(run.idle[d])} ms`);
+       narrow ? `${msText(run.idle[d])} ms` : `idle ${msText(run.idle[d])} ms`);
     el("text", {x: W - right + 6, y: base, "font-size": 12, fill: "#3b7a32"}, svg,
        (narrow ? "" : "peak ") + heldText(run.peak[d]));
   }
