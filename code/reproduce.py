@@ -6,8 +6,9 @@
 
 It also writes the reproduction as pages: report/index.html (every script, part, table, figure and
 claim with its full reason, the notes' errors listed; self-contained, open it from disk),
-report/report.md, report/timeline.html, the DDP overlap timeline to play with, and
-report/memory.html, the memory ledger with ZeRO, TP and PP to play with.
+report/report.md, report/timeline.html, the DDP overlap timeline to play with,
+report/memory.html, the memory ledger with ZeRO, TP and PP to play with, and
+report/pipeline.html, the pipeline schedules (GPipe, 1F1B, interleaved) to play with.
 
 Each script writes its parts and claims with --json; this collects them: a count by status, then
 every claim that does not simply agree — differs (with the whole reason the script gives), other
@@ -122,8 +123,8 @@ def parse_args() -> argparse.Namespace:
     parser = make_parser(__doc__, only="")
     parser.add_argument("--all-claims", action="store_true", help="list agreeing claims too")
     parser.add_argument("--report", metavar="DIR", default="report",
-                        help="write the pages (index.html, report.md, timeline.html, memory.html) into "
-                             "DIR (default: report)")
+                        help="write the pages (index.html, report.md, timeline.html, memory.html, "
+                             "pipeline.html) into DIR (default: report)")
     parser.add_argument("--no-report", action="store_true", help="write no pages")
     parser.add_argument("--errata", action="store_true",
                         help="print only docs/errata.md (markdown) on standard output, from this run's "
@@ -235,20 +236,23 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
 def write_pages(directory: Path, chosen: list[Script], runs: list[dict[str, Any]], data: dict[str, Any],
                 figure_dir: Path, start: float, quick: bool, timeline_html: Callable[[], str]) -> list[Path]:
     """The timeline page (its HTML from timeline_in_background), the memory page (with 04_memory.py's
-    claims from this run, or from a run of its own when 04 was not chosen), index.html and report.md."""
+    claims from this run, or from a run of its own when 04 was not chosen), the pipeline page,
+    index.html and report.md."""
     print(f"[pages] {directory}/ (at {time.perf_counter() - start:4.0f} s)", flush=True)
     figure_dir.mkdir(exist_ok=True)
     make_output_dir(str(directory))
     html = timeline_html()   # first: no import of this thread's races the page's thread
     from report.memory import SCRIPT, write_memory
     from report.pages import write_report
+    from report.pipeline import write_pipeline
     from report.timeline import write_timeline
 
     timeline = write_timeline(directory, html)
     memory = write_memory(directory, data[SCRIPT]["claims"] if SCRIPT in data else None)
+    pipeline = write_pipeline(directory)
     pages = write_report(directory, runs, data, figure_dir, {s.name: s.doc for s in chosen},
                          time.perf_counter() - start, quick, timeline.name)
-    return [pages[0], timeline, memory, pages[1]]
+    return [pages[0], timeline, memory, pipeline, pages[1]]
 
 
 def _num(value: object, unit: str) -> str:
