@@ -69,7 +69,7 @@ MODELS = [
     _model("mlp", lg.MLP_12, 0, (32, 128, 512), (1,), "the notes' 4-GPU example (batch 128 of vectors)"),
     _model("llama", lg.LLAMA2_13B, 0, (1, 2, 4, 8), (2048, 4096), "the notes' 13B examples"),
     _model("gpt3", lg.GPT3_175B, 0, (1, 8, 32, 96), (2048,), "04_memory.py Part 3's 3D example"),
-] + [_model(f"p{n:g}", None, n) for n in (1e9, 7e9, 70e9, 405e9, 1e12)]
+] + [_model(f"{n / 1e9:g}b", None, n) for n in (1e9, 7e9, 70e9, 405e9, 1e12)]   # keys a URL can carry
 BY_KEY = {m["key"]: m for m in MODELS}
 # The notes' ZeRO table's setting: 13B on 4 cards (04_memory.py's defaults), Llama 2 13B's 40 layers.
 DEFAULT = {"model": "llama", "world": 4, "stage": "DDP", "tp": 1, "pp": 1, "batch": 1, "seq": 4096,

@@ -14,7 +14,7 @@ import pytest
 from conftest import offline_page, run_script
 
 from common import verdicts
-from common.units import fmt_bytes
+from common.units import fmt_bytes, fmt_time
 from cs336 import ledger as lg
 from report import memory
 from report.memory import DEFAULT, all_settings, script_claims, setting_numbers, write_memory
@@ -33,16 +33,29 @@ def page_file(tmp_path_factory: pytest.TempPathFactory, claims: list[dict]) -> P
     return write_memory(tmp_path_factory.mktemp("report"), claims)
 
 
+BYTES = ("params", "grads", "master", "adam", "state", "activations", "total", "sent")
+
+
+def written(v: dict) -> list[str | None]:
+    """The model's numbers as the terminal writes them (common/units.py): the page must show these."""
+    return [*(None if v[k] is None else fmt_bytes(v[k]) for k in BYTES), fmt_time(v["seconds"]),
+            *(x for r in v["traffic"] for x in (fmt_bytes(r["bytes"]), fmt_time(r["seconds"])))]
+
+
 def differences(page, first: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
     """Every setting the page offers, its JS model against setting_numbers: what differs (with
     `first`, only the first setting that does)."""
     # one JSON string: Playwright's own serialisation of 15,000 objects takes 40 s here, this 1 s
-    js = json.loads(page.evaluate("() => JSON.stringify(allSettings().map((s) => [s, compute(s)]))"))
+    js = json.loads(page.evaluate("""() => JSON.stringify(allSettings().map((s) => {
+        const v = compute(s);
+        return [s, v, [...%s.map((k) => v[k] === null ? null : fmtBytes(v[k])), fmtTime(v.seconds),
+                       ...v.traffic.flatMap((r) => [fmtBytes(r.bytes), fmtTime(r.seconds)])]];
+        }))""" % json.dumps(BYTES)))
     py = all_settings()
-    if [s for s, _ in js] != py:
+    if [s for s, _, _ in js] != py:
         return ["the page offers other settings than all_settings()"]
     out = []
-    for s, got in js:
+    for s, got, shown in js:
         want = setting_numbers(s)
         bad = [k for k in NUMBERS if (got[k] is None) != (want[k] is None)
                or (want[k] is not None and not math.isclose(got[k], want[k], rel_tol=1e-9))]
@@ -52,6 +65,7 @@ def differences(page, first: bool = False) -> list[str]:  # type: ignore[no-unty
         bad += ["traffic rows"] if rows != wanted else []
         bad += [f"{r['axis']} {r['kind']} {k}" for r, w in zip(got["traffic"], want["traffic"])
                 for k in ("bytes", "seconds") if not math.isclose(r[k], w[k], rel_tol=1e-9)]
+        bad += ["the digits shown"] if shown != written(want) else []
         if bad:
             out.append(f"{s}: {', '.join(bad)}")
             if first:
@@ -73,7 +87,10 @@ def test_every_setting_equals_the_python_model(browser, page_file: Path) -> None
 MUTATIONS = [('"all-reduce": (k) => 2 * (k - 1)', '"all-reduce": (k) => 2 * k - 1'),
              ("b * local / dp : b * local", "b * local / s.world : b * local"),
              ("stageLayers = model.layers ? Math.ceil(", "stageLayers = model.layers ? Math.floor("),
-             ("const ways = s.pp > 2 ? 2 : 1", "const ways = 2")]
+             ("const ways = s.pp > 2 ? 2 : 1", "const ways = 2"),
+             # the digits: toPrecision rounds 406.25 MB up where Python's 4 digits round it to even
+             ("return String(Math.sign(x) * Number(",
+              "return String(Number(x.toPrecision(digits))); (Number(")]
 
 
 @pytest.mark.parametrize("before,after", MUTATIONS)
@@ -84,6 +101,31 @@ def test_the_enumeration_fails_when_the_page_parts_from_the_model(browser, page_
     broken = tmp_path / "memory.html"
     broken.write_text(html.replace(before, after), encoding="utf-8")
     page, _ = offline_page(browser, broken)
+    assert differences(page, first=True) != []
+    page.context.close()
+
+
+REAL_ACT, REAL_ZERO = lg.activation_bytes, memory.zero_step_collectives
+
+
+def _notes_text_zero1(stage: str, nbytes: float, layers: int = 1):  # type: ignore[no-untyped-def]
+    """The notes' text's ZeRO-1 (DDP's all-reduce kept): the page prices the paper's."""
+    if stage == "ZeRO-1":
+        return REAL_ZERO("DDP", nbytes) + REAL_ZERO("ZeRO-1", nbytes)[1:]
+    return REAL_ZERO(stage, nbytes, layers)
+
+
+# The same on Python's side: setting_numbers moved while the page's JS stays.
+PY_MUTATIONS = {"activations twice": ("lg", "activation_bytes", lambda *a, **k: 2 * REAL_ACT(*a, **k)),
+                "the notes' text's ZeRO-1": ("memory", "zero_step_collectives", _notes_text_zero1)}
+
+
+@pytest.mark.parametrize("name", PY_MUTATIONS)
+def test_the_enumeration_fails_when_the_python_model_moves(browser, page_file: Path, monkeypatch,
+                                                           name: str) -> None:
+    where, attr, fake = PY_MUTATIONS[name]
+    monkeypatch.setattr(lg if where == "lg" else memory, attr, fake)
+    page, _ = offline_page(browser, page_file)
     assert differences(page, first=True) != []
     page.context.close()
 
@@ -187,6 +229,44 @@ def test_url_round_trip_reset_and_a_bad_url(browser, page_file: Path) -> None:
         p.context.close()
 
 
+# Links a user could be sent: values off the lists, names of every JS object's own properties, markup.
+HOSTILE = ["world=3", "tp=0", "world=1e308", "world=99999999999999999999", "batch=-1&seq=NaN",
+           "model=__proto__", "model=constructor", "model=toString", "link=__proto__", "stage=hasOwnProperty",
+           "model=%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E", "model=<script>alert(1)</script>", "%E0%A4%A"]
+
+
+@pytest.mark.parametrize("fragment", HOSTILE)
+def test_a_hostile_url_gives_an_offered_setting(browser, page_file: Path, fragment: str) -> None:
+    page, errors = offline_page(browser, page_file)
+    page.on("dialog", lambda d: (errors.append(f"dialog {d.message}"), d.dismiss()))
+    page.goto(page_file.resolve().as_uri() + "#" + fragment)
+    page.reload()
+    assert errors == []
+    assert shown_setting(page) in all_settings()
+    assert page.locator("#total").text_content() == fmt_bytes(setting_numbers(shown_setting(page))["total"])
+    assert page.locator("img").count() == 0 and page.locator("script").count() == 2   # nothing injected
+    page.context.close()
+
+
+def test_the_students_question_in_one_line(browser, page_file: Path) -> None:
+    """Llama 2 13B on 8 × 80 GB with ZeRO-3 on InfiniBand: the answer line says it, and only it is
+    announced (the prose is what is tested here: it is what a screen reader reads)."""
+    page, errors = offline_page(browser, page_file)
+    page.goto(page_file.resolve().as_uri() + "#model=llama&world=8&stage=ZeRO-3&link=infiniband")
+    page.reload()
+    v = setting_numbers(shown_setting(page))
+    assert v["fits"] == [False, True, True, True]
+    assert page.locator("#answer").text_content() == (
+        f"Each GPU holds {fmt_bytes(v['total'])} ({fmt_bytes(v['state'])} of training state + "
+        f"{fmt_bytes(v['activations'])} of activations): fits a 40, 80 or 141 GB card, not a 24 GB one. "
+        f"It sends {fmt_bytes(v['sent'])} per step, {fmt_time(v['seconds'])} on InfiniBand NDR "
+        "(40 GB/s effective) (a model's price).")
+    live = page.locator("[aria-live]").evaluate_all("els => els.map((e) => e.id)")
+    assert live == ["answer", "status"]
+    assert errors == []
+    page.context.close()
+
+
 def part2_ledger_column(stdout: str) -> list[str]:
     table = stdout.split("== Part 2")[1].split("note:")[0]
     return [re.split(r"\s{2,}", line.strip())[2] for line in table.splitlines()
@@ -242,7 +322,7 @@ def test_the_page_at_three_widths(browser, page_file: Path, width: int, height: 
         && e.getBoundingClientRect().width > 0 && parseFloat(getComputedStyle(e).fontSize) < 12)
         .map((e) => e.tagName + ' ' + e.textContent.slice(0, 30))""")
     assert small == []
-    assert page.locator("#results").get_attribute("aria-live") == "polite"
+    assert page.locator("#answer").get_attribute("aria-live") == "polite"
     assert errors == []
     page.context.close()
 

@@ -8,7 +8,16 @@ const CONTROLS = ["model", "world", "stage", "tp", "pp", "batch", "seq", "link"]
 const NUMERIC = new Set(["world", "tp", "pp", "batch", "seq"]);
 
 // Bytes in decimal units and times as common/units.py's fmt_bytes and fmt_time write them.
-function sig(x, digits) { return String(Number(x.toPrecision(digits))); }
+// Python's f"{x:.4g}" rounds the binary value's exact decimal expansion, a tie to even (406.25 → 406.2);
+// toPrecision rounds a tie up (406.3). Rounded here from 100 exact digits, as Python does.
+function sig(x, digits) {
+  if (x === 0 || !Number.isFinite(x)) return String(x);
+  const [mantissa, exp] = Math.abs(x).toExponential(99).split("e");
+  const all = mantissa.replace(".", ""), next = all[digits], rest = all.slice(digits + 1);
+  let head = BigInt(all.slice(0, digits));
+  if (next > "5" || (next === "5" && (/[1-9]/.test(rest) || head % 2n === 1n))) head += 1n;
+  return String(Math.sign(x) * Number(`${head}e${Number(exp) - digits + 1}`));
+}
 function fmtBytes(n) {
   const units = ["B", "KB", "MB", "GB", "TB"];
   let v = n, i = 0;
@@ -64,9 +73,9 @@ function readState() {
   return s;
 }
 // A setting the page offers: each value on its list and TP × PP valid; else the notes' setting's.
-function repaired(s) {
-  const d = DATA.default, m = MODELS[s.model] ? s.model : d.model, model = MODELS[m];
-  const pick = (v, list, fallback) => (list.includes(v) ? v : fallback);
+function repaired(s) {   // the URL's words are never looked up as keys before they are on a list
+  const d = DATA.default, pick = (v, list, fallback) => (list.includes(v) ? v : fallback);
+  const m = pick(s.model, Object.keys(MODELS), d.model), model = MODELS[m];
   const out = {model: m, world: pick(s.world, DATA.world_sizes, d.world), stage: pick(s.stage, DATA.stages, d.stage),
                tp: pick(s.tp, DATA.degrees, 1), pp: pick(s.pp, DATA.degrees, 1),
                batch: model.batches.length ? pick(s.batch, model.batches, model.batches[0]) : null,
@@ -155,9 +164,21 @@ function render(s, v) {
                  ` (${b.verdict}, row ${b.row}${b.reading ? "; read as: " + b.reading : ""})`;
     if (b.card === "fits-80") where.textContent += ` — ${text}`; else where.textContent = text;
   }
+  answer(s, v);
   drawChart(s);
   trafficTable(s, v);
   command(s, v);
+}
+// The one line a screen reader hears on each change (the cards and tables are not live: too many).
+function answer(s, v) {
+  const fit = DATA.cards_gb.filter((gb, i) => v.fits[i]), miss = DATA.cards_gb.filter((gb, i) => !v.fits[i]);
+  const cards = (list) => (list.length > 1 ? list.slice(0, -1).join(", ") + " or " : "") + list.at(-1) + " GB";
+  const held = v.activations === null ? "" : ` (${fmtBytes(v.state)} of training state + ${fmtBytes(v.activations)} of activations)`;
+  const fits = !fit.length ? `fits none of the ${cards(miss)} cards` :
+    `fits a ${cards(fit)} card` + (miss.length ? `, not a ${cards(miss)} one` : "");
+  const sent = v.traffic.length ? `sends ${fmtBytes(v.sent)} per step, ${fmtTime(v.seconds)} on ${DATA.links[s.link].name}` +
+    " (a model's price)" : "sends nothing (one GPU on every axis)";
+  $("answer").textContent = `Each GPU holds ${fmtBytes(v.total)}${held}: ${fits}. It ${sent}.`;
 }
 function trafficTable(s, v) {
   const rows = v.traffic.map((r) => [r.axis, r.kind, r.what, r.calls, fmtBytes(r.bytes), fmtTime(r.seconds)]);
