@@ -130,6 +130,106 @@ def test_the_enumeration_fails_when_the_python_model_moves(browser, page_file: P
     page.context.close()
 
 
+def shown_in_the_dom(page, settings: list[dict]) -> list[dict]:  # type: ignore[no-untyped-def]
+    """What the page's cards, card checks and traffic table say after each setting is set."""
+    return json.loads(page.evaluate("""(settings) => JSON.stringify(settings.map((s) => {
+        setState(s); update("test");
+        const text = (sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent);
+        return {cards: text(".card .value"), fits: text("#fits span"),
+                rows: [...$("traffic").tBodies[0].rows].map((r) => [...r.cells].map((c) => c.textContent))};
+        }))""", settings))
+
+
+def dom_differences(page, settings: list[dict]) -> list[str]:  # type: ignore[no-untyped-def]
+    out = []
+    for s, got in zip(settings, shown_in_the_dom(page, settings)):
+        v = setting_numbers(s)
+        cards = [fmt_bytes(v[k]) if v[k] is not None else "not modelled"
+                 for k in ("params", "grads", "master", "adam", "activations", "state", "total")]
+        rows = [[r["axis"], r["kind"], r["what"], str(r["calls"]), fmt_bytes(r["bytes"]),
+                 fmt_time(r["seconds"])] for r in v["traffic"]]
+        rows.append(["all", "", "one after another", str(sum(r["calls"] for r in v["traffic"])),
+                     fmt_bytes(v["sent"]), fmt_time(v["seconds"])])
+        fits = [f"{gb} GB card: {'fits' if f else 'does not fit'}"
+                for gb, f in zip(memory.CARDS_GB, v["fits"])]
+        if got["cards"] != cards or got["rows"] != rows or [f.split(" — ")[0] for f in got["fits"]] != fits:
+            out.append(f"{s}: {got} is not {cards}, {rows}, {fits}")
+    return out
+
+
+# One setting in 23 (every model, stage and link among them): the DOM says what setting_numbers says.
+SAMPLE = all_settings()[::23]
+# Each breaks what the page writes, not what it computes: two cards' numbers swapped, the total's
+# time in every traffic row.
+DOM_MUTATIONS = [("$(id).textContent = fmtBytes(v[id]);",
+                  '$(id).textContent = fmtBytes(v[{grads: "params", params: "grads"}[id] ?? id]);'),
+                 ("fmtBytes(r.bytes), fmtTime(r.seconds)]", "fmtBytes(r.bytes), fmtTime(v.seconds)]")]
+
+
+def test_the_page_shows_what_the_model_says(browser, page_file: Path) -> None:
+    assert {s["model"] for s in SAMPLE} == set(memory.BY_KEY) and len(SAMPLE) > 600
+    page, errors = offline_page(browser, page_file)
+    assert dom_differences(page, SAMPLE) == []
+    assert errors == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("before,after", DOM_MUTATIONS)
+def test_the_dom_check_fails_when_the_page_writes_another_number(browser, page_file: Path, tmp_path: Path,
+                                                                 before: str, after: str) -> None:
+    html = page_file.read_text(encoding="utf-8")
+    assert html.count(before) == 1
+    broken = tmp_path / "memory.html"
+    broken.write_text(html.replace(before, after), encoding="utf-8")
+    page, _ = offline_page(browser, broken)
+    assert dom_differences(page, SAMPLE) != []
+    page.context.close()
+
+
+def offered_by_the_controls(page) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Every setting the selects offer (read from the DOM, not from allSettings), combined by the
+    test's own rule: TP × PP divide the GPUs, PP ≤ layers, no TP or PP for a bare count; asserts
+    the options the rule forbids are greyed out."""
+    offered = []
+    for key, model in memory.BY_KEY.items():
+        choose(page, "model", key)
+        opts = page.evaluate("""() => Object.fromEntries(
+            ["world", "stage", "tp", "pp", "batch", "seq", "link"]
+            .map((id) => [id, [...$(id).options].map((o) => o.value)]))""")
+        num = {k: [int(x) for x in opts[k]] for k in ("world", "tp", "pp")}
+        shapes = ([(int(b), int(q)) for b in opts["batch"] for q in opts["seq"]] if model["layers"]
+                  else [(None, None)])
+        assert opts["batch"] == (["-"] if not model["layers"] else opts["batch"])
+        for w in num["world"]:
+            choose(page, "world", w)
+            for control, other in (("tp", "pp"), ("pp", "tp")):
+                choose(page, other, 1)
+                enabled = page.evaluate(f"() => [...$('{control}').options].filter((o) => !o.disabled)"
+                                        ".map((o) => Number(o.value))")
+                assert enabled == [d for d in num[control] if ok(model, w, d, 1)], (key, w, control)
+        offered += [{"model": key, "world": w, "stage": z, "tp": t, "pp": q, "batch": b, "seq": sq, "link": k}
+                    for w in num["world"] for z in opts["stage"] for t in num["tp"] for q in num["pp"]
+                    if ok(model, w, t, q) for b, sq in shapes for k in opts["link"]]
+    return offered
+
+
+def test_the_controls_offer_exactly_the_enumerated_settings(browser, page_file: Path, monkeypatch) -> None:
+    page, errors = offline_page(browser, page_file)
+    offered = offered_by_the_controls(page)
+    assert offered == all_settings()
+    assert errors == []
+    page.context.close()
+    # an enumeration that leaves out a world size the page offers: seen
+    monkeypatch.setattr(memory, "WORLD_SIZES", memory.WORLD_SIZES[:-1])
+    assert offered != all_settings()
+
+
+def ok(model: dict, world: int, tp: int, pp: int) -> bool:
+    if not model["layers"]:
+        return tp == pp == 1
+    return world % (tp * pp) == 0 and pp <= model["layers"]
+
+
 def test_page_is_small_and_self_contained(page_file: Path) -> None:
     assert page_file.stat().st_size <= 1.5e6
     html = page_file.read_text(encoding="utf-8")
