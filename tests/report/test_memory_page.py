@@ -29,8 +29,13 @@ def claims() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def page_file(tmp_path_factory: pytest.TempPathFactory, claims: list[dict]) -> Path:
-    return write_memory(tmp_path_factory.mktemp("report"), claims)
+def costs() -> list[dict]:
+    return script_claims(memory.COSTS)
+
+
+@pytest.fixture(scope="module")
+def page_file(tmp_path_factory: pytest.TempPathFactory, claims: list[dict], costs: list[dict]) -> Path:
+    return write_memory(tmp_path_factory.mktemp("report"), claims, costs)
 
 
 BYTES = ("params", "grads", "master", "adam", "state", "activations", "total", "sent")
@@ -242,8 +247,9 @@ def card_bytes(page, card: str) -> float:  # type: ignore[no-untyped-def]
     return float(page.locator(f"#{card}").get_attribute("data-bytes"))
 
 
-def test_opens_on_the_notes_setting_with_their_figures_and_04s_verdicts(browser, page_file: Path,
-                                                                       claims: list[dict]) -> None:
+def test_opens_on_the_notes_setting_with_their_figures(browser, page_file: Path, claims: list[dict],
+                                                      costs: list[dict]) -> None:
+    """The notes' figures beside ours, each with the verdict 04_memory.py's or 03_costs.py's run gave it."""
     page, errors = offline_page(browser, page_file)
     want = setting_numbers(DEFAULT)
     for card in ("params", "grads", "master", "adam", "state", "total"):
@@ -257,6 +263,19 @@ def test_opens_on_the_notes_setting_with_their_figures_and_04s_verdicts(browser,
         assert f"{by_ref[ref]['notes']:g} GB" in text and ref in text
         assert verdicts.verdict(by_ref[ref]) in text
     assert "CS-llama-fits" in page.locator("#fits-80").text_content()
+    # the notes' all-reduce beside our traffic, with 03_costs.py's verdicts, on each link they price
+    cost = {c["ref"]: c for c in costs}
+    for link, ref in (("nvlink", "CS-llama-t-nvlink"), ("infiniband", "CS-llama-t-ib"),
+                      ("ethernet", "CS-llama-t-eth")):
+        choose(page, "link", link)
+        text = page.locator("#traffic-notes").text_content()
+        for r in ("CS-llama-volume", ref):
+            assert f"{cost[r]['notes']:g} {cost[r]['unit']}" in text and r in text
+            assert verdicts.verdict(cost[r]) in text
+        assert fmt_bytes(setting_numbers(shown_setting(page))["sent"]) == "39 GB"
+    choose(page, "world", 8)                      # off their setting: their figures go
+    assert page.locator("#traffic-notes").text_content() == ""
+    page.click("#reset")
     cells = page.locator("#notes-table tbody tr").evaluate_all(
         "rows => rows.map((r) => [...r.children].map((c) => c.textContent.trim()))")
     for row, stage in zip(cells, lg.STAGES):

@@ -119,7 +119,8 @@ function markValid(s) {
   $("batch-hint").textContent = model.batches.length ? "for activations and TP/PP traffic" : "no activations: no shape given";
   $("seq-hint").textContent = model.layers ? `d = ${model.width}, ${model.layers} layers` : "";
   $("model-hint").textContent = `${countText(model.params)} parameters`;
-  $("stage-hint").textContent = `over DP = ${s.world / (s.tp * s.pp)} ranks`;
+  $("stage-hint").textContent = `over DP = ${s.world / (s.tp * s.pp)} ranks` + (s.stage !== "ZeRO-1" ? "" :
+    "; priced as the ZeRO paper's (RS + AG); the notes' text keeps DDP's all-reduce (table below)");
   $("world-hint").textContent = "the notes' ZeRO table: 4";
   $("link-hint").textContent = `α = ${DATA.links[s.link].alpha_s * 1e6} µs, β = ${DATA.links[s.link].beta_Bps / 1e9} GB/s`;
 }
@@ -189,6 +190,10 @@ function trafficTable(s, v) {
     for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.append(td); }
     return tr;
   }));
+  const theirs = DATA.notes.traffic.filter((b) => atNotes(s, b.at));
+  $("traffic-notes").textContent = !theirs.length ? "" : "The notes' Llama 2 13B example (DDP on 4 GPUs), " +
+    "beside our 'all' row: " + theirs.map((b) => `${b.notes} ${b.unit} ${b.card === "bytes" ? "per rank" : "on " +
+    DATA.links[s.link].name} (${b.verdict}, row ${b.row}${b.assumes ? "; assumes: " + b.assumes : ""})`).join("; ") + ".";
   $("traffic-note").textContent = (v.traffic.length ? "" : "Nothing is sent: one GPU on every axis. ") +
     `Bytes the busiest GPU sends per step on ${DATA.links[s.link].name}, each collective as a ring; ` +
     "a model's price, not a measurement.";
