@@ -87,11 +87,15 @@ function repaired(s) {   // the URL's words are never looked up as keys before t
   while (!valid(model, out.world, out.tp, out.pp) && out.tp > 1) out.tp /= 2;
   return out;
 }
+let fromUrl = [];   // what a link asked for and the page does not offer, said once in the status line
 function stateFromUrl() {
   const params = new URLSearchParams(location.hash.slice(1));
   const s = {...DATA.default};
   for (const id of CONTROLS) if (params.has(id)) s[id] = NUMERIC.has(id) ? Number(params.get(id)) : params.get(id);
-  return repaired(s);
+  const out = repaired(s);
+  fromUrl = CONTROLS.filter((id) => params.has(id) && String(out[id]) !== params.get(id))
+    .map((id) => `${id} ${JSON.stringify(params.get(id).slice(0, 24))} (shown: ${out[id] ?? "-"})`);
+  return out;
 }
 function urlFor(s) {
   const params = new URLSearchParams();
@@ -137,6 +141,9 @@ function update(moved) {
   render(s, v);
   $("status").textContent = changed.length ? `${changed.join(" and ")} set to ${changed.map((id) => s[id]).join(
     " and ")}: TP × PP must divide the GPUs` : "";
+  if ((moved === "open" || moved === "url") && fromUrl.length) {
+    $("status").textContent = `The link asked for what this page does not offer: ${fromUrl.join(", ")}.`;
+  }
 }
 function atNotes(s, at) { return Object.entries(at).every(([k, v]) => s[k] === v); }
 function render(s, v) {
