@@ -47,7 +47,8 @@ from report.timeline import embedded_json
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PAGE_NAME = "memory.html"
 SCRIPT = "cs336/04_memory.py"
-SCRIPT_PATH = Path(__file__).resolve().parents[1] / SCRIPT
+COSTS = "cs336/03_costs.py"               # the Llama example's all-reduce: 39 GB, 87 / 975 / 3900 ms
+CODE = Path(__file__).resolve().parents[1]
 FP16 = 2                                   # bytes of a parameter, gradient and activation value
 CARDS_GB = (24, 40, 80, 141)               # common cards' memory, GB = 1e9 B
 WORLD_SIZES = (1, 2, 4, 8, 16, 64, 256, 1024)
@@ -69,7 +70,7 @@ MODELS = [
     _model("mlp", lg.MLP_12, 0, (32, 128, 512), (1,), "the notes' 4-GPU example (batch 128 of vectors)"),
     _model("llama", lg.LLAMA2_13B, 0, (1, 2, 4, 8), (2048, 4096), "the notes' 13B examples"),
     _model("gpt3", lg.GPT3_175B, 0, (1, 8, 32, 96), (2048,), "04_memory.py Part 3's 3D example"),
-] + [_model(f"p{n:g}", None, n) for n in (1e9, 7e9, 70e9, 405e9, 1e12)]
+] + [_model(f"{n / 1e9:g}b", None, n) for n in (1e9, 7e9, 70e9, 405e9, 1e12)]   # keys a URL can carry
 BY_KEY = {m["key"]: m for m in MODELS}
 # The notes' ZeRO table's setting: 13B on 4 cards (04_memory.py's defaults), Llama 2 13B's 40 layers.
 DEFAULT = {"model": "llama", "world": 4, "stage": "DDP", "tp": 1, "pp": 1, "batch": 1, "seq": 4096,
@@ -162,13 +163,18 @@ BESIDE = [("params", "CS-llama-mem-params", DDP), ("grads", "CS-llama-mem-grads"
           ("grads", "CS-zero2-13b", {"stage": "ZeRO-2", "world": 4}),
           ("state", "CS-mem-200m", {"model": "200m", "stage": "DDP"})]
 DEFAULT_AT = {"model": "llama", "tp": 1, "pp": 1}
+# 03_costs.py's figures of the Llama example's DDP all-reduce (its --world-size 4), beside the traffic
+# table's total while the setting is theirs: (what, row, the link it is priced on or None for bytes).
+TRAFFIC_BESIDE = [("bytes", "CS-llama-volume", None), ("time", "CS-llama-t-nvlink", "nvlink"),
+                  ("time", "CS-llama-t-ib", "infiniband"), ("time", "CS-llama-t-eth", "ethernet")]
+TRAFFIC_AT = {"model": "llama", "world": 4, "stage": "DDP", "tp": 1, "pp": 1}
 
 
-def script_claims() -> list[dict[str, Any]]:
-    """04_memory.py's claims at its defaults (the notes' setting), from its own --json."""
+def script_claims(script: str = SCRIPT) -> list[dict[str, Any]]:
+    """A script's claims at its defaults (the notes' setting), from its own --json."""
     with owned_folder("course-run-") as tmp:     # a killed run's folder is removed by the next
-        out = Path(tmp) / "04.json"
-        subprocess.run([sys.executable, str(SCRIPT_PATH), "--json", str(out)], check=True,
+        out = Path(tmp) / "claims.json"
+        subprocess.run([sys.executable, str(CODE / script), "--json", str(out)], check=True,
                        stdout=subprocess.DEVNULL)
         return json.loads(out.read_text(encoding="utf-8"))["claims"]
 
@@ -179,16 +185,19 @@ def decided(claim: dict[str, Any]) -> dict[str, Any]:
     return {"row": claim["ref"], "what": claim["what"], "ours": claim["ours"], "notes": claim["notes"],
             "unit": claim["unit"], "verdict": word, "agrees": word in verdicts.AGREEING,
             "reading": claim.get("reading") or "",
-            "why": verdicts.readable(claim["why"]) if word not in verdicts.AGREEING else ""}
+            "why": verdicts.readable(claim["why"]) if word not in verdicts.AGREEING else "",
+            "assumes": claim.get("assumes") or ""}
 
 
-def notes_table(claims: list[dict[str, Any]]) -> dict[str, Any]:
-    """The notes' ZeRO table (13B on 4 cards) beside ours, and the figures set beside the cards."""
-    by_ref = {c["ref"]: c for c in claims}
-    missing = [r for r in [*MEMORY_ROWS.values(), *COMM_ROWS.values(), *(b[1] for b in BESIDE)]
-               if r not in by_ref]
-    if missing:
-        raise ValueError(f"04_memory.py recorded no claim for {', '.join(missing)}")
+def notes_table(claims: list[dict[str, Any]], costs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The notes' ZeRO table (13B on 4 cards) beside ours, the figures set beside the cards (04's
+    claims) and beside the traffic (03's)."""
+    by_ref, cost = {c["ref"]: c for c in claims}, {c["ref"]: c for c in costs}
+    needed = [*MEMORY_ROWS.values(), *COMM_ROWS.values(), *(b[1] for b in BESIDE)]
+    for script, have, want in ((SCRIPT, by_ref, needed), (COSTS, cost, [b[1] for b in TRAFFIC_BESIDE])):
+        missing = [r for r in want if r not in have]
+        if missing:
+            raise ValueError(f"{script} recorded no claim for {', '.join(missing)}")
     rows = []
     for stage in lg.STAGES:
         formula = checker.row(MEMORY_ROWS[stage]).what.split(" = ")[0]
@@ -198,31 +207,37 @@ def notes_table(claims: list[dict[str, Any]]) -> dict[str, Any]:
                      "memory": decided(by_ref[MEMORY_ROWS[stage]]), "comm": decided(by_ref[COMM_ROWS[stage]]),
                      "paper": " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))})
     beside = [dict(decided(by_ref[ref]), card=card, at={**DEFAULT_AT, **at}) for card, ref, at in BESIDE]
-    return {"rows": rows, "beside": beside, "params": NOTES_P, "world": NOTES_WORLD}
+    traffic = [dict(decided(cost[ref]), card=what, at=dict(TRAFFIC_AT, **({"link": link} if link else {})))
+               for what, ref, link in TRAFFIC_BESIDE]
+    return {"rows": rows, "beside": beside, "traffic": traffic, "params": NOTES_P, "world": NOTES_WORLD}
 
 
-def page_data(claims: list[dict[str, Any]]) -> dict[str, Any]:
+def page_data(claims: list[dict[str, Any]], costs: list[dict[str, Any]]) -> dict[str, Any]:
     """Everything the page's script reads: the offered settings, the ledger, the links, the notes."""
     return {"models": MODELS, "world_sizes": list(WORLD_SIZES), "degrees": list(DEGREES),
             "stages": list(lg.STAGES), "cards_gb": list(CARDS_GB), "default": DEFAULT,
             "ledger": lg.LEDGER, "sharded": {k: list(v) for k, v in lg.SHARDED.items()},
             "links": {k: {"name": v.name, "alpha_s": v.alpha_s, "beta_Bps": v.beta_Bps}
                       for k, v in LINKS.items()},
-            "fp16": FP16, "notes": notes_table(claims)}
+            "fp16": FP16, "notes": notes_table(claims, costs)}
 
 
-def render_memory(claims: list[dict[str, Any]] | None = None) -> str:
-    """The page's HTML; `claims`: 04_memory.py's from a run at its defaults (default: run it now)."""
-    data = page_data(script_claims() if claims is None else claims)
+def render_memory(claims: list[dict[str, Any]] | None = None,
+                  costs: list[dict[str, Any]] | None = None) -> str:
+    """The page's HTML; `claims`, `costs`: 04_memory.py's and 03_costs.py's from runs at their
+    defaults (default: run them now; each is a model, under a second)."""
+    data = page_data(script_claims() if claims is None else claims,
+                     script_claims(COSTS) if costs is None else costs)
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(("html", "html.j2")))
     env.filters["bytes"] = fmt_bytes
     return env.get_template("memory.html.j2").render(data_json=embedded_json(data), data=data)
 
 
-def write_memory(directory: Path, claims: list[dict[str, Any]] | None = None) -> Path:
+def write_memory(directory: Path, claims: list[dict[str, Any]] | None = None,
+                 costs: list[dict[str, Any]] | None = None) -> Path:
     """Write `directory`/memory.html, whole or not at all; return its path."""
     path = Path(directory) / PAGE_NAME
-    write_text(str(path), render_memory(claims))
+    write_text(str(path), render_memory(claims, costs))
     return path
 
 

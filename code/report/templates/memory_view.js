@@ -8,7 +8,16 @@ const CONTROLS = ["model", "world", "stage", "tp", "pp", "batch", "seq", "link"]
 const NUMERIC = new Set(["world", "tp", "pp", "batch", "seq"]);
 
 // Bytes in decimal units and times as common/units.py's fmt_bytes and fmt_time write them.
-function sig(x, digits) { return String(Number(x.toPrecision(digits))); }
+// Python's f"{x:.4g}" rounds the binary value's exact decimal expansion, a tie to even (406.25 → 406.2);
+// toPrecision rounds a tie up (406.3). Rounded here from 100 exact digits, as Python does.
+function sig(x, digits) {
+  if (x === 0 || !Number.isFinite(x)) return String(x);
+  const [mantissa, exp] = Math.abs(x).toExponential(99).split("e");
+  const all = mantissa.replace(".", ""), next = all[digits], rest = all.slice(digits + 1);
+  let head = BigInt(all.slice(0, digits));
+  if (next > "5" || (next === "5" && (/[1-9]/.test(rest) || head % 2n === 1n))) head += 1n;
+  return String(Math.sign(x) * Number(`${head}e${Number(exp) - digits + 1}`));
+}
 function fmtBytes(n) {
   const units = ["B", "KB", "MB", "GB", "TB"];
   let v = n, i = 0;
@@ -64,9 +73,9 @@ function readState() {
   return s;
 }
 // A setting the page offers: each value on its list and TP × PP valid; else the notes' setting's.
-function repaired(s) {
-  const d = DATA.default, m = MODELS[s.model] ? s.model : d.model, model = MODELS[m];
-  const pick = (v, list, fallback) => (list.includes(v) ? v : fallback);
+function repaired(s) {   // the URL's words are never looked up as keys before they are on a list
+  const d = DATA.default, pick = (v, list, fallback) => (list.includes(v) ? v : fallback);
+  const m = pick(s.model, Object.keys(MODELS), d.model), model = MODELS[m];
   const out = {model: m, world: pick(s.world, DATA.world_sizes, d.world), stage: pick(s.stage, DATA.stages, d.stage),
                tp: pick(s.tp, DATA.degrees, 1), pp: pick(s.pp, DATA.degrees, 1),
                batch: model.batches.length ? pick(s.batch, model.batches, model.batches[0]) : null,
@@ -78,11 +87,15 @@ function repaired(s) {
   while (!valid(model, out.world, out.tp, out.pp) && out.tp > 1) out.tp /= 2;
   return out;
 }
+let fromUrl = [];   // what a link asked for and the page does not offer, said once in the status line
 function stateFromUrl() {
   const params = new URLSearchParams(location.hash.slice(1));
   const s = {...DATA.default};
   for (const id of CONTROLS) if (params.has(id)) s[id] = NUMERIC.has(id) ? Number(params.get(id)) : params.get(id);
-  return repaired(s);
+  const out = repaired(s);
+  fromUrl = CONTROLS.filter((id) => params.has(id) && String(out[id]) !== params.get(id))
+    .map((id) => `${id} ${JSON.stringify(params.get(id).slice(0, 24))} (shown: ${out[id] ?? "-"})`);
+  return out;
 }
 function urlFor(s) {
   const params = new URLSearchParams();
@@ -110,7 +123,8 @@ function markValid(s) {
   $("batch-hint").textContent = model.batches.length ? "for activations and TP/PP traffic" : "no activations: no shape given";
   $("seq-hint").textContent = model.layers ? `d = ${model.width}, ${model.layers} layers` : "";
   $("model-hint").textContent = `${countText(model.params)} parameters`;
-  $("stage-hint").textContent = `over DP = ${s.world / (s.tp * s.pp)} ranks`;
+  $("stage-hint").textContent = `over DP = ${s.world / (s.tp * s.pp)} ranks` + (s.stage !== "ZeRO-1" ? "" :
+    "; priced as the ZeRO paper's (RS + AG); the notes' text keeps DDP's all-reduce (table below)");
   $("world-hint").textContent = "the notes' ZeRO table: 4";
   $("link-hint").textContent = `α = ${DATA.links[s.link].alpha_s * 1e6} µs, β = ${DATA.links[s.link].beta_Bps / 1e9} GB/s`;
 }
@@ -127,6 +141,9 @@ function update(moved) {
   render(s, v);
   $("status").textContent = changed.length ? `${changed.join(" and ")} set to ${changed.map((id) => s[id]).join(
     " and ")}: TP × PP must divide the GPUs` : "";
+  if ((moved === "open" || moved === "url") && fromUrl.length) {
+    $("status").textContent = `The link asked for what this page does not offer: ${fromUrl.join(", ")}.`;
+  }
 }
 function atNotes(s, at) { return Object.entries(at).every(([k, v]) => s[k] === v); }
 function render(s, v) {
@@ -155,9 +172,21 @@ function render(s, v) {
                  ` (${b.verdict}, row ${b.row}${b.reading ? "; read as: " + b.reading : ""})`;
     if (b.card === "fits-80") where.textContent += ` — ${text}`; else where.textContent = text;
   }
+  answer(s, v);
   drawChart(s);
   trafficTable(s, v);
   command(s, v);
+}
+// The one line a screen reader hears on each change (the cards and tables are not live: too many).
+function answer(s, v) {
+  const fit = DATA.cards_gb.filter((gb, i) => v.fits[i]), miss = DATA.cards_gb.filter((gb, i) => !v.fits[i]);
+  const cards = (list) => (list.length > 1 ? list.slice(0, -1).join(", ") + " or " : "") + list.at(-1) + " GB";
+  const held = v.activations === null ? "" : ` (${fmtBytes(v.state)} of training state + ${fmtBytes(v.activations)} of activations)`;
+  const fits = !fit.length ? `fits none of the ${cards(miss)} cards` :
+    `fits a ${cards(fit)} card` + (miss.length ? `, not a ${cards(miss)} one` : "");
+  const sent = v.traffic.length ? `sends ${fmtBytes(v.sent)} per step, ${fmtTime(v.seconds)} on ${DATA.links[s.link].name}` +
+    " (a model's price)" : "sends nothing (one GPU on every axis)";
+  $("answer").textContent = `Each GPU holds ${fmtBytes(v.total)}${held}: ${fits}. It ${sent}.`;
 }
 function trafficTable(s, v) {
   const rows = v.traffic.map((r) => [r.axis, r.kind, r.what, r.calls, fmtBytes(r.bytes), fmtTime(r.seconds)]);
@@ -168,6 +197,10 @@ function trafficTable(s, v) {
     for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.append(td); }
     return tr;
   }));
+  const theirs = DATA.notes.traffic.filter((b) => atNotes(s, b.at));
+  $("traffic-notes").textContent = !theirs.length ? "" : "The notes' Llama 2 13B example (DDP on 4 GPUs), " +
+    "beside our 'all' row: " + theirs.map((b) => `${b.notes} ${b.unit} ${b.card === "bytes" ? "per rank" : "on " +
+    DATA.links[s.link].name} (${b.verdict}, row ${b.row}${b.assumes ? "; assumes: " + b.assumes : ""})`).join("; ") + ".";
   $("traffic-note").textContent = (v.traffic.length ? "" : "Nothing is sent: one GPU on every axis. ") +
     `Bytes the busiest GPU sends per step on ${DATA.links[s.link].name}, each collective as a ring; ` +
     "a model's price, not a measurement.";
