@@ -236,19 +236,20 @@ def print_claims(runs: list[dict[str, Any]], claims: list[tuple[str, dict]], tot
 def write_pages(directory: Path, chosen: list[Script], runs: list[dict[str, Any]], data: dict[str, Any],
                 figure_dir: Path, start: float, quick: bool, timeline_html: Callable[[], str]) -> list[Path]:
     """The timeline page (its HTML from timeline_in_background), the memory page (with 04_memory.py's
-    claims from this run, or from a run of its own when 04 was not chosen), the pipeline page,
-    index.html and report.md."""
+    and 03_costs.py's claims from this run, or from runs of their own when they were not chosen), the
+    pipeline page, index.html and report.md."""
     print(f"[pages] {directory}/ (at {time.perf_counter() - start:4.0f} s)", flush=True)
     figure_dir.mkdir(exist_ok=True)
     make_output_dir(str(directory))
     html = timeline_html()   # first: no import of this thread's races the page's thread
-    from report.memory import SCRIPT, write_memory
+    from report.memory import COSTS, SCRIPT, write_memory
     from report.pages import write_report
     from report.pipeline import write_pipeline
     from report.timeline import write_timeline
 
     timeline = write_timeline(directory, html)
-    memory = write_memory(directory, data[SCRIPT]["claims"] if SCRIPT in data else None)
+    ran = {name: data[name]["claims"] for name in (SCRIPT, COSTS) if name in data}
+    memory = write_memory(directory, ran.get(SCRIPT), ran.get(COSTS))
     pipeline = write_pipeline(directory)
     pages = write_report(directory, runs, data, figure_dir, {s.name: s.doc for s in chosen},
                          time.perf_counter() - start, quick, timeline.name)
