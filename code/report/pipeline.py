@@ -58,11 +58,14 @@ DEFAULT = {"schedule": "1F1B", "virtual": 2, "stages": 4, "micro_batches": 8, "t
 SLIDERS = (("virtual", "chunks a rank, v"), ("stages", "stages S"), ("micro_batches", "micro-batches M"),
            ("tf_ms", "forward t_f a micro-batch"), ("tb_ms", "backward t_b a micro-batch"))
 # (element id, label, whether it is one of the numbers the page is about)
-CARDS = (("step", "step (makespan)", True), ("bubble", "bubble: idle share of S × step", True),
+# (the simulated ones say so: beside them stand a closed form, the notes' formula and their figures)
+CARDS = (("step", "step (makespan), simulated", True),
+         ("bubble", "bubble, simulated: idle share of S × step", True),
          ("notes-share", "the notes' formula: forward fill only", False),
-         ("closed", "closed form (equal stages)", False), ("eta", "efficiency η = 1 − bubble", False),
-         ("idle", "idle, most on a rank", False), ("busy", "busy, most on a rank", False),
-         ("peak", "peak activations, most on a rank", False),
+         ("closed", "bubble by the closed form (equal stages)", False),
+         ("eta", "efficiency η = 1 − bubble", False),
+         ("idle", "idle, simulated: most on a rank", False), ("busy", "busy, most on a rank", False),
+         ("peak", "peak activations held, in micro-batches: most on a rank", False),
          ("min-ours", "smallest M for the target", False),
          ("min-notes", "smallest M by the notes' formula", False))
 TARGET_TOL = 1e-12          # "within" a target: float noise on its boundary counted in (as 06's FIVE_PERCENT)
@@ -131,9 +134,13 @@ def smallest_m(setting: dict[str, Any], target_pct: float) -> dict[str, int]:
 
 # ---- the notes' figures, read from their table (never typed here) --------------------------------
 def _row(row_id: str, shown_as: str) -> dict[str, Any]:
+    """A row's figure as the notes print it (3.0 %, not 3 %) and, where it is an error of theirs, the
+    erratum's title: the student reads why beside the two numbers, not only an id."""
     row = checker.row(row_id)
-    return {"row": row_id, "text": f"{row.notes_shown:g} {row.unit}".strip(), "section": row.section,
-            "erratum": row.erratum or "", "as": shown_as}
+    figure = f"{row.notes_shown:.{row.places}f}" if row.places is not None else f"{row.notes_shown:g}"
+    return {"row": row_id, "text": f"{figure} {row.unit}".strip(), "section": row.section,
+            "erratum": row.erratum or "", "why": checker.erratum(row.erratum).title if row.erratum else "",
+            "as": shown_as}
 
 
 def notes_figures() -> list[dict[str, Any]]:

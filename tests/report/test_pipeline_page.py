@@ -178,6 +178,26 @@ def test_the_comparison_fails_when_the_page_parts_from_the_model(browser, page_f
     assert len(settings) > 50 and mismatches(settings, shown) != []
 
 
+def test_the_comparison_fails_when_the_python_part_changes(browser, page_file: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other side: report/pipeline.py's own part (here the slow stage's times, as if its factor
+    slowed only the forward) changed under the same comparison; the page's settings with a slow stage
+    then differ."""
+    import report.pipeline as page_module
+
+    def forward_only(setting: dict) -> tuple[list[float], list[float]]:
+        tfs, _ = stage_times(setting)
+        return tfs, [setting["tb_ms"] / 1e3] * setting["stages"]
+
+    stage_times = page_module.stage_times
+    page, _ = offline_page(browser, page_file)
+    settings, shown = page_numbers(page, "st.slow !== null && st.tb_ms === 20 && st.stages === 4")
+    page.context.close()
+    assert mismatches(settings, shown) == []
+    monkeypatch.setattr(page_module, "stage_times", forward_only)
+    assert len(settings) > 50 and mismatches(settings, shown) != []
+
+
 # ---- the page in a browser ------------------------------------------------------------------------
 def text(page, selector: str) -> str:  # type: ignore[no-untyped-def]
     return " ".join(page.locator(selector).inner_text().split())

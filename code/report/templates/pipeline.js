@@ -96,19 +96,24 @@ function settle(st) {
   if (st.slow !== null && !slowStages(st.stages).includes(st.slow)) st.slow = Math.floor(st.stages / 2);
   return why;
 }
+// The setting a link holds, and why, if any of its values were not taken: a value the page does not
+// offer is named (cut short: it is the reader's own text) and the notes' example's kept in its place.
 function stateFromUrl() {
-  const st = {...DEF}, params = new URLSearchParams(location.hash.slice(1));
+  const st = {...DEF}, params = new URLSearchParams(location.hash.slice(1)), refused = [];
   const pick = (key, list) => {
     const v = params.get(URL_KEYS[key]);
     const found = list.find((x) => String(x) === v);
     if (found !== undefined) st[key] = found;
+    else if (v !== null) refused.push(`${URL_KEYS[key]}=${v.slice(0, 24)}`);
   };
   pick("schedule", AX.schedule);
   for (const key of [...SLIDERS, "target_pct"]) pick(key, AX[key]);
   const slow = params.get("slow");
   if (slowStages(st.stages).map(String).includes(slow)) st.slow = Number(slow);
-  settle(st);
-  return st;
+  else if (slow !== null && slow !== "none") refused.push(`slow=${slow.slice(0, 24)}`);
+  const why = refused.length ? `The link's ${refused.join(", ")}: not a value this page offers, so the ` +
+    "notes' example's is kept." : "";
+  return {st, why: [why, settle(st)].filter(Boolean).join(" ")};
 }
 function urlFor(st) {
   const params = new URLSearchParams();
@@ -160,13 +165,13 @@ function initControls() {
     if (navigator.clipboard) navigator.clipboard.writeText(location.href).then(done, fallback);
     else fallback();
   });
-  window.addEventListener("hashchange", () => update(stateFromUrl()));
+  window.addEventListener("hashchange", () => { const {st, why} = stateFromUrl(); update(st, why); });
   window.addEventListener("resize", () => { if (current) drawChart(current); });
 }
 let current = null;
 
-function update(st) {
-  const why = settle(st);
+function update(st, fromUrl = "") {
+  const why = [fromUrl, settle(st)].filter(Boolean).join(" ");
   state = st;
   showState(st);
   const run = runSetting(st), numbers = pageNumbers(st, run);
@@ -180,4 +185,4 @@ function update(st) {
   render(st, run, numbers);
 }
 initControls();
-update(stateFromUrl());
+{ const {st, why} = stateFromUrl(); update(st, why); }

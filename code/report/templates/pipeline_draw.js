@@ -114,8 +114,9 @@ function render(st, run, numbers) {
   $("min-notes").textContent = `M = ${mins.notes}`;
   document.querySelectorAll(".card .from-notes").forEach((n) => { n.textContent = ""; });
   for (const n of notesHere(st)) {
-    const err = n.erratum ? `; erratum ${n.erratum}` : "";
-    $(n.card + "-notes").textContent = `the notes: ${n.text} (${n.as}; row ${n.row}${err})`;
+    // an error of theirs says why in words beside the two numbers (06's ✗, "error in the notes")
+    const err = n.erratum ? ` Error in the notes: ${n.why} (${n.erratum}).` : "";
+    $(n.card + "-notes").textContent = `the notes: ${n.text} (${n.as}; row ${n.row}).${err}`;
   }
   $("closed-notes").textContent ||= st.slow === null ? "" : "none: the stages are unequal";
   ranksTable(numbers);
@@ -125,6 +126,14 @@ function render(st, run, numbers) {
     ? `lighter: chunk 1 … ${st.virtual - 1} of a rank (virtual stage d + c·S)` : "";
   command(st);
   holdChart();
+  announce(`${settingText(st)}: step ${numbers.step} ms, bubble ${numbers.bubble} (the notes' formula ` +
+           `${numbers["notes-share"]}), peak activations ${numbers.peak} micro-batches, the most on a rank.`);
+}
+// The live region: said once the setting rests (a held arrow key would otherwise queue every step).
+let announceTimer = null;
+function announce(sentence) {
+  clearTimeout(announceTimer);
+  announceTimer = setTimeout(() => { $("announce").textContent = sentence; }, 500);
 }
 function ranksTable(numbers) {
   $("ranks").tBodies[0].replaceChildren(...numbers.ranks.map((row, d) => {
