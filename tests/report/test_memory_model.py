@@ -186,7 +186,8 @@ def test_the_dom_check_fails_when_the_page_writes_another_number(browser, page_f
     broken = tmp_path / "memory.html"
     broken.write_text(html.replace(before, after), encoding="utf-8")
     page, _ = offline_page(browser, broken)
-    assert dom_differences(page, SAMPLE) != []
+    # a part of SAMPLE (every model, every stage): a difference there is one in the whole check
+    assert dom_differences(page, SAMPLE[::8]) != []
     page.context.close()
 
 
