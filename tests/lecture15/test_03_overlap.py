@@ -36,6 +36,7 @@ def test_quick_run_prints_every_part_and_agrees_with_the_notes(tmp_path, quick_r
     out = tmp_path / "o.json"
     proc = quick_run(SCRIPT, json_to=out)
     text = proc.stdout
+    # what the student reads: the notes' part numbers, the timeline chart's two lanes, the run's own time
     for part in range(1, 5):
         assert f"== Part {part}:" in text
     assert "backward |" in text and "comm     |" in text
@@ -92,7 +93,7 @@ def test_other_flags_change_the_numbers_and_drop_the_comparison(tmp_path) -> Non
     out = tmp_path / "o.json"
     proc = run_script(SCRIPT, "--world-size", "8", "--alpha-us", "2", "--beta-gbs", "100",
                       "--bucket-cap-mb", "5", "--quick", "--json", str(out))
-    assert "not at the notes' setting" in flat(proc.stdout)
+    assert "not at the notes' setting" in flat(proc.stdout)   # the reader is told (the words are tested)
     data = json.loads(out.read_text())
     assert all(c["status"] in ("other setting", "agrees", "ours only") for c in data["claims"])
     assert sum(c["status"] == "other setting" for c in data["claims"]) >= 12
