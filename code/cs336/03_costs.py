@@ -129,6 +129,7 @@ def part1_alpha_beta(rep: Report, args: argparse.Namespace) -> None:
         first_order, RING_ALLREDUCE.time(p, s, link), rel_tol=1e-12))
     rep.value("ring_terms_counted", same)
     balance = ring_allreduce_balance_bytes(p, link)
+    rep.value("balance_bytes", balance, compared=False)   # for --json
     if balance > 0:
         rep.line(f"  the two terms are equal at S = p·α·B = {fmt_bytes(balance, binary=True)}; below it "
                  "start-ups take most of T")

@@ -325,6 +325,8 @@ def part3_point_to_point(rep: Report, args: argparse.Namespace) -> None:
     rep.check_close("the ring of shifts vs dist.all_reduce and collectives.py", gap, 0.0)
     rep.value("shift_right_ok", all(results[r]["after"] == results[(r - 1) % w]["before"] for r in range(w)))
     rep.value("ring_bytes_ok", [res["bytes_sent"] for res in results] == sim.sent.tolist())
+    rep.value("ring_bytes_counted", [res["bytes_sent"] for res in results], compared=False)   # for --json
+    rep.value("ring_bytes_simulated", sim.sent.tolist(), compared=False)
 
 
 def part4_deadlock(rep: Report, args: argparse.Namespace) -> None:

@@ -119,6 +119,7 @@ def part1_symbolic_ring(rep: Report, args: argparse.Namespace) -> None:
     rep.line(f"  {res.n_rounds} rounds = 2(K - 1); each worker ends with every chunk summed over all {k}, "
              f"each term once: {'yes' if done else 'NO'}")
     rep.value("rounds", res.n_rounds, compared=False)
+    rep.value("each_term_once", bool(done), compared=False)
     # The notes' MPI loops (slides 47–48): reduce-scatter round i sends chunk (r − i) mod K and receives
     # (r − i − 1) mod K; all-gather round i sends (r − i + 1) mod K. Checked on every simulated message.
     mpi = all(np.array_equal(rnd.dst, (rnd.src + 1) % k) and np.array_equal(
@@ -323,6 +324,8 @@ def demo_ticks(rep: Report, k: int, segments: int = 4) -> None:
     ok = all(np.array_equal(out, np.arange(segments)) for out in res.outputs)
     rep.line(f"  {res.n_rounds} ticks = K - 2 + S = {k - 2 + segments}; every device holds the data: "
              f"{'yes' if ok else 'NO'}")
+    rep.value("demo_ticks", {"segments": segments, "ticks": res.n_rounds, "every_device_holds": bool(ok)},
+              compared=False)   # for --json
 
 
 if __name__ == "__main__":

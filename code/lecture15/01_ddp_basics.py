@@ -231,6 +231,7 @@ def part2_broadcast_and_training(rep: Report, args, reference: np.ndarray, moved
     rep.value("identical_after_wrap", all(r[2] for r in rows))
     rep.value("identical_after_training", all(r[3] for r in rows))
     rep.value("single_process_gap", gap)
+    rep.value("shards", shards, compared=False)   # the batch's split over the ranks, for --json
 
 
 def part3_cpu_timing(rep: Report, args) -> None:

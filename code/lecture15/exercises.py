@@ -189,6 +189,7 @@ def part5(rep: Report) -> None:
              f"{serial.step_s * 1e3:.1f} ms")
     rep.value("ex5_cap0_slower", bool(cap0.step_s > serial.step_s))
     rep.value("ex5_tensors", len(model.params))
+    rep.value("ex5_cap0_latency_ms", buckets * per_bucket_latency * 1e3, compared=False)   # for --json
 
 
 def part6(rep: Report) -> None:

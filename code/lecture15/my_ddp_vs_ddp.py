@@ -179,6 +179,7 @@ def part2_order(rep: Report, ranks: list[dict[str, Any]]) -> None:
              "gradients without any error (lecture 15 §2.3, exercise 6). PyTorch rebuilds its buckets in the "
              "observed order after step 1; MyDDP, like PyTorch 1.5, keeps the construction-time buckets.")
     rep.value("rank_order", {k: [r["order"][k] for r in ranks] for k in ("index", "naive")}, compared=False)
+    rep.value("stack_order", {"ready": ready, "launch": launched}, compared=False)   # (a), for --json
 
 
 # ---- Part 3: buffers and sparse gradients --------------------------------------------------------

@@ -105,7 +105,7 @@ def test_claims_status_and_json(tmp_path, capsys) -> None:
                                                       "differs", "other machine"]   # rtol=1 would accept 0
     assert data["parts"]["Part 1"]["tables"]["table1"]["rows"] == [[1, "x"], [22, "yy"]]
     out = capsys.readouterr().out
-    assert "why: off: MB vs MiB" in out and "== Part 1: numbers" in out
+    assert "why: off: MB vs MiB" in out and "== Part 1: numbers" in out   # Report's printed layout, tested
     assert [c["rule"] for c in data["claims"]][:3] == ["rounds to 2 decimal places", "exact", "exact"]
     assert data["claims"][0]["decision"] == "3.151 rounds to 3.15 at 2 decimal places; the notes print 3.15"
 
@@ -151,7 +151,7 @@ def test_claims_off_the_notes_setting_are_not_compared(tmp_path, capsys) -> None
     assert "--bucket-cap-mb 1 MiB (notes' setting: 25 MiB)" in claims["t"]["decision"]
     assert claims["a"]["status"] == "agrees" and claims["n"]["status"] == "agrees"
     out = flat(capsys.readouterr().out)
-    assert "why: t: not at the notes' setting:" in out and "--step-ms 3" in out
+    assert "why: t: not at the notes' setting:" in out and "--step-ms 3" in out   # the reason as printed
     with pytest.raises(KeyError):
         off._off(_row("t", notes=5.0, depends=("--no-such-flag",)))
 

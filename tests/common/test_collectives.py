@@ -180,7 +180,7 @@ def _second_names(text: str, rel: str) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 name = prefix + node.name
                 if (node.name.startswith("_") or not SPEAKS_OF.search(node.name.lower())
-                        or (rel == "code/common/collectives_def.py" and prefix == "Algorithm.")
+                        or (rel == "code/common/collectives.py" and prefix == "Algorithm.")
                         or rel == STEP_TOTALS):
                     continue
                 if _forwards(node):
@@ -202,7 +202,7 @@ def test_one_public_name_for_a_collectives_time_and_bytes() -> None:
         rel = path.relative_to(ROOT).as_posix()
         found += _second_names(path.read_text(encoding="utf-8"), rel)
     assert not found, ("a second public name for a collective's time or bytes (call "
-                       "collectives_def.algorithm(name).time / .busiest_bytes instead):\n" + "\n".join(found))
+                       "collectives.algorithm(name).time / .busiest_bytes instead):\n" + "\n".join(found))
 
 
 @pytest.mark.parametrize("text", [

@@ -107,7 +107,7 @@ def test_two_runs_started_together_both_work() -> None:
     outs = [p.communicate(timeout=120) for p in procs]
     for proc, (out, err) in zip(procs, outs):
         assert proc.returncode == 0, err
-        assert "results [3.0, 3.0, 3.0]" in out
+        assert "results [3.0, 3.0, 3.0]" in out   # the probe's stdout is its only report
 
 
 def _stat(pid: int | str) -> list[str]:

@@ -29,7 +29,7 @@ def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
     for part in range(1, 6):
         assert f"== Part {part}:" in text
     assert all(len(line) <= 100 for line in text.splitlines()), max(text.splitlines(), key=len)
-    assert "stage 0 |00112233............aaaa44bbbb55" in text
+    assert "stage 0 |00112233............aaaa44bbbb55" in text   # the chart itself is what is tested
     claims = {c["ref"]: c for c in json.loads(out.read_text())["claims"]}
     differs = {w for w, c in claims.items() if c["status"] == "differs"}
     assert differs == SLIPS
@@ -87,8 +87,9 @@ def test_script_other_flags(tmp_path: Path) -> None:
         assert c["status"] == expected, what
     # p = 8's M differs whatever t_f is.
     assert claims["CS-five-pct-S8-real"]["status"] == "differs"
-    assert "it leaves p2p out" in text and "stage 3 × 3" in text
+    assert "it leaves p2p out" in text   # the closed form's caption says what it leaves out (words tested)
     part5 = data["parts"]["Part 5"]["tables"]["unbalanced"]["rows"]
+    assert part5[1][0] == "stage 3 × 3"   # --slow-factor 3 on the middle stage (p = 6)
     assert part5[1][2] == pytest.approx(30.0) and part5[1][6] >= 1   # pace 3 × (5 + 5) ms
     part1 = data["parts"]["Part 1"]["1F1B"]
     assert part1["peak_activations"] == [6, 5, 4, 3, 2, 1]
@@ -97,7 +98,7 @@ def test_script_other_flags(tmp_path: Path) -> None:
 
 def test_script_large_and_tiny() -> None:
     text = run_script(SCRIPT, "--pp", "64", "--micro-batches", "1024").stdout
-    assert "scaled: one column" in text and "16 of 64 stages shown" in text
+    assert "scaled: one column" in text and "16 of 64 stages shown" in text   # the chart's legend, tested
     assert all(len(line) <= 100 for line in text.splitlines())
     run_script(SCRIPT, "--pp", "1", "--micro-batches", "1")
 

@@ -76,7 +76,7 @@ def test_what_gloo_ran_read_two_ways(k: int) -> None:
         assert rank["broadcast"][0] == [("broadcast", ELEMENTS * 8)]
 
 
-def test_kinds_in_collectives_def_words_and_sizes() -> None:
+def test_kinds_in_collectives_words_and_sizes() -> None:
     ran = gloo_ran.Ran([gloo_ran.GlooOp("all_gather", 100), gloo_ran.GlooOp("all_reduce", 400),
                         gloo_ran.GlooOp("all_reduce", 400), gloo_ran.GlooOp("barrier", 0)])
     assert ran.by_kind(4) == {"all-gather": (1, 400), "all-reduce": (2, 800), "barrier": (1, 0)}

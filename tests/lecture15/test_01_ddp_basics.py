@@ -63,7 +63,7 @@ def _claims(relpath: str, tmp_path: Path, *args: str) -> tuple[str, dict[str, di
 
 def test_smoke_01(tmp_path: Path, quick_run) -> None:
     out, claims = _quick_claims("lecture15/01_ddp_basics.py", tmp_path, quick_run)
-    assert "== Part 3" in out
+    assert "== Part 3" in out   # the headers a reader matches with the notes' part numbers
     for ref in ("L15-1.4-identical-after-wrap", "L15-1.4-identical-after-training"):
         assert claims[ref]["ours"] is True and claims[ref]["status"] == "agrees"
         assert claims[ref]["kind"] == "observed on real ranks"
@@ -72,8 +72,10 @@ def test_smoke_01(tmp_path: Path, quick_run) -> None:
 def test_smoke_01_world_size_3(tmp_path: Path) -> None:
     out, claims = _claims("lecture15/01_ddp_basics.py", tmp_path, "--quick", "--world-size", "3",
                           "--batch", "10")
-    assert "shards of [4, 3, 3]" in out
+    part2 = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))["parts"]["Part 2"]
+    assert part2["shards"] == [4, 3, 3]
     assert claims["L15-1.4-vs-single-process"]["ours"] < 1e-12
+    # the self-check's own line: it ran, under its name
     assert re.search(r"check: DDP on 3 ranks after 10 steps against one process: trained weights \S+ = \S+ × "
                      r"the \S+ they moved ≤ 1e-06: ok", out)
 
@@ -104,7 +106,7 @@ def test_ddp_unequal_to_one_process_fails_the_run_in_one_line(tmp_path: Path) ->
     found = re.fullmatch(r"01_ddp_basics\.py: error: DDP on 3 ranks after 10 steps against one process: "
                          r"trained weights (\S+) = (\S+) × the \S+ they moved > 1e-06", lines[0])
     assert found and float(found[1]) > 1e-6 and float(found[2]) > 1e-3, lines[0]
-    assert "FAILED" in proc.stdout
+    assert "FAILED" in proc.stdout   # a failed run writes no --json: its printed mark is what is tested
 
 
 @pytest.mark.parametrize("relpath, args", [

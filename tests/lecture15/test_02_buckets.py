@@ -4,7 +4,6 @@ smoke run."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from types import ModuleType
 
@@ -55,10 +54,13 @@ def test_smoke_02(tmp_path: Path, quick_run) -> None:
     assert claims["L15-2.2-rule"]["ours"] is True and claims["L15-2.2-rule"]["status"] == "agrees"
     assert claims["L15-2.2-first-iteration-one-bucket"]["ours"] == 1
     assert claims["L15-2.2-first-iteration-one-bucket"]["kind"] == "observed on real ranks"
-    assert re.search(r"ResNet-50\s+161\s+25,557,032\s+107 \(66\.5 %\)\s+\S+\s+4\s+5\s+4", out)
-    assert re.search(r"BERT-large\s+391\s+335,141,888\s+\d+ \([\d.]+ %\)\s+\S+\s+48\s+38\s+37", out)
-    assert claims["L15-2.2-rule-torch-function"]["ours"] is True      # all three readings
     data = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
+    models = {row[0]: row for row in data["parts"]["Part 2"]["tables"]["models"]["rows"]}
+    # tensors, parameters, tensors under 16 KiB, then the buckets at 25 MB, the default and 25 MiB
+    resnet, bert = models["ResNet-50"], models["BERT-large"]
+    assert resnet[1:4] == [161, 25557032, "107 (66.5 %)"] and resnet[5:] == [4, 5, 4]
+    assert bert[1:3] == [391, 335141888] and bert[5:] == [48, 38, 37]
+    assert claims["L15-2.2-rule-torch-function"]["ours"] is True      # all three readings
     sweep = [r for r in data["parts"]["Part 3"]["tables"]["sweep"]["rows"] if isinstance(r[0], int)]
     assert sweep[-1][0] == 256   # tensors of 1,024 float32 (the rows between are the notes' figures)
     # --quick all-reduces fewer floats: the notes' bounds on Part 3's timings are not compared

@@ -76,7 +76,8 @@ def test_skip_sync_gain_by_hand_and_script_output(tmp_path: Path) -> None:
     assert claims["L15-5-bert-slowdown"]["status"] == "agrees"   # calibrated, uncalibrated in why
     assert "plain FLOP count" in claims["L15-5-bert-slowdown"]["why"]
     out = flat(out)
-    # the paper's measured figures, read from the notes' table and shown beside the model's
+    # the paper's measured figures, read from the notes' table and shown beside the model's (the
+    # display is what is tested: the notes' figure printed beside ours)
     assert "+17%" in out and "+95%" in out and "ResNet-50 with NCCL 2 ×" in out and "+38 %" in out
 
 
@@ -134,6 +135,7 @@ def test_odd_but_valid_values_work_without_warnings(tmp_path: Path) -> None:
     """α = 0 has no latency term (it printed 'grows nan×'); a learning rate of 1e9 overflows float64
     (ten numpy warnings): the runs diverge, are shown as such, and the lr/n check says it cannot compare."""
     proc = run_script(SCRIPT_05, "--alpha-us", "0", "--lr-large", "999999999", "--quick")
+    # what the student reads is what is tested: no nan or inf printed, and each case said in words
     assert proc.stderr == "" and not re.search(r"\bnan|\binf", proc.stdout)
     assert "the 2(K−1)α term is zero at α = 0 (no latency term)" in flat(proc.stdout)
     assert "both diverge past float64's range" in flat(proc.stdout)
@@ -141,12 +143,14 @@ def test_odd_but_valid_values_work_without_warnings(tmp_path: Path) -> None:
 
 # ---- smoke tests and bad flags -------------------------------------------------------------------
 def test_scaling_other_knobs(tmp_path: Path) -> None:
-    out = run_script(SCRIPT_05, "--quick", "--world-size", "64", "--alpha-us", "2").stdout
-    head = out.split("== Part 3")[0]
-    assert "64 ranks (ms)" in head and "other setting" in head and "agrees" not in head   # not compared
-    out, data = _run_json(SCRIPT_05, tmp_path, "--quick", "--world-size", "12", "--sync-every", "3",
-                          "--beta-gbs", "3")
-    assert "12 ranks (ms)" in out and "average, n = 3" in out
+    _, data = _run_json(SCRIPT_05, tmp_path, "--quick", "--world-size", "64", "--alpha-us", "2")
+    assert data["parts"]["Part 1"]["tables"]["slowdown"]["headers"][2] == "64 ranks (ms)"
+    before_part3 = {c["ref"]: c["status"] for c in data["claims"] if c["part"] in ("Part 1", "Part 2")}
+    assert before_part3 and set(before_part3.values()) == {"other setting"}, before_part3   # not compared
+    _, data = _run_json(SCRIPT_05, tmp_path, "--quick", "--world-size", "12", "--sync-every", "3",
+                        "--beta-gbs", "3")
+    assert data["parts"]["Part 1"]["tables"]["slowdown"]["headers"][2] == "12 ranks (ms)"
+    assert data["parts"]["Part 2"]["tables"]["skip_sync"]["headers"][3] == "average, n = 3 (ms)"
     points = data["parts"]["Part 1"]["weak_scaling_ResNet-50"]
     assert [p["world_size"] for p in points] == [1, 2, 4, 8, 12]
     rows = data["parts"]["Part 3"]["tables"]["final_losses"]["rows"]

@@ -54,8 +54,9 @@ def test_both_traces_are_valid_and_the_real_one_overlaps(tmp_path: Path) -> None
         assert sum(e["name"] == "gloo:all_reduce" for e in real) == sum(e["name"] == "c10d::allreduce_"
                                                                         for e in real), rank
     # some rank's gloo thread ran an all-reduce while its backward computed (load may delay others')
-    assert max(overlapped) > 0 and data["parts"]["Part 2"]["values"]["real_overlap"] is True, overlapped
-    assert "  overlap: gloo all-reduced earlier buckets while the backward still computed" in proc.stdout
+    part2 = data["parts"]["Part 2"]["values"]
+    assert max(overlapped) > 0 and part2["real_overlap"] is True, overlapped
+    assert 1 <= part2["real_overlap_ranks"] <= part2["real_ranks"] == 4
     sim = json.loads((traces / "lecture15_07_ddp_sim.json").read_text())
     spans = complete_events(sim)
     tracks = {e["tid"]: e["args"]["name"] for e in sim["traceEvents"] if e.get("name") == "thread_name"}
@@ -69,7 +70,7 @@ def test_both_traces_are_valid_and_the_real_one_overlaps(tmp_path: Path) -> None
 def test_trace_into_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     proc = run_script(SCRIPT, "--trace", str(tmp_path / "file"), expect_rc=2, timeout=60)
-    assert len(proc.stderr.strip().splitlines()) == 1 and "--trace" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--trace" in proc.stderr   # names the flag
 
 
 SMALL = ["--world-size", "2", "--layers", "3", "--width", "128", "--batch", "16", "--repeats", "1"]
@@ -81,11 +82,12 @@ def test_one_bucket_is_no_overlap_and_its_row_flips(tmp_path: Path) -> None:
     traces, out = tmp_path / "traces", tmp_path / "07.json"
     proc = run_script(SCRIPT, *SMALL, "--bucket-cap-mb", "100", "--trace", str(traces), "--json", str(out),
                       timeout=240)
-    assert "  no overlap: every all-reduce ran after the backward's last compute node (on 0 of 2 ranks)" \
-        in proc.stdout, proc.stdout
+    # the self-check's own line: it ran, under its name
     assert "check: overlap found vs 1 all-reduce (none expected): no difference: ok" in proc.stdout
     data = json.loads(out.read_text())
-    assert data["parts"]["Part 2"]["values"]["real_overlap"] is False
+    part2 = data["parts"]["Part 2"]["values"]
+    assert part2["real_overlap"] is False and (part2["real_overlap_ranks"], part2["real_ranks"]) == (0, 2)
+    assert part2["real_allreduces"] == 1
     claim = next(c for c in data["claims"] if c["ref"] == "EN-L15-trace-real-overlap")
     assert claim["ours"] is False and claim["status"] == "other setting", claim
     for rank in range(2):

@@ -74,7 +74,7 @@ def test_references_pass_every_case(tmp_path: Path) -> None:
     out, record = judge("--solution", "practice/reference", expect_rc=0, tmp_path=tmp_path)
     assert record["all_passed"] and len(record["problems"]) == len(PROBLEMS)
     assert all(c["passed"] for c in record["cases"]) and "FAIL" not in out
-    assert f"summary: {len(PROBLEMS)} of {len(PROBLEMS)} problems solved" in out
+    assert f"summary: {len(PROBLEMS)} of {len(PROBLEMS)} problems solved" in out   # the line a student reads
 
 
 def test_stubs_fail_every_case_as_not_written_yet(tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_stubs_fail_every_case_as_not_written_yet(tmp_path: Path) -> None:
     for case in record["cases"]:
         assert case["message"].startswith("not written yet: write "), case
         assert "solution.py" in case["message"], case
-    assert "PASS" not in out and f"summary: 0 of {len(PROBLEMS)} problems solved" in out
+    assert "PASS" not in out and f"summary: 0 of {len(PROBLEMS)} problems solved" in out   # as printed
 
 
 def test_every_problem_has_a_statement_that_answers_the_questions_its_cases_ask() -> None:

@@ -201,7 +201,7 @@ def test_a_correct_solution_passes_every_case(fixture: str) -> None:
 
 def test_a_solution_folder_with_a_helper_module_passes(tmp_path: Path) -> None:
     out, record = judge("115", "--solution", str(RIGHT / "115_with_helper"), expect_rc=0, tmp_path=tmp_path)
-    assert record["all_passed"] and "note:" not in out       # its folder imports; it writes nowhere
+    assert record["all_passed"] and "note:" not in out       # its folder imports; it writes nowhere (no note)
 
 
 @pytest.mark.parametrize("number, fixture, words", [
@@ -237,7 +237,7 @@ def test_wrong_solutions_fail_under_quick_through_the_judge(tmp_path: Path) -> N
     assert "no communication inside no_sync" in next(iter(failed(record, "116").values()))["expected"]
     assert "4 ranks, 1 layer (no gradient flows below it)" not in failed(record, "117")
     assert all(c["inputs"] for c in record["cases"] if not c["passed"])      # every failure shows its inputs
-    assert "inputs:   {'world_size': 4, 'numbers': 5, 'dtype': 'float64'}" in out
+    assert "inputs:   {'world_size': 4, 'numbers': 5, 'dtype': 'float64'}" in out   # printed for the student
 
 
 def test_a_rank_late_to_a_collective_passes_through_the_judge(tmp_path: Path) -> None:

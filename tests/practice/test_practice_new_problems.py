@@ -72,7 +72,7 @@ def quick_cases(number: str) -> list[str]:
 def test_references_pass_every_case(tmp_path: Path) -> None:
     out, record = judge(*NEW, "--solution", "practice/reference", expect_rc=0, tmp_path=tmp_path)
     assert record["all_passed"] and [p["number"] for p in record["problems"]] == list(NEW)
-    assert "summary: 3 of 3 problems solved" in out and "FAIL" not in out
+    assert "summary: 3 of 3 problems solved" in out and "FAIL" not in out   # the judge's printed summary
 
 
 def test_stubs_fail_every_case_as_not_written_yet(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_wrong_solutions_fail_under_quick_through_the_judge(tmp_path: Path) -> N
     assert all("all-reduce N = " in c["got"] and c["hint"] == p119_zero.HINT_RS for c in scatter.values())
     slip = failed(record, "120")
     assert next(iter(slip.values()))["got"] == "size_bytes = 268,435,456: one rank's output chunk, S/n"
-    assert "inputs:   {'collective': 'reduce-scatter', 'world_size': 4" in out
+    assert "inputs:   {'collective': 'reduce-scatter', 'world_size': 4" in out   # printed for the student
 
 
 def test_blocking_sends_deadlock_and_get_the_send_hint(tmp_path: Path) -> None:

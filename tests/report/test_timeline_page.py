@@ -161,7 +161,7 @@ def test_times_are_printed_once_rounded_in_units_that_scale(capsys) -> None:
     grid_default = DEFAULT
     show_setting("ResNet-50", [c[1:] for c in CAPS].index((grid_default["cap_bytes"], None)), 10, 10, 16)
     out = capsys.readouterr().out
-    assert "4 buckets; step 37.75 ms with overlap, 53.28 ms without; exposed 4.83 ms" in out
+    assert "4 buckets; step 37.75 ms with overlap, 53.28 ms without; exposed 4.83 ms" in out   # as printed
 
 
 def test_page_is_small_and_quick_to_write(page_file: tuple[Path, float]) -> None:

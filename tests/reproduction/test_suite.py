@@ -43,6 +43,7 @@ def test_reproduce_collects_every_claim(tmp_path) -> None:
     out_json = tmp_path / "claims.json"
     proc = run_script("reproduce.py", "--quick", "--only", "14/exercises,15/exercises",   # either text
                       "--json", str(out_json), "--no-report")   # not over the checkout's report/
+    # the reproduction's printed summary (what is tested): each script named, the total of claims counted
     assert "lecture14/exercises.py" in proc.stdout and "lecture15/exercises.py" in proc.stdout
     data = json.loads(out_json.read_text())
     per_script = {c["script"] for c in data["claims"]}

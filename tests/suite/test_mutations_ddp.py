@@ -423,7 +423,7 @@ def test_the_gloo_avg_row_follows_what_gloo_does(tmp_path: Path) -> None:
     proc, recorded = _recorded_run(tmp_path, m)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert recorded["claims"]["L14-4.1-gloo-no-avg"] == "agrees"
-    assert "check: all_reduce(op=ReduceOp.AVG)" not in proc.stdout
+    assert "check: all_reduce(op=ReduceOp.AVG)" not in proc.stdout   # the check lines say which checks ran
     assert "check: average_gradients on 2 ranks vs their mean gradient here: no difference: ok" \
         in proc.stdout
 

@@ -6,7 +6,9 @@ here failed on a machine busy with other work."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from conftest import assert_usage_error, flat, run_script
@@ -49,22 +51,30 @@ def test_small_world_sizes(script: str, k: int) -> None:
 
 
 @pytest.mark.parametrize("script", WITH_WORLD_SIZE)
-def test_world_size_1024_is_summarised(script: str) -> None:
-    out = run_script(script, "--world-size", "1024").stdout
+def test_world_size_1024_is_summarised(script: str, tmp_path: Path) -> None:
+    counted = script == "lecture14/03_ring_allreduce.py"
+    json_to = ["--json", str(tmp_path / "o.json")] if counted else []
+    out = run_script(script, "--world-size", "1024", *json_to).stdout
     assert not sane(out), sane(out)
     assert "1024" in out.replace(",", "")
     lines = out.splitlines()
     assert len(lines) <= MAX_LINES, (f"{script} at K = 1024 prints {len(lines)} lines: "
                                      "something is listed per device")
     assert all(len(line) <= 100 for line in lines), max(lines, key=len)
-    if script == "lecture14/03_ring_allreduce.py":
-        counted_view_at_1024(out)
+    if counted:
+        counted_view_at_1024(out, json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))["parts"])
 
 
-def counted_view_at_1024(out: str) -> None:
-    assert "ring all-reduce on 1024 workers, counted" in out
-    assert "shown for K <= 8 only" in flat(out) and "each term once: yes" in flat(out)
-    assert re.search(r"^  rounds\s+2,046\s+2,046\s+2\(K - 1\)", out, re.M)
-    assert re.search(r"bytes each worker sends \(fewest, most\)\s+16,368, 16,368\s+16,368", out)
-    assert "1026 ticks = K - 2 + S = 1026; every device holds the data: yes" in flat(out)
-    assert "tick simulation equals the closed form (ticks exactly, time to rounding): yes" in flat(out)
+def counted_view_at_1024(out: str, parts: dict) -> None:
+    part1 = parts["Part 1"]
+    assert part1["title"] == "ring all-reduce on 1024 workers, counted" and part1["values"]["ring_k"] == 1024
+    assert "shown for K <= 8 only" in flat(out)   # the reader is told why no symbols (the note is tested)
+    assert part1["rounds"] == 2046 and part1["each_term_once"] is True
+    counts = {row[0]: row[1:] for row in part1["tables"]["ring_counts"]["rows"]}
+    assert counts["rounds"] == [2046, 2046, "2(K - 1)"]
+    # chunks of N/K = 8 B, 2(K - 1) = 2046 of them sent by each worker
+    assert counts["largest message (B)"][:2] == [8, 8]
+    assert counts["bytes each worker sends (fewest, most)"][:2] == ["16,368, 16,368", "16,368"]
+    part3 = parts["Part 3"]
+    assert part3["demo_ticks"] == {"segments": 4, "ticks": 1026, "every_device_holds": True}   # K - 2 + S
+    assert part3["values"]["tick_simulation_ok"] is True
