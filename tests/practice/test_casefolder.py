@@ -48,7 +48,7 @@ def test_a_signal_as_the_judge_takes_the_folder_removes_it(monkeypatch: pytest.M
         folder = made(solution)
         signal.raise_signal(signal.SIGINT)
         return folder
-    monkeypatch.setattr(engine.CaseFolder, "make", staticmethod(make_then_ctrl_c))
+    monkeypatch.setattr(casefolder.CaseFolder, "make", staticmethod(make_then_ctrl_c))
     with tempfile.TemporaryFile() as capture, pytest.raises(KeyboardInterrupt):
         engine._judge_one("113", None, None, tmp_path / "solution.py", 1.0, capture)  # type: ignore[arg-type]
     assert not list(tmp_path.glob("judge-case-*"))

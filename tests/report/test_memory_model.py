@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import offline_page
 
+from common import costmodel_steps
 from common.units import fmt_bytes, fmt_time
 from cs336 import ledger as lg
 from report import memory
@@ -109,7 +110,7 @@ def test_the_enumeration_fails_when_the_page_parts_from_the_model(browser, page_
     page.context.close()
 
 
-REAL_ACT, REAL_ZERO = lg.activation_bytes, memory.zero_step_collectives
+REAL_ACT, REAL_ZERO = lg.activation_bytes, costmodel_steps.zero_step_collectives
 
 
 def _notes_text_zero1(stage: str, nbytes: float, layers: int = 1):  # type: ignore[no-untyped-def]
