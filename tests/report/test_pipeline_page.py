@@ -1,34 +1,21 @@
-"""report/pipeline.html (code/report/pipeline.py): the page's port of cs336/pipeline.py run on EVERY
-setting the page offers and compared with the Python model, to the digits the page shows (and its
-drawn passes and activation curves exactly); the same comparison made to fail by a changed page;
-then the page in headless Chromium at 390, 768 and 1366 px: the notes' figures beside ours, each
-control moving the numbers the way the model says, the URL round trip, reset, the command line.
+"""report/pipeline.html (code/report/pipeline.py) in headless Chromium at 390, 768 and 1366 px: the
+notes' figures beside ours, each control moving the numbers the way the model says, the URL round
+trip, reset, a dense setting kept readable, size and first paint, and the reproduction writing it.
+Its numbers for every setting it offers: test_pipeline_model.py.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import re
-import time
-from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
-from conftest import offline_page, run_script
+from conftest import offline_page
+from pipeline_texts import pct_text, step_text
 
 from common import checker
 from cs336 import pipeline as pp
-from report.pipeline import (
-    AXES,
-    DEFAULT,
-    held_over_time,
-    run_setting,
-    slow_stages,
-    smallest_m,
-    valid,
-    write_pipeline,
-)
+from report.pipeline import AXES, DEFAULT, run_setting, write_pipeline
 
 WIDTHS = ((390, 844), (768, 1024), (1366, 768))
 
@@ -36,166 +23,6 @@ WIDTHS = ((390, 844), (768, 1024), (1366, 768))
 @pytest.fixture(scope="module")
 def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_pipeline(tmp_path_factory.mktemp("report"))
-
-
-# ---- the Python model's numbers, written as the page writes them --------------------------------
-def fixed(x: float, places: int) -> str:
-    """JavaScript's x.toFixed(places): the exact binary value rounded, halves away from zero."""
-    return str(Decimal(x).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))
-
-
-def trimmed(x: float, places: int) -> str:
-    return re.sub(r"\.?0+$", "", fixed(x, places)) or "0"
-
-
-def ms_text(s: float) -> str:
-    return trimmed(s * 1e3, 1)
-
-
-def pct_text(share: float) -> str:
-    return fixed(100 * share, 1) + " %"
-
-
-def digest(run: pp.PipelineRun) -> float:
-    """pipeline.js's digest of the drawn passes, summed in the same order (so to the same bits)."""
-    h, k = 0.0, 0
-    for d, order in enumerate(run.orders):
-        for (kind, m, j), start, end in zip(order, run.starts[d], run.ends[d]):
-            k += 1
-            h += k * (start + 3 * end) + k * ((1 if kind == pp.FORWARD else 2) + 5 * m + 11 * j)
-    return h
-
-
-def held_digest(held: list[list[tuple[float, float]]]) -> float:
-    """pipeline.js's heldDigest of the activation curves drawn."""
-    h, k = 0.0, 0
-    for curve in held:
-        for t, value in curve:
-            k += 1
-            h += k * t * (1 + value)
-    return h
-
-
-def expected(setting: dict) -> dict:
-    """Every number the page shows for `setting`, from the Python model (report/pipeline.py's
-    run_setting calls cs336/pipeline.run_schedule)."""
-    run = run_setting(setting)
-    s, m = setting["stages"], setting["micro_batches"]
-    held = [held_over_time(run, d) for d in range(s)]
-    assert [max(h for _, h in curve) for curve in held] == run.peak_activations   # the curve peaks there
-    if setting["schedule"] == "interleaved":   # the closed form: makespan_closed_form's share
-        closed = 1 - m * (setting["tf_ms"] + setting["tb_ms"]) / 1e3 / pp.makespan_closed_form(
-            s, m, setting["tf_ms"] / 1e3, setting["tb_ms"] / 1e3, setting["virtual"])
-    else:
-        closed = pp.bubble_fraction_closed_form(s, m)
-    return {
-        "step": ms_text(run.makespan), "bubble": pct_text(run.bubble_fraction),
-        "eta": pct_text(run.efficiency),
-        "notes-share": pct_text(pp.notes_bubble_share(s, m, setting["tf_ms"] / 1e3, setting["tb_ms"] / 1e3)),
-        "closed": pct_text(closed) if setting["slow"] is None else "—",
-        "idle": ms_text(max(run.idle)), "busy": ms_text(max(run.busy)),
-        "peak": trimmed(max(run.peak_activations), 2),
-        "ranks": [[ms_text(b), ms_text(i), trimmed(p, 2)] for b, i, p in
-                  zip(run.busy, run.idle, run.peak_activations)],
-        "smallest": {str(p): smallest_m(setting, p) for p in AXES["target_pct"]},
-        "digest": digest(run), "held": held_digest(held),
-    }
-
-
-def python_settings() -> list[dict]:
-    """The settings the page should offer, from report/pipeline.py's axes and the model's rule."""
-    out = []
-    for schedule, stages, m, tf, tb in itertools.product(*(AXES[name] for name in (
-            "schedule", "stages", "micro_batches", "tf_ms", "tb_ms"))):
-        for v in AXES["virtual"] if schedule == "interleaved" else [DEFAULT["virtual"]]:
-            for slow in [None, *slow_stages(stages)]:
-                for x in AXES["slow_factor"] if slow is not None else [DEFAULT["slow_factor"]]:
-                    setting = {"schedule": schedule, "virtual": v, "stages": stages, "micro_batches": m,
-                               "tf_ms": tf, "tb_ms": tb, "slow": slow, "slow_factor": x,
-                               "target_pct": DEFAULT["target_pct"]}
-                    if valid(setting):
-                        out.append(setting)
-    return out
-
-
-def key(setting: dict) -> str:
-    return json.dumps(setting, sort_keys=True)
-
-
-def page_numbers(page, where: str = "true") -> tuple[list[dict], list[dict]]:  # type: ignore[no-untyped-def]
-    """The settings the page offers (those `where`, a JavaScript test of `st`, picks) and the numbers it
-    shows for each, computed in the page. One JSON string: Playwright hands a large object over 20
-    times slower than its text."""
-    return json.loads(page.evaluate(f"(() => {{ const all = offeredSettings().filter((st) => {where}); "
-                                    "return JSON.stringify([all, all.map((st) => pageNumbers(st))]); })()"))
-
-
-def mismatches(settings: list[dict], shown: list[dict]) -> list[str]:
-    out = []
-    for setting, numbers in zip(settings, shown):
-        want = expected(setting)
-        for name, value in want.items():
-            got = numbers[name]
-            same = (got == pytest.approx(value, rel=1e-12, abs=1e-12) if name in ("digest", "held")
-                    else got == value)
-            if not same:
-                out.append(f"{setting}: {name} page {got!r}, model {value!r}")
-    return out
-
-
-def test_every_setting_offered_equals_the_python_model(browser, page_file: Path) -> None:
-    started = time.perf_counter()
-    page, errors = offline_page(browser, page_file)
-    settings, shown = page_numbers(page)
-    assert sorted(map(key, settings)) == sorted(map(key, python_settings()))   # every one, and only those
-    assert len(settings) == 5112        # (the axes in report/pipeline.py, less interleaving's refusals)
-    found = mismatches(settings, shown)
-    assert found == [], f"{len(found)} numbers differ, the first: {found[:3]}"
-    assert errors == []
-    page.context.close()
-    assert time.perf_counter() - started < 30       # (about 10 s here)
-
-
-# Each change makes the page's model part from the Python one (the test above must then fail).
-MUTATIONS = [
-    ("const warmup = Math.min(S - s - 1, M)", "const warmup = Math.min(S - s, M)"),   # 1F1B's warm-up
-    ("const fill = (S - 1) * tf;", "const fill = (S - 1) * (tf + 0.0001);"),            # the notes' fill
-    ("peak.push(most / v);", "peak.push(most);"),                                       # chunks as stages
-    ("const durF = tf[d] / v,", "const durF = tf[d] / v * 1.0001,"),                    # a forward's time
-]
-
-
-@pytest.mark.parametrize("old, new", MUTATIONS)
-def test_the_comparison_fails_when_the_page_parts_from_the_model(browser, page_file: Path, tmp_path: Path,
-                                                                 old: str, new: str) -> None:
-    html = page_file.read_text(encoding="utf-8")
-    assert html.count(old) == 1
-    broken = tmp_path / "pipeline.html"
-    broken.write_text(html.replace(old, new), encoding="utf-8")
-    page, _ = offline_page(browser, broken)
-    settings, shown = page_numbers(page, "st.slow === null && st.tb_ms === 20")      # a sample, for time
-    page.context.close()
-    assert len(settings) > 50 and mismatches(settings, shown) != []
-
-
-def test_the_comparison_fails_when_the_python_part_changes(browser, page_file: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """The other side: report/pipeline.py's own part (here the slow stage's times, as if its factor
-    slowed only the forward) changed under the same comparison; the page's settings with a slow stage
-    then differ."""
-    import report.pipeline as page_module
-
-    def forward_only(setting: dict) -> tuple[list[float], list[float]]:
-        tfs, _ = stage_times(setting)
-        return tfs, [setting["tb_ms"] / 1e3] * setting["stages"]
-
-    stage_times = page_module.stage_times
-    page, _ = offline_page(browser, page_file)
-    settings, shown = page_numbers(page, "st.slow !== null && st.tb_ms === 20 && st.stages === 4")
-    page.context.close()
-    assert mismatches(settings, shown) == []
-    monkeypatch.setattr(page_module, "stage_times", forward_only)
-    assert len(settings) > 50 and mismatches(settings, shown) != []
 
 
 # ---- the page in a browser ------------------------------------------------------------------------
@@ -212,10 +39,12 @@ def notes_text(row_id: str) -> str:
 def test_the_page_opens_on_the_notes_example_at_every_width(browser, page_file: Path, width: int,
                                                              height: int) -> None:
     page, errors = offline_page(browser, page_file, width, height)
-    want = expected(dict(DEFAULT, slow=None))
+    opening, run = dict(DEFAULT, slow=None), run_setting(dict(DEFAULT, slow=None))
+    notes_share = pp.notes_bubble_share(4, 8, 10e-3, 20e-3)
     assert text(page, "#setting") == "1F1B · S = 4 · M = 8 · t_f = 10 ms · t_b = 20 ms · equal stages"
     assert (text(page, "#step"), text(page, "#bubble"), text(page, "#notes-share")) == (
-        want["step"] + " ms", want["bubble"], want["notes-share"]) == ("330 ms", "27.3 %", "11.1 %")
+        step_text(opening, run.makespan), pct_text(run.bubble_fraction, opening), pct_text(notes_share)) == (
+        "330 ms", "27.27 %", "11.11 %")
     # the notes' figures, each beside ours, read from their table with its row id
     for card, row_id in (("bubble", "CS-bubble-S4-M8-share"), ("notes-share", "CS-bubble-S4-M8-notes-share"),
                          ("eta", "CS-eta-S4-M8"), ("idle", "CS-bubble-S4-M8-bubble"),
@@ -251,7 +80,9 @@ def move(page, element_id: str, value: str) -> None:  # type: ignore[no-untyped-
 
 
 def number(page, element_id: str) -> float:  # type: ignore[no-untyped-def]
-    return float(re.match(r"[\d.]+", text(page, f"#{element_id}").removeprefix("M = ")).group())
+    """A card's number, a time in ms ("1.17 s" as 06 prints it is 1170; "2,705 ms" is 2705)."""
+    value, unit = re.match(r"([\d.,]+) ?(\S*)", text(page, f"#{element_id}").removeprefix("M = ")).groups()
+    return float(value.replace(",", "")) * (1000 if unit == "s" else 1)
 
 
 def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> None:
@@ -262,7 +93,7 @@ def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> Non
     assert "M = 12" in text(page, "#setting") and number(page, "bubble") < bubble
     page.keyboard.press("ArrowLeft")
     move(page, "micro_batches", str(AXES["micro_batches"].index(16)))       # more M: a smaller bubble
-    assert number(page, "bubble") < bubble and number(page, "notes-share") < 11.1
+    assert number(page, "bubble") < bubble and number(page, "notes-share") < 11.11
     move(page, "schedule", "GPipe")                # GPipe: the same bubble, every micro-batch held
     assert number(page, "bubble") == pytest.approx(100 * pp.bubble_fraction_closed_form(4, 16), abs=0.05)
     assert number(page, "peak") == 16
@@ -327,20 +158,21 @@ def test_the_url_keeps_the_setting_and_reset_restores_the_notes(browser, page_fi
     again.context.close()
 
 
-def test_the_command_line_prints_the_pages_numbers(browser, page_file: Path, tmp_path: Path) -> None:
-    """06_pipeline.py with the flags the page shows: its Part 1 records the page's step, bubble and peaks."""
-    page, _ = offline_page(browser, page_file)
-    move(page, "micro_batches", str(AXES["micro_batches"].index(12)))
-    move(page, "tb_ms", "2")
-    command, step, bubble = text(page, "#command"), text(page, "#step"), text(page, "#bubble")
-    ranks = page.eval_on_selector_all("#ranks tbody tr", "rs => rs.map(r => r.cells[3].textContent)")
+def test_a_dense_setting_keeps_a_pass_8_px_wide_on_a_phone(browser, page_file: Path) -> None:
+    """S = 8, M = 32, v = 4 (256 passes a rank) at 390 px: the chart widens to 8 px for its shortest
+    pass and scrolls in its own box, saying so; the page itself does not scroll sideways."""
+    page, errors = offline_page(browser, page_file, 390, 844)
+    page.goto(page_file.resolve().as_uri() + "#schedule=interleaved&v=4&S=8&M=32&tf=10&tb=20&slow=none")
+    page.reload()
+    got = page.evaluate("""() => ({passes: [...document.querySelectorAll('#chart g.passes rect')].map(
+        (r) => r.getBoundingClientRect().width),
+        sign: getComputedStyle(document.querySelector('.scroll-sign')).display,
+        box: ((b) => b.scrollWidth - b.clientWidth)(document.getElementById('chart-box')),
+        page: document.documentElement.scrollWidth - document.documentElement.clientWidth})""")
+    assert len(got["passes"]) == 8 * 2 * 32 * 4 and min(got["passes"]) >= 7.99
+    assert got["sign"] == "block" and got["box"] > 0 and got["page"] <= 0
+    assert errors == []
     page.context.close()
-    flags = command.removeprefix("python code/cs336/06_pipeline.py ").split()
-    run_script("cs336/06_pipeline.py", *flags, "--json", str(tmp_path / "o.json"))
-    values = json.loads((tmp_path / "o.json").read_text())["parts"]["Part 1"]["1F1B"]
-    assert ms_text(values["makespan_ms"] / 1e3) + " ms" == step
-    assert pct_text(values["bubble_fraction"]) == bubble
-    assert [trimmed(p, 2) for p in values["peak_activations"]] == ranks
 
 
 # The first contentful paint in ms since the page was asked for (its entry may come after "load").

@@ -9,15 +9,15 @@ does not offer, or with markup in them, opens a sane page that says what it left
 from __future__ import annotations
 
 import json
-import re
-from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction as Fr
 from pathlib import Path
 
 import pytest
 from conftest import offline_page, run_script
+from pipeline_texts import held_text, ms_text, pct_text, step_text
 
 from common import checker
+from common.units import fmt_num
 from report.pipeline import AXES, TARGET_TOL, notes_figures, slow_stages, smallest_m, valid, write_pipeline
 
 
@@ -79,15 +79,6 @@ def interleaved(stages: int, micro: int, v: int, tf: Fr, tb: Fr) -> dict:
             "peak": [Fr(h, v) for h in held]}
 
 
-def places(x: Fr, digits: int) -> str:
-    return str((Decimal(x.numerator) / Decimal(x.denominator)).quantize(Decimal(1).scaleb(-digits),
-                                                                        rounding=ROUND_HALF_UP))
-
-
-def short(x: Fr, digits: int) -> str:
-    return re.sub(r"\.?0+$", "", places(x, digits)) or "0"
-
-
 # schedule, v, S, M, t_f, t_b, slow stage, its factor: odd M, M < S, a slow first/middle/last stage,
 # t_b < t_f, v = 4, M = S (interleaving's every-forward-first order)
 SETTINGS = [("GPipe", 2, 4, 8, 10, 20, None, 2), ("1F1B", 2, 8, 3, 10, 20, None, 2),
@@ -119,12 +110,14 @@ def test_what_the_page_shows_equals_an_exact_simulation_of_its_own(browser, page
             chart: [...document.querySelectorAll('#chart text')].map((t) => t.textContent)
               .filter((t) => /^(idle|peak) /.test(t))})""")
         closed = Fr(s - 1, m + s - 1) if schedule != "interleaved" else want["bubble"]
-        pct = lambda share: places(100 * share, 1) + " %"   # noqa: E731
-        assert shown["cards"] == [short(want["step"], 1) + " ms", pct(want["bubble"]),
-                                  pct(closed) if slow is None else "—", pct(1 - want["bubble"]),
-                                  short(max(want["idle"]), 1) + " ms", short(max(want["busy"]), 1) + " ms",
-                                  short(max(want["peak"]), 2)], (schedule, s, m, slow)
-        rows = [[f"rank {d}", short(b, 1), short(i, 1), short(p, 2)]
+        # the exact value as the nearest float, written as Python writes it (pipeline_texts: 06's digits)
+        setting, sec = {"schedule": schedule, "slow": slow}, lambda t_ms: float(t_ms / 1000)  # noqa: E731
+        assert shown["cards"] == [
+            step_text(setting, sec(want["step"])), pct_text(float(want["bubble"]), setting),
+            pct_text(float(closed), setting) if slow is None else "—", pct_text(float(1 - want["bubble"])),
+            ms_text(sec(max(want["idle"]))) + " ms", ms_text(sec(max(want["busy"]))) + " ms",
+            held_text(float(max(want["peak"])))], (schedule, s, m, slow)
+        rows = [[f"rank {d}", ms_text(sec(b)), ms_text(sec(i)), held_text(float(p))]
                 for d, (b, i, p) in enumerate(zip(want["busy"], want["idle"], want["peak"]))]
         assert shown["ranks"] == rows, (schedule, s, m, slow)
         labels = [(f"idle {idle} ms", f"peak {peak}") for _, _, idle, peak in rows]
@@ -156,8 +149,10 @@ def test_the_smallest_m_equals_a_search_in_fractions() -> None:
 
 # ---- the notes' figures: as 06_pipeline.py records the same rows --------------------------------
 # the card a cited row sits by, and how the page writes 06's value of that row ("ours")
-AS_SHOWN = {"bubble": lambda x: f"{x:.1f} %", "notes-share": lambda x: f"{x:.1f} %",
-            "eta": lambda x: f"{x:.1f} %", "idle": lambda x: f"{x:g} ms", "busy": lambda x: f"{x:g} ms",
+# (06's digits: Part 1's .2f for the bubble at these settings, GPipe and 1F1B; its tables' fmt_num)
+AS_SHOWN = {"bubble": lambda x: f"{x:.2f} %", "notes-share": lambda x: f"{fmt_num(x)} %",
+            "eta": lambda x: f"{fmt_num(x)} %", "idle": lambda x: f"{fmt_num(x)} ms",
+            "busy": lambda x: f"{fmt_num(x)} ms",
             "min-ours": lambda x: f"M = {x}", "min-notes": lambda x: f"M = {x}"}
 
 

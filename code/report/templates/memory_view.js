@@ -1,35 +1,11 @@
 // The memory page's controls, URL, cards, chart, tables and command line (memory.js computes).
 const $ = (id) => document.getElementById(id);
-const SVG_NS = "http://www.w3.org/2000/svg";
 const PARTS = [["params", "fp16 parameters", "#4e79a7"], ["grads", "fp16 gradients", "#f28e2b"],
                ["master", "fp32 master weights", "#59a14f"], ["adam", "Adam m + v", "#76b7b2"],
                ["activations", "activations", "#b07aa1"]];
 const CONTROLS = ["model", "world", "stage", "tp", "pp", "batch", "seq", "link"];
 const NUMERIC = new Set(["world", "tp", "pp", "batch", "seq"]);
 
-// Bytes in decimal units and times as common/units.py's fmt_bytes and fmt_time write them.
-// Python's f"{x:.4g}" rounds the binary value's exact decimal expansion, a tie to even (406.25 → 406.2);
-// toPrecision rounds a tie up (406.3). Rounded here from 100 exact digits, as Python does.
-function sig(x, digits) {
-  if (x === 0 || !Number.isFinite(x)) return String(x);
-  const [mantissa, exp] = Math.abs(x).toExponential(99).split("e");
-  const all = mantissa.replace(".", ""), next = all[digits], rest = all.slice(digits + 1);
-  let head = BigInt(all.slice(0, digits));
-  if (next > "5" || (next === "5" && (/[1-9]/.test(rest) || head % 2n === 1n))) head += 1n;
-  return String(Math.sign(x) * Number(`${head}e${Number(exp) - digits + 1}`));
-}
-function fmtBytes(n) {
-  const units = ["B", "KB", "MB", "GB", "TB"];
-  let v = n, i = 0;
-  while (Math.abs(v) >= 1000 && i < units.length - 1) { v /= 1000; i++; }
-  return sig(v, 4) + " " + units[i];
-}
-function fmtTime(s) {
-  const a = Math.abs(s);
-  if (a >= 1) return sig(s, 3) + " s";
-  if (a >= 1e-3) return sig(s * 1e3, 3) + " ms";
-  return sig(s * 1e6, 3) + " µs";
-}
 function countText(p) {   // a --params value 04_memory.py reads back exactly (13B, 200M, 201326592)
   for (const [u, scale] of [["T", 1e12], ["B", 1e9], ["M", 1e6]]) {
     const text = String(p / scale);
@@ -207,12 +183,6 @@ function trafficTable(s, v) {
 }
 
 // ---- the chart: each stage's bytes per GPU at this setting, the cards as lines ----------------
-function svg(tag, attrs, text) {
-  const el = document.createElementNS(SVG_NS, tag);
-  for (const [k, val] of Object.entries(attrs)) el.setAttribute(k, val);
-  if (text !== undefined) el.textContent = text;
-  return el;
-}
 function drawChart(s) {
   const bars = DATA.stages.map((stage) => ({stage, v: compute({...s, stage})}));
   const top = Math.max(...bars.map((b) => b.v.total), DATA.cards_gb.at(-1) * 1e9) * 1.1;
@@ -221,29 +191,29 @@ function drawChart(s) {
   $("chart").setAttribute("viewBox", `0 0 ${W} ${H}`);
   const x0 = 56, x1 = W - 8, y0 = H - 26, y1 = 18, y = (n) => y0 - (y0 - y1) * n / top;
   const w = (x1 - x0) / bars.length;
-  const out = [svg("line", {x1: x0, x2: x1, y1: y0, y2: y0, stroke: "#888"})];
+  const out = [el("line", {x1: x0, x2: x1, y1: y0, y2: y0, stroke: "#888"})];
   bars.forEach(({stage, v}, i) => {
     let base = 0;
-    const g = svg("g", {"data-stage": stage, class: stage === s.stage ? "chosen" : ""});
+    const g = el("g", {"data-stage": stage, class: stage === s.stage ? "chosen" : ""});
     for (const [key, label, colour] of PARTS) {
       const n = v[key] || 0;
       if (n <= 0) continue;
-      g.append(svg("rect", {x: x0 + i * w + w * 0.18, width: w * 0.64, y: y(base + n), height: y(base) - y(base + n),
-                            fill: colour, "data-part": key}, undefined));
-      g.lastChild.append(svg("title", {}, `${stage}: ${label} ${fmtBytes(n)}`));
+      g.append(el("rect", {x: x0 + i * w + w * 0.18, width: w * 0.64, y: y(base + n), height: y(base) - y(base + n),
+                            fill: colour, "data-part": key}));
+      g.lastChild.append(el("title", {}, null, `${stage}: ${label} ${fmtBytes(n)}`));
       base += n;
     }
-    g.append(svg("text", {x: x0 + (i + 0.5) * w, y: y(base) - 4, "text-anchor": "middle", "font-size": 13,
-                          "font-weight": stage === s.stage ? 700 : 400}, fmtBytes(v.total)));
-    g.append(svg("text", {x: x0 + (i + 0.5) * w, y: y0 + 18, "text-anchor": "middle", "font-size": 13,
-                          "font-weight": stage === s.stage ? 700 : 400}, stage + (stage === s.stage ? " ◀" : "")));
+    g.append(el("text", {x: x0 + (i + 0.5) * w, y: y(base) - 4, "text-anchor": "middle", "font-size": 13,
+                          "font-weight": stage === s.stage ? 700 : 400}, null, fmtBytes(v.total)));
+    g.append(el("text", {x: x0 + (i + 0.5) * w, y: y0 + 18, "text-anchor": "middle", "font-size": 13,
+                          "font-weight": stage === s.stage ? 700 : 400}, null, stage + (stage === s.stage ? " ◀" : "")));
     out.push(g);
   });
   for (const gb of DATA.cards_gb) {
     const yy = y(gb * 1e9);
-    out.push(svg("line", {x1: x0, x2: x1, y1: yy, y2: yy, stroke: "#c0392b", "stroke-dasharray": "5 4",
+    out.push(el("line", {x1: x0, x2: x1, y1: yy, y2: yy, stroke: "#c0392b", "stroke-dasharray": "5 4",
                           "stroke-width": 1}));
-    out.push(svg("text", {x: x0 - 4, y: yy + 4, "text-anchor": "end", "font-size": 12, fill: "#c0392b"}, gb + " GB"));
+    out.push(el("text", {x: x0 - 4, y: yy + 4, "text-anchor": "end", "font-size": 12, fill: "#c0392b"}, null, gb + " GB"));
   }
   $("chart").replaceChildren($("chart").firstChild, ...out);
   $("chart-title").textContent = "bytes per GPU under each ZeRO stage at this setting; dashed: 24, 40, 80, 141 GB cards";

@@ -8,12 +8,20 @@ const SLIDERS = ["virtual", "stages", "micro_batches", "tf_ms", "tb_ms", "slow_f
 const URL_KEYS = {schedule: "schedule", virtual: "v", stages: "S", micro_batches: "M", tf_ms: "tf",
                   tb_ms: "tb", slow: "slow", slow_factor: "x", target_pct: "target"};
 
-// ---- the texts numbers are shown as (the test formats the Python model's numbers the same way) ----
-// x to `places` decimals, trailing zeros dropped: toFixed rounds the exact binary value, halves up.
-function trimmed(x, places) { return x.toFixed(places).replace(/\.?0+$/, "") || "0"; }
-function msText(s) { return trimmed(s * 1e3, 1); }
-function pctText(share) { return (100 * share).toFixed(1) + " %"; }
-function heldText(h) { return trimmed(h, 2); }
+// ---- the texts numbers are shown as: 06_pipeline.py's digits (units.js ports common/units.py) ----
+// The part of 06 that prints this setting's step and bubble: Part 1 (GPipe and 1F1B, equal stages),
+// Part 4's interleaved table, Part 5 (one stage slower: stage S/2 under 1F1B; a setting 06 cannot
+// print takes the digits of the part nearest it, so a number keeps its digits while a control moves).
+function printedIn(st) { return st.slow !== null ? 5 : st.schedule === "interleaved" ? 4 : 1; }
+// The step: Part 1's "makespan 330 ms" (fmt_time, 3 digits; interleaved, whose makespan 06 does not
+// print, as the other schedules), Part 5's "makespan ms" column (fmt_num of ms, 4 digits).
+function stepText(st, s) { return printedIn(st) === 5 ? msText(s) + " ms" : fmtTime(s); }
+// A share: Part 1's "bubble 27.27 %" and "(closed form 27.27 %)" (.2f), a table's cell elsewhere
+// (fmt_num: Part 2's η, Part 3's share by the notes' formula, Parts 4 and 5's bubble %).
+function pctText(share, st) { return (st && printedIn(st) === 1 ? fixed(100 * share, 2) : fmtNum(100 * share)) + " %"; }
+// Times in ms and activations in micro-batches: the stage table's cells (fmt_num of ms; fmt_num).
+function msText(s) { return fmtNum(msOf(s)); }
+function heldText(h) { return fmtNum(h); }
 
 // ---- what the page offers ------------------------------------------------------------------------
 // M: every value, or for interleaved 1F1B those a multiple of S (interleaved_order refuses others).
@@ -70,9 +78,9 @@ function pageNumbers(st, run) {
   const closed = st.schedule === "interleaved" ? interleavedShare(S, M, st.virtual) : bubbleClosedForm(S, M);
   const smallest = Object.fromEntries(AX.target_pct.map((p) => [p, smallestM(st, p, DATA.target_tol)]));
   return {
-    step: msText(run.makespan), bubble: pctText(run.bubble), eta: pctText(1 - run.bubble),
+    step: stepText(st, run.makespan), bubble: pctText(run.bubble, st), eta: pctText(1 - run.bubble),
     "notes-share": pctText(notesBubbleShare(S, M, st.tf_ms / 1e3, st.tb_ms / 1e3)),
-    closed: equal ? pctText(closed) : "—",
+    closed: equal ? pctText(closed, st) : "—",
     idle: msText(Math.max(...run.idle)), busy: msText(Math.max(...run.busy)), peak: heldText(Math.max(...run.peak)),
     ranks: run.busy.map((b, d) => [msText(b), msText(run.idle[d]), heldText(run.peak[d])]),
     smallest, digest: digest(run), held: heldDigest(run),

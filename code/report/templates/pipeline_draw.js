@@ -2,31 +2,30 @@
 // The pipeline page's chart: a row per rank with its passes (06's colours: forward blue, backward
 // orange; a forward's digit and a backward's letter name its micro-batch, as 06's ASCII chart), idle
 // time grey, and under each row the activations that rank holds over the step.
-const SVG_NS = "http://www.w3.org/2000/svg";
 const F_COLOURS = ["#4e79a7", "#7399c2", "#9bb8d9", "#c4d7ea"];   // chunk 0, 1, … of interleaved 1F1B: lighter
 const B_COLOURS = ["#f28e2b", "#f5a65a", "#f8c08c", "#fbd9b8"];
 const LETTERS = "abcdefghij";
 
-function el(name, attrs, parent, text) {
-  const node = document.createElementNS(SVG_NS, name);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  if (text !== undefined) node.textContent = text;
-  if (parent) parent.appendChild(node);
-  return node;
-}
-function niceStep(range, ticks) {
-  const raw = range / ticks, p = Math.pow(10, Math.floor(Math.log10(raw)));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return m * p;
-  return 10 * p;
-}
-// The chart's coordinate width follows the width it is shown at, so its text keeps its pixel size.
-function chartWidth(svg) { return Math.max(340, Math.min(1200, Math.round(svg.clientWidth || 1200))); }
+const MIN_PASS_PX = 8;   // the shortest pass at least this wide, or its edges run together
 
+// The chart's width: its box's, or wider where the shortest pass would be under MIN_PASS_PX (S = 8,
+// M = 32, v = 4 has 256 passes a rank): then it scrolls sideways in its box, and says so.
+function widthFor(run, left, right) {
+  const box = $("chart-box"), fits = chartWidth(box);
+  const shortest = Math.min(...run.starts.flatMap((st, d) => st.map((t, i) => run.ends[d][i] - t)));
+  // widened only where a pass would be more than a pixel short of it (the opening example on a phone
+  // is 7.8 px a pass: it stays whole); + 2 for the chart's border
+  const atFit = (fits - left - right) * shortest / run.makespan;
+  const W = atFit < MIN_PASS_PX - 1 ? Math.ceil(left + right + MIN_PASS_PX * run.makespan / shortest) + 2 : fits;
+  $("chart").style.width = W > fits ? W + "px" : "";
+  box.classList.toggle("scrolls", W > fits);
+  return W;
+}
 function drawChart(run) {
   const svg = $("chart");
   [...svg.children].forEach((c) => { if (c.tagName !== "title") c.remove(); });
-  const W = chartWidth(svg), narrow = W < 600, S = run.stages;
-  const left = narrow ? 50 : 70, right = narrow ? 58 : 100, top = 8;
+  const narrow = chartWidth($("chart-box")) < 600, S = run.stages;
+  const left = narrow ? 50 : 70, right = narrow ? 58 : 100, top = 8, W = widthFor(run, left, right);
   const rowH = S > 4 ? (narrow ? 15 : 20) : (narrow ? 20 : 26), actH = narrow ? 10 : 14, gap = 5;
   const band = rowH + actH + gap, height = top + S * band + 44;
   svg.setAttribute("viewBox", `0 0 ${W} ${height}`);
@@ -105,7 +104,7 @@ function render(st, run, numbers) {
   }
   $("slow-hint").textContent = `06 Part 5 slows stage S/2 = ${Math.floor(st.stages / 2)} (1F1B)`;
   for (const id of ["step", "bubble", "notes-share", "closed", "eta", "idle", "busy", "peak"]) {
-    $(id).textContent = numbers[id] + (["step", "idle", "busy"].includes(id) ? " ms" : "");
+    $(id).textContent = numbers[id] + (["idle", "busy"].includes(id) ? " ms" : "");
   }
   const mins = numbers.smallest[st.target_pct];
   document.querySelector("#card-min-ours .label").textContent = `smallest M, bubble ≤ ${st.target_pct} %`;
@@ -126,7 +125,7 @@ function render(st, run, numbers) {
     ? `lighter: chunk 1 … ${st.virtual - 1} of a rank (virtual stage d + c·S)` : "";
   command(st);
   holdChart();
-  announce(`${settingText(st)}: step ${numbers.step} ms, bubble ${numbers.bubble} (the notes' formula ` +
+  announce(`${settingText(st)}: step ${numbers.step}, bubble ${numbers.bubble} (the notes' formula ` +
            `${numbers["notes-share"]}), peak activations ${numbers.peak} micro-batches, the most on a rank.`);
 }
 // The live region: said once the setting rests (a held arrow key would otherwise queue every step).

@@ -8,7 +8,6 @@ const UNITS_PER_MS = 1e-3 / GRID.time_unit_s;
 const COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f",
                  "#ff9da7", "#bab0ac"];
 const $ = (id) => document.getElementById(id);
-const SVG_NS = "http://www.w3.org/2000/svg";
 const TEXTS = ["step-on", "step-off", "exposed", "comm", "first", "faster"];   // a point's "t", in order
 
 // A stored time as exact ms: 0.1 µs is the fourth decimal of a ms, so no digit is rounded.

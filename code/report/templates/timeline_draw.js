@@ -3,22 +3,6 @@
 // one bucket's details, the step against the bucket cap, the legend and the command line.
 
 // ---- drawing -----------------------------------------------------------------------------------
-function el(name, attrs, parent, text) {
-  const node = document.createElementNS(SVG_NS, name);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  if (text !== undefined) node.textContent = text;
-  if (parent) parent.appendChild(node);
-  return node;
-}
-function niceStep(range, ticks) {
-  const raw = range / ticks, p = Math.pow(10, Math.floor(Math.log10(raw)));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return m * p;
-  return 10 * p;
-}
-// The chart's coordinate width follows the width it is shown at, so its text stays at about
-// its pixel size on a phone as on a desktop.
-function chartWidth(svg) { return Math.max(340, Math.min(1200, Math.round(svg.clientWidth || 1200))); }
-
 function timeAxis(svg, W, left, right, top, axisY, end) {
   const seconds = end / UNITS_PER_MS >= 1000, scale = seconds ? 1000 : 1, unit = seconds ? "s" : "ms";
   const endShown = end / UNITS_PER_MS / scale, step = niceStep(endShown, W < 600 ? 4 : 8);
