@@ -129,6 +129,10 @@ def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> Non
     move(page, "target", "20")
     smallest = pp.smallest_micro_batches(8, 0.2 + 1e-12, lambda m: pp.bubble_fraction_closed_form(8, m))
     assert text(page, "#min-ours") == f"M = {smallest}" == "M = 28"
+    # a slow stage is still set: the card says its M is for equal stages (the bubble has a floor)
+    assert text(page, "#card-min-ours .label").endswith(", were the stages equal")
+    move(page, "slow", "none")
+    assert text(page, "#card-min-ours .label") == "smallest M, bubble ≤ 20 %"
     assert errors == []
     page.context.close()
 

@@ -107,7 +107,9 @@ function render(st, run, numbers) {
     $(id).textContent = numbers[id] + (["idle", "busy"].includes(id) ? " ms" : "");
   }
   const mins = numbers.smallest[st.target_pct];
-  document.querySelector("#card-min-ours .label").textContent = `smallest M, bubble ≤ ${st.target_pct} %`;
+  // the search assumes equal stages (with a slow one the bubble has a floor): said on the card itself
+  document.querySelector("#card-min-ours .label").textContent =
+    `smallest M, bubble ≤ ${st.target_pct} %${st.slow === null ? "" : ", were the stages equal"}`;
   document.querySelector("#card-min-notes .label").textContent = `the same by the notes' formula`;
   $("min-ours").textContent = `M = ${mins.ours}`;
   $("min-notes").textContent = `M = ${mins.notes}`;
