@@ -20,7 +20,7 @@ FAST_FILES = frozenset({
     "test_costmodel.py", "test_lecture14_collectives.py", "test_collectives_counts.py",
     "test_first_order.py", "test_busbw.py", "test_comm.py", "test_ledger.py", "test_pipeline.py",
     "test_primitives.py",
-    "test_every_check_can_fail.py",
+    "test_every_check_can_fail.py", "test_paths_named.py",
     # tests/practice/
     "test_casefolder.py",
 })

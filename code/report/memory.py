@@ -7,7 +7,7 @@ gradients, optimizer state, activations where the notes model them), which cards
 what each GPU sends per step, priced on one of the notes' links. One self-contained page: it carries
 the ledger's entries and a small JS model of the per-GPU bytes and the step's collectives;
 `setting_numbers` below is the same computation in Python, made of cs336.ledger's and
-common.costmodel_steps' public functions, and tests/report/test_memory_page.py runs the page's model
+common.costmodel_steps' public functions, and tests/report/test_memory_model.py runs the page's model
 for every setting it offers and holds it equal to this. The notes' ZeRO table comes with the
 verdicts of 04_memory.py's own run (its --json), never decided again here.
 """

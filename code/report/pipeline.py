@@ -6,7 +6,7 @@ Pick the schedule (GPipe, 1F1B, interleaved 1F1B with v chunks), the stages S, t
 t_f and t_b, and one slow stage; see every rank's passes, the step, the bubble beside the notes' own
 formula, the activations each rank holds, and the smallest M for a bubble target. One self-contained
 page (it fetches nothing). The page carries a port of cs336/pipeline.py (pipeline_model.js, the same
-operations in the same order); tests/report/test_pipeline_page.py runs it on every setting the page
+operations in the same order); tests/report/test_pipeline_model.py runs it on every setting the page
 offers and compares it with the Python model. This module holds the page's settings, the notes'
 figures (read from cs336/notes.toml) and the two computations the model has no function for, built
 on its public ones: the activations a rank holds over time and the smallest M of a closed form.

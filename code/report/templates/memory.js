@@ -1,6 +1,6 @@
 "use strict";
 // The memory page's model: report/memory.py's setting_numbers in JavaScript, from the ledger and
-// links DATA carries (cs336/ledger.py, common/link.py). tests/report/test_memory_page.py runs
+// links DATA carries (cs336/ledger.py, common/link.py). tests/report/test_memory_model.py runs
 // compute() for every setting allSettings() offers and holds it equal to the Python.
 const DATA = JSON.parse(document.getElementById("memory-data").textContent);
 const MODELS = Object.fromEntries(DATA.models.map((m) => [m.key, m]));

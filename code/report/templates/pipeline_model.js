@@ -2,7 +2,7 @@
 // cs336/pipeline.py, ported: the three schedules' orders, the event simulation, the notes' bubble
 // formula, the closed forms and the smallest M; and report/pipeline.py's held_over_time and
 // smallest_m. The same floating-point operations in the same order as the Python, so a run's times
-// equal the model's bit for bit; tests/report/test_pipeline_page.py checks every setting the page
+// equal the model's bit for bit; tests/report/test_pipeline_model.py checks every setting the page
 // offers against the Python model. Times are in seconds, as the model's.
 const FORWARD = "F", BACKWARD = "B";
 
