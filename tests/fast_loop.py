@@ -1,8 +1,9 @@
 """The maintainer's fast loop: `python3 -m pytest -m fast` runs the tests that start no process
-(FAST_FILES), the checker, the models and the simulators, in about a minute on the 2-core machine
-(README, "Tests"). A test of FAST_FILES that starts a process (a script, a rank, a browser) fails:
-the list cannot hold a test that needs more than this interpreter. COURSE_FAST_PROBE=1 marks every
-test fast, to find the files that qualify (those that pass under it)."""
+(FAST_FILES), the checker, the models and the simulators, in well under a minute on the 2-core
+machine (README, "Tests", gives its size and time as measured). A test of FAST_FILES that starts a
+process (a script, a rank, a browser) fails: the list cannot hold a test that needs more than this
+interpreter. COURSE_FAST_PROBE=1 marks every test fast, to find the files that qualify (those that
+pass under it)."""
 
 from __future__ import annotations
 

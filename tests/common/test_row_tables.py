@@ -4,8 +4,6 @@ script that records it."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -14,7 +12,6 @@ import pytest
 from common import checker, row_tables
 
 CODE = Path(__file__).resolve().parents[2] / "code"
-BEFORE = Path(__file__).with_name("row_blocks_before.json")
 
 
 def _sources(script: str) -> str:
@@ -53,17 +50,26 @@ def test_every_checked_row_names_a_value_its_script_writes() -> None:
     assert not missing, f"{len(missing)} rows name a value their script never writes:\n" + "\n".join(missing)
 
 
-def test_a_parameter_list_expands_to_the_rows_it_replaced() -> None:
-    """Each block with a parameter list gives exactly the rows that were written out by hand before
-    (row_blocks_before.json: their fields as loaded then), in the same order, nothing else."""
-    before = json.loads(BEFORE.read_text(encoding="utf-8"))
-    by_id = {r.id: r for r in checker.all_rows()}
-    blocks = [(table, block) for table in row_tables.TABLES for block in row_tables.read_table(table)["row"]]
-    expanded = [row["id"] for table, block in blocks if "each" in block
-                for row in row_tables.expand(block, table)]
-    assert expanded == [r["id"] for r in before]
-    for old in before:
-        assert json.loads(json.dumps(dataclasses.asdict(by_id[old["id"]]))) == old, old["id"]
+def test_a_parameter_list_gives_one_row_per_entry_and_template_each_loaded_once() -> None:
+    """Each block with a parameter list gives, per entry of `each`, one row per template, with every
+    parameter of the entry filled in its id and value, and the checker loads exactly those rows:
+    an id is never made twice, and none is dropped. (This replaced a snapshot of the rows as they
+    were written by hand before the lists, which had checked the move and then only froze the text.)"""
+    loaded = [r.id for r in checker.all_rows()]
+    assert len(loaded) == len(set(loaded))
+    made = 0
+    for table in row_tables.TABLES:
+        for block in row_tables.read_table(table)["row"]:
+            if "each" not in block:
+                continue
+            rows = row_tables.expand(block, table)
+            assert len(rows) == len(block["each"]) * max(1, len(block.get("template", []))), block["id"]
+            for row, entry in zip(rows[::max(1, len(block.get("template", [])))], block["each"]):
+                for name in entry:
+                    assert "{" + name not in row["id"] + str(row.get("value", "")), (row["id"], name)
+            assert set(r["id"] for r in rows) <= set(loaded), block["id"]
+            made += len(rows)
+    assert made > 50            # the lists are there: a scan that saw none would pass with nothing
 
 
 def test_a_template_fills_its_parameters_and_leaves_the_recorded_values_names() -> None:
