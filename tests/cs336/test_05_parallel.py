@@ -165,12 +165,6 @@ def test_counted_bytes_and_calls_equal_hand_counts_and_formulas(run) -> None:
         assert log.per_step(STEPS, ("recv",))[0] == sends              # every send has its recv
 
 
-def test_gelu_grad_matches_autograd() -> None:
-    z = torch.linspace(-6, 6, 101, dtype=torch.float64, requires_grad=True)
-    (auto,) = torch.autograd.grad(torch.nn.functional.gelu(z).sum(), z)
-    assert torch.allclose(mlp.gelu_grad(z.detach()), auto, rtol=0, atol=1e-14)
-
-
 def test_splits_and_padding() -> None:
     for n in range(1, 30):
         for parts in range(1, n + 1):

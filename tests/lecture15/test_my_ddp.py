@@ -8,14 +8,13 @@ batch, torch's own DistributedDataParallel, and torch's bucket assignment functi
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import assert_usage_error, flat, load_script, run_script
+from conftest import load_script
 from torch.nn.parallel import DistributedDataParallel
 
 from common.launch import RankError, launch
@@ -267,117 +266,3 @@ def test_sparse_gradients_are_refused_by_name() -> None:
     assert message.startswith("MyDDP does not support sparse gradients: parameter '0.weight'"), message
     assert "\n" not in message
     assert r["sparse_hook"] == "MyDDP does not support sparse gradients: parameter 'table' got one"
-
-
-def _claims(*flags: str, script: str = "lecture15/my_ddp_check.py",
-            quick_run=None) -> tuple[str, dict[str, dict]]:
-    """A --quick run with these flags; a plain one (no flags) comes from the session's reproduction
-    when quick_run (conftest's fixture) is given."""
-    import json
-    import tempfile
-
-    if quick_run is not None and not flags:
-        run = quick_run(script)
-        return flat(run.stdout), {c["ref"]: c for c in run.data["claims"]}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = run_script(script, "--quick", *flags, "--json", f"{tmp}/c.json").stdout
-        data = json.loads(open(f"{tmp}/c.json", encoding="utf-8").read())
-    return flat(out), {c["ref"]: c for c in data["claims"]}
-
-
-def test_check_script_quick(quick_run) -> None:
-    out, claims = _claims(quick_run=quick_run)
-    for what in ("MyDDP, 3 steps on 2 ranks,", "PyTorch DDP, 3 steps on 2 ranks,",
-                 "MyDDP's no_sync accumulation, 3 steps,", "PyTorch DDP's no_sync accumulation, 3 steps,"):
-        assert re.search(rf"check: {re.escape(what)} against one process: trained weights (\S+) = \S+ × the "
-                         r"\S+ they moved ≤ 1e-06: ok", out), what
-    # the self-check's printed gap (recorded nowhere else): float64 round-off, not float32's 7e-9
-    assert re.search(r"trained weights \d\.\d\de-1[5-9] =", out)
-    assert "per-repeat ratios" in out   # the timing's spread is said beside its ratio of medians
-    # Every row compares at the notes' setting with --quick: none depends on the timing's length.
-    statuses = {ref: c["status"] for ref, c in claims.items()}
-    # PyTorch's default cap, 25 "MB" as bucket_cap_mb counts it (MiB): a reading, not an error
-    default_cap = claims["HB-default-bucket-25MB"]
-    assert statuses.pop("HB-default-bucket-25MB") == "agrees" and default_cap["reading"]
-    assert not default_cap["erratum"] and default_cap["unit"] == "MiB" and default_cap["ours"] == 25
-    assert statuses.pop("HB-myddp-step-ratio") == "ours only" and claims["HB-myddp-step-ratio"]["unit"] == "×"
-    assert all(s == "agrees" for s in statuses.values()), statuses
-    assert claims["HB-check-summary-line"]["ours"] == ("2 个 rank，2 个梯度桶，"
-                                                       "每步在反向过程中发起 2 次 all-reduce")
-    for ref in ("HB-ddp-equals-single-process", "HB-no-sync-equals-full-batch", "HB-no-sync-ddp-skips"):
-        assert claims[ref]["kind"] == "observed on real ranks"
-
-
-def test_vs_ddp_script_quick(quick_run) -> None:
-    """Launch order, no_sync's placement and buffers against PyTorch DDP: self-checks, no rows."""
-    run = quick_run("lecture15/my_ddp_vs_ddp.py")
-    parts = run.data["parts"]
-    # (a) buckets registered in reverse: ready last-to-first, launched in index order
-    assert parts["Part 2"]["stack_order"] == {"ready": [3, 2, 1, 0], "launch": [0, 1, 2, 3]}
-    # (b) each rule's launch order per rank: index order agrees across ranks, ready order does not
-    launches = [row[1] for row in parts["Part 2"]["tables"]["rank_order"]["rows"]]
-    assert launches == ["r0: [0, 1] | r1: [0, 1]", "r0: [0, 1] | r1: [1, 0]"]
-    # the self-checks are the tables' "the same" columns: a mark per row (a failure ends the run)
-    placement = {row[0]: row[1:] for row in parts["Part 1"]["tables"]["no_sync_placement"]["rows"]}
-    assert placement["forward only"] == ["local only", "local only", "ok"]
-    buffers = [row[1:] for row in parts["Part 3"]["tables"]["buffer_sync"]["rows"]]
-    assert ["no_grad", "broadcast", "broadcast", "ok"] in buffers and all(row[-1] == "ok" for row in buffers)
-    # MyDDP's refusal, as the student reads it (the message is what is tested)
-    assert ("sparse gradients: MyDDP does not support sparse gradients: parameter '0.weight'"
-            in flat(run.stdout))
-    assert run.data["claims"] == []
-
-
-def test_details_script_quick(quick_run) -> None:
-    out, claims = _claims(script="lecture15/handbook_details.py", quick_run=quick_run)
-    statuses = {ref: c["status"] for ref, c in claims.items()}
-    # DistributedSampler pads when K does not divide N: the handbook's unconditional "no overlap" is a
-    # slip against PyTorch's source
-    any_n = claims["HB-sampler-disjoint-any-n"]
-    assert statuses.pop("HB-sampler-disjoint-any-n") == "differs"
-    assert any_n["erratum"] == "HB-err-sampler-uneven" and any_n["error"] == "slip"
-    assert "K = 4, N = 10 repeats 2 samples" in any_n["why"]
-    assert all(s == "agrees" for s in statuses.values()), statuses
-    assert claims["HB-bf16-hook-halves"]["ours"] == 0.5 and claims["HB-bucket-view-no-copy"]["ours"] is True
-    # The handbook's 7B question, by hand: 2(K−1)/K of 14 GB per rank at 50 GB/s.
-    assert claims["HB-7b-ring-bytes"]["ours"] == pytest.approx(2 * 63 / 64 * 14)
-    assert claims["HB-7b-ring-time"]["ours"] == pytest.approx(2 * 63 / 64 * 14e9 / 50e9)
-
-
-def test_check_script_other_knobs() -> None:
-    out, claims = _claims("--world-size", "3", "--batch", "31", "--bucket-cap-mb", "1", "--steps", "2",
-                          "--repeats", "3")
-    assert claims["HB-check-summary-line"]["ours"] == ("3 个 rank，1 个梯度桶，"
-                                                       "每步在反向过程中发起 1 次 all-reduce")
-    assert "unequal shards" in out   # the reader is told why the shards differ (the words are tested)
-    # What depends on the cap or the world size is not compared with the handbook's 2 ranks at 64 KiB ...
-    for ref in ("HB-check-buckets", "HB-check-summary-line", "HB-buckets-fewer-messages"):
-        assert claims[ref]["status"] == "other setting", claims[ref]
-    assert claims["HB-check-buckets"]["ours"] == 1
-    # ... correctness holds for any input, so it is compared (unequal shards, 3 ranks, one bucket).
-    for ref in ("HB-ddp-equals-single-process", "HB-official-equals-single-process", "HB-replicas-identical",
-                "HB-no-sync-equals-full-batch", "HB-no-sync-comm-share", "HB-no-sync-ddp-skips"):
-        assert claims[ref]["status"] == "agrees", claims[ref]
-
-
-# argparse's own checks (--world-size 0) and ours (a batch too small to split): one line, exit 2.
-@pytest.mark.parametrize("script, flags", [("lecture15/my_ddp_check.py", ("--world-size", "0")),
-                                           ("lecture15/my_ddp_check.py", ("--batch", "3")),
-                                           ("lecture15/my_ddp_vs_ddp.py", ("--world-size", "1")),
-                                           ("lecture15/handbook_details.py", ("--steps", "0"))])
-def test_bad_flags(script: str, flags: tuple[str, str]) -> None:
-    assert_usage_error(script, *flags)
-
-
-def test_sampler_shares_against_the_padding_rule() -> None:
-    """torch's DistributedSampler, counted our way: K·ceil(N/K) indices, the N distinct ones all present
-    (drop_last=False), or K·floor(N/K) distinct ones (drop_last=True)."""
-    sampler_shares = load_script("lecture15/handbook_details.py").sampler_shares
-
-    for k, n in ((4, 10), (3, 60), (8, 17), (5, 5), (7, 3)):
-        shares = sampler_shares(k, n, drop_last=False)
-        assert sum(map(len, shares)) == k * -(-n // k) and set().union(*shares) == set(range(n))
-        if n >= k:
-            dropped = sampler_shares(k, n, drop_last=True)
-            taken = [i for s in dropped for i in s]
-            assert len(taken) == len(set(taken)) == k * (n // k)

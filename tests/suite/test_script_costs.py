@@ -1,11 +1,11 @@
 """Limits by cost (common/run_cost.py): every real script states what a run costs here, and a run
 that would not finish in minutes, or would not fit in memory, is refused before any work with one
-line that says the estimate, what it grows with and the largest setting that fits."""
+line that says the estimate, what it grows with and the largest setting that fits: checked through
+the scripts' own COST and command lines (the module on a toy cost: tests/common/test_run_cost.py)."""
 
 from __future__ import annotations
 
 import argparse
-import re
 
 import pytest
 from conftest import ROOT, python
@@ -13,7 +13,7 @@ from test_runtime import _parser_of
 
 from common import cli, flags, run_cost
 from common.error_types import UsageError
-from common.run_cost import Cost, Term
+from common.run_cost import Cost
 from reproduction.suite import scripts
 
 REAL = [s.name for s in scripts() if s.real]
@@ -49,39 +49,6 @@ def test_an_allocation_sized_flag_is_refused_before_the_ranks_start() -> None:
 def test_garbage_in_the_minutes_is_a_usage_error(value: str) -> None:
     refused = _refused("cs336/05_parallel.py", env={"COURSE_MAX_MINUTES": value})
     assert f"COURSE_MAX_MINUTES='{value}'" in refused
-
-
-def _toy() -> Cost:
-    return Cost([Term("1", 2.0, lambda a: 1), Term("W²·L", 0.01, lambda a: a.world_size**2 * a.layers)],
-                memory=lambda a: 1e6 * a.layers)
-
-
-def _defaults() -> dict[str, tuple[str, object]]:
-    return {"world_size": ("--world-size", 4), "layers": ("--layers", 8)}
-
-
-def test_the_largest_setting_offered_fits_and_one_more_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_cost, "cores", lambda: 2)
-    monkeypatch.delenv("COURSE_MAX_MINUTES", raising=False)
-    args = argparse.Namespace(world_size=40, layers=50)
-    with pytest.raises(UsageError) as err:
-        run_cost.check_cost(_toy(), args, _defaults())
-    text = str(err.value)
-    limits = re.search(r"at most --world-size (\d+) at these sizes, or --layers (\d+)", text)
-    w, layers = (int(v) for v in limits.groups())
-    fits = lambda **k: run_cost.wall_s(_toy(), argparse.Namespace(**{**vars(args), **k})) <= 300  # noqa: E731
-    assert fits(world_size=w) and not fits(world_size=w + 1)
-    assert fits(layers=layers) and not fits(layers=layers + 1)
-    assert "0.01 s × W²·L" in text and text.startswith("--world-size 40 with --layers 50: about ")
-    monkeypatch.setenv("COURSE_MAX_MINUTES", "1000")        # a longer budget admits it
-    run_cost.check_cost(_toy(), args, _defaults())
-
-
-def test_memory_beyond_the_machines_share_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_cost, "total_memory", lambda: 16 * 2**30)
-    with pytest.raises(UsageError, match=r"--layers 20,000: about 18.6 GiB of memory, more than 50% of this "
-                                         r"machine's 16.0 GiB, estimated; at most --layers 8,589"):
-        run_cost.check_cost(_toy(), argparse.Namespace(world_size=4, layers=20_000), _defaults())
 
 
 def test_a_models_world_size_is_not_the_ranks_a_script_starts() -> None:
