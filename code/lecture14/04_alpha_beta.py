@@ -87,12 +87,6 @@ def main() -> None:
     rep.finish()
 
 
-def allreduce_times(k: int, nbytes: float, link: Link) -> dict[str, float]:
-    """Each compared algorithm's time, by its name in the tables ("ring", "tree", "naive")."""
-    return {name.removesuffix(" all-reduce"): algorithm(name).time(k, nbytes, link)
-            for name in COMPARED_ALLREDUCES}
-
-
 def winner(times: dict[str, float]) -> str:
     """The fastest algorithm; exact ties (e.g. tree = naive at K = 2) are named together."""
     best = min(times.values())
@@ -129,19 +123,19 @@ def part1_model(rep: Report, args: argparse.Namespace) -> None:
 
 def model_times_table(rep: Report, k: int, link: Link) -> None:
     """Part 1's table: each all-reduce's α-β time at every size, and the fastest."""
-    rows, winners = [], {}
-    for n in MODEL_SIZES:
-        times = allreduce_times(k, n, link)
-        winners[n] = winner(times)
-        rows.append([fmt_bytes(n)] + [fmt_time(t) for t in times.values()] + [winners[n]])
+    rows, winners, times = [], {}, {}
+    for n in MODEL_SIZES:  # keyed by the table's column ("ring", "tree", "naive")
+        times[n] = {name.removesuffix(" all-reduce"): algorithm(name).time(k, n, link)
+                    for name in COMPARED_ALLREDUCES}
+        winners[n] = winner(times[n])
+        rows.append([fmt_bytes(n)] + [fmt_time(t) for t in times[n].values()] + [winners[n]])
     # The notes name the fastest at five of these sizes: their word beside ours, decided just below.
     for row, n in zip(rows, MODEL_SIZES):
         row.append(rep.notes_text(NOTES_FASTEST[n][1]) if n in NOTES_FASTEST else "-")
     rep.table(["N", "ring", "tree", "naive", "fastest", "the notes' fastest"], rows, name="times")
     for n, (size, _) in NOTES_FASTEST.items():   # the rows' parameter list: value = "fastest_{size}"
-        times = allreduce_times(k, n, link)
         rep.value(f"fastest_{size}", winners[n])
-        rep.value(f"times_{size}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times.items()))
+        rep.value(f"times_{size}", ", ".join(f"{algo} {fmt_time(t)}" for algo, t in times[n].items()))
     rep.compare_with_notes(in_table=True)
 
 

@@ -1,10 +1,10 @@
 """A collective is defined once (common.collectives): the simulator's counts equal the
 definition's for every algorithm at K = 1…9, every consumer reads the definition (patch it and they
-all follow), no other module writes a ring formula of its own, and an unknown name raises."""
+all follow), no other module writes a ring formula of its own, and an unknown name raises. (That nothing else
+names its time or bytes: tests/suite/test_one_name.py.)"""
 
 from __future__ import annotations
 
-import ast
 import io
 import math
 import re
@@ -144,78 +144,6 @@ def test_every_collective_has_its_real_call() -> None:
     assert list(real.REAL_CALLS) == list(cdef.COLLECTIVES)
     with pytest.raises(ValueError):
         real.run_collective("allreduce", None, 0)  # type: ignore[arg-type]  # no rank needed: refused first
-
-
-# ---- one public name for a collective's time and one for its bytes ----------------------------------
-# They are Algorithm.time and Algorithm.busiest_bytes (with bytes_sent and total_bytes, the same
-# bytes by position and added up). A second name is a public function or method elsewhere whose
-# name speaks of time or bytes and which hands back what one of those methods says (alone, or times a
-# count, or halved), a module constant bound to one of them (`X = algorithm(...).time`), or a table
-# of such functions (ALLREDUCE_TIMES). Names that answer a different question stay: a step's bytes
-# (several collectives), the α-β terms, crossovers, the notes' own figures.
-ALGORITHM_METHODS = {"time", "busiest_bytes", "bytes_sent", "total_bytes"}
-SPEAKS_OF = re.compile(r"time|bytes|sent|volume")
-STEP_TOTALS = "code/common/costmodel_steps.py"  # a step's traffic: its several collectives together
-
-
-def _calls_a_method(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-               and n.func.attr in ALGORITHM_METHODS for n in ast.walk(node))
-
-
-def _forwards(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """A few statements, no loop, one of the methods called: the function says what one
-    collective costs under another name (a step's or a table's loops are other questions)."""
-    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    loops = (ast.For, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-    return (len(body) <= 4 and not any(isinstance(n, loops) for n in ast.walk(func))
-            and _calls_a_method(func))
-
-
-def _second_names(text: str, rel: str) -> list[str]:
-    tree, found = ast.parse(text), []
-    scopes = [(tree, "")] + [(c, f"{c.name}.") for c in tree.body if isinstance(c, ast.ClassDef)]
-    for scope, prefix in scopes:
-        for node in scope.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                name = prefix + node.name
-                if (node.name.startswith("_") or not SPEAKS_OF.search(node.name.lower())
-                        or (rel == "code/common/collectives.py" and prefix == "Algorithm.")
-                        or rel == STEP_TOTALS):
-                    continue
-                if _forwards(node):
-                    found.append(f"{rel}:{node.lineno}: {name}")
-            elif isinstance(node, ast.Assign) and not prefix:
-                value = node.value
-                bound = isinstance(value, ast.Attribute) and value.attr in ALGORITHM_METHODS
-                table = isinstance(value, ast.Dict) and any(
-                    isinstance(v, ast.Attribute) and v.attr in ALGORITHM_METHODS
-                    or isinstance(v, ast.Name) and SPEAKS_OF.search(v.id.lower()) for v in value.values)
-                if bound or table:
-                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node.targets[0])}")
-    return found
-
-
-def test_one_public_name_for_a_collectives_time_and_bytes() -> None:
-    found = []
-    for path in sorted([*ROOT.glob("code/**/*.py"), *ROOT.glob("practice/judging/*.py")]):
-        rel = path.relative_to(ROOT).as_posix()
-        found += _second_names(path.read_text(encoding="utf-8"), rel)
-    assert not found, ("a second public name for a collective's time or bytes (call "
-                       "collectives.algorithm(name).time / .busiest_bytes instead):\n" + "\n".join(found))
-
-
-@pytest.mark.parametrize("text", [
-    'def ring_allreduce_time(k, n, link):\n    return cdef.algorithm("ring all-reduce").time(k, n, link)\n',
-    "class CollectiveCall:\n    def time(self, k, link):\n"
-    "        return self.calls * self._ring().time(k, self.nbytes, link)\n",
-    "def parameter_server_time(k, n, link, duplex=False):\n"
-    '    both = algorithm("parameter server").time(k, n, link)\n    return both / 2 if duplex else both\n',
-    'ring_bytes = algorithm("ring all-reduce").busiest_bytes\n',
-    "ALLREDUCE_TIMES = {'ring': ring_allreduce_time, 'tree': tree_allreduce_time}\n",
-])
-def test_the_scan_finds_a_second_name(text: str) -> None:
-    assert len(_second_names(text, "code/x.py")) == 1
 
 
 # ---- the α-β times against the rounds they stand for ----------------------------------------------

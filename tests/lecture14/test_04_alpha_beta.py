@@ -16,7 +16,7 @@ from common.collectives import algorithm
 from common.link import Link, fit_line_relative, ring_alpha_beta_from_line
 from common.output import Report
 from lecture14 import alpha_beta_numerics as num
-from lecture14.costmodel import ring_naive_crossover_bytes, ring_tree_crossover_bytes
+from lecture14.costmodel import COMPARED_ALLREDUCES, ring_naive_crossover_bytes, ring_tree_crossover_bytes
 
 
 @pytest.fixture(scope="module")
@@ -149,10 +149,13 @@ def test_04_runs_with_other_knobs(tmp_path: Path) -> None:
 
 def test_04_notes_defaults_claims(alpha_beta: ModuleType) -> None:
     link = Link(5e-6, 25e9)
-    assert alpha_beta.winner(alpha_beta.allreduce_times(8, 1e3, link)) == "naive"
-    assert alpha_beta.winner(alpha_beta.allreduce_times(8, 1e5, link)) == "tree"
-    assert alpha_beta.winner(alpha_beta.allreduce_times(8, 1e6, link)) == "ring"
-    assert alpha_beta.winner(alpha_beta.allreduce_times(2, 1e3, link)) == "ring"
+
+    def times(k: int, n: float) -> dict[str, float]:  # keyed as Part 1's table: "ring", "tree", "naive"
+        return {a.removesuffix(" all-reduce"): algorithm(a).time(k, n, link) for a in COMPARED_ALLREDUCES}
+    assert alpha_beta.winner(times(8, 1e3)) == "naive"
+    assert alpha_beta.winner(times(8, 1e5)) == "tree"
+    assert alpha_beta.winner(times(8, 1e6)) == "ring"
+    assert alpha_beta.winner(times(2, 1e3)) == "ring"
     assert alpha_beta.winner({"tree": 1.0, "naive": 1.0, "ring": 2.0}) == "tree = naive"
     assert round(ring_tree_crossover_bytes(8, link) / 1e3) == 235
     assert round(ring_naive_crossover_bytes(8, link) / 1e3) == 122
