@@ -27,7 +27,7 @@ Public API (stable; other scripts use it):
   broadcast, reduce, allreduce, reduce_scatter, all_gather     the five primitives (NCCL's)
   scatter, gather                                              root to all / all to root, ring
   ring_allreduce, tree_allreduce, naive_allreduce, parameter_server, pipelined_ring_broadcast,
-  pipelined_ring_reduce, traffic (counts only, any algorithm by name: ALGORITHMS)
+  pipelined_ring_reduce, traffic (counts only, any algorithm by name: common.collectives.SIMULATED)
   Result (outputs, sent, received, rounds, bounds, initial, time(), n_rounds, ...), Round, Transfer
 """
 
@@ -179,7 +179,6 @@ _BUILDERS: dict[str, tuple[Callable[[Schedule, int, int, int], None], int]] = {
     "ring scatter": (lambda sc, k, root, s: _scatter_rounds(sc, k, root), 0),
     "ring gather": (lambda sc, k, root, s: _gather_rounds(sc, k, root), 0),
 }
-ALGORITHMS = cdef.SIMULATED
 
 
 def check_schedules(simulated: Sequence[str]) -> None:
@@ -189,14 +188,14 @@ def check_schedules(simulated: Sequence[str]) -> None:
         raise ImportError(f"schedules and common.collectives disagree: {differ}")
 
 
-check_schedules(ALGORITHMS)  # a new algorithm in common.collectives needs its schedule here
+check_schedules(cdef.SIMULATED)  # a new algorithm in common.collectives needs its schedule here
 
 
 def _schedule(algorithm: str, k: int, root: int = 0, segments: int = 1) -> tuple[Schedule, int, int]:
     """(schedule, devices, chunks the buffer is cut into) of `algorithm` on K devices."""
     alg = cdef.algorithm(algorithm)  # ValueError for an unknown name
     if algorithm not in _BUILDERS:
-        raise ValueError(f"{algorithm!r} is not simulated; one of {', '.join(ALGORITHMS)}")
+        raise ValueError(f"{algorithm!r} is not simulated; one of {', '.join(cdef.SIMULATED)}")
     build, extra_devices = _BUILDERS[algorithm]
     sched = Schedule()
     build(sched, k, root, segments)

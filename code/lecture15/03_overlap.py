@@ -34,11 +34,11 @@ from lecture15.ddp_sim import (
     Timeline,
     ascii_timeline,
     assign_buckets_in_order,
+    gantt_figure,
     gradient_ready_times,
     registration_order,
     simulate_ddp,
 )
-from lecture15.ddp_sim import gantt_figure as ddp_gantt
 from lecture15.figures import sweep_figure
 from lecture15.models import ModelSpec, bert_large, resnet50
 from lecture15.notes_calibration import (
@@ -404,7 +404,7 @@ def save_gantt(rep: Report, args: argparse.Namespace, link: Link, timelines: lis
         first = f", first bucket {cap_text(args.first_bucket_cap_bytes)}" if name == "first_bucket" else ""
         title = (f"{what}: K = {args.world_size}, α = {link.alpha_s * 1e6:g} µs, "
                  f"β = {link.beta_Bps / 1e9:g} GB/s, cap {cap_text(args.bucket_cap_bytes)}{first}")
-        rep.save_figure(ddp_gantt(timelines, title), name)
+        rep.save_figure(gantt_figure(timelines, title), name)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from common.units import MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bu
 from lecture15.models import ModelSpec, Param
 
 RING_ALLREDUCE = algorithm("ring all-reduce")
-DEFAULT_FIRST_BUCKET_BYTES = MiB   # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+DEFAULT_FIRST_BUCKET_BYTES = 1 * MiB   # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 NOTES_FLOPS_PER_S = 16e12          # the compute rate that reproduces the notes' ResNet-50 backward
 
 

@@ -25,7 +25,6 @@ from common.units import fmt_num
 from reproduction import errata
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-ORDER = verdicts.FINDINGS_ORDER   # what needs attention first
 DISAGREEING = ("error in the notes", "notes inconsistent", "differs", "fails", "not recorded")
 
 
@@ -320,8 +319,9 @@ def _tally(counts: Counter[str]) -> dict[str, list[tuple[str, int, str]]]:
 
 
 def _ordered(counts: Counter[str]) -> list[str]:
-    """The verdict words of a run, in ORDER."""
-    return [w for w in ORDER if counts[w]] + sorted(w for w in counts if w not in ORDER)
+    """The verdict words of a run, in verdicts.FINDINGS_ORDER (what needs attention first)."""
+    order = verdicts.FINDINGS_ORDER
+    return [w for w in order if counts[w]] + sorted(w for w in counts if w not in order)
 
 
 def _filters(counts: Counter[str], erratum_rows: int, unfolded: int) -> list[tuple[str, str, int]]:
