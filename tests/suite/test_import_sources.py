@@ -172,7 +172,7 @@ SECOND_NAMES = {  # the house review's probes, and the shapes beside them
 @pytest.mark.parametrize("case", SECOND_NAMES)
 def test_the_scan_finds_a_second_name(case: str) -> None:
     text, name = SECOND_NAMES[case]
-    found = _borrowed(text, "code/lecture14/x.py", "lecture14.x")
+    found = _borrowed(text, "code/x.py", "x")
     assert [line.split(": ", 1)[1] for line in found] == [name]
 
 
@@ -184,9 +184,9 @@ def test_the_scan_finds_a_second_name(case: str) -> None:
     "from common.collectives import algorithm\nRING = algorithm('ring all-reduce')\n",
 ])
 def test_the_scan_leaves_module_aliases_private_names_and_values(text: str) -> None:
-    assert _borrowed(text, "code/lecture14/x.py", "lecture14.x") == []
+    assert _borrowed(text, "code/x.py", "x") == []
 
 
 def test_a_test_may_hold_a_name_of_ours_under_its_own() -> None:
     """Outside code/ (a test's, a benchmark's module) a binding is a local convenience, not an API."""
-    assert _borrowed("from common.units import MiB\nMEBI = MiB\n", "tests/x.py", None) == []
+    assert _borrowed("from common.units import MiB\nMEBI = MiB\n", "test_x.py", None) == []
