@@ -42,7 +42,6 @@ class _Module:
     """One file's top level: its functions and module names, and which of them are wrappers."""
 
     def __init__(self, tree: ast.Module) -> None:
-        self.tree = tree
         self.wrappers: set[str] = set()          # names whose value is a measure (function or callable)
         defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         bound = [pair for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
