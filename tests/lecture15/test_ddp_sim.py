@@ -15,8 +15,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from common.collectives import algorithm
-from common.link import Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.units import MB, MiB
 from lecture15.ddp_sim import (
     ComputeModel,
