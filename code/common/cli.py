@@ -22,6 +22,7 @@ import os
 import sys
 from typing import Any
 
+from common.costmodel.link import NOTES_LINK, Link
 from common.error_types import UsageError, clip_values
 from common.flags import (
     DEFAULT_TIMEOUT_S,
@@ -40,7 +41,6 @@ from common.launch import (
     quiet_unless_rank0,
     under_torchrun,
 )
-from common.link import NOTES_LINK, Link
 from common.model_bounds import Bound, Flags, check_bounds, check_split, check_world
 from common.notes_setting import setting_defaults
 from common.output_paths import check_output_dir, check_output_file, divert_stdout

@@ -4,15 +4,15 @@ Inside a rank (after common.launch.launch has joined the group):
     whole = all_gather_uneven(piece, sizes)              # rank r's piece is sizes[r] long
     mine, how = reduce_scatter_uneven(x, sizes)          # rank r gets its sizes[r] of the sum
     mine = scatter_uneven(whole_or_none, sizes, src=0)
-    given, held = run_collective("all-gather", x, root=0)  # any of common.collectives' seven, by name
+    given, held = run_collective("all-gather", x, root=0)  # any of costmodel.collectives' seven, by name
 
 gloo moves pieces of one shape only: all-gather and scatter pad every piece with zeros to the
 longest and trim afterwards. An older gloo has no reduce_scatter: the same result then comes from
 an all-reduce and the rank's own slice (2(K-1)/K·N per rank instead of (K-1)/K·N). Whether gloo
 has it is asked once (common.launch.capabilities), never found out by catching a failed call: that would
 swallow a real failure of this rank or a peer. `record(torch_name, nbytes)`, where given, is called
-before each torch.distributed call with the call's whole size N (common.collectives' convention):
-cs336.comm.CommLog.add counts that way. Sizes along `dim` follow common.collectives.split_sizes
+before each torch.distributed call with the call's whole size N (common.costmodel.collectives' convention):
+cs336.comm.CommLog.add counts that way. Sizes along `dim` follow common.costmodel.collectives.split_sizes
 where a caller cuts a buffer evenly.
 """
 
@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from common import collectives as cdef
+from common.costmodel import collectives as cdef
 from common.launch import gloo_lacks
 
 Record = Callable[[str, int], None]
@@ -86,8 +86,8 @@ def scatter_uneven(whole: torch.Tensor | None, sizes: Sequence[int], src: int,
     return mine[:sizes[rank]].clone()
 
 
-# ---- each of common.collectives' collectives once, by its name --------------------------------------
-# A rank's 1-D buffer x in, pieces as common.collectives.split_sizes cuts it; each returns (what this
+# ---- each of costmodel.collectives' collectives once, by its name --------------------------------------
+# A rank's 1-D buffer x in, pieces as costmodel.collectives.split_sizes cuts it; each returns (what this
 # rank put in, what it holds after), None where nothing: the root alone gives to broadcast and
 # scatter; only the root holds a gather's result.
 Given = tuple[torch.Tensor | None, torch.Tensor | None]
@@ -137,10 +137,10 @@ REAL_CALLS: dict[str, Callable[[torch.Tensor, int], Given]] = {
 
 
 def run_collective(name: str, x: torch.Tensor, root: int = 0) -> Given:
-    """Collective `name` (common.collectives' name) once on this rank's 1-D `x`, rooted ones at `root`:
+    """Collective `name` (costmodel.collectives' name) once on this rank's 1-D `x`, rooted ones at `root`:
     (what this rank put in, what it holds after). An unknown name raises ValueError; a collective
     defined without its call here, KeyError naming it."""
     cdef.collective(name)
     if name not in REAL_CALLS:
-        raise KeyError(f"common.collectives' {name!r} has no real call in common.collectives_real")
+        raise KeyError(f"common.costmodel.collectives' {name!r} has no real call in common.collectives_real")
     return REAL_CALLS[name](x, root)

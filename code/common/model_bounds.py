@@ -10,7 +10,7 @@ When flags cost together (micro-batches × their size × the values of n trained
 function of the parsed flags, usually `largest_fitting` over the script's cost, and `given` names
 the flags it read: "at most --micro-batches 17,476 at --micro-batch-size 32 --sync-every 8".
 
-A flag that needs no Bound costs the same at any value: a closed form (common.collectives lists
+A flag that needs no Bound costs the same at any value: a closed form (common.costmodel.collectives lists
 no K positions for a ring, so --tp 10^9 costs what --tp 8 does), or a count fixed by the notes'
 models. Devices are the exception, bounded whatever they cost (check_devices): a model's
 --world-size, --tp, --pp and --dp, and one split's TP × PP × DP, go up to MAX_MODEL_WORLD.

@@ -28,8 +28,8 @@ import torch
 import torch.distributed as dist
 
 from common.cli import make_parser
-from common.collectives import COLLECTIVES, split_sizes
 from common.collectives_real import run_collective
+from common.costmodel.collectives import COLLECTIVES, split_sizes
 from common.error_types import UsageError
 from common.launch import (
     MAX_STAGED_RANKS,
@@ -113,7 +113,7 @@ def collectives_worker(rank: int, world_size: int, n: int, seed: int) -> dict:
 
 
 def seven_primitives(x: torch.Tensor, world_size: int) -> dict[str, tuple]:
-    """Each of common.collectives' collectives once: (what this rank put in, what it holds after),
+    """Each of common.costmodel.collectives' collectives once: (what this rank put in, what it holds after),
     None where nothing (common.collectives_real.run_collective, gloo's workarounds included)."""
     out = {name: run_collective(name, x, ROOT) for name in COLLECTIVES}
     return {k: tuple(None if t is None else t.tolist() for t in v) for k, v in out.items()}
@@ -185,7 +185,8 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
         rep.line(f"\n  p = {p}: pieces of {show(sorted(set(split_sizes(args.size, p)), reverse=True))} B")
         rep.table(["primitive", "notes (B)", "formula (B)", "simulator (B)", "every rank (B)",
                    "≤ 1 B/msg"], prim.volume_rows(p, args.size), name=f"p={p}")
-    rep.note("the busiest rank's bytes by the formula (common.collectives: the ring's bytes_sent) and by the "
+    rep.note("the busiest rank's bytes by the formula (costmodel.collectives: the ring's bytes_sent) and by "
+             "the "
              "simulator, lecture14.collectives.traffic on a ring (broadcast and reduce a chain round it), "
              "then every rank's: where p does not divide N, within a byte per message of the closed form.")
     notes_volumes(rep)

@@ -1,5 +1,5 @@
 """CS336 lecture 8 (通信复杂度、互联带宽、Llama 2 13B、TP vs DP、四卡算例): communication costs, computed.
-A model only: the α-β formulas of cs336.first_order and common.costmodel_steps, the ledger of
+A model only: the α-β formulas of cs336.first_order and common.costmodel.steps, the ledger of
 cs336.ledger, no torch.
 
     python code/cs336/03_costs.py
@@ -29,8 +29,9 @@ import math
 import numpy as np
 
 from common.cli import make_parser
-from common.collectives import algorithm
-from common.costmodel_steps import (
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK, Link
+from common.costmodel.steps import (
     CollectiveCall,
     pp_step_bytes_per_device,
     pp_step_send_time,
@@ -38,7 +39,6 @@ from common.costmodel_steps import (
     zero_step_collectives,
 )
 from common.error_types import UsageError
-from common.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK, Link
 from common.model_bounds import Bound
 from common.output import Report
 from common.script_end import run_main

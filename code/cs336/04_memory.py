@@ -1,5 +1,5 @@
 """CS336 lecture 8 (内存账本、ZeRO、框架对比、Megatron 3D): what training keeps in GPU memory.
-A model only: the ledger of cs336.ledger and the α-β formulas of common.costmodel_steps, no torch.
+A model only: the ledger of cs336.ledger and the α-β formulas of common.costmodel.steps, no torch.
 
     python code/cs336/04_memory.py
     python code/cs336/04_memory.py --params 70B --world-size 64 --tp 8 --pp 4 --dp 32 --seq-len 4096
@@ -26,7 +26,8 @@ import math
 import re
 
 from common.cli import make_parser
-from common.costmodel_steps import (
+from common.costmodel.link import CS336_INFINIBAND, CS336_NVLINK
+from common.costmodel.steps import (
     CollectiveCall,
     pp_step_bytes_per_device,
     pp_step_send_time,
@@ -35,7 +36,6 @@ from common.costmodel_steps import (
 )
 from common.error_types import UsageError
 from common.flags import positive_int
-from common.link import CS336_INFINIBAND, CS336_NVLINK
 from common.output import Report
 from common.script_end import run_main
 from common.units import GiB, fmt_bytes, fmt_time

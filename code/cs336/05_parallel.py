@@ -30,8 +30,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from common.cli import make_parser
-from common.collectives import algorithm, split_sizes
-from common.costmodel_steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
+from common.costmodel.collectives import algorithm, split_sizes
+from common.costmodel.steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
 from common.error_types import UsageError
 from common.launch import ask_gloo, gloo_lacks, launch
 from common.output import MOVED_SHARE, Report
@@ -374,7 +374,7 @@ def part5_summary(rep: Report, args: argparse.Namespace, ranks: list[dict]) -> N
                "bytes by the formula", "all ranks as it", "notes' estimate"], rows, name="traffic")
     rep.value("counted_equals_formula", agree, compared=False)
     rep.note(f"e = {ELEM} B, A = B·d·e. Bytes: a collective's are the ring model's price of each counted "
-             "call (common.collectives' ring busiest_bytes at the call's size: what NCCL's ring sends), "
+             "call (costmodel.collectives' ring busiest_bytes at the call's size: what NCCL's ring sends), "
              "PP's sends are counted (what went on the wire). DP all-reduces each W apart: L calls where "
              "the notes count one (the same bytes). TP's calls send (p−1)/p each, the notes charge "
              "2(p−1)/p. ZeRO's RS + AG move one all-reduce.")

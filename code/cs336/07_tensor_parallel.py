@@ -40,8 +40,8 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from common import dist_count
 from common.cli import make_parser
-from common.collectives import algorithm
-from common.costmodel_steps import tp_step_bytes_per_device
+from common.costmodel.collectives import algorithm
+from common.costmodel.steps import tp_step_bytes_per_device
 from common.error_types import UsageError
 from common.launch import ask_gloo, launch
 from common.output import MOVED_SHARE, Report

@@ -40,7 +40,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from common.cli import make_parser
-from common.costmodel_steps import pp_step_traffic
+from common.costmodel.steps import pp_step_traffic
 from common.dist_count import counting
 from common.error_types import UsageError
 from common.launch import launch, under_torchrun

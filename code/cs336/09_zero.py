@@ -41,8 +41,8 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from common.cli import make_parser
-from common.collectives import algorithm, split_sizes
-from common.costmodel_steps import zero_step_bytes_per_device, zero_step_collectives
+from common.costmodel.collectives import algorithm, split_sizes
+from common.costmodel.steps import zero_step_bytes_per_device, zero_step_collectives
 from common.dist_count import counting
 from common.error_types import UsageError
 from common.launch import launch

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from common import collectives
+from common.costmodel import collectives
 
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "broadcast")
 MAX_SWEEP_SIZES = 100  # a longer sweep is a typo (a factor of 1.001), not a benchmark

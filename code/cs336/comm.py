@@ -3,14 +3,14 @@ each recorded in the rank's `CommLog` (calls, and the bytes the rank sends).
 
 The counting is common.dist_count's: each call here runs inside `dist_count.counting()`, and what it
 saw (a collective's input bytes, a send's or receive's) is folded into the log with `add_counts`, a
-collective at its size N (common.collectives' `nbytes_of_input`). So the log counts what reached the
+collective at its size N (common.costmodel.collectives' `nbytes_of_input`). So the log counts what reached the
 process group, gloo's padding and fallback included, never what the caller meant to send.
 CommLog keeps its own `add` for counters that dist_count cannot see (DTensor's functional
 collectives start in C++: cs336/dtensor_tp.py) and because the CS336 tables want a log per group.
 
 Two figures a call: `handed` is what the process group was handed (counted: the collective's size
-N); `sent` is what a ring sends for it (the ring model, common.collectives' ring `busiest_bytes`, nccl-tests'
-bus factor: NCCL's price); a send's are its tensor's bytes in both. Neither is what gloo ran: in
+N); `sent` is what a ring sends for it (the ring model, costmodel.collectives' ring `busiest_bytes`,
+nccl-tests' bus factor: NCCL's price); a send's are its tensor's bytes in both. Neither is what gloo ran: in
 torch 2.13 gloo runs a reduce-scatter as all-reduces (cs336.gloo_ran reads what it ran). Whether
 gloo has reduce_scatter at all is asked once (common.collectives_real holds gloo's workarounds).
 """
@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 from common import dist_count
-from common.collectives import BY_TORCH_NAME, algorithm, by_torch_name
 from common.collectives_real import all_gather_uneven, reduce_scatter_uneven
+from common.costmodel.collectives import BY_TORCH_NAME, algorithm, by_torch_name
 
 
 @dataclass

@@ -31,7 +31,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from common.collectives import BY_TORCH_NAME, algorithm
+from common.costmodel.collectives import BY_TORCH_NAME, algorithm
 from common.output import Report
 from common.units import fmt_bytes
 from cs336 import comm, mlp

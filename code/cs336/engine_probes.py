@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from common.collectives import BY_TORCH_NAME
+from common.costmodel.collectives import BY_TORCH_NAME
 from cs336 import pipeline as pp
 
 
@@ -136,7 +136,7 @@ def collectives_by_kind(calls: list[tuple[str, int]], k: int) -> dict[str, tuple
     its output."""
     found: dict[str, tuple[int, int]] = {}
     for name, nbytes in calls:
-        coll = BY_TORCH_NAME.get(name)   # common.collectives: the collective torch's `name` runs, and its N
+        coll = BY_TORCH_NAME.get(name)   # the collective torch's `name` runs (costmodel.collectives), its N
         kind, whole = (coll.name, coll.nbytes_of_input(k, nbytes)) if coll else (name, nbytes)
         c, b = found.get(kind, (0, 0))
         found[kind] = (c + 1, b + whole)

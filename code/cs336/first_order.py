@@ -1,19 +1,19 @@
 """The notes' first-order model of a collective's time, T ≈ α·N_msg + S/B_eff (CS336 lecture 8), and
-the ring all-reduce's two terms, latency and bandwidth, read off common.collectives.
+the ring all-reduce's two terms, latency and bandwidth, read off common.costmodel.collectives.
 
     from cs336.first_order import ring_allreduce_terms
     ring_allreduce_terms(4, 64 * MiB, link)          # (2(K−1)α, 2(K−1)/K·N/β)
 
 A collective's time and bytes themselves have one public name each, the methods of
-common.collectives.Algorithm (`time`, `busiest_bytes`); these split the ring's into the terms the
+common.costmodel.collectives.Algorithm (`time`, `busiest_bytes`); these split the ring's into the terms the
 notes argue with. Pure Python.
 """
 
 from __future__ import annotations
 
-from common.collectives import algorithm
-from common.collectives import check_size as _check
-from common.link import Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.collectives import check_size as _check
+from common.costmodel.link import Link
 
 
 def alpha_beta_time(n_messages: int, nbytes: float, link: Link) -> float:

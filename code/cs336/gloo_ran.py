@@ -11,8 +11,8 @@ A collective's bytes are one of three figures, and on gloo they differ:
     counted           what the process group was handed, call by call (common.dist_count,
                       cs336.comm, cs336.dtensor_tp): the collective the call names, at its size N;
     on the wire here  what gloo ran for it (this module): the operation named by gloo's own span
-                      and the buffer it moved, N in common.collectives' convention;
-    ring model        the price of the collective named, its ring's busiest_bytes (common.collectives):
+                      and the buffer it moved, N in common.costmodel.collectives' convention;
+    ring model        the price of the collective named, its ring's busiest_bytes (costmodel.collectives):
                       what a ring sends, which is what NCCL runs (it has a real reduce-scatter,
                       (p-1)/p·N a rank).
 
@@ -40,7 +40,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from common.collectives import BY_TORCH_NAME
+from common.costmodel.collectives import BY_TORCH_NAME
 from common.launch import capture_stderr
 from common.units import fmt_bytes
 
@@ -64,7 +64,7 @@ class GlooOp:
         return coll.name if coll else self.name
 
     def nbytes(self, k: int) -> int:
-        """The buffer's size N (common.collectives): an all-gather's span holds one rank's piece."""
+        """The buffer's size N (common.costmodel.collectives): an all-gather's span holds one rank's piece."""
         coll = BY_TORCH_NAME.get(self.name)
         return int(coll.nbytes_of_input(k, self.input_bytes)) if coll else self.input_bytes
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 
 # Bytes per parameter, mixed precision with Adam (the notes' ledger: 2 + 2 + 4 + 8 = 16).
 LEDGER = {

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 from common.output import refuse_still_weights
 
 LR_SGD = 0.5    # loss = mean of squares gives small gradients; 0.5 moves the weights visibly

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common import collectives as cdef
+from common.costmodel import collectives as cdef
 from lecture14 import collectives as col
 
 ROOT = 0                    # the root of broadcast, scatter, gather, reduce
@@ -45,7 +45,7 @@ class Volume:
 
     piece: float           # the notes' S
     notes: float           # the notes' formula at S
-    closed: list[float]    # common.collectives: the ring's bytes_sent, by rank
+    closed: list[float]    # common.costmodel.collectives: the ring's bytes_sent, by rank
     sent: list[int]        # the simulator's count, by rank
     messages: list[int]    # messages each rank sends
     direct: str            # the rooted ones sent straight to / from the root: "root 3S" etc.

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from common.cli import link_from_args, make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
 from common.output import Report
 from common.script_end import run_main
 from common.units import fmt_bytes, fmt_time

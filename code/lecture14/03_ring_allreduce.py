@@ -28,10 +28,10 @@ import math
 import numpy as np
 
 from common.cli import link_from_args, make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.error_types import UsageError
 from common.flags import size_bytes
-from common.link import Link
 from common.model_bounds import Bound
 from common.output import Report
 from common.script_end import run_main
@@ -60,7 +60,7 @@ BOUNDS = {"world_size": Bound(2048, "Part 1 counts each of the ring's 2K(K−1) 
 FP_K, FP_SEED = 64, 0
 BAR_WIDTH = 25  # Part 3's bars: the segments table stays within the page
 
-# Part 2's all-reduce algorithms (common.collectives' names), each with its simulation; the table
+# Part 2's all-reduce algorithms (common.costmodel.collectives' names), each with its simulation; the table
 # names each without " all-reduce" ("ring", "tree", "naive", "parameter server").
 ALGORITHMS = {name: (simulate, algorithm(name)) for name, simulate in (
     ("ring all-reduce", col.ring_allreduce), ("tree all-reduce", col.tree_allreduce),
@@ -266,7 +266,7 @@ def segments_table(rep: Report, k: int, n: int, link: Link, top: int) -> tuple[d
     """Part 3's table, S = 1, 2, 4 … 2**top: the tick simulation (where it stays small) against the
     closed form. Returns the simulated times by S and whether ticks and times all agree."""
     rows, sim_times, ticks_ok, time_ok = [], {}, True, True
-    ticks = BROADCAST.rounds  # K-2+S, from common.collectives
+    ticks = BROADCAST.rounds  # K-2+S, from common.costmodel.collectives
     scale = max(BROADCAST.time(k, n, link, 2**i) for i in range(top + 1))  # bars never clip
     for s in (2**i for i in range(top + 1)):
         formula = BROADCAST.time(k, n, link, s)

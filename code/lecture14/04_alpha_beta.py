@@ -29,11 +29,11 @@ import torch.distributed as dist
 
 from common import checker
 from common.cli import link_from_args, make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import ETHERNET, INFINIBAND, NVLINK, Link
 from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import launch
-from common.link import ETHERNET, INFINIBAND, NVLINK, Link
 from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from common.cli import link_from_args, make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
 from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import ask_gloo, gloo_lacks, launch, preload_for_ddp, rank_device

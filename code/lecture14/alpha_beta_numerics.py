@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from common.collectives import algorithm
-from common.link import Link, fit_line_relative, ring_alpha_beta_from_line
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link, fit_line_relative, ring_alpha_beta_from_line
 from lecture14.costmodel import COMPARED_ALLREDUCES
 
 # ---- Part 1: crossovers by search -----------------------------------------------------------

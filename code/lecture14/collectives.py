@@ -27,7 +27,7 @@ Public API (stable; other scripts use it):
   broadcast, reduce, allreduce, reduce_scatter, all_gather     the five primitives (NCCL's)
   scatter, gather                                              root to all / all to root, ring
   ring_allreduce, tree_allreduce, naive_allreduce, parameter_server, pipelined_ring_broadcast,
-  pipelined_ring_reduce, traffic (counts only, any algorithm by name: common.collectives.SIMULATED)
+  pipelined_ring_reduce, traffic (counts only, any algorithm by name: costmodel.collectives.SIMULATED)
   Result (outputs, sent, received, rounds, bounds, initial, time(), n_rounds, ...), Round, Transfer
 """
 
@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from common import collectives as cdef
+from common.costmodel import collectives as cdef
 from lecture14.network import Result, Schedule, bounds_from_sizes, chunk_bounds, run_schedule
 from lecture14.symbolic import Sym
 
@@ -162,7 +162,7 @@ def _ring_all_reduce_rounds(sched: Schedule, k: int) -> None:
     _ring_rounds(sched, "all-gather", k, 1, "copy")
 
 
-# Each algorithm of common.collectives that the simulator runs: (its schedule on K devices from
+# Each algorithm of common.costmodel.collectives that the simulator runs: (its schedule on K devices from
 # `root` in S `segments`; devices beyond K: the parameter server). Names and closed forms live there.
 _BUILDERS: dict[str, tuple[Callable[[Schedule, int, int, int], None], int]] = {
     "ring all-reduce": (lambda sc, k, root, s: _ring_all_reduce_rounds(sc, k), 0),
@@ -185,10 +185,10 @@ def check_schedules(simulated: Sequence[str]) -> None:
     """ImportError unless every simulated algorithm of the definition has its schedule here."""
     if set(_BUILDERS) != set(simulated):
         differ = sorted(set(_BUILDERS) ^ set(simulated))
-        raise ImportError(f"schedules and common.collectives disagree: {differ}")
+        raise ImportError(f"schedules and common.costmodel.collectives disagree: {differ}")
 
 
-check_schedules(cdef.SIMULATED)  # a new algorithm in common.collectives needs its schedule here
+check_schedules(cdef.SIMULATED)  # a new algorithm in common.costmodel.collectives needs its schedule here
 
 
 def _schedule(algorithm: str, k: int, root: int = 0, segments: int = 1) -> tuple[Schedule, int, int]:

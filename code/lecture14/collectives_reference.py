@@ -161,7 +161,7 @@ def _outputs(algorithm: str, bufs: list[np.ndarray], bounds: list[slice], root: 
 
 def reference(algorithm: str, k: int | None = None, nbytes: int | None = None,
               inputs: Sequence[np.ndarray] | None = None, root: int = 0, segments: int = 1) -> Reference:
-    """Run `algorithm` (a name in common.collectives.SIMULATED) message by message: on `inputs` (moving
+    """Run `algorithm` (a name in costmodel.collectives.SIMULATED) message by message: on `inputs` (moving
     data; for all-gather and gather each device's piece) or on K devices and `nbytes` (counts
     only), cut and numbered as in collectives.py."""
     k = len(inputs) if inputs is not None else k

@@ -1,10 +1,10 @@
 """Lecture 14's comparison of all-reduce algorithms, the pipelined broadcast's segments and data
 parallelism's speedup, on the α-β model: one message of n bytes costs α + n/β. Pure Python, no torch.
 
-A collective's time and bytes are common.collectives.Algorithm's `time` and `busiest_bytes` (one
+A collective's time and bytes are common.costmodel.collectives.Algorithm's `time` and `busiest_bytes` (one
 name each); the questions asked of them here: where one algorithm overtakes another, how many
-segments a broadcast wants. What α and β a measured line means is common.link's (three lectures
-fit lines); what a CS336 step communicates is common.costmodel_steps'.
+segments a broadcast wants. What α and β a measured line means is common.costmodel.link's (three lectures
+fit lines); what a CS336 step communicates is common.costmodel.steps'.
 
 Closed forms (K devices, N bytes per device, L = ceil(log2 K)):
   ring all-reduce        2(K-1)(α + N/(Kβ))        reduce-scatter then all-gather, N/K per round
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 
-from common import collectives as cdef
-from common.collectives import check_size as _check
-from common.collectives import tree_depth
-from common.link import Link
+from common.costmodel import collectives as cdef
+from common.costmodel.collectives import check_size as _check
+from common.costmodel.collectives import tree_depth
+from common.costmodel.link import Link
 
 # The all-reduce algorithms lecture 14 compares by time (04_alpha_beta); its tables name each
 # without " all-reduce": "ring", "tree", "naive".

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

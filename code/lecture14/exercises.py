@@ -3,7 +3,7 @@ with the notes' reference answer printed beside ours. Model only: no processes, 
 
     python code/lecture14/exercises.py
 
-Part n is exercise n. Times come from common.collectives and lecture14.costmodel (the α-β model),
+Part n is exercise n. Times come from common.costmodel.collectives and lecture14.costmodel (the α-β model),
 rounds and bytes from lecture14.collectives (the round-by-round simulator); exercise 12 runs a tiny
 numpy demonstration.
 """
@@ -25,8 +25,8 @@ import math
 import numpy as np
 
 from common.cli import make_parser
-from common.collectives import algorithm
-from common.link import NOTES_LINK, Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import NOTES_LINK, Link
 from common.output import Report
 from common.script_end import run_main
 from common.units import fmt_bytes, fmt_time

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from common.collectives import algorithm
-from common.link import Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.output import new_figure
 from common.units import fmt_bytes, fmt_time
 from lecture14.costmodel import COMPARED_ALLREDUCES

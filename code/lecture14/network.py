@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 
 
 def chunk_bounds(n: int, k: int) -> list[slice]:

@@ -7,7 +7,7 @@ Inside a rank (after common.launch.launch has joined the group):
     piece, how = reduce_scatter_real(x, world_size)   # rank r's chunk of the sum, split_sizes' pieces
 
 Pieces follow torch.tensor_split, i.e. np.array_split and lecture14.collectives.chunk_bounds: the
-first n % K are one element longer (common.collectives.split_sizes). In the parent:
+first n % K are one element longer (common.costmodel.collectives.split_sizes). In the parent:
 `all_inputs` (the same data as numpy, for the simulator) and `show` (a buffer as a short line of
 numbers).
 """
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.collectives import split_sizes
 from common.collectives_real import all_gather_uneven, reduce_scatter_uneven
+from common.costmodel.collectives import split_sizes
 
 SHOWN = 16  # numbers printed per buffer; longer buffers are cut with "…"
 

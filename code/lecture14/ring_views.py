@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
 from common.output import Report
 from lecture14 import collectives as col
 from lecture14.network import Result

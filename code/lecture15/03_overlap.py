@@ -23,9 +23,9 @@ import argparse
 import time
 
 from common.cli import link_from_args, make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.flags import nonnegative_float, positive_float
-from common.link import Link
 from common.output import Report
 from common.script_end import run_main
 from common.units import MB, MiB, fmt_bytes, fmt_ms

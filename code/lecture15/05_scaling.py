@@ -25,10 +25,10 @@ import math
 import numpy as np
 
 from common.cli import link_from_args, make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.error_types import UsageError
 from common.flags import positive_float, positive_int
-from common.link import Link
 from common.model_bounds import Bound, largest_fitting
 from common.output import Report
 from common.script_end import run_main

@@ -38,7 +38,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
 from common.dist_count import counting
 from common.error_types import UsageError
 from common.launch import launch, preload_for_ddp

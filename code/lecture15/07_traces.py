@@ -38,11 +38,11 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.error_types import UsageError
 from common.launch import capture_stderr, launch, preload_for_ddp
 from common.leftovers import owned_folder
-from common.link import Link
 from common.output import Report
 from common.output_files import make_output_dir, write_json
 from common.run_cost import Cost, Term

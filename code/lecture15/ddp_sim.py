@@ -26,8 +26,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from common.collectives import algorithm
-from common.link import Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.timeline import Span, ascii_rows, gantt_row, painted
 from common.units import MiB  # the notes' "25 MB" is 10^6-byte MB; PyTorch's bucket_cap_mb is MiB
 from lecture15.models import ModelSpec, Param

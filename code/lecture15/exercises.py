@@ -4,7 +4,7 @@
 
 Each part is one exercise (Part 1 = exercise 1 …); Part 13 checks the figures of §10's preview of
 lecture 16 (GPipe's bubble, Megatron's MLP split, 405B's training state). Numbers come from
-lecture15.ddp_sim and common.collectives and are compared with the notes' reference answers
+lecture15.ddp_sim and common.costmodel.collectives and are compared with the notes' reference answers
 (code/lecture15/notes.toml); the prose exercises print our explanation (marked "note:") and, where
 it is cheap, a computed check.
 Model only: numpy, no processes, no torch. (The handbook's 7B question: handbook_details.py.)
@@ -26,8 +26,8 @@ import math
 import numpy as np
 
 from common.cli import make_parser
-from common.collectives import algorithm
-from common.link import Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.output import Report
 from common.script_end import run_main
 from common.units import MB

@@ -29,11 +29,11 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from common.cli import make_parser
-from common.collectives import algorithm
-from common.costmodel_steps import zero_step_bytes_per_device
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
+from common.costmodel.steps import zero_step_bytes_per_device
 from common.dist_count import counting
 from common.launch import launch, preload_for_ddp, rank_device
-from common.link import Link
 from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from common.cli import make_parser
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link, fit_line_relative, ring_alpha_beta_from_line
 from common.error_types import UsageError
 from common.flags import positive_int
-from common.link import Link, fit_line_relative, ring_alpha_beta_from_line
 from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from common.collectives import algorithm
-from common.link import Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.units import MB, MiB
 from lecture15.ddp_sim import (
     DEFAULT_FIRST_BUCKET_BYTES,

@@ -7,7 +7,7 @@ gradients, optimizer state, activations where the notes model them), which cards
 what each GPU sends per step, priced on one of the notes' links. One self-contained page: it carries
 the ledger's entries and a small JS model of the per-GPU bytes and the step's collectives;
 `setting_numbers` below is the same computation in Python, made of cs336.ledger's and
-common.costmodel_steps' public functions, and tests/report/test_memory_model.py runs the page's model
+common.costmodel.steps' public functions, and tests/report/test_memory_model.py runs the page's model
 for every setting it offers and holds it equal to this. The notes' ZeRO table comes with the
 verdicts of 04_memory.py's own run (its --json), never decided again here.
 """
@@ -33,10 +33,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from common import checker, verdicts
 from common.cli import OneLineParser
-from common.collectives import algorithm
-from common.costmodel_steps import pp_step_traffic, tp_step_bytes_per_device, zero_step_collectives
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK
+from common.costmodel.steps import pp_step_traffic, tp_step_bytes_per_device, zero_step_collectives
 from common.leftovers import owned_folder
-from common.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK
 from common.output_files import make_output_dir, write_text
 from common.output_paths import check_output_dir
 from common.script_end import run_main

@@ -2,7 +2,7 @@
 
 Expected values come from the suite's own models: lecture15.ddp_sim (PyTorch's bucket rule and the
 one-stream timeline, itself tested against torch's `_compute_bucket_assignment_by_size`) and
-common.collectives (the ring's α-β time). Where a case is one of lecture 15's exercises, the notes'
+common.costmodel.collectives (the ring's α-β time). Where a case is one of lecture 15's exercises, the notes'
 answer is shown beside the model's. Every call's arguments come back with its result: a function
 that changes its caller's lists fails. A hint names what differs: buckets that a common mistake
 gives exactly (> for >=, a forward walk, the first cap misread) by that mistake, a span by its
@@ -17,8 +17,8 @@ import random
 from types import ModuleType
 from typing import Any
 
-from common.collectives import algorithm
-from common.link import Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from common.units import MB, MiB
 from judging.engine import Case
 from judging.messages import kind, show

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 from judging.engine import Case
 from judging.messages import kind, show
 from judging.ranks import run_ranks, solution_in_rank

@@ -3,7 +3,7 @@
 Each rank's torch.distributed traffic is counted below the names (judging.ranks.counted): the
 bytes it sends, to whom, and any collective it calls, however the calls are spelled. The judge
 compares the result with the sum it computes itself from every rank's data, and the bytes with
-common.collectives's 2(K − 1)N/K per rank (the ring all-reduce's definition). A wrong sum's hint
+common.costmodel.collectives's 2(K − 1)N/K per rank (the ring all-reduce's definition). A wrong sum's hint
 says what differs: buffers received into that do not match the messages sent (a dtype or a size:
 one quick case is float32), or the chunk indices.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
 from judging.engine import Case
 from judging.messages import kind, show
 from judging.ranks import check_seen, counted, recorded_calls, run_ranks, solution_in_rank

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 from cs336 import comm, mlp
 from judging.engine import Case
 from judging.messages import kind

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.costmodel_steps import pp_step_traffic
+from common.costmodel.steps import pp_step_traffic
 from cs336 import mlp
 from cs336 import pipeline as pp
 from cs336.engine_probes import most_held

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from common import dist_count
-from common.collectives import BY_TORCH_NAME, split_sizes
-from common.costmodel_steps import zero_step_collectives
+from common.costmodel.collectives import BY_TORCH_NAME, split_sizes
+from common.costmodel.steps import zero_step_collectives
 from cs336 import ledger, mlp
 from judging.engine import Case
 from judging.messages import kind
@@ -168,7 +168,7 @@ def one_process_adam(layers: int, width: int, batch: int) -> list[dict[str, Any]
 
 def shard_bounds(n: int, world: int, rank: int, elements: int) -> tuple[int, int] | None:
     """Where rank's shard lies in the flat vector, by its size: the padded layout (c = ⌈n/k⌉ each,
-    ledger.padded_shard_elements) or tensor_split's (common.collectives.split_sizes); None: neither."""
+    ledger.padded_shard_elements) or tensor_split's (costmodel.collectives.split_sizes); None: neither."""
     c = ledger.padded_shard_elements(n, world)
     if elements == c:
         return rank * c, (rank + 1) * c

@@ -1,4 +1,4 @@
-"""A collective is defined once (common.collectives): the simulator's counts equal the
+"""A collective is defined once (common.costmodel.collectives): the simulator's counts equal the
 definition's for every algorithm at K = 1…9, every consumer reads the definition (patch it and they
 all follow), no other module writes a ring formula of its own, and an unknown name raises. (That nothing else
 names its time or bytes: tests/suite/test_one_name.py.)"""
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from costmodel_buffers import buffers, pieces
 
-from common import collectives as cdef
-from common.costmodel_steps import CollectiveCall, zero_step_bytes_per_device
-from common.link import NOTES_LINK, Link, ring_alpha_beta_from_line
+from common.costmodel import collectives as cdef
+from common.costmodel.link import NOTES_LINK, Link, ring_alpha_beta_from_line
+from common.costmodel.steps import CollectiveCall, zero_step_bytes_per_device
 from cs336 import busbw
 from cs336.first_order import ring_allreduce_terms
 from lecture14 import collectives as col
@@ -107,7 +107,7 @@ def test_every_consumer_reads_the_definition(monkeypatch: pytest.MonkeyPatch) ->
 FORMULAS = [re.compile(p) for p in (r"\b2 \* \( (\w+) - 1 \)", r"\( (\w+) - 1 \) / \1\b",
                                     r"\( (\w+) - 1 \) \* \w+ / \1\b", r"\b(\w+) - 2 \+ \w+",
                                     r"\( (\w+) - 1 \) \. bit_length\b")]
-ALLOWED = {"code/common/collectives.py": None, "code/lecture14/collectives.py": None,
+ALLOWED = {"code/common/costmodel/collectives.py": None, "code/lecture14/collectives.py": None,
            "code/lecture14/collectives_reference.py": None,
            "code/cs336/primitives.py": 9,        # the notes' volume column and bounds, beside ours
            "code/cs336/01_collectives.py": 1,    # the notes' identity (p−1)/p·p·S = (p−1)·S
@@ -128,7 +128,7 @@ def test_no_second_definition_of_a_ring_formula() -> None:
         hits = sum(len(f.findall(code)) for f in FORMULAS)
         if hits and ALLOWED.get(rel, 0) is not None and hits != ALLOWED.get(rel, 0):
             found[rel] = hits
-    assert not found, f"collective formulas outside common/collectives.py: {found}"
+    assert not found, f"collective formulas outside common/costmodel/collectives.py: {found}"
 
 
 def test_the_formula_search_finds_a_formula() -> None:

@@ -1,13 +1,13 @@
 """common.collectives_real on 3 real gloo ranks: pieces of unequal size gathered, scattered and
 reduce-scattered (rows and columns), both with gloo's reduce_scatter and through the all-reduce an
-older gloo needs, each call recorded with common.collectives' size N."""
+older gloo needs, each call recorded with common.costmodel.collectives' size N."""
 
 from __future__ import annotations
 
 import torch
 
 from common import collectives_real as real
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 from common.launch import launch
 
 N, WIDTH = 7, 5   # 7 on 3 ranks: 3, 2, 2; 5 columns: 2, 2, 1

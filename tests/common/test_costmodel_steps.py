@@ -1,4 +1,4 @@
-"""CS336 lecture 8's per-step traffic (common/costmodel_steps.py)
+"""CS336 lecture 8's per-step traffic (common/costmodel/steps.py)
 against counts from lecture14.collectives' simulator, and the arguments it refuses."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from costmodel_buffers import buffers, pieces
 
-from common.collectives import algorithm
-from common.costmodel_steps import (
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import CS336_NVLINK, Link
+from common.costmodel.steps import (
     pp_step_bytes_per_device,
     pp_step_send_time,
     tp_step_bytes_per_device,
     zero_step_bytes_per_device,
     zero_step_collectives,
 )
-from common.link import CS336_NVLINK, Link
 from lecture14 import collectives as col
 
 

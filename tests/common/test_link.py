@@ -1,4 +1,4 @@
-"""common/link.py: a link refuses nonsense, and a measured line is fitted in relative error and read
+"""common/costmodel/link.py: a link refuses nonsense, and a measured line is fitted in relative error and read
 as the ring's α and β."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from common.link import Link, fit_line_relative, ring_alpha_beta_from_line
+from common.costmodel.link import Link, fit_line_relative, ring_alpha_beta_from_line
 
 
 @pytest.mark.parametrize("bad", [dict(alpha_s=-1, beta_Bps=1), dict(alpha_s=0, beta_Bps=0),

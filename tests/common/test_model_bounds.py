@@ -1,7 +1,7 @@
 """Every flag of a model-only script is bounded by its cost (common.model_bounds): --tp 999999999 is
 refused at once, the largest value each growing flag accepts runs within the model budget, one more
 is refused with a line that names the largest, and a ring's busiest and total bytes cost the same
-at any K (common.collectives lists no K positions to take their max or sum).
+at any K (common.costmodel.collectives lists no K positions to take their max or sum).
 
 Times are CPU seconds of a fresh process (os.wait4), against `import torch`'s beside them: the wall
 clock of a machine shared with other work is not the script's (test_world_sizes.py says the same),
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, assert_usage_error, run_script
 
-from common import collectives as cdef
+from common.costmodel import collectives as cdef
 from common.model_bounds import MAX_MODEL_WORLD, MODEL_MEMORY_BYTES
 from reproduction.suite import scripts
 

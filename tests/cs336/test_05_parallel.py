@@ -20,9 +20,9 @@ from conftest import assert_usage_error, flat, load_script, python
 from rank_faults import assert_named_at_once
 from torch import nn
 
-from common import collectives as cdef
-from common.collectives import split_sizes
-from common.costmodel_steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
+from common.costmodel import collectives as cdef
+from common.costmodel.collectives import split_sizes
+from common.costmodel.steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
 from common.error_types import UsageError
 from common.launch import launch
 from cs336 import ledger, mlp

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, flat, load_script, python, run_script
 
 from common import checker
-from common.costmodel_steps import tp_step_traffic
+from common.costmodel.steps import tp_step_traffic
 from common.error_types import UsageError
 from common.launch import launch
 from cs336 import mlp

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.collectives import algorithm
+from common.costmodel.collectives import algorithm
 from cs336 import busbw as bw
 
 RING_ALLREDUCE = algorithm("ring all-reduce")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common import collectives as cdef
+from common.costmodel import collectives as cdef
 from common.dist_count import Counts
 from cs336.comm import CommLog
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from costmodel_buffers import buffers
 
-from common.collectives import algorithm
-from common.link import Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link
 from cs336.first_order import alpha_beta_time, ring_allreduce_balance_bytes, ring_allreduce_terms
 from lecture14 import collectives as col
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common import collectives as cdef
+from common.costmodel import collectives as cdef
 from cs336 import primitives as prim
 from lecture14 import collectives as col
 

@@ -12,8 +12,8 @@ from types import ModuleType
 import pytest
 from conftest import assert_usage_error, flat, load_script, run_script
 
-from common.collectives import algorithm
-from common.link import Link, fit_line_relative, ring_alpha_beta_from_line
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import Link, fit_line_relative, ring_alpha_beta_from_line
 from common.output import Report
 from lecture14 import alpha_beta_numerics as num
 from lecture14.costmodel import COMPARED_ALLREDUCES, ring_naive_crossover_bytes, ring_tree_crossover_bytes

@@ -1,5 +1,5 @@
 """The vectorised counts of lecture14.collectives against two independent references: the
-message-by-message simulation in collectives_reference.py and the closed forms of common.collectives;
+message-by-message simulation in collectives_reference.py and the closed forms of costmodel.collectives;
 scatter, gather and the pipelined ring reduce against numpy."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common import collectives as cdef
-from common.link import NOTES_LINK, Link
+from common.costmodel import collectives as cdef
+from common.costmodel.link import NOTES_LINK, Link
 from lecture14 import collectives as col
 from lecture14.collectives_reference import reference
 from lecture14.symbolic import format_chunks, symbolic_inputs
@@ -18,7 +18,7 @@ KS = [1, 2, 3, 5, 8, 17, 64, 256, 1024]
 FEW_MESSAGES = {"tree all-reduce", "naive all-reduce", "parameter server", "tree broadcast", "tree reduce",
                 "pipelined ring broadcast", "pipelined ring reduce"}
 LINKS = [NOTES_LINK, Link(10e-6, 10e9), Link(0.0, 3.125e9)]
-PRIMITIVE_SIM = {  # common.collectives' name -> (the simulator's algorithm, the buffer it cuts, in pieces)
+PRIMITIVE_SIM = {  # costmodel.collectives' name -> (the simulator's algorithm, the buffer it cuts, in pieces)
     "broadcast": ("pipelined ring broadcast", 1), "reduce": ("pipelined ring reduce", 1),
     "scatter": ("ring scatter", "k"), "gather": ("ring gather", "k"), "all-gather": ("ring all-gather", "k"),
     "reduce-scatter": ("ring reduce-scatter", "k"), "all-reduce": ("ring all-reduce", 1),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.collectives import algorithm
-from common.link import NOTES_LINK, Link
+from common.costmodel.collectives import algorithm
+from common.costmodel.link import NOTES_LINK, Link
 from lecture14 import costmodel as cm
 
 BROADCAST = algorithm("pipelined ring broadcast")

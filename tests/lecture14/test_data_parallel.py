@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 from common.launch import launch
 from lecture14 import data_parallel as dp
 

@@ -1,13 +1,13 @@
 """The collectives simulator against independent references: np.sum, np.array_split chunk sizes,
-the notes' printed ring states, and the closed forms of common.collectives and lecture14.costmodel."""
+the notes' printed ring states, and the closed forms of costmodel.collectives and lecture14.costmodel."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from common.collectives import algorithm, tree_depth
-from common.link import NOTES_LINK, Link
+from common.costmodel.collectives import algorithm, tree_depth
+from common.costmodel.link import NOTES_LINK, Link
 from lecture14 import collectives as col
 from lecture14 import costmodel as cm
 from lecture14.symbolic import Sym, format_chunks, symbolic_inputs, worker_name

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from conftest import assert_usage_error, flat, load_script, run_script
 from lecture15_shared import EXERCISES, MODEL_VS_REAL, _claims, _run_json
 
-from common.link import Link
+from common.costmodel.link import Link
 from common.units import MB
 
 SCRIPT_05 = "lecture15/05_scaling.py"

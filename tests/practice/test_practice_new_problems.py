@@ -145,7 +145,7 @@ def test_statements_name_what_the_cases_call_and_stubs_raise() -> None:
 
 
 def test_118_worked_example_is_the_simulators_order() -> None:
-    from common.costmodel_steps import pp_step_traffic
+    from common.costmodel.steps import pp_step_traffic
     from cs336 import pipeline as pp
 
     text, orders = statement("118_pipeline_1f1b"), pp.one_f_one_b_order(2, 4)
@@ -156,7 +156,7 @@ def test_118_worked_example_is_the_simulators_order() -> None:
 
 
 def test_119_worked_example_is_the_ledgers() -> None:
-    from common.costmodel_steps import zero_step_traffic
+    from common.costmodel.steps import zero_step_traffic
     from cs336 import ledger
 
     text = statement("119_zero_by_hand")

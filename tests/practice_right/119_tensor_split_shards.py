@@ -1,4 +1,4 @@
-"""RIGHT (problem 119), another layout: shards of tensor_split's sizes (common.collectives.split_sizes, the
+"""RIGHT (problem 119), another layout: shards of tensor_split's sizes (costmodel.collectives.split_sizes, the
 first n % k ranks one element more), reduce-scattered as unequal chunks (gloo takes them) and all-gathered
 padded to the longest; Adam's m kept with lerp_ (the same average, other rounding)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 from lecture14.data_parallel import average_gradients, train_step  # noqa: F401  (right ones)
 
 

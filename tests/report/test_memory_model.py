@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import offline_page
 
-from common import costmodel_steps
+from common.costmodel import steps as costmodel_steps
 from common.units import fmt_bytes, fmt_time
 from cs336 import ledger as lg
 from report import memory

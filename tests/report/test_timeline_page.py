@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import load_script, run_script
 
-from common.link import Link
+from common.costmodel.link import Link
 from common.units import MB
 from lecture15.ddp_sim import simulate_ddp
 from lecture15.models import resnet50

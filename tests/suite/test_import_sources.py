@@ -158,9 +158,9 @@ def test_the_scan_finds_a_re_export() -> None:
 
 
 SECOND_NAMES = {  # the house review's probes, and the shapes beside them
-    "a rename": ("from common.collectives import split_sizes as piece_sizes\n",
-                 "common.collectives.split_sizes renamed piece_sizes"),
-    "a bound method": ("from common.collectives import algorithm\n"
+    "a rename": ("from common.costmodel.collectives import split_sizes as piece_sizes\n",
+                 "common.costmodel.collectives.split_sizes renamed piece_sizes"),
+    "a bound method": ("from common.costmodel.collectives import algorithm\n"
                        "ring_time = algorithm('ring all-reduce').time\n",
                        "ring_time = algorithm('ring all-reduce').time"),
     "a module's name": ("from common import units\nMEBI: int = units.MiB\n", "MEBI = units.MiB"),
@@ -178,10 +178,10 @@ def test_the_scan_finds_a_second_name(case: str) -> None:
 
 @pytest.mark.parametrize("text", [
     "import numpy as np\nfrom matplotlib import pyplot as plt\n",   # modules, not names of ours
-    "from common import collectives as cdef\nimport common.units as u\n",
+    "from common.costmodel import collectives as cdef\nimport common.units as u\n",
     "from common.units import MiB as _MiB\n_ONE = _MiB\n",           # private: no second public name
     "from common.units import MiB\nFIRST_BUCKET_BYTES = 1 * MiB\n",  # a value of its own
-    "from common.collectives import algorithm\nRING = algorithm('ring all-reduce')\n",
+    "from common.costmodel.collectives import algorithm\nRING = algorithm('ring all-reduce')\n",
 ])
 def test_the_scan_leaves_module_aliases_private_names_and_values(text: str) -> None:
     assert _borrowed(text, "code/x.py", "x") == []

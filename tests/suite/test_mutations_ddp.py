@@ -224,7 +224,7 @@ module.hw5_worker = drifting
 GLOBAL_SHUFFLE_AND_ZERO_GRADS = """
 import random
 import torch
-from common.collectives import split_sizes
+from common.costmodel.collectives import split_sizes
 from lecture14 import data_parallel as dp
 def globally_seeded(size, world_size, rank, seed):   # seeds and shuffles the global generator
     order = list(range(size))

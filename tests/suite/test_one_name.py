@@ -31,9 +31,9 @@ MEASURES = {"time", "busiest_bytes", "bytes_sent", "total_bytes", "round_bytes"}
 SCALINGS = (ast.Mult, ast.Div, ast.FloorDiv)  # a count of calls, halved: the same measure
 # (file, public name) -> why it is not a second name. An entry the scan no longer finds fails below.
 EXEMPT = {
-    ("code/common/collectives.py", "bus_factor"):
+    ("code/common/costmodel/collectives.py", "bus_factor"):
         "nccl-tests' busbw/algbw ratio: bytes per byte of N, the factor nccl-tests prints",
-    ("code/common/costmodel_steps.py", "tp_step_bytes_per_device"):
+    ("code/common/costmodel/steps.py", "tp_step_bytes_per_device"):
         "a tensor-parallel step's 2L collectives on the activation: a step's traffic",
 }
 
@@ -230,9 +230,9 @@ def test_the_scan_finds_a_second_name(case: str) -> None:
 
 
 def test_a_step_module_is_scanned_too() -> None:
-    """costmodel_steps.py was exempt as a whole file: now only its named functions are."""
-    assert _second_names(SECOND_NAMES["plain def"][0], "code/common/costmodel_steps.py") == [
-        "code/common/costmodel_steps.py:1: ring_allreduce_time"]
+    """costmodel/steps.py was exempt as a whole file (as costmodel_steps.py): now only its functions."""
+    assert _second_names(SECOND_NAMES["plain def"][0], "code/common/costmodel/steps.py") == [
+        "code/common/costmodel/steps.py:1: ring_allreduce_time"]
 
 
 # Other questions, which stay: each is a number or a different quantity, not the measure renamed

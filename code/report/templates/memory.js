@@ -1,6 +1,6 @@
 "use strict";
 // The memory page's model: report/memory.py's setting_numbers in JavaScript, from the ledger and
-// links DATA carries (cs336/ledger.py, common/link.py). tests/report/test_memory_model.py runs
+// links DATA carries (cs336/ledger.py, common/costmodel/link.py). tests/report/test_memory_model.py runs
 // compute() for every setting allSettings() offers and holds it equal to the Python.
 const DATA = JSON.parse(document.getElementById("memory-data").textContent);
 const MODELS = Object.fromEntries(DATA.models.map((m) => [m.key, m]));
@@ -26,14 +26,14 @@ function allSettings() {
 }
 
 // A ring over k ranks: all-reduce 2(k−1) rounds, reduce-scatter and all-gather k−1, each round
-// moving N/k; the busiest rank sends rounds × N/k (common/collectives.py).
+// moving N/k; the busiest rank sends rounds × N/k (common/costmodel/collectives.py).
 const ROUNDS = {"all-reduce": (k) => 2 * (k - 1), "all-gather": (k) => k - 1, "reduce-scatter": (k) => k - 1};
 function ringBytes(kind, k, n) { return ROUNDS[kind](k) * n / k; }
 function ringTime(kind, k, n, link) {
   const rounds = ROUNDS[kind](k);
   return rounds === 0 ? 0 : rounds * (link.alpha_s + n / k / link.beta_Bps);
 }
-// What a step's DP ranks communicate under each stage (costmodel_steps.zero_step_collectives).
+// What a step's DP ranks communicate under each stage (costmodel.steps.zero_step_collectives).
 function zeroCollectives(stage, paramBytes, layers) {
   if (stage === "DDP") return [["all-reduce", "gradients", 1, paramBytes]];
   if (stage === "ZeRO-1" || stage === "ZeRO-2") {

@@ -1,5 +1,5 @@
 """Reference solution of problem 113, written as a student would (no suite imports): the judge
-compares it with lecture15/ddp_sim.py and common/collectives.py."""
+compares it with lecture15/ddp_sim.py and common/costmodel/collectives.py."""
 
 from __future__ import annotations
 

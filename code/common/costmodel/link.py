@@ -1,7 +1,7 @@
 """A link of the α-β model: one message of n bytes costs α + n/β; the links the notes use; the
 link a measured line of times means.
 
-    from common.link import Link, NOTES_LINK
+    from common.costmodel.link import Link, NOTES_LINK
     Link(5e-6, 25e9, "notes' link").message_time(1e6)
 
 Pure Python.
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from common.collectives import algorithm, check_size
+from common.costmodel.collectives import algorithm, check_size
 
 
 @dataclass(frozen=True)

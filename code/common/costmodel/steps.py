@@ -1,9 +1,9 @@
 """CS336 lecture 8: what one training step communicates under DP, TP, PP and ZeRO.
 
-    from common.costmodel_steps import zero_step_collectives, tp_step_traffic
+    from common.costmodel.steps import zero_step_collectives, tp_step_traffic
 
 A CollectiveCall is one kind of collective called `calls` times in a step, each call on the full
-N-byte buffer, priced as the ring it runs as (common.collectives). Two families. The notes' table
+N-byte buffer, priced as the ring it runs as (common.costmodel.collectives). Two families. The notes' table
 (zero_step_*, tp/pp_step_bytes_per_device, pp_step_send_time): a step's collectives on an N-byte
 buffer. The deep MLP of cs336/05_parallel.py (*_step_traffic):
 x = gelu(x @ W) for L square W of width d, batch B, e bytes per element, p ranks; 05's real ranks
@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from common.collectives import Algorithm, algorithm, collective
-from common.collectives import check_size as _check
-from common.link import Link
+from common.costmodel.collectives import Algorithm, algorithm, collective
+from common.costmodel.collectives import check_size as _check
+from common.costmodel.link import Link
 
 ZERO_STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 
@@ -29,7 +29,7 @@ ZERO_STAGES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 class CollectiveCall:
     """`calls` ring collectives of one kind, each on an N-byte buffer (`nbytes`), in one step."""
 
-    kind: str       # a collective's name (common.collectives): "all-reduce", "reduce-scatter", ...
+    kind: str       # a collective's name (common.costmodel.collectives): "all-reduce", "reduce-scatter", ...
     what: str       # what it carries, in words
     calls: int
     nbytes: float   # the full buffer of one call (all-gather: its output)

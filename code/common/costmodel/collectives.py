@@ -1,6 +1,6 @@
 """Every collective and every algorithm for one, defined once. Pure Python: no torch, no numpy.
 
-    from common.collectives import algorithm, collective
+    from common.costmodel.collectives import algorithm, collective
     collective("all-reduce").torch_name                   # "all_reduce", what torch.distributed calls it
     ring = algorithm("ring all-reduce")
     ring.bytes_sent(4, 1000)                              # [1500.0] * 4: what each ring position sends
