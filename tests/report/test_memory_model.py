@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import offline_page
+from conftest import offline_page, open_mutated
 
 from common.costmodel import steps as costmodel_steps
 from common.units import fmt_bytes, fmt_time
@@ -20,7 +20,6 @@ from report import memory
 from report.memory import all_settings, script_claims, setting_numbers, write_memory
 
 NUMBERS = ("params", "grads", "master", "adam", "state", "activations", "total", "sent", "seconds")
-SHOTS = Path("/tmp/mem_shots")
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +100,7 @@ MUTATIONS = [('"all-reduce": (k) => 2 * (k - 1)', '"all-reduce": (k) => 2 * k - 
 @pytest.mark.parametrize("before,after", MUTATIONS)
 def test_the_enumeration_fails_when_the_page_parts_from_the_model(browser, page_file: Path, tmp_path: Path,
                                                                    before: str, after: str) -> None:
-    html = page_file.read_text(encoding="utf-8")
-    assert html.count(before) == 1
-    broken = tmp_path / "memory.html"
-    broken.write_text(html.replace(before, after), encoding="utf-8")
-    page, _ = offline_page(browser, broken)
+    page, _ = open_mutated(browser, page_file, tmp_path, before, after)
     assert differences(page, first=True) != []
     page.context.close()
 
@@ -182,11 +177,7 @@ def test_the_page_shows_what_the_model_says(browser, page_file: Path) -> None:
 @pytest.mark.parametrize("before,after", DOM_MUTATIONS)
 def test_the_dom_check_fails_when_the_page_writes_another_number(browser, page_file: Path, tmp_path: Path,
                                                                  before: str, after: str) -> None:
-    html = page_file.read_text(encoding="utf-8")
-    assert html.count(before) == 1
-    broken = tmp_path / "memory.html"
-    broken.write_text(html.replace(before, after), encoding="utf-8")
-    page, _ = offline_page(browser, broken)
+    page, _ = open_mutated(browser, page_file, tmp_path, before, after)
     # a part of SAMPLE (every model, every stage): a difference there is one in the whole check
     assert dom_differences(page, SAMPLE[::8]) != []
     page.context.close()

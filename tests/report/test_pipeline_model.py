@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import offline_page, run_script
+from conftest import offline_page, open_mutated, run_script
 from pipeline_texts import held_text, ms_text, pct_text, step_text
 
 from common.units import fmt_num, fmt_time, ms
@@ -151,11 +151,7 @@ MUTATIONS = [
 @pytest.mark.parametrize("old, new", MUTATIONS)
 def test_the_comparison_fails_when_the_page_parts_from_the_model(browser, page_file: Path, tmp_path: Path,
                                                                  old: str, new: str) -> None:
-    html = page_file.read_text(encoding="utf-8")
-    assert html.count(old) == 1
-    broken = tmp_path / "pipeline.html"
-    broken.write_text(html.replace(old, new), encoding="utf-8")
-    page, _ = offline_page(browser, broken)
+    page, _ = open_mutated(browser, page_file, tmp_path, old, new)
     settings, shown = page_numbers(page, "st.slow === null && st.tb_ms === 20")      # a sample, for time
     page.context.close()
     assert len(settings) > 50 and mismatches(settings, shown) != []
