@@ -332,8 +332,6 @@ def offline_page(browser, path: Path, width: int = 1280, height: int = 900):  # 
     return page, errors
 
 
-@pytest.fixture
-
 def open_mutated(browser, page_file: Path, folder: Path, before: str, after: str):  # type: ignore[no-untyped-def]
     """A page's mutation for a check that must fail on it: `page_file` with `before` (there exactly
     once) replaced by `after`, written into `folder` and opened offline: (page, errors)."""
@@ -343,6 +341,8 @@ def open_mutated(browser, page_file: Path, folder: Path, before: str, after: str
     broken.write_text(html.replace(before, after), encoding="utf-8")
     return offline_page(browser, broken)
 
+
+@pytest.fixture
 def open_page(browser, tmp_path_factory):
     """open_page(path) -> (page, errors): a file opened in a fresh page, offline (a page that
     fetches anything from the network fails the test through `errors`). A screenshot of each page
