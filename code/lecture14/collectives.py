@@ -357,10 +357,14 @@ def reduce(inputs: Sequence[np.ndarray], root: int = 0, history: bool = False) -
     return res
 
 
-def allreduce(inputs: Sequence[np.ndarray], algorithm: str = "ring", history: bool = False) -> Result:
-    """Every device ends with the elementwise sum; algorithm "ring" (default), "tree" or "naive"."""
-    algorithms: dict[str, Callable[..., Result]] = {"ring": ring_allreduce, "tree": tree_allreduce,
-                                                    "naive": naive_allreduce}
+def allreduce(inputs: Sequence[np.ndarray], algorithm: str = "ring all-reduce",
+              history: bool = False) -> Result:
+    """Every device ends with the elementwise sum; `algorithm` by the definition's name (one spelling
+    per algorithm, common/costmodel/collectives.py): "ring all-reduce" (default), "tree all-reduce" or
+    "naive all-reduce"."""
+    algorithms: dict[str, Callable[..., Result]] = {"ring all-reduce": ring_allreduce,
+                                                    "tree all-reduce": tree_allreduce,
+                                                    "naive all-reduce": naive_allreduce}
     if algorithm not in algorithms:
         raise ValueError(f"algorithm must be one of {sorted(algorithms)}, got {algorithm!r}")
     return algorithms[algorithm](inputs, history=history)

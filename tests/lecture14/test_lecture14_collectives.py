@@ -37,7 +37,7 @@ def test_every_allreduce_equals_np_sum(k: int, n: int) -> None:
     xs = random_inputs(k, n)
     ref = np.sum(np.stack(xs), axis=0) if n else np.zeros(0)
     for res in (col.ring_allreduce(xs), col.tree_allreduce(xs), col.naive_allreduce(xs), col.allreduce(xs),
-                col.allreduce(xs, "tree"), col.parameter_server(xs)):
+                col.allreduce(xs, "tree all-reduce"), col.parameter_server(xs)):
         assert len(res.outputs) >= k
         for out in res.outputs:
             np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
@@ -193,5 +193,7 @@ def test_round_semantics_and_errors() -> None:
         col.pipelined_ring_broadcast(100, 4, 0)
     with pytest.raises(ValueError):
         col.allreduce([np.zeros(3)], algorithm="butterfly")
+    with pytest.raises(ValueError):    # one spelling per algorithm: the definition's, not "ring"
+        col.allreduce([np.zeros(3)], algorithm="ring")
     with pytest.raises(ValueError):
         col.ring_allreduce([])
