@@ -32,16 +32,15 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from common import checker, verdicts
-from common.cli import OneLineParser
 from common.costmodel.collectives import algorithm
 from common.costmodel.link import CS336_ETHERNET, CS336_INFINIBAND, CS336_NVLINK
 from common.costmodel.steps import pp_step_traffic, tp_step_bytes_per_device, zero_step_collectives
 from common.leftovers import owned_folder
-from common.output_files import make_output_dir, write_text
-from common.output_paths import check_output_dir
+from common.output_files import write_text
 from common.script_end import run_main
 from common.units import fmt_bytes
 from cs336 import ledger as lg
+from report.page_cli import page_main
 from report.timeline import embedded_json
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -242,13 +241,7 @@ def write_memory(directory: Path, claims: list[dict[str, Any]] | None = None,
 
 
 def main() -> None:
-    parser = OneLineParser(description=__doc__)
-    parser.add_argument("out_dir", help="folder to write memory.html into (created if its parent exists)")
-    args = parser.parse_args()
-    check_output_dir(args.out_dir, "OUT_DIR")
-    make_output_dir(args.out_dir)
-    path = write_memory(Path(args.out_dir))
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    page_main(__doc__, PAGE_NAME, write_memory)
 
 
 if __name__ == "__main__":

@@ -28,11 +28,10 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from common import checker
-from common.cli import OneLineParser
-from common.output_files import make_output_dir, write_text
-from common.output_paths import check_output_dir
+from common.output_files import write_text
 from common.script_end import run_main
 from cs336 import pipeline as pp
+from report.page_cli import page_main
 from report.timeline import embedded_json
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -180,13 +179,7 @@ def write_pipeline(directory: Path) -> Path:
 
 
 def main() -> None:
-    parser = OneLineParser(description=__doc__)
-    parser.add_argument("out_dir", help="folder to write pipeline.html into (created if its parent exists)")
-    args = parser.parse_args()
-    check_output_dir(args.out_dir, "OUT_DIR")
-    make_output_dir(args.out_dir)
-    path = write_pipeline(Path(args.out_dir))
-    print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
+    page_main(__doc__, PAGE_NAME, write_pipeline)
 
 
 if __name__ == "__main__":

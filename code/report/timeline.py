@@ -27,12 +27,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from common import checker
-from common.cli import OneLineParser
-from common.output_files import make_output_dir, write_text
-from common.output_paths import check_output_dir
+from common.output_files import write_text
 from common.script_end import run_main
 from lecture15 import timeline_grid
 from lecture15.ddp_sim import ComputeModel
+from report.page_cli import page_main
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PAGE_NAME = "timeline.html"
@@ -203,13 +202,7 @@ def write_timeline(directory: Path, html: str | None = None) -> Path:
 
 
 def main() -> None:
-    parser = OneLineParser(description=__doc__)
-    parser.add_argument("out_dir", help="folder to write timeline.html into (created if its parent exists)")
-    args = parser.parse_args()
-    check_output_dir(args.out_dir, "OUT_DIR")
-    make_output_dir(args.out_dir)
-    path = write_timeline(Path(args.out_dir))
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    page_main(__doc__, PAGE_NAME, write_timeline)
 
 
 if __name__ == "__main__":
