@@ -283,6 +283,18 @@ def quick_run(quick_reproduction: dict) -> Callable[..., QuickRun]:
     return lookup
 
 
+def every_row_agrees(relpath: str, data: dict) -> dict[str, dict]:
+    """A run's claims by row id, asserting every row of the script's tables was decided and agrees
+    (for a script whose rows are all our own checks of engines that must hold)."""
+    from common import checker
+
+    claims = {c["ref"]: c for c in data["claims"]}
+    assert {r.id for r in checker.rows_for(relpath)} == set(claims)      # every row decided
+    assert all(c["status"] == "agrees" for c in claims.values()), [c for c in claims.values()
+                                                                   if c["status"] != "agrees"]
+    return claims
+
+
 # ---- a real browser for the report's pages ---------------------------------------------------------
 
 def chromium_path() -> str | None:

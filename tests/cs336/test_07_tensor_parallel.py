@@ -15,9 +15,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, flat, load_script, python, run_script
+from conftest import ROOT, every_row_agrees, flat, load_script, python, run_script
 
-from common import checker
 from common.costmodel.steps import tp_step_traffic
 from common.error_types import UsageError
 from common.launch import launch
@@ -29,10 +28,7 @@ SCRIPT = "cs336/07_tensor_parallel.py"
 def test_quick_run_agrees_row_by_row_and_byte_for_byte(quick_run) -> None:
     proc = quick_run(SCRIPT)      # the session's reproduction ran it
     data = proc.data
-    claims = {c["ref"]: c for c in data["claims"]}
-    assert {r.id for r in checker.rows_for(SCRIPT)} == set(claims)      # every row decided
-    assert all(c["status"] == "agrees" for c in claims.values()), [c for c in claims.values()
-                                                                   if c["status"] != "agrees"]
+    every_row_agrees(SCRIPT, data)
     # the marks under each table of gaps from one process: 3 sides, Megatron, the mesh
     marks = [row[1:] for part in ("Part 1", "Part 2", "Part 3")
              for row in data["parts"][part]["tables"]["vs_one_process"]["rows"]

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import assert_usage_error, load_script, run_patched
-
-from common import checker
+from conftest import assert_usage_error, every_row_agrees, load_script, run_patched
 
 SCRIPT = "cs336/09_zero.py"
 CODE = Path(__file__).resolve().parents[2] / "code"
@@ -21,10 +19,7 @@ SMALL = ["--world-size", "3", "--layers", "4", "--width", "10", "--batch", "6"]
 def test_quick_run_every_row_agrees(quick_run) -> None:
     proc = quick_run(SCRIPT)      # the session's reproduction ran it
     data = proc.data
-    claims = {c["ref"]: c for c in data["claims"]}
-    assert {r.id for r in checker.rows_for(SCRIPT)} == set(claims)      # every row decided
-    assert all(c["status"] == "agrees" for c in claims.values()), [c for c in claims.values()
-                                                                   if c["status"] != "agrees"]
+    every_row_agrees(SCRIPT, data)
     # Part 1's marks: every engine equals one process
     part1 = data["parts"]["Part 1"]["tables"]["vs_one_process"]["rows"]
     assert [row[0] for row in part1] == ["ZeRO-1", "FSDP2", "FSDP2-no-reshard"]
