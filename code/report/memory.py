@@ -48,7 +48,7 @@ PAGE_NAME = "memory.html"
 SCRIPT = "cs336/04_memory.py"
 COSTS = "cs336/03_costs.py"               # the Llama example's all-reduce: 39 GB, 87 / 975 / 3900 ms
 CODE = Path(__file__).resolve().parents[1]
-FP16 = 2                                   # bytes of a parameter, gradient and activation value
+FP16 = lg.LEDGER["fp16 parameters"]       # bytes of a parameter, gradient and activation value
 CARDS_GB = (24, 40, 80, 141)               # common cards' memory, GB = 1e9 B
 WORLD_SIZES = (1, 2, 4, 8, 16, 64, 256, 1024)
 DEGREES = (1, 2, 4, 8)                     # TP and PP ways; TP stays inside an 8-GPU node
@@ -146,7 +146,8 @@ def traffic_rows(stage: str, local: float, dp: int, tp: int, pp: int, stage_laye
 
 
 # ---- the notes' ZeRO table, with 04_memory.py's verdicts ----------------------------------------
-NOTES_P, NOTES_WORLD = 13e9, 4
+# the 13B on 4 cards of the notes' table (04_memory.py's defaults): the ledger's Llama 2 13B
+NOTES_PARAMS, NOTES_WORLD = lg.LLAMA2_13B.params, 4
 SHORT = {"all-reduce": "AR", "reduce-scatter": "RS", "all-gather": "AG"}   # as the notes' table writes them
 MEMORY_ROWS = {"DDP": "CS-zero-mem-ddp", "ZeRO-1": "CS-zero-mem-zero1", "ZeRO-2": "CS-zero-mem-zero2",
                "ZeRO-3": "CS-zero-mem-zero3"}
@@ -201,14 +202,14 @@ def notes_table(claims: list[dict[str, Any]], costs: list[dict[str, Any]]) -> di
     for stage in lg.STAGES:
         formula = checker.row(MEMORY_ROWS[stage]).what.split(" = ")[0]
         rows.append({"stage": stage, "formula": formula,
-                     "notes_bytes": lg.zero_notes_formula(stage, NOTES_P, NOTES_WORLD),
-                     "ours_bytes": lg.zero_bytes_per_gpu(stage, NOTES_P, NOTES_WORLD),
+                     "notes_bytes": lg.zero_notes_formula(stage, NOTES_PARAMS, NOTES_WORLD),
+                     "ours_bytes": lg.zero_bytes_per_gpu(stage, NOTES_PARAMS, NOTES_WORLD),
                      "memory": decided(by_ref[MEMORY_ROWS[stage]]), "comm": decided(by_ref[COMM_ROWS[stage]]),
                      "paper": " + ".join(SHORT[c.kind] for c in zero_step_collectives(stage, 1.0))})
     beside = [dict(decided(by_ref[ref]), card=card, at={**DEFAULT_AT, **at}) for card, ref, at in BESIDE]
     traffic = [dict(decided(cost[ref]), card=what, at=dict(TRAFFIC_AT, **({"link": link} if link else {})))
                for what, ref, link in TRAFFIC_BESIDE]
-    return {"rows": rows, "beside": beside, "traffic": traffic, "params": NOTES_P, "world": NOTES_WORLD}
+    return {"rows": rows, "beside": beside, "traffic": traffic, "params": NOTES_PARAMS, "world": NOTES_WORLD}
 
 
 def page_data(claims: list[dict[str, Any]], costs: list[dict[str, Any]]) -> dict[str, Any]:
