@@ -23,6 +23,7 @@ import common  # noqa: F401  (first: Ctrl-C and a closed pipe end quietly, torch
 
 # isort: split
 
+import re
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -69,10 +70,18 @@ CARDS = (("step", "step (makespan), simulated", True),
          ("min-notes", "smallest M by the notes' formula", False))
 TARGET_TOL = 1e-12          # "within" a target: float noise on its boundary counted in (as 06's FIVE_PERCENT)
 
+
+
+def _settings(pattern: str) -> list[tuple[int, ...]]:
+    """The settings of the notes' rows whose ids match `pattern` (its groups: S, M), in the table's
+    order: the page shows a figure wherever the notes print one, and types none of their settings."""
+    return [tuple(map(int, m.groups())) for row in checker.all_rows() if (m := re.fullmatch(pattern, row.id))]
+
+
 # The notes' tables in cs336/notes.toml, by (S, M) (06's EFFICIENCY and BUBBLE) and by S (its 5 % rows).
-ETA = [(4, 4), (4, 8), (4, 16), (8, 8)]
-BUBBLE = [(4, 4), (4, 8), (4, 16), (4, 32), (8, 8), (8, 32)]
-FIVE_PCT = [4, 8]
+ETA = _settings(r"CS-eta-S(\d+)-M(\d+)")
+BUBBLE = _settings(r"CS-bubble-S(\d+)-M(\d+)-share")
+FIVE_PCT = [s for (s,) in _settings(r"CS-five-pct-S(\d+)-real")]
 
 
 def slow_stages(stages: int) -> list[int]:
