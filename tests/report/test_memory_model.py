@@ -46,34 +46,49 @@ def written(v: dict) -> list[str | None]:
             *(x for r in v["traffic"] for x in (fmt_bytes(r["bytes"]), fmt_time(r["seconds"])))]
 
 
-def differences(page, first: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
-    """Every setting the page offers, its JS model against setting_numbers: what differs (with
-    `first`, only the first setting that does)."""
+def page_numbers(page, start: int, stop: int) -> tuple[int, list]:  # type: ignore[no-untyped-def]
+    """How many settings the page offers, and for those from `start` to `stop` (its order) the
+    setting, its JS model's numbers and the digits the page writes for them."""
     # one JSON string: Playwright's own serialisation of 15,000 objects takes 40 s here, this 1 s
-    js = json.loads(page.evaluate("""() => JSON.stringify(allSettings().map((s) => {
+    return json.loads(page.evaluate("""([start, stop]) => { const all = allSettings();
+        return JSON.stringify([all.length, all.slice(start, stop).map((s) => {
         const v = compute(s);
         return [s, v, [...%s.map((k) => v[k] === null ? null : fmtBytes(v[k])), fmtTime(v.seconds),
                        ...v.traffic.flatMap((r) => [fmtBytes(r.bytes), fmtTime(r.seconds)])]];
-        }))""" % json.dumps(BYTES)))
+        })]); }""" % json.dumps(BYTES), [start, stop]))
+
+
+def setting_differences(s: dict, got: dict, shown: list) -> list[str]:
+    """What of one setting's JS numbers (and the digits shown) differs from setting_numbers'."""
+    want = setting_numbers(s)
+    bad = [k for k in NUMBERS if (got[k] is None) != (want[k] is None)
+           or (want[k] is not None and not math.isclose(got[k], want[k], rel_tol=1e-9))]
+    bad += ["fits"] if got["fits"] != want["fits"] else []
+    rows = [(r["axis"], r["kind"], r["calls"]) for r in got["traffic"]]
+    wanted = [(r["axis"], r["kind"], r["calls"]) for r in want["traffic"]]
+    bad += ["traffic rows"] if rows != wanted else []
+    bad += [f"{r['axis']} {r['kind']} {k}" for r, w in zip(got["traffic"], want["traffic"])
+            for k in ("bytes", "seconds") if not math.isclose(r[k], w[k], rel_tol=1e-9)]
+    return bad + (["the digits shown"] if shown != written(want) else [])
+
+
+def differences(page, first: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every setting the page offers, its JS model against setting_numbers: what differs (with
+    `first`, only the first setting that does, read 1,000 settings at a time: a mutation's test
+    stops at the first block that shows it)."""
     py = all_settings()
-    if [s for s, _, _ in js] != py:
-        return ["the page offers other settings than all_settings()"]
+    step = 1000 if first else len(py)
     out = []
-    for s, got, shown in js:
-        want = setting_numbers(s)
-        bad = [k for k in NUMBERS if (got[k] is None) != (want[k] is None)
-               or (want[k] is not None and not math.isclose(got[k], want[k], rel_tol=1e-9))]
-        bad += ["fits"] if got["fits"] != want["fits"] else []
-        rows = [(r["axis"], r["kind"], r["calls"]) for r in got["traffic"]]
-        wanted = [(r["axis"], r["kind"], r["calls"]) for r in want["traffic"]]
-        bad += ["traffic rows"] if rows != wanted else []
-        bad += [f"{r['axis']} {r['kind']} {k}" for r, w in zip(got["traffic"], want["traffic"])
-                for k in ("bytes", "seconds") if not math.isclose(r[k], w[k], rel_tol=1e-9)]
-        bad += ["the digits shown"] if shown != written(want) else []
-        if bad:
-            out.append(f"{s}: {', '.join(bad)}")
-            if first:
-                break
+    for start in range(0, len(py), step):
+        count, js = page_numbers(page, start, start + step)
+        if count != len(py) or [s for s, _, _ in js] != py[start:start + step]:
+            return ["the page offers other settings than all_settings()"]
+        for s, got, shown in js:
+            bad = setting_differences(s, got, shown)
+            if bad:
+                out.append(f"{s}: {', '.join(bad)}")
+                if first:
+                    return out
     return out
 
 
@@ -183,31 +198,42 @@ def test_the_dom_check_fails_when_the_page_writes_another_number(browser, page_f
     page.context.close()
 
 
-def choose(page, control: str, value: object) -> None:  # type: ignore[no-untyped-def]
-    page.select_option(f"#{control}", str(value))
+# What the selects offer, read from the DOM (not from allSettings) after each model and GPU count is
+# chosen as a user chooses them (the value set, then the input and change events select_option fires),
+# in one call: a round trip per choice took 5 s.
+_READ_CONTROLS = """(models) => {
+    const choose = (id, value) => { $(id).value = String(value);
+        for (const kind of ["input", "change"]) $(id).dispatchEvent(new Event(kind, {bubbles: true})); };
+    const values = (id) => [...$(id).options].map((o) => o.value);
+    const enabled = (id) => [...$(id).options].filter((o) => !o.disabled).map((o) => Number(o.value));
+    return models.map((key) => {
+        choose("model", key);
+        const opts = Object.fromEntries(["world", "stage", "tp", "pp", "batch", "seq", "link"]
+            .map((id) => [id, values(id)]));
+        const byWorld = opts.world.map((w) => {
+            choose("world", w);
+            choose("pp", 1); const tp = enabled("tp");
+            choose("tp", 1); const pp = enabled("pp");
+            return {tp, pp};
+        });
+        return {key, opts, byWorld};
+    });
+}"""
 
 
 def offered_by_the_controls(page) -> list[dict]:  # type: ignore[no-untyped-def]
-    """Every setting the selects offer (read from the DOM, not from allSettings), combined by the
-    test's own rule: TP × PP divide the GPUs, PP ≤ layers, no TP or PP for a bare count; asserts
-    the options the rule forbids are greyed out."""
+    """Every setting the selects offer, combined by the test's own rule: TP × PP divide the GPUs,
+    PP ≤ layers, no TP or PP for a bare count; asserts the options the rule forbids are greyed out."""
     offered = []
-    for key, model in memory.BY_KEY.items():
-        choose(page, "model", key)
-        opts = page.evaluate("""() => Object.fromEntries(
-            ["world", "stage", "tp", "pp", "batch", "seq", "link"]
-            .map((id) => [id, [...$(id).options].map((o) => o.value)]))""")
+    for read in page.evaluate(_READ_CONTROLS, list(memory.BY_KEY)):
+        key, opts, model = read["key"], read["opts"], memory.BY_KEY[read["key"]]
         num = {k: [int(x) for x in opts[k]] for k in ("world", "tp", "pp")}
         shapes = ([(int(b), int(q)) for b in opts["batch"] for q in opts["seq"]] if model["layers"]
                   else [(None, None)])
         assert opts["batch"] == (["-"] if not model["layers"] else opts["batch"])
-        for w in num["world"]:
-            choose(page, "world", w)
-            for control, other in (("tp", "pp"), ("pp", "tp")):
-                choose(page, other, 1)
-                enabled = page.evaluate(f"() => [...$('{control}').options].filter((o) => !o.disabled)"
-                                        ".map((o) => Number(o.value))")
-                assert enabled == [d for d in num[control] if ok(model, w, d, 1)], (key, w, control)
+        for w, enabled in zip(num["world"], read["byWorld"]):
+            for control in ("tp", "pp"):
+                assert enabled[control] == [d for d in num[control] if ok(model, w, d, 1)], (key, w, control)
         offered += [{"model": key, "world": w, "stage": z, "tp": t, "pp": q, "batch": b, "seq": sq, "link": k}
                     for w in num["world"] for z in opts["stage"] for t in num["tp"] for q in num["pp"]
                     if ok(model, w, t, q) for b, sq in shapes for k in opts["link"]]
@@ -223,6 +249,18 @@ def test_the_controls_offer_exactly_the_enumerated_settings(browser, page_file: 
     # an enumeration that leaves out a world size the page offers: seen
     monkeypatch.setattr(memory, "WORLD_SIZES", memory.WORLD_SIZES[:-1])
     assert offered != all_settings()
+
+
+def test_the_controls_check_fails_when_the_page_greys_out_nothing(browser, page_file: Path,
+                                                                  tmp_path: Path) -> None:
+    """The in-page reading sees the page's own greying: with it gone, the check above fails. (That
+    the events reach the page's handlers is shown by the check passing at all: a bare count's
+    options differ from a shaped model's only once the model's change is handled.)"""
+    page, _ = open_mutated(browser, page_file, tmp_path, "o.disabled = !valid(",
+                           "o.disabled = false && !valid(")
+    with pytest.raises(AssertionError, match="200m"):
+        offered_by_the_controls(page)
+    page.context.close()
 
 
 def ok(model: dict, world: int, tp: int, pp: int) -> bool:
