@@ -16,7 +16,8 @@ import pytest
 FAST_FILES = frozenset({
     # tests/common/
     "test_checker.py", "test_flags.py", "test_collectives.py", "test_link.py",
-    "test_costmodel_steps.py", "test_parent_side.py", "test_row_tables.py",
+    "test_costmodel_steps.py", "test_parent_side.py", "test_row_tables.py", "test_units.py",
+    "test_timeline.py",
     # tests/lecture14/, tests/cs336/, tests/suite/
     "test_costmodel.py", "test_lecture14_collectives.py", "test_collectives_counts.py",
     "test_first_order.py", "test_busbw.py", "test_comm.py", "test_ledger.py", "test_pipeline.py",

@@ -293,6 +293,7 @@ def test_files_written_outside_the_cases_folder_are_said_and_new_ones_removed(tm
         f"changed {shown(old)} (it was there before: left as it is)"]
     assert notes["buckets: a cap above the total gives one bucket"] == [
         f"{shown(folder / 'saved.pt')} appeared during the case (not through Python: left as it is)"]
+    # the judge's own words are what the student reads (the record above holds the paths)
     assert sum(bool(v) for v in notes.values()) == 4 and "warning: 3 cases wrote outside" in out
     # saved.pt came past the audit hook (torch's C++ writer, another program, an editor): said apart
     assert "note: files beside the solution changed during 1 case, not through its Python" in out
