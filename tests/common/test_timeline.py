@@ -1,7 +1,7 @@
 """common/timeline.py: the text charts (painted, sampled, shaded columns in framed rows) against
 charts worked by hand, and the Gantt helpers against what they hand a matplotlib axis (a recording
 stand-in: the bars' positions in ms, their colours, merging, order). The simulators' own charts are
-tested with their scripts (lecture15/test_ddp_sim.py, cs336/test_pipeline.py)."""
+tested with their modules (tests/lecture15/test_ddp_sim.py, tests/cs336/test_pipeline.py)."""
 
 from __future__ import annotations
 
