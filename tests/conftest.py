@@ -262,17 +262,38 @@ class QuickRun(NamedTuple):
     figures: Path   # where its --save-figs figures are (with every other script's)
 
 
+def _whole_reproduction_wanted(session: pytest.Session) -> bool:
+    """Whether a test this session collected reads the whole reproduction itself (the claims
+    policy, the pages, the output's share): then every quick_run reads it too."""
+    return any("quick_reproduction" in getattr(item, "fixturenames", ()) for item in session.items)
+
+
 @pytest.fixture(scope="session")
-def quick_run(quick_reproduction: dict) -> Callable[..., QuickRun]:
+def quick_run(request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Callable[..., QuickRun]:
     """quick_run("lecture14/02_primitives.py", json_to=PATH): that script's `--quick --json` run
-    (with --save-figs where it draws), taken from the session's reproduction instead of a run of
-    its own: the same command a student types, run once for every test that reads it. json_to
-    writes its --json to PATH as the run would have."""
-    runs = {run["script"]: run for run in quick_reproduction["runs"]}
-    figures = quick_reproduction["report_dir"] / "figures"
+    (with --save-figs where it draws), taken from a reproduction instead of a run of its own: the
+    same command a student types, run once for every test that reads it. json_to writes its --json
+    to PATH as the run would have. In the whole suite, the session's one reproduction of every
+    script; in a session that collected no test of the whole reproduction (`pytest
+    tests/lecture15/test_03_overlap.py`), a reproduction of just the scripts its tests read, each
+    when first asked for (seconds, not the whole run's half minute)."""
+    runs: dict[str, tuple[dict, Path]] = {}
+    if _whole_reproduction_wanted(request.session):
+        data = request.getfixturevalue("quick_reproduction")
+        runs.update({run["script"]: (run, data["report_dir"] / "figures") for run in data["runs"]})
+
+    def reproduction_of(relpath: str) -> tuple[dict, Path]:
+        if relpath not in runs:    # no whole reproduction in this session (or not in it): this script alone
+            data = _reproduction(tmp_path_factory, "reproduce-quick-" + relpath.replace("/", "-"),
+                                 "--quick", "--only", relpath)
+            found = [run for run in data["runs"] if run["script"] == relpath]
+            assert len(found) == 1, f"--only {relpath} ran {[run['script'] for run in data['runs']]}"
+            runs[relpath] = (found[0], data["report_dir"] / "figures")
+        return runs[relpath]
 
     def lookup(relpath: str, json_to: Path | None = None) -> QuickRun:
-        run = runs[relpath]
+        run, figures = reproduction_of(relpath)
         if run["rc"] != 0 or run.get("json") is None:
             raise AssertionError(f"{relpath} --quick exited {run['rc']} in the reproduction\n--- stdout ---\n"
                                  f"{run['stdout'][-3000:]}\n--- stderr ---\n{run['stderr'][-3000:]}")

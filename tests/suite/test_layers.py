@@ -1,0 +1,150 @@
+"""The house's picture, held by a scan of every import in code/ (function-level imports included, a
+name asked of common.launch's face counted as an import of the module that holds it, as at run
+time): each room imports only rooms on lower floors, common/'s modules import each other without a
+cycle, and every module of common/ is reached from a script (a lecture's, a page's): common/ holds
+the scripts' runtime, nothing that only the reproduction or the tests use. Each rule is shown
+failing on a made-up graph that breaks it. Process-free."""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE = ROOT / "code"
+# A room's floor: it may import rooms on lower floors only (reproduction/ is the reproduction's own
+# machinery: common below it, the report's pages and reproduce.py above).
+FLOORS = {"common": 0, "lecture14": 1, "reproduction": 1, "cs336": 2, "lecture15": 3, "report": 4,
+          "reproduce": 5}
+# Where the scripts are: what a user runs (and the pages reproduce.py writes).
+SCRIPT_ROOMS = ("lecture14", "lecture15", "cs336", "report")
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(CODE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {_name(p): p for p in CODE.rglob("*.py")}
+
+
+def _face(package: str) -> dict[str, str]:
+    """A package face's table (name -> the module of the package holding it), as its _FACE says."""
+    for node in ast.parse(modules()[package].read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_FACE" for t in node.targets):
+            return {k.value: f"{package}.{v.value}" for k, v in zip(node.value.keys, node.value.values)}
+    return {}
+
+
+def _target(module: str, name: str) -> str:
+    if f"{module}.{name}" in modules():
+        return f"{module}.{name}"
+    return _face(module).get(name, module)
+
+
+@cache
+def edges() -> dict[str, frozenset[str]]:
+    """Every module of code/ -> the modules of code/ it imports."""
+    out = {}
+    for name, path in modules().items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules():
+                found.update(_target(node.module, alias.name) for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if alias.name in modules())
+        out[name] = frozenset(found - {name})
+    return out
+
+
+def room(module: str) -> str:
+    return module.split(".")[0]
+
+
+def arrows_up(graph: dict[str, frozenset[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if room(a) != room(b) and FLOORS[room(b)] >= FLOORS[room(a)])
+
+
+def cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, children = work[-1]
+            child = next((c for c in children if c in graph), None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    part = stack[stack.index(node):]
+                    del stack[stack.index(node):]
+                    found += [sorted(part)] if len(part) > 1 else []
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def unreached(graph: dict[str, frozenset[str]]) -> list[str]:
+    """The modules of common/ no script reaches through its imports (importing a.b.c runs the
+    packages a and a.b first)."""
+    seen = set()
+    todo = [m for m in graph if room(m) in SCRIPT_ROOMS]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            packages = [module.rsplit(".", k)[0] for k in range(1, module.count(".") + 1)]
+            todo += [*graph.get(module, ()), *packages]
+    return sorted(m for m in graph if room(m) == "common" and m not in seen)
+
+
+def test_every_room_is_on_a_floor() -> None:
+    assert {room(m) for m in modules()} == set(FLOORS)
+
+
+def test_no_arrow_goes_up() -> None:
+    assert arrows_up(edges()) == []
+
+
+def test_no_cycle_between_modules() -> None:
+    assert cycles(edges()) == []
+    common = {m: t for m, t in edges().items() if room(m) == "common"}
+    assert len(common) > 30 and cycles(common) == []
+
+
+def test_every_common_module_serves_a_script() -> None:
+    assert unreached(edges()) == []
+
+
+def test_the_face_counts_as_an_import_of_the_module_holding_the_name() -> None:
+    # lecture 15's 01 says `from common.launch import launch`
+    assert "common.launch.launcher" in edges()["lecture15.01_ddp_basics"]
+
+
+def test_each_rule_fails_on_a_graph_that_breaks_it() -> None:
+    graph = dict(edges())
+    graph["common.units"] = graph["common.units"] | {"lecture15.ddp_sim"}             # an arrow up
+    graph["lecture14.collectives"] = graph["lecture14.collectives"] | {"cs336.pipeline"}
+    assert arrows_up(graph) == ["common.units -> lecture15.ddp_sim",
+                                "lecture14.collectives -> cs336.pipeline"]
+    looped = dict(graph, **{"common.units": frozenset({"common.checker"})})          # checker imports units
+    assert any({"common.checker", "common.units"} <= set(part) for part in cycles(looped))
+    graph["common.orphan"] = frozenset()
+    assert unreached(graph) == ["common.orphan"]
