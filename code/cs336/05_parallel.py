@@ -34,9 +34,10 @@ from common.costmodel.collectives import algorithm, split_sizes
 from common.costmodel.steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
 from common.error_types import UsageError
 from common.launch import ask_gloo, gloo_lacks, launch
-from common.output import MOVED_SHARE, Report
+from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
+from common.trained_weights import MOVED_SHARE
 from common.units import fmt_bytes
 from cs336 import comm, ledger, mlp
 

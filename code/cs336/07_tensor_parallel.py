@@ -44,9 +44,10 @@ from common.costmodel.collectives import algorithm
 from common.costmodel.steps import tp_step_bytes_per_device
 from common.error_types import UsageError
 from common.launch import ask_gloo, launch
-from common.output import MOVED_SHARE, Report
+from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
+from common.trained_weights import MOVED_SHARE
 from common.units import fmt_bytes
 from cs336 import comm, gloo_ran, mlp
 from cs336 import dtensor_tp as dt

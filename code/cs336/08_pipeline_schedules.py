@@ -44,9 +44,10 @@ from common.costmodel.steps import pp_step_traffic
 from common.dist_count import counting
 from common.error_types import UsageError
 from common.launch import launch, under_torchrun
-from common.output import MOVED_SHARE, Report
+from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
+from common.trained_weights import MOVED_SHARE
 from common.units import fmt_bytes
 from cs336 import mlp
 from cs336 import pipeline as pp

@@ -46,9 +46,10 @@ from common.costmodel.steps import zero_step_bytes_per_device, zero_step_collect
 from common.dist_count import counting
 from common.error_types import UsageError
 from common.launch import launch
-from common.output import MOVED_SHARE, Report
+from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
+from common.trained_weights import MOVED_SHARE
 from common.units import fmt_bytes
 from cs336 import gloo_ran, ledger, mlp
 from cs336.engine_probes import calls_text, collectives_by_kind, local_elements

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from common.costmodel.collectives import split_sizes
-from common.output import refuse_still_weights
+from common.trained_weights import refuse_still_weights
 
 LR_SGD = 0.5    # loss = mean of squares gives small gradients; 0.5 moves the weights visibly
 LR_ADAM = 1e-3  # Adam's step is ~lr per element whatever the gradient's size
@@ -67,7 +67,7 @@ class Reference:
 
     def refuse_still_weights(self, setting: str) -> None:
         """A usage error, before any rank starts, where the weights barely move
-        (output.refuse_still_weights)."""
+        (trained_weights.refuse_still_weights)."""
         eps = torch.finfo(self.params_before[0].dtype).eps
         refuse_still_weights(self.moved, self.largest_weight, eps, setting)
 

@@ -28,9 +28,10 @@ from common.costmodel.collectives import algorithm
 from common.error_types import UsageError
 from common.flags import positive_float, positive_int
 from common.launch import ask_gloo, gloo_lacks, launch, preload_for_ddp, rank_device
-from common.output import MOVED_SHARE, Report
+from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
+from common.trained_weights import MOVED_SHARE
 from common.units import fmt_bytes, fmt_time
 from lecture14 import async_sgd, figures
 from lecture14 import data_parallel as dp

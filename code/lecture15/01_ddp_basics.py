@@ -32,9 +32,10 @@ from common.cli import make_parser
 from common.error_types import UsageError
 from common.flags import positive_int
 from common.launch import launch, preload_for_ddp
-from common.output import Report, movement_floor
+from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
+from common.trained_weights import movement_floor
 from common.units import fmt_time
 from lecture14.data_parallel import flat_params
 

@@ -42,9 +42,10 @@ from common.costmodel.collectives import algorithm
 from common.dist_count import counting
 from common.error_types import UsageError
 from common.launch import launch, preload_for_ddp
-from common.output import FLOAT32_MOVED_SHARE, Report, new_figure, refuse_still_weights
+from common.output import Report, new_figure
 from common.run_cost import Cost, Term
 from common.script_end import run_main
+from common.trained_weights import FLOAT32_MOVED_SHARE, refuse_still_weights
 from common.units import MiB, fmt_bytes
 from lecture15.ddp_sim import DEFAULT_FIRST_BUCKET_BYTES, assign_buckets
 

@@ -1,4 +1,5 @@
-"""Report.check_trained and mlp.Reference.refuse_still_weights (code/common/output.py, code/cs336/mlp.py):
+"""Report.check_trained and mlp.Reference.refuse_still_weights (code/common/output.py, the rule in
+code/common/trained_weights.py, code/cs336/mlp.py):
 an "= one process" check of trained weights is judged against how far they moved in one process.
 
 The mutation: the learning rate 1.001× in the ranks only (one process keeps it), so step 1's
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_usage_error, run_patched
 
-from common.output import MOVED_SHARE, movement_floor
+from common.trained_weights import MOVED_SHARE, movement_floor
 
 # (script, the rank function launched, its optimizer's learning rate in mlp, what its line names)
 SCRIPTS = {"cs336/05_parallel.py": ("strategies_worker", "LR_SGD", "DP"),
