@@ -74,6 +74,7 @@ def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
     assert sum("✓" in c for c in cells) == said.count("matches") + said.count("matches, assuming")
     for mark in {c[-1] for c in cells if c[-1] in "¹²³"}:
         assert f"{mark} assumes: " in part3, mark
+    # a reason names a row the table shows, in the words printed
     assert "why: S=4, M=4 bubble, simulated" in part3 and "S=4, M=4" in bubble
 
 

@@ -176,8 +176,8 @@ def test_04_part1_says_when_no_crossover(alpha_beta: ModuleType, capsys: pytest.
     values = report.parts["intro"]["values"]
     assert values["ring_tree_crossover_kb"] is None
     assert (values["ring_naive_crossover_kb"] is None) == (k == 2 or alpha_us == 0)
-    # what a student reads where there is none (the sentences are what is tested): said, with the K
     out = capsys.readouterr().out
+    # what a student reads where there is none (the sentences are what is tested): said, with the K
     assert f"ring vs tree: no crossover at K = {k}" in out
     assert ("ring vs naive: no crossover" in out) == (k == 2 or alpha_us == 0)
     assert ("ring at every size" in out) == (k == 2 or alpha_us == 0)
@@ -264,8 +264,10 @@ def test_a_fit_with_a_negative_intercept_is_not_measured(alpha_beta: ModuleType)
     claims = _fit_claims(alpha_beta, run)
     fitted = [claims["L14-3.4-gloo-fit"], claims["L14-3.4-gloo-fit-beta"]]
     assert [c.status for c in fitted] == ["not measured", "not measured"]
+    # the reason a reader sees says how many fits failed
     assert all(c.ours is None and "0 of 3 sweeps' fits succeeded" in c.why for c in fitted)
     loopback = claims["L14-3.4-loopback-100x"]
+    # the reason a reader sees says how many fits failed
     assert loopback.status == "not measured" and "0 of 3 sweeps' fits succeeded" in loopback.why
 
 
@@ -281,6 +283,7 @@ def test_loopback_latency_against_the_links_alpha(alpha_beta: ModuleType) -> Non
     claims = _fit_claims(alpha_beta, run)
     measured = claims["L14-3.4-loopback-100x"]
     assert measured.ours == pytest.approx(100) and measured.status == "ours only"
+    # the reason a reader sees sets the notes' figure against ours
     assert "their own 130 µs is 26×" in measured.why
     assert "L14-3.4-loopback-100x-notes" not in claims  # unchecked: no link latency in the notes
     assert alpha_beta.notes_gloo_alpha_s() == pytest.approx(130e-6)  # read from the notes' table
