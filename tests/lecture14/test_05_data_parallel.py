@@ -92,6 +92,7 @@ def test_async_sgd_claims_say_where_the_notes_hold(tmp_path: Path, quick_run) ->
     # the reasons a reader sees (the words are what is tested)
     assert "no run has converged" in smallest["why"] and "slightly larger step" in smallest["why"]
     grid = found["L14-4.3-async-tau0-faster-every-lr"]
+    # (and this row's: the lr from which sync ends lower, in the words a reader sees)
     assert grid["status"] == "ours only" and "From lr 0.2 sync ends lower" in grid["why"]
 
 
