@@ -54,6 +54,16 @@ def table_rows(relpath: str) -> list[dict[str, Any]]:
     return [row for block in read_table(relpath).get("row", []) for row in expand(block, relpath)]
 
 
+def parameter_list(relpath: str, block_id: str) -> list[dict[str, Any]]:
+    """The `each` of the block whose id is written `block_id` ("CS-coll-shape-{name}"): a script that
+    records a value named from a parameter takes it from here, so the name is the row's, built the
+    same way, never a copy of the parameter worked out again."""
+    blocks = [block for block in read_table(relpath).get("row", []) if block.get("id") == block_id]
+    if len(blocks) != 1 or "each" not in blocks[0]:
+        raise KeyError(f"{relpath}: no one row block {block_id!r} with a parameter list")
+    return list(blocks[0]["each"])
+
+
 def expand(block: dict[str, Any], relpath: str = "") -> list[dict[str, Any]]:
     """A `[[row]]` as its rows: itself when it has no `each`; else, for each entry of `each` in order,
     each of its templates (`[[row.template]]`, or the block itself when it has none) with the block's

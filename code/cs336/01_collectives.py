@@ -41,6 +41,7 @@ from common.launch import (
     under_torchrun,
 )
 from common.output import Report
+from common.row_tables import parameter_list
 from common.run_cost import Cost, Term
 from common.script_end import run_main
 from common.units import fmt_num
@@ -163,6 +164,12 @@ def part1_primitives(rep: Report, args: argparse.Namespace) -> list[dict]:
     return real
 
 
+# The notes' in → out column: each primitive's value is named "shape_{key}" with the key its row
+# gives (the block "CS-coll-shape-{name}" of cs336/notes.toml), so the name is the row's own.
+SHAPE_KEYS = {entry["name"]: entry["key"]
+              for entry in parameter_list("cs336/notes.toml", "CS-coll-shape-{name}")}
+
+
 def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None:
     w = args.world_size
     rows = []
@@ -170,7 +177,7 @@ def part2_table(rep: Report, args: argparse.Namespace, real: list[dict]) -> None
         before, after = ([None if b is None else len(b) for b in (res["seven"][name][i] for res in real)]
                          for i in (0, 1))
         ours = prim.shape_text(before, after, [res["right"][name] for res in real])
-        key = name.replace("-", "_")      # the rows' parameter list: value = "shape_{key}"
+        key = SHAPE_KEYS[name]      # the row's own parameter: its value = "shape_{key}"
         rep.value(f"shape_{key}", ours)
         rows.append([name, rep.notes_text(f"CS-coll-shape-{name}"), ours,
                      prim.lengths_text([list(pair) for pair in zip(before, after)])])

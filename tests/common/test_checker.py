@@ -276,6 +276,7 @@ def test_the_comparison_fits_the_page_whether_values_fit_their_column_or_not(val
                           "differs", "why", erratum="E", error=checker.SLIP)
     lines = verdicts.comparison_lines([claim])
     assert max(len(line) for line in lines) <= PAGE_WIDTH
+    # the verdict word a reader sees in the comparison's lines (the words are what is tested)
     assert any("error in the notes" in line for line in lines)
 
 

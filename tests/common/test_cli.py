@@ -147,6 +147,7 @@ def test_claims_off_the_notes_setting_are_not_compared(tmp_path, capsys) -> None
     off.value("n", 5.0)
     claims = {c["ref"]: c for c in off.finish()["claims"]}
     assert claims["t"]["status"] == "other setting" and claims["t"]["rule"] == "not compared"
+    # the decision a reader sees names each flag off the notes' setting, with the notes' value
     assert "--step-ms 3 (notes' setting: 2)" in claims["t"]["decision"]
     assert "--bucket-cap-mb 1 MiB (notes' setting: 25 MiB)" in claims["t"]["decision"]
     assert claims["a"]["status"] == "agrees" and claims["n"]["status"] == "agrees"

@@ -71,6 +71,7 @@ def test_a_raising_rank_is_named_quickly_and_leaves_no_child() -> None:
     with pytest.raises(RankError) as info:
         launch(raise_on_rank_1, 3, timeout_s=60)
     assert info.value.rank == 1
+    # the rank's own error, as the parent prints it (its words are what comes back)
     assert "ValueError: deliberate failure" in str(info.value)
     assert "deliberate failure" in info.value.details  # the rank's traceback comes back too
     # The others are stuck in a barrier with a 60 s timeout: the parent must not wait for it.
@@ -372,6 +373,7 @@ def test_a_rank_raising_torchs_words_is_blamed_for_its_own_error() -> None:
     with pytest.raises(RankError) as info:
         launch(raise_in_own_code_with_torchs_words, 2, timeout_s=30)
     assert (info.value.rank, info.value.kind) == (1, RAISED), str(info.value)
+    # torch's words in the rank's own error stay its message (not read as a lost peer)
     assert "Connection closed by peer" in info.value.message
 
 

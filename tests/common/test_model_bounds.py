@@ -94,6 +94,7 @@ def test_04_memory_refuses_tp_999999999_at_once() -> None:
     wall = time.perf_counter() - start
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and out == "", (rc, out, err)
+    # the one-line stderr contract: the value refused and the largest allowed
     assert "--tp 999,999,999" in lines[0] and "at most --tp 32 at --pp 8 --dp 16" in lines[0], lines[0]
     assert cpu < 1.0 and wall < 30, (cpu, wall)   # wall: a guard only, the machine may be busy
 

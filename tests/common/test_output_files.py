@@ -65,6 +65,7 @@ def test_a_device_node_stays_a_device(tmp_path: Path) -> None:
 def test_a_full_device_is_one_line_naming_the_file(tmp_path: Path) -> None:
     full = node(tmp_path, "full", FULL)
     line = one_error_line(run("--json", str(full)), 1)
+    # the one-line stderr contract: the line names the file and the system's reason
     assert f"writing {full} failed: No space left on device" in line
     assert line.startswith("03_overlap.py: error:")
     assert stat.S_ISCHR(os.lstat(full).st_mode)
@@ -164,14 +165,17 @@ def test_own_descriptors_are_written_in_place() -> None:
 @pytest.mark.parametrize("flag", ["--json", "--save-figs"])
 def test_an_empty_path_is_a_usage_error(flag: str) -> None:
     proc = run(flag, "")
+    # the one-line stderr contract: the usage error says what is wrong
     assert "an empty path" in one_error_line(proc, 2) and proc.stdout == ""
 
 
 def test_a_missing_folder_is_a_usage_error(tmp_path: Path) -> None:
     proc = run("--json", str(tmp_path / "no" / "such" / "out.json"))
+    # the one-line stderr contract, for each flag
     assert "no such folder" in one_error_line(proc, 2)
     assert not (tmp_path / "no").exists()
     proc = run("--save-figs", str(tmp_path / "no" / "figs"))
+    # (the same line for --save-figs)
     assert "no such folder" in one_error_line(proc, 2)
     with pytest.raises(UsageError):
         output_paths.check_output_dir("-", "--save-figs")
@@ -195,11 +199,13 @@ def reproduce(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_reproduce_refuses_an_empty_report_path_and_a_run_of_nothing(tmp_path: Path) -> None:
+    # the one-line stderr contract: the usage error says what is wrong
     assert "an empty path" in one_error_line(reproduce("--report", ""), 2)
     report = tmp_path / "report"
     report.mkdir()
     (report / "index.html").write_text("a good report")
     proc = reproduce("--only", "zzz", "--report", str(report))
+    # the one-line stderr contract: the usage error says what is wrong
     assert "matches no script" in one_error_line(proc, 2)
     assert (report / "index.html").read_text() == "a good report"
 
@@ -313,8 +319,10 @@ def test_dash_on_a_silent_rank_stays_silent_and_a_closed_pipe_is_141(monkeypatch
 def test_a_name_the_file_system_cannot_hold_is_a_short_usage_error(tmp_path: Path, name: str) -> None:
     for flag in ("--json", "--save-figs"):
         line = one_error_line(run(flag, str(tmp_path / name)), 2)
+        # the one-line stderr contract: the flag and the name's length, short
         assert f"{flag}: a name of {len(name.encode())} bytes" in line and len(line) < 200, line
     line = one_error_line(reproduce("--only", "03_costs", "--report", str(tmp_path / name)), 2)
+    # the one-line stderr contract: the file system's limit, short
     assert "the file system holds 255" in line and len(line) < 200, line
     assert not list(tmp_path.iterdir())
 

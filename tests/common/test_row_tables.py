@@ -84,3 +84,17 @@ def test_a_template_fills_its_parameters_and_leaves_the_recorded_values_names() 
 def test_a_template_parameter_no_entry_gives_is_refused() -> None:
     with pytest.raises(ValueError, match="in no entry"):
         row_tables.expand({"each": [{"S": 4}], "id": "X-S{S}-M{M}"}, "t.toml")
+
+
+def test_a_script_reads_a_blocks_parameters_by_the_id_it_writes() -> None:
+    """parameter_list: the entries of the one block whose id is written so; the rows it expands to
+    record values under names built from these same entries (01's shape_{key})."""
+    entries = row_tables.parameter_list("cs336/notes.toml", "CS-coll-shape-{name}")
+    block = {"each": entries, "id": "CS-coll-shape-{name}", "value": "shape_{key}"}
+    rows = {row["id"]: row["value"] for row in row_tables.expand(block)}
+    assert rows["CS-coll-shape-all-gather"] == "shape_all_gather" and len(rows) == 7
+    checked = {row.id: row.value for row in checker.rows_for("cs336/01_collectives.py")}
+    assert {ref: checked[ref] for ref in rows} == rows
+    for missing in ("CS-coll-shape-all-gather", "CS-coll-volume-broadcast", "CS-no-such-{name}"):
+        with pytest.raises(KeyError, match="parameter list"):   # a row, a block without `each`, none
+            row_tables.parameter_list("cs336/notes.toml", missing)

@@ -33,6 +33,7 @@ def test_leftover_rank_variables_are_a_usage_error_not_a_torchrun_run() -> None:
                           capture_output=True, text=True, timeout=60)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", proc.stderr
+    # the one-line stderr contract: the leftover variables named, and why it stops
     assert ("RANK=0, WORLD_SIZE=1, MASTER_ADDR=0.0.0.0, MASTER_PORT=29500 set, but torchrun did not start"
             in lines[0])
 

@@ -118,6 +118,7 @@ def test_a_rank_killed_or_stopped_in_part_5_is_a_failure(rank: int, sig: int, sa
                                 after_s=2.5 if sig == signal.SIGSTOP else 0.0)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    # the one-line stderr contract: the staged failure named
     assert "error: Part 5 staged a skipped collective" in lines[0] and says in lines[0]
 
 

@@ -39,6 +39,7 @@ def test_quick_run_on_four_ranks(tmp_path: Path, quick_run) -> None:
     # reduce-scatter is no ring
     text = " ".join(proc.stdout.split())
     assert text.count("the ring model's share") == 4
+    # the sentence a student reads on what gloo ran instead (the words are what is tested)
     assert "gloo runs it here as an all-reduce of the whole input" in text
     claims = {c["ref"]: c for c in data["claims"]}
     assert claims["CS-bench-correct"]["status"] == "agrees"
@@ -53,6 +54,7 @@ def test_quick_run_on_four_ranks(tmp_path: Path, quick_run) -> None:
     assert claims["CS-bench-small-startup"]["rule"] == "above 0.5"
     assert part1["copy_Bps"] > 1e8 and part1["link_Bps"] > 0
     assert (proc.figures / "cs336_02_busbw.png").stat().st_size > 10_000
+    # the column header a student reads says whose GB/s the column is
     assert "lecture code's GB/s" in part1["tables"]["reduce-scatter"]["headers"]
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from conftest import assert_usage_error, run_script
 
-from common import checker
+from common import checker, verdicts
 
 SCRIPT = "cs336/06_pipeline.py"
 
@@ -55,17 +56,25 @@ def test_script_quick_run_and_claims(tmp_path: Path, quick_run) -> None:
     # verdict a mark, each reason once and naming a row the table shows.
     assert " ".join(text.split()).count("counts the forward fill only") == 1
     part3 = text[text.index("== Part 3"):text.index("== Part 4")]
-    assert "12 are errors in the notes" in " ".join(part3.split())
+    # the table's rows (5 a configuration, and the shortcut): the simulated bubble and share of each
+    # configuration are errors in the notes; their formula's (¹ ²) and the shortcut (³) match, assuming
+    said = [c["verdict"] for w, c in claims.items() if w.startswith("CS-bubble-")]
+    assert Counter(said) == {"error in the notes": 12, "matches": 6, "matches, assuming": 13}
+    # The count under the table is a sentence the student reads: it counts the table's rows (the
+    # sentence is what is tested: Part 3's other rows, the 5 % table's, have a sentence of their own).
+    assert f"(their figures in the table above): {verdicts.count_sentence(said)}." in " ".join(part3.split())
     table = json.loads(out.read_text())["parts"]["Part 3"]["tables"]["bubble"]
     bubble = {row[0]: row for row in table["rows"]}
     assert bubble["S=4, M=8"][1:4] == ["30 ms", "30 ✓¹", "90 ✗"]
-    # every count the sentence gives is a mark the student can see (the shortcut line's ✓³ too), and
-    # every superscript on a cell has its footnote in the part
+    # every verdict of the table's rows is a mark the student can see (the shortcut line's ✓³ too),
+    # and every superscript on a cell has its footnote in the part
     shortcut = part3.split("every row: ")[1].split()[1]
     cells = [cell for row in table["rows"] for cell in row[1:]] + [shortcut]
-    assert sum(c.endswith("✗") for c in cells) == 12 and sum("✓" in c for c in cells) == 6 + 13
+    assert sum(c.endswith("✗") for c in cells) == said.count("error in the notes")
+    assert sum("✓" in c for c in cells) == said.count("matches") + said.count("matches, assuming")
     for mark in {c[-1] for c in cells if c[-1] in "¹²³"}:
         assert f"{mark} assumes: " in part3, mark
+    # a reason names a row the table shows, in the words printed
     assert "why: S=4, M=4 bubble, simulated" in part3 and "S=4, M=4" in bubble
 
 

@@ -178,6 +178,7 @@ def test_parts_1_and_2_run_where_the_mesh_does_not(tmp_path: Path, world_size: i
              for row in data["parts"][part]["tables"]["vs_one_process"]["rows"]
              if row[0].startswith("step 1 ≤")]
     assert marks == [["ok"] * 3, ["ok"]]
+    # the line a student reads on why Part 3 did not run
     assert "not run: Part 3 needs --world-size = --tp × a data-parallel size of at least 2" in \
         flat(proc.stdout)
     claims = {c["ref"]: c["status"] for c in json.loads(out.read_text())["claims"]}

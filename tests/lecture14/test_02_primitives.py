@@ -36,6 +36,7 @@ def test_02_default_world_size(tmp_path: Path, quick_run) -> None:
     # the launcher's report of the skip is the lesson's finding (the message is what is tested)
     assert "rank 1 finished its work (so did rank 2, rank 3) while rank 0 waited" in flat(run.stdout)
     hang = found["L14-2.2-skipped-collective-hangs"]
+    # the reason a reader sees says the launch failed (the words are what is tested)
     assert hang["ours"] is True and "the launch failed after" in hang["why"]
 
 

@@ -85,6 +85,7 @@ def test_03_other_world_size_and_size(tmp_path: Path) -> None:
     assert found["L14-3.2-reduce-scatter-state"]["status"] == "agrees"
     fp = found["L14-3.3-fp-order-1e-5"]
     assert fp["status"] == "other setting"
+    # the decision a reader sees names the flag off the notes' setting
     assert "--traffic-size 65536 (notes' setting: 262144)" in fp["decision"]
 
 

@@ -89,8 +89,10 @@ def test_async_sgd_claims_say_where_the_notes_hold(tmp_path: Path, quick_run) ->
         assert found[ref]["status"] == "agrees", ref
     smallest = found["L14-4.3-staleness-worse-smallest-lr"]  # the notes name no lr: ours only
     assert smallest["status"] == "ours only" and not smallest["erratum"] and smallest["ours"] is False
+    # the reasons a reader sees (the words are what is tested)
     assert "no run has converged" in smallest["why"] and "slightly larger step" in smallest["why"]
     grid = found["L14-4.3-async-tau0-faster-every-lr"]
+    # (and this row's: the lr from which sync ends lower, in the words a reader sees)
     assert grid["status"] == "ours only" and "From lr 0.2 sync ends lower" in grid["why"]
 
 
@@ -99,6 +101,7 @@ def test_a_changed_flag_makes_claims_other_setting(tmp_path: Path) -> None:
     run_script(SCRIPT, "--quick", "--seed", "1", "--step-ms", "40", "--json", str(out))
     found = _claims(out)
     assert found["L14-4.3-diverges-large-lr"]["status"] == "other setting"
+    # the decision a reader sees names the flag off the notes' setting
     assert "--seed 1 (notes' setting: 0)" in found["L14-4.3-diverges-large-lr"]["decision"]
     assert found["L14-4.4-speedup-10mb"]["status"] == "other setting"
     assert "--step-ms 40" in found["L14-4.4-speedup-10mb"]["decision"]

@@ -75,6 +75,7 @@ def test_a_collective_that_matches_is_no_lesson(tmp_path: Path) -> None:
     proc = python(wrapper, timeout=180)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    # the one-line stderr contract: the staged failure that did not fail, named
     assert "Part 1 staged a mismatched collective (all_reduce against all_gather), but it completed" \
         in lines[0]
 
@@ -84,4 +85,5 @@ def test_quick_is_not_offered_as_a_shorter_run() -> None:
     from reproduction.suite import Script
 
     assert not Script(CODE / SCRIPT).shortened
+    # --help says it in these words
     assert "the run is the same" in " ".join(run_script(SCRIPT, "--help", timeout=60).stdout.split())

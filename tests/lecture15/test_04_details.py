@@ -48,6 +48,7 @@ def test_no_sync_counts_and_equal_results(details: ModuleType) -> None:
 def test_unused_parameters(details: ModuleType) -> None:
     res = launch(details.unused_worker, 2, 2, 1)
     for r in res:
+        # PyTorch's own error for an unused parameter: its words are what the part shows
         assert "Expected to have finished reduction in the prior iteration" in r["error"]
         assert r["ddp"]["never.weight"] is None
     # g0 by hand: rank 0's data, branch b used, plain autograd.
@@ -72,6 +73,7 @@ def test_buffers_replaced_by_rank0(details: ModuleType) -> None:
 
 def test_smoke_04(tmp_path: Path, quick_run) -> None:
     out, claims = _quick_claims("lecture15/04_details.py", tmp_path, quick_run)
+    # the reason a reader sees gives the all-reduce counts of the three placements
     assert "no_sync, forward no_sync): 4 4 1" in claims["L15-4.1-only-forward-saves"]["why"]
     assert re.search(r"check: no_sync accumulation on 2 ranks \(3 placements\) against one process: trained "
                      r"weights \S+ = \S+ × the \S+ they moved ≤ 1e-06: ok", out)

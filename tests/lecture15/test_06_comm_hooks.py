@@ -49,6 +49,7 @@ def test_bytes_counted_are_ours_and_compression_shrinks_them(run) -> None:
     assert values["psgd_noef_loss_ratio"] > values["psgd_ef_loss_ratio"] > 1.0
     stdout = run[1]
     headers = run[0]["parts"]["Part 2"]["tables"]["bytes_per_step"]["headers"]
+    # the headers a student reads say which bytes each column counts
     assert "ring model: bytes sent per rank" in headers and "bytes counted" in headers
     # the words are what is tested: bytes said not measured on the wire, and "exact" only where a gap of 0
     # was found ("bit-exact")
@@ -66,6 +67,7 @@ def test_three_ranks_are_within_round_off_not_exact(tmp_path: Path) -> None:
     gap = values["allreduce_hook_vs_ddp"]
     assert 0 < gap < 1e-6 and values["allreduce_hook_match"] == f"within round-off, {gap:.3g}"
     part1 = " ".join(proc.stdout.split("== Part 2")[0].split("note:")[0].split())
+    # the line a student reads, with the recorded gap in it
     assert f"within round-off, {gap:.3g}, every rank" in part1 and "movement" in part1, part1
     assert "bit-exact" not in part1, part1
 
@@ -92,6 +94,7 @@ def test_the_payload_formula_agrees_with_torchs_own_test() -> None:
 
 def test_bad_input_is_refused_before_any_launch() -> None:
     proc = run_script(SCRIPT, "--batch", "30", expect_rc=2, timeout=60)   # 30 do not split over 4 ranks
+    # the one-line stderr contract: the rule the flag broke
     assert len(proc.stderr.strip().splitlines()) == 1 and "multiple of --world-size" in proc.stderr
 
 
@@ -120,4 +123,5 @@ def test_quick_is_not_offered_as_a_shorter_run() -> None:
     from reproduction.suite import Script
 
     assert not Script(CODE / SCRIPT).shortened
+    # --help says it in these words
     assert "the run is the same" in " ".join(run_script(SCRIPT, "--help", timeout=60).stdout.split())

@@ -108,4 +108,5 @@ def test_quick_is_not_offered_as_a_shorter_run() -> None:
     from reproduction.suite import SHORTENS
 
     assert not re.search(SHORTENS, (CODE / SCRIPT).read_text(encoding="utf-8"))
+    # --help says it in these words
     assert "the run is the same" in " ".join(run_script(SCRIPT, "--help", timeout=60).stdout.split())

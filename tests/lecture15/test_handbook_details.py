@@ -16,6 +16,7 @@ def test_details_script_quick(quick_run) -> None:
     any_n = claims["HB-sampler-disjoint-any-n"]
     assert statuses.pop("HB-sampler-disjoint-any-n") == "differs"
     assert any_n["erratum"] == "HB-err-sampler-uneven" and any_n["error"] == "slip"
+    # the reason a reader sees gives the counter-example
     assert "K = 4, N = 10 repeats 2 samples" in any_n["why"]
     assert all(s == "agrees" for s in statuses.values()), statuses
     assert claims["HB-bf16-hook-halves"]["ours"] == 0.5 and claims["HB-bucket-view-no-copy"]["ours"] is True

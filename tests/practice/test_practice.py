@@ -98,6 +98,7 @@ def test_every_problem_has_a_statement_that_answers_the_questions_its_cases_ask(
         assert (ROOT / "practice" / "reference" / problem.folder / "solution.py").is_file()
         for name in problem.cases().FUNCTIONS:
             assert name in readme, (problem.folder, name)
+    # what a student must read in the problems' READMEs (the words are what is tested)
     assert "`first_cap_bytes=0` is a cap of 0" in readmes["113"]
     assert "the *latest* of its gradients" in readmes["113"]
     assert "Return **this rank's** loss" in readmes["114"] and "`loss_fn(outputs, targets)`" in readmes["114"]
@@ -260,6 +261,7 @@ def test_usage_errors_say_what_is_wrong(args: list[str], words: str) -> None:
 
 def test_a_fifo_as_solution_is_named_as_one(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "ring.py")                        # a FIFO made here, never opened
+    # the one-line stderr contract: what the path is instead of a file
     assert "a FIFO (named pipe), not a file" in usage_error("115", "--solution", str(tmp_path / "ring.py"))
 
 def _judge_module() -> Any:
@@ -286,6 +288,7 @@ def test_problem_names_and_one_problems_folder() -> None:
 def test_help_states_the_time_rule() -> None:
     proc = _judge_cli("--help")
     text = " ".join(proc.stdout.split())
+    # --help states the rule in these words
     assert "waits at most half of it in one collective" in text and "limit + 3 s" in text
 
 

@@ -225,14 +225,17 @@ def test_wrong_solutions_fail_under_quick_through_the_judge(tmp_path: Path) -> N
     first = failed(record, "113")
     assert list(first) == ["buckets: a first-bucket cap of 0 is given: "
                            "the first bucket seals after one parameter"]
+    # the hint a student reads (the words are what is tested)
     assert "0 counts: only None means none" in next(iter(first.values()))["hint"]
     assert next(iter(first.values()))["inputs"] == ("{'param_bytes': [4, 4, 4, 4], 'cap_bytes': 8, "
                                                     "'first_cap_bytes': 0}")
     swapped = failed(record, "114")
+    # what the judge tells the student it got
     assert len(swapped) == 2 and all("the arguments swapped" in c["got"] for c in swapped.values())
     chunk = failed(record, "115")
     assert list(chunk) == ["4 ranks, 5 numbers (chunks 2, 1, 1, 1; tensor.chunk(4) gives 3)"]
     only = next(iter(chunk.values()))
+    # the error and the hint a student reads
     assert "IndexError" in only["message"] and "tensor.chunk(K) may give fewer" in only["hint"]
     assert "no communication inside no_sync" in next(iter(failed(record, "116").values()))["expected"]
     assert "4 ranks, 1 layer (no gradient flows below it)" not in failed(record, "117")

@@ -152,6 +152,7 @@ def test_118_worked_example_is_the_simulators_order() -> None:
     said = {0: "Stage 0 (warm-up S − s − 1 = 1 forward) runs", 1: "stage 1 (no warm-up) runs"}
     for rank, words in said.items():
         assert f"{words} `{p118_pipeline.order_text([(k, m) for k, m, _ in orders[rank]])}`" in text
+    # the statement a student reads gives the figure pp_step_traffic gives
     assert pp_step_traffic(2, 0, 4, 8, 8, 8) == (4, 512) and "512 bytes in all at B = 8, d = 8" in text
 
 
@@ -169,9 +170,11 @@ def test_120_worked_example_is_busbw_pys() -> None:
     from cs336 import busbw as bw
 
     text, size, seconds = statement("120_busbw"), 1 << 30, 0.05
+    # the statement a student reads gives cs336.busbw's figures, as printed
     assert f"algbw = S / t = {bw.algbw(size, seconds) / 1e9:.2f} GB/s" in text
     assert f"= {bw.busbw('reduce-scatter', 4, size, seconds) / 1e9:.2f} GB/s" in text
     slip = bw.chunk_slip_busbw("reduce-scatter", 4, size, seconds)
+    # and the slip the problem is about, in the units it was printed in
     assert f"= {slip / 1e9:.2f} (printed as {slip / 2**30:.2f} \"GB/s\"" in text
 
 

@@ -164,12 +164,14 @@ def test_misbehaving_code_is_a_failed_case_each(tmp_path: Path) -> None:
                         "--case-limit-s", "2", expect_rc=1, tmp_path=tmp_path, env=env)
     cases = {name: c for (_, name), c in by_name(record).items()}
     loop = cases["buckets: a bucket that reaches the cap exactly is sealed"]
+    # the hint a student reads (the words are what is tested)
     assert loop["message"].startswith("timed out after 2 s") and "a loop that never ends?" in loop["hint"]
     assert "sys.exit(3)" in cases["buckets: cap 0 gives a bucket per parameter"]["message"]
     assert "exit code 4" in cases["buckets: a cap above the total gives one bucket"]["message"]
     wrong_type = cases["buckets: a parameter larger than the cap"]
     assert wrong_type["got"] == "a str: 'one bucket, I think'" and "debug:" in wrong_type["output"]
     crash = cases["buckets: a first-bucket cap larger than the cap"]["message"]
+    # the error a student reads names the file, line and function
     assert "ZeroDivisionError" in crash and "(113_misbehaves.py:22 in assign_buckets)" in crash
     assert cases["all-reduce time: one rank sends nothing"]["passed"]          # the runs after the kills
     assert "not written yet" not in out and "debug:" in out
@@ -188,6 +190,7 @@ def test_a_crash_a_deadlock_and_a_hung_rank_on_real_ranks(tmp_path: Path) -> Non
     assert deadlock["message"].startswith("timed out after 2 s (+ 3 s for the ranks' report)")
     hung = cases["4 ranks, 16 numbers"]
     assert hung["message"].startswith("rank 2 stopped responding (at ring_allreduce (115_misbehaves.py:20))")
+    # the hint a student reads (the words are what is tested)
     assert deadlock["hint"] == hung["hint"] and "send also waits for its receive on gloo" in hung["hint"]
     assert cases["3 ranks, 10 numbers (chunks 4, 3, 3)"]["message"].startswith("not written yet")
     assert no_process_left(env["JUDGE_TEST_MARK"]) == []
@@ -203,6 +206,7 @@ def test_traffic_hidden_from_the_counter_fails(tmp_path: Path) -> None:
                  "4 ranks, 10 float32 numbers (chunks 3, 3, 2, 2)"):
         assert cases[name]["got"] == "rank 0: the counter was not in place when its code returned", name
     for name in ("3 ranks, 12 numbers (K divides N)", "3 ranks, 10 numbers (chunks 4, 3, 3)"):
+        # what the judge tells the student it got
         assert "1 operation(s) on a process group that the counter did not see" in cases[name]["got"], name
 
 
@@ -219,6 +223,7 @@ def test_files_that_do_not_load_are_said_once(tmp_path: Path) -> None:
                         expect_rc=1, tmp_path=tmp_path, env=env)
     errors = {p["number"]: p["error"] for p in record["problems"]}
     assert errors["113"] == "solution.py line 2: SyntaxError: invalid syntax"
+    # the student's own error, as Python gave it
     assert "ModuleNotFoundError: No module named 'no_such_module_here'" in errors["114"]
     assert errors["115"].startswith("solution.py line 2: the file contains a null byte")
     assert "None" not in errors["115"]
@@ -256,6 +261,7 @@ def test_a_breakpoint_or_input_fails_at_once_whatever_the_stdin(tmp_path: Path, 
     for start, words in ASKED.items():
         case = next(c for name, c in cases.items() if name.startswith(start))
         assert case["message"].startswith("the solution waits for input: ") and words in case["message"], case
+        # the hint a student reads (the words are what is tested)
         assert case["seconds"] < 3 and "remove breakpoint(), input() and pdb" in case["hint"], case
     assert sum(c["passed"] for c in cases.values()) == len(cases) - len(ASKED)
 

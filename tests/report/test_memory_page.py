@@ -213,6 +213,7 @@ def test_the_command_line_prints_the_same_setting(browser, page_file: Path) -> N
     assert part2_ledger_column(printed) == [fmt_bytes(setting_numbers(dict(s, stage=st))["state"])
                                             for st in lg.STAGES]
     state, zero1 = (setting_numbers(dict(s, stage=st))["state"] for st in ("DDP", "ZeRO-1"))
+    # the lines a student reads, with the page's own numbers in them
     assert f"training state, 16 B each              {fmt_bytes(state)}" in printed
     assert f"with ZeRO-1 across the 16 DP replicas  {fmt_bytes(zero1)}" in printed
     assert errors == []

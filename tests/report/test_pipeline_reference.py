@@ -251,6 +251,7 @@ def test_a_link_with_values_not_offered_opens_the_notes_example_and_says_so(brow
     assert page.inner_text("#setting").startswith("1F1B · S = 4 · M = 8 · t_f = 10 ms")
     assert page.inner_text("#step") == "330 ms"
     said = page.inner_text("#why-not")
+    # the page's words on a setting it does not offer
     assert ("not a value this page offers" in said) == (len(hash_) < 1000) and len(said) < 400
     # nothing of the link became markup: no image, no element inside the message, the page's one script
     assert page.evaluate("document.querySelectorAll('img, #why-not *, script:not([type])').length") == 1

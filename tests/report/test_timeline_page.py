@@ -81,6 +81,7 @@ def test_default_is_03_overlaps_part1_setting(grid: dict) -> None:
     for flag, value in (("--world-size", DEFAULT["world_size"]), ("--alpha-us", DEFAULT["alpha_us"]),
                         ("--beta-gbs", DEFAULT["beta_gbs"])):
         assert re.search(rf"{flag} \S+ .*?\(default: {value:g}\)", shown), flag
+    # --help says where the default comes from
     assert "default: the notes' 25 MB)" in shown and DEFAULT["cap_bytes"] == 25 * MB
     d = grid["default"]
     assert grid["models"][d["model"]]["name"] == "ResNet-50"

@@ -108,6 +108,7 @@ def test_gloo_says_why_it_aborted_a_rank_and_the_error_keeps_its_words() -> None
     err = info.value
     assert (err.rank, err.kind) == (0, KILLED) and "SIGABRT" in err.message, str(err)
     said = "\n".join(err.said)
+    # torch's own words, passed on as the rank wrote them
     assert "Received data size doesn't match expected size" in said and "32 vs 24" in said, err.said
     assert all(line.startswith("  rank 0 wrote: ") for line in err.under), err.under
     assert "/third_party/" not in said   # gloo's source path cut to its file name
@@ -140,6 +141,7 @@ def test_the_one_line_has_gloos_words_under_it() -> None:
     assert lines[0].startswith("-c: error: rank 0 was killed by SIGABRT"), proc.stderr
     assert 2 <= len(lines) <= 1 + rank_failure._KEPT_WORDS, proc.stderr
     assert all(line.startswith("  rank 0 wrote: ") for line in lines[1:]), proc.stderr
+    # torch's own words, passed on as the rank wrote them
     assert "Received data size doesn't match expected size" in proc.stderr, proc.stderr
 
 
@@ -245,6 +247,7 @@ def test_the_rank_that_died_is_named_not_the_one_its_agent_stopped() -> None:
     verdict = torchrun_blame.Diagnosis(_Store(4, 5.0, entries, later), 0.0).verdict()
     assert (verdict.rank, verdict.kind, verdict.peers) == (3, KILLED, (0, 1, 2)), str(verdict)
     assert str(verdict).startswith("rank 3 on node 1 died while working (its process ended without a word")
+    # the verdict a student reads names the ranks left waiting
     assert "rank 0, rank 1, rank 2 lost their connection to it" in str(verdict)
     assert "timed out" not in str(verdict)
 
@@ -258,6 +261,7 @@ def test_a_rank_that_lost_its_peer_is_never_named_as_its_culprit() -> None:
     verdict = torchrun_blame.Diagnosis(_Store(4, 5.0, entries, later), 0.0).verdict()
     assert verdict.rank == 3 and 2 in verdict.peers, str(verdict)
     assert str(verdict).startswith("rank 3 on node 1 stopped responding while working (no heartbeat")
+    # the verdict a student reads names the ranks left waiting
     assert "rank 0, rank 2 lost their connection to it" in str(verdict)
 
 
@@ -276,6 +280,7 @@ def test_a_real_timeout_still_says_how_long_was_waited() -> None:
                "error/0": Failure(TORCH, "failed: RuntimeError: Timed out waiting 5000ms", at=6.0,
                                   in_group_s=6.0)}
     verdict = torchrun_blame.Diagnosis(_Store(2, 5.0, entries, {"beat/0": _beat(9, 0)}), 0.0).verdict()
+    # the verdict a student reads says who waited and how long
     assert verdict.rank == 1 and "rank 0 timed out after 5 s waiting for it" in str(verdict), str(verdict)
 
 

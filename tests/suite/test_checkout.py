@@ -33,6 +33,7 @@ def test_a_clone_runs_its_own_files_and_not_anothers(tmp_path: Path) -> None:
     # The clone's script sees the clone's runtime, from any working directory.
     own = _run(clone, cwd=tmp_path)
     assert own.returncode == 0, own.stderr
+    # the marker the clone's runtime prints: which runtime ran
     assert "RUNTIME OF THE SECOND CLONE" in own.stdout
     # This checkout's script ignores the clone even when the clone's code/ is on PYTHONPATH (what
     # an editable install of the clone amounts to).

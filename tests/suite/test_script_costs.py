@@ -36,12 +36,14 @@ def test_the_issues_run_is_refused_with_its_estimate_and_the_limit() -> None:
     """--world-size 64 --layers 64 --batch 64 was accepted and did not finish in 600 s."""
     line = _refused("cs336/05_parallel.py", "--world-size", "64", "--layers", "64", "--batch", "64")
     assert line.startswith("05_parallel.py: error: --world-size 64 with --layers 64 --batch 64: about ")
+    # the one-line stderr contract: the cost's terms and the largest value allowed
     assert "W³·L·steps" in line and "the limit is 5 min: at most --world-size " in line
     assert "COURSE_MAX_MINUTES" in line
 
 
 def test_an_allocation_sized_flag_is_refused_before_the_ranks_start() -> None:
     line = _refused("cs336/05_parallel.py", "--batch", "999999999")
+    # the one-line stderr contract: the estimate and the largest value allowed
     assert "--batch 999,999,999: about" in line and "of memory" in line and "at most --batch" in line
 
 

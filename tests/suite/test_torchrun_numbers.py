@@ -314,6 +314,7 @@ def test_rank_0_alone_prints_under_torchrun(ranks: int, under_torchrun) -> None:
         assert len(re.findall(rf"^{re.escape(Path(script).name)}: ", batch.agents[0][1], re.M)) == 1, script
     if ranks == RANKS[PRIMITIVES]:   # its default is 4: torchrun's world size wins
         printed = batch.printed(PRIMITIVES)
+        # the line a student reads under torchrun: whose world size wins
         assert f"--world-size is torchrun's {ranks}" in printed and f"on {ranks} gloo ranks" in printed
         assert "differs" not in printed   # the identities hold on torchrun's ranks
 
