@@ -23,7 +23,7 @@ FAST_FILES = frozenset({
     "test_first_order.py", "test_busbw.py", "test_comm.py", "test_ledger.py", "test_pipeline.py",
     "test_primitives.py",
     "test_every_check_can_fail.py", "test_paths_named.py", "test_one_name.py",
-    "test_import_sources.py", "test_layers.py",
+    "test_import_sources.py", "test_layers.py", "test_where_tests_live.py",
     # tests/practice/; tests/common/, tests/lecture15/ and tests/cs336/ again (files split out since)
     "test_casefolder.py", "test_run_cost.py", "test_models.py", "test_mlp.py",
 })
