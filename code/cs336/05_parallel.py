@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from common.cli import make_parser
-from common.costmodel.collectives import algorithm, split_sizes
+from common.costmodel.collectives import algorithm, padded_shard_elements, split_sizes
 from common.costmodel.steps import dp_step_traffic, pp_step_traffic, tp_step_traffic, zero_step_traffic
 from common.error_types import UsageError
 from common.launch import ask_gloo, gloo_lacks, launch
@@ -334,7 +334,7 @@ def part4_zero(rep: Report, args: argparse.Namespace, ranks: list[dict], ref: ml
               [[s + 1, mlp.max_abs_diff(z1[0]["params_after"][s], p),
                 mlp.max_abs_diff(z2[0]["params_after"][s], p)] for s, p in enumerate(ref.params_after)]
               + [[f"≤ {MOVED_SHARE:g} × {ref.moved:.2g} moved", mark, mark]], name="vs_one_process")
-    shard = ledger.padded_shard_elements(n, k)
+    shard = padded_shard_elements(n, k)
     rows = [[r, a["shard"], a["mv_bytes"], ledger.optimizer_state_bytes(n, k, 2 * ELEM), a["grad_bytes"],
              b["grad_bytes"]] for r, (a, b) in enumerate(zip(z1, z2))]
     rep.table(["rank", "shard", "m+v bytes held", "2e·⌈P/p⌉", "ZeRO-1 grad bytes held", "ZeRO-2"], rows,

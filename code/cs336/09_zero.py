@@ -41,7 +41,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from common.cli import make_parser
-from common.costmodel.collectives import algorithm, split_sizes
+from common.costmodel.collectives import algorithm, padded_shard_elements, split_sizes
 from common.costmodel.steps import zero_step_bytes_per_device, zero_step_collectives
 from common.dist_count import counting
 from common.error_types import UsageError
@@ -267,7 +267,7 @@ def part2_note(rep: Report, args: argparse.Namespace) -> None:
              f"(tensor_split would give {'/'.join(map(str, split_sizes(d, k)))}).\n"
              "'after forward': parameters held between forward and backward: whole without resharding,\n"
              "as in the ledger's ZeRO-2. 05_parallel.py's hand-written ZeRO pads the flat buffer to "
-             f"{k}·{ledger.padded_shard_elements(n, k):,} elements: "
+             f"{k}·{padded_shard_elements(n, k):,} elements: "
              f"{fmt_bytes(ledger.optimizer_state_bytes(n, k, 2 * ELEM))} of m + v on every rank")
 
 

@@ -22,6 +22,8 @@ def alpha_beta_time(n_messages: int, nbytes: float, link: Link) -> float:
         raise ValueError(f"number of messages must be an integer >= 0, got {n_messages}")
     if nbytes < 0:
         raise ValueError(f"size must be >= 0 bytes, got {nbytes}")
+    # At one message this is link.message_time(nbytes), but not built on it: the notes charge N start-ups
+    # and one S/B for all S bytes; N·message_time(S/N) says the same but fails at N = 0 (no messages).
     return n_messages * link.alpha_s + nbytes / link.beta_Bps
 
 

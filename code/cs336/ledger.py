@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from common.costmodel.collectives import split_sizes
+from common.costmodel.collectives import padded_shard_elements, split_sizes
 
 # Bytes per parameter, mixed precision with Adam (the notes' ledger: 2 + 2 + 4 + 8 = 16).
 LEDGER = {
@@ -109,16 +109,10 @@ def zero_notes_formula(stage: str, params: float, p: int) -> float:
     return formulas[stage]
 
 
-def padded_shard_elements(n: int, p: int) -> int:
-    """Elements of each rank's shard when the n-element flat buffer is padded with zeros to a
-    multiple of p, so every shard has the same shape (what 05_parallel.py's ZeRO does for gloo)."""
-    _check_ranks(p)
-    return -(-int(n) // p)
-
-
 def optimizer_state_bytes(n: int, p: int, bytes_per_param: int) -> int:
     """Optimizer state on one rank for its padded shard: Adam's m and v are 2 × the parameters'
     element size (16 B in float64); the notes' mixed-precision ledger is 12 (with the fp32 master)."""
+    _check_ranks(p)
     return padded_shard_elements(n, p) * bytes_per_param
 
 

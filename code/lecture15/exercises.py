@@ -39,6 +39,7 @@ from lecture15.ddp_sim import (
     skip_sync_step_s,
     throughput_speedup,
 )
+from lecture15.least_squares import mean_gradient
 from lecture15.models import resnet50
 
 RING_ALLREDUCE = algorithm("ring all-reduce")
@@ -87,11 +88,6 @@ def pair_by_call_order(calls: list[list[int]], buffers: list[list[np.ndarray]]) 
         paired = [calls[r][j] for r in range(len(calls))]
         outcome.append(f"buckets {paired}: {'correct' if correct else 'WRONG'}")
     return outcome
-
-
-def least_squares_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """∇ of mean((x·w − y)²)/2: the gradient one backward of the mean loss puts into .grad."""
-    return x.T @ (x @ w - y) / len(y)
 
 
 # ---- the exercises ---------------------------------------------------------------------------------
@@ -221,14 +217,14 @@ def part7(rep: Report) -> None:
              "all-reduce, the mean over 4 × per-rank batch × world size samples (equal micro-batches).")
     rng = np.random.default_rng(7)
     x, y, w = rng.standard_normal((4 * 8, 5)), rng.standard_normal(4 * 8), rng.standard_normal(5)
-    accumulated = sum(least_squares_grad(w, x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) / 4 for i in range(4))
-    full = least_squares_grad(w, x, y)
+    accumulated = sum(mean_gradient(w, x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) / 4 for i in range(4))
+    full = mean_gradient(w, x, y)
     rep.line(f"  check, 4 micro-batches of 8: max |Σ grad(loss_i/4) − grad(mean over all 32)| = "
              f"{np.max(np.abs(accumulated - full)):.1e}")
     uneven = [slice(0, 8), slice(8, 16), slice(16, 24), slice(24, 26)]
-    acc2 = sum(least_squares_grad(w, x[s], y[s]) / 4 for s in uneven)
+    acc2 = sum(mean_gradient(w, x[s], y[s]) / 4 for s in uneven)
     rep.line(f"  with micro-batches of 8, 8, 8, 2 it is not the mean over all 26 samples: max |Δ| = "
-             f"{np.max(np.abs(acc2 - least_squares_grad(w, x[:26], y[:26]))):.2f}")
+             f"{np.max(np.abs(acc2 - mean_gradient(w, x[:26], y[:26]))):.2f}")
 
 
 def part8(rep: Report) -> None:

@@ -1,13 +1,16 @@
 """The handbook's model and data ("数据并行与 DDP", its ddp_check.py), built the same way on every rank:
-the MLP, the global batch, each rank's shard and its share of the loss.
+the MLP, the global batch, each rank's shard and its share of the loss; and the comm hook that counts
+PyTorch DDP's bucket all-reduces, MyDDP's reference.
 
-Shared by my_ddp_check.py and handbook_details.py, the practice judge (problem 116), the tests and
-bench/bench_my_ddp.py; no lesson of its own (the lesson is my_ddp.py and the checks that use these).
+Shared by my_ddp_check.py, my_ddp_vs_ddp.py and handbook_details.py, the practice judge (problem 116),
+the tests and bench/bench_my_ddp.py; no lesson of its own (the lesson is my_ddp.py and the checks that
+use these).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 
 def handbook_model(hidden: int = 256) -> torch.nn.Module:
@@ -37,3 +40,11 @@ def share_of_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, n_gl
 def max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
     """The largest |difference| between two models' parameters."""
     return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+
+def recording_allreduce(seen: list[int], bucket: dist.GradBucket) -> torch.futures.Future:
+    """PyTorch DDP's all-reduce of one bucket, averaged as DDP does, its index noted (to count them).
+    Register it through a lambda: DDP rejects the string annotations `from __future__` makes of ours."""
+    seen.append(bucket.index())
+    work = dist.all_reduce(bucket.buffer(), async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0].div_(dist.get_world_size()))

@@ -55,5 +55,6 @@ class QuadraticLoss:
 
 
 def mean_gradient(w: np.ndarray, xb: np.ndarray, yb: np.ndarray) -> np.ndarray:
-    """∇ of ½·mean((x·w − y)²) over one micro-batch."""
+    """∇ of ½·mean((x·w − y)²) over one micro-batch: what one backward of the mean loss puts into
+    .grad (exercises.py's exercise 7 adds four of them up, as no_sync does)."""
     return xb.T @ (xb @ w - yb) / len(yb)

@@ -35,7 +35,14 @@ from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
 from common.units import MiB, fmt_bytes
-from lecture15.handbook_model import global_batch, handbook_model, max_diff, shard, share_of_loss
+from lecture15.handbook_model import (
+    global_batch,
+    handbook_model,
+    max_diff,
+    recording_allreduce,
+    shard,
+    share_of_loss,
+)
 from lecture15.my_ddp import MyDDP
 from lecture15.timings import slowest_rank, spread_ms
 
@@ -58,13 +65,6 @@ COST = Cost([Term("1", 7.8, lambda a: 1), Term("W²", 0.1, lambda a: a.world_siz
 
 
 # ---- Parts 1 to 3: the handbook's check and its exercise, three trainers side by side -------------
-def recording_allreduce(seen: list[int], bucket: dist.GradBucket) -> torch.futures.Future:
-    """PyTorch DDP's all-reduce of one bucket, averaged as DDP does, its index noted (to count them)."""
-    seen.append(bucket.index())
-    work = dist.all_reduce(bucket.buffer(), async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0].div_(dist.get_world_size()))
-
-
 def train_rank(rank: int, world: int, cfg: dict[str, Any], accumulate: bool,
                dtype: torch.dtype) -> dict[str, Any]:
     """`steps` SGD steps: one process on the whole batch, MyDDP and PyTorch DDP on this rank's shard;

@@ -31,7 +31,7 @@ from common.launch import launch, preload_for_ddp, rank_device
 from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
-from lecture15.handbook_model import handbook_model, shard
+from lecture15.handbook_model import handbook_model, recording_allreduce, shard
 from lecture15.my_ddp import MyDDP
 
 # Part 1: where the no_sync block sits in one step: around forward and backward, the forward, the backward.
@@ -48,18 +48,11 @@ COST = Cost([Term("1", 6.6, lambda a: 1), Term("W²", 0.025, lambda a: a.world_s
 
 
 # ---- Part 1: where no_sync acts ---------------------------------------------------------------
-def counting_allreduce(seen: list[int], bucket: dist.GradBucket) -> torch.futures.Future:
-    """PyTorch DDP's all-reduce of one bucket, averaged as DDP does, noted (to count them)."""
-    seen.append(bucket.index())
-    work = dist.all_reduce(bucket.buffer(), async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0].div_(dist.get_world_size()))
-
-
 def wrapped(kind: str, module: torch.nn.Module, seen: list[int]) -> torch.nn.Module:
     if kind == "MyDDP":
         return MyDDP(module)
     official = DistributedDataParallel(module)
-    official.register_comm_hook(seen, lambda state, bucket: counting_allreduce(state, bucket))
+    official.register_comm_hook(seen, lambda state, bucket: recording_allreduce(state, bucket))
     return official
 
 

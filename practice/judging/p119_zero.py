@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from common import dist_count
-from common.costmodel.collectives import BY_TORCH_NAME, split_sizes
+from common.costmodel.collectives import BY_TORCH_NAME, padded_shard_elements, split_sizes
 from common.costmodel.steps import zero_step_collectives
 from cs336 import ledger, mlp
 from judging.engine import Case
@@ -168,8 +168,9 @@ def one_process_adam(layers: int, width: int, batch: int) -> list[dict[str, Any]
 
 def shard_bounds(n: int, world: int, rank: int, elements: int) -> tuple[int, int] | None:
     """Where rank's shard lies in the flat vector, by its size: the padded layout (c = ⌈n/k⌉ each,
-    ledger.padded_shard_elements) or tensor_split's (costmodel.collectives.split_sizes); None: neither."""
-    c = ledger.padded_shard_elements(n, world)
+    costmodel.collectives.padded_shard_elements) or tensor_split's (costmodel.collectives.split_sizes);
+    None: neither."""
+    c = padded_shard_elements(n, world)
     if elements == c:
         return rank * c, (rank + 1) * c
     sizes = split_sizes(n, world)
@@ -177,7 +178,7 @@ def shard_bounds(n: int, world: int, rank: int, elements: int) -> tuple[int, int
 
 
 def _check_bytes(data: list[Any], n: int, world: int) -> None:
-    c = ledger.padded_shard_elements(n, world)
+    c = padded_shard_elements(n, world)
     want = ledger.optimizer_state_bytes(n, world, 2 * ELEM)
     for rank, res in enumerate(data):
         for step, got in enumerate(res["steps"], 1):
@@ -203,7 +204,7 @@ def _calls_text(calls: list[tuple[str, float]]) -> str:
 
 def _check_collectives(data: list[Any], n: int, world: int) -> None:
     check_seen([s for res in data for s in res["steps"]], "traffic")
-    sizes = {n * ELEM, ledger.padded_shard_elements(n, world) * world * ELEM}   # unpadded or padded
+    sizes = {n * ELEM, padded_shard_elements(n, world) * world * ELEM}   # unpadded or padded
     want = zero_step_collectives("ZeRO-1", max(sizes))
     want_text = (", ".join(f"{c.kind} ×{c.calls}" for c in want) + ", each N = "
                  + " or ".join(f"{s:,}" for s in sorted(sizes)) + " B counted (zero_step_collectives)")

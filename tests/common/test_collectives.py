@@ -12,6 +12,7 @@ import tokenize
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 from costmodel_buffers import buffers, pieces
 
@@ -169,6 +170,19 @@ def test_tree_depth_is_ceil_log2() -> None:
 def test_ring_bytes_per_device() -> None:
     assert RING_ALLREDUCE.busiest_bytes(4, 1000) == 1500
     assert RING_ALLREDUCE.busiest_bytes(1, 1000) == 0
+
+
+def test_padded_shards_are_equal_and_pad_less_than_one_shard() -> None:
+    """ZeRO's padded flat buffer: k shards of c elements hold the n, with fewer than k zeros, at the
+    padded length of numpy's own split into k equal parts."""
+    for k in range(1, 10):
+        for n in range(0, 60):
+            c = cdef.padded_shard_elements(n, k)
+            assert 0 <= c * k - n < k and c == math.ceil(n / k)
+            assert {len(s) for s in np.split(np.zeros(c * k), k)} == {c}
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError):
+            cdef.padded_shard_elements(10, bad)
 
 
 def test_times_reject_bad_device_counts() -> None:

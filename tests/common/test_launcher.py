@@ -394,7 +394,7 @@ def test_ddp_preload_in_the_parent_when_ranks_outnumber_cores_or_the_parent_need
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", recording_import)
-    monkeypatch.setattr(launcher, "_cores", lambda: 2)
+    monkeypatch.setattr(launcher, "cores", lambda: 2)
     seen = []
     for ranks, parent_too in ((2, False), (3, False), (2, True)):
         imported.clear()

@@ -52,6 +52,14 @@ def test_notes_four_rank_example() -> None:
     assert ring_allreduce_balance_bytes(4, link) == pytest.approx(4 * 5e-6 * 50 * 2**30)
 
 
+@pytest.mark.parametrize("link", LINKS)
+def test_one_message_is_the_links_message_time(link: Link) -> None:
+    """What first_order.py's comment says: N = 1 is Link.message_time, to the bit; N = 0 costs S/B."""
+    for n in (0.0, 1.0, 1000.0, 12345.0, 64e6):
+        assert alpha_beta_time(1, n, link) == link.message_time(n)
+        assert alpha_beta_time(0, n, link) == n / link.beta_Bps
+
+
 def test_first_order_refuses_bad_counts() -> None:
     with pytest.raises(ValueError):
         alpha_beta_time(-1, 10, LINKS[1])

@@ -157,11 +157,12 @@ def test_118_worked_example_is_the_simulators_order() -> None:
 
 
 def test_119_worked_example_is_the_ledgers() -> None:
+    from common.costmodel.collectives import padded_shard_elements
     from common.costmodel.steps import zero_step_traffic
     from cs336 import ledger
 
     text = statement("119_zero_by_hand")
-    assert ledger.padded_shard_elements(50, 3) == 17 and ledger.optimizer_state_bytes(50, 3, 16) == 272
+    assert padded_shard_elements(50, 3) == 17 and ledger.optimizer_state_bytes(50, 3, 16) == 272
     assert zero_step_traffic(3, 50, 8) == (2, 544.0)
     assert "2 × 17 × 8 = 272 bytes" in text and "= (2 calls, 544 bytes)" in text
 

@@ -98,6 +98,15 @@ def split_sizes(n: int, parts: int) -> list[int]:
     return [q + 1 if i < extra else q for i in range(parts)]
 
 
+def padded_shard_elements(n: int, parts: int) -> int:
+    """Elements of each of `parts` equal shards when the n-element flat buffer is padded with zeros
+    to a multiple of `parts`: ⌈n/parts⌉ (ZeRO's flat buffer as cs336/05_parallel.py shards it for
+    gloo, whose collectives want equal shapes), where split_sizes leaves the pieces uneven."""
+    if int(parts) != parts or parts < 1:
+        raise ValueError(f"number of pieces must be an integer >= 1, got {parts}")
+    return -(-int(n) // parts)
+
+
 def tree_depth(k: int) -> int:
     """ceil(log2 K): the rounds one way up (or down) a binary tree of K devices."""
     return (int(k) - 1).bit_length()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from common.costmodel.collectives import Algorithm, algorithm, collective
+from common.costmodel.collectives import Algorithm, algorithm, collective, padded_shard_elements
 from common.costmodel.collectives import check_size as _check
 from common.costmodel.link import Link
 
@@ -139,6 +139,6 @@ def zero_step_traffic(k: int, n_params: int, elem_bytes: int) -> tuple[int, floa
     """(calls, bytes a rank sends) per ZeRO-1/2 step of a flat buffer padded to a multiple of k:
     zero_step_collectives' reduce-scatter and all-gather, together one all-reduce's bytes."""
     _check(k, 0)
-    padded = -(-n_params // k) * k * elem_bytes
+    padded = padded_shard_elements(n_params, k) * k * elem_bytes
     calls = zero_step_collectives("ZeRO-1", padded)
     return sum(c.calls for c in calls), sum(c.calls * c.ring.busiest_bytes(k, c.nbytes) for c in calls)

@@ -51,7 +51,7 @@ import torch.multiprocessing as mp
 
 from common.error_types import UsageError
 from common.flags import DEFAULT_TIMEOUT_S
-from common.launch.machine import check_backend, check_world_size
+from common.launch.machine import check_backend, check_world_size, cores
 from common.launch.parent_side import Collector
 from common.launch.rank_failure import RankError, last_words
 from common.launch.rank_side import child_main
@@ -92,7 +92,7 @@ def preload_for_ddp(world_size: int, parent_too: bool = False) -> None:
     it side by side, as fast as the parent doing it first, unless the parent imports it later
     anyway (parent_too: a one-process reference steps its own optimizer): importing it here first
     saves that second import (04_details: 5.7 s -> 4.0-4.4 s)."""
-    if parent_too or world_size > _cores():
+    if parent_too or world_size > cores():
         import torch._dynamo  # noqa: F401
 
 
@@ -240,12 +240,8 @@ def startup_allowance_s(world_size: int, spawned: bool = False) -> float:
     have waited `timeout_s`."""
     allowance = 5.0 + world_size * world_size / 100
     if spawned:
-        allowance += 30.0 + 10.0 * world_size / max(1, _cores())
+        allowance += 30.0 + 10.0 * world_size / max(1, cores())
     return allowance
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _loopback_store(world_size: int, start_s: float) -> Any:

@@ -14,6 +14,7 @@ MEMORY_PER_RANK = 256 * 2**20  # what a torch rank of these scripts can reach (i
 
 
 def cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or taskset's share)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 

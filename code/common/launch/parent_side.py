@@ -23,6 +23,7 @@ from common.launch.rank_failure import (
     TORCH,
     Failure,
     RankError,
+    rank_names,
     short,
 )
 
@@ -206,7 +207,7 @@ class Collector:
             if hung is not None:
                 rank, where = hung
                 waiters = sorted(self.failures)
-                return RankError(rank, f"stopped responding ({where}); {_names(waiters)} timed out after "
+                return RankError(rank, f"stopped responding ({where}); {rank_names(waiters)} timed out after "
                                        f"{self.timeout_s:g} s waiting for it in a collective", kind=HUNG,
                                  peers=tuple(waiters))
         return self._skipped(silent) or self._first_failure()
@@ -228,8 +229,8 @@ class Collector:
         skippers = sorted(self.worker_done & (set(self.failures) | set(self.results) | set(silent)))
         if not (waiting and skippers):
             return None
-        also = f" (so did {_names(skippers[1:])})" if len(skippers) > 1 else ""
-        return RankError(skippers[0], f"finished its work{also} while {_names(waiting)} waited "
+        also = f" (so did {rank_names(skippers[1:])})" if len(skippers) > 1 else ""
+        return RankError(skippers[0], f"finished its work{also} while {rank_names(waiting)} waited "
                                       f"{self.timeout_s:g} s in a collective: a collective it did not call?",
                          kind=SKIPPED, peers=tuple(waiting), also=tuple(skippers[1:]))
 
@@ -243,7 +244,7 @@ class Collector:
         if self._waited(failure):
             text += f" (timeout {self.timeout_s:g} s)"
         if order[1:]:
-            text += f" (then {_names(order[1:])} failed too)"
+            text += f" (then {rank_names(order[1:])} failed too)"
         return RankError(rank, text, failure.details, kind=failure.kind, peers=tuple(order[1:]))
 
     def _find_hung(self, silent: list[int]) -> tuple[int, str] | None:
@@ -262,10 +263,6 @@ class Collector:
             if rank not in self.where:
                 return rank, self._silence(rank)
         return None
-
-
-def _names(ranks: list[int]) -> str:
-    return ", ".join(f"rank {r}" for r in ranks)
 
 
 def _exit_failure(exitcode: int | None) -> Failure:

@@ -14,7 +14,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -195,3 +195,8 @@ def short(cause: str) -> str:
     """One line: the exception's first line without gloo's source location."""
     first = cause.splitlines()[0] if cause else "failed: unknown error"
     return re.sub(r"\[[^\]]*/gloo/[^\]]*\]\s*", "", first)
+
+
+def rank_names(ranks: Iterable[int]) -> str:
+    """"rank 1, rank 3": how a RankError's message names the other ranks (parent and torchrun alike)."""
+    return ", ".join(f"rank {r}" for r in ranks)

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from common.launch.parent_side import is_stopped
-from common.launch.rank_failure import HUNG, KILLED, LOST, TORCH, Failure, RankError, short
+from common.launch.rank_failure import HUNG, KILLED, LOST, TORCH, Failure, RankError, rank_names, short
 
 
 class Diagnosis:
@@ -87,11 +87,11 @@ class Diagnosis:
         rank = (stopped or ranks)[0]
         nodes = {self._node(r) for r in ranks}
         if len(ranks) > 1 and not stopped and len(nodes) == 1 and None not in nodes:
-            return RankError(rank, f"went silent ({_names(ranks)}: {described[rank][0]}); "
+            return RankError(rank, f"went silent ({rank_names(ranks)}: {described[rank][0]}); "
                                    f"{self._waiters(*ranks)}", kind=HUNG, peers=self._peers(*ranks),
                              also=tuple(ranks[1:]), who=f"a rank on node {nodes.pop()}")
         why, verdict = described[rank]
-        also = f"; so did {_names(r for r in ranks if r != rank)}" if len(ranks) > 1 else ""
+        also = f"; so did {rank_names(r for r in ranks if r != rank)}" if len(ranks) > 1 else ""
         phase = self.beats.get(rank, (None, "starting"))[1]
         doing = "died" if verdict == "gone" else "stopped responding"
         return RankError(rank, f"{doing} while {phase} ({why}{also}); {self._waiters(*ranks)}",
@@ -131,16 +131,12 @@ class Diagnosis:
         timed_out = [r for r in peers if self.errors[r].kind != LOST]
         said = []
         if lost:
-            said.append(f"{_names(lost)} lost {'their' if len(lost) > 1 else 'its'} connection to it")
+            said.append(f"{rank_names(lost)} lost {'their' if len(lost) > 1 else 'its'} connection to it")
         if timed_out:
             waited = all(self.errors[r].in_group_s >= self.state.timeout_s for r in timed_out)
             how = f"timed out after {self.state.timeout_s:g} s" if waited else "failed"
-            said.append(f"{_names(timed_out)} {how} waiting for it")
+            said.append(f"{rank_names(timed_out)} {how} waiting for it")
         return "; ".join(said) or f"the others timed out after {self.state.timeout_s:g} s waiting for it"
-
-
-def _names(ranks: Any) -> str:
-    return ", ".join(f"rank {r}" for r in ranks)
 
 
 def _gone(pid: int) -> bool:
