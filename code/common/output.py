@@ -284,13 +284,3 @@ def figure_caption(fig: Any) -> str:
     titles = [suptitle.get_text()] if suptitle is not None and suptitle.get_text() else []
     titles = titles or [ax.get_title() for ax in fig.get_axes() if ax.get_title()]
     return " · ".join(" ".join(t.split()) for t in titles)
-
-
-def new_figure(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-    """plt.subplots on the Agg backend: figures are files, never windows that block."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(*args, **kwargs)

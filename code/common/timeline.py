@@ -7,7 +7,7 @@
 
 Lecture 15's DDP model (lecture15/ddp_sim.py: a compute and a comm stream) and CS336's pipeline
 schedules (cs336/pipeline.py: a row per device) both hand their spans to these. Pure: no torch;
-matplotlib only inside the Gantt helpers, on an axis the caller made (common.output.new_figure).
+matplotlib only inside the Gantt helpers, on an axis the caller made (common.figures.new_figure).
 """
 
 from __future__ import annotations

@@ -32,9 +32,10 @@ import torch.distributed as dist
 from common.cli import make_parser
 from common.costmodel.link import fit_line_relative, ring_alpha_beta_from_line
 from common.error_types import UsageError
+from common.figures import new_figure
 from common.flags import nonnegative_int, positive_float, size_bytes
 from common.launch import launch, rank_device
-from common.output import Report, new_figure
+from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
 from common.units import fmt_bytes, fmt_time

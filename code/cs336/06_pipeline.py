@@ -29,9 +29,10 @@ import math
 
 from common.cli import make_parser
 from common.error_types import UsageError
+from common.figures import new_figure
 from common.flags import nonnegative_float, positive_float, positive_int, time_ms
 from common.model_bounds import Bound
-from common.output import Report, new_figure
+from common.output import Report
 from common.script_end import run_main
 from common.units import fmt_time, ms
 from cs336 import pipeline as pp

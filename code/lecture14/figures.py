@@ -14,7 +14,7 @@ import numpy as np
 
 from common.costmodel.collectives import algorithm
 from common.costmodel.link import Link
-from common.output import new_figure
+from common.figures import new_figure
 from common.units import fmt_bytes, fmt_time
 from lecture14.costmodel import COMPARED_ALLREDUCES
 

@@ -41,8 +41,9 @@ from common.cli import make_parser
 from common.costmodel.collectives import algorithm
 from common.dist_count import counting
 from common.error_types import UsageError
+from common.figures import new_figure
 from common.launch import launch, preload_for_ddp
-from common.output import Report, new_figure
+from common.output import Report
 from common.run_cost import Cost, Term
 from common.script_end import run_main
 from common.trained_weights import FLOAT32_MOVED_SHARE, refuse_still_weights

@@ -290,7 +290,7 @@ def gantt_figure(timelines: Sequence[tuple[str, Timeline]], title: str = "") -> 
     index, with a legend), each step's end marked with its time. `title` should name the setting."""
     from matplotlib.patches import Patch
 
-    from common.output import new_figure
+    from common.figures import new_figure
 
     fig, ax = new_figure(figsize=(10, 1.4 + 0.9 * len(timelines)))
     ticks, names = [], []

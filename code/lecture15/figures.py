@@ -8,7 +8,7 @@ import argparse
 
 import numpy as np
 
-from common.output import new_figure
+from common.figures import new_figure
 from common.units import fmt_bytes
 from lecture15.ddp_sim import Timeline
 

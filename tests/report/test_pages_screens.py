@@ -321,7 +321,8 @@ def test_json_carries_each_parts_prose_and_the_figures_captions(tmp_path: Path) 
     that compare runs walk it, and prose may quote a timing)."""
     import argparse
 
-    from common.output import Report, new_figure
+    from common.figures import new_figure
+    from common.output import Report
 
     args = argparse.Namespace(json=str(tmp_path / "out.json"), save_figs=str(tmp_path / "figs"), quick=False)
     rep = Report("lecture15/example.py", "an example", args)

@@ -133,6 +133,27 @@ def test_every_common_module_serves_a_script() -> None:
     assert unreached(edges()) == []
 
 
+# The pure simulators: a model's numbers with calibration targets passed in, never read from the notes.
+PURE = ("lecture15.ddp_sim", "cs336.pipeline", "lecture14.collectives", "common.costmodel.steps")
+
+
+def reached(graph: dict[str, frozenset[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.get(module, ())
+    return seen
+
+
+def test_a_pure_simulator_reaches_no_checker() -> None:
+    assert {s: "common.checker" in reached(edges(), s) for s in PURE} == dict.fromkeys(PURE, False)
+    # the check sees a reach through a function-level import (as ddp_sim's figure once went via output)
+    graph = dict(edges(), **{"lecture15.ddp_sim": edges()["lecture15.ddp_sim"] | {"common.output"}})
+    assert "common.checker" in reached(graph, "lecture15.ddp_sim")
+
+
 def test_the_face_counts_as_an_import_of_the_module_holding_the_name() -> None:
     # lecture 15's 01 says `from common.launch import launch`
     assert "common.launch.launcher" in edges()["lecture15.01_ddp_basics"]
