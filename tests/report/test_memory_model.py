@@ -210,11 +210,10 @@ _READ_CONTROLS = """(models) => {
         choose("model", key);
         const opts = Object.fromEntries(["world", "stage", "tp", "pp", "batch", "seq", "link"]
             .map((id) => [id, values(id)]));
+        // TP and PP at 1 first, then the GPUs: what is greyed must follow the GPU count's own change
         const byWorld = opts.world.map((w) => {
-            choose("world", w);
-            choose("pp", 1); const tp = enabled("tp");
-            choose("tp", 1); const pp = enabled("pp");
-            return {tp, pp};
+            choose("tp", 1); choose("pp", 1); choose("world", w);
+            return {tp: enabled("tp"), pp: enabled("pp")};
         });
         return {key, opts, byWorld};
     });
@@ -251,14 +250,21 @@ def test_the_controls_offer_exactly_the_enumerated_settings(browser, page_file: 
     assert offered != all_settings()
 
 
-def test_the_controls_check_fails_when_the_page_greys_out_nothing(browser, page_file: Path,
-                                                                  tmp_path: Path) -> None:
-    """The in-page reading sees the page's own greying: with it gone, the check above fails. (That
-    the events reach the page's handlers is shown by the check passing at all: a bare count's
-    options differ from a shaped model's only once the model's change is handled.)"""
-    page, _ = open_mutated(browser, page_file, tmp_path, "o.disabled = !valid(",
-                           "o.disabled = false && !valid(")
-    with pytest.raises(AssertionError, match="200m"):
+# Each breaks the controls, not the model: nothing greyed out; a GPU count's change not handled (the
+# options stay greyed for the count before).
+CONTROL_MUTATIONS = [("o.disabled = !valid(", "o.disabled = false && !valid("),
+                     ('for (const id of CONTROLS) $(id).addEventListener("change"',
+                      'for (const id of CONTROLS) if (id !== "world") $(id).addEventListener("change"')]
+
+
+@pytest.mark.parametrize("before,after", CONTROL_MUTATIONS)
+def test_the_controls_check_fails_when_the_controls_break(browser, page_file: Path, tmp_path: Path,
+                                                          before: str, after: str) -> None:
+    """The in-page reading sees the page's own greying and its handling of each choice: with either
+    broken, the check above fails. (That the model's change reaches the page's handler is shown by
+    the check passing at all: a bare count's options differ from a shaped model's.)"""
+    page, _ = open_mutated(browser, page_file, tmp_path, before, after)
+    with pytest.raises(AssertionError):
         offered_by_the_controls(page)
     page.context.close()
 
