@@ -256,3 +256,14 @@ def test_the_page_at_three_widths(browser, page_file: Path, width: int, height: 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     proc = run_script("report/memory.py", str(tmp_path / "no" / "such" / "dir"), expect_rc=None)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_written_alone_it_is_the_page_reproduce_writes(page_file: Path, tmp_path: Path) -> None:
+    """`python code/report/memory.py OUT_DIR` (report/page_cli.page_main): a new folder made, the
+    page written byte for byte as reproduce.py's, and one line saying where and how big."""
+    out = tmp_path / "alone"
+    proc = run_script("report/memory.py", str(out))
+    written = out / "memory.html"
+    assert written.read_bytes() == page_file.read_bytes()
+    assert proc.stdout.splitlines() == [f"wrote {written} ({written.stat().st_size / 1e3:.0f} kB)"]
+    assert proc.stderr == ""
