@@ -247,6 +247,31 @@ def quick_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.fixture(scope="session")
+def memory_claims() -> list[dict]:
+    """The claims 04_memory.py's rows give the memory page (report/memory.py), decided once."""
+    from report.memory import script_claims
+
+    return script_claims()
+
+
+@pytest.fixture(scope="session")
+def memory_costs() -> list[dict]:
+    """The claims of 03_costs.py's link rows the memory page cites, decided once."""
+    from report.memory import COSTS, script_claims
+
+    return script_claims(COSTS)
+
+
+@pytest.fixture(scope="session")
+def memory_page(tmp_path_factory: pytest.TempPathFactory, memory_claims: list[dict],
+                memory_costs: list[dict]) -> Path:
+    """report/memory.html as reproduce.py writes it, for the two memory page test files."""
+    from report.memory import write_memory
+
+    return write_memory(tmp_path_factory.mktemp("memory-page"), memory_claims, memory_costs)
+
+
+@pytest.fixture(scope="session")
 def full_reproduction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """`reproduce.py --json` without --quick, run once, for the scripts --quick shortens (a script
     whose code never sees --quick runs the same either way: its quick run stands for both)."""

@@ -17,24 +17,9 @@ from common.costmodel import steps as costmodel_steps
 from common.units import fmt_bytes, fmt_time
 from cs336 import ledger as lg
 from report import memory
-from report.memory import all_settings, script_claims, setting_numbers, write_memory
+from report.memory import all_settings, setting_numbers
 
 NUMBERS = ("params", "grads", "master", "adam", "state", "activations", "total", "sent", "seconds")
-
-
-@pytest.fixture(scope="module")
-def claims() -> list[dict]:
-    return script_claims()
-
-
-@pytest.fixture(scope="module")
-def costs() -> list[dict]:
-    return script_claims(memory.COSTS)
-
-
-@pytest.fixture(scope="module")
-def page_file(tmp_path_factory: pytest.TempPathFactory, claims: list[dict], costs: list[dict]) -> Path:
-    return write_memory(tmp_path_factory.mktemp("report"), claims, costs)
 
 
 BYTES = ("params", "grads", "master", "adam", "state", "activations", "total", "sent")
@@ -92,8 +77,8 @@ def differences(page, first: bool = False) -> list[str]:  # type: ignore[no-unty
     return out
 
 
-def test_every_setting_equals_the_python_model(browser, page_file: Path) -> None:
-    page, errors = offline_page(browser, page_file)
+def test_every_setting_equals_the_python_model(browser, memory_page: Path) -> None:
+    page, errors = offline_page(browser, memory_page)
     assert len(all_settings()) > 10_000          # every model, GPUs, stage, TP, PP, b, s and link
     assert differences(page) == []
     assert errors == []
@@ -113,9 +98,9 @@ MUTATIONS = [('"all-reduce": (k) => 2 * (k - 1)', '"all-reduce": (k) => 2 * k - 
 
 
 @pytest.mark.parametrize("before,after", MUTATIONS)
-def test_the_enumeration_fails_when_the_page_parts_from_the_model(browser, page_file: Path, tmp_path: Path,
+def test_the_enumeration_fails_when_the_page_parts_from_the_model(browser, memory_page: Path, tmp_path: Path,
                                                                    before: str, after: str) -> None:
-    page, _ = open_mutated(browser, page_file, tmp_path, before, after)
+    page, _ = open_mutated(browser, memory_page, tmp_path, before, after)
     assert differences(page, first=True) != []
     page.context.close()
 
@@ -136,11 +121,11 @@ PY_MUTATIONS = {"activations twice": ("lg", "activation_bytes", lambda *a, **k: 
 
 
 @pytest.mark.parametrize("name", PY_MUTATIONS)
-def test_the_enumeration_fails_when_the_python_model_moves(browser, page_file: Path, monkeypatch,
+def test_the_enumeration_fails_when_the_python_model_moves(browser, memory_page: Path, monkeypatch,
                                                            name: str) -> None:
     where, attr, fake = PY_MUTATIONS[name]
     monkeypatch.setattr(lg if where == "lg" else memory, attr, fake)
-    page, _ = offline_page(browser, page_file)
+    page, _ = offline_page(browser, memory_page)
     assert differences(page, first=True) != []
     page.context.close()
 
@@ -181,18 +166,18 @@ DOM_MUTATIONS = [("$(id).textContent = fmtBytes(v[id]);",
                  ("fmtBytes(r.bytes), fmtTime(r.seconds)]", "fmtBytes(r.bytes), fmtTime(v.seconds)]")]
 
 
-def test_the_page_shows_what_the_model_says(browser, page_file: Path) -> None:
+def test_the_page_shows_what_the_model_says(browser, memory_page: Path) -> None:
     assert {s["model"] for s in SAMPLE} == set(memory.BY_KEY) and len(SAMPLE) > 600
-    page, errors = offline_page(browser, page_file)
+    page, errors = offline_page(browser, memory_page)
     assert dom_differences(page, SAMPLE) == []
     assert errors == []
     page.context.close()
 
 
 @pytest.mark.parametrize("before,after", DOM_MUTATIONS)
-def test_the_dom_check_fails_when_the_page_writes_another_number(browser, page_file: Path, tmp_path: Path,
+def test_the_dom_check_fails_when_the_page_writes_another_number(browser, memory_page: Path, tmp_path: Path,
                                                                  before: str, after: str) -> None:
-    page, _ = open_mutated(browser, page_file, tmp_path, before, after)
+    page, _ = open_mutated(browser, memory_page, tmp_path, before, after)
     # a part of SAMPLE (every model, every stage): a difference there is one in the whole check
     assert dom_differences(page, SAMPLE[::8]) != []
     page.context.close()
@@ -239,8 +224,8 @@ def offered_by_the_controls(page) -> list[dict]:  # type: ignore[no-untyped-def]
     return offered
 
 
-def test_the_controls_offer_exactly_the_enumerated_settings(browser, page_file: Path, monkeypatch) -> None:
-    page, errors = offline_page(browser, page_file)
+def test_the_controls_offer_exactly_the_enumerated_settings(browser, memory_page: Path, monkeypatch) -> None:
+    page, errors = offline_page(browser, memory_page)
     offered = offered_by_the_controls(page)
     assert offered == all_settings()
     assert errors == []
@@ -258,12 +243,12 @@ CONTROL_MUTATIONS = [("o.disabled = !valid(", "o.disabled = false && !valid("),
 
 
 @pytest.mark.parametrize("before,after", CONTROL_MUTATIONS)
-def test_the_controls_check_fails_when_the_controls_break(browser, page_file: Path, tmp_path: Path,
+def test_the_controls_check_fails_when_the_controls_break(browser, memory_page: Path, tmp_path: Path,
                                                           before: str, after: str) -> None:
     """The in-page reading sees the page's own greying and its handling of each choice: with either
     broken, the check above fails. (That the model's change reaches the page's handler is shown by
     the check passing at all: a bare count's options differ from a shaped model's.)"""
-    page, _ = open_mutated(browser, page_file, tmp_path, before, after)
+    page, _ = open_mutated(browser, memory_page, tmp_path, before, after)
     with pytest.raises(AssertionError):
         offered_by_the_controls(page)
     page.context.close()

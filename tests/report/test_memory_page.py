@@ -17,29 +17,14 @@ from common import verdicts
 from common.units import fmt_bytes, fmt_time
 from cs336 import ledger as lg
 from report import memory
-from report.memory import DEFAULT, all_settings, script_claims, setting_numbers, write_memory
+from report.memory import DEFAULT, all_settings, setting_numbers
 
 NUMBERS = ("params", "grads", "master", "adam", "state", "activations", "total", "sent", "seconds")
 
 
-@pytest.fixture(scope="module")
-def claims() -> list[dict]:
-    return script_claims()
-
-
-@pytest.fixture(scope="module")
-def costs() -> list[dict]:
-    return script_claims(memory.COSTS)
-
-
-@pytest.fixture(scope="module")
-def page_file(tmp_path_factory: pytest.TempPathFactory, claims: list[dict], costs: list[dict]) -> Path:
-    return write_memory(tmp_path_factory.mktemp("report"), claims, costs)
-
-
-def test_page_is_small_and_self_contained(page_file: Path) -> None:
-    assert page_file.stat().st_size <= 1.5e6
-    html = page_file.read_text(encoding="utf-8")
+def test_page_is_small_and_self_contained(memory_page: Path) -> None:
+    assert memory_page.stat().st_size <= 1.5e6
+    html = memory_page.read_text(encoding="utf-8")
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
     for link in ('href="index.html"', 'href="timeline.html"', 'href="pipeline.html"'):
         assert link in html
@@ -49,15 +34,15 @@ def card_bytes(page, card: str) -> float:  # type: ignore[no-untyped-def]
     return float(page.locator(f"#{card}").get_attribute("data-bytes"))
 
 
-def test_opens_on_the_notes_setting_with_their_figures(browser, page_file: Path, claims: list[dict],
-                                                      costs: list[dict]) -> None:
+def test_opens_on_the_notes_setting_with_their_figures(browser, memory_page: Path, memory_claims: list[dict],
+                                                      memory_costs: list[dict]) -> None:
     """The notes' figures beside ours, each with the verdict 04_memory.py's or 03_costs.py's run gave it."""
-    page, errors = offline_page(browser, page_file)
+    page, errors = offline_page(browser, memory_page)
     want = setting_numbers(DEFAULT)
     for card in ("params", "grads", "master", "adam", "state", "total"):
         assert card_bytes(page, card) == pytest.approx(want[card], rel=1e-12)
         assert page.locator(f"#{card}").text_content() == fmt_bytes(want[card])
-    by_ref = {c["ref"]: c for c in claims}
+    by_ref = {c["ref"]: c for c in memory_claims}
     # the notes' figures beside ours, each with the verdict 04_memory.py's run gave it
     for card, ref in (("params", "CS-llama-mem-params"), ("adam", "CS-llama-mem-adam"),
                       ("state", "CS-llama-mem-total")):
@@ -66,7 +51,7 @@ def test_opens_on_the_notes_setting_with_their_figures(browser, page_file: Path,
         assert verdicts.verdict(by_ref[ref]) in text
     assert "CS-llama-fits" in page.locator("#fits-80").text_content()
     # the notes' all-reduce beside our traffic, with 03_costs.py's verdicts, on each link they price
-    cost = {c["ref"]: c for c in costs}
+    cost = {c["ref"]: c for c in memory_costs}
     for link, ref in (("nvlink", "CS-llama-t-nvlink"), ("infiniband", "CS-llama-t-ib"),
                       ("ethernet", "CS-llama-t-eth")):
         choose(page, "link", link)
@@ -102,8 +87,8 @@ def shown_setting(page) -> dict:  # type: ignore[no-untyped-def]
     return page.evaluate("() => readState()")
 
 
-def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> None:
-    page, errors = offline_page(browser, page_file)
+def test_each_control_moves_what_the_model_says(browser, memory_page: Path) -> None:
+    page, errors = offline_page(browser, memory_page)
     before = setting_numbers(DEFAULT)
     choose(page, "stage", "ZeRO-3")                   # ZeRO-3 divides the parameters by the world size
     assert card_bytes(page, "params") == pytest.approx(before["params"] / 4)
@@ -128,20 +113,20 @@ def test_each_control_moves_what_the_model_says(browser, page_file: Path) -> Non
     page.context.close()
 
 
-def test_url_round_trip_reset_and_a_bad_url(browser, page_file: Path) -> None:
-    page, errors = offline_page(browser, page_file)
+def test_url_round_trip_reset_and_a_bad_url(browser, memory_page: Path) -> None:
+    page, errors = offline_page(browser, memory_page)
     for control, value in (("model", "gpt3"), ("world", 256), ("tp", 8), ("pp", 4), ("stage", "ZeRO-2")):
         choose(page, control, value)
     moved, url = shown_setting(page), page.url
     assert "#" in url and "tp=8" in url
-    again, errors2 = offline_page(browser, page_file)
+    again, errors2 = offline_page(browser, memory_page)
     again.goto(url)
     again.reload()
     assert shown_setting(again) == moved
     page.click("#reset")
     assert shown_setting(page) == DEFAULT and "world=4" in page.url
     # a setting the page does not offer (TP × PP = 64 on 4 GPUs, a world size of 3) is repaired
-    again.goto(page_file.resolve().as_uri() + "#model=llama&world=3&tp=8&pp=8&stage=ZeRO-9")
+    again.goto(memory_page.resolve().as_uri() + "#model=llama&world=3&tp=8&pp=8&stage=ZeRO-9")
     again.reload()
     s = shown_setting(again)
     assert (s["world"], s["stage"]) == (4, "DDP") and 4 % (s["tp"] * s["pp"]) == 0
@@ -157,11 +142,11 @@ HOSTILE = ["world=3", "tp=0", "world=1e308", "world=99999999999999999999", "batc
 
 
 @pytest.mark.parametrize("fragment", HOSTILE)
-def test_a_hostile_url_gives_an_offered_setting(browser, page_file: Path, fragment: str) -> None:
-    page, errors = offline_page(browser, page_file)
+def test_a_hostile_url_gives_an_offered_setting(browser, memory_page: Path, fragment: str) -> None:
+    page, errors = offline_page(browser, memory_page)
     page.on("dialog", lambda d: (errors.append(f"dialog {d.message}"), d.dismiss()))
     page.goto("about:blank")                       # then a page opened on the link, not a hash change
-    page.goto(page_file.resolve().as_uri() + "#" + fragment)
+    page.goto(memory_page.resolve().as_uri() + "#" + fragment)
     assert errors == []
     assert shown_setting(page) in all_settings()
     assert page.locator("#total").text_content() == fmt_bytes(setting_numbers(shown_setting(page))["total"])
@@ -172,11 +157,11 @@ def test_a_hostile_url_gives_an_offered_setting(browser, page_file: Path, fragme
     page.context.close()
 
 
-def test_the_students_question_in_one_line(browser, page_file: Path) -> None:
+def test_the_students_question_in_one_line(browser, memory_page: Path) -> None:
     """Llama 2 13B on 8 × 80 GB with ZeRO-3 on InfiniBand: the answer line says it, and only it is
     announced (the prose is what is tested here: it is what a screen reader reads)."""
-    page, errors = offline_page(browser, page_file)
-    page.goto(page_file.resolve().as_uri() + "#model=llama&world=8&stage=ZeRO-3&link=infiniband")
+    page, errors = offline_page(browser, memory_page)
+    page.goto(memory_page.resolve().as_uri() + "#model=llama&world=8&stage=ZeRO-3&link=infiniband")
     page.reload()
     v = setting_numbers(shown_setting(page))
     assert v["fits"] == [False, True, True, True]
@@ -197,8 +182,8 @@ def part2_ledger_column(stdout: str) -> list[str]:
             if line.strip().startswith(("DDP", "ZeRO-"))]
 
 
-def test_the_command_line_prints_the_same_setting(browser, page_file: Path) -> None:
-    page, errors = offline_page(browser, page_file)
+def test_the_command_line_prints_the_same_setting(browser, memory_page: Path) -> None:
+    page, errors = offline_page(browser, memory_page)
     opening = page.locator("#command").text_content()
     assert opening == "python code/cs336/04_memory.py --params 13B --world-size 4 --layers 40"
     printed = run_script("cs336/04_memory.py", *opening.split()[2:]).stdout
@@ -221,9 +206,10 @@ def test_the_command_line_prints_the_same_setting(browser, page_file: Path) -> N
 
 
 @pytest.mark.parametrize("width,height", [(390, 844), (768, 1024), (1366, 768)])
-def test_the_page_at_three_widths(browser, page_file: Path, width: int, height: int, tmp_path: Path) -> None:
+def test_the_page_at_three_widths(browser, memory_page: Path, width: int, height: int,
+                                  tmp_path: Path) -> None:
     shots = Path(os.environ.get("PAGE_SCREENSHOTS") or tmp_path)      # to look at, as test_pages_screens
-    page, errors = offline_page(browser, page_file, width, height)
+    page, errors = offline_page(browser, memory_page, width, height)
     fcp = page.evaluate("""() => new Promise((done) => {
         new PerformanceObserver((l) => done(l.getEntries()[0].startTime))
           .observe({type: 'paint', buffered: true});
@@ -258,12 +244,12 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_written_alone_it_is_the_page_reproduce_writes(page_file: Path, tmp_path: Path) -> None:
+def test_written_alone_it_is_the_page_reproduce_writes(memory_page: Path, tmp_path: Path) -> None:
     """`python code/report/memory.py OUT_DIR` (report/page_cli.page_main): a new folder made, the
     page written byte for byte as reproduce.py's, and one line saying where and how big."""
     out = tmp_path / "alone"
     proc = run_script("report/memory.py", str(out))
     written = out / "memory.html"
-    assert written.read_bytes() == page_file.read_bytes()
+    assert written.read_bytes() == memory_page.read_bytes()
     assert proc.stdout.splitlines() == [f"wrote {written} ({written.stat().st_size / 1e3:.0f} kB)"]
     assert proc.stderr == ""
