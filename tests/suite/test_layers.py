@@ -140,17 +140,21 @@ def scripts() -> frozenset[str]:
                      if room(m) in SCRIPT_ROOMS and "__main__" in path.read_text(encoding="utf-8"))
 
 
-def unreached(graph: dict[str, frozenset[str]]) -> list[str]:
-    """The modules of common/ no script reaches through its imports (importing a.b.c runs the
-    packages a and a.b first)."""
-    seen = set()
-    todo = [m for m in graph if m in scripts()]
+def reached(graph: dict[str, frozenset[str]], *starts: str) -> set[str]:
+    """The modules importing `starts` runs (importing a.b.c runs the packages a and a.b first)."""
+    seen, todo = set(), list(starts)
     while todo:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
             packages = [module.rsplit(".", k)[0] for k in range(1, module.count(".") + 1)]
             todo += [*graph.get(module, ()), *packages]
+    return seen
+
+
+def unreached(graph: dict[str, frozenset[str]]) -> list[str]:
+    """The modules of common/ no script reaches through its imports."""
+    seen = reached(graph, *(m for m in graph if m in scripts()))
     return sorted(m for m in graph if room(m) == "common" and m not in seen)
 
 
@@ -176,16 +180,6 @@ def test_every_common_module_serves_a_script() -> None:
 
 # The pure simulators: a model's numbers with calibration targets passed in, never read from the notes.
 PURE = ("lecture15.ddp_sim", "cs336.pipeline", "lecture14.collectives", "common.costmodel.steps")
-
-
-def reached(graph: dict[str, frozenset[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo += graph.get(module, ())
-    return seen
 
 
 def test_a_pure_simulator_reaches_no_checker() -> None:
