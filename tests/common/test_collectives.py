@@ -183,6 +183,10 @@ def test_padded_shards_are_equal_and_pad_less_than_one_shard() -> None:
     for bad in (0, 1.5):
         with pytest.raises(ValueError):
             cdef.padded_shard_elements(10, bad)
+    assert cdef.padded_shard_elements(13e9, 4) == 3_250_000_000      # a whole count written as a float
+    for bad_n in (10.5, -1):                                          # not a count of elements
+        with pytest.raises(ValueError):
+            cdef.padded_shard_elements(bad_n, 2)
 
 
 def test_times_reject_bad_device_counts() -> None:

@@ -104,7 +104,9 @@ def padded_shard_elements(n: int, parts: int) -> int:
     gloo, whose collectives want equal shapes), where split_sizes leaves the pieces uneven."""
     if int(parts) != parts or parts < 1:
         raise ValueError(f"number of pieces must be an integer >= 1, got {parts}")
-    return -(-int(n) // parts)
+    if int(n) != n or n < 0:   # a count of elements (13e9 is one; 10.5 is not, and flooring it hid that)
+        raise ValueError(f"number of elements must be a whole number >= 0, got {n}")
+    return -(-int(n) // int(parts))
 
 
 def tree_depth(k: int) -> int:
