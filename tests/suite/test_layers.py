@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import ast
 from functools import cache
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-CODE = ROOT / "code"
+from code_modules import code_modules
+
 # A room's floor: it may import rooms on lower floors only (reproduction/ is the reproduction's own
 # machinery: common below it, the report's pages and reproduce.py above).
 FLOORS = {"common": 0, "lecture14": 1, "reproduction": 1, "cs336": 2, "lecture15": 3, "report": 4,
@@ -23,26 +22,16 @@ FLOORS = {"common": 0, "lecture14": 1, "reproduction": 1, "cs336": 2, "lecture15
 SCRIPT_ROOMS = ("lecture14", "lecture15", "cs336", "report")
 
 
-def _name(path: Path) -> str:
-    parts = path.relative_to(CODE).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-@cache
-def modules() -> dict[str, Path]:
-    return {_name(p): p for p in CODE.rglob("*.py")}
-
-
 def _face(package: str) -> dict[str, str]:
     """A package face's table (name -> the module of the package holding it), as its _FACE says."""
-    for node in ast.parse(modules()[package].read_text(encoding="utf-8")).body:
+    for node in ast.parse(code_modules()[package].read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_FACE" for t in node.targets):
             return {k.value: f"{package}.{v.value}" for k, v in zip(node.value.keys, node.value.values)}
     return {}
 
 
 def _target(module: str, name: str) -> str:
-    if f"{module}.{name}" in modules():
+    if f"{module}.{name}" in code_modules():
         return f"{module}.{name}"
     return _face(module).get(name, module)
 
@@ -51,7 +40,7 @@ def _absolute(importer: str, node: ast.ImportFrom) -> str | None:
     """The module `from ... import` names, a relative one resolved against the importer's package."""
     if node.level == 0:
         return node.module
-    package = importer if modules()[importer].name == "__init__.py" else importer.rpartition(".")[0]
+    package = importer if code_modules()[importer].name == "__init__.py" else importer.rpartition(".")[0]
     base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
     return f"{base}.{node.module}" if node.module else base
 
@@ -61,13 +50,13 @@ def _imports(importer: str, tree: ast.AST) -> set[str]:
     ones resolved), and importlib.import_module / __import__ of a literal name."""
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (module := _absolute(importer, node)) in modules():
+        if isinstance(node, ast.ImportFrom) and (module := _absolute(importer, node)) in code_modules():
             found.update(_target(module, alias.name) for alias in node.names)
         elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name in modules())
+            found.update(alias.name for alias in node.names if alias.name in code_modules())
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
               in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
-              and node.args[0].value in modules()):
+              and node.args[0].value in code_modules()):
             found.add(node.args[0].value)
     return found
 
@@ -82,7 +71,7 @@ def edges(at_run_time: bool = False) -> dict[str, frozenset[str]]:
     """Every module of code/ -> the modules of code/ it imports (`at_run_time`: leaving out what
     only a type checker reads, under `if TYPE_CHECKING:`)."""
     out = {}
-    for name, path in modules().items():
+    for name, path in code_modules().items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         found = _imports(name, tree)
         if at_run_time:
@@ -136,7 +125,7 @@ def cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
 @cache
 def scripts() -> frozenset[str]:
     """What a user runs: the modules of the script rooms that run as a program (`__main__`)."""
-    return frozenset(m for m, path in modules().items()
+    return frozenset(m for m, path in code_modules().items()
                      if room(m) in SCRIPT_ROOMS and "__main__" in path.read_text(encoding="utf-8"))
 
 
@@ -159,7 +148,7 @@ def unreached(graph: dict[str, frozenset[str]]) -> list[str]:
 
 
 def test_every_room_is_on_a_floor() -> None:
-    assert {room(m) for m in modules()} == set(FLOORS)
+    assert {room(m) for m in code_modules()} == set(FLOORS)
 
 
 def test_no_arrow_goes_up() -> None:

@@ -9,6 +9,8 @@ import re
 from functools import cache
 from pathlib import Path
 
+from code_modules import CODE, code_modules
+
 ROOT = Path(__file__).resolve().parents[2]
 LECTURES = ("lecture14", "lecture15", "cs336")
 LAUNCH_FILES = ("test_launcher.py", "test_parent_side.py", "test_torchrun.py")   # the launcher package's
@@ -61,7 +63,7 @@ def found(rel: Path, listed: frozenset[str]) -> bool:
 
 def modules() -> list[Path]:
     """Every module of code/ with code in it (an __init__ that is only a docstring has none)."""
-    return [p.relative_to(ROOT / "code") for p in sorted((ROOT / "code").rglob("*.py"))
+    return [p.relative_to(CODE) for p in code_modules().values()
             if p.name != "__init__.py" or len(p.read_text(encoding="utf-8").splitlines()) >= 10]
 
 
